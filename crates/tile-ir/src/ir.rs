@@ -1,0 +1,721 @@
+//! IR node types: the module, buffers, variables, expressions and statements.
+
+use crate::diag::{Loc, SourceTable};
+use crate::layout::FragmentLayout;
+use crate::types::{DType, Scope};
+use std::fmt;
+
+/// Index of a buffer in [`Module::buffers`]; prints as `@name` in the text IR.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BufferId(pub u32);
+
+/// Index of a variable in [`Module::vars`]; prints as `%name`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VarId(pub u32);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Buffer {
+    pub name: String,
+    pub scope: Scope,
+    pub dtype: DType,
+    pub shape: Vec<i64>,
+    pub loc: Loc,
+    /// For fragments: who holds which element (set by `infer_layouts`).
+    pub layout: Option<FragmentLayout>,
+    /// Byte offset in the block's shared memory (set by `plan_shared_memory`).
+    pub shared_offset: Option<u64>,
+}
+
+impl Buffer {
+    pub fn num_elements(&self) -> i64 {
+        self.shape.iter().product()
+    }
+    pub fn bytes(&self) -> i64 {
+        self.num_elements() * self.dtype.bytes() as i64
+    }
+    /// Row-major strides in elements.
+    pub fn strides(&self) -> Vec<i64> {
+        let mut strides = vec![1; self.shape.len()];
+        for d in (0..self.shape.len().saturating_sub(1)).rev() {
+            strides[d] = strides[d + 1] * self.shape[d + 1];
+        }
+        strides
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VarKind {
+    /// `blockIdx.{x,y,z}`.
+    BlockIdx(u8),
+    /// `threadIdx.x` (thread level only).
+    ThreadIdx,
+    /// Bound by a loop.
+    Loop,
+    /// A scalar kernel parameter.
+    Param,
+    /// Bound by a `let` (thread level only).
+    Temp,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Var {
+    pub name: String,
+    pub kind: VarKind,
+    pub dtype: DType,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Param {
+    Tensor { name: String, buffer: BufferId },
+    Scalar { name: String, var: VarId },
+}
+
+impl Param {
+    pub fn name(&self) -> &str {
+        match self {
+            Param::Tensor { name, .. } | Param::Scalar { name, .. } => name,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Level {
+    Tile,
+    Thread,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub grid: Vec<Expr>,
+    pub threads: u32,
+    pub body: Vec<Stmt>,
+    pub loc: Loc,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Module {
+    pub name: String,
+    pub sources: SourceTable,
+    pub params: Vec<Param>,
+    pub buffers: Vec<Buffer>,
+    pub vars: Vec<Var>,
+    pub kernel: Kernel,
+    pub level: Level,
+}
+
+impl Module {
+    pub fn buffer(&self, id: BufferId) -> &Buffer {
+        &self.buffers[id.0 as usize]
+    }
+    pub fn buffer_mut(&mut self, id: BufferId) -> &mut Buffer {
+        &mut self.buffers[id.0 as usize]
+    }
+    pub fn var(&self, id: VarId) -> &Var {
+        &self.vars[id.0 as usize]
+    }
+    pub fn add_var(&mut self, name: &str, kind: VarKind, dtype: DType) -> VarId {
+        self.vars.push(Var {
+            name: name.to_string(),
+            kind,
+            dtype,
+        });
+        VarId(self.vars.len() as u32 - 1)
+    }
+    pub fn add_buffer(&mut self, buffer: Buffer) -> BufferId {
+        self.buffers.push(buffer);
+        BufferId(self.buffers.len() as u32 - 1)
+    }
+    /// The `threadIdx.x` variable, created on first use.
+    pub fn thread_idx(&mut self) -> VarId {
+        if let Some(i) = self.vars.iter().position(|v| v.kind == VarKind::ThreadIdx) {
+            return VarId(i as u32);
+        }
+        self.add_var("tid", VarKind::ThreadIdx, DType::I32)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    FloorDiv,
+    FloorMod,
+    Max,
+    Min,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    And,
+    Or,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
+}
+
+impl BinOp {
+    pub const ALL: [BinOp; 21] = [
+        BinOp::Add,
+        BinOp::Sub,
+        BinOp::Mul,
+        BinOp::Div,
+        BinOp::FloorDiv,
+        BinOp::FloorMod,
+        BinOp::Max,
+        BinOp::Min,
+        BinOp::Eq,
+        BinOp::Ne,
+        BinOp::Lt,
+        BinOp::Le,
+        BinOp::Gt,
+        BinOp::Ge,
+        BinOp::And,
+        BinOp::Or,
+        BinOp::BitAnd,
+        BinOp::BitOr,
+        BinOp::BitXor,
+        BinOp::Shl,
+        BinOp::Shr,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            BinOp::Add => "add",
+            BinOp::Sub => "sub",
+            BinOp::Mul => "mul",
+            BinOp::Div => "div",
+            BinOp::FloorDiv => "floordiv",
+            BinOp::FloorMod => "floormod",
+            BinOp::Max => "max",
+            BinOp::Min => "min",
+            BinOp::Eq => "eq",
+            BinOp::Ne => "ne",
+            BinOp::Lt => "lt",
+            BinOp::Le => "le",
+            BinOp::Gt => "gt",
+            BinOp::Ge => "ge",
+            BinOp::And => "and",
+            BinOp::Or => "or",
+            BinOp::BitAnd => "bitand",
+            BinOp::BitOr => "bitor",
+            BinOp::BitXor => "bitxor",
+            BinOp::Shl => "shl",
+            BinOp::Shr => "shr",
+        }
+    }
+    pub fn is_comparison(self) -> bool {
+        matches!(
+            self,
+            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
+        )
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Neg,
+    Not,
+    Abs,
+    Exp,
+    Exp2,
+    Log,
+    Log2,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Erf,
+    Sin,
+    Cos,
+    Floor,
+    Ceil,
+}
+
+impl UnOp {
+    pub const ALL: [UnOp; 16] = [
+        UnOp::Neg,
+        UnOp::Not,
+        UnOp::Abs,
+        UnOp::Exp,
+        UnOp::Exp2,
+        UnOp::Log,
+        UnOp::Log2,
+        UnOp::Sqrt,
+        UnOp::Rsqrt,
+        UnOp::Tanh,
+        UnOp::Sigmoid,
+        UnOp::Erf,
+        UnOp::Sin,
+        UnOp::Cos,
+        UnOp::Floor,
+        UnOp::Ceil,
+    ];
+    pub fn name(self) -> &'static str {
+        match self {
+            UnOp::Neg => "neg",
+            UnOp::Not => "not",
+            UnOp::Abs => "abs",
+            UnOp::Exp => "exp",
+            UnOp::Exp2 => "exp2",
+            UnOp::Log => "log",
+            UnOp::Log2 => "log2",
+            UnOp::Sqrt => "sqrt",
+            UnOp::Rsqrt => "rsqrt",
+            UnOp::Tanh => "tanh",
+            UnOp::Sigmoid => "sigmoid",
+            UnOp::Erf => "erf",
+            UnOp::Sin => "sin",
+            UnOp::Cos => "cos",
+            UnOp::Floor => "floor",
+            UnOp::Ceil => "ceil",
+        }
+    }
+    /// Transcendental and rounding functions: defined on floats only.
+    pub fn is_float_math(self) -> bool {
+        !matches!(self, UnOp::Neg | UnOp::Not | UnOp::Abs)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ConstValue {
+    Int(i64),
+    Float(f64),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Expr {
+    Const {
+        value: ConstValue,
+        dtype: DType,
+    },
+    Var {
+        id: VarId,
+        dtype: DType,
+    },
+    /// An element read. `oob` is the value read past a global tensor's edge (zero when absent).
+    Load {
+        buf: BufferId,
+        idx: Vec<Expr>,
+        dtype: DType,
+        loc: Loc,
+        oob: Option<Box<Expr>>,
+    },
+    Binary {
+        op: BinOp,
+        a: Box<Expr>,
+        b: Box<Expr>,
+        dtype: DType,
+    },
+    Unary {
+        op: UnOp,
+        a: Box<Expr>,
+        dtype: DType,
+    },
+    Cast {
+        a: Box<Expr>,
+        dtype: DType,
+    },
+    Select {
+        cond: Box<Expr>,
+        a: Box<Expr>,
+        b: Box<Expr>,
+        dtype: DType,
+    },
+    /// Thread level: the value `a` held by the lane `lane ^ mask` of this warp.
+    ShflXor {
+        a: Box<Expr>,
+        mask: u32,
+        dtype: DType,
+    },
+}
+
+impl Expr {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Expr::Const { dtype, .. }
+            | Expr::Var { dtype, .. }
+            | Expr::Load { dtype, .. }
+            | Expr::Binary { dtype, .. }
+            | Expr::Unary { dtype, .. }
+            | Expr::Cast { dtype, .. }
+            | Expr::Select { dtype, .. }
+            | Expr::ShflXor { dtype, .. } => *dtype,
+        }
+    }
+
+    pub fn int(value: i64) -> Expr {
+        Expr::Const {
+            value: ConstValue::Int(value),
+            dtype: DType::I32,
+        }
+    }
+    pub fn int_of(value: i64, dtype: DType) -> Expr {
+        Expr::Const {
+            value: ConstValue::Int(value),
+            dtype,
+        }
+    }
+    pub fn bool(value: bool) -> Expr {
+        Expr::Const {
+            value: ConstValue::Int(value as i64),
+            dtype: DType::Bool,
+        }
+    }
+    pub fn var(id: VarId, dtype: DType) -> Expr {
+        Expr::Var { id, dtype }
+    }
+    pub fn binary(op: BinOp, a: Expr, b: Expr) -> Expr {
+        let dtype = if op.is_comparison() {
+            DType::Bool
+        } else {
+            a.dtype()
+        };
+        Expr::Binary {
+            op,
+            a: Box::new(a),
+            b: Box::new(b),
+            dtype,
+        }
+    }
+    pub fn unary(op: UnOp, a: Expr) -> Expr {
+        let dtype = a.dtype();
+        Expr::Unary {
+            op,
+            a: Box::new(a),
+            dtype,
+        }
+    }
+    pub fn cast(a: Expr, dtype: DType) -> Expr {
+        if a.dtype() == dtype {
+            return a;
+        }
+        Expr::Cast {
+            a: Box::new(a),
+            dtype,
+        }
+    }
+    pub fn select(cond: Expr, a: Expr, b: Expr) -> Expr {
+        let dtype = a.dtype();
+        Expr::Select {
+            cond: Box::new(cond),
+            a: Box::new(a),
+            b: Box::new(b),
+            dtype,
+        }
+    }
+    pub fn load(buf: BufferId, idx: Vec<Expr>, dtype: DType) -> Expr {
+        Expr::Load {
+            buf,
+            idx,
+            dtype,
+            loc: Loc::UNKNOWN,
+            oob: None,
+        }
+    }
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Expr::Const {
+                value: ConstValue::Int(v),
+                ..
+            } => Some(*v),
+            _ => None,
+        }
+    }
+    /// Visit this expression and its sub-expressions, parents first.
+    pub fn walk(&self, f: &mut dyn FnMut(&Expr)) {
+        f(self);
+        match self {
+            Expr::Const { .. } | Expr::Var { .. } => {}
+            Expr::Load { idx, oob, .. } => {
+                idx.iter().for_each(|e| e.walk(f));
+                if let Some(o) = oob {
+                    o.walk(f);
+                }
+            }
+            Expr::Binary { a, b, .. } => {
+                a.walk(f);
+                b.walk(f);
+            }
+            Expr::Unary { a, .. } | Expr::Cast { a, .. } | Expr::ShflXor { a, .. } => a.walk(f),
+            Expr::Select { cond, a, b, .. } => {
+                cond.walk(f);
+                a.walk(f);
+                b.walk(f);
+            }
+        }
+    }
+    /// Rebuild this expression bottom-up; `f` may replace any node (children first).
+    pub fn map(self, f: &mut dyn FnMut(Expr) -> Expr) -> Expr {
+        let rebuilt = match self {
+            Expr::Load {
+                buf,
+                idx,
+                dtype,
+                loc,
+                oob,
+            } => Expr::Load {
+                buf,
+                idx: idx.into_iter().map(|e| e.map(f)).collect(),
+                dtype,
+                loc,
+                oob: oob.map(|o| Box::new(o.map(f))),
+            },
+            Expr::Binary { op, a, b, dtype } => Expr::Binary {
+                op,
+                a: Box::new(a.map(f)),
+                b: Box::new(b.map(f)),
+                dtype,
+            },
+            Expr::Unary { op, a, dtype } => Expr::Unary {
+                op,
+                a: Box::new(a.map(f)),
+                dtype,
+            },
+            Expr::Cast { a, dtype } => Expr::Cast {
+                a: Box::new(a.map(f)),
+                dtype,
+            },
+            Expr::ShflXor { a, mask, dtype } => Expr::ShflXor {
+                a: Box::new(a.map(f)),
+                mask,
+                dtype,
+            },
+            Expr::Select { cond, a, b, dtype } => Expr::Select {
+                cond: Box::new(cond.map(f)),
+                a: Box::new(a.map(f)),
+                b: Box::new(b.map(f)),
+                dtype,
+            },
+            leaf => leaf,
+        };
+        f(rebuilt)
+    }
+    /// Does the expression mention variable `v`?
+    pub fn uses_var(&self, v: VarId) -> bool {
+        let mut found = false;
+        self.walk(&mut |e| {
+            if let Expr::Var { id, .. } = e {
+                found |= *id == v;
+            }
+        });
+        found
+    }
+    /// Replace variable `v` by `with`.
+    pub fn substitute(self, v: VarId, with: &Expr) -> Expr {
+        self.map(&mut |e| match e {
+            Expr::Var { id, .. } if id == v => with.clone(),
+            other => other,
+        })
+    }
+}
+
+/// One dimension of a region operand, as the user wrote it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RegionDim {
+    /// `A[i]` inside a region with slices: one element, the dimension is dropped.
+    Index(Expr),
+    /// `A[a:b]`.
+    Slice { start: Expr, stop: Expr },
+    /// `A[i]` in the origin form (`T.copy(A[by * bM, k * bK], tile)`): extent from the other side.
+    Origin(Expr),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Region {
+    pub buf: BufferId,
+    /// One entry per leading dimension; missing trailing dimensions are whole.
+    pub dims: Vec<RegionDim>,
+    pub loc: Loc,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForKind {
+    Serial,
+    Unroll,
+    Pipelined { stages: u32 },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceKind {
+    Sum,
+    Max,
+    Min,
+    AbsMax,
+}
+
+impl ReduceKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceKind::Sum => "sum",
+            ReduceKind::Max => "max",
+            ReduceKind::Min => "min",
+            ReduceKind::AbsMax => "absmax",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Stmt {
+    Store {
+        buf: BufferId,
+        idx: Vec<Expr>,
+        value: Expr,
+        loc: Loc,
+    },
+    AtomicAdd {
+        buf: BufferId,
+        idx: Vec<Expr>,
+        value: Expr,
+        loc: Loc,
+    },
+    Copy {
+        src: Region,
+        dst: Region,
+        pad: Option<Expr>,
+        loc: Loc,
+    },
+    Fill {
+        dst: Region,
+        value: Expr,
+        loc: Loc,
+    },
+    Reduce {
+        kind: ReduceKind,
+        src: BufferId,
+        dst: BufferId,
+        dim: usize,
+        clear: bool,
+        loc: Loc,
+    },
+    /// `layout` (set by `infer_layouts`) says which thread runs which iteration.
+    Parallel {
+        vars: Vec<VarId>,
+        extents: Vec<i64>,
+        body: Vec<Stmt>,
+        loc: Loc,
+        layout: Option<FragmentLayout>,
+    },
+    For {
+        var: VarId,
+        start: Expr,
+        extent: Expr,
+        kind: ForKind,
+        body: Vec<Stmt>,
+        loc: Loc,
+    },
+    If {
+        cond: Expr,
+        then: Vec<Stmt>,
+        otherwise: Vec<Stmt>,
+        loc: Loc,
+    },
+    /// Thread level: bind a per-thread scalar.
+    Let {
+        var: VarId,
+        value: Expr,
+    },
+    /// Thread level: copy `width` contiguous elements (one vector access on each side).
+    VecCopy {
+        dst: BufferId,
+        dst_idx: Vec<Expr>,
+        src: BufferId,
+        src_idx: Vec<Expr>,
+        width: u32,
+    },
+    /// Thread level: `__syncthreads()`.
+    Sync,
+    /// Thread level: a comment for the reader of the generated code.
+    Comment(String),
+}
+
+impl Stmt {
+    pub fn loc(&self) -> Loc {
+        match self {
+            Stmt::Store { loc, .. }
+            | Stmt::AtomicAdd { loc, .. }
+            | Stmt::Copy { loc, .. }
+            | Stmt::Fill { loc, .. }
+            | Stmt::Reduce { loc, .. }
+            | Stmt::Parallel { loc, .. }
+            | Stmt::For { loc, .. }
+            | Stmt::If { loc, .. } => *loc,
+            _ => Loc::UNKNOWN,
+        }
+    }
+    /// Child statement lists.
+    pub fn bodies(&self) -> Vec<&Vec<Stmt>> {
+        match self {
+            Stmt::Parallel { body, .. } | Stmt::For { body, .. } => vec![body],
+            Stmt::If {
+                then, otherwise, ..
+            } => vec![then, otherwise],
+            _ => vec![],
+        }
+    }
+}
+
+/// Visit every statement in `stmts`, parents first.
+pub fn walk_stmts(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
+    for s in stmts {
+        f(s);
+        for body in s.bodies() {
+            walk_stmts(body, f);
+        }
+    }
+}
+
+/// Visit every expression directly held by a statement (not those of child statements).
+pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
+    let region = |r: &Region, f: &mut dyn FnMut(&Expr)| {
+        for d in &r.dims {
+            match d {
+                RegionDim::Index(e) | RegionDim::Origin(e) => f(e),
+                RegionDim::Slice { start, stop } => {
+                    f(start);
+                    f(stop);
+                }
+            }
+        }
+    };
+    match s {
+        Stmt::Store { idx, value, .. } | Stmt::AtomicAdd { idx, value, .. } => {
+            idx.iter().for_each(&mut *f);
+            f(value);
+        }
+        Stmt::Copy { src, dst, pad, .. } => {
+            region(src, f);
+            region(dst, f);
+            if let Some(p) = pad {
+                f(p);
+            }
+        }
+        Stmt::Fill { dst, value, .. } => {
+            region(dst, f);
+            f(value);
+        }
+        Stmt::For { start, extent, .. } => {
+            f(start);
+            f(extent);
+        }
+        Stmt::If { cond, .. } => f(cond),
+        Stmt::Let { value, .. } => f(value),
+        Stmt::VecCopy {
+            dst_idx, src_idx, ..
+        } => {
+            dst_idx.iter().for_each(&mut *f);
+            src_idx.iter().for_each(&mut *f);
+        }
+        Stmt::Reduce { .. } | Stmt::Parallel { .. } | Stmt::Sync | Stmt::Comment(_) => {}
+    }
+}
+
+impl fmt::Display for BufferId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "@{}", self.0)
+    }
+}

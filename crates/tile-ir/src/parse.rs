@@ -1,0 +1,664 @@
+//! Reading the serialized tile program (docs/format.md) into a tile-level [`Module`].
+//!
+//! Every malformed input is an error naming the JSON path of the offending value; unknown
+//! fields are rejected so that a misspelt field is never silently ignored.
+
+use crate::diag::{Loc, SourceFile, SourceTable};
+use crate::ir::*;
+use crate::types::{DType, Scope};
+use serde_json::{Map, Value};
+
+pub const FORMAT_VERSION: i64 = 1;
+
+/// A malformed program: what is wrong and where in the document.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FormatError {
+    pub path: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for FormatError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "malformed tile program at {}: {}",
+            self.path, self.message
+        )
+    }
+}
+
+type R<T> = Result<T, FormatError>;
+
+fn err<T>(path: &str, message: impl Into<String>) -> R<T> {
+    Err(FormatError {
+        path: path.to_string(),
+        message: message.into(),
+    })
+}
+
+struct Obj<'a> {
+    map: &'a Map<String, Value>,
+    path: String,
+}
+
+impl<'a> Obj<'a> {
+    fn new(v: &'a Value, path: &str, allowed: &[&str]) -> R<Obj<'a>> {
+        let Some(map) = v.as_object() else {
+            return err(path, "expected an object");
+        };
+        for key in map.keys() {
+            if !allowed.contains(&key.as_str()) {
+                return err(
+                    path,
+                    format!("unknown field '{key}' (allowed: {})", allowed.join(", ")),
+                );
+            }
+        }
+        Ok(Obj {
+            map,
+            path: path.to_string(),
+        })
+    }
+    fn p(&self, key: &str) -> String {
+        format!("{}.{}", self.path, key)
+    }
+    fn get(&self, key: &str) -> R<&'a Value> {
+        match self.map.get(key) {
+            Some(v) => Ok(v),
+            None => err(&self.path, format!("missing field '{key}'")),
+        }
+    }
+    fn opt(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+    fn int(&self, key: &str) -> R<i64> {
+        match self.get(key)?.as_i64() {
+            Some(i) => Ok(i),
+            None => err(&self.p(key), "expected an integer"),
+        }
+    }
+    fn str(&self, key: &str) -> R<&'a str> {
+        match self.get(key)?.as_str() {
+            Some(s) => Ok(s),
+            None => err(&self.p(key), "expected a string"),
+        }
+    }
+    fn bool(&self, key: &str) -> R<bool> {
+        match self.get(key)?.as_bool() {
+            Some(b) => Ok(b),
+            None => err(&self.p(key), "expected true or false"),
+        }
+    }
+    fn arr(&self, key: &str) -> R<&'a Vec<Value>> {
+        match self.get(key)?.as_array() {
+            Some(a) => Ok(a),
+            None => err(&self.p(key), "expected a list"),
+        }
+    }
+}
+
+struct Parser {
+    n_buffers: usize,
+    vars: Vec<Var>,
+}
+
+fn dtype(v: &Value, path: &str) -> R<DType> {
+    match v.as_str().and_then(DType::parse) {
+        Some(d) => Ok(d),
+        None => err(path, format!("unknown dtype {v}")),
+    }
+}
+
+fn loc(v: Option<&Value>, path: &str, n_sources: usize) -> R<Loc> {
+    let Some(v) = v else {
+        return Ok(Loc::UNKNOWN);
+    };
+    let parts: Option<Vec<i64>> = v
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_i64()).collect());
+    match parts {
+        Some(p) if p.len() == 3 && p.iter().all(|x| *x >= 0) && (p[0] as usize) < n_sources => {
+            Ok(Loc {
+                source: p[0] as u32,
+                line: p[1] as u32,
+                col: p[2] as u32,
+            })
+        }
+        _ => err(
+            path,
+            "expected [source_index, line, column] with a valid source index",
+        ),
+    }
+}
+
+/// Parse a serialized program (JSON text) into a tile-level module.
+pub fn parse_program(text: &str) -> R<Module> {
+    let root: Value = match serde_json::from_str(text) {
+        Ok(v) => v,
+        Err(e) => return err("$", format!("not valid JSON: {e}")),
+    };
+    let top = Obj::new(
+        &root,
+        "$",
+        &[
+            "version", "name", "sources", "params", "buffers", "vars", "kernel",
+        ],
+    )?;
+    let version = top.int("version")?;
+    if version != FORMAT_VERSION {
+        return err(
+            "$.version",
+            format!("this tilers reads format version {FORMAT_VERSION}, got {version}"),
+        );
+    }
+    let name = top.str("name")?.to_string();
+    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return err(
+            "$.name",
+            format!("kernel name must be a non-empty identifier, got {name:?}"),
+        );
+    }
+
+    let mut sources = SourceTable::default();
+    for (i, s) in top.arr("sources")?.iter().enumerate() {
+        let path = format!("$.sources[{i}]");
+        let o = Obj::new(s, &path, &["file", "lines"])?;
+        let mut file = SourceFile {
+            file: o.str("file")?.to_string(),
+            ..Default::default()
+        };
+        let Some(lines) = o.get("lines")?.as_object() else {
+            return err(&o.p("lines"), "expected an object of line number -> text");
+        };
+        for (k, v) in lines {
+            let (Ok(n), Some(t)) = (k.parse::<u32>(), v.as_str()) else {
+                return err(&o.p("lines"), format!("bad entry {k:?}"));
+            };
+            file.lines.insert(n, t.to_string());
+        }
+        sources.files.push(file);
+    }
+    let n_sources = sources.files.len();
+
+    let mut buffers = Vec::new();
+    for (i, b) in top.arr("buffers")?.iter().enumerate() {
+        let path = format!("$.buffers[{i}]");
+        let o = Obj::new(b, &path, &["id", "name", "scope", "dtype", "shape", "loc"])?;
+        if o.int("id")? != i as i64 {
+            return err(
+                &o.p("id"),
+                format!("buffer ids must be 0, 1, 2, … in order; expected {i}"),
+            );
+        }
+        let scope = match Scope::parse(o.str("scope")?) {
+            Some(s) => s,
+            None => return err(&o.p("scope"), "expected global, shared, fragment or local"),
+        };
+        let mut shape = Vec::new();
+        for (d, x) in o.arr("shape")?.iter().enumerate() {
+            match x.as_i64() {
+                Some(v) if v > 0 => shape.push(v),
+                _ => {
+                    return err(
+                        &format!("{path}.shape[{d}]"),
+                        format!("expected a positive integer, got {x}"),
+                    )
+                }
+            }
+        }
+        if shape.is_empty() {
+            return err(&o.p("shape"), "a buffer needs at least one dimension");
+        }
+        buffers.push(Buffer {
+            name: o.str("name")?.to_string(),
+            scope,
+            dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
+            shape,
+            loc: loc(o.opt("loc"), &o.p("loc"), n_sources)?,
+            layout: None,
+            shared_offset: None,
+        });
+    }
+
+    let mut vars = Vec::new();
+    for (i, v) in top.arr("vars")?.iter().enumerate() {
+        let path = format!("$.vars[{i}]");
+        let o = Obj::new(v, &path, &["id", "name", "kind", "axis", "dtype"])?;
+        if o.int("id")? != i as i64 {
+            return err(
+                &o.p("id"),
+                format!("variable ids must be 0, 1, 2, … in order; expected {i}"),
+            );
+        }
+        let kind = match o.str("kind")? {
+            "block_idx" => {
+                let axis = o.int("axis")?;
+                if !(0..3).contains(&axis) {
+                    return err(&o.p("axis"), "expected 0, 1 or 2");
+                }
+                VarKind::BlockIdx(axis as u8)
+            }
+            "loop" => VarKind::Loop,
+            "param" => VarKind::Param,
+            k => return err(&o.p("kind"), format!("unknown variable kind '{k}'")),
+        };
+        vars.push(Var {
+            name: o.str("name")?.to_string(),
+            kind,
+            dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
+        });
+    }
+
+    let p = Parser {
+        n_buffers: buffers.len(),
+        vars,
+    };
+    let mut params = Vec::new();
+    for (i, v) in top.arr("params")?.iter().enumerate() {
+        let path = format!("$.params[{i}]");
+        let o = Obj::new(v, &path, &["kind", "name", "buffer", "var"])?;
+        let name = o.str("name")?.to_string();
+        match o.str("kind")? {
+            "tensor" => {
+                let b = p.buffer_id(o.get("buffer")?, &o.p("buffer"))?;
+                if buffers[b.0 as usize].scope != Scope::Global {
+                    return err(
+                        &o.p("buffer"),
+                        "a tensor parameter must name a global buffer",
+                    );
+                }
+                params.push(Param::Tensor { name, buffer: b });
+            }
+            "scalar" => {
+                let v = p.var_id(o.get("var")?, &o.p("var"))?;
+                if p.vars[v.0 as usize].kind != VarKind::Param {
+                    return err(
+                        &o.p("var"),
+                        "a scalar parameter must name a variable of kind param",
+                    );
+                }
+                params.push(Param::Scalar { name, var: v });
+            }
+            k => return err(&o.p("kind"), format!("unknown parameter kind '{k}'")),
+        }
+    }
+
+    let ko = Obj::new(
+        top.get("kernel")?,
+        "$.kernel",
+        &["grid", "threads", "body", "loc"],
+    )?;
+    let mut grid = Vec::new();
+    for (i, g) in ko.arr("grid")?.iter().enumerate() {
+        grid.push(p.expr(g, &format!("$.kernel.grid[{i}]"), n_sources)?);
+    }
+    if grid.is_empty() || grid.len() > 3 {
+        return err("$.kernel.grid", "expected 1 to 3 grid dimensions");
+    }
+    let threads = ko.int("threads")?;
+    if threads <= 0 || threads > u32::MAX as i64 {
+        return err(
+            "$.kernel.threads",
+            format!("expected a positive thread count, got {threads}"),
+        );
+    }
+    let body = p.stmts(ko.arr("body")?, "$.kernel.body", n_sources)?;
+    let kloc = loc(ko.opt("loc"), "$.kernel.loc", n_sources)?;
+    Ok(Module {
+        name,
+        sources,
+        params,
+        buffers,
+        vars: p.vars,
+        kernel: Kernel {
+            grid,
+            threads: threads as u32,
+            body,
+            loc: kloc,
+        },
+        level: Level::Tile,
+    })
+}
+
+impl Parser {
+    fn buffer_id(&self, v: &Value, path: &str) -> R<BufferId> {
+        match v.as_i64() {
+            Some(i) if i >= 0 && (i as usize) < self.n_buffers => Ok(BufferId(i as u32)),
+            _ => err(
+                path,
+                format!("expected a buffer id below {}, got {v}", self.n_buffers),
+            ),
+        }
+    }
+    fn var_id(&self, v: &Value, path: &str) -> R<VarId> {
+        match v.as_i64() {
+            Some(i) if i >= 0 && (i as usize) < self.vars.len() => Ok(VarId(i as u32)),
+            _ => err(
+                path,
+                format!("expected a variable id below {}, got {v}", self.vars.len()),
+            ),
+        }
+    }
+
+    fn exprs(&self, v: &Value, path: &str, ns: usize) -> R<Vec<Expr>> {
+        let Some(a) = v.as_array() else {
+            return err(path, "expected a list of expressions");
+        };
+        a.iter()
+            .enumerate()
+            .map(|(i, e)| self.expr(e, &format!("{path}[{i}]"), ns))
+            .collect()
+    }
+
+    fn expr(&self, v: &Value, path: &str, ns: usize) -> R<Expr> {
+        let Some(op) = v.get("op").and_then(|o| o.as_str()) else {
+            return err(path, "expected an expression object with an \"op\"");
+        };
+        let sub = |key: &str, o: &Obj| -> R<Box<Expr>> {
+            Ok(Box::new(self.expr(o.get(key)?, &o.p(key), ns)?))
+        };
+        if let Some(bop) = BinOp::ALL.iter().find(|b| b.name() == op) {
+            let o = Obj::new(v, path, &["op", "a", "b", "dtype"])?;
+            let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
+            return Ok(Expr::Binary {
+                op: *bop,
+                a: sub("a", &o)?,
+                b: sub("b", &o)?,
+                dtype: dt,
+            });
+        }
+        if let Some(uop) = UnOp::ALL.iter().find(|u| u.name() == op) {
+            let o = Obj::new(v, path, &["op", "a", "dtype"])?;
+            let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
+            return Ok(Expr::Unary {
+                op: *uop,
+                a: sub("a", &o)?,
+                dtype: dt,
+            });
+        }
+        match op {
+            "const" => {
+                let o = Obj::new(v, path, &["op", "value", "dtype"])?;
+                let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
+                let val = o.get("value")?;
+                let value = match val {
+                    Value::String(s) => match s.as_str() {
+                        "inf" => ConstValue::Float(f64::INFINITY),
+                        "-inf" => ConstValue::Float(f64::NEG_INFINITY),
+                        "nan" => ConstValue::Float(f64::NAN),
+                        _ => {
+                            return err(
+                                &o.p("value"),
+                                "expected a number, \"inf\", \"-inf\" or \"nan\"",
+                            )
+                        }
+                    },
+                    Value::Bool(b) => ConstValue::Int(*b as i64),
+                    Value::Number(n) => {
+                        if dt.is_float() {
+                            ConstValue::Float(n.as_f64().unwrap_or(0.0))
+                        } else if let Some(i) = n.as_i64() {
+                            ConstValue::Int(i)
+                        } else if let Some(u) = n.as_u64() {
+                            ConstValue::Int(u as i64)
+                        } else {
+                            return err(
+                                &o.p("value"),
+                                format!("an integer constant of {dt} cannot be {n}"),
+                            );
+                        }
+                    }
+                    _ => return err(&o.p("value"), "expected a number"),
+                };
+                let value = match (value, dt.is_float()) {
+                    (ConstValue::Float(f), false) => ConstValue::Int(f as i64),
+                    (ConstValue::Int(i), true) => ConstValue::Float(i as f64),
+                    (v, _) => v,
+                };
+                Ok(Expr::Const { value, dtype: dt })
+            }
+            "var" => {
+                let o = Obj::new(v, path, &["op", "id", "dtype"])?;
+                let id = self.var_id(o.get("id")?, &o.p("id"))?;
+                let dt = self.vars[id.0 as usize].dtype;
+                if let Some(d) = o.opt("dtype") {
+                    if dtype(d, &o.p("dtype"))? != dt {
+                        return err(&o.p("dtype"), format!("variable is {dt}"));
+                    }
+                }
+                Ok(Expr::Var { id, dtype: dt })
+            }
+            "load" => {
+                let o = Obj::new(v, path, &["op", "buf", "idx", "dtype", "loc"])?;
+                let buf = self.buffer_id(o.get("buf")?, &o.p("buf"))?;
+                Ok(Expr::Load {
+                    buf,
+                    idx: self.exprs(o.get("idx")?, &o.p("idx"), ns)?,
+                    dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
+                    loc: loc(o.opt("loc"), &o.p("loc"), ns)?,
+                    oob: None,
+                })
+            }
+            "cast" => {
+                let o = Obj::new(v, path, &["op", "a", "dtype"])?;
+                Ok(Expr::Cast {
+                    a: sub("a", &o)?,
+                    dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
+                })
+            }
+            "select" => {
+                let o = Obj::new(v, path, &["op", "cond", "a", "b", "dtype"])?;
+                Ok(Expr::Select {
+                    cond: sub("cond", &o)?,
+                    a: sub("a", &o)?,
+                    b: sub("b", &o)?,
+                    dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
+                })
+            }
+            _ => err(
+                &format!("{path}.op"),
+                format!("unknown expression op '{op}'"),
+            ),
+        }
+    }
+
+    fn region(&self, v: &Value, path: &str, ns: usize) -> R<Region> {
+        let o = Obj::new(v, path, &["buf", "dims", "loc"])?;
+        let buf = self.buffer_id(o.get("buf")?, &o.p("buf"))?;
+        let mut dims = Vec::new();
+        for (i, d) in o.arr("dims")?.iter().enumerate() {
+            let dp = format!("{path}.dims[{i}]");
+            let dobj = Obj::new(d, &dp, &["index", "start", "stop"])?;
+            let dim = if let Some(e) = dobj.opt("index") {
+                if dobj.opt("start").is_some() || dobj.opt("stop").is_some() {
+                    return err(&dp, "a dimension is either an index or a start[/stop]");
+                }
+                RegionDim::Index(self.expr(e, &dobj.p("index"), ns)?)
+            } else {
+                let start = self.expr(dobj.get("start")?, &dobj.p("start"), ns)?;
+                match dobj.opt("stop") {
+                    Some(s) => RegionDim::Slice {
+                        start,
+                        stop: self.expr(s, &dobj.p("stop"), ns)?,
+                    },
+                    None => RegionDim::Origin(start),
+                }
+            };
+            dims.push(dim);
+        }
+        Ok(Region {
+            buf,
+            dims,
+            loc: loc(o.opt("loc"), &o.p("loc"), ns)?,
+        })
+    }
+
+    fn stmts(&self, v: &[Value], path: &str, ns: usize) -> R<Vec<Stmt>> {
+        v.iter()
+            .enumerate()
+            .map(|(i, s)| self.stmt(s, &format!("{path}[{i}]"), ns))
+            .collect()
+    }
+
+    fn body(&self, o: &Obj, key: &str, ns: usize) -> R<Vec<Stmt>> {
+        self.stmts(o.arr(key)?, &o.p(key), ns)
+    }
+
+    fn stmt(&self, v: &Value, path: &str, ns: usize) -> R<Stmt> {
+        let Some(op) = v.get("op").and_then(|o| o.as_str()) else {
+            return err(path, "expected a statement object with an \"op\"");
+        };
+        let l = |o: &Obj| loc(o.opt("loc"), &o.p("loc"), ns);
+        Ok(match op {
+            "store" | "atomic_add" => {
+                let o = Obj::new(v, path, &["op", "buf", "idx", "value", "loc"])?;
+                let buf = self.buffer_id(o.get("buf")?, &o.p("buf"))?;
+                let idx = self.exprs(o.get("idx")?, &o.p("idx"), ns)?;
+                let value = self.expr(o.get("value")?, &o.p("value"), ns)?;
+                if op == "store" {
+                    Stmt::Store {
+                        buf,
+                        idx,
+                        value,
+                        loc: l(&o)?,
+                    }
+                } else {
+                    Stmt::AtomicAdd {
+                        buf,
+                        idx,
+                        value,
+                        loc: l(&o)?,
+                    }
+                }
+            }
+            "copy" => {
+                let o = Obj::new(v, path, &["op", "src", "dst", "pad", "loc"])?;
+                let pad = match o.opt("pad") {
+                    Some(p) => Some(self.expr(p, &o.p("pad"), ns)?),
+                    None => None,
+                };
+                Stmt::Copy {
+                    src: self.region(o.get("src")?, &o.p("src"), ns)?,
+                    dst: self.region(o.get("dst")?, &o.p("dst"), ns)?,
+                    pad,
+                    loc: l(&o)?,
+                }
+            }
+            "fill" => {
+                let o = Obj::new(v, path, &["op", "dst", "value", "loc"])?;
+                Stmt::Fill {
+                    dst: self.region(o.get("dst")?, &o.p("dst"), ns)?,
+                    value: self.expr(o.get("value")?, &o.p("value"), ns)?,
+                    loc: l(&o)?,
+                }
+            }
+            "reduce" => {
+                let o = Obj::new(
+                    v,
+                    path,
+                    &["op", "kind", "src", "dst", "dim", "clear", "loc"],
+                )?;
+                let kind = match o.str("kind")? {
+                    "sum" => ReduceKind::Sum,
+                    "max" => ReduceKind::Max,
+                    "min" => ReduceKind::Min,
+                    "absmax" => ReduceKind::AbsMax,
+                    k => return err(&o.p("kind"), format!("unknown reduction '{k}'")),
+                };
+                let dim = o.int("dim")?;
+                if dim < 0 {
+                    return err(&o.p("dim"), "expected a non-negative dimension");
+                }
+                Stmt::Reduce {
+                    kind,
+                    src: self.buffer_id(o.get("src")?, &o.p("src"))?,
+                    dst: self.buffer_id(o.get("dst")?, &o.p("dst"))?,
+                    dim: dim as usize,
+                    clear: o.bool("clear")?,
+                    loc: l(&o)?,
+                }
+            }
+            "parallel" => {
+                let o = Obj::new(v, path, &["op", "vars", "extents", "body", "loc"])?;
+                let vars = o
+                    .arr("vars")?
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| self.var_id(x, &format!("{}[{i}]", o.p("vars"))))
+                    .collect::<R<Vec<_>>>()?;
+                let mut extents = Vec::new();
+                for (i, x) in o.arr("extents")?.iter().enumerate() {
+                    match x.as_i64() {
+                        Some(e) if e > 0 => extents.push(e),
+                        _ => {
+                            return err(
+                                &format!("{}[{i}]", o.p("extents")),
+                                "expected a positive integer",
+                            )
+                        }
+                    }
+                }
+                if vars.len() != extents.len() || vars.is_empty() {
+                    return err(
+                        path,
+                        "vars and extents must be non-empty and of equal length",
+                    );
+                }
+                Stmt::Parallel {
+                    vars,
+                    extents,
+                    body: self.body(&o, "body", ns)?,
+                    loc: l(&o)?,
+                    layout: None,
+                }
+            }
+            "for" => {
+                let o = Obj::new(
+                    v,
+                    path,
+                    &[
+                        "op", "var", "start", "extent", "kind", "stages", "body", "loc",
+                    ],
+                )?;
+                let kind = match o.str("kind")? {
+                    "serial" => ForKind::Serial,
+                    "unroll" => ForKind::Unroll,
+                    "pipelined" => {
+                        let s = o.int("stages")?;
+                        if s < 1 {
+                            return err(&o.p("stages"), "expected at least 1 stage");
+                        }
+                        ForKind::Pipelined { stages: s as u32 }
+                    }
+                    k => return err(&o.p("kind"), format!("unknown loop kind '{k}'")),
+                };
+                Stmt::For {
+                    var: self.var_id(o.get("var")?, &o.p("var"))?,
+                    start: self.expr(o.get("start")?, &o.p("start"), ns)?,
+                    extent: self.expr(o.get("extent")?, &o.p("extent"), ns)?,
+                    kind,
+                    body: self.body(&o, "body", ns)?,
+                    loc: l(&o)?,
+                }
+            }
+            "if" => {
+                let o = Obj::new(v, path, &["op", "cond", "then", "else", "loc"])?;
+                Stmt::If {
+                    cond: self.expr(o.get("cond")?, &o.p("cond"), ns)?,
+                    then: self.body(&o, "then", ns)?,
+                    otherwise: match o.opt("else") {
+                        Some(_) => self.body(&o, "else", ns)?,
+                        None => vec![],
+                    },
+                    loc: l(&o)?,
+                }
+            }
+            _ => {
+                return err(
+                    &format!("{path}.op"),
+                    format!("unknown statement op '{op}'"),
+                )
+            }
+        })
+    }
+}

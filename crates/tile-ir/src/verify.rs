@@ -1,0 +1,690 @@
+//! The tile-level verifier: every user mistake it can see becomes a diagnostic at the
+//! user's line. Invariants checked:
+//!
+//! - the block has a multiple of 32 threads, at most 1024; 1–3 grid dimensions of integer type;
+//! - every expression is well typed: operands of a binary operator share a dtype, comparisons
+//!   and conditions are `bool`, indices are integers, math functions take floats;
+//! - every load and store has one index per dimension, and constant indices are in range;
+//! - variables are used inside the loop that binds them;
+//! - fragments are read and written only inside `parallel` loops (or by copy/fill/reduce);
+//! - `parallel` loops do not nest, and their extents agree with the fragments they index;
+//! - no two iterations of a `parallel` loop write one element (a race);
+//! - copies are between regions of one shape, reductions between shapes that differ by `dim`.
+
+use crate::diag::{Diagnostic, Loc};
+use crate::ir::*;
+use crate::simplify::simplify;
+use crate::types::{DType, Scope};
+
+/// A copy/fill operand with its extents resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResolvedRegion {
+    pub buf: BufferId,
+    /// Start index per buffer dimension.
+    pub starts: Vec<Expr>,
+    /// Extent per buffer dimension (1 for indexed dimensions).
+    pub extents: Vec<i64>,
+    /// Whether each buffer dimension is part of the region's shape (false for `index`).
+    pub kept: Vec<bool>,
+}
+
+impl ResolvedRegion {
+    /// The region's shape: kept dimensions only.
+    pub fn shape(&self) -> Vec<i64> {
+        self.extents
+            .iter()
+            .zip(&self.kept)
+            .filter(|(_, k)| **k)
+            .map(|(e, _)| *e)
+            .collect()
+    }
+    /// The shape without unit dimensions, for comparing two sides of a copy.
+    pub fn squeezed(&self) -> Vec<i64> {
+        self.shape().into_iter().filter(|e| *e != 1).collect()
+    }
+}
+
+fn const_of(e: &Expr) -> Option<i64> {
+    simplify(e.clone()).as_int()
+}
+
+/// Resolve one region operand; `other_shape` gives the extents of origin-form dimensions.
+pub fn resolve_region(
+    m: &Module,
+    r: &Region,
+    other_shape: Option<&[i64]>,
+) -> Result<ResolvedRegion, Diagnostic> {
+    let b = m.buffer(r.buf);
+    let rank = b.shape.len();
+    if r.dims.len() > rank {
+        return Err(Diagnostic::error(
+            format!(
+                "'{}' has {} dimensions but the region names {}",
+                b.name,
+                rank,
+                r.dims.len()
+            ),
+            r.loc,
+        ));
+    }
+    let is_origin = r.dims.iter().any(|d| matches!(d, RegionDim::Origin(_)));
+    let mut starts = Vec::new();
+    let mut extents = Vec::new();
+    let mut kept = Vec::new();
+    if is_origin {
+        let Some(other) = other_shape else {
+            return Err(Diagnostic::error(
+                format!("the extent of region '{}[...]' cannot be inferred", b.name),
+                r.loc,
+            )
+            .with_help(
+                "give one side of the copy a shape: a whole buffer or slices such as A[i:i+64, :]",
+            ));
+        };
+        if other.len() > rank {
+            return Err(Diagnostic::error(
+                format!(
+                    "copy between tiles of different ranks: '{}' has {} dimensions, the other side has shape {:?}",
+                    b.name, rank, other
+                ),
+                r.loc,
+            ));
+        }
+        for (d, dim) in r.dims.iter().enumerate() {
+            let (RegionDim::Origin(e) | RegionDim::Index(e) | RegionDim::Slice { start: e, .. }) =
+                dim;
+            starts.push(e.clone());
+            let _ = d;
+        }
+        for d in r.dims.len()..rank {
+            let _ = d;
+            starts.push(Expr::int(0));
+        }
+        let lead = rank - other.len();
+        for d in 0..rank {
+            let ext = if d < lead { 1 } else { other[d - lead] };
+            extents.push(ext);
+            kept.push(d >= lead);
+        }
+    } else {
+        for (d, dim) in r.dims.iter().enumerate() {
+            match dim {
+                RegionDim::Index(e) => {
+                    starts.push(e.clone());
+                    extents.push(1);
+                    kept.push(false);
+                }
+                RegionDim::Slice { start, stop } => {
+                    let ext = const_of(&Expr::binary(
+                        BinOp::Sub,
+                        Expr::cast(stop.clone(), start.dtype()),
+                        start.clone(),
+                    ));
+                    match ext {
+                        Some(x) if x > 0 => extents.push(x),
+                        Some(x) => {
+                            return Err(Diagnostic::error(
+                                format!("slice of dimension {d} of '{}' is empty (extent {x})", b.name),
+                                r.loc,
+                            ))
+                        }
+                        None => {
+                            return Err(Diagnostic::error(
+                                format!("the extent of the slice of dimension {d} of '{}' is not a compile-time constant", b.name),
+                                r.loc,
+                            )
+                            .with_help("write slices as A[i * 64:(i + 1) * 64], whose length does not depend on run-time values"))
+                        }
+                    }
+                    starts.push(start.clone());
+                    kept.push(true);
+                }
+                RegionDim::Origin(_) => unreachable!("handled above"),
+            }
+        }
+        for d in r.dims.len()..rank {
+            starts.push(Expr::int(0));
+            extents.push(b.shape[d]);
+            kept.push(true);
+        }
+    }
+    // Regions of on-chip buffers must lie inside them: there is no edge to pad there.
+    if b.scope != Scope::Global {
+        for d in 0..rank {
+            if let Some(s) = const_of(&starts[d]) {
+                if s < 0 || s + extents[d] > b.shape[d] {
+                    return Err(Diagnostic::error(
+                        format!(
+                            "region [{}, {}) of dimension {d} is outside '{}' of shape {:?}",
+                            s,
+                            s + extents[d],
+                            b.name,
+                            b.shape
+                        ),
+                        r.loc,
+                    ));
+                }
+            }
+        }
+    }
+    Ok(ResolvedRegion {
+        buf: r.buf,
+        starts,
+        extents,
+        kept,
+    })
+}
+
+/// Resolve both sides of a copy and check their shapes agree.
+pub fn resolve_copy(
+    m: &Module,
+    src: &Region,
+    dst: &Region,
+    loc: Loc,
+) -> Result<(ResolvedRegion, ResolvedRegion), Diagnostic> {
+    let src_origin = src.dims.iter().any(|d| matches!(d, RegionDim::Origin(_)));
+    let dst_origin = dst.dims.iter().any(|d| matches!(d, RegionDim::Origin(_)));
+    let (s, d) = match (src_origin, dst_origin) {
+        (true, true) => {
+            return Err(Diagnostic::error(
+                "both sides of this copy are origins, so its shape is unknown",
+                loc,
+            )
+            .with_help("give one side a shape: a whole buffer, or slices such as A[i:i+64, :]"))
+        }
+        (true, false) => {
+            let d = resolve_region(m, dst, None)?;
+            (resolve_region(m, src, Some(&d.shape()))?, d)
+        }
+        (false, true) => {
+            let s = resolve_region(m, src, None)?;
+            let d = resolve_region(m, dst, Some(&s.shape()))?;
+            (s, d)
+        }
+        (false, false) => (resolve_region(m, src, None)?, resolve_region(m, dst, None)?),
+    };
+    if s.squeezed() != d.squeezed() {
+        return Err(Diagnostic::error(
+            format!(
+                "copy between tiles of different shapes: '{}' region has shape {:?}, '{}' region has shape {:?}",
+                m.buffer(s.buf).name,
+                s.shape(),
+                m.buffer(d.buf).name,
+                d.shape()
+            ),
+            loc,
+        )
+        .with_help("both sides of T.copy must have the same shape (dimensions of extent 1 may differ)"));
+    }
+    Ok((s, d))
+}
+
+struct Verifier<'a> {
+    m: &'a Module,
+    diags: Vec<Diagnostic>,
+    /// Loop variables in scope, innermost last; the bool marks parallel-loop variables.
+    scope: Vec<(VarId, bool)>,
+    in_parallel: Option<Loc>,
+}
+
+/// Check the tile-level invariants listed in this module's doc.
+pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
+    let mut v = Verifier {
+        m,
+        diags: Vec::new(),
+        scope: Vec::new(),
+        in_parallel: None,
+    };
+    let t = m.kernel.threads;
+    if t % 32 != 0 || t > 1024 {
+        v.diags.push(
+            Diagnostic::error(
+                format!("threads={t} is not a multiple of 32 between 32 and 1024"),
+                m.kernel.loc,
+            )
+            .with_help("a block is made of whole warps of 32 threads; use e.g. threads=128"),
+        );
+    }
+    for g in &m.kernel.grid {
+        v.expr(g, m.kernel.loc);
+        if !g.dtype().is_int() {
+            v.diags.push(Diagnostic::error(
+                "grid dimensions must be integers",
+                m.kernel.loc,
+            ));
+        }
+        if let Some(x) = const_of(g) {
+            if x <= 0 {
+                v.diags.push(Diagnostic::error(
+                    format!("grid dimension is {x}; it must be positive"),
+                    m.kernel.loc,
+                ));
+            }
+        }
+    }
+    v.stmts(&m.kernel.body);
+    if v.diags.is_empty() {
+        Ok(())
+    } else {
+        Err(v.diags)
+    }
+}
+
+impl<'a> Verifier<'a> {
+    fn err(&mut self, msg: String, loc: Loc) -> &mut Diagnostic {
+        self.diags.push(Diagnostic::error(msg, loc));
+        self.diags.last_mut().unwrap()
+    }
+
+    fn bound(&self, v: VarId) -> bool {
+        match self.m.var(v).kind {
+            VarKind::Loop => self.scope.iter().any(|(s, _)| *s == v),
+            _ => true,
+        }
+    }
+
+    fn expr(&mut self, e: &Expr, loc: Loc) {
+        let m = self.m;
+        let mut errors: Vec<(String, Loc, Option<String>)> = Vec::new();
+        e.walk(&mut |x| match x {
+            Expr::Var { id, .. } => {
+                if !self.bound(*id) {
+                    errors.push((
+                        format!("loop variable '{}' is used outside its loop", m.var(*id).name),
+                        loc,
+                        None,
+                    ));
+                }
+            }
+            Expr::Load { buf, idx, loc: lloc, .. } => {
+                let l = if lloc.is_known() { *lloc } else { loc };
+                let b = m.buffer(*buf);
+                if idx.len() != b.shape.len() {
+                    errors.push((
+                        format!("'{}' has {} dimensions but is indexed with {}", b.name, b.shape.len(), idx.len()),
+                        l,
+                        None,
+                    ));
+                }
+                for (d, i) in idx.iter().enumerate() {
+                    if !i.dtype().is_int() {
+                        errors.push((format!("index {d} of '{}' is {}, not an integer", b.name, i.dtype()), l, None));
+                    } else if let (Some(c), Some(ext)) = (const_of(i), b.shape.get(d)) {
+                        if c < 0 || c >= *ext {
+                            errors.push((
+                                format!("index {c} is out of range for dimension {d} of '{}' (extent {ext})", b.name),
+                                l,
+                                None,
+                            ));
+                        }
+                    }
+                }
+                if b.scope == Scope::Fragment && self.in_parallel.is_none() {
+                    errors.push((
+                        format!("fragment '{}' is read outside a T.Parallel loop", b.name),
+                        l,
+                        Some("a fragment is spread over the block's threads; read its elements inside `for i, j in T.Parallel(...)`, or copy it to shared memory".into()),
+                    ));
+                }
+            }
+            Expr::Binary { op, a, b, dtype } => {
+                if a.dtype() != b.dtype() {
+                    errors.push((format!("internal: operands of {} differ: {} and {}", op.name(), a.dtype(), b.dtype()), loc, None));
+                }
+                if op.is_comparison() && *dtype != DType::Bool {
+                    errors.push((format!("internal: comparison {} must be bool", op.name()), loc, None));
+                }
+                if matches!(op, BinOp::And | BinOp::Or) && a.dtype() != DType::Bool {
+                    errors.push(("logical and/or take bool operands".into(), loc, None));
+                }
+                if *op == BinOp::Div && a.dtype().is_int() {
+                    errors.push(("'/' on integers: use '//' for integer division".into(), loc, None));
+                }
+            }
+            Expr::Unary { op, a, .. } => {
+                if op.is_float_math() && !a.dtype().is_float() {
+                    errors.push((
+                        format!("T.{} takes a float, got {}", op.name(), a.dtype()),
+                        loc,
+                        Some("cast first, e.g. T.exp(T.cast(x, \"float32\"))".into()),
+                    ));
+                }
+            }
+            Expr::Select { cond, a, b, .. } => {
+                if cond.dtype() != DType::Bool {
+                    errors.push(("the condition of T.if_then_else must be a comparison (bool)".into(), loc, None));
+                }
+                if a.dtype() != b.dtype() {
+                    errors.push((format!("internal: select arms differ: {} and {}", a.dtype(), b.dtype()), loc, None));
+                }
+            }
+            _ => {}
+        });
+        for (msg, l, help) in errors {
+            let d = self.err(msg, l);
+            if let Some(h) = help {
+                *d = d.clone().with_help(h);
+            }
+        }
+    }
+
+    fn region(&mut self, r: &Region) {
+        for d in &r.dims {
+            match d {
+                RegionDim::Index(e) | RegionDim::Origin(e) => self.expr(e, r.loc),
+                RegionDim::Slice { start, stop } => {
+                    self.expr(start, r.loc);
+                    self.expr(stop, r.loc);
+                }
+            }
+        }
+    }
+
+    fn stmts(&mut self, body: &[Stmt]) {
+        for s in body {
+            self.stmt(s);
+        }
+    }
+
+    fn store_target(&mut self, buf: BufferId, idx: &[Expr], value: &Expr, loc: Loc, atomic: bool) {
+        let b = self.m.buffer(buf);
+        self.expr(&Expr::load(buf, idx.to_vec(), b.dtype), loc);
+        self.expr(value, loc);
+        if value.dtype() != b.dtype {
+            self.err(
+                format!(
+                    "internal: storing {} into '{}' of {}",
+                    value.dtype(),
+                    b.name,
+                    b.dtype
+                ),
+                loc,
+            );
+        }
+        if atomic {
+            if b.scope != Scope::Global && b.scope != Scope::Shared {
+                self.err(
+                    format!(
+                        "T.atomic_add needs a global or shared buffer; '{}' is {}",
+                        b.name,
+                        b.scope.name()
+                    ),
+                    loc,
+                );
+            }
+            if !matches!(
+                b.dtype,
+                DType::F32
+                    | DType::F16
+                    | DType::BF16
+                    | DType::I32
+                    | DType::U32
+                    | DType::I64
+                    | DType::F64
+            ) {
+                self.err(format!("T.atomic_add does not support {}", b.dtype), loc);
+            }
+            return;
+        }
+        // Races: inside a parallel loop, each iteration must write its own element.
+        if self.in_parallel.is_some() && b.scope != Scope::Local {
+            let par_vars: Vec<VarId> = self
+                .scope
+                .iter()
+                .filter(|(_, p)| *p)
+                .map(|(v, _)| *v)
+                .collect();
+            let unused: Vec<VarId> = par_vars
+                .into_iter()
+                .filter(|v| !idx.iter().any(|i| i.uses_var(*v)))
+                .collect();
+            if !unused.is_empty() {
+                let names: Vec<String> =
+                    unused.iter().map(|v| self.m.var(*v).name.clone()).collect();
+                let name = b.name.clone();
+                let d = self.err(
+                    format!(
+                        "race: iterations of this T.Parallel loop that differ only in {} all write the same element of '{}'",
+                        names.join(", "),
+                        name
+                    ),
+                    loc,
+                );
+                *d = d.clone().with_help("index the written element with every loop variable, or reduce with T.reduce_* instead");
+            }
+        }
+        if b.scope == Scope::Fragment && self.in_parallel.is_none() {
+            let name = b.name.clone();
+            let d = self.err(
+                format!("fragment '{name}' is written outside a T.Parallel loop"),
+                loc,
+            );
+            *d = d.clone().with_help("write fragment elements inside `for i, j in T.Parallel(...)`, or use T.fill / T.copy");
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt) {
+        let m = self.m;
+        match s {
+            Stmt::Store {
+                buf,
+                idx,
+                value,
+                loc,
+            } => self.store_target(*buf, idx, value, *loc, false),
+            Stmt::AtomicAdd {
+                buf,
+                idx,
+                value,
+                loc,
+            } => self.store_target(*buf, idx, value, *loc, true),
+            Stmt::Copy { src, dst, pad, loc } => {
+                self.region(src);
+                self.region(dst);
+                if let Some(p) = pad {
+                    self.expr(p, *loc);
+                }
+                if self.in_parallel.is_some() {
+                    self.err("T.copy inside a T.Parallel loop".into(), *loc);
+                }
+                if let Err(d) = resolve_copy(m, src, dst, *loc) {
+                    self.diags.push(d);
+                }
+                let (sb, db) = (m.buffer(src.buf), m.buffer(dst.buf));
+                if sb.dtype != db.dtype
+                    && (sb.scope == Scope::Global) == (db.scope == Scope::Global)
+                {
+                    // conversions happen in registers; allowed between on-chip tiles
+                }
+            }
+            Stmt::Fill { dst, value, loc } => {
+                self.region(dst);
+                self.expr(value, *loc);
+                if self.in_parallel.is_some() {
+                    self.err("T.fill inside a T.Parallel loop".into(), *loc);
+                }
+                if let Err(d) = resolve_region(m, dst, None) {
+                    self.diags.push(d);
+                }
+            }
+            Stmt::Reduce {
+                src, dst, dim, loc, ..
+            } => {
+                let (sb, db) = (m.buffer(*src), m.buffer(*dst));
+                if self.in_parallel.is_some() {
+                    self.err("T.reduce inside a T.Parallel loop".into(), *loc);
+                }
+                if sb.scope != Scope::Fragment || db.scope != Scope::Fragment {
+                    let d = self.err(
+                        format!(
+                            "reductions run on fragments: '{}' is {} and '{}' is {}",
+                            sb.name,
+                            sb.scope.name(),
+                            db.name,
+                            db.scope.name()
+                        ),
+                        *loc,
+                    );
+                    *d = d.clone().with_help("allocate both with T.alloc_fragment (T.copy a shared tile into a fragment first)");
+                    return;
+                }
+                if *dim >= sb.shape.len() {
+                    self.err(
+                        format!(
+                            "dim={dim} is out of range for '{}' of rank {}",
+                            sb.name,
+                            sb.shape.len()
+                        ),
+                        *loc,
+                    );
+                    return;
+                }
+                let mut expect = sb.shape.clone();
+                expect.remove(*dim);
+                if expect.is_empty() {
+                    expect.push(1);
+                }
+                if db.shape != expect {
+                    self.err(
+                        format!(
+                            "reducing '{}' of shape {:?} over dim {dim} gives shape {:?}, but '{}' has shape {:?}",
+                            sb.name, sb.shape, expect, db.name, db.shape
+                        ),
+                        *loc,
+                    );
+                }
+                if sb.dtype != db.dtype && !(sb.dtype.is_float() && db.dtype.is_float()) {
+                    self.err(
+                        format!(
+                            "reduction from {} into {} is not supported",
+                            sb.dtype, db.dtype
+                        ),
+                        *loc,
+                    );
+                }
+            }
+            Stmt::Parallel {
+                vars,
+                extents,
+                body,
+                loc,
+                ..
+            } => {
+                if let Some(outer) = self.in_parallel {
+                    let d = self.err("T.Parallel loops cannot be nested".into(), *loc);
+                    *d = d
+                        .clone()
+                        .with_label(outer, "inside this T.Parallel loop")
+                        .with_help("use one T.Parallel with several extents: T.Parallel(M, N)");
+                    return;
+                }
+                // extents must agree with fragments indexed directly by the loop variables
+                walk_stmts(body, &mut |st| {
+                    stmt_exprs(st, &mut |e| {
+                        e.walk(&mut |x| {
+                            if let Expr::Load { buf, idx, .. } = x {
+                                self.check_extent_vs_buffer(*buf, idx, vars, extents, *loc);
+                            }
+                        })
+                    });
+                    if let Stmt::Store { buf, idx, .. } = st {
+                        self.check_extent_vs_buffer(*buf, idx, vars, extents, st.loc());
+                    }
+                });
+                self.in_parallel = Some(*loc);
+                for v in vars {
+                    self.scope.push((*v, true));
+                }
+                self.stmts(body);
+                for _ in vars {
+                    self.scope.pop();
+                }
+                self.in_parallel = None;
+            }
+            Stmt::For {
+                var,
+                start,
+                extent,
+                body,
+                loc,
+                ..
+            } => {
+                self.expr(start, *loc);
+                self.expr(extent, *loc);
+                self.scope.push((*var, false));
+                self.stmts(body);
+                self.scope.pop();
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+                loc,
+            } => {
+                self.expr(cond, *loc);
+                if cond.dtype() != DType::Bool {
+                    self.err(
+                        "the condition of T.If must be a comparison (bool)".into(),
+                        *loc,
+                    );
+                }
+                if self.in_parallel.is_none() {
+                    let mut reads_fragment = false;
+                    cond.walk(&mut |x| {
+                        if let Expr::Load { buf, .. } = x {
+                            reads_fragment |= m.buffer(*buf).scope == Scope::Fragment;
+                        }
+                    });
+                    let _ = reads_fragment; // already reported by expr()
+                }
+                self.stmts(then);
+                self.stmts(otherwise);
+            }
+            // barriers are placed by insert_syncs, which runs on tile-level IR
+            Stmt::Sync | Stmt::Comment(_) => {}
+            Stmt::Let { .. } | Stmt::VecCopy { .. } => {
+                self.err(
+                    "internal: thread-level statement in tile-level IR".into(),
+                    Loc::UNKNOWN,
+                );
+            }
+        }
+    }
+
+    fn check_extent_vs_buffer(
+        &mut self,
+        buf: BufferId,
+        idx: &[Expr],
+        vars: &[VarId],
+        extents: &[i64],
+        loc: Loc,
+    ) {
+        let b = self.m.buffer(buf);
+        if b.scope == Scope::Global {
+            return;
+        }
+        for (d, i) in idx.iter().enumerate() {
+            if let Expr::Var { id, .. } = i {
+                if let Some(k) = vars.iter().position(|v| v == id) {
+                    if let Some(ext) = b.shape.get(d) {
+                        if extents[k] > *ext {
+                            let name = b.name.clone();
+                            let vname = self.m.var(*id).name.clone();
+                            let dd = self.err(
+                                format!(
+                                    "T.Parallel extent {} of '{vname}' exceeds dimension {d} of '{name}' (extent {ext}) that it indexes",
+                                    extents[k]
+                                ),
+                                loc,
+                            );
+                            *dd = dd.clone().with_label(
+                                b.loc,
+                                format!("'{name}' allocated here with shape {:?}", b.shape),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

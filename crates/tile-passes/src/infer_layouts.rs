@@ -1,0 +1,324 @@
+//! Pass `infer_layouts`: give every fragment a layout and every `parallel` loop a thread
+//! mapping, so that each thread finds the fragment elements it touches in its own registers.
+//!
+//! Requires: verified, simplified tile-level IR.
+//! Ensures: every fragment buffer has a layout; every `parallel` loop has a layout over its
+//! extents; every fragment access inside a parallel loop is compatible with the loop's
+//! layout (the thread running an iteration holds the element), else a diagnostic naming
+//! both source lines and both layouts.
+//! Does not: choose instructions or vector widths (see `lower_tile_ops`).
+//!
+//! Propagation, in program order, until nothing changes: a reduction's result takes the
+//! reduced layout of its source; a parallel loop whose body indexes a laid-out fragment
+//! with exactly its loop variables takes that fragment's layout, and passes it (projected)
+//! to fragments indexed by a subset of them. When propagation stalls, the unassigned
+//! fragment of highest rank (first used first) gets the blocked layout, and propagation
+//! resumes.
+
+use crate::Ctx;
+use std::collections::BTreeMap;
+use tile_ir::{
+    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, FragmentLayout, Module, Scope, Stmt, VarId,
+};
+
+/// How a fragment is indexed inside a parallel loop: which loop dimension feeds each buffer dimension.
+fn loop_dims_of(idx: &[Expr], vars: &[VarId]) -> Option<Vec<usize>> {
+    let mut dims = Vec::new();
+    for i in idx {
+        let Expr::Var { id, .. } = i else { return None };
+        let d = vars.iter().position(|v| v == id)?;
+        if dims.last().is_some_and(|last| *last >= d) {
+            return None; // repeated or transposed
+        }
+        dims.push(d);
+    }
+    Some(dims)
+}
+
+/// Every fragment access (buffer, indices, loc) in a parallel loop body, stores included.
+fn fragment_accesses(m: &Module, body: &[Stmt]) -> Vec<(BufferId, Vec<Expr>, tile_ir::Loc)> {
+    let mut out = Vec::new();
+    walk_stmts(body, &mut |s| {
+        if let Stmt::Store { buf, idx, loc, .. } = s {
+            if m.buffer(*buf).scope == Scope::Fragment {
+                out.push((*buf, idx.clone(), *loc));
+            }
+        }
+        let loc = s.loc();
+        stmt_exprs(s, &mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Load {
+                    buf, idx, loc: l, ..
+                } = x
+                {
+                    if m.buffer(*buf).scope == Scope::Fragment {
+                        out.push((*buf, idx.clone(), if l.is_known() { *l } else { loc }));
+                    }
+                }
+            })
+        });
+    });
+    out
+}
+
+fn min_elem_bytes(m: &Module, body: &[Stmt]) -> u32 {
+    let mut bytes = 4;
+    let mut first = true;
+    walk_stmts(body, &mut |s| {
+        let mut see = |b: BufferId| {
+            let buf = m.buffer(b);
+            if buf.scope != Scope::Fragment {
+                bytes = if first {
+                    buf.dtype.bytes()
+                } else {
+                    bytes.min(buf.dtype.bytes())
+                };
+                first = false;
+            }
+        };
+        if let Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } = s {
+            see(*buf);
+        }
+        stmt_exprs(s, &mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Load { buf, .. } = x {
+                    see(*buf);
+                }
+            })
+        });
+    });
+    bytes
+}
+
+/// The loop's layout when one of its fragments decides it.
+fn anchor_layout(
+    m: &Module,
+    vars: &[VarId],
+    extents: &[i64],
+    body: &[Stmt],
+) -> Option<FragmentLayout> {
+    let full: Vec<usize> = (0..vars.len()).collect();
+    for (buf, idx, _) in fragment_accesses(m, body) {
+        let b = m.buffer(buf);
+        if let (Some(l), Some(dims)) = (&b.layout, loop_dims_of(&idx, vars)) {
+            if dims == full && b.shape == extents {
+                return Some(l.clone());
+            }
+        }
+    }
+    None
+}
+
+struct Order {
+    first_use: BTreeMap<BufferId, usize>,
+}
+
+pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let threads = m.kernel.threads;
+    // first use of each fragment, in program order, for deterministic defaults
+    let mut order = Order {
+        first_use: BTreeMap::new(),
+    };
+    let mut counter = 0usize;
+    walk_stmts(&m.kernel.body, &mut |s| {
+        counter += 1;
+        let mut see = |b: BufferId| {
+            order.first_use.entry(b).or_insert(counter);
+        };
+        match s {
+            Stmt::Store { buf, .. } => see(*buf),
+            Stmt::Copy { src, dst, .. } => {
+                see(src.buf);
+                see(dst.buf);
+            }
+            Stmt::Fill { dst, .. } => see(dst.buf),
+            Stmt::Reduce { src, dst, .. } => {
+                see(*src);
+                see(*dst);
+            }
+            _ => {}
+        }
+        stmt_exprs(s, &mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Load { buf, .. } = x {
+                    see(*buf);
+                }
+            })
+        });
+    });
+
+    loop {
+        while propagate(&mut m) {}
+        let next = m
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.scope == Scope::Fragment && b.layout.is_none())
+            .map(|(i, b)| (BufferId(i as u32), b.shape.len()))
+            .min_by_key(|(id, rank)| {
+                (
+                    usize::MAX - rank,
+                    order.first_use.get(id).copied().unwrap_or(usize::MAX),
+                    id.0,
+                )
+            });
+        match next {
+            Some((id, _)) => {
+                let b = m.buffer(id);
+                let l = FragmentLayout::blocked(&b.shape, threads, b.dtype.bytes());
+                m.buffer_mut(id).layout = Some(l);
+            }
+            None => break,
+        }
+    }
+
+    // loop layouts, then the compatibility check
+    let mut diags = Vec::new();
+    let mut body = std::mem::take(&mut m.kernel.body);
+    assign_loop_layouts(&m, &mut body, threads, &mut diags);
+    m.kernel.body = body;
+    for b in &m.buffers {
+        if let Some(l) = &b.layout {
+            ctx.report.push(format!("layout of {}: {l}", b.name));
+        }
+    }
+    if diags.is_empty() {
+        Ok(m)
+    } else {
+        Err(diags)
+    }
+}
+
+/// One round of propagation; true when some fragment got a layout.
+fn propagate(m: &mut Module) -> bool {
+    let mut assign: Vec<(BufferId, FragmentLayout)> = Vec::new();
+    walk_stmts(&m.kernel.body, &mut |s| match s {
+        Stmt::Reduce { src, dst, dim, .. } => {
+            if let (Some(l), None) = (&m.buffer(*src).layout, &m.buffer(*dst).layout) {
+                let mut r = l.reduced(*dim);
+                if r.dims.is_empty() {
+                    r.dims.push(tile_ir::DimSplit {
+                        extent: 1,
+                        inner: 1,
+                        threads: 1,
+                        thread_stride: 1,
+                        outer: 1,
+                    });
+                }
+                assign.push((*dst, r));
+            }
+        }
+        Stmt::Parallel {
+            vars,
+            extents,
+            body,
+            ..
+        } => {
+            if let Some(l) = anchor_layout(m, vars, extents, body) {
+                for (buf, idx, _) in fragment_accesses(m, body) {
+                    if m.buffer(buf).layout.is_some() {
+                        continue;
+                    }
+                    if let Some(dims) = loop_dims_of(&idx, vars) {
+                        let p = l.projected(&dims);
+                        if p.shape() == m.buffer(buf).shape {
+                            assign.push((buf, p));
+                        }
+                    }
+                }
+            }
+        }
+        _ => {}
+    });
+    let mut changed = false;
+    for (b, l) in assign {
+        if m.buffer(b).layout.is_none() {
+            m.buffer_mut(b).layout = Some(l);
+            changed = true;
+        }
+    }
+    changed
+}
+
+fn assign_loop_layouts(m: &Module, body: &mut [Stmt], threads: u32, diags: &mut Vec<Diagnostic>) {
+    for s in body.iter_mut() {
+        match s {
+            Stmt::Parallel {
+                vars,
+                extents,
+                body,
+                loc,
+                layout,
+            } => {
+                let l = anchor_layout(m, vars, extents, body).unwrap_or_else(|| {
+                    FragmentLayout::blocked(extents, threads, min_elem_bytes(m, body))
+                });
+                for (buf, idx, aloc) in fragment_accesses(m, body) {
+                    if let Err(why) = compatible(m, buf, &idx, vars, &l) {
+                        let b = m.buffer(buf);
+                        diags.push(
+                            Diagnostic::error(format!("layout conflict on fragment '{}': {why}", b.name), aloc)
+                                .with_primary_label(format!("'{}' accessed here", b.name))
+                                .with_label(*loc, format!("this T.Parallel loop runs as {l}"))
+                                .with_label(b.loc, format!("'{}' is laid out as {}", b.name, b.layout.as_ref().unwrap()))
+                                .with_help("index a fragment with the loop variables in order (frag[i, j] inside T.Parallel(M, N)), or stage the data through shared memory"),
+                        );
+                    }
+                }
+                *layout = Some(l);
+            }
+            Stmt::For { body, .. } => assign_loop_layouts(m, body, threads, diags),
+            Stmt::If {
+                then, otherwise, ..
+            } => {
+                assign_loop_layouts(m, then, threads, diags);
+                assign_loop_layouts(m, otherwise, threads, diags);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Does the thread that runs iteration (vars) of a loop laid out as `l` hold `buf[idx]`?
+fn compatible(
+    m: &Module,
+    buf: BufferId,
+    idx: &[Expr],
+    vars: &[VarId],
+    l: &FragmentLayout,
+) -> Result<(), String> {
+    let b = m.buffer(buf);
+    let fl = b
+        .layout
+        .as_ref()
+        .expect("every fragment has a layout by now");
+    let Some(dims) = loop_dims_of(idx, vars) else {
+        return Err("its indices must be distinct loop variables of the enclosing T.Parallel, in loop order".into());
+    };
+    if fl.active_threads != l.active_threads {
+        return Err(format!(
+            "it spans {} threads, the loop {}",
+            fl.active_threads, l.active_threads
+        ));
+    }
+    for (k, d) in dims.iter().enumerate() {
+        if fl.dims[k] != l.dims[*d] {
+            return Err(format!(
+                "its dimension {k} is spread differently from loop dimension {d}"
+            ));
+        }
+    }
+    for (d, split) in l.dims.iter().enumerate() {
+        if !dims.contains(&d)
+            && split.threads > 1
+            && !fl
+                .replicated
+                .contains(&(split.threads, split.thread_stride))
+        {
+            return Err(format!(
+                "threads along loop dimension {d} need its elements but do not hold them"
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,148 @@
+//! Pass `insert_syncs`: a barrier between two tile ops whenever one writes a shared buffer
+//! the other reads or writes (threads are mapped differently in each op), including across
+//! the back edge of a loop.
+//!
+//! Requires: tile-level IR with loop layouts. Ensures: no shared-memory hazard between tile
+//! ops without a `sync` between them. Does not: order global memory (the user's job, as in
+//! CUDA), or order accesses within one op (a parallel loop's iterations are independent).
+//!
+//! It runs on tile ops, before lowering, because each tile op is where a thread mapping
+//! changes; asynchronous copies (cp.async, TMA) will need a thread-level form of it.
+
+use crate::Ctx;
+use std::collections::BTreeSet;
+use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Module, Scope, Stmt};
+
+#[derive(Clone, Default, PartialEq)]
+struct Pending {
+    reads: BTreeSet<BufferId>,
+    writes: BTreeSet<BufferId>,
+}
+
+pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let body = std::mem::take(&mut m.kernel.body);
+    let mut pending = Pending::default();
+    m.kernel.body = place(&m, body, &mut pending);
+    Ok(m)
+}
+
+/// Shared buffers a statement (with its children) reads and writes.
+fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
+    let shared = |b: BufferId| m.buffer(b).scope == Scope::Shared;
+    let mut reads = BTreeSet::new();
+    let mut writes = BTreeSet::new();
+    walk_stmts(std::slice::from_ref(s), &mut |st| {
+        match st {
+            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } if shared(*buf) => {
+                writes.insert(*buf);
+            }
+            Stmt::Copy { src, dst, .. } => {
+                if shared(src.buf) {
+                    reads.insert(src.buf);
+                }
+                if shared(dst.buf) {
+                    writes.insert(dst.buf);
+                }
+            }
+            Stmt::Fill { dst, .. } if shared(dst.buf) => {
+                writes.insert(dst.buf);
+            }
+            _ => {}
+        }
+        stmt_exprs(st, &mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Load { buf, .. } = x {
+                    if shared(*buf) {
+                        reads.insert(*buf);
+                    }
+                }
+            })
+        });
+    });
+    (reads, writes)
+}
+
+fn hazard(p: &Pending, reads: &BTreeSet<BufferId>, writes: &BTreeSet<BufferId>) -> bool {
+    writes
+        .iter()
+        .any(|w| p.reads.contains(w) || p.writes.contains(w))
+        || reads.iter().any(|r| p.writes.contains(r))
+}
+
+fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::For {
+                var,
+                start,
+                extent,
+                kind,
+                body,
+                loc,
+            } => {
+                // run the body once to learn what it leaves pending at its end, then place
+                // barriers for real with that state joined in (the loop's back edge)
+                let mut trial = pending.clone();
+                let _ = place(m, body.clone(), &mut trial);
+                let mut entry = pending.clone();
+                entry.reads.extend(trial.reads.iter().copied());
+                entry.writes.extend(trial.writes.iter().copied());
+                let new_body = place(m, body, &mut entry);
+                *pending = entry;
+                out.push(Stmt::For {
+                    var,
+                    start,
+                    extent,
+                    kind,
+                    body: new_body,
+                    loc,
+                });
+            }
+            Stmt::If {
+                cond,
+                then,
+                otherwise,
+                loc,
+            } => {
+                // a barrier must not be conditional; sync before a branch that touches shared memory
+                let (r, w) = accesses(
+                    m,
+                    &Stmt::If {
+                        cond: cond.clone(),
+                        then: then.clone(),
+                        otherwise: otherwise.clone(),
+                        loc,
+                    },
+                );
+                if hazard(pending, &r, &w) {
+                    out.push(Stmt::Sync);
+                    *pending = Pending::default();
+                }
+                pending.reads.extend(r);
+                pending.writes.extend(w);
+                out.push(Stmt::If {
+                    cond,
+                    then,
+                    otherwise,
+                    loc,
+                });
+            }
+            Stmt::Sync => {
+                *pending = Pending::default();
+                out.push(Stmt::Sync);
+            }
+            other => {
+                let (r, w) = accesses(m, &other);
+                if hazard(pending, &r, &w) {
+                    out.push(Stmt::Sync);
+                    *pending = Pending::default();
+                }
+                pending.reads.extend(r);
+                pending.writes.extend(w);
+                out.push(other);
+            }
+        }
+    }
+    out
+}

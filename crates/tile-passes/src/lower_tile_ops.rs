@@ -1,0 +1,1542 @@
+//! Pass `lower_tile_ops`: tile ops to per-thread code.
+//!
+//! Requires: tile-level IR with layouts (`infer_layouts`) and barriers (`insert_syncs`).
+//! Ensures: thread-level IR. Fragments are per-thread register arrays (scope `local`,
+//! shape `[slots]`); `parallel` loops, copies and fills are per-thread loops over register
+//! slots, with 16-byte vector accesses where the data is contiguous and aligned and a
+//! guarded scalar path at ragged edges; reductions fold registers, then warp shuffles, then
+//! shared memory across warps; every global access is bounds-checked (loads past the edge
+//! read the pad value, stores past it are dropped), so nothing is ever written out of bounds;
+//! stores outside parallel loops to global or shared memory are made by thread 0.
+//! Does not: place shared buffers (`plan_shared_memory`).
+
+use crate::Ctx;
+use tile_ir::simplify::{known_multiple, simplify, to_affine};
+use tile_ir::verify::{resolve_copy, resolve_region, ResolvedRegion};
+use tile_ir::*;
+
+pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let mut lw = Lowerer {
+        m,
+        diags: Vec::new(),
+        report: Vec::new(),
+        tid: VarId(0),
+    };
+    lw.tid = lw.m.thread_idx();
+    let body = std::mem::take(&mut lw.m.kernel.body);
+    let body = lw.block(body);
+    let Lowerer {
+        mut m,
+        diags,
+        report,
+        ..
+    } = lw;
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    m.kernel.body = body;
+    for b in m.buffers.iter_mut() {
+        if b.scope == Scope::Fragment {
+            let slots = b.layout.as_ref().map(|l| l.slots()).unwrap_or(1);
+            b.scope = Scope::Local;
+            b.shape = vec![slots];
+        }
+    }
+    m.level = Level::Thread;
+    ctx.report.extend(report);
+    Ok(m)
+}
+
+struct Lowerer {
+    m: Module,
+    diags: Vec<Diagnostic>,
+    report: Vec<String>,
+    tid: VarId,
+}
+
+/// Where the current element sits: per loop dimension, its outer-loop variable and the
+/// expression of its vector lane (only the last dimension has one).
+struct Element {
+    outer: Vec<Expr>,
+    lane: Vec<Expr>,
+    index: Vec<Expr>,
+}
+
+fn i32c(v: i64) -> Expr {
+    Expr::int(v)
+}
+
+fn add(a: Expr, b: Expr) -> Expr {
+    Expr::binary(BinOp::Add, a, b)
+}
+
+fn mul(a: Expr, b: Expr) -> Expr {
+    Expr::binary(BinOp::Mul, a, b)
+}
+
+fn and(a: Option<Expr>, b: Expr) -> Option<Expr> {
+    Some(match a {
+        None => b,
+        Some(a) => Expr::binary(BinOp::And, a, b),
+    })
+}
+
+/// `0 <= i < n` for an index of any integer type.
+fn in_range(i: &Expr, n: i64) -> Expr {
+    let dt = i.dtype();
+    let lo = Expr::binary(BinOp::Ge, i.clone(), Expr::int_of(0, dt));
+    let hi = Expr::binary(BinOp::Lt, i.clone(), Expr::int_of(n, dt));
+    match simplify(i.clone()).as_int() {
+        Some(c) => Expr::bool(c >= 0 && c < n),
+        None => Expr::binary(BinOp::And, lo, hi),
+    }
+}
+
+fn identity(kind: ReduceKind, dt: DType) -> Expr {
+    let f = |v: f64| Expr::Const {
+        value: ConstValue::Float(v),
+        dtype: dt,
+    };
+    let i = |v: i64| Expr::int_of(v, dt);
+    match (kind, dt.is_float()) {
+        (ReduceKind::Sum | ReduceKind::AbsMax, true) => f(0.0),
+        (ReduceKind::Sum | ReduceKind::AbsMax, false) => i(0),
+        (ReduceKind::Max, true) => f(f64::NEG_INFINITY),
+        (ReduceKind::Min, true) => f(f64::INFINITY),
+        (ReduceKind::Max, false) => i(match dt {
+            DType::I8 => i8::MIN as i64,
+            DType::I16 => i16::MIN as i64,
+            DType::I32 => i32::MIN as i64,
+            DType::I64 => i64::MIN,
+            _ => 0,
+        }),
+        (ReduceKind::Min, false) => i(match dt {
+            DType::I8 => i8::MAX as i64,
+            DType::U8 => u8::MAX as i64,
+            DType::I16 => i16::MAX as i64,
+            DType::I32 => i32::MAX as i64,
+            DType::U32 => u32::MAX as i64,
+            _ => i64::MAX,
+        }),
+    }
+}
+
+fn combine(kind: ReduceKind, acc: Expr, x: Expr) -> Expr {
+    match kind {
+        ReduceKind::Sum => Expr::binary(BinOp::Add, acc, x),
+        ReduceKind::Max | ReduceKind::AbsMax => Expr::binary(BinOp::Max, acc, x),
+        ReduceKind::Min => Expr::binary(BinOp::Min, acc, x),
+    }
+}
+
+impl Lowerer {
+    fn temp(&mut self, name: &str, value: Expr) -> (Stmt, Expr) {
+        let dt = value.dtype();
+        let v = self.m.add_var(name, VarKind::Temp, dt);
+        (Stmt::Let { var: v, value }, Expr::var(v, dt))
+    }
+
+    fn local_buffer(&mut self, name: &str, dtype: DType, n: i64) -> BufferId {
+        self.m.add_buffer(Buffer {
+            name: name.to_string(),
+            scope: Scope::Local,
+            dtype,
+            shape: vec![n],
+            loc: Loc::UNKNOWN,
+            layout: None,
+            shared_offset: None,
+        })
+    }
+
+    fn tid(&self) -> Expr {
+        Expr::var(self.tid, DType::I32)
+    }
+
+    fn comment(&self, what: &str, loc: Loc) -> Stmt {
+        match self.m.sources.short(loc) {
+            Some(s) => Stmt::Comment(format!("{s}: {what}")),
+            None => Stmt::Comment(what.to_string()),
+        }
+    }
+
+    /// Lower statements that run once per block.
+    fn block(&mut self, body: Vec<Stmt>) -> Vec<Stmt> {
+        let mut out = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Parallel {
+                    vars,
+                    extents,
+                    body,
+                    loc,
+                    layout,
+                } => {
+                    out.push(self.comment("T.Parallel", loc));
+                    let l = layout.expect("infer_layouts gives every parallel loop a layout");
+                    out.extend(self.parallel(&vars, &extents, &body, &l, loc));
+                }
+                Stmt::Copy { src, dst, pad, loc } => {
+                    out.push(self.comment("T.copy", loc));
+                    out.extend(self.copy(&src, &dst, pad, loc));
+                }
+                Stmt::Fill { dst, value, loc } => {
+                    out.push(self.comment("T.fill", loc));
+                    out.extend(self.fill(&dst, value, loc));
+                }
+                Stmt::Reduce {
+                    kind,
+                    src,
+                    dst,
+                    dim,
+                    clear,
+                    loc,
+                } => {
+                    out.push(self.comment(&format!("T.reduce_{}", kind.name()), loc));
+                    out.extend(self.reduce(kind, src, dst, dim, clear, loc));
+                }
+                Stmt::For {
+                    var,
+                    start,
+                    extent,
+                    kind,
+                    body,
+                    loc,
+                } => {
+                    let kind = match kind {
+                        ForKind::Pipelined { stages } => {
+                            let at = self.m.sources.short(loc).unwrap_or_default();
+                            self.report.push(format!(
+                                "{at}: T.Pipelined(num_stages={stages}) runs as a serial loop: this loop has no asynchronous copies to overlap"
+                            ));
+                            ForKind::Serial
+                        }
+                        k => k,
+                    };
+                    let body = self.block(body);
+                    out.push(Stmt::For {
+                        var,
+                        start,
+                        extent,
+                        kind,
+                        body,
+                        loc,
+                    });
+                }
+                Stmt::If {
+                    cond,
+                    then,
+                    otherwise,
+                    loc,
+                } => {
+                    let then = self.block(then);
+                    let otherwise = self.block(otherwise);
+                    out.push(Stmt::If {
+                        cond,
+                        then,
+                        otherwise,
+                        loc,
+                    });
+                }
+                Stmt::Store {
+                    buf,
+                    idx,
+                    value,
+                    loc,
+                }
+                | Stmt::AtomicAdd {
+                    buf,
+                    idx,
+                    value,
+                    loc,
+                } if self.m.buffer(buf).scope == Scope::Local => {
+                    out.push(Stmt::Store {
+                        buf,
+                        idx,
+                        value,
+                        loc,
+                    });
+                }
+                s @ (Stmt::Store { .. } | Stmt::AtomicAdd { .. }) => {
+                    // once per block: thread 0 writes
+                    let loc = s.loc();
+                    let guarded = self.guard_globals(vec![s]);
+                    let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
+                    out.push(Stmt::If {
+                        cond: one,
+                        then: guarded,
+                        otherwise: vec![],
+                        loc,
+                    });
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    }
+
+    /// Bounds-check every global access of thread-level statements: loads past the edge
+    /// read their `oob` value (zero by default), stores past it are dropped.
+    fn guard_globals(&self, body: Vec<Stmt>) -> Vec<Stmt> {
+        let m = &self.m;
+        let guard_expr = |e: Expr| -> Expr {
+            e.map(&mut |x| match x {
+                Expr::Load {
+                    buf,
+                    idx,
+                    dtype,
+                    loc,
+                    oob,
+                } if m.buffer(buf).scope == Scope::Global => {
+                    let shape = &m.buffer(buf).shape;
+                    let mut cond = None;
+                    for (d, i) in idx.iter().enumerate() {
+                        cond = and(cond, in_range(i, shape[d]));
+                    }
+                    let fallback = match oob {
+                        Some(o) => Expr::cast(*o, dtype),
+                        None => {
+                            if dtype.is_float() {
+                                Expr::Const {
+                                    value: ConstValue::Float(0.0),
+                                    dtype,
+                                }
+                            } else {
+                                Expr::int_of(0, dtype)
+                            }
+                        }
+                    };
+                    let load = Expr::Load {
+                        buf,
+                        idx,
+                        dtype,
+                        loc,
+                        oob: None,
+                    };
+                    match cond.map(simplify) {
+                        Some(c) if c.as_int() == Some(1) => load,
+                        Some(c) => Expr::select(c, load, fallback),
+                        None => load,
+                    }
+                }
+                other => other,
+            })
+        };
+        let mut out = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Store {
+                    buf,
+                    idx,
+                    value,
+                    loc,
+                } => {
+                    let value = guard_expr(value);
+                    let idx: Vec<Expr> = idx.into_iter().map(guard_expr).collect();
+                    out.push(self.guard_store(Stmt::Store {
+                        buf,
+                        idx,
+                        value,
+                        loc,
+                    }));
+                }
+                Stmt::AtomicAdd {
+                    buf,
+                    idx,
+                    value,
+                    loc,
+                } => {
+                    let value = guard_expr(value);
+                    let idx: Vec<Expr> = idx.into_iter().map(guard_expr).collect();
+                    out.push(self.guard_store(Stmt::AtomicAdd {
+                        buf,
+                        idx,
+                        value,
+                        loc,
+                    }));
+                }
+                Stmt::If {
+                    cond,
+                    then,
+                    otherwise,
+                    loc,
+                } => out.push(Stmt::If {
+                    cond: guard_expr(cond),
+                    then: self.guard_globals(then),
+                    otherwise: self.guard_globals(otherwise),
+                    loc,
+                }),
+                Stmt::For {
+                    var,
+                    start,
+                    extent,
+                    kind,
+                    body,
+                    loc,
+                } => out.push(Stmt::For {
+                    var,
+                    start: guard_expr(start),
+                    extent: guard_expr(extent),
+                    kind,
+                    body: self.guard_globals(body),
+                    loc,
+                }),
+                Stmt::Let { var, value } => out.push(Stmt::Let {
+                    var,
+                    value: guard_expr(value),
+                }),
+                other => out.push(other),
+            }
+        }
+        out
+    }
+
+    fn guard_store(&self, s: Stmt) -> Stmt {
+        let (Stmt::Store { buf, idx, loc, .. } | Stmt::AtomicAdd { buf, idx, loc, .. }) = &s else {
+            return s;
+        };
+        let b = self.m.buffer(*buf);
+        if b.scope != Scope::Global {
+            return s;
+        }
+        let mut cond = None;
+        for (d, i) in idx.iter().enumerate() {
+            cond = and(cond, in_range(i, b.shape[d]));
+        }
+        match cond.map(simplify) {
+            Some(c) if c.as_int() == Some(1) => s,
+            Some(c) => {
+                let loc = *loc;
+                Stmt::If {
+                    cond: c,
+                    then: vec![s],
+                    otherwise: vec![],
+                    loc,
+                }
+            }
+            None => s,
+        }
+    }
+
+    /// Per-thread loops over a layout's elements: `element` builds the code for one vector
+    /// chunk (all lanes of the last dimension), given each dimension's outer variable and
+    /// the chunk's first index.
+    fn for_each_chunk(
+        &mut self,
+        l: &FragmentLayout,
+        element: &mut dyn FnMut(&mut Self, &[Expr], &[Expr]) -> Vec<Stmt>,
+    ) -> Vec<Stmt> {
+        let mut prologue = Vec::new();
+        let mut th = Vec::new();
+        for (d, split) in l.dims.iter().enumerate() {
+            if split.threads > 1 {
+                let v = Expr::binary(
+                    BinOp::FloorMod,
+                    Expr::binary(BinOp::FloorDiv, self.tid(), i32c(split.thread_stride)),
+                    i32c(split.threads),
+                );
+                let (s, e) = self.temp(&format!("t{d}"), simplify(v));
+                prologue.push(s);
+                th.push(e);
+            } else {
+                th.push(i32c(0));
+            }
+        }
+        let mut outer_vars = Vec::new();
+        for (d, split) in l.dims.iter().enumerate() {
+            if split.outer > 1 {
+                let v = self.m.add_var(&format!("o{d}"), VarKind::Loop, DType::I32);
+                outer_vars.push(Some(v));
+            } else {
+                outer_vars.push(None);
+            }
+        }
+        let outer: Vec<Expr> = outer_vars
+            .iter()
+            .map(|v| v.map(|v| Expr::var(v, DType::I32)).unwrap_or(i32c(0)))
+            .collect();
+        let base: Vec<Expr> = l
+            .dims
+            .iter()
+            .enumerate()
+            .map(|(d, s)| {
+                simplify(mul(
+                    add(mul(outer[d].clone(), i32c(s.threads)), th[d].clone()),
+                    i32c(s.inner),
+                ))
+            })
+            .collect();
+        let mut body = element(self, &outer, &base);
+        // ragged dimensions: skip chunks past the extent
+        let mut cond = None;
+        for (d, s) in l.dims.iter().enumerate() {
+            if s.outer * s.threads * s.inner > s.extent {
+                cond = and(
+                    cond,
+                    Expr::binary(BinOp::Lt, base[d].clone(), i32c(s.extent)),
+                );
+            }
+        }
+        if let Some(c) = cond {
+            body = vec![Stmt::If {
+                cond: c,
+                then: body,
+                otherwise: vec![],
+                loc: Loc::UNKNOWN,
+            }];
+        }
+        for d in (0..l.dims.len()).rev() {
+            if let Some(v) = outer_vars[d] {
+                body = vec![Stmt::For {
+                    var: v,
+                    start: i32c(0),
+                    extent: i32c(l.dims[d].outer),
+                    kind: ForKind::Unroll,
+                    body,
+                    loc: Loc::UNKNOWN,
+                }];
+            }
+        }
+        if (l.active_threads as u32) < self.m.kernel.threads {
+            body = vec![Stmt::If {
+                cond: Expr::binary(BinOp::Lt, self.tid(), i32c(l.active_threads)),
+                then: body,
+                otherwise: vec![],
+                loc: Loc::UNKNOWN,
+            }];
+        }
+        prologue.extend(body);
+        prologue
+    }
+
+    /// Register slot of a fragment element indexed by loop dimensions `dims`.
+    fn slot(&self, buf: BufferId, dims: &[usize], el: &Element) -> Expr {
+        let l = self.m.buffer(buf).layout.as_ref().expect("fragment layout");
+        let strides = l.slot_strides();
+        let mut slot = i32c(0);
+        for (k, d) in dims.iter().enumerate() {
+            slot = add(slot, mul(el.outer[*d].clone(), i32c(strides[k].0)));
+            if l.dims[k].inner > 1 {
+                slot = add(slot, mul(el.lane[*d].clone(), i32c(strides[k].1)));
+            }
+        }
+        simplify(slot)
+    }
+
+    /// Rewrite a parallel-loop body for one element: fragment accesses become register
+    /// slots, loop variables become the element's indices.
+    fn instantiate(&self, body: &[Stmt], vars: &[VarId], el: &Element) -> Vec<Stmt> {
+        let m = &self.m;
+        let frag_index = |buf: BufferId, idx: &[Expr]| -> Option<Vec<Expr>> {
+            if m.buffer(buf).scope != Scope::Fragment {
+                return None;
+            }
+            let dims: Vec<usize> = idx
+                .iter()
+                .map(|i| match i {
+                    Expr::Var { id, .. } => vars.iter().position(|v| v == id).unwrap_or(0),
+                    _ => 0,
+                })
+                .collect();
+            Some(vec![self.slot(buf, &dims, el)])
+        };
+        let subst = |e: Expr| -> Expr {
+            let e = e.map(&mut |x| match x {
+                Expr::Load {
+                    buf,
+                    idx,
+                    dtype,
+                    loc,
+                    oob,
+                } => match frag_index(buf, &idx) {
+                    Some(slot) => Expr::Load {
+                        buf,
+                        idx: slot,
+                        dtype,
+                        loc,
+                        oob,
+                    },
+                    None => Expr::Load {
+                        buf,
+                        idx,
+                        dtype,
+                        loc,
+                        oob,
+                    },
+                },
+                other => other,
+            });
+            let mut e = e;
+            for (d, v) in vars.iter().enumerate() {
+                e = e.substitute(*v, &el.index[d]);
+            }
+            simplify(e)
+        };
+        let mut out = Vec::new();
+        for s in body {
+            out.push(match s.clone() {
+                Stmt::Store {
+                    buf,
+                    idx,
+                    value,
+                    loc,
+                } => {
+                    let idx = frag_index(buf, &idx)
+                        .unwrap_or_else(|| idx.into_iter().map(&subst).collect());
+                    Stmt::Store {
+                        buf,
+                        idx,
+                        value: subst(value),
+                        loc,
+                    }
+                }
+                Stmt::AtomicAdd {
+                    buf,
+                    idx,
+                    value,
+                    loc,
+                } => Stmt::AtomicAdd {
+                    buf,
+                    idx: idx.into_iter().map(&subst).collect(),
+                    value: subst(value),
+                    loc,
+                },
+                Stmt::If {
+                    cond,
+                    then,
+                    otherwise,
+                    loc,
+                } => Stmt::If {
+                    cond: subst(cond),
+                    then: self.instantiate(&then, vars, el),
+                    otherwise: self.instantiate(&otherwise, vars, el),
+                    loc,
+                },
+                Stmt::For {
+                    var,
+                    start,
+                    extent,
+                    kind,
+                    body,
+                    loc,
+                } => Stmt::For {
+                    var,
+                    start: subst(start),
+                    extent: subst(extent),
+                    kind: if matches!(kind, ForKind::Pipelined { .. }) {
+                        ForKind::Serial
+                    } else {
+                        kind
+                    },
+                    body: self.instantiate(&body, vars, el),
+                    loc,
+                },
+                other => other,
+            });
+        }
+        out
+    }
+
+    /// In a loop laid out over a replicated fragment several threads run each iteration;
+    /// only the first of them may write memory that other threads see.
+    fn first_replica_writes(&self, body: &[Stmt], l: &FragmentLayout) -> Vec<Stmt> {
+        if l.replicated.is_empty() {
+            return body.to_vec();
+        }
+        let mut first = None;
+        for &(threads, stride) in &l.replicated {
+            let bits = Expr::binary(
+                BinOp::FloorMod,
+                Expr::binary(BinOp::FloorDiv, self.tid(), i32c(stride)),
+                i32c(threads),
+            );
+            first = and(first, Expr::binary(BinOp::Eq, simplify(bits), i32c(0)));
+        }
+        let first = first.expect("non-empty");
+        body.iter()
+            .map(|s| match s {
+                Stmt::Store { buf, loc, .. } | Stmt::AtomicAdd { buf, loc, .. }
+                    if matches!(self.m.buffer(*buf).scope, Scope::Global | Scope::Shared) =>
+                {
+                    Stmt::If {
+                        cond: first.clone(),
+                        then: vec![s.clone()],
+                        otherwise: vec![],
+                        loc: *loc,
+                    }
+                }
+                other => other.clone(),
+            })
+            .collect()
+    }
+
+    fn parallel(
+        &mut self,
+        vars: &[VarId],
+        extents: &[i64],
+        body: &[Stmt],
+        l: &FragmentLayout,
+        loc: Loc,
+    ) -> Vec<Stmt> {
+        let n = vars.len();
+        if l.dims.iter().take(n.saturating_sub(1)).any(|d| d.inner > 1)
+            || l.dims.len() != n
+            || l.shape() != extents
+        {
+            self.diags.push(Diagnostic::bug(format!(
+                "layout {l} does not fit loop extents {extents:?}"
+            )));
+            return vec![];
+        }
+        let width = l.dims[n - 1].inner;
+        let body = self.first_replica_writes(body, l);
+        let vars = vars.to_vec();
+        let at = self.m.sources.short(loc).unwrap_or_default();
+        let mut reported = false;
+        self.for_each_chunk(l, &mut |lw, outer, base| {
+            let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
+            let lane = Expr::var(lane_var, DType::I32);
+            let mut index: Vec<Expr> = base.to_vec();
+            index[n - 1] = simplify(add(base[n - 1].clone(), lane.clone()));
+            let mut lanes = vec![i32c(0); n];
+            lanes[n - 1] = lane.clone();
+            let el = Element {
+                outer: outer.to_vec(),
+                lane: lanes,
+                index,
+            };
+            let scalar_body = lw.instantiate(&body, &vars, &el);
+            let scalar_body = lw.guard_globals(scalar_body);
+            let scalar = if width > 1 {
+                vec![Stmt::For {
+                    var: lane_var,
+                    start: i32c(0),
+                    extent: i32c(width),
+                    kind: ForKind::Unroll,
+                    body: scalar_body.clone(),
+                    loc,
+                }]
+            } else {
+                scalar_body
+                    .iter()
+                    .cloned()
+                    .map(|s| substitute_stmt(s, lane_var, &i32c(0)))
+                    .collect()
+            };
+            if width == 1 || !body.iter().all(|s| matches!(s, Stmt::Store { .. })) {
+                return scalar;
+            }
+            let raw = lw.instantiate(&body, &vars, &el);
+            match lw.vectorize(&raw, lane_var, width) {
+                Some((vector, cond, desc)) => {
+                    if !reported {
+                        lw.report.push(format!("{at}: {desc}"));
+                        reported = true;
+                    }
+                    match cond {
+                        Some(c) => vec![Stmt::If {
+                            cond: c,
+                            then: vector,
+                            otherwise: scalar,
+                            loc,
+                        }],
+                        None => vector,
+                    }
+                }
+                None => scalar,
+            }
+        })
+    }
+
+    /// Vector form of one chunk: contiguous global/shared accesses become vector loads and
+    /// stores of up to 16 bytes. Returns the code, the condition under which the whole chunk
+    /// is in bounds (None: always), and a line for the report.
+    fn vectorize(
+        &mut self,
+        body: &[Stmt],
+        lane: VarId,
+        width: i64,
+    ) -> Option<(Vec<Stmt>, Option<Expr>, String)> {
+        struct Access {
+            key: String,
+            buf: BufferId,
+            idx0: Vec<Expr>,
+            w: i64,
+            temp: BufferId,
+        }
+        let mut loads: Vec<Access> = Vec::new();
+        let mut stores: Vec<Access> = Vec::new();
+        let mut cond: Option<Expr> = None;
+        let zero = i32c(0);
+        // can `buf[idx]` (idx depending on the lane) be read as vectors of w lanes?
+        let vector_width = |m: &Module, buf: BufferId, idx: &[Expr]| -> Option<(Vec<Expr>, i64)> {
+            let b = m.buffer(buf);
+            if !matches!(b.scope, Scope::Global | Scope::Shared) {
+                return None;
+            }
+            let n = idx.len();
+            if idx[..n - 1].iter().any(|i| i.uses_var(lane)) {
+                return None;
+            }
+            let last = to_affine(&idx[n - 1]);
+            let lane_key = format!("{:?}", Expr::var(lane, DType::I32));
+            let coeff = last.terms.get(&lane_key).map(|(c, _)| *c).unwrap_or(0);
+            let rest_uses_lane = last
+                .terms
+                .iter()
+                .any(|(k, (_, e))| *k != lane_key && e.uses_var(lane));
+            if coeff != 1 || rest_uses_lane {
+                return None;
+            }
+            let idx0: Vec<Expr> = idx
+                .iter()
+                .map(|i| simplify(i.clone().substitute(lane, &zero)))
+                .collect();
+            let strides = b.strides();
+            let mut w = width;
+            while w > 1
+                && (w * b.dtype.bytes() as i64 > 16
+                    || !known_multiple(&idx0[n - 1], w)
+                    || strides[..n - 1].iter().any(|s| s % w != 0)
+                    || (b.scope == Scope::Shared
+                        && b.bytes() % 16 != 0
+                        && w * (b.dtype.bytes() as i64) > 4))
+            {
+                w /= 2;
+            }
+            (w > 1).then_some((idx0, w))
+        };
+        // collect vectorizable loads
+        let mut candidates: Vec<(String, BufferId, Vec<Expr>)> = Vec::new();
+        for s in body {
+            let Stmt::Store { idx, value, .. } = s else {
+                return None;
+            };
+            for e in idx.iter().chain(std::iter::once(value)) {
+                e.walk(&mut |x| {
+                    if let Expr::Load { buf, idx, .. } = x {
+                        candidates.push((format!("{:?}", (buf, idx)), *buf, idx.clone()));
+                    }
+                });
+            }
+        }
+        for (key, buf, idx) in candidates {
+            if loads.iter().any(|a| a.key == key) {
+                continue;
+            }
+            if let Some((idx0, w)) = vector_width(&self.m, buf, &idx) {
+                let dt = self.m.buffer(buf).dtype;
+                let name = format!("{}_v", self.m.buffer(buf).name);
+                let temp = self.local_buffer(&name, dt, width);
+                loads.push(Access {
+                    key,
+                    buf,
+                    idx0,
+                    w,
+                    temp,
+                });
+            }
+        }
+        for s in body {
+            if let Stmt::Store { buf, idx, .. } = s {
+                if let Some((idx0, w)) = vector_width(&self.m, *buf, idx) {
+                    let dt = self.m.buffer(*buf).dtype;
+                    let name = format!("{}_out", self.m.buffer(*buf).name);
+                    let temp = self.local_buffer(&name, dt, width);
+                    stores.push(Access {
+                        key: format!("{:?}", (buf, idx)),
+                        buf: *buf,
+                        idx0,
+                        w,
+                        temp,
+                    });
+                }
+            }
+        }
+        if loads.is_empty() && stores.is_empty() {
+            return None;
+        }
+        // the chunk takes the vector path only when every vector access is fully in bounds
+        for a in loads.iter().chain(stores.iter()) {
+            let b = self.m.buffer(a.buf);
+            if b.scope != Scope::Global {
+                continue;
+            }
+            let n = a.idx0.len();
+            for d in 0..n - 1 {
+                cond = and(cond, in_range(&a.idx0[d], b.shape[d]));
+            }
+            let last = &a.idx0[n - 1];
+            let dt = last.dtype();
+            cond = and(
+                cond,
+                Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, dt)),
+            );
+            cond = and(
+                cond,
+                Expr::binary(
+                    BinOp::Le,
+                    simplify(add(last.clone(), Expr::int_of(width, dt))),
+                    Expr::int_of(b.shape[n - 1], dt),
+                ),
+            );
+        }
+        let mut out = Vec::new();
+        let vec_copies = |a: &Access, load: bool| -> Vec<Stmt> {
+            let n = a.idx0.len();
+            (0..width / a.w)
+                .map(|k| {
+                    let mut idx = a.idx0.clone();
+                    idx[n - 1] = simplify(add(
+                        idx[n - 1].clone(),
+                        Expr::int_of(k * a.w, idx[n - 1].dtype()),
+                    ));
+                    if load {
+                        Stmt::VecCopy {
+                            dst: a.temp,
+                            dst_idx: vec![i32c(k * a.w)],
+                            src: a.buf,
+                            src_idx: idx,
+                            width: a.w as u32,
+                        }
+                    } else {
+                        Stmt::VecCopy {
+                            dst: a.buf,
+                            dst_idx: idx,
+                            src: a.temp,
+                            src_idx: vec![i32c(k * a.w)],
+                            width: a.w as u32,
+                        }
+                    }
+                })
+                .collect()
+        };
+        for a in &loads {
+            out.extend(vec_copies(a, true));
+        }
+        let lane_e = Expr::var(lane, DType::I32);
+        let replace = |e: Expr| -> Expr {
+            e.map(&mut |x| match x {
+                Expr::Load {
+                    buf,
+                    idx,
+                    dtype,
+                    loc,
+                    oob,
+                } => {
+                    let key = format!("{:?}", (&buf, &idx));
+                    match loads.iter().find(|a| a.key == key) {
+                        Some(a) => Expr::load(a.temp, vec![lane_e.clone()], dtype),
+                        None => Expr::Load {
+                            buf,
+                            idx,
+                            dtype,
+                            loc,
+                            oob,
+                        },
+                    }
+                }
+                other => other,
+            })
+        };
+        let mut lane_body = Vec::new();
+        for s in body {
+            let Stmt::Store {
+                buf,
+                idx,
+                value,
+                loc,
+            } = s.clone()
+            else {
+                unreachable!()
+            };
+            let key = format!("{:?}", (&buf, &idx));
+            let value = replace(value);
+            match stores.iter().find(|a| a.key == key) {
+                Some(a) => lane_body.push(Stmt::Store {
+                    buf: a.temp,
+                    idx: vec![lane_e.clone()],
+                    value,
+                    loc,
+                }),
+                None => lane_body.push(Stmt::Store {
+                    buf,
+                    idx,
+                    value,
+                    loc,
+                }),
+            }
+        }
+        let lane_body = self.guard_globals(lane_body);
+        out.push(Stmt::For {
+            var: lane,
+            start: i32c(0),
+            extent: i32c(width),
+            kind: ForKind::Unroll,
+            body: lane_body,
+            loc: Loc::UNKNOWN,
+        });
+        for a in &stores {
+            out.extend(vec_copies(a, false));
+        }
+        let describe = |a: &Access| {
+            format!(
+                "{} x{} ({} bytes)",
+                self.m.buffer(a.buf).name,
+                a.w,
+                a.w * self.m.buffer(a.buf).dtype.bytes() as i64
+            )
+        };
+        let desc = format!(
+            "vector loads [{}], vector stores [{}]",
+            loads.iter().map(describe).collect::<Vec<_>>().join(", "),
+            stores.iter().map(describe).collect::<Vec<_>>().join(", ")
+        );
+        Some((out, cond.map(simplify), desc))
+    }
+
+    fn copy(&mut self, src: &Region, dst: &Region, pad: Option<Expr>, loc: Loc) -> Vec<Stmt> {
+        let (s, d) = match resolve_copy(&self.m, src, dst, loc) {
+            Ok(x) => x,
+            Err(e) => {
+                self.diags.push(e);
+                return vec![];
+            }
+        };
+        let (sb, db) = (self.m.buffer(s.buf).clone(), self.m.buffer(d.buf).clone());
+        if sb.scope == Scope::Local || db.scope == Scope::Local {
+            self.diags.push(
+                Diagnostic::error("T.copy to or from a local buffer is not supported", loc)
+                    .with_help("local buffers are per thread; copy into a fragment, or assign elements in a T.Parallel loop"),
+            );
+            return vec![];
+        }
+        // the side whose layout decides the thread mapping
+        let anchor = if sb.scope == Scope::Fragment {
+            &s
+        } else if db.scope == Scope::Fragment || sb.scope == Scope::Global {
+            &d
+        } else {
+            &s
+        };
+        for (side, b) in [(&s, &sb), (&d, &db)] {
+            if b.scope == Scope::Fragment
+                && (side.extents != b.shape
+                    || side
+                        .starts
+                        .iter()
+                        .any(|e| simplify(e.clone()).as_int() != Some(0)))
+            {
+                self.diags.push(Diagnostic::error(
+                    format!(
+                        "T.copy of part of fragment '{}' is not supported; copy the whole fragment",
+                        b.name
+                    ),
+                    loc,
+                ));
+                return vec![];
+            }
+        }
+        let loop_shape = anchor.shape();
+        let vars: Vec<VarId> = (0..loop_shape.len())
+            .map(|k| self.m.add_var(&format!("c{k}"), VarKind::Loop, DType::I32))
+            .collect();
+        let index_side = |r: &ResolvedRegion| -> Vec<Expr> {
+            // non-unit kept dims of r consume non-unit loop dims in order
+            let mut loop_dims = (0..loop_shape.len()).filter(|k| loop_shape[*k] != 1);
+            (0..r.extents.len())
+                .map(|d| {
+                    let start = r.starts[d].clone();
+                    if r.kept[d] && r.extents[d] != 1 {
+                        let k = loop_dims.next().expect("copy shapes agree");
+                        let v = Expr::var(vars[k], DType::I32);
+                        simplify(add(start.clone(), Expr::cast(v, start.dtype())))
+                    } else {
+                        start
+                    }
+                })
+                .collect()
+        };
+        let src_idx = index_side(&s);
+        let dst_idx = index_side(&d);
+        let pad = pad.map(|p| Box::new(Expr::cast(p, sb.dtype)));
+        let load = Expr::Load {
+            buf: s.buf,
+            idx: src_idx,
+            dtype: sb.dtype,
+            loc,
+            oob: pad,
+        };
+        let store = Stmt::Store {
+            buf: d.buf,
+            idx: dst_idx,
+            value: Expr::cast(load, db.dtype),
+            loc,
+        };
+        let layout = match (sb.layout.as_ref(), db.layout.as_ref()) {
+            (Some(a), Some(b)) if a != b => {
+                self.diags.push(
+                    Diagnostic::error(format!("layout conflict: T.copy between fragments '{}' and '{}' laid out differently", sb.name, db.name), loc)
+                        .with_label(sb.loc, format!("'{}' is {a}", sb.name))
+                        .with_label(db.loc, format!("'{}' is {b}", db.name)),
+                );
+                return vec![];
+            }
+            (Some(a), _) => a.clone(),
+            (_, Some(b)) => b.clone(),
+            _ => FragmentLayout::blocked(
+                &loop_shape,
+                self.m.kernel.threads,
+                sb.dtype.bytes().min(db.dtype.bytes()),
+            ),
+        };
+        self.parallel(&vars, &loop_shape, &[store], &layout, loc)
+    }
+
+    fn fill(&mut self, dst: &Region, value: Expr, loc: Loc) -> Vec<Stmt> {
+        let r = match resolve_region(&self.m, dst, None) {
+            Ok(r) => r,
+            Err(e) => {
+                self.diags.push(e);
+                return vec![];
+            }
+        };
+        let b = self.m.buffer(r.buf).clone();
+        let value = Expr::cast(value, b.dtype);
+        match b.scope {
+            Scope::Fragment | Scope::Local => {
+                let whole = r.extents == b.shape
+                    && r.starts
+                        .iter()
+                        .all(|e| simplify(e.clone()).as_int() == Some(0));
+                if !whole {
+                    self.diags.push(Diagnostic::error(
+                        format!(
+                            "T.fill of part of {} '{}' is not supported; fill it whole",
+                            b.scope.name(),
+                            b.name
+                        ),
+                        loc,
+                    ));
+                    return vec![];
+                }
+                let slots = match &b.layout {
+                    Some(l) => l.slots(),
+                    None => b.num_elements(),
+                };
+                let v = self.m.add_var("s", VarKind::Loop, DType::I32);
+                let flat = if b.scope == Scope::Fragment || b.shape.len() == 1 {
+                    vec![Expr::var(v, DType::I32)]
+                } else {
+                    // a multi-dimensional local buffer: unflatten
+                    let strides = b.strides();
+                    strides
+                        .iter()
+                        .zip(&b.shape)
+                        .map(|(s, e)| {
+                            Expr::binary(
+                                BinOp::FloorMod,
+                                Expr::binary(BinOp::FloorDiv, Expr::var(v, DType::I32), i32c(*s)),
+                                i32c(*e),
+                            )
+                        })
+                        .collect()
+                };
+                vec![Stmt::For {
+                    var: v,
+                    start: i32c(0),
+                    extent: i32c(slots),
+                    kind: ForKind::Unroll,
+                    body: vec![Stmt::Store {
+                        buf: r.buf,
+                        idx: flat,
+                        value,
+                        loc,
+                    }],
+                    loc,
+                }]
+            }
+            Scope::Shared | Scope::Global => {
+                let shape = r.shape();
+                let vars: Vec<VarId> = (0..shape.len())
+                    .map(|k| self.m.add_var(&format!("f{k}"), VarKind::Loop, DType::I32))
+                    .collect();
+                let mut k = 0;
+                let idx: Vec<Expr> = (0..r.extents.len())
+                    .map(|d| {
+                        if r.kept[d] {
+                            let v = Expr::var(vars[k], DType::I32);
+                            k += 1;
+                            let start = r.starts[d].clone();
+                            simplify(add(start.clone(), Expr::cast(v, start.dtype())))
+                        } else {
+                            r.starts[d].clone()
+                        }
+                    })
+                    .collect();
+                let layout =
+                    FragmentLayout::blocked(&shape, self.m.kernel.threads, b.dtype.bytes());
+                let store = Stmt::Store {
+                    buf: r.buf,
+                    idx,
+                    value,
+                    loc,
+                };
+                self.parallel(&vars, &shape, &[store], &layout, loc)
+            }
+        }
+    }
+
+    fn reduce(
+        &mut self,
+        kind: ReduceKind,
+        src: BufferId,
+        dst: BufferId,
+        dim: usize,
+        clear: bool,
+        loc: Loc,
+    ) -> Vec<Stmt> {
+        let sb = self.m.buffer(src).clone();
+        let db = self.m.buffer(dst).clone();
+        let (Some(sl), Some(dl)) = (sb.layout.clone(), db.layout.clone()) else {
+            self.diags
+                .push(Diagnostic::bug("reduction operands without layouts"));
+            return vec![];
+        };
+        let mut expect = sl.reduced(dim);
+        if expect.dims.is_empty() {
+            expect.dims.push(DimSplit {
+                extent: 1,
+                inner: 1,
+                threads: 1,
+                thread_stride: 1,
+                outer: 1,
+            });
+        }
+        if expect != dl {
+            self.diags.push(
+                Diagnostic::error(
+                    format!(
+                        "layout conflict: '{}' cannot hold the reduction of '{}'",
+                        db.name, sb.name
+                    ),
+                    loc,
+                )
+                .with_label(db.loc, format!("'{}' is {dl}", db.name))
+                .with_label(
+                    sb.loc,
+                    format!(
+                        "reducing '{}' ({sl}) over dim {dim} needs {expect}",
+                        sb.name
+                    ),
+                )
+                .with_help("give the result its own fragment, first written by this reduction"),
+            );
+            return vec![];
+        }
+        let acc_dt = if sb.dtype.is_float() && sb.dtype.bytes() < 4 {
+            DType::F32
+        } else {
+            sb.dtype
+        };
+        let dst_slots = dl.slots();
+        let partial = self.local_buffer(&format!("{}_red", db.name), acc_dt, dst_slots);
+        let rsplit = sl.dims[dim];
+        let mut out = vec![Stmt::For {
+            var: self.m.add_var("s", VarKind::Loop, DType::I32),
+            start: i32c(0),
+            extent: i32c(dst_slots),
+            kind: ForKind::Unroll,
+            body: vec![],
+            loc,
+        }];
+        // initialise partials to the identity (threads holding nothing keep it)
+        if let Stmt::For { var, body, .. } = &mut out[0] {
+            *body = vec![Stmt::Store {
+                buf: partial,
+                idx: vec![Expr::var(*var, DType::I32)],
+                value: identity(kind, acc_dt),
+                loc,
+            }];
+        }
+        // fold this thread's elements: a parallel walk over the source layout
+        let keep: Vec<usize> = (0..sl.dims.len()).filter(|d| *d != dim).collect();
+        let n = sl.dims.len();
+        let width = sl.dims[n - 1].inner;
+        let body = self.for_each_chunk(&sl, &mut |lw, outer, base| {
+            let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
+            let lane = Expr::var(lane_var, DType::I32);
+            let mut lanes = vec![i32c(0); n];
+            lanes[n - 1] = lane.clone();
+            let mut index = base.to_vec();
+            index[n - 1] = add(base[n - 1].clone(), lane.clone());
+            let el = Element {
+                outer: outer.to_vec(),
+                lane: lanes,
+                index,
+            };
+            let src_slot = lw.slot(src, &(0..n).collect::<Vec<_>>(), &el);
+            let dst_slot = if db.shape == [1] && keep.is_empty() {
+                i32c(0)
+            } else {
+                lw.slot(dst, &keep, &el)
+            };
+            let mut x = Expr::cast(Expr::load(src, vec![src_slot], sb.dtype), acc_dt);
+            if kind == ReduceKind::AbsMax {
+                x = Expr::unary(UnOp::Abs, x);
+            }
+            let cur = Expr::load(partial, vec![dst_slot.clone()], acc_dt);
+            let st = Stmt::Store {
+                buf: partial,
+                idx: vec![dst_slot],
+                value: combine(kind, cur, x),
+                loc,
+            };
+            if width > 1 {
+                vec![Stmt::For {
+                    var: lane_var,
+                    start: i32c(0),
+                    extent: i32c(width),
+                    kind: ForKind::Unroll,
+                    body: vec![st],
+                    loc,
+                }]
+            } else {
+                vec![substitute_stmt(st, lane_var, &i32c(0))]
+            }
+        });
+        out.extend(body);
+        // across threads: shuffles within a warp, shared memory across warps
+        let mut warp_masks = Vec::new();
+        let mut block_masks = Vec::new();
+        let mut k = 1;
+        while k < rsplit.threads {
+            let mask = rsplit.thread_stride * k;
+            if mask < 32 {
+                warp_masks.push(mask as u32);
+            } else {
+                block_masks.push(mask);
+            }
+            k *= 2;
+        }
+        let slot_var = self.m.add_var("s", VarKind::Loop, DType::I32);
+        let slot = Expr::var(slot_var, DType::I32);
+        if !warp_masks.is_empty() {
+            let mut st = Vec::new();
+            for mask in &warp_masks {
+                let cur = Expr::load(partial, vec![slot.clone()], acc_dt);
+                let other = Expr::ShflXor {
+                    a: Box::new(cur.clone()),
+                    mask: *mask,
+                    dtype: acc_dt,
+                };
+                st.push(Stmt::Store {
+                    buf: partial,
+                    idx: vec![slot.clone()],
+                    value: combine(kind, cur, other),
+                    loc,
+                });
+            }
+            out.push(Stmt::For {
+                var: slot_var,
+                start: i32c(0),
+                extent: i32c(dst_slots),
+                kind: ForKind::Unroll,
+                body: st,
+                loc,
+            });
+            self.report.push(format!(
+                "{}: reduce_{} over {} threads: warp shuffles (xor {:?})",
+                self.m.sources.short(loc).unwrap_or_default(),
+                kind.name(),
+                rsplit.threads,
+                warp_masks
+            ));
+        }
+        if !block_masks.is_empty() {
+            let active = sl.active_threads;
+            let scratch = self.m.add_buffer(Buffer {
+                name: format!("{}_xwarp", db.name),
+                scope: Scope::Shared,
+                dtype: acc_dt,
+                shape: vec![dst_slots, active],
+                loc,
+                layout: None,
+                shared_offset: None,
+            });
+            let is_active = Expr::binary(BinOp::Lt, self.tid(), i32c(active));
+            let s1 = self.m.add_var("s", VarKind::Loop, DType::I32);
+            let s1e = Expr::var(s1, DType::I32);
+            out.push(Stmt::Sync);
+            out.push(Stmt::If {
+                cond: is_active.clone(),
+                then: vec![Stmt::For {
+                    var: s1,
+                    start: i32c(0),
+                    extent: i32c(dst_slots),
+                    kind: ForKind::Unroll,
+                    body: vec![Stmt::Store {
+                        buf: scratch,
+                        idx: vec![s1e.clone(), self.tid()],
+                        value: Expr::load(partial, vec![s1e.clone()], acc_dt),
+                        loc,
+                    }],
+                    loc,
+                }],
+                otherwise: vec![],
+                loc,
+            });
+            out.push(Stmt::Sync);
+            // combine the partials of every thread that differs only in the cross-warp bits
+            let all_bits: i64 = block_masks.iter().sum();
+            let base = Expr::binary(BinOp::BitAnd, self.tid(), i32c(!all_bits));
+            let s2 = self.m.add_var("s", VarKind::Loop, DType::I32);
+            let s2e = Expr::var(s2, DType::I32);
+            let mut fold = identity(kind, acc_dt);
+            for subset in 0..(1i64 << block_masks.len()) {
+                let offset: i64 = block_masks
+                    .iter()
+                    .enumerate()
+                    .filter(|(b, _)| subset >> b & 1 == 1)
+                    .map(|(_, m)| m)
+                    .sum();
+                let member = simplify(Expr::binary(BinOp::BitOr, base.clone(), i32c(offset)));
+                fold = combine(
+                    kind,
+                    fold,
+                    Expr::load(scratch, vec![s2e.clone(), member], acc_dt),
+                );
+            }
+            out.push(Stmt::If {
+                cond: is_active,
+                then: vec![Stmt::For {
+                    var: s2,
+                    start: i32c(0),
+                    extent: i32c(dst_slots),
+                    kind: ForKind::Unroll,
+                    body: vec![Stmt::Store {
+                        buf: partial,
+                        idx: vec![s2e],
+                        value: fold,
+                        loc,
+                    }],
+                    loc,
+                }],
+                otherwise: vec![],
+                loc,
+            });
+            out.push(Stmt::Sync);
+            self.report.push(format!(
+                "{}: reduce_{} across warps through shared memory ({} bytes)",
+                self.m.sources.short(loc).unwrap_or_default(),
+                kind.name(),
+                dst_slots * active * acc_dt.bytes() as i64
+            ));
+        }
+        // write the result
+        let s3 = self.m.add_var("s", VarKind::Loop, DType::I32);
+        let s3e = Expr::var(s3, DType::I32);
+        let result = Expr::load(partial, vec![s3e.clone()], acc_dt);
+        let value = if clear {
+            Expr::cast(result, db.dtype)
+        } else {
+            let old = Expr::cast(Expr::load(dst, vec![s3e.clone()], db.dtype), acc_dt);
+            Expr::cast(combine(kind, old, result), db.dtype)
+        };
+        out.push(Stmt::For {
+            var: s3,
+            start: i32c(0),
+            extent: i32c(dst_slots),
+            kind: ForKind::Unroll,
+            body: vec![Stmt::Store {
+                buf: dst,
+                idx: vec![s3e],
+                value,
+                loc,
+            }],
+            loc,
+        });
+        out
+    }
+}
+
+fn substitute_stmt(s: Stmt, v: VarId, with: &Expr) -> Stmt {
+    let e = |x: Expr| simplify(x.substitute(v, with));
+    let es = |xs: Vec<Expr>| {
+        xs.into_iter()
+            .map(|x| simplify(x.substitute(v, with)))
+            .collect::<Vec<_>>()
+    };
+    let ss = |xs: Vec<Stmt>| {
+        xs.into_iter()
+            .map(|x| substitute_stmt(x, v, with))
+            .collect::<Vec<_>>()
+    };
+    match s {
+        Stmt::Store {
+            buf,
+            idx,
+            value,
+            loc,
+        } => Stmt::Store {
+            buf,
+            idx: es(idx),
+            value: e(value),
+            loc,
+        },
+        Stmt::AtomicAdd {
+            buf,
+            idx,
+            value,
+            loc,
+        } => Stmt::AtomicAdd {
+            buf,
+            idx: es(idx),
+            value: e(value),
+            loc,
+        },
+        Stmt::If {
+            cond,
+            then,
+            otherwise,
+            loc,
+        } => Stmt::If {
+            cond: e(cond),
+            then: ss(then),
+            otherwise: ss(otherwise),
+            loc,
+        },
+        Stmt::For {
+            var,
+            start,
+            extent,
+            kind,
+            body,
+            loc,
+        } => Stmt::For {
+            var,
+            start: e(start),
+            extent: e(extent),
+            kind,
+            body: ss(body),
+            loc,
+        },
+        Stmt::Let { var, value } => Stmt::Let {
+            var,
+            value: e(value),
+        },
+        Stmt::VecCopy {
+            dst,
+            dst_idx,
+            src,
+            src_idx,
+            width,
+        } => Stmt::VecCopy {
+            dst,
+            dst_idx: es(dst_idx),
+            src,
+            src_idx: es(src_idx),
+            width,
+        },
+        other => other,
+    }
+}

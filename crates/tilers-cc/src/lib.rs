@@ -1,0 +1,206 @@
+//! The compiler driver shared by the command line (`tilers-cc`) and the Python extension:
+//! serialized program → verified module → lowering pipeline → CUDA source + KernelInfo.
+//!
+//! No panic escapes: a panic inside the compiler becomes [`CompileError::Internal`] with
+//! the program saved as a reproducer.
+
+pub mod nvrtc;
+
+use serde_json::Value;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use tile_ir::diag::render_all;
+use tile_ir::Module;
+use tile_passes::{Ctx, Options, Target};
+
+#[derive(Clone, Debug, Default)]
+pub struct CompileOptions {
+    pub arch: String,
+    pub lineinfo: bool,
+    pub fast_math: bool,
+    /// Write the IR after every pass here (`TILERS_DUMP_IR`).
+    pub dump_dir: Option<PathBuf>,
+}
+
+impl CompileOptions {
+    /// Parse `{"arch": "sm_90a", "lineinfo": false, "fast_math": false, "dump_ir": null}`.
+    pub fn from_json(text: &str) -> Result<CompileOptions, CompileError> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| CompileError::Format(format!("options are not valid JSON: {e}")))?;
+        let Some(o) = v.as_object() else {
+            return Err(CompileError::Format("options must be a JSON object".into()));
+        };
+        let mut opts = CompileOptions {
+            arch: "sm_90a".into(),
+            ..Default::default()
+        };
+        for (k, val) in o {
+            match k.as_str() {
+                "arch" => {
+                    opts.arch = val
+                        .as_str()
+                        .ok_or_else(|| {
+                            CompileError::Format("options.arch must be a string".into())
+                        })?
+                        .to_string()
+                }
+                "lineinfo" => opts.lineinfo = val.as_bool().unwrap_or(false),
+                "fast_math" => opts.fast_math = val.as_bool().unwrap_or(false),
+                "dump_ir" => opts.dump_dir = val.as_str().map(PathBuf::from),
+                other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
+            }
+        }
+        Ok(opts)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum CompileError {
+    /// The input is not a valid serialized program (or options).
+    Format(String),
+    /// Mistakes in the user's kernel, rendered with source lines.
+    User(String),
+    /// A bug in tilers.
+    Internal {
+        message: String,
+        reproducer: Option<PathBuf>,
+    },
+}
+
+impl std::fmt::Display for CompileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CompileError::Format(m) | CompileError::User(m) => f.write_str(m),
+            CompileError::Internal {
+                message,
+                reproducer,
+            } => {
+                write!(f, "internal compiler error: {message}\n")?;
+                match reproducer {
+                    Some(p) => write!(
+                        f,
+                        "the program was saved to {}; please report this bug with that file attached (`tilers-cc {}` reproduces it)",
+                        p.display(),
+                        p.display()
+                    ),
+                    None => write!(f, "please report this bug with the kernel that caused it"),
+                }
+            }
+        }
+    }
+}
+
+pub struct Compiled {
+    pub source: String,
+    /// KernelInfo JSON text.
+    pub info: String,
+    pub module: Module,
+}
+
+fn save_reproducer(program: &str) -> Option<PathBuf> {
+    // content-addressed, so the same failure saves one file
+    let mut h: u64 = 0xcbf29ce484222325;
+    for b in program.bytes() {
+        h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+    }
+    let path = std::env::temp_dir().join(format!("tilers-ice-{h:016x}.json"));
+    std::fs::write(&path, program).ok().map(|_| path)
+}
+
+/// Compile a serialized program; `dump` sees the IR text after each pass.
+pub fn compile_with(
+    program: &str,
+    opts: &CompileOptions,
+    dump: &mut dyn FnMut(&str, &str),
+) -> Result<Compiled, CompileError> {
+    let result = catch_unwind(AssertUnwindSafe(|| compile_inner(program, opts, dump)));
+    match result {
+        Ok(Err(CompileError::Internal { message, .. })) => Err(CompileError::Internal {
+            message,
+            reproducer: save_reproducer(program),
+        }),
+        Ok(r) => r,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(CompileError::Internal {
+                message,
+                reproducer: save_reproducer(program),
+            })
+        }
+    }
+}
+
+pub fn compile(program: &str, opts: &CompileOptions) -> Result<Compiled, CompileError> {
+    let dump_dir = opts
+        .dump_dir
+        .clone()
+        .or_else(|| std::env::var_os("TILERS_DUMP_IR").map(PathBuf::from));
+    let mut index = 0;
+    let mut dump = |pass: &str, text: &str| {
+        if let Some(dir) = &dump_dir {
+            let _ = std::fs::create_dir_all(dir);
+            let _ = std::fs::write(dir.join(format!("{index:02}-{pass}.tir")), text);
+            index += 1;
+        }
+    };
+    compile_with(program, opts, &mut dump)
+}
+
+fn compile_inner(
+    program: &str,
+    opts: &CompileOptions,
+    dump: &mut dyn FnMut(&str, &str),
+) -> Result<Compiled, CompileError> {
+    let module =
+        tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
+    let target = Target::from_arch(&opts.arch).ok_or_else(|| {
+        CompileError::Format(format!(
+            "unsupported architecture '{}': expected sm_80 or newer, e.g. sm_90a",
+            opts.arch
+        ))
+    })?;
+    let mut ctx = Ctx::new(
+        target.clone(),
+        Options {
+            lineinfo: opts.lineinfo,
+            fast_math: opts.fast_math,
+        },
+    );
+    let sources = module.sources.clone();
+    let mut dump_module = |pass: &str, m: &Module| dump(pass, &tile_ir::print::print_module(m));
+    let lowered = tile_passes::run(module, &mut ctx, Some(&mut dump_module)).map_err(|diags| {
+        let bugs: Vec<_> = diags
+            .iter()
+            .filter(|d| d.severity == tile_ir::diag::Severity::Bug)
+            .collect();
+        if let Some(b) = bugs.first() {
+            CompileError::Internal {
+                message: b.message.clone(),
+                reproducer: None,
+            }
+        } else {
+            CompileError::User(render_all(&diags, &sources))
+        }
+    })?;
+    let cg = tile_codegen::CodegenOptions {
+        arch: target.arch.clone(),
+        sm: target.sm,
+    };
+    let kernel =
+        tile_codegen::emit_cuda(&lowered, &cg, &ctx.report).map_err(|d| match d.severity {
+            tile_ir::diag::Severity::Bug => CompileError::Internal {
+                message: d.message,
+                reproducer: None,
+            },
+            _ => CompileError::User(d.render(&sources)),
+        })?;
+    Ok(Compiled {
+        source: kernel.source,
+        info: kernel.info.to_string(),
+        module: lowered,
+    })
+}

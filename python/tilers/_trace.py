@@ -1,0 +1,1066 @@
+"""Tracing: runs a prim_func once on symbolic proxies and records the tile program of docs/format.md."""
+
+from __future__ import annotations
+
+import linecache
+import math
+import os
+import re
+import sys
+import threading
+import types
+from collections import namedtuple
+
+from .errors import TileError, diagnostic_error
+
+FORMAT_VERSION = 1
+
+# Frames whose file lies in this directory are tilers internals; a location is the innermost
+# frame outside it.
+_PACKAGE_DIRS = tuple(
+    {os.path.dirname(__file__) + os.sep, os.path.dirname(os.path.abspath(__file__)) + os.sep}
+)
+
+BOOL_HELP = "use T.if_then_else(cond, a, b) for values or `with T.If(cond):` for statements"
+
+
+# ----------------------------------------------------------------------------------------
+# dtypes
+
+DTYPES = (
+    "bool",
+    "int8",
+    "uint8",
+    "int16",
+    "int32",
+    "uint32",
+    "int64",
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+)
+_DTYPE_ALIASES = {"float": "float32", "half": "float16"}
+_INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "uint32": 32, "int64": 64}
+_FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+
+
+class DType(str):
+    """A dtype name (a str) that also converts values: ``T.float32(1.0)``, ``T.int64(i)``."""
+
+    __slots__ = ()
+
+    def __call__(self, value):
+        return cast(value, self)
+
+
+def normalize_dtype(dtype) -> str:
+    """The canonical dtype name of a string, a DType, Python's int/float/bool or a torch dtype."""
+    if dtype is int:
+        return "int32"
+    if dtype is float:
+        return "float32"
+    if dtype is bool:
+        return "bool"
+    text = str(dtype)
+    text = text.removeprefix("torch.")
+    text = _DTYPE_ALIASES.get(text, text)
+    if text not in DTYPES:
+        raise user_error(f"unknown dtype {dtype!r}", help="use one of: " + ", ".join(DTYPES))
+    return text
+
+
+def is_float(dtype: str) -> bool:
+    return dtype in _FLOAT_RANK
+
+
+def is_int(dtype: str) -> bool:
+    """True for the integer dtypes (bool is not one)."""
+    return dtype in _INT_BITS
+
+
+def promote(a: str, b: str) -> str:
+    """The dtype both operands of an arithmetic operator are cast to.
+
+    bool counts as int32; int with float gives the float; float16 with bfloat16 gives
+    float32; otherwise the wider type wins, and of a signed and an unsigned integer of one
+    width the signed one wins (int32 with uint32 gives int32).
+    """
+    a = "int32" if a == "bool" else a
+    b = "int32" if b == "bool" else b
+    if a == b:
+        return a
+    if is_float(a) and is_float(b):
+        if _FLOAT_RANK[a] == _FLOAT_RANK[b]:
+            return "float32"
+        return a if _FLOAT_RANK[a] > _FLOAT_RANK[b] else b
+    if is_float(a):
+        return a
+    if is_float(b):
+        return b
+    if _INT_BITS[a] != _INT_BITS[b]:
+        return a if _INT_BITS[a] > _INT_BITS[b] else b
+    return a if not a.startswith("u") else b
+
+
+# ----------------------------------------------------------------------------------------
+# source locations and errors
+
+# A user source location; line and column are 1-based, column 0 means unknown.
+Loc = namedtuple("Loc", ["file", "line", "column"])
+
+
+_positions_cache: dict = {}
+
+
+def capture() -> Loc:
+    """The location being executed in the innermost frame outside the tilers package."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIRS):
+        frame = frame.f_back
+    if frame is None:
+        return Loc("<unknown>", 0, 0)
+    return frame_loc(frame)
+
+
+def frame_loc(frame) -> Loc:
+    code = frame.f_code
+    line = frame.f_lineno or 0
+    column = 0
+    positions = _positions_cache.get(code)
+    if positions is None:
+        positions = list(code.co_positions()) if hasattr(code, "co_positions") else []
+        _positions_cache[code] = positions
+    index = frame.f_lasti // 2
+    if 0 <= index < len(positions):
+        start_line, _, start_byte, _ = positions[index]
+        if start_line == line and start_byte is not None:
+            # co_positions counts UTF-8 bytes; diagnostics count characters.
+            text = linecache.getline(code.co_filename, line).encode()
+            column = len(text[:start_byte].decode(errors="ignore")) + 1
+    return Loc(code.co_filename, line, column)
+
+
+def user_error(message: str, help: str | None = None, loc: Loc | None = None) -> TileError:
+    """A TileError pointing at ``loc`` (by default the user's line being executed)."""
+    if loc is None:
+        loc = capture()
+    text = linecache.getline(loc.file, loc.line) if loc.line else ""
+    return diagnostic_error(loc.file, loc.line, loc.column, message, text, help)
+
+
+def line_text(loc: Loc) -> str:
+    return linecache.getline(loc.file, loc.line)
+
+
+# ----------------------------------------------------------------------------------------
+# expressions
+
+
+def const(value, dtype: str) -> Expr:
+    """A constant node; infinities and NaN are written as strings, as docs/format.md says."""
+    if isinstance(value, float) and not math.isfinite(value):
+        value = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    elif is_float(dtype) and not isinstance(value, str):
+        value = float(value)
+    elif not isinstance(value, str):
+        value = int(value)
+    return Expr({"op": "const", "dtype": dtype, "value": value})
+
+
+def node(op: str, dtype: str, **fields) -> Expr:
+    return Expr({"op": op, "dtype": dtype, **fields})
+
+
+def literal(value, like: str | None = None) -> Expr:
+    """``value`` as an expression; a Python number takes the dtype ``like`` where it fits.
+
+    An int literal takes any int or float ``like``; a float literal takes a float ``like``
+    and is float32 otherwise; alone, ints are int32 (int64 when they do not fit).
+    """
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool):
+        if like is None or like == "bool":
+            return const(int(value), "bool")
+        value = int(value)
+    if isinstance(value, int):
+        if like is not None and is_float(like):
+            return const(value, like)
+        if like is not None and is_int(like) and _fits(value, like):
+            return const(value, like)
+        return const(value, "int32" if _fits(value, "int32") else "int64")
+    if isinstance(value, float):
+        return const(value, like if like is not None and is_float(like) else "float32")
+    if isinstance(value, Buffer):
+        raise user_error(
+            f"buffer '{value.name}' cannot be used as a value",
+            help=f"index it, e.g. {value.name}[i, j], or pass it to T.copy",
+        )
+    if hasattr(value, "__index__"):  # numpy integers
+        return literal(value.__index__(), like)
+    if hasattr(value, "__float__") and not isinstance(value, str):
+        return literal(float(value), like)
+    raise user_error(
+        f"a {type(value).__name__} cannot be used in a kernel expression",
+        help="use numbers, traced values, or buffer elements such as A[i, j]",
+    )
+
+
+def _fits(value: int, dtype: str) -> bool:
+    bits = _INT_BITS[dtype]
+    if dtype.startswith("u"):
+        return 0 <= value < (1 << bits)
+    return -(1 << (bits - 1)) <= value < (1 << (bits - 1))
+
+
+def cast(value, dtype) -> Expr:
+    """``value`` converted to ``dtype``; constants of int or bool dtype fold."""
+    dtype = normalize_dtype(dtype)
+    expr = literal(value, dtype)
+    if expr.dtype == dtype:
+        return expr
+    tree = expr.node()
+    if tree["op"] == "const" and (not is_float(expr.dtype) or is_float(dtype)):
+        if dtype == "bool":
+            return const(int(tree["value"] != 0), "bool")
+        if not is_int(dtype) or _fits(tree["value"], dtype):
+            return const(tree["value"], dtype)
+    return node("cast", dtype, a=tree)
+
+
+_ARITH_OPS = ("add", "sub", "mul", "div", "floordiv", "floormod", "max", "min")
+_BIT_OPS = ("bitand", "bitor", "bitxor", "shl", "shr")
+_COMPARE_OPS = ("eq", "ne", "lt", "le", "gt", "ge")
+_BOOL_LOGIC = {"bitand": "and", "bitor": "or", "bitxor": "ne"}
+_SYMBOLS = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "floordiv": "//",
+    "floormod": "%",
+    "bitand": "&",
+    "bitor": "|",
+    "bitxor": "^",
+    "shl": "<<",
+    "shr": ">>",
+}
+
+
+def _operands(a, b) -> tuple[Expr, Expr]:
+    """Both operands as expressions; a Python number takes the other operand's dtype."""
+    if isinstance(a, Expr) and isinstance(b, Expr):
+        return a, b
+    if isinstance(a, Expr):
+        return a, literal(b, a.dtype)
+    if isinstance(b, Expr):
+        return literal(a, b.dtype), b
+    return literal(a), literal(b)
+
+
+def binary(op: str, a, b) -> Expr:
+    """``a op b`` with both operands cast to one dtype (see ``promote``)."""
+    a, b = _operands(a, b)
+    if op in _BOOL_LOGIC and a.dtype == "bool" and b.dtype == "bool":
+        return node(_BOOL_LOGIC[op], "bool", a=a.node(), b=b.node())
+    if op in _COMPARE_OPS:
+        dtype = a.dtype if a.dtype == b.dtype else promote(a.dtype, b.dtype)
+        return node(op, "bool", a=cast(a, dtype).node(), b=cast(b, dtype).node())
+    dtype = promote(a.dtype, b.dtype)
+    if op == "div" and not is_float(dtype):
+        raise user_error(
+            f"`/` on integers ({a.dtype} / {b.dtype})",
+            help='use // for integer division, or T.cast(x, "float32") for a floating-point result',
+        )
+    if op in _BIT_OPS and is_float(dtype):
+        raise user_error(
+            f"`{_SYMBOLS[op]}` needs integer operands, got {dtype}",
+            help="cast the operands to an integer type with T.cast",
+        )
+    a, b = cast(a, dtype), cast(b, dtype)
+    if is_float(dtype) and op == "floordiv":
+        return unary("floor", binary("div", a, b))
+    if is_float(dtype) and op == "floormod":
+        return binary("sub", a, binary("mul", unary("floor", binary("div", a, b)), b))
+    return node(op, dtype, a=a.node(), b=b.node())
+
+
+_FLOAT_ONLY = (
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "sin",
+    "cos",
+)
+
+
+def unary(op: str, value) -> Expr:
+    """A one-operand math op; ints are converted to float32 for the float-only functions."""
+    x = literal(value)
+    if op in _FLOAT_ONLY and not is_float(x.dtype):
+        x = cast(x, "float32")
+    if op in ("floor", "ceil") and not is_float(x.dtype):
+        return x
+    if op == "abs" and x.dtype == "bool":
+        x = cast(x, "int32")
+    return node(op, x.dtype, a=x.node())
+
+
+def negate(value) -> Expr:
+    x = literal(value)
+    if x.dtype == "bool":
+        x = cast(x, "int32")
+    tree = x.node()
+    if tree["op"] == "const":  # fold, so that -T.infinity(...) stays a constant
+        v = tree["value"]
+        if isinstance(v, str):
+            return const({"inf": "-inf", "-inf": "inf"}.get(v, v), x.dtype)
+        if not is_int(x.dtype) or _fits(-v, x.dtype):
+            return const(-v, x.dtype)
+    return node("neg", x.dtype, a=tree)
+
+
+def invert(value) -> Expr:
+    x = literal(value)
+    if x.dtype == "bool":
+        return node("not", "bool", a=x.node())
+    if is_float(x.dtype):
+        raise user_error(f"`~` needs an integer or bool operand, got {x.dtype}")
+    all_ones = (1 << _INT_BITS[x.dtype]) - 1 if x.dtype.startswith("u") else -1
+    return node("bitxor", x.dtype, a=x.node(), b=const(all_ones, x.dtype).node())
+
+
+def select(cond, a, b) -> Expr:
+    c = literal(cond)
+    if c.dtype != "bool":
+        raise user_error(
+            f"the condition has dtype {c.dtype}, not bool",
+            help="use a comparison, e.g. T.if_then_else(x > 0, a, b)",
+        )
+    a, b = _operands(a, b)
+    dtype = a.dtype if a.dtype == b.dtype else promote(a.dtype, b.dtype)
+    return node("select", dtype, cond=c.node(), a=cast(a, dtype).node(), b=cast(b, dtype).node())
+
+
+class Expr:
+    """A traced scalar value: a JSON expression node (docs/format.md) and its dtype."""
+
+    __slots__ = ("_node", "dtype")
+
+    def __init__(self, tree: dict):
+        self._node = tree
+        self.dtype = tree["dtype"]
+
+    def node(self) -> dict:
+        return self._node
+
+    # `==` builds an expression, so hashing is by identity.
+    __hash__ = object.__hash__
+
+    def __add__(self, other):
+        return binary("add", self, other)
+
+    def __radd__(self, other):
+        return binary("add", other, self)
+
+    def __sub__(self, other):
+        return binary("sub", self, other)
+
+    def __rsub__(self, other):
+        return binary("sub", other, self)
+
+    def __mul__(self, other):
+        return binary("mul", self, other)
+
+    def __rmul__(self, other):
+        return binary("mul", other, self)
+
+    def __truediv__(self, other):
+        return binary("div", self, other)
+
+    def __rtruediv__(self, other):
+        return binary("div", other, self)
+
+    def __floordiv__(self, other):
+        return binary("floordiv", self, other)
+
+    def __rfloordiv__(self, other):
+        return binary("floordiv", other, self)
+
+    def __mod__(self, other):
+        return binary("floormod", self, other)
+
+    def __rmod__(self, other):
+        return binary("floormod", other, self)
+
+    def __and__(self, other):
+        return binary("bitand", self, other)
+
+    def __rand__(self, other):
+        return binary("bitand", other, self)
+
+    def __or__(self, other):
+        return binary("bitor", self, other)
+
+    def __ror__(self, other):
+        return binary("bitor", other, self)
+
+    def __xor__(self, other):
+        return binary("bitxor", self, other)
+
+    def __rxor__(self, other):
+        return binary("bitxor", other, self)
+
+    def __lshift__(self, other):
+        return binary("shl", self, other)
+
+    def __rlshift__(self, other):
+        return binary("shl", other, self)
+
+    def __rshift__(self, other):
+        return binary("shr", self, other)
+
+    def __rrshift__(self, other):
+        return binary("shr", other, self)
+
+    def __lt__(self, other):
+        return binary("lt", self, other)
+
+    def __le__(self, other):
+        return binary("le", self, other)
+
+    def __gt__(self, other):
+        return binary("gt", self, other)
+
+    def __ge__(self, other):
+        return binary("ge", self, other)
+
+    def __eq__(self, other):
+        return binary("eq", self, other)
+
+    def __ne__(self, other):
+        return binary("ne", self, other)
+
+    def __neg__(self):
+        return negate(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return unary("abs", self)
+
+    def __invert__(self):
+        return invert(self)
+
+    def __bool__(self):
+        raise user_error("a traced value cannot be used as a Python bool", help=BOOL_HELP)
+
+    def __int__(self):
+        raise user_error(
+            "a traced value cannot be converted with int()",
+            help='use T.cast(x, "int32") to convert inside the kernel',
+        )
+
+    def __float__(self):
+        raise user_error(
+            "a traced value cannot be converted with float()",
+            help='use T.cast(x, "float32") to convert inside the kernel',
+        )
+
+    def __index__(self):
+        raise user_error(
+            "a traced value cannot be used as a Python int (in range(), or as a list index)",
+            help="loop over a traced extent with `for k in T.serial(n):`",
+        )
+
+    def __len__(self):
+        raise user_error("a traced value has no len()")
+
+    def __iter__(self):
+        raise user_error(
+            "a traced value cannot be iterated", help="loop with `for k in T.serial(n):`"
+        )
+
+    def __repr__(self):
+        return f"<traced {self.dtype} {self._node['op']}>"
+
+
+# ----------------------------------------------------------------------------------------
+# buffers
+
+
+class Buffer:
+    """A tile-program buffer: a tensor parameter (scope global) or a T.alloc_* allocation.
+
+    ``A[i, j]`` reads an element (or names a region when it holds slices);
+    ``A[i, j] = v`` records a store.
+    """
+
+    __slots__ = ("dtype", "id", "loc", "name", "scope", "shape")
+
+    def __init__(self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc):
+        self.id = id
+        self.name = name
+        self.scope = scope
+        self.dtype = dtype
+        self.shape = shape
+        self.loc = loc
+
+    def __getitem__(self, key) -> Load:
+        return Load(self, key if isinstance(key, tuple) else (key,), capture())
+
+    def __setitem__(self, key, value):
+        loc = capture()
+        indices = key if isinstance(key, tuple) else (key,)
+        if any(isinstance(i, slice) for i in indices):
+            raise user_error(
+                f"cannot assign to a slice of '{self.name}'",
+                loc=loc,
+                help="use T.fill(region, value) or T.copy(src, region)",
+            )
+        idx = element_indices(self, indices, loc)
+        stored = cast(literal(value, self.dtype), self.dtype)
+        builder = current_builder()
+        builder.emit({"op": "store", "buf": self.id, "idx": idx, "value": stored.node()}, loc)
+
+    def to_json(self, builder: Builder) -> dict:
+        return {
+            "id": self.id,
+            "name": self.name,
+            "scope": self.scope,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "loc": builder.json_loc(self.loc),
+        }
+
+    def __repr__(self):
+        return f"<buffer {self.name}: {self.scope} {self.dtype}{list(self.shape)}>"
+
+
+class Load(Expr):
+    """``buf[...]``: an element read when used as a value, a region when given to T.copy."""
+
+    __slots__ = ("buffer", "indices", "loc")
+
+    def __init__(self, buffer: Buffer, indices: tuple, loc: Loc):
+        self.buffer = buffer
+        self.indices = indices
+        self.loc = loc
+        self.dtype = buffer.dtype
+        self._node = None
+
+    def has_slices(self) -> bool:
+        return any(isinstance(i, slice) for i in self.indices)
+
+    def node(self) -> dict:
+        if self._node is None:
+            if self.has_slices():
+                raise user_error(
+                    f"'{self.buffer.name}[...]' with a slice is a region, not a value",
+                    loc=self.loc,
+                    help="pass regions to T.copy or T.fill; index every "
+                    "dimension to read one element",
+                )
+            idx = element_indices(self.buffer, self.indices, self.loc)
+            self._node = {
+                "op": "load",
+                "dtype": self.dtype,
+                "buf": self.buffer.id,
+                "idx": idx,
+                "loc": current_builder().json_loc(self.loc),
+            }
+        return self._node
+
+    def __repr__(self):
+        return f"<traced {self.dtype} {self.buffer.name}[...]>"
+
+
+def element_indices(buffer: Buffer, indices: tuple, loc: Loc) -> list:
+    """The index nodes of a one-element access; there must be one per dimension."""
+    rank = len(buffer.shape)
+    if len(indices) != rank:
+        raise user_error(
+            f"'{buffer.name}' has {rank} dimension{'s' if rank != 1 else ''} "
+            f"but {len(indices)} index{'es' if len(indices) != 1 else ''} "
+            "given",
+            loc=loc,
+            help=f"index every dimension of '{buffer.name}', "
+            f"e.g. {buffer.name}[{', '.join('ijkl'[:rank])}]",
+        )
+    return [index_node(i, buffer.shape[d], loc) for d, i in enumerate(indices)]
+
+
+def index_node(value, extent: int | None, loc: Loc) -> dict:
+    """An int32/int64 index node; a negative Python int counts from the end as in Python."""
+    if value is Ellipsis or value is None:
+        raise user_error("`...` and `None` are not supported in buffer subscripts", loc=loc)
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0 and extent:
+        value += extent
+    expr = literal(value)
+    if is_float(expr.dtype):
+        raise user_error(
+            f"an index must be an integer, got {expr.dtype}",
+            loc=loc,
+            help='convert it with T.cast(x, "int32")',
+        )
+    if expr.dtype in ("uint32", "int64"):
+        return cast(expr, "int64").node()
+    return cast(expr, "int32").node()
+
+
+def region(operand, other, loc: Loc) -> dict:
+    """A copy/fill operand as a region (docs/format.md, "Regions").
+
+    Slices give ``{"start", "stop"}``; plain indices next to slices give ``{"index"}``; a
+    subscript of plain indices only (``A[by * bM, k * bK]``) is an origin ``{"start"}``
+    whose extents come from ``other`` — unless ``other`` is such a subscript too, in which
+    case both select single elements.
+    """
+    if isinstance(operand, Buffer):
+        return {"buf": operand.id, "dims": [], "loc": current_builder().json_loc(loc)}
+    if not isinstance(operand, Load):
+        raise user_error(
+            f"expected a buffer or a subscript such as A[i, 0:64], got {type(operand).__name__}",
+            loc=loc,
+        )
+    buffer = operand.buffer
+    if len(operand.indices) > len(buffer.shape):
+        raise user_error(
+            f"'{buffer.name}' has {len(buffer.shape)} dimensions but "
+            f"{len(operand.indices)} indices were given",
+            loc=operand.loc,
+        )
+    other_is_point = isinstance(other, Load) and not other.has_slices()
+    origin = not operand.has_slices() and other is not None and not other_is_point
+    dims = []
+    for d, i in enumerate(operand.indices):
+        extent = buffer.shape[d]
+        if isinstance(i, slice):
+            if i.step is not None:
+                raise user_error("slices with a step are not supported", loc=operand.loc)
+            start = 0 if i.start is None else i.start
+            stop = extent if i.stop is None else i.stop
+            dims.append(
+                {
+                    "start": index_node(start, extent, operand.loc),
+                    "stop": index_node(stop, extent, operand.loc),
+                }
+            )
+        elif origin:
+            dims.append({"start": index_node(i, extent, operand.loc)})
+        else:
+            dims.append({"index": index_node(i, extent, operand.loc)})
+    return {"buf": buffer.id, "dims": dims, "loc": current_builder().json_loc(operand.loc)}
+
+
+class TensorType:
+    """The annotation ``T.Tensor(shape, dtype)`` of a tensor parameter (checked when traced)."""
+
+    def __init__(self, shape, dtype="float32"):
+        self.shape = shape
+        self.dtype = dtype
+
+    def __repr__(self):
+        return f"T.Tensor({self.shape!r}, {self.dtype!r})"
+
+
+class PrimFunc:
+    """A ``@T.prim_func``: keeps the Python function; tracing happens when it is compiled."""
+
+    def __init__(self, func):
+        self.func = func
+        self.__name__ = func.__name__
+        self.__qualname__ = getattr(func, "__qualname__", func.__name__)
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+        self.compiled = {}  # tilers.compile's memo, keyed by (params, out_idx, target)
+
+    def __call__(self, *args, **kwargs):
+        raise TileError(
+            f"prim_func '{self.__name__}' is compiled, not called; "
+            f"use kernel = tilers.compile({self.__name__}, ...) and call kernel"
+        )
+
+    def __repr__(self):
+        return f"<prim_func {self.__name__}>"
+
+
+# ----------------------------------------------------------------------------------------
+# the program being recorded
+
+# An open statement list: the body being recorded, what opened it ("T.Parallel"), where.
+Block = namedtuple("Block", ["body", "what", "loc"])
+
+
+class Builder:
+    """The state of one trace: tables of the program and the stack of open statement lists."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.sources: list[dict] = []
+        self.source_index: dict[str, int] = {}
+        self.params: list[dict] = []
+        self.buffers: list[Buffer] = []
+        self.buffer_names: set[str] = set()
+        self.vars: list[dict] = []
+        self.blocks: list[Block] = []
+        self.kernel: dict | None = None
+        self.kernel_opened = False
+
+    def json_loc(self, loc: Loc) -> list:
+        index = self.source_index.get(loc.file)
+        if index is None:
+            index = self.source_index[loc.file] = len(self.sources)
+            self.sources.append({"file": loc.file, "lines": {}})
+        if loc.line:
+            lines = self.sources[index]["lines"]
+            key = str(loc.line)
+            if key not in lines:
+                lines[key] = linecache.getline(loc.file, loc.line).rstrip("\r\n")
+        return [index, loc.line, loc.column]
+
+    def new_var(self, name: str, kind: str, dtype: str = "int32", axis: int | None = None):
+        var = {"id": len(self.vars), "name": name, "kind": kind}
+        if axis is not None:
+            var["axis"] = axis
+        var["dtype"] = dtype
+        self.vars.append(var)
+        return Expr({"op": "var", "dtype": dtype, "id": var["id"]})
+
+    def new_buffer(self, name: str, scope: str, dtype: str, shape: tuple, loc: Loc) -> Buffer:
+        unique = name
+        suffix = 1
+        while unique in self.buffer_names:
+            unique = f"{name}_{suffix}"
+            suffix += 1
+        self.buffer_names.add(unique)
+        buffer = Buffer(len(self.buffers), unique, scope, dtype, shape, loc)
+        self.buffers.append(buffer)
+        return buffer
+
+    def open_block(self, what: str, loc: Loc) -> list:
+        body: list = []
+        self.blocks.append(Block(body, what, loc))
+        return body
+
+    def close_block(self, body: list):
+        top = self.blocks[-1]
+        if top.body is not body:
+            raise user_error(
+                f"the {top.what} loop was left early (by break or return)",
+                loc=top.loc,
+                help="tile loops run every iteration; guard the body with "
+                "`with T.If(cond):` instead",
+            )
+        self.blocks.pop()
+
+    def emit(self, stmt: dict, loc: Loc) -> dict:
+        if not self.blocks:
+            raise user_error(
+                f"`{stmt['op']}` outside `with T.Kernel(...)`",
+                loc=loc,
+                help="put the kernel's statements inside the T.Kernel block",
+            )
+        stmt["loc"] = self.json_loc(loc)
+        self.blocks[-1].body.append(stmt)
+        return stmt
+
+    def program(self) -> dict:
+        buffers = [b.to_json(self) for b in self.buffers]  # registers their lines first
+        for source in self.sources:
+            source["lines"] = dict(sorted(source["lines"].items(), key=lambda kv: int(kv[0])))
+        return {
+            "version": FORMAT_VERSION,
+            "name": self.name,
+            "sources": self.sources,
+            "params": self.params,
+            "buffers": buffers,
+            "vars": self.vars,
+            "kernel": self.kernel,
+        }
+
+
+_state = threading.local()
+
+
+def current_builder() -> Builder:
+    builder = getattr(_state, "builder", None)
+    if builder is None:
+        raise user_error(
+            "tile statements can only run while a @T.prim_func is compiled",
+            help="compile the function: tilers.compile(func, ...)",
+        )
+    return builder
+
+
+def require_kernel(builder: Builder, what: str, loc: Loc):
+    if not builder.blocks:
+        raise user_error(f"{what} must be used inside `with T.Kernel(...)`", loc=loc)
+
+
+_ASSIGNED_NAME = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
+_FOR_TARGETS = re.compile(r"^\s*for\s+\(?([\w\s,]+?)\)?\s+in\b")
+_WITH_TARGETS = re.compile(r"\bas\s+\(?([\w\s,]+?)\)?\s*:")
+
+
+def assigned_name(loc: Loc) -> str | None:
+    """``acc`` from a source line ``acc = T.alloc_fragment(...)``."""
+    match = _ASSIGNED_NAME.match(line_text(loc))
+    return match.group(1) if match else None
+
+
+def target_names(loc: Loc, pattern: re.Pattern, count: int) -> list | None:
+    """The names a ``for``/``with ... as`` line binds, if there are ``count`` of them."""
+    match = pattern.search(line_text(loc))
+    if not match:
+        return None
+    names = [n.strip() for n in match.group(1).split(",") if n.strip()]
+    return names if len(names) == count else None
+
+
+# ----------------------------------------------------------------------------------------
+# entry point: binding the compile parameters, then running the function
+
+
+def trace(prim_func: PrimFunc, params: dict | None = None) -> dict:
+    """Trace ``prim_func`` with its free names rebound to ``params``; the program as a dict."""
+    if not isinstance(prim_func, PrimFunc):
+        raise TileError(f"expected a @T.prim_func, got {type(prim_func).__name__}")
+    params = dict(params or {})
+    func, annotations = bind(prim_func, params)
+    builder = Builder(prim_func.__name__)
+    previous = getattr(_state, "builder", None)
+    _state.builder = builder
+    try:
+        args = declare_params(builder, func, annotations)
+        func(*args)
+        if builder.blocks:  # a T.Kernel left by an exception is unwound by __exit__
+            raise user_error("the function ended inside an open block", loc=builder.blocks[-1].loc)
+        if builder.kernel is None:
+            raise user_error(
+                f"prim_func '{prim_func.__name__}' has no `with T.Kernel(...)` block",
+                loc=def_loc(func),
+            )
+    finally:
+        _state.builder = previous
+    return builder.program()
+
+
+def bind(prim_func: PrimFunc, params: dict) -> tuple:
+    """A copy of the function whose free names read ``params``, and its parameter annotations.
+
+    Annotations that name a rebound value are re-evaluated from their source text.
+    """
+    func = prim_func.func
+    code = func.__code__
+    annotations = {k: v for k, v in func.__annotations__.items() if k != "return"}
+    # A plain str annotation comes from `from __future__ import annotations` (a DType is a
+    # str subclass and is already evaluated).
+    if not params and not any(type(v) is str for v in annotations.values()):
+        return func, annotations
+
+    syntax = function_syntax(func)
+    annotation_names: dict[str, set] = {}
+    if syntax is not None:
+        import ast
+
+        source, definition = syntax
+        args = definition.args
+        for arg in args.posonlyargs + args.args + args.kwonlyargs:
+            if arg.annotation is not None:
+                names = {n.id for n in ast.walk(arg.annotation) if isinstance(n, ast.Name)}
+                text = ast.get_source_segment(source, arg.annotation)
+                annotation_names[arg.arg] = (names, text)
+
+    if params and syntax is not None:
+        read = code_names(code)
+        for names, _ in annotation_names.values():
+            read |= names
+        for name in params:
+            if name not in read:
+                shown = sorted((n for n in read if _is_plain_value(n, func)), key=str.lower)
+                raise TileError(
+                    f"compile() got parameter '{name}' which {func.__name__} "
+                    f"does not use; it reads: {', '.join(shown) or 'nothing'}"
+                )
+
+    namespace = dict(func.__globals__, **params)
+    cells = func.__closure__ or ()
+    closure = tuple(
+        types.CellType(params[n]) if n in params else cell
+        for n, cell in zip(code.co_freevars, cells)
+    )
+    bound = types.FunctionType(code, namespace, func.__name__, func.__defaults__, closure or None)
+    bound.__kwdefaults__ = func.__kwdefaults__
+    local_values = {}
+    for name, cell in zip(code.co_freevars, closure):
+        try:
+            local_values[name] = cell.cell_contents
+        except ValueError:  # an empty cell
+            pass
+
+    for arg, value in list(annotations.items()):
+        text = value if type(value) is str else None
+        if text is None and arg in annotation_names:
+            names, segment = annotation_names[arg]
+            if names & params.keys():
+                text = segment
+        if text is None:
+            continue
+        try:
+            annotations[arg] = eval(text, namespace, local_values)
+        except Exception as err:  # noqa: BLE001 - any failure of user code is reported
+            raise user_error(
+                f"the annotation of parameter '{arg}' could not be evaluated: {err}",
+                loc=param_loc(func, arg),
+                help="pass the names it uses to tilers.compile",
+            ) from None
+    return bound, annotations
+
+
+def function_syntax(func):
+    """(source, ast.FunctionDef) of ``func``, or None when its source is not available."""
+    import ast
+    import inspect
+    import textwrap
+
+    try:
+        source = textwrap.dedent(inspect.getsource(func))
+        tree = ast.parse(source)
+    except (OSError, TypeError, SyntaxError):
+        return None
+    for item in ast.walk(tree):
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == func.__name__:
+            return source, item
+    return None
+
+
+def code_names(code) -> set:
+    """The global and closure names a code object (and the code nested in it) reads."""
+    import dis
+
+    names = set(code.co_freevars)
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        for instruction in dis.get_instructions(current):
+            if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+                names.add(instruction.argval)
+        pending.extend(c for c in current.co_consts if isinstance(c, types.CodeType))
+    return names
+
+
+def _is_plain_value(name: str, func) -> bool:
+    """Whether ``name`` looks like a compile parameter (a value, not a module or function)."""
+    if name in func.__code__.co_freevars:
+        index = func.__code__.co_freevars.index(name)
+        try:
+            value = func.__closure__[index].cell_contents
+        except ValueError:
+            return True
+    elif name in func.__globals__:
+        value = func.__globals__[name]
+    else:
+        import builtins
+
+        return not hasattr(builtins, name)
+    return not (isinstance(value, (types.ModuleType, type, PrimFunc)) or callable(value))
+
+
+def def_loc(func) -> Loc:
+    """The location of the ``def`` line (co_firstlineno is the first decorator's line)."""
+    code = func.__code__
+    pattern = re.compile(r"^(\s*)(?:async\s+)?def\s+" + re.escape(func.__name__) + r"\b")
+    for line in range(code.co_firstlineno, code.co_firstlineno + 50):
+        text = linecache.getline(code.co_filename, line)
+        match = pattern.match(text)
+        if match:
+            return Loc(code.co_filename, line, len(match.group(1)) + 1)
+        if not text:
+            break
+    return Loc(code.co_filename, code.co_firstlineno, 0)
+
+
+def param_loc(func, name: str) -> Loc:
+    """The location of parameter ``name`` in the def header (the def line if not found)."""
+    start = def_loc(func)
+    pattern = re.compile(r"\b" + re.escape(name) + r"\s*(?::(?!:)|[,)=])")
+    for line in range(start.line, start.line + 30):
+        text = linecache.getline(start.file, line)
+        match = pattern.search(text, start.column if line == start.line else 0)
+        if match:
+            return Loc(start.file, line, match.start() + 1)
+        if not text or text.rstrip().endswith(":"):
+            break
+    return start
+
+
+def declare_params(builder: Builder, func, annotations: dict) -> list:
+    """A buffer per tensor parameter and a variable per scalar one; the proxies to call with."""
+    code = func.__code__
+    if code.co_flags & (0x04 | 0x08):  # *args, **kwargs
+        raise user_error("a prim_func cannot take *args or **kwargs", loc=def_loc(func))
+    names = code.co_varnames[: code.co_argcount]
+    if code.co_kwonlyargcount:
+        raise user_error("a prim_func cannot have keyword-only parameters", loc=def_loc(func))
+    args = []
+    for name in names:
+        loc = param_loc(func, name)
+        annotation = annotations.get(name)
+        if isinstance(annotation, TensorType):
+            shape = _tensor_shape(name, annotation.shape, loc)
+            try:
+                dtype = normalize_dtype(annotation.dtype)
+            except TileError:
+                raise user_error(
+                    f"parameter '{name}' has unknown dtype {annotation.dtype!r}",
+                    loc=loc,
+                    help="use one of: " + ", ".join(DTYPES),
+                ) from None
+            buffer = builder.new_buffer(name, "global", dtype, shape, loc)
+            builder.params.append({"kind": "tensor", "name": name, "buffer": buffer.id})
+            args.append(buffer)
+        elif annotation is not None and _is_dtype(annotation):
+            var = builder.new_var(name, "param", normalize_dtype(annotation))
+            builder.params.append({"kind": "scalar", "name": name, "var": var.node()["id"]})
+            args.append(var)
+        else:
+            raise user_error(
+                f"parameter '{name}' needs an annotation",
+                loc=loc,
+                help=f'annotate it: `{name}: T.Tensor((M, N), "float16")` for '
+                f"a tensor or `{name}: T.int32` for a scalar",
+            )
+    return args
+
+
+def _is_dtype(annotation) -> bool:
+    if annotation in (int, float, bool):
+        return True
+    text = str(annotation)
+    text = text.removeprefix("torch.")
+    return _DTYPE_ALIASES.get(text, text) in DTYPES
+
+
+def _tensor_shape(name: str, shape, loc: Loc) -> tuple:
+    dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    ok = all(
+        hasattr(d, "__index__") and not isinstance(d, (bool, Expr)) and d.__index__() > 0
+        for d in dims
+    )
+    if not ok or not dims:
+        raise user_error(
+            f"the shape of parameter '{name}' must be positive integers after "
+            f"binding, got {tuple(dims)!r}",
+            loc=loc,
+            help="pass the sizes to tilers.compile, e.g. tilers.compile(func, M=1024, N=1024)",
+        )
+    return tuple(d.__index__() for d in dims)

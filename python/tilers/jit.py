@@ -1,0 +1,130 @@
+"""tilers.compile (trace, then compile in the Rust core) and the @tilers.jit decorator."""
+
+from __future__ import annotations
+
+import functools
+
+from ._trace import PrimFunc, trace
+from .errors import TileError
+
+
+def compile(prim_func, out_idx=None, target="auto", **params):
+    """Compile a ``@T.prim_func`` into a callable kernel.
+
+    ``params`` rebind the free names the function reads (such as ``block_M``) for this
+    compilation; ``out_idx`` lists the parameters the kernel allocates and returns.
+
+    >>> kernel = tilers.compile(add, out_idx=[2], M=1024, N=1000, block_M=32, block_N=128)
+    """
+    if not isinstance(prim_func, PrimFunc):
+        raise TileError(f"tilers.compile expects a @T.prim_func, got {type(prim_func).__name__}")
+    import json
+
+    out_indices = normalize_out_idx(out_idx, prim_func)
+    try:
+        key = (tuple(sorted(params.items())), tuple(out_indices), target)
+        hash(key)
+    except TypeError:  # an unhashable parameter value: compile without the memo
+        key = None
+    if key is not None and key in prim_func.compiled:
+        return prim_func.compiled[key]
+
+    program = trace(prim_func, params)
+    program_json = json.dumps(program, sort_keys=False, separators=(",", ":"))
+
+    from . import _tilers, kernel, runtime
+
+    arch = runtime.resolve_target(target)
+    options_json = json.dumps({"arch": arch, "lineinfo": False, "fast_math": False})
+    try:
+        source, info_json = _tilers.compile(program_json, options_json)
+    except _tilers.CompileError as err:
+        raise TileError(str(err)) from None
+    result = kernel.JITKernel(
+        name=program["name"],
+        program_json=program_json,
+        source=source,
+        info=json.loads(info_json),
+        target=target,
+        out_idx=out_indices,
+    )
+    if key is not None:
+        prim_func.compiled[key] = result
+    return result
+
+
+def normalize_out_idx(out_idx, prim_func: PrimFunc) -> list:
+    """``out_idx`` as a list of non-negative parameter positions (negative ones count from the end)."""
+    if out_idx is None:
+        return []
+    indices = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    count = prim_func.func.__code__.co_argcount
+    normalized = []
+    for index in indices:
+        if not isinstance(index, int) or not -count <= index < count:
+            raise TileError(
+                f"out_idx {index!r} is out of range: {prim_func.__name__} has {count} parameters"
+            )
+        normalized.append(index % count)
+    return normalized
+
+
+class JitFunction:
+    """A ``@tilers.jit`` factory: calling it with sizes returns a compiled kernel (memoized).
+
+    >>> @tilers.jit(out_idx=[2])
+    ... def add_kernel(M, N, block_M, block_N):
+    ...     @T.prim_func
+    ...     def main(A: T.Tensor((M, N), "float16"), ...): ...
+    ...     return main
+    >>> kernel = add_kernel(1024, 1024, 32, 128)
+    """
+
+    def __init__(self, factory, out_idx=None, target="auto"):
+        functools.update_wrapper(self, factory)
+        self.factory = factory
+        self.out_idx = out_idx
+        self.target = target
+        self.kernels = {}
+
+    def __call__(self, *args, **kwargs):
+        return self.compile(*args, **kwargs)
+
+    def compile(self, *args, target=None, out_idx=None, **kwargs):
+        """The kernel for these factory arguments, compiled once per distinct arguments."""
+        target = self.target if target is None else target
+        out_idx = self.out_idx if out_idx is None else out_idx
+        out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
+        key = (args, tuple(sorted(kwargs.items())), target, out_key)
+        try:
+            return self.kernels[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable arguments: compile without the memo
+            key = None
+        result = compile(self.prim_func(*args, **kwargs), out_idx=out_idx, target=target)
+        if key is not None:
+            self.kernels[key] = result
+        return result
+
+    def prim_func(self, *args, **kwargs) -> PrimFunc:
+        """Run the factory; the prim_func it returns (not compiled)."""
+        result = self.factory(*args, **kwargs)
+        if not isinstance(result, PrimFunc):
+            raise TileError(
+                f"{self.__name__} returned {type(result).__name__}; a @tilers.jit "
+                "function must return a @T.prim_func"
+            )
+        return result
+
+
+def jit(func=None, *, out_idx=None, target="auto"):
+    """Decorate a factory of prim_funcs: ``@tilers.jit`` or ``@tilers.jit(out_idx=[2])``."""
+    if func is None:
+        return lambda f: jit(f, out_idx=out_idx, target=target)
+    if isinstance(func, PrimFunc):
+        raise TileError(
+            f"@tilers.jit wraps a function that returns a prim_func; "
+            f"compile the prim_func '{func.__name__}' with tilers.compile instead"
+        )
+    return JitFunction(func, out_idx=out_idx, target=target)

@@ -1,0 +1,407 @@
+"""JITKernel: a compiled kernel that checks its arguments and launches on torch tensors."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import numbers
+import sys
+
+from tilers import runtime
+
+# Every dtype of docs/format.md, by the name of its torch dtype (the same names).
+TORCH_DTYPE_NAMES = (
+    "bool", "int8", "uint8", "int16", "int32", "uint32", "int64",
+    "float16", "bfloat16", "float32", "float64",
+)
+
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    """Row-major strides, in elements, of a tensor of `shape`."""
+    strides = []
+    step = 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return tuple(reversed(strides))
+
+
+class _TensorParam:
+    """What a tensor argument must be, precomputed once so that a call only compares."""
+
+    is_tensor = True
+
+    def __init__(self, index: int, spec: dict, torch):
+        self.index = index
+        self.name = spec["name"]
+        self.dtype = spec["dtype"]
+        self.torch_dtype = getattr(torch, spec["dtype"])
+        self.shape = tuple(spec["shape"])
+        self.strides = tuple(spec["strides"])
+        self.align = spec["align"]
+
+    def describe(self) -> str:
+        return f"a torch.Tensor of {self.dtype} with shape {_tuple_text(self.shape)}"
+
+
+class _ScalarParam:
+    """What a scalar argument must be: its dtype and, for integers, its range."""
+
+    is_tensor = False
+
+    def __init__(self, index: int, spec: dict):
+        self.index = index
+        self.name = spec["name"]
+        self.dtype = spec["dtype"]
+        self.ctype = runtime.SCALAR_CTYPES[spec["dtype"]]
+        self.range = runtime.INTEGER_RANGES.get(spec["dtype"])
+
+    def check(self, value):
+        """Return `value` if it fits this parameter; raise TypeError/OverflowError if not."""
+        if self.dtype == "bool":
+            if not isinstance(value, bool):
+                raise TypeError(
+                    f"parameter '{self.name}': expected a bool, got {_type_text(value)}"
+                )
+            return value
+        if self.range is not None:
+            # `type(value) is int` first: the ABC check behind isinstance is slow.
+            if type(value) is not int and not isinstance(value, numbers.Integral):
+                raise TypeError(
+                    f"parameter '{self.name}': expected an int ({self.dtype}), "
+                    f"got {_type_text(value)} {value!r}"
+                )
+            value = int(value)
+            low, high = self.range
+            if not low <= value <= high:
+                raise OverflowError(
+                    f"parameter '{self.name}': {value} does not fit in {self.dtype} "
+                    f"(range {low} to {high})"
+                )
+            return value
+        if not isinstance(value, numbers.Real):
+            raise TypeError(
+                f"parameter '{self.name}': expected a float ({self.dtype}), got {_type_text(value)}"
+            )
+        value = float(value)
+        if self.dtype == "float32" and math.isfinite(value) and abs(value) > FLOAT32_MAX:
+            raise OverflowError(
+                f"parameter '{self.name}': {value} does not fit in float32 "
+                f"(largest finite value {FLOAT32_MAX})"
+            )
+        return value
+
+
+class JITKernel:
+    """A compiled tilers kernel: its CUDA source, its KernelInfo, and a launcher.
+
+    Calling it checks every argument against KernelInfo (type, device, dtype, shape,
+    strides, alignment, scalar ranges) before anything is allocated or launched, then
+    launches on torch's current stream. With `out_idx`, the caller passes only the other
+    parameters and gets the freshly allocated outputs back::
+
+        C = kernel(A, B)        # out_idx=[2]
+    """
+
+    def __init__(
+        self,
+        name: str,
+        program_json: str,
+        source: str,
+        info: dict,
+        target: str,
+        out_idx: list[int] | None,
+        *,
+        lineinfo: bool = False,
+        fast_math: bool = False,
+    ):
+        self.name = name
+        self.program_json = program_json
+        self.source = source
+        self.info = info
+        self.target = target
+        self.arch = info["arch"]
+        self.entry = info["entry"]
+        self.lineinfo = lineinfo
+        self.fast_math = fast_math
+        self.params = [spec["name"] for spec in info["params"]]
+        self.out_idx = self._normalize_out_idx(out_idx)
+        self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
+        self._cubin: bytes | None = None
+        # Filled on the first call (it imports torch): see _prepare.
+        self._checks: list | None = None
+        self._loaded: dict[int, runtime.LoadedKernel] = {}
+
+    def _normalize_out_idx(self, out_idx) -> list[int]:
+        if out_idx is None:
+            return []
+        if isinstance(out_idx, int):
+            out_idx = [out_idx]
+        count = len(self.params)
+        positions = []
+        for index in out_idx:
+            if not -count <= index < count:
+                raise ValueError(
+                    f"parameter 'out_idx': {index} is not a parameter index of {self.name} "
+                    f"({count} parameters: {', '.join(self.params)})"
+                )
+            position = index % count
+            if self.info["params"][position]["kind"] != "tensor":
+                raise ValueError(
+                    f"parameter 'out_idx': {index} names scalar parameter "
+                    f"'{self.params[position]}'; only tensors can be outputs"
+                )
+            positions.append(position)
+        return positions
+
+    # --- what the kernel is -------------------------------------------------------------
+
+    @property
+    def cubin(self) -> bytes:
+        """The kernel compiled by NVRTC for `self.arch` (compiled once, on first use)."""
+        if self._cubin is None:
+            self._cubin = runtime.nvrtc_compile(
+                self.source, self.arch, self.name,
+                lineinfo=self.lineinfo, fast_math=self.fast_math,
+            )
+        return self._cubin
+
+    def get_kernel_source(self) -> str:
+        """The generated CUDA C++ source (the same as `kernel.source`)."""
+        return self.source
+
+    def save_program(self, path) -> None:
+        """Write the serialized tile program; `tilers-cc` compiles the file the same way."""
+        with open(path, "w", encoding="utf-8") as file:
+            file.write(self.program_json)
+
+    def __repr__(self) -> str:
+        parts = []
+        for position, spec in enumerate(self.info["params"]):
+            if spec["kind"] == "tensor":
+                text = f"{spec['name']}: {spec['dtype']}{list(spec['shape'])}"
+            else:
+                text = f"{spec['name']}: {spec['dtype']}"
+            if position in self.out_idx:
+                text += " (output)"
+            parts.append(text)
+        return f"<JITKernel {self.name}({', '.join(parts)}) for {self.arch}>"
+
+    # --- calling ------------------------------------------------------------------------
+
+    def __call__(self, *args):
+        if len(args) != len(self._input_positions):
+            raise self._argument_count_error(len(args))
+        if self._checks is None:
+            self._prepare(args)
+        torch = self._torch
+        checks = self._checks
+
+        # Validate every argument before allocating or launching anything.
+        values = [None] * len(checks)
+        device = None
+        for position, arg in zip(self._input_positions, args):
+            param = checks[position]
+            if not param.is_tensor:
+                values[position] = param.check(arg)
+                continue
+            if not (
+                isinstance(arg, torch.Tensor)
+                and arg.is_cuda
+                and arg.dtype is param.torch_dtype
+                and arg.shape == param.shape
+                and arg.stride() == param.strides
+            ):
+                self._diagnose_tensor(param, arg)
+            pointer = arg.data_ptr()
+            if pointer % param.align:
+                raise ValueError(
+                    f"parameter '{param.name}': the kernel assumes a {param.align}-byte aligned "
+                    f"data pointer, but this one is {pointer % param.align} bytes past a "
+                    f"multiple of {param.align} (a view that starts at an offset, such as "
+                    f"x[1:]?) — pass {param.name}.clone()"
+                )
+            arg_device = arg.get_device()
+            if device is None:
+                device = arg_device
+                first_tensor = param.name
+            elif arg_device != device:
+                raise ValueError(
+                    f"parameter '{param.name}': expected a tensor on cuda:{device} like "
+                    f"'{first_tensor}', got a tensor on cuda:{arg_device}"
+                )
+            values[position] = pointer
+
+        grid = self._grid
+        if grid is None:
+            grid = self._grid_of(values)
+        if device is None:
+            device = torch.cuda.current_device()
+        loaded = self._loaded.get(device)
+        if loaded is None:
+            loaded = self._load(device)
+
+        outputs = []
+        for position in self.out_idx:
+            param = checks[position]
+            output = torch.empty_strided(
+                param.shape, param.strides, dtype=param.torch_dtype, device=device
+            )
+            values[position] = output.data_ptr()
+            outputs.append(output)
+
+        stream = self._current_stream(device)
+        runtime.launch(loaded, grid, self._block, stream, tuple(values), self._ctypes_types)
+
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _prepare(self, args) -> None:
+        """First call: refuse what cannot run here, import torch, precompute the checks."""
+        numpy = sys.modules.get("numpy")
+        if numpy is not None:
+            for position, arg in zip(self._input_positions, args):
+                if isinstance(arg, numpy.ndarray):
+                    # Not a TypeError: the interpreter will take host arrays.
+                    message = self._host_array_message(self.params[position])
+                    raise RuntimeError(message)  # noqa: TRY004
+        count, reason = runtime.gpu_probe()
+        if count == 0:
+            raise RuntimeError(
+                f"kernel '{self.name}' was compiled for {self.arch} with no GPU to run it: "
+                f"{reason}. kernel.source and kernel.cubin are still available; host (numpy) "
+                "arrays will run on the tilers interpreter once it exists."
+            )
+        try:
+            import torch
+        except ImportError as error:
+            raise RuntimeError(
+                f"kernel '{self.name}': launching on the GPU needs torch (pip install torch)"
+            ) from error
+        torch.cuda.init()
+        checks = []
+        for index, spec in enumerate(self.info["params"]):
+            if spec["kind"] == "tensor":
+                checks.append(_TensorParam(index, spec, torch))
+            else:
+                checks.append(_ScalarParam(index, spec))
+        self._ctypes_types = tuple(
+            ctypes.c_void_p if check.is_tensor else check.ctype for check in checks
+        )
+        self._block = tuple(self.info["block"])
+        uses_params = any(runtime.grid_params(gexpr) for gexpr in self.info["grid"])
+        self._grid = None if uses_params else runtime.eval_grid(self.info["grid"], [])
+        self._grid_of = runtime.grid_evaluator(self.info["grid"], self.params)
+        # torch's private raw-stream getter returns the handle as an int and costs a
+        # fraction of torch.cuda.current_stream(device).cuda_stream; keep the public
+        # route for a torch without it.
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw_stream is not None:
+            self._current_stream = raw_stream
+        else:
+            self._current_stream = lambda device: torch.cuda.current_stream(device).cuda_stream
+        self._torch = torch
+        self._checks = checks
+
+    def _load(self, device: int) -> runtime.LoadedKernel:
+        """Check that this device can run the cubin, then load it there (once per device)."""
+        device_arch = runtime.device_arch(device)
+        if not runtime.cubin_runs_on(self.arch, device_arch):
+            raise RuntimeError(
+                f"kernel '{self.name}' was compiled for {self.arch}, but its tensors are on "
+                f"cuda:{device}, an {runtime.device_name(device)} ({device_arch}), which "
+                f"cannot run it: compile with target=\"auto\" or target=\"cuda:{device_arch}\""
+            )
+        loaded = runtime.load_kernel(
+            device, self.cubin, self.entry, self.info.get("shared_bytes", 0)
+        )
+        self._loaded[device] = loaded
+        return loaded
+
+    # --- error messages -----------------------------------------------------------------
+
+    def _argument_count_error(self, given: int) -> TypeError:
+        inputs = [self.params[i] for i in self._input_positions]
+        expected = len(inputs)
+        noun = "argument" if expected == 1 else "arguments"
+        listing = ", ".join(inputs)
+        outputs = [self.params[i] for i in self.out_idx]
+        if len(outputs) == 1:
+            listing += f"; {outputs[0]} is an output allocated by the kernel"
+        elif outputs:
+            names = ", ".join(outputs[:-1]) + f" and {outputs[-1]}"
+            listing += f"; {names} are outputs allocated by the kernel"
+        verb = "was" if given == 1 else "were"
+        return TypeError(
+            f"{self.name}() takes {expected} tensor/scalar {noun} ({listing.lstrip('; ')}) "
+            f"but {given} {verb} given"
+        )
+
+    def _host_array_message(self, name: str) -> str:
+        return (
+            f"kernel '{self.name}' was called with a host (numpy) array for parameter "
+            f"'{name}': running on host arrays needs the tilers interpreter, which is not "
+            "available yet; pass CUDA torch tensors"
+        )
+
+    def _diagnose_tensor(self, param: _TensorParam, arg) -> None:
+        """Raise the error that says what is wrong with a tensor argument.
+
+        Returns normally only when the tensor is acceptable after all: its strides differ
+        from KernelInfo's only along dimensions of extent 1, where a stride is never used.
+        """
+        torch = self._torch
+        name = param.name
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(arg, numpy.ndarray):
+            raise RuntimeError(self._host_array_message(name))
+        if not isinstance(arg, torch.Tensor):
+            raise TypeError(
+                f"parameter '{name}': expected {param.describe()}, got {_type_text(arg)}"
+            )
+        if not arg.is_cuda:
+            raise ValueError(
+                f"parameter '{name}': expected a CUDA tensor, got a tensor on {arg.device} "
+                f"(move it with {name}.cuda(); host arrays will run on the tilers interpreter "
+                "once it exists)"
+            )
+        if arg.dtype is not param.torch_dtype:
+            raise ValueError(
+                f"parameter '{name}': expected dtype {param.dtype}, got {arg.dtype} "
+                f"(tilers never casts silently: pass {name}.to(torch.{param.dtype}))"
+            )
+        if tuple(arg.shape) != param.shape:
+            raise ValueError(
+                f"parameter '{name}': expected shape {_tuple_text(param.shape)}, got "
+                f"{_tuple_text(tuple(arg.shape))} (the kernel was compiled for that shape)"
+            )
+        strides = arg.stride()
+        if any(
+            got != want and extent != 1
+            for got, want, extent in zip(strides, param.strides, param.shape)
+        ):
+            if param.strides == contiguous_strides(param.shape):
+                raise ValueError(
+                    f"parameter '{name}': expected a contiguous tensor with strides "
+                    f"{_tuple_text(param.strides)}, got strides {_tuple_text(strides)} — "
+                    f"pass {name}.contiguous()"
+                )
+            raise ValueError(
+                f"parameter '{name}': expected strides {_tuple_text(param.strides)}, got "
+                f"strides {_tuple_text(strides)}"
+            )
+
+
+def _tuple_text(values) -> str:
+    """(1024, 1000), and (7,) for one element, as Python writes tuples."""
+    return str(tuple(values))
+
+
+def _type_text(value) -> str:
+    kind = type(value)
+    if kind.__module__ == "builtins":
+        return kind.__name__
+    return f"{kind.__module__}.{kind.__qualname__}"

@@ -1,0 +1,567 @@
+"""The tile language, used as ``import tilers.language as T`` (TileLang-compatible names)."""
+
+from __future__ import annotations
+
+import builtins
+
+from . import _trace
+from ._trace import (
+    DType,
+    Expr,
+    Load,
+    PrimFunc,
+    TensorType,
+    capture,
+    cast,
+    current_builder,
+    literal,
+    normalize_dtype,
+    region,
+    require_kernel,
+    user_error,
+)
+
+__all__ = [
+    "Buffer",
+    "Else",
+    "If",
+    "Kernel",
+    "Parallel",
+    "Pipelined",
+    "Tensor",
+    "abs",
+    "alloc_fragment",
+    "alloc_local",
+    "alloc_shared",
+    "atomic_add",
+    "bfloat16",
+    "bool",
+    "cast",
+    "ceil",
+    "ceildiv",
+    "clear",
+    "copy",
+    "cos",
+    "erf",
+    "exp",
+    "exp2",
+    "fill",
+    "float16",
+    "float32",
+    "float64",
+    "floor",
+    "if_then_else",
+    "infinity",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "log",
+    "log2",
+    "max",
+    "min",
+    "prim_func",
+    "reduce_absmax",
+    "reduce_max",
+    "reduce_min",
+    "reduce_sum",
+    "rsqrt",
+    "serial",
+    "sigmoid",
+    "sin",
+    "sqrt",
+    "tanh",
+    "uint8",
+    "uint32",
+    "unroll",
+]
+
+# dtypes: strings that also work as scalar-parameter annotations (`n: T.int32`) and as
+# converters (`T.float32(1.0)`).
+bool = DType("bool")
+int8 = DType("int8")
+uint8 = DType("uint8")
+int16 = DType("int16")
+int32 = DType("int32")
+uint32 = DType("uint32")
+int64 = DType("int64")
+float16 = DType("float16")
+bfloat16 = DType("bfloat16")
+float32 = DType("float32")
+float64 = DType("float64")
+
+
+# ----------------------------------------------------------------------------------------
+# functions and parameters
+
+
+def prim_func(func) -> PrimFunc:
+    """Mark a function as a tile kernel; it is traced when compiled.
+
+    >>> @T.prim_func
+    ... def add(A: T.Tensor((1024,), "float16"), B: T.Tensor((1024,), "float16")): ...
+    """
+    return PrimFunc(func)
+
+
+def Tensor(shape, dtype="float32") -> TensorType:
+    """The annotation of a tensor parameter: ``A: T.Tensor((M, N), "float16")``."""
+    return TensorType(shape, dtype)
+
+
+Buffer = Tensor
+
+
+# ----------------------------------------------------------------------------------------
+# the kernel and its buffers
+
+
+class Kernel:
+    """The launch grid: ``with T.Kernel(T.ceildiv(N, bN), T.ceildiv(M, bM), threads=128) as (bx, by):``.
+
+    Yields one block index for a 1-D grid, else a tuple ``(bx, by)`` or ``(bx, by, bz)``.
+    """
+
+    def __init__(self, *grid, threads=128):
+        self.loc = capture()
+        if not 1 <= len(grid) <= 3:
+            raise user_error(
+                f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}", loc=self.loc
+            )
+        self.grid = [_grid_node(g, self.loc) for g in grid]
+        if threads is None:
+            threads = 128
+        if not isinstance(threads, int) or isinstance(threads, builtins.bool) or threads <= 0:
+            raise user_error(f"threads must be a positive int, got {threads!r}", loc=self.loc)
+        self.threads = threads
+
+    def __enter__(self):
+        builder = current_builder()
+        if builder.kernel_opened:
+            raise user_error(
+                "a prim_func has exactly one T.Kernel",
+                loc=self.loc,
+                help="put all of the kernel's statements in one T.Kernel block",
+            )
+        builder.kernel_opened = True
+        count = len(self.grid)
+        names = _trace.target_names(self.loc, _trace._WITH_TARGETS, count)
+        names = names or ["bx", "by", "bz"][:count]
+        indices = [builder.new_var(n, "block_idx", axis=a) for a, n in enumerate(names)]
+        self.body = builder.open_block("T.Kernel", self.loc)
+        return indices[0] if count == 1 else tuple(indices)
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            return False
+        builder = current_builder()
+        builder.close_block(self.body)
+        builder.kernel = {
+            "grid": self.grid,
+            "threads": self.threads,
+            "body": self.body,
+            "loc": builder.json_loc(self.loc),
+        }
+        return False
+
+
+def _grid_node(value, loc) -> dict:
+    expr = literal(value)
+    if not _trace.is_int(expr.dtype):
+        raise user_error(f"a grid dimension must be an integer, got {expr.dtype}", loc=loc)
+    return cast(expr, "int64" if expr.dtype in ("int64", "uint32") else "int32").node()
+
+
+def _alloc(scope: str, shape, dtype):
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, f"T.alloc_{scope}", loc)
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if not dims or not all(
+        isinstance(d, int) and not isinstance(d, builtins.bool) and d > 0 for d in dims
+    ):
+        raise user_error(
+            f"a {scope} buffer's shape must be positive Python ints, got {dims!r}", loc=loc
+        )
+    name = _trace.assigned_name(loc) or f"buf{len(builder.buffers)}"
+    return builder.new_buffer(name, scope, normalize_dtype(dtype), dims, loc)
+
+
+def alloc_shared(shape, dtype, scope=None):
+    """A tile in shared memory: ``A_s = T.alloc_shared((bM, bK), "float16")``."""
+    return _alloc("shared", shape, dtype)
+
+
+def alloc_fragment(shape, dtype, scope=None):
+    """A tile spread over the threads' registers: ``acc = T.alloc_fragment((bM, bN), "float32")``."""
+    return _alloc("fragment", shape, dtype)
+
+
+def alloc_local(shape, dtype, scope=None):
+    """Per-thread registers: ``x = T.alloc_local((1,), "float32")``."""
+    return _alloc("local", shape, dtype)
+
+
+# ----------------------------------------------------------------------------------------
+# tile operations
+
+
+def copy(src, dst, pad=None):
+    """Copy a region: ``T.copy(A[by * bM, k * bK], A_s)``, ``T.copy(acc, C[by * bM, bx * bN])``.
+
+    ``pad`` is the value read past the end of a global tensor (0 by default),
+    e.g. ``pad=-T.infinity("float32")`` before a max.
+    """
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.copy", loc)
+    src_region = region(src, dst, loc)
+    dst_region = region(dst, src, loc)
+    pad_node = None
+    if pad is not None:
+        dtype = builder.buffers[src_region["buf"]].dtype
+        pad_node = cast(literal(pad, dtype), dtype).node()
+    builder.emit({"op": "copy", "src": src_region, "dst": dst_region, "pad": pad_node}, loc)
+
+
+def fill(dst, value):
+    """Set every element of a buffer or region: ``T.fill(acc, 0)``, ``T.fill(A_s[0:16, :], 1)``."""
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.fill", loc)
+    dst_region = region(dst, None, loc)
+    dtype = builder.buffers[dst_region["buf"]].dtype
+    builder.emit(
+        {"op": "fill", "dst": dst_region, "value": cast(literal(value, dtype), dtype).node()}, loc
+    )
+
+
+def clear(dst):
+    """Set every element to zero: ``T.clear(acc)``."""
+    fill(dst, 0)
+
+
+def _reduce(kind: str, src, dst, dim: int, clear: builtins.bool):
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, f"T.reduce_{kind}", loc)
+    for what, operand in (("source", src), ("destination", dst)):
+        if not isinstance(operand, _trace.Buffer):
+            raise user_error(
+                f"the {what} of T.reduce_{kind} must be a whole buffer",
+                loc=loc,
+                help="reduce a fragment, e.g. T.reduce_max(scores, row_max, dim=1)",
+            )
+    rank = len(src.shape)
+    if not isinstance(dim, int) or not -rank <= dim < rank:
+        raise user_error(
+            f"dim={dim!r} is out of range for '{src.name}' with {rank} dimensions", loc=loc
+        )
+    builder.emit(
+        {
+            "op": "reduce",
+            "kind": kind,
+            "src": src.id,
+            "dst": dst.id,
+            "dim": dim % rank,
+            "clear": builtins.bool(clear),
+        },
+        loc,
+    )
+
+
+def reduce_max(src, dst, dim=-1, clear=True):
+    """Row maxima: ``T.reduce_max(scores, row_max, dim=1)``."""
+    _reduce("max", src, dst, dim, clear)
+
+
+def reduce_min(src, dst, dim=-1, clear=True):
+    """Minima along ``dim``: ``T.reduce_min(x, m, dim=1)``."""
+    _reduce("min", src, dst, dim, clear)
+
+
+def reduce_sum(src, dst, dim=-1, clear=True):
+    """Sums along ``dim``: ``T.reduce_sum(p, row_sum, dim=1)``."""
+    _reduce("sum", src, dst, dim, clear)
+
+
+def reduce_absmax(src, dst, dim=-1, clear=True):
+    """Largest magnitude along ``dim``: ``T.reduce_absmax(x, amax, dim=1)``."""
+    _reduce("absmax", src, dst, dim, clear)
+
+
+def atomic_add(dst, value):
+    """Atomically add to one element: ``T.atomic_add(C[i, j], acc[i, j])``."""
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.atomic_add", loc)
+    if not isinstance(dst, Load) or dst.has_slices():
+        raise user_error("T.atomic_add needs one element such as C[i, j]", loc=loc)
+    idx = _trace.element_indices(dst.buffer, dst.indices, dst.loc)
+    dtype = dst.buffer.dtype
+    builder.emit(
+        {
+            "op": "atomic_add",
+            "buf": dst.buffer.id,
+            "idx": idx,
+            "value": cast(literal(value, dtype), dtype).node(),
+        },
+        loc,
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# loops and conditions
+
+
+def Parallel(*extents):
+    """Element-wise loops the compiler maps onto threads: ``for i, j in T.Parallel(bM, bN):``."""
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.Parallel", loc)
+    if not 1 <= len(extents) <= 4:
+        raise user_error(f"T.Parallel takes 1 to 4 extents, got {len(extents)}", loc=loc)
+    for extent in extents:
+        if not isinstance(extent, int) or isinstance(extent, builtins.bool) or extent <= 0:
+            raise user_error(
+                f"T.Parallel extents must be positive Python ints, got {extent!r}",
+                loc=loc,
+                help="use T.serial for a loop with a traced extent",
+            )
+    names = _trace.target_names(loc, _trace._FOR_TARGETS, len(extents))
+    names = names or [f"i{len(builder.vars) + k}" for k in range(len(extents))]
+    loop_vars = [builder.new_var(n, "loop") for n in names]
+    return _parallel_body(builder, loop_vars, list(extents), loc)
+
+
+def _parallel_body(builder, loop_vars, extents, loc):
+    body = builder.open_block("T.Parallel", loc)
+    yield loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars)
+    builder.close_block(body)
+    builder.emit(
+        {
+            "op": "parallel",
+            "vars": [v.node()["id"] for v in loop_vars],
+            "extents": extents,
+            "body": body,
+        },
+        loc,
+    )
+
+
+def _for_loop(kind: str, start, stop, stages, what: str):
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, what, loc)
+    if stop is None:
+        start, stop = 0, start
+    extent = stop if isinstance(start, int) and start == 0 else stop - start
+    start_node = _loop_bound(start, loc, what)
+    extent_node = _loop_bound(extent, loc, what)
+    names = _trace.target_names(loc, _trace._FOR_TARGETS, 1)
+    var = builder.new_var(names[0] if names else f"i{len(builder.vars)}", "loop")
+    stmt = {
+        "op": "for",
+        "var": var.node()["id"],
+        "start": start_node,
+        "extent": extent_node,
+        "kind": kind,
+    }
+    if stages is not None:
+        stmt["stages"] = stages
+    return _for_body(builder, var, stmt, loc, what)
+
+
+def _for_body(builder, var, stmt, loc, what):
+    stmt["body"] = builder.open_block(what, loc)
+    yield var
+    builder.close_block(stmt["body"])
+    builder.emit(stmt, loc)
+
+
+def _loop_bound(value, loc, what) -> dict:
+    expr = literal(value)
+    if not _trace.is_int(expr.dtype):
+        raise user_error(f"{what} bounds must be integers, got {expr.dtype}", loc=loc)
+    return expr.node()
+
+
+def serial(start, stop=None):
+    """A sequential loop: ``for k in T.serial(n):`` or ``T.serial(start, stop)``."""
+    return _for_loop("serial", start, stop, None, "T.serial")
+
+
+def unroll(start, stop=None):
+    """A sequential loop the compiler unrolls: ``for k in T.unroll(4):``."""
+    return _for_loop("unroll", start, stop, None, "T.unroll")
+
+
+def Pipelined(start, stop=None, num_stages=0):
+    """A loop whose copies are software-pipelined: ``for k in T.Pipelined(n, num_stages=3):``."""
+    if not isinstance(num_stages, int) or num_stages < 0:
+        raise user_error(f"num_stages must be a non-negative int, got {num_stages!r}")
+    return _for_loop("pipelined", start, stop, num_stages, "T.Pipelined")
+
+
+class If:
+    """Statements run when ``cond`` holds: ``with T.If(i < n): ...``; follow with ``T.Else()``."""
+
+    def __init__(self, cond):
+        self.loc = capture()
+        self.cond = literal(cond)
+        if self.cond.dtype != "bool":
+            raise user_error(
+                f"T.If needs a bool condition, got {self.cond.dtype}",
+                loc=self.loc,
+                help="use a comparison, e.g. T.If(i < n)",
+            )
+
+    def __enter__(self):
+        builder = current_builder()
+        require_kernel(builder, "T.If", self.loc)
+        self.body = builder.open_block("T.If", self.loc)
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            return False
+        builder = current_builder()
+        builder.close_block(self.body)
+        builder.emit(
+            {"op": "if", "cond": self.cond.node(), "then": self.body, "else": []}, self.loc
+        )
+        return False
+
+
+class Else:
+    """The other branch of the ``with T.If(cond):`` block just before it."""
+
+    def __init__(self):
+        self.loc = capture()
+
+    def __enter__(self):
+        builder = current_builder()
+        require_kernel(builder, "T.Else", self.loc)
+        siblings = builder.blocks[-1].body
+        if not siblings or siblings[-1]["op"] != "if" or siblings[-1]["else"]:
+            raise user_error(
+                "`with T.Else():` must directly follow a `with T.If(...):` block", loc=self.loc
+            )
+        self.target = siblings[-1]
+        self.body = builder.open_block("T.Else", self.loc)
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            return False
+        current_builder().close_block(self.body)
+        self.target["else"] = self.body
+        return False
+
+
+# ----------------------------------------------------------------------------------------
+# scalar math
+
+
+def max(a, b):
+    """The larger of two values: ``T.max(x, 0.0)``."""
+    if not isinstance(a, Expr) and not isinstance(b, Expr):
+        return builtins.max(a, b)
+    return _trace.binary("max", a, b)
+
+
+def min(a, b):
+    """The smaller of two values: ``T.min(x, y)``."""
+    if not isinstance(a, Expr) and not isinstance(b, Expr):
+        return builtins.min(a, b)
+    return _trace.binary("min", a, b)
+
+
+def abs(x):
+    """``|x|``."""
+    return _trace.unary("abs", x)
+
+
+def exp(x):
+    """``e**x``."""
+    return _trace.unary("exp", x)
+
+
+def exp2(x):
+    """``2**x``."""
+    return _trace.unary("exp2", x)
+
+
+def log(x):
+    """The natural logarithm."""
+    return _trace.unary("log", x)
+
+
+def log2(x):
+    """The base-2 logarithm."""
+    return _trace.unary("log2", x)
+
+
+def sqrt(x):
+    """The square root."""
+    return _trace.unary("sqrt", x)
+
+
+def rsqrt(x):
+    """``1 / sqrt(x)``."""
+    return _trace.unary("rsqrt", x)
+
+
+def tanh(x):
+    """The hyperbolic tangent."""
+    return _trace.unary("tanh", x)
+
+
+def sigmoid(x):
+    """``1 / (1 + exp(-x))``."""
+    return _trace.unary("sigmoid", x)
+
+
+def erf(x):
+    """The error function."""
+    return _trace.unary("erf", x)
+
+
+def sin(x):
+    """The sine."""
+    return _trace.unary("sin", x)
+
+
+def cos(x):
+    """The cosine."""
+    return _trace.unary("cos", x)
+
+
+def floor(x):
+    """Round down: ``T.floor(x)``."""
+    return _trace.unary("floor", x)
+
+
+def ceil(x):
+    """Round up: ``T.ceil(x)``."""
+    return _trace.unary("ceil", x)
+
+
+def if_then_else(cond, a, b):
+    """``a`` where ``cond`` holds, else ``b``: ``T.if_then_else(i < n, A[i], 0.0)``."""
+    if not isinstance(cond, Expr):
+        return a if cond else b
+    return _trace.select(cond, a, b)
+
+
+def infinity(dtype):
+    """Positive infinity of a float dtype: ``pad=-T.infinity("float32")``."""
+    dtype = normalize_dtype(dtype)
+    if not _trace.is_float(dtype):
+        raise user_error(f"T.infinity needs a float dtype, got {dtype}")
+    return _trace.const(float("inf"), dtype)
+
+
+def ceildiv(a, b):
+    """``(a + b - 1) // b``; plain ints give a plain int: ``T.ceildiv(1000, 128) == 8``."""
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return (a + b - 1) // b

@@ -1,0 +1,186 @@
+"""The test kernels: factories used by the CPU compile tests, the GPU tests and the benchmarks.
+
+Each entry of KERNELS builds one prim_func for given sizes; ``reference`` computes the
+expected outputs with torch (GPU tests) from the same inputs.
+"""
+
+import math
+
+import tilers.language as T
+
+
+def add(M, N, dtype="float16", block_M=32, block_N=128, threads=128):
+    @T.prim_func
+    def add(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N):
+                C[by * block_M + i, bx * block_N + j] = (
+                    A[by * block_M + i, bx * block_N + j] + B[by * block_M + i, bx * block_N + j]
+                )
+
+    return add
+
+
+def add_tiles(M, N, dtype="float16", block_M=32, block_N=128, threads=128):
+    """The same add written with T.copy through fragments (ragged edges padded and dropped)."""
+
+    @T.prim_func
+    def add_tiles(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            a = T.alloc_fragment((block_M, block_N), dtype)
+            b = T.alloc_fragment((block_M, block_N), dtype)
+            T.copy(A[by * block_M, bx * block_N], a)
+            T.copy(B[by * block_M, bx * block_N], b)
+            for i, j in T.Parallel(block_M, block_N):
+                a[i, j] = a[i, j] + b[i, j]
+            T.copy(a, C[by * block_M, bx * block_N])
+
+    return add_tiles
+
+
+def bias_gelu(M, N, dtype="bfloat16", block_M=16, block_N=256, threads=128):
+    """Y = gelu(X + bias), exact (erf) GELU computed in float32."""
+    inv_sqrt2 = 1.0 / math.sqrt(2.0)
+
+    @T.prim_func
+    def bias_gelu(X: T.Tensor((M, N), dtype), bias: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N):
+                x = T.cast(X[by * block_M + i, bx * block_N + j], "float32") + T.cast(
+                    bias[bx * block_N + j], "float32"
+                )
+                Y[by * block_M + i, bx * block_N + j] = T.cast(
+                    0.5 * x * (1.0 + T.erf(x * inv_sqrt2)), dtype
+                )
+
+    return bias_gelu
+
+
+def softmax(M, N, block_M=4, tile_N=None, threads=128, dtype="float32"):
+    """Row softmax; each block takes block_M whole rows. A tile wider than the row is padded
+    with -inf, which exp() turns into 0."""
+    tile_N = tile_N or N
+
+    @T.prim_func
+    def softmax(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype)):
+        with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+            x = T.alloc_fragment((block_M, tile_N), "float32")
+            row_max = T.alloc_fragment((block_M,), "float32")
+            row_sum = T.alloc_fragment((block_M,), "float32")
+            T.copy(A[bx * block_M, 0], x, pad=-T.infinity("float32"))
+            T.reduce_max(x, row_max, dim=1)
+            for i, j in T.Parallel(block_M, tile_N):
+                x[i, j] = T.exp(x[i, j] - row_max[i])
+            T.reduce_sum(x, row_sum, dim=1)
+            for i, j in T.Parallel(block_M, tile_N):
+                x[i, j] *= 1.0 / row_sum[i]
+            T.copy(x, B[bx * block_M, 0])
+
+    return softmax
+
+
+def transpose(M, N, dtype="float32", block=32, threads=128):
+    """B = A^T, staged through shared memory so both global sides are coalesced."""
+
+    @T.prim_func
+    def transpose(A: T.Tensor((M, N), dtype), B: T.Tensor((N, M), dtype)):
+        with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=threads) as (bx, by):
+            tile = T.alloc_shared((block, block), dtype)
+            T.copy(A[by * block, bx * block], tile)
+            for i, j in T.Parallel(block, block):
+                B[bx * block + i, by * block + j] = tile[j, i]
+
+    return transpose
+
+
+def row_sum(M, N, dtype="float32", block_M=8, block_N=256, threads=128):
+    """S[i] = sum_j A[i, j], walking the row in tiles."""
+
+    @T.prim_func
+    def row_sum(A: T.Tensor((M, N), dtype), S: T.Tensor((M,), "float32")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+            x = T.alloc_fragment((block_M, block_N), "float32")
+            acc = T.alloc_fragment((block_M,), "float32")
+            T.clear(acc)
+            for k in T.serial(T.ceildiv(N, block_N)):
+                T.copy(A[bx * block_M, k * block_N], x)
+                T.reduce_sum(x, acc, dim=1, clear=False)
+            T.copy(acc, S[bx * block_M])
+
+    return row_sum
+
+
+def col_absmax(M, N, dtype="float16", block_M=64, block_N=64, threads=128):
+    """C[j] = max_i |A[i, j]| per block of columns (a reduction over dim 0, with atomics-free tiles)."""
+
+    @T.prim_func
+    def col_absmax(A: T.Tensor((M, N), dtype), C: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block_N), threads=threads) as bx:
+            x = T.alloc_fragment((block_M, block_N), "float32")
+            acc = T.alloc_fragment((block_N,), "float32")
+            T.clear(acc)
+            for k in T.serial(T.ceildiv(M, block_M)):
+                T.copy(A[k * block_M, bx * block_N], x)
+                T.reduce_absmax(x, acc, dim=0, clear=False)
+            T.copy(acc, C[bx * block_N])
+
+    return col_absmax
+
+
+def scale_shift(M, N, dtype="float32", block=256, threads=128):
+    """Y = alpha * X + beta with scalar parameters, over a flattened view; rows beyond `rows` untouched."""
+
+    @T.prim_func
+    def scale_shift(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype), alpha: T.float32, rows: T.int32):
+        with T.Kernel(T.ceildiv(N, block), rows, threads=threads) as (bx, by):
+            for j in T.Parallel(block):
+                Y[by, bx * block + j] = T.cast(alpha * T.cast(X[by, bx * block + j], "float32") + 1.0, dtype)
+
+    return scale_shift
+
+
+def histogram(N, bins=64, block=256, threads=128):
+    """H[x % bins] += 1 with atomics (integers)."""
+
+    @T.prim_func
+    def histogram(X: T.Tensor((N,), "int32"), H: T.Tensor((bins,), "int32")):
+        with T.Kernel(T.ceildiv(N, block), threads=threads) as bx:
+            for i in T.Parallel(block):
+                with T.If(bx * block + i < N):
+                    T.atomic_add(H[X[bx * block + i] % bins], 1)
+
+    return histogram
+
+
+def clamp_int8(M, N, block_M=16, block_N=128, threads=128):
+    """Q = saturate_int8(round(X * 127)) and a uint8 mask of positives: float->int saturation."""
+
+    @T.prim_func
+    def clamp_int8(X: T.Tensor((M, N), "float32"), Q: T.Tensor((M, N), "int8"), P: T.Tensor((M, N), "uint8")):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            for i, j in T.Parallel(block_M, block_N):
+                v = X[by * block_M + i, bx * block_N + j]
+                Q[by * block_M + i, bx * block_N + j] = T.cast(T.floor(v * 127.0 + 0.5), "int8")
+                P[by * block_M + i, bx * block_N + j] = T.cast(T.if_then_else(v > 0.0, 1, 0), "uint8")
+
+    return clamp_int8
+
+
+# name -> (factory, kwargs) for the compile tests: every kernel at ragged sizes
+COMPILE_CASES = {
+    "add_f16": (add, dict(M=1000, N=1000)),
+    "add_f32_small": (add, dict(M=7, N=33, dtype="float32")),
+    "add_bf16_tiles": (add_tiles, dict(M=33, N=250, dtype="bfloat16")),
+    "add_int8": (add, dict(M=65, N=100, dtype="int8")),
+    "bias_gelu_bf16": (bias_gelu, dict(M=1000, N=1000)),
+    "softmax_rows": (softmax, dict(M=1001, N=1024)),
+    "softmax_padded": (softmax, dict(M=64, N=1000, tile_N=1024)),
+    "softmax_wide": (softmax, dict(M=16, N=4096, block_M=1, threads=256)),
+    "transpose_f32": (transpose, dict(M=1000, N=700)),
+    "transpose_f16": (transpose, dict(M=33, N=65, dtype="float16")),
+    "row_sum": (row_sum, dict(M=1001, N=1000)),
+    "col_absmax": (col_absmax, dict(M=1000, N=999)),
+    "scale_shift": (scale_shift, dict(M=100, N=1000)),
+    "histogram": (histogram, dict(N=10000)),
+    "clamp_int8": (clamp_int8, dict(M=100, N=1000)),
+}

@@ -1,0 +1,173 @@
+"""The test kernels on the GPU, checked against torch (ragged sizes, every dtype the kernels take)."""
+
+import os
+import sys
+
+import pytest
+import tilers
+
+sys.path.insert(0, os.path.dirname(__file__))
+import kernels  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+TOL = {"float32": 1e-5, "float16": 1e-2, "bfloat16": 1e-2}
+
+
+def torch_dtype(name):
+    import torch
+
+    return getattr(torch, name)
+
+
+def rand(shape, dtype, seed=0):
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    return torch.randn(shape, generator=g, device="cuda", dtype=torch.float32).to(torch_dtype(dtype))
+
+
+def assert_close(got, want, dtype):
+    import torch
+
+    tol = TOL[dtype]
+    got, want = got.double(), want.double()
+    err = ((got - want).abs() / (want.abs() + tol)).max().item()
+    assert torch.allclose(got, want, rtol=tol, atol=tol), f"max relative error {err:.3g} > {tol}"
+    return err
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+@pytest.mark.parametrize("M,N", [(1000, 1000), (7, 33), (1, 8), (4096, 4096)])
+@pytest.mark.parametrize("factory", [kernels.add, kernels.add_tiles])
+def test_add(factory, M, N, dtype):
+    kernel = tilers.compile(factory(M, N, dtype), out_idx=[2])
+    a, b = rand((M, N), dtype, 1), rand((M, N), dtype, 2)
+    c = kernel(a, b)
+    assert (c == a + b).all(), "add is exact in every dtype"
+
+
+def test_add_int8_wraps():
+    import torch
+
+    kernel = tilers.compile(kernels.add(65, 100, "int8"), out_idx=[2])
+    a = torch.randint(-128, 128, (65, 100), device="cuda", dtype=torch.int8)
+    b = torch.randint(-128, 128, (65, 100), device="cuda", dtype=torch.int8)
+    assert (kernel(a, b) == a + b).all()
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("M,N", [(1000, 1000), (33, 250)])
+def test_bias_gelu(M, N, dtype):
+    import torch
+
+    kernel = tilers.compile(kernels.bias_gelu(M, N, dtype), out_idx=[2])
+    x, bias = rand((M, N), dtype, 3), rand((N,), dtype, 4)
+    want = torch.nn.functional.gelu(x.float() + bias.float()).to(torch_dtype(dtype))
+    assert_close(kernel(x, bias), want, dtype)
+
+
+@pytest.mark.parametrize(
+    "M,N,kw",
+    [
+        (1001, 1024, dict(block_M=4)),  # row count not a multiple of the block
+        (64, 1000, dict(block_M=4, tile_N=1024)),  # row length not a multiple of the tile (pad -inf)
+        (16, 4096, dict(block_M=1, threads=256)),  # cross-warp reduction
+        (3, 100, dict(block_M=2, tile_N=128)),
+    ],
+)
+def test_softmax(M, N, kw):
+    import torch
+
+    kernel = tilers.compile(kernels.softmax(M, N, **kw), out_idx=[1])
+    a = rand((M, N), "float32", 5) * 4
+    assert_close(kernel(a), torch.softmax(a, dim=1), "float32")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("M,N", [(1000, 700), (33, 65), (4096, 4096)])
+def test_transpose(M, N, dtype):
+    kernel = tilers.compile(kernels.transpose(M, N, dtype), out_idx=[1])
+    a = rand((M, N), dtype, 6)
+    assert (kernel(a) == a.T).all()
+
+
+@pytest.mark.parametrize("M,N", [(1001, 1000), (5, 3)])
+def test_row_sum(M, N):
+    kernel = tilers.compile(kernels.row_sum(M, N), out_idx=[1])
+    a = rand((M, N), "float32", 7)
+    got, want = kernel(a).double(), a.double().sum(1)
+    # fp32 summation of N terms: error bound ~ N * eps * sum|a|
+    bound = N * 2**-24 * a.double().abs().sum(1) + 1e-30
+    assert ((got - want).abs() <= bound).all()
+
+
+def test_col_absmax():
+    kernel = tilers.compile(kernels.col_absmax(1000, 999), out_idx=[1])
+    a = rand((1000, 999), "float16", 8)
+    assert (kernel(a) == a.float().abs().amax(0)).all()
+
+
+def test_scalar_parameters_and_untouched_rows():
+    import torch
+
+    kernel = tilers.compile(kernels.scale_shift(100, 1000))
+    x = rand((100, 1000), "float32", 9)
+    y = torch.full_like(x, 7.0)
+    kernel(x, y, 0.5, 60)
+    assert_close(y[:60], 0.5 * x[:60] + 1.0, "float32")
+    assert (y[60:] == 7.0).all()
+
+
+def test_histogram_atomics():
+    import torch
+
+    kernel = tilers.compile(kernels.histogram(10000))
+    x = torch.randint(0, 1 << 20, (10000,), device="cuda", dtype=torch.int32)
+    h = torch.zeros(64, device="cuda", dtype=torch.int32)
+    kernel(x, h)
+    assert (h == torch.bincount(x % 64, minlength=64).int()).all()
+
+
+def test_float_to_int_saturates():
+    import torch
+
+    kernel = tilers.compile(kernels.clamp_int8(100, 1000), out_idx=[1, 2])
+    x = rand((100, 1000), "float32", 10) * 2
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 1e30])
+    q, p = kernel(x)
+    want = torch.nan_to_num(torch.floor(x * 127.0 + 0.5), nan=0.0).clamp(-128, 127).to(torch.int8)
+    assert (q == want).all()
+    assert (p == (x > 0).to(torch.uint8)).all()
+
+
+class TestArgumentErrors:
+    """Bad arguments name the parameter, the expected and the received value, and touch nothing."""
+
+    def setup_method(self):
+        import torch
+
+        self.kernel = tilers.compile(kernels.add(64, 64, "float16"))
+        self.a = rand((64, 64), "float16", 1)
+        self.b = rand((64, 64), "float16", 2)
+        self.c = torch.full((64, 64), 3.0, device="cuda", dtype=torch.float16)
+
+    def check(self, exc, match, *args):
+        with pytest.raises(exc, match=match):
+            self.kernel(*args)
+        assert (self.c == 3.0).all(), "the output was touched"
+
+    def test_wrong_dtype(self):
+        self.check(TypeError, "'A'.*float16.*float32", self.a.float(), self.b, self.c)
+
+    def test_wrong_shape(self):
+        self.check(ValueError, "'B'.*64, 64.*64, 32", self.a, self.b[:, :32].contiguous(), self.c)
+
+    def test_cpu_tensor(self):
+        self.check(ValueError, "'B'.*CUDA.*cpu", self.a, self.b.cpu(), self.c)
+
+    def test_transposed_view(self):
+        self.check(ValueError, "'A'.*contiguous", self.a.T, self.b, self.c)
+
+    def test_argument_count(self):
+        self.check(TypeError, "3", self.a, self.b)

@@ -1,0 +1,362 @@
+"""GPU tests of the runtime: hand-written CUDA kernels launched by JITKernel, checked with torch."""
+
+import json
+
+import pytest
+
+from tilers import runtime
+from tilers.kernel import JITKernel
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+N = 1000  # the tensors are N x N
+
+# Self-contained CUDA: no #include, our own fp16 storage type, fp16 math in inline PTX.
+ADD_SOURCE = r"""
+typedef unsigned short half_bits;
+
+extern "C" __global__ void __launch_bounds__(256)
+add_kernel(const half_bits* __restrict__ A, const half_bits* __restrict__ B,
+           half_bits* __restrict__ C, int n) {
+  long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+  if (i < n) {
+    half_bits c;
+    asm("add.f16 %0, %1, %2;" : "=h"(c) : "h"(A[i]), "h"(B[i]));
+    C[i] = c;
+  }
+}
+"""
+
+# Every scalar dtype, packed after one another, so misplaced arguments show.
+SCALARS_SOURCE = r"""
+extern "C" __global__ void scalars_kernel(
+    double* out, signed char a, unsigned char b, short c, int d, unsigned int e,
+    long long f, float g, double h, bool flag) {
+  out[0] = a; out[1] = b; out[2] = c; out[3] = d; out[4] = e;
+  out[5] = (double)f; out[6] = g; out[7] = h; out[8] = flag ? 1.0 : -1.0;
+}
+"""
+
+# Uses 100 KiB of dynamic shared memory: the launcher must raise the 48 KiB limit.
+SHARED_BYTES = 100 * 1024
+SHARED_SOURCE = r"""
+extern "C" __global__ void __launch_bounds__(256)
+reverse_kernel(const float* __restrict__ x, float* __restrict__ y) {
+  extern __shared__ float tile[];
+  const int count = 100 * 1024 / 4;
+  for (int i = threadIdx.x; i < count; i += 256) tile[i] = x[blockIdx.x * count + i];
+  __syncthreads();
+  for (int i = threadIdx.x; i < count; i += 256) y[blockIdx.x * count + i] = tile[count - 1 - i];
+}
+"""
+
+PROGRAM_JSON = json.dumps({"version": 1, "name": "test"})
+
+
+def tensor_param(name, dtype, shape, align=16):
+    strides = []
+    step = 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= extent
+    return {"kind": "tensor", "name": name, "dtype": dtype, "shape": list(shape),
+            "strides": strides[::-1], "align": align}
+
+
+def scalar_param(name, dtype):
+    return {"kind": "scalar", "name": name, "dtype": dtype}
+
+
+def device_arch():
+    return runtime.device_arch(torch.cuda.current_device())
+
+
+def make_add(out_idx=None, arch=None) -> JITKernel:
+    arch = arch or device_arch()
+    info = {
+        "name": "add", "entry": "add_kernel", "arch": arch,
+        "params": [
+            tensor_param("A", "float16", (N, N)), tensor_param("B", "float16", (N, N)),
+            tensor_param("C", "float16", (N, N)), scalar_param("n", "int32"),
+        ],
+        "grid": [{"op": "ceildiv", "a": {"param": 3}, "b": {"const": 256}},
+                 {"const": 1}, {"const": 1}],
+        "block": [256, 1, 1], "shared_bytes": 0, "report": [],
+    }
+    return JITKernel("add", PROGRAM_JSON, ADD_SOURCE, info, f"cuda:{arch}", out_idx)
+
+
+def inputs():
+    a = torch.randn(N, N, device="cuda", dtype=torch.float16)
+    b = torch.randn(N, N, device="cuda", dtype=torch.float16)
+    return a, b
+
+
+def sentinel():
+    """An output tensor filled with a value the kernel never writes."""
+    return torch.full((N, N), 7.0, device="cuda", dtype=torch.float16)
+
+
+def assert_untouched(c):
+    torch.cuda.synchronize()
+    assert bool((c == 7.0).all()), "a rejected call wrote to the output"
+
+
+# --- launches ----------------------------------------------------------------------------
+
+
+def test_add_matches_torch():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    assert kernel(a, b, c, N * N) is None
+    torch.cuda.synchronize()
+    assert torch.equal(c, a + b)
+
+
+def test_add_scalar_limits_the_work():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    n = 1234
+    kernel(a, b, c, n)
+    torch.cuda.synchronize()
+    flat = c.view(-1)
+    assert torch.equal(flat[:n], (a + b).view(-1)[:n])
+    assert bool((flat[n:] == 7.0).all())
+
+
+def test_add_out_idx_allocates_output():
+    kernel = make_add(out_idx=[2])
+    a, b = inputs()
+    c = kernel(a, b, N * N)
+    assert isinstance(c, torch.Tensor)
+    assert c.dtype == torch.float16 and c.shape == (N, N) and c.device == a.device
+    assert c.is_contiguous()
+    torch.cuda.synchronize()
+    assert torch.equal(c, a + b)
+
+
+def test_add_runs_on_current_stream():
+    kernel = make_add(out_idx=[2])
+    a, b = inputs()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        c = kernel(a, b, N * N)
+    stream.synchronize()
+    assert torch.equal(c, a + b)
+
+
+def test_add_in_cuda_graph():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    kernel(a, b, c, N * N)  # load the module outside capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        kernel(a, b, c, N * N)
+    c.fill_(7.0)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(c, a + b)
+
+
+def test_every_scalar_dtype():
+    dtypes = ["int8", "uint8", "int16", "int32", "uint32", "int64", "float32", "float64", "bool"]
+    names = ["a", "b", "c", "d", "e", "f", "g", "h", "flag"]
+    info = {
+        "name": "scalars", "entry": "scalars_kernel", "arch": device_arch(),
+        "params": [tensor_param("out", "float64", (9,), align=8)]
+        + [scalar_param(name, dtype) for name, dtype in zip(names, dtypes)],
+        "grid": [{"const": 1}] * 3, "block": [1, 1, 1], "shared_bytes": 0, "report": [],
+    }
+    kernel = JITKernel("scalars", PROGRAM_JSON, SCALARS_SOURCE, info, "auto", [0])
+    values = (-100, 200, -30000, -(2**31), 2**32 - 1, -(2**40) - 3, 1.5, 2.0**-30, True)
+    out = kernel(*values)
+    torch.cuda.synchronize()
+    assert out.tolist() == [float(v) for v in values[:8]] + [1.0]
+    assert kernel(*values[:8], False)[8].item() == -1.0
+
+
+def test_shared_memory_over_48k():
+    count = SHARED_BYTES // 4
+    blocks = 4
+    info = {
+        "name": "reverse", "entry": "reverse_kernel", "arch": device_arch(),
+        "params": [tensor_param("x", "float32", (blocks, count)),
+                   tensor_param("y", "float32", (blocks, count))],
+        "grid": [{"const": blocks}, {"const": 1}, {"const": 1}], "block": [256, 1, 1],
+        "shared_bytes": SHARED_BYTES, "report": [],
+    }
+    kernel = JITKernel("reverse", PROGRAM_JSON, SHARED_SOURCE, info, "auto", [1])
+    x = torch.randn(blocks, count, device="cuda")
+    y = kernel(x)
+    torch.cuda.synchronize()
+    assert torch.equal(y, x.flip(1))
+
+
+# --- argument errors: the right error, naming the parameter, and no output touched ------
+
+
+def test_wrong_dtype():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    with pytest.raises(ValueError) as error:
+        kernel(a.float(), b, c, N * N)
+    message = str(error.value)
+    assert "parameter 'A'" in message and "float16" in message and "torch.float32" in message
+    assert_untouched(c)
+
+
+def test_wrong_shape():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    with pytest.raises(ValueError) as error:
+        kernel(a, b[:, :999].contiguous(), c, N * N)
+    message = str(error.value)
+    assert "parameter 'B'" in message and "(1000, 1000)" in message and "(1000, 999)" in message
+    assert_untouched(c)
+
+
+def test_cpu_tensor():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    with pytest.raises(ValueError) as error:
+        kernel(a.cpu(), b, c, N * N)
+    message = str(error.value)
+    assert "parameter 'A': expected a CUDA tensor, got a tensor on cpu" in message
+    assert "interpreter" in message
+    assert_untouched(c)
+
+
+def test_not_a_tensor():
+    kernel = make_add()
+    a, _ = inputs()
+    c = sentinel()
+    with pytest.raises(TypeError) as error:
+        kernel(a, [1, 2], c, N * N)
+    message = str(error.value)
+    assert "parameter 'B'" in message and "torch.Tensor of float16" in message
+    assert "list" in message
+    assert_untouched(c)
+
+
+def test_transposed_view():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    with pytest.raises(ValueError) as error:
+        kernel(a, b.t(), c, N * N)
+    message = str(error.value)
+    assert "parameter 'B'" in message
+    assert "strides (1000, 1)" in message and "(1, 1000)" in message
+    assert "B.contiguous()" in message
+    assert_untouched(c)
+
+
+def test_misaligned_view():
+    kernel = make_add()
+    a, _ = inputs()
+    storage = torch.randn(N * N + 8, device="cuda", dtype=torch.float16)
+    b = storage[1 : 1 + N * N].view(N, N)  # contiguous, but 2 bytes past 16-byte alignment
+    c = sentinel()
+    with pytest.raises(ValueError) as error:
+        kernel(a, b, c, N * N)
+    message = str(error.value)
+    assert "parameter 'B'" in message and "16-byte" in message and "2 bytes" in message
+    assert_untouched(c)
+
+
+def test_misaligned_output():
+    kernel = make_add()
+    a, b = inputs()
+    storage = torch.full((N * N + 8,), 7.0, device="cuda", dtype=torch.float16)
+    c = storage[4 : 4 + N * N].view(N, N)  # 8 bytes past 16-byte alignment
+    with pytest.raises(ValueError, match="parameter 'C'.*8 bytes"):
+        kernel(a, b, c, N * N)
+    assert_untouched(c)
+
+
+def test_wrong_argument_count():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    with pytest.raises(TypeError, match=r"add\(\) takes 4 tensor/scalar arguments .* but 3 were"):
+        kernel(a, b, c)
+    assert_untouched(c)
+    with pytest.raises(TypeError, match=r"C is an output allocated by the kernel\) but 4 were"):
+        make_add(out_idx=[2])(a, b, c, N * N)
+    assert_untouched(c)
+
+
+def test_scalar_errors():
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    with pytest.raises(TypeError, match="parameter 'n'.*int.*float"):
+        kernel(a, b, c, 1000.0)
+    with pytest.raises(OverflowError, match="parameter 'n'.*int32"):
+        kernel(a, b, c, 2**31)
+    with pytest.raises(ValueError, match="grid dimension x is 0.*n=0"):
+        kernel(a, b, c, 0)
+    assert_untouched(c)
+
+
+def test_error_before_allocation():
+    kernel = make_add(out_idx=[2])
+    a, b = inputs()
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(ValueError):
+        kernel(a, b.t(), N * N)
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_host_array_needs_interpreter():
+    np = pytest.importorskip("numpy")
+    kernel = make_add(out_idx=[2])
+    a = np.zeros((N, N), np.float16)
+    with pytest.raises(RuntimeError, match="interpreter.*not available yet"):
+        kernel(a, a, N * N)
+
+
+def test_other_arch_is_refused():
+    arch = device_arch()
+    other = "sm_80" if arch != "sm_80" else "sm_90a"
+    kernel = make_add(arch=other)
+    a, b = inputs()
+    c = sentinel()
+    with pytest.raises(RuntimeError, match=f"compiled for {other}.*{arch}"):
+        kernel(a, b, c, N * N)
+    assert_untouched(c)
+
+
+def test_tensors_on_two_devices():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    kernel = make_add()
+    a, b = inputs()
+    c = sentinel()
+    with pytest.raises(ValueError, match="parameter 'B'.*cuda:0.*cuda:1"):
+        kernel(a, b.to("cuda:1"), c, N * N)
+    assert_untouched(c)
+
+
+def test_runs_on_second_device():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    kernel = make_add(out_idx=[2])
+    a, b = (t.to("cuda:1") for t in inputs())
+    c = kernel(a, b, N * N)
+    assert c.device == a.device
+    torch.cuda.synchronize(1)
+    assert torch.equal(c, a + b)
