@@ -25,7 +25,9 @@ def add_tiles(M, N, dtype="float16", block_M=32, block_N=128, threads=128):
     """The same add written with T.copy through fragments (ragged edges padded and dropped)."""
 
     @T.prim_func
-    def add_tiles(A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)):
+    def add_tiles(
+        A: T.Tensor((M, N), dtype), B: T.Tensor((M, N), dtype), C: T.Tensor((M, N), dtype)
+    ):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             a = T.alloc_fragment((block_M, block_N), dtype)
             b = T.alloc_fragment((block_M, block_N), dtype)
@@ -43,7 +45,9 @@ def bias_gelu(M, N, dtype="bfloat16", block_M=16, block_N=256, threads=128):
     inv_sqrt2 = 1.0 / math.sqrt(2.0)
 
     @T.prim_func
-    def bias_gelu(X: T.Tensor((M, N), dtype), bias: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)):
+    def bias_gelu(
+        X: T.Tensor((M, N), dtype), bias: T.Tensor((N,), dtype), Y: T.Tensor((M, N), dtype)
+    ):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             for i, j in T.Parallel(block_M, block_N):
                 x = T.cast(X[by * block_M + i, bx * block_N + j], "float32") + T.cast(
@@ -131,10 +135,14 @@ def scale_shift(M, N, dtype="float32", block=256, threads=128):
     """Y = alpha * X + beta with scalar parameters, over a flattened view; rows beyond `rows` untouched."""
 
     @T.prim_func
-    def scale_shift(X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype), alpha: T.float32, rows: T.int32):
+    def scale_shift(
+        X: T.Tensor((M, N), dtype), Y: T.Tensor((M, N), dtype), alpha: T.float32, rows: T.int32
+    ):
         with T.Kernel(T.ceildiv(N, block), rows, threads=threads) as (bx, by):
             for j in T.Parallel(block):
-                Y[by, bx * block + j] = T.cast(alpha * T.cast(X[by, bx * block + j], "float32") + 1.0, dtype)
+                Y[by, bx * block + j] = T.cast(
+                    alpha * T.cast(X[by, bx * block + j], "float32") + 1.0, dtype
+                )
 
     return scale_shift
 
@@ -156,12 +164,16 @@ def clamp_int8(M, N, block_M=16, block_N=128, threads=128):
     """Q = saturate_int8(round(X * 127)) and a uint8 mask of positives: float->int saturation."""
 
     @T.prim_func
-    def clamp_int8(X: T.Tensor((M, N), "float32"), Q: T.Tensor((M, N), "int8"), P: T.Tensor((M, N), "uint8")):
+    def clamp_int8(
+        X: T.Tensor((M, N), "float32"), Q: T.Tensor((M, N), "int8"), P: T.Tensor((M, N), "uint8")
+    ):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
             for i, j in T.Parallel(block_M, block_N):
                 v = X[by * block_M + i, bx * block_N + j]
                 Q[by * block_M + i, bx * block_N + j] = T.cast(T.floor(v * 127.0 + 0.5), "int8")
-                P[by * block_M + i, bx * block_N + j] = T.cast(T.if_then_else(v > 0.0, 1, 0), "uint8")
+                P[by * block_M + i, bx * block_N + j] = T.cast(
+                    T.if_then_else(v > 0.0, 1, 0), "uint8"
+                )
 
     return clamp_int8
 

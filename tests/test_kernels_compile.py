@@ -9,7 +9,7 @@ import tilers
 import tilers.language as T
 
 sys.path.insert(0, os.path.dirname(__file__))
-import kernels  # noqa: E402
+import kernels
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -55,7 +55,9 @@ def test_same_program_gives_byte_identical_cuda_across_processes():
     runs = []
     for seed in ("0", "1"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, check=True
+        )
         runs.append(out.stdout)
     assert runs[0] == runs[1]
     assert len(runs[0]) > 10000

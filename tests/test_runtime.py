@@ -7,7 +7,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from tilers import runtime
 from tilers.errors import TileError
 from tilers.kernel import JITKernel

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from tilers import runtime
 from tilers.kernel import JITKernel
 

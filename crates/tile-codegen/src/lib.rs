@@ -810,6 +810,6 @@ mod tests {
         assert_eq!(round_f16(70000.0), f32::INFINITY);
         assert_eq!(round_f16(2049.0), 2048.0); // tie to even
         assert_eq!(round_f16(2051.0), 2052.0);
-        assert_eq!(round_bf16(1.00390625), 1.0); // tie to even
+        assert_eq!(round_bf16(1.003_906_3), 1.0); // tie to even
     }
 }

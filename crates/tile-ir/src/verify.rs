@@ -236,7 +236,7 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
         in_parallel: None,
     };
     let t = m.kernel.threads;
-    if t % 32 != 0 || t > 1024 {
+    if !t.is_multiple_of(32) || t > 1024 {
         v.diags.push(
             Diagnostic::error(
                 format!("threads={t} is not a multiple of 32 between 32 and 1024"),
@@ -287,15 +287,14 @@ impl<'a> Verifier<'a> {
         let m = self.m;
         let mut errors: Vec<(String, Loc, Option<String>)> = Vec::new();
         e.walk(&mut |x| match x {
-            Expr::Var { id, .. } => {
-                if !self.bound(*id) {
+            Expr::Var { id, .. }
+                if !self.bound(*id) => {
                     errors.push((
                         format!("loop variable '{}' is used outside its loop", m.var(*id).name),
                         loc,
                         None,
                     ));
                 }
-            }
             Expr::Load { buf, idx, loc: lloc, .. } => {
                 let l = if lloc.is_known() { *lloc } else { loc };
                 let b = m.buffer(*buf);
@@ -341,15 +340,14 @@ impl<'a> Verifier<'a> {
                     errors.push(("'/' on integers: use '//' for integer division".into(), loc, None));
                 }
             }
-            Expr::Unary { op, a, .. } => {
-                if op.is_float_math() && !a.dtype().is_float() {
+            Expr::Unary { op, a, .. }
+                if op.is_float_math() && !a.dtype().is_float() => {
                     errors.push((
                         format!("T.{} takes a float, got {}", op.name(), a.dtype()),
                         loc,
                         Some("cast first, e.g. T.exp(T.cast(x, \"float32\"))".into()),
                     ));
                 }
-            }
             Expr::Select { cond, a, b, .. } => {
                 if cond.dtype() != DType::Bool {
                     errors.push(("the condition of T.if_then_else must be a comparison (bool)".into(), loc, None));

@@ -102,11 +102,14 @@ pub fn pass_names() -> Vec<&'static str> {
     PIPELINE.iter().map(|(n, _)| *n).collect()
 }
 
+/// Receives (pass name, module) after each pass.
+pub type DumpFn<'a> = dyn FnMut(&str, &Module) + 'a;
+
 /// Run the whole pipeline; `dump` sees the IR after each pass.
 pub fn run(
     mut m: Module,
     ctx: &mut Ctx,
-    mut dump: Option<&mut dyn FnMut(&str, &Module)>,
+    mut dump: Option<&mut DumpFn<'_>>,
 ) -> Result<Module, Vec<Diagnostic>> {
     if let Some(d) = dump.as_mut() {
         d("input", &m);

@@ -47,6 +47,9 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
     Ok(m)
 }
 
+/// Builds the code of one vector chunk from (outer variables, first index) per dimension.
+type ChunkBuilder<'a> = dyn FnMut(&mut Lowerer, &[Expr], &[Expr]) -> Vec<Stmt> + 'a;
+
 struct Lowerer {
     m: Module,
     diags: Vec<Diagnostic>,
@@ -423,7 +426,7 @@ impl Lowerer {
     fn for_each_chunk(
         &mut self,
         l: &FragmentLayout,
-        element: &mut dyn FnMut(&mut Self, &[Expr], &[Expr]) -> Vec<Stmt>,
+        element: &mut ChunkBuilder<'_>,
     ) -> Vec<Stmt> {
         let mut prologue = Vec::new();
         let mut th = Vec::new();

@@ -75,7 +75,7 @@ impl std::fmt::Display for CompileError {
                 message,
                 reproducer,
             } => {
-                write!(f, "internal compiler error: {message}\n")?;
+                writeln!(f, "internal compiler error: {message}")?;
                 match reproducer {
                     Some(p) => write!(
                         f,
