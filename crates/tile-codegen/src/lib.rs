@@ -25,21 +25,11 @@ pub struct CodegenOptions {
     pub sm: u32,
 }
 
-pub fn emit_cuda(
-    m: &Module,
-    opts: &CodegenOptions,
-    report: &[String],
-) -> Result<CudaKernel, Diagnostic> {
+pub fn emit_cuda(m: &Module, opts: &CodegenOptions, report: &[String]) -> Result<CudaKernel, Diagnostic> {
     if m.level != Level::Thread {
         return Err(Diagnostic::bug("emit_cuda needs thread-level IR"));
     }
-    let mut e = Emitter {
-        m,
-        opts,
-        names: Namer::new(m),
-        out: String::new(),
-        depth: 1,
-    };
+    let mut e = Emitter { m, opts, names: Namer::new(m), out: String::new(), depth: 1 };
     let entry = format!("{}_kernel", e.names.kernel_name(&m.name));
     let source = e.kernel(&entry)?;
     let info = kernel_info(m, opts, &entry, report)?;
@@ -154,19 +144,11 @@ fn round_f16(f: f32) -> f32 {
         return f32::INFINITY.copysign(f);
     }
     // spacing of f16 values around a: 2^(e-10) for normals, 2^-24 for subnormals
-    let e = if a < 6.103_515_6e-5 {
-        -14
-    } else {
-        (a.log2().floor() as i32).max(-14)
-    };
+    let e = if a < 6.103_515_6e-5 { -14 } else { (a.log2().floor() as i32).max(-14) };
     let ulp = 2f64.powi(e - 10);
     let q = (a as f64) / ulp;
     let r = q.round();
-    let r = if (q - q.floor() - 0.5).abs() < 1e-12 && (r as i64) % 2 == 1 {
-        r - 1.0
-    } else {
-        r
-    };
+    let r = if (q - q.floor() - 0.5).abs() < 1e-12 && (r as i64) % 2 == 1 { r - 1.0 } else { r };
     ((r * ulp) as f32).copysign(f)
 }
 
@@ -198,10 +180,7 @@ fn float_literal(v: f64, dt: DType) -> String {
 /// Is the expression non-negative whatever its variables' values (indices, thread ids)?
 fn non_negative(m: &Module, e: &Expr) -> bool {
     match e {
-        Expr::Const {
-            value: ConstValue::Int(v),
-            ..
-        } => *v >= 0,
+        Expr::Const { value: ConstValue::Int(v), .. } => *v >= 0,
         Expr::Var { id, .. } => {
             matches!(m.var(*id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
         }
@@ -261,22 +240,14 @@ impl<'a> Emitter<'a> {
             m.name
         );
         head.push_str(PRELUDE);
-        head.push_str(if self.opts.sm >= 90 {
-            BF16_ATOMIC_SM90
-        } else {
-            BF16_ATOMIC_CAS
-        });
+        head.push_str(if self.opts.sm >= 90 { BF16_ATOMIC_SM90 } else { BF16_ATOMIC_CAS });
         head.push('\n');
         let mut params = Vec::new();
         for p in &m.params {
             match p {
                 Param::Tensor { buffer, .. } => {
                     let b = m.buffer(*buffer);
-                    let konst = if written.contains(buffer) {
-                        ""
-                    } else {
-                        "const "
-                    };
+                    let konst = if written.contains(buffer) { "" } else { "const " };
                     params.push(format!(
                         "{konst}{}* __restrict__ {}",
                         storage_type(b.dtype),
@@ -284,11 +255,7 @@ impl<'a> Emitter<'a> {
                     ));
                 }
                 Param::Scalar { var, .. } => {
-                    params.push(format!(
-                        "{} {}",
-                        storage_type(m.var(*var).dtype),
-                        self.names.var(*var)
-                    ));
+                    params.push(format!("{} {}", storage_type(m.var(*var).dtype), self.names.var(*var)));
                 }
             }
         }
@@ -305,10 +272,7 @@ impl<'a> Emitter<'a> {
             match v.kind {
                 VarKind::BlockIdx(axis) => {
                     let n = self.names.var(id);
-                    self.line(&format!(
-                        "const int {n} = blockIdx.{};",
-                        ["x", "y", "z"][axis as usize]
-                    ));
+                    self.line(&format!("const int {n} = blockIdx.{};", ["x", "y", "z"][axis as usize]));
                 }
                 VarKind::ThreadIdx => {
                     let n = self.names.var(id);
@@ -325,25 +289,18 @@ impl<'a> Emitter<'a> {
             self.line("extern __shared__ __align__(16) unsigned char tl_smem[];");
             for b in shared {
                 let buf = m.buffer(b);
-                let off = buf.shared_offset.ok_or_else(|| {
-                    Diagnostic::bug(format!("shared buffer '{}' was not placed", buf.name))
-                })?;
+                let off = buf
+                    .shared_offset
+                    .ok_or_else(|| Diagnostic::bug(format!("shared buffer '{}' was not placed", buf.name)))?;
                 let ty = storage_type(buf.dtype);
                 let n = self.names.buffer(b);
-                self.line(&format!(
-                    "{ty}* {n} = ({ty}*)(tl_smem + {off});  // {:?}",
-                    buf.shape
-                ));
+                self.line(&format!("{ty}* {n} = ({ty}*)(tl_smem + {off});  // {:?}", buf.shape));
             }
         }
         for (i, buf) in m.buffers.iter().enumerate() {
             if buf.scope == Scope::Local {
                 let n = self.names.buffer(BufferId(i as u32));
-                let note = buf
-                    .layout
-                    .as_ref()
-                    .map(|l| format!("  // {l}"))
-                    .unwrap_or_default();
+                let note = buf.layout.as_ref().map(|l| format!("  // {l}")).unwrap_or_default();
                 self.line(&format!(
                     "__align__(16) {} {n}[{}];{note}",
                     storage_type(buf.dtype),
@@ -369,11 +326,7 @@ impl<'a> Emitter<'a> {
     fn access(&mut self, buf: BufferId, idx: &[Expr]) -> Result<String, Diagnostic> {
         let b = self.m.buffer(buf);
         if idx.len() != b.shape.len() {
-            return Err(Diagnostic::bug(format!(
-                "'{}' indexed with {} indices",
-                b.name,
-                idx.len()
-            )));
+            return Err(Diagnostic::bug(format!("'{}' indexed with {} indices", b.name, idx.len())));
         }
         let wide = b.num_elements() > i32::MAX as i64;
         let strides = b.strides();
@@ -391,39 +344,24 @@ impl<'a> Emitter<'a> {
             }
             terms.push(t);
         }
-        let flat = if terms.is_empty() {
-            "0".to_string()
-        } else {
-            terms.join(" + ")
-        };
+        let flat = if terms.is_empty() { "0".to_string() } else { terms.join(" + ") };
         Ok(format!("{}[{}]", self.names.buffer(buf), flat))
     }
 
     fn stmt(&mut self, s: &Stmt) -> Result<(), Diagnostic> {
         let m = self.m;
         match s {
-            Stmt::Store {
-                buf, idx, value, ..
-            } => {
+            Stmt::Store { buf, idx, value, .. } => {
                 let target = self.access(*buf, idx)?;
                 let v = self.store_value(m.buffer(*buf).dtype, value)?;
                 self.line(&format!("{target} = {v};"));
             }
-            Stmt::AtomicAdd {
-                buf, idx, value, ..
-            } => {
+            Stmt::AtomicAdd { buf, idx, value, .. } => {
                 let target = self.access(*buf, idx)?;
                 let v = self.expr(value)?;
                 self.line(&format!("tl_atomic_add(&{target}, {v});"));
             }
-            Stmt::For {
-                var,
-                start,
-                extent,
-                kind,
-                body,
-                ..
-            } => {
+            Stmt::For { var, start, extent, kind, body, .. } => {
                 let n = self.names.var(*var);
                 let ty = value_type(m.var(*var).dtype);
                 let s0 = self.expr(start)?;
@@ -431,23 +369,14 @@ impl<'a> Emitter<'a> {
                 if matches!(kind, ForKind::Unroll) {
                     self.line("#pragma unroll");
                 }
-                let bound = if start.as_int() == Some(0) {
-                    ext
-                } else {
-                    format!("({s0}) + ({ext})")
-                };
+                let bound = if start.as_int() == Some(0) { ext } else { format!("({s0}) + ({ext})") };
                 self.line(&format!("for ({ty} {n} = {s0}; {n} < {bound}; ++{n}) {{"));
                 self.depth += 1;
                 self.stmts(body)?;
                 self.depth -= 1;
                 self.line("}");
             }
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-                ..
-            } => {
+            Stmt::If { cond, then, otherwise, .. } => {
                 let c = self.expr(cond)?;
                 self.line(&format!("if ({c}) {{"));
                 self.depth += 1;
@@ -468,13 +397,7 @@ impl<'a> Emitter<'a> {
                 let v = self.expr(value)?;
                 self.line(&format!("const {} {n} = {v};", value_type(value.dtype())));
             }
-            Stmt::VecCopy {
-                dst,
-                dst_idx,
-                src,
-                src_idx,
-                width,
-            } => {
+            Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
                 let bytes = *width * m.buffer(*src).dtype.bytes();
                 let ty = match bytes {
                     16 => "uint4",
@@ -498,7 +421,17 @@ impl<'a> Emitter<'a> {
 
     /// The value to store into an element of `dt`: converted to the storage type.
     fn store_value(&mut self, dt: DType, value: &Expr) -> Result<String, Diagnostic> {
-        let v = self.expr(value)?;
+        let mut v = self.expr(value)?;
+        // converting to the storage type rounds already: drop an outer rounding to the same type
+        let outer = match dt {
+            DType::F16 => "tl_round_half(",
+            DType::BF16 => "tl_round_bf16(",
+            _ => "",
+        };
+        if !outer.is_empty() && value.dtype() == dt && v.starts_with(outer) && encloses(&v[outer.len() - 1..])
+        {
+            v = v[outer.len()..v.len() - 1].to_string();
+        }
         Ok(match dt {
             DType::F16 => format!("tl_to_half({v})"),
             DType::BF16 => format!("tl_to_bf16({v})"),
@@ -519,9 +452,7 @@ impl<'a> Emitter<'a> {
                 }
                 (ConstValue::Int(v), DType::I64) => format!("{v}ll"),
                 (ConstValue::Int(v), DType::U32) => format!("{v}u"),
-                (ConstValue::Int(v), DType::I32) if *v == i32::MIN as i64 => {
-                    "(-2147483647 - 1)".into()
-                }
+                (ConstValue::Int(v), DType::I32) if *v == i32::MIN as i64 => "(-2147483647 - 1)".into(),
                 (ConstValue::Int(v), d) if d.is_int() => {
                     if *v < 0 {
                         format!("({v})")
@@ -541,9 +472,7 @@ impl<'a> Emitter<'a> {
                 (ConstValue::Float(f), _) => format!("{}", *f as i64),
             },
             Expr::Var { id, .. } => self.names.var(*id),
-            Expr::Load {
-                buf, idx, dtype, ..
-            } => {
+            Expr::Load { buf, idx, dtype, .. } => {
                 let a = self.access(*buf, idx)?;
                 match dtype {
                     DType::F16 | DType::BF16 => format!("tl_float({a})"),
@@ -560,8 +489,8 @@ impl<'a> Emitter<'a> {
                     BinOp::Mul => infix("*"),
                     BinOp::Div => infix("/"),
                     BinOp::FloorDiv | BinOp::FloorMod if operand.is_int() => {
-                        let plain = non_negative(m, a) && b.as_int().is_some_and(|c| c > 0)
-                            || !operand.is_signed();
+                        let plain =
+                            non_negative(m, a) && b.as_int().is_some_and(|c| c > 0) || !operand.is_signed();
                         match (op, plain) {
                             (BinOp::FloorDiv, true) => infix("/"),
                             (_, true) => infix("%"),
@@ -570,29 +499,18 @@ impl<'a> Emitter<'a> {
                         }
                     }
                     BinOp::FloorDiv => {
-                        let f = if operand == DType::F64 {
-                            "floor"
-                        } else {
-                            "floorf"
-                        };
+                        let f = if operand == DType::F64 { "floor" } else { "floorf" };
                         format!("{f}({x} / {y})")
                     }
                     BinOp::FloorMod => {
-                        let f = if operand == DType::F64 {
-                            "floor"
-                        } else {
-                            "floorf"
-                        };
+                        let f = if operand == DType::F64 { "floor" } else { "floorf" };
                         format!("({x} - {f}({x} / {y}) * {y})")
                     }
                     BinOp::Max | BinOp::Min => {
                         let name = if *op == BinOp::Max { "max" } else { "min" };
                         if operand.is_float() {
-                            let f = if operand == DType::F64 {
-                                format!("f{name}")
-                            } else {
-                                format!("f{name}f")
-                            };
+                            let f =
+                                if operand == DType::F64 { format!("f{name}") } else { format!("f{name}f") };
                             format!("{f}({x}, {y})")
                         } else {
                             let cty = value_type(operand);
@@ -694,11 +612,7 @@ impl<'a> Emitter<'a> {
         }
         if from.is_float() && to.is_int() {
             // saturating, NaN -> 0
-            let f = if from == DType::F64 {
-                format!("(float)({x})")
-            } else {
-                x
-            };
+            let f = if from == DType::F64 { format!("(float)({x})") } else { x };
             return match to {
                 DType::I64 => format!("tl_f2ll({f})"),
                 DType::U32 => format!("tl_f2u({f})"),
@@ -717,6 +631,24 @@ impl<'a> Emitter<'a> {
     }
 }
 
+/// Is `s` one parenthesized group, `(...)`, with nothing after its closing parenthesis?
+fn encloses(s: &str) -> bool {
+    let mut depth = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return i == s.len() - 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
 fn gexpr(m: &Module, e: &Expr) -> Result<Value, Diagnostic> {
     let bad = || {
         Diagnostic::error(
@@ -726,10 +658,7 @@ fn gexpr(m: &Module, e: &Expr) -> Result<Value, Diagnostic> {
         .with_help("e.g. T.Kernel(T.ceildiv(n, 128), threads=128) with n: T.int32")
     };
     Ok(match e {
-        Expr::Const {
-            value: ConstValue::Int(v),
-            ..
-        } => json!({ "const": v }),
+        Expr::Const { value: ConstValue::Int(v), .. } => json!({ "const": v }),
         Expr::Var { id, .. } => {
             let i = m
                 .params

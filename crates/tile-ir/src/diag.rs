@@ -15,11 +15,7 @@ pub struct Loc {
 }
 
 impl Loc {
-    pub const UNKNOWN: Loc = Loc {
-        source: u32::MAX,
-        line: 0,
-        col: 0,
-    };
+    pub const UNKNOWN: Loc = Loc { source: u32::MAX, line: 0, col: 0 };
     pub fn is_known(&self) -> bool {
         self.source != u32::MAX && self.line > 0
     }
@@ -85,12 +81,7 @@ impl Diagnostic {
         }
     }
     pub fn bug(message: impl Into<String>) -> Diagnostic {
-        Diagnostic {
-            severity: Severity::Bug,
-            message: message.into(),
-            labels: vec![],
-            help: None,
-        }
+        Diagnostic { severity: Severity::Bug, message: message.into(), labels: vec![], help: None }
     }
     pub fn with_help(mut self, help: impl Into<String>) -> Diagnostic {
         self.help = Some(help.into());
@@ -131,44 +122,27 @@ impl Diagnostic {
                 }
                 files.add(file.file.clone(), text)
             });
-            let line_start: usize = (1..loc.line)
-                .map(|n| file.lines.get(&n).map(|s| s.len()).unwrap_or(0) + 1)
-                .sum();
+            let line_start: usize =
+                (1..loc.line).map(|n| file.lines.get(&n).map(|s| s.len()).unwrap_or(0) + 1).sum();
             let col = (loc.col.max(1) as usize - 1).min(line_text.len());
-            let end = line_text
-                .trim_end()
-                .len()
-                .max(col + 1)
-                .min(line_text.len().max(col + 1));
+            let end = line_text.trim_end().len().max(col + 1).min(line_text.len().max(col + 1));
             let range = line_start + col..line_start + end.min(line_text.len()).max(col);
-            let range = if range.is_empty() {
-                range.start..range.start
-            } else {
-                range
-            };
-            let label = if i == 0 {
-                Label::primary(fid, range)
-            } else {
-                Label::secondary(fid, range)
-            };
+            let range = if range.is_empty() { range.start..range.start } else { range };
+            let label = if i == 0 { Label::primary(fid, range) } else { Label::secondary(fid, range) };
             labels.push(label.with_message(text.clone()));
         }
         let prefix = match self.severity {
             Severity::Error => "",
             Severity::Bug => "internal compiler error: ",
         };
-        let mut d = CsDiagnostic::error()
-            .with_message(format!("{}{}", prefix, self.message))
-            .with_labels(labels);
+        let mut d =
+            CsDiagnostic::error().with_message(format!("{}{}", prefix, self.message)).with_labels(labels);
         let mut notes: Vec<String> = unplaced.iter().map(|u| format!("at {u}")).collect();
         if let Some(h) = &self.help {
             notes.push(format!("help: {h}"));
         }
         d = d.with_notes(notes);
-        let config = Config {
-            chars: Chars::ascii(),
-            ..Config::default()
-        };
+        let config = Config { chars: Chars::ascii(), ..Config::default() };
         let mut out = NoColor::new(Vec::new());
         if term::emit(&mut out, &config, &files, &d).is_err() {
             return format!("error: {}{}", prefix, self.message);
@@ -181,9 +155,5 @@ pub type Diagnostics = Vec<Diagnostic>;
 
 /// Render several diagnostics, separated by blank lines.
 pub fn render_all(diags: &[Diagnostic], sources: &SourceTable) -> String {
-    diags
-        .iter()
-        .map(|d| d.render(sources))
-        .collect::<Vec<_>>()
-        .join("\n")
+    diags.iter().map(|d| d.render(sources)).collect::<Vec<_>>().join("\n")
 }

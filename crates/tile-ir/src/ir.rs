@@ -114,11 +114,7 @@ impl Module {
         &self.vars[id.0 as usize]
     }
     pub fn add_var(&mut self, name: &str, kind: VarKind, dtype: DType) -> VarId {
-        self.vars.push(Var {
-            name: name.to_string(),
-            kind,
-            dtype,
-        });
+        self.vars.push(Var { name: name.to_string(), kind, dtype });
         VarId(self.vars.len() as u32 - 1)
     }
     pub fn add_buffer(&mut self, buffer: Buffer) -> BufferId {
@@ -209,10 +205,7 @@ impl BinOp {
         }
     }
     pub fn is_comparison(self) -> bool {
-        matches!(
-            self,
-            BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge
-        )
+        matches!(self, BinOp::Eq | BinOp::Ne | BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge)
     }
 }
 
@@ -349,80 +342,41 @@ impl Expr {
     }
 
     pub fn int(value: i64) -> Expr {
-        Expr::Const {
-            value: ConstValue::Int(value),
-            dtype: DType::I32,
-        }
+        Expr::Const { value: ConstValue::Int(value), dtype: DType::I32 }
     }
     pub fn int_of(value: i64, dtype: DType) -> Expr {
-        Expr::Const {
-            value: ConstValue::Int(value),
-            dtype,
-        }
+        Expr::Const { value: ConstValue::Int(value), dtype }
     }
     pub fn bool(value: bool) -> Expr {
-        Expr::Const {
-            value: ConstValue::Int(value as i64),
-            dtype: DType::Bool,
-        }
+        Expr::Const { value: ConstValue::Int(value as i64), dtype: DType::Bool }
     }
     pub fn var(id: VarId, dtype: DType) -> Expr {
         Expr::Var { id, dtype }
     }
     pub fn binary(op: BinOp, a: Expr, b: Expr) -> Expr {
-        let dtype = if op.is_comparison() {
-            DType::Bool
-        } else {
-            a.dtype()
-        };
-        Expr::Binary {
-            op,
-            a: Box::new(a),
-            b: Box::new(b),
-            dtype,
-        }
+        let dtype = if op.is_comparison() { DType::Bool } else { a.dtype() };
+        Expr::Binary { op, a: Box::new(a), b: Box::new(b), dtype }
     }
     pub fn unary(op: UnOp, a: Expr) -> Expr {
         let dtype = a.dtype();
-        Expr::Unary {
-            op,
-            a: Box::new(a),
-            dtype,
-        }
+        Expr::Unary { op, a: Box::new(a), dtype }
     }
     pub fn cast(a: Expr, dtype: DType) -> Expr {
         if a.dtype() == dtype {
             return a;
         }
-        Expr::Cast {
-            a: Box::new(a),
-            dtype,
-        }
+        Expr::Cast { a: Box::new(a), dtype }
     }
     pub fn select(cond: Expr, a: Expr, b: Expr) -> Expr {
         let dtype = a.dtype();
-        Expr::Select {
-            cond: Box::new(cond),
-            a: Box::new(a),
-            b: Box::new(b),
-            dtype,
-        }
+        Expr::Select { cond: Box::new(cond), a: Box::new(a), b: Box::new(b), dtype }
     }
     pub fn load(buf: BufferId, idx: Vec<Expr>, dtype: DType) -> Expr {
-        Expr::Load {
-            buf,
-            idx,
-            dtype,
-            loc: Loc::UNKNOWN,
-            oob: None,
-        }
+        Expr::Load { buf, idx, dtype, loc: Loc::UNKNOWN, oob: None }
     }
     pub fn as_int(&self) -> Option<i64> {
         match self {
-            Expr::Const {
-                value: ConstValue::Int(v),
-                ..
-            } => Some(*v),
+            Expr::Const { value: ConstValue::Int(v), .. } => Some(*v),
             _ => None,
         }
     }
@@ -452,39 +406,19 @@ impl Expr {
     /// Rebuild this expression bottom-up; `f` may replace any node (children first).
     pub fn map(self, f: &mut dyn FnMut(Expr) -> Expr) -> Expr {
         let rebuilt = match self {
-            Expr::Load {
-                buf,
-                idx,
-                dtype,
-                loc,
-                oob,
-            } => Expr::Load {
+            Expr::Load { buf, idx, dtype, loc, oob } => Expr::Load {
                 buf,
                 idx: idx.into_iter().map(|e| e.map(f)).collect(),
                 dtype,
                 loc,
                 oob: oob.map(|o| Box::new(o.map(f))),
             },
-            Expr::Binary { op, a, b, dtype } => Expr::Binary {
-                op,
-                a: Box::new(a.map(f)),
-                b: Box::new(b.map(f)),
-                dtype,
-            },
-            Expr::Unary { op, a, dtype } => Expr::Unary {
-                op,
-                a: Box::new(a.map(f)),
-                dtype,
-            },
-            Expr::Cast { a, dtype } => Expr::Cast {
-                a: Box::new(a.map(f)),
-                dtype,
-            },
-            Expr::ShflXor { a, mask, dtype } => Expr::ShflXor {
-                a: Box::new(a.map(f)),
-                mask,
-                dtype,
-            },
+            Expr::Binary { op, a, b, dtype } => {
+                Expr::Binary { op, a: Box::new(a.map(f)), b: Box::new(b.map(f)), dtype }
+            }
+            Expr::Unary { op, a, dtype } => Expr::Unary { op, a: Box::new(a.map(f)), dtype },
+            Expr::Cast { a, dtype } => Expr::Cast { a: Box::new(a.map(f)), dtype },
+            Expr::ShflXor { a, mask, dtype } => Expr::ShflXor { a: Box::new(a.map(f)), mask, dtype },
             Expr::Select { cond, a, b, dtype } => Expr::Select {
                 cond: Box::new(cond.map(f)),
                 a: Box::new(a.map(f)),
@@ -651,9 +585,7 @@ impl Stmt {
     pub fn bodies(&self) -> Vec<&Vec<Stmt>> {
         match self {
             Stmt::Parallel { body, .. } | Stmt::For { body, .. } => vec![body],
-            Stmt::If {
-                then, otherwise, ..
-            } => vec![then, otherwise],
+            Stmt::If { then, otherwise, .. } => vec![then, otherwise],
             _ => vec![],
         }
     }
@@ -704,9 +636,7 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
         }
         Stmt::If { cond, .. } => f(cond),
         Stmt::Let { value, .. } => f(value),
-        Stmt::VecCopy {
-            dst_idx, src_idx, ..
-        } => {
+        Stmt::VecCopy { dst_idx, src_idx, .. } => {
             dst_idx.iter().for_each(&mut *f);
             src_idx.iter().for_each(&mut *f);
         }

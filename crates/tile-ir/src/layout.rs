@@ -54,16 +54,7 @@ impl FragmentLayout {
     pub fn blocked(shape: &[i64], threads: u32, elem_bytes: u32) -> FragmentLayout {
         let n = shape.len();
         let mut remaining = pow2_floor(threads as i64);
-        let mut dims = vec![
-            DimSplit {
-                extent: 1,
-                inner: 1,
-                threads: 1,
-                thread_stride: 1,
-                outer: 1
-            };
-            n
-        ];
+        let mut dims = vec![DimSplit { extent: 1, inner: 1, threads: 1, thread_stride: 1, outer: 1 }; n];
         let mut stride = 1;
         for d in (0..n).rev() {
             let extent = shape[d];
@@ -78,20 +69,10 @@ impl FragmentLayout {
             let t = remaining.min(pow2_ceil(chunks));
             remaining /= t;
             let outer = (chunks + t - 1) / t;
-            dims[d] = DimSplit {
-                extent,
-                inner,
-                threads: t,
-                thread_stride: stride,
-                outer,
-            };
+            dims[d] = DimSplit { extent, inner, threads: t, thread_stride: stride, outer };
             stride *= t;
         }
-        FragmentLayout {
-            dims,
-            replicated: vec![],
-            active_threads: stride,
-        }
+        FragmentLayout { dims, replicated: vec![], active_threads: stride }
     }
 
     /// The layout of `reduce(src, dim)`'s result: `dim` removed, its threads replicated.
@@ -102,11 +83,7 @@ impl FragmentLayout {
         if removed.threads > 1 {
             replicated.push((removed.threads, removed.thread_stride));
         }
-        FragmentLayout {
-            dims,
-            replicated,
-            active_threads: self.active_threads,
-        }
+        FragmentLayout { dims, replicated, active_threads: self.active_threads }
     }
 
     /// The layout of a tile indexed by a subset `keep` of this layout's dimensions (in order).
@@ -186,12 +163,7 @@ impl FragmentLayout {
 
 impl fmt::Display for FragmentLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "fragment{:?} over {} threads: ",
-            self.shape(),
-            self.active_threads
-        )?;
+        write!(f, "fragment{:?} over {} threads: ", self.shape(), self.active_threads)?;
         for (d, s) in self.dims.iter().enumerate() {
             if d > 0 {
                 write!(f, ", ")?;
@@ -228,24 +200,14 @@ mod tests {
                 rest /= shape[d];
             }
             let (t, s) = l.locate(&coord);
-            assert!(
-                t < l.active_threads && s < l.slots(),
-                "{coord:?} -> ({t}, {s}) in {l}"
-            );
+            assert!(t < l.active_threads && s < l.slots(), "{coord:?} -> ({t}, {s}) in {l}");
             assert!(seen.insert((t, s)), "{coord:?} shares ({t}, {s})");
         }
     }
 
     #[test]
     fn blocked_layouts_are_bijective() {
-        for shape in [
-            vec![128, 128],
-            vec![4, 1024],
-            vec![1000],
-            vec![7, 33],
-            vec![3, 5, 96],
-            vec![1, 1],
-        ] {
+        for shape in [vec![128, 128], vec![4, 1024], vec![1000], vec![7, 33], vec![3, 5, 96], vec![1, 1]] {
             for threads in [32, 128, 256, 96] {
                 for bytes in [1, 2, 4, 8] {
                     check_bijective(&FragmentLayout::blocked(&shape, threads, bytes));

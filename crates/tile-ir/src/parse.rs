@@ -19,21 +19,14 @@ pub struct FormatError {
 
 impl std::fmt::Display for FormatError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "malformed tile program at {}: {}",
-            self.path, self.message
-        )
+        write!(f, "malformed tile program at {}: {}", self.path, self.message)
     }
 }
 
 type R<T> = Result<T, FormatError>;
 
 fn err<T>(path: &str, message: impl Into<String>) -> R<T> {
-    Err(FormatError {
-        path: path.to_string(),
-        message: message.into(),
-    })
+    Err(FormatError { path: path.to_string(), message: message.into() })
 }
 
 struct Obj<'a> {
@@ -48,16 +41,10 @@ impl<'a> Obj<'a> {
         };
         for key in map.keys() {
             if !allowed.contains(&key.as_str()) {
-                return err(
-                    path,
-                    format!("unknown field '{key}' (allowed: {})", allowed.join(", ")),
-                );
+                return err(path, format!("unknown field '{key}' (allowed: {})", allowed.join(", ")));
             }
         }
-        Ok(Obj {
-            map,
-            path: path.to_string(),
-        })
+        Ok(Obj { map, path: path.to_string() })
     }
     fn p(&self, key: &str) -> String {
         format!("{}.{}", self.path, key)
@@ -113,21 +100,12 @@ fn loc(v: Option<&Value>, path: &str, n_sources: usize) -> R<Loc> {
     let Some(v) = v else {
         return Ok(Loc::UNKNOWN);
     };
-    let parts: Option<Vec<i64>> = v
-        .as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_i64()).collect());
+    let parts: Option<Vec<i64>> = v.as_array().map(|a| a.iter().filter_map(|x| x.as_i64()).collect());
     match parts {
         Some(p) if p.len() == 3 && p.iter().all(|x| *x >= 0) && (p[0] as usize) < n_sources => {
-            Ok(Loc {
-                source: p[0] as u32,
-                line: p[1] as u32,
-                col: p[2] as u32,
-            })
+            Ok(Loc { source: p[0] as u32, line: p[1] as u32, col: p[2] as u32 })
         }
-        _ => err(
-            path,
-            "expected [source_index, line, column] with a valid source index",
-        ),
+        _ => err(path, "expected [source_index, line, column] with a valid source index"),
     }
 }
 
@@ -137,36 +115,21 @@ pub fn parse_program(text: &str) -> R<Module> {
         Ok(v) => v,
         Err(e) => return err("$", format!("not valid JSON: {e}")),
     };
-    let top = Obj::new(
-        &root,
-        "$",
-        &[
-            "version", "name", "sources", "params", "buffers", "vars", "kernel",
-        ],
-    )?;
+    let top = Obj::new(&root, "$", &["version", "name", "sources", "params", "buffers", "vars", "kernel"])?;
     let version = top.int("version")?;
     if version != FORMAT_VERSION {
-        return err(
-            "$.version",
-            format!("this tilers reads format version {FORMAT_VERSION}, got {version}"),
-        );
+        return err("$.version", format!("this tilers reads format version {FORMAT_VERSION}, got {version}"));
     }
     let name = top.str("name")?.to_string();
     if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return err(
-            "$.name",
-            format!("kernel name must be a non-empty identifier, got {name:?}"),
-        );
+        return err("$.name", format!("kernel name must be a non-empty identifier, got {name:?}"));
     }
 
     let mut sources = SourceTable::default();
     for (i, s) in top.arr("sources")?.iter().enumerate() {
         let path = format!("$.sources[{i}]");
         let o = Obj::new(s, &path, &["file", "lines"])?;
-        let mut file = SourceFile {
-            file: o.str("file")?.to_string(),
-            ..Default::default()
-        };
+        let mut file = SourceFile { file: o.str("file")?.to_string(), ..Default::default() };
         let Some(lines) = o.get("lines")?.as_object() else {
             return err(&o.p("lines"), "expected an object of line number -> text");
         };
@@ -185,10 +148,7 @@ pub fn parse_program(text: &str) -> R<Module> {
         let path = format!("$.buffers[{i}]");
         let o = Obj::new(b, &path, &["id", "name", "scope", "dtype", "shape", "loc"])?;
         if o.int("id")? != i as i64 {
-            return err(
-                &o.p("id"),
-                format!("buffer ids must be 0, 1, 2, … in order; expected {i}"),
-            );
+            return err(&o.p("id"), format!("buffer ids must be 0, 1, 2, … in order; expected {i}"));
         }
         let scope = match Scope::parse(o.str("scope")?) {
             Some(s) => s,
@@ -225,10 +185,7 @@ pub fn parse_program(text: &str) -> R<Module> {
         let path = format!("$.vars[{i}]");
         let o = Obj::new(v, &path, &["id", "name", "kind", "axis", "dtype"])?;
         if o.int("id")? != i as i64 {
-            return err(
-                &o.p("id"),
-                format!("variable ids must be 0, 1, 2, … in order; expected {i}"),
-            );
+            return err(&o.p("id"), format!("variable ids must be 0, 1, 2, … in order; expected {i}"));
         }
         let kind = match o.str("kind")? {
             "block_idx" => {
@@ -249,10 +206,7 @@ pub fn parse_program(text: &str) -> R<Module> {
         });
     }
 
-    let p = Parser {
-        n_buffers: buffers.len(),
-        vars,
-    };
+    let p = Parser { n_buffers: buffers.len(), vars };
     let mut params = Vec::new();
     for (i, v) in top.arr("params")?.iter().enumerate() {
         let path = format!("$.params[{i}]");
@@ -262,20 +216,14 @@ pub fn parse_program(text: &str) -> R<Module> {
             "tensor" => {
                 let b = p.buffer_id(o.get("buffer")?, &o.p("buffer"))?;
                 if buffers[b.0 as usize].scope != Scope::Global {
-                    return err(
-                        &o.p("buffer"),
-                        "a tensor parameter must name a global buffer",
-                    );
+                    return err(&o.p("buffer"), "a tensor parameter must name a global buffer");
                 }
                 params.push(Param::Tensor { name, buffer: b });
             }
             "scalar" => {
                 let v = p.var_id(o.get("var")?, &o.p("var"))?;
                 if p.vars[v.0 as usize].kind != VarKind::Param {
-                    return err(
-                        &o.p("var"),
-                        "a scalar parameter must name a variable of kind param",
-                    );
+                    return err(&o.p("var"), "a scalar parameter must name a variable of kind param");
                 }
                 params.push(Param::Scalar { name, var: v });
             }
@@ -283,11 +231,7 @@ pub fn parse_program(text: &str) -> R<Module> {
         }
     }
 
-    let ko = Obj::new(
-        top.get("kernel")?,
-        "$.kernel",
-        &["grid", "threads", "body", "loc"],
-    )?;
+    let ko = Obj::new(top.get("kernel")?, "$.kernel", &["grid", "threads", "body", "loc"])?;
     let mut grid = Vec::new();
     for (i, g) in ko.arr("grid")?.iter().enumerate() {
         grid.push(p.expr(g, &format!("$.kernel.grid[{i}]"), n_sources)?);
@@ -297,10 +241,7 @@ pub fn parse_program(text: &str) -> R<Module> {
     }
     let threads = ko.int("threads")?;
     if threads <= 0 || threads > u32::MAX as i64 {
-        return err(
-            "$.kernel.threads",
-            format!("expected a positive thread count, got {threads}"),
-        );
+        return err("$.kernel.threads", format!("expected a positive thread count, got {threads}"));
     }
     let body = p.stmts(ko.arr("body")?, "$.kernel.body", n_sources)?;
     let kloc = loc(ko.opt("loc"), "$.kernel.loc", n_sources)?;
@@ -310,12 +251,7 @@ pub fn parse_program(text: &str) -> R<Module> {
         params,
         buffers,
         vars: p.vars,
-        kernel: Kernel {
-            grid,
-            threads: threads as u32,
-            body,
-            loc: kloc,
-        },
+        kernel: Kernel { grid, threads: threads as u32, body, loc: kloc },
         level: Level::Tile,
     })
 }
@@ -324,19 +260,13 @@ impl Parser {
     fn buffer_id(&self, v: &Value, path: &str) -> R<BufferId> {
         match v.as_i64() {
             Some(i) if i >= 0 && (i as usize) < self.n_buffers => Ok(BufferId(i as u32)),
-            _ => err(
-                path,
-                format!("expected a buffer id below {}, got {v}", self.n_buffers),
-            ),
+            _ => err(path, format!("expected a buffer id below {}, got {v}", self.n_buffers)),
         }
     }
     fn var_id(&self, v: &Value, path: &str) -> R<VarId> {
         match v.as_i64() {
             Some(i) if i >= 0 && (i as usize) < self.vars.len() => Ok(VarId(i as u32)),
-            _ => err(
-                path,
-                format!("expected a variable id below {}, got {v}", self.vars.len()),
-            ),
+            _ => err(path, format!("expected a variable id below {}, got {v}", self.vars.len())),
         }
     }
 
@@ -344,37 +274,24 @@ impl Parser {
         let Some(a) = v.as_array() else {
             return err(path, "expected a list of expressions");
         };
-        a.iter()
-            .enumerate()
-            .map(|(i, e)| self.expr(e, &format!("{path}[{i}]"), ns))
-            .collect()
+        a.iter().enumerate().map(|(i, e)| self.expr(e, &format!("{path}[{i}]"), ns)).collect()
     }
 
     fn expr(&self, v: &Value, path: &str, ns: usize) -> R<Expr> {
         let Some(op) = v.get("op").and_then(|o| o.as_str()) else {
             return err(path, "expected an expression object with an \"op\"");
         };
-        let sub = |key: &str, o: &Obj| -> R<Box<Expr>> {
-            Ok(Box::new(self.expr(o.get(key)?, &o.p(key), ns)?))
-        };
+        let sub =
+            |key: &str, o: &Obj| -> R<Box<Expr>> { Ok(Box::new(self.expr(o.get(key)?, &o.p(key), ns)?)) };
         if let Some(bop) = BinOp::ALL.iter().find(|b| b.name() == op) {
             let o = Obj::new(v, path, &["op", "a", "b", "dtype"])?;
             let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
-            return Ok(Expr::Binary {
-                op: *bop,
-                a: sub("a", &o)?,
-                b: sub("b", &o)?,
-                dtype: dt,
-            });
+            return Ok(Expr::Binary { op: *bop, a: sub("a", &o)?, b: sub("b", &o)?, dtype: dt });
         }
         if let Some(uop) = UnOp::ALL.iter().find(|u| u.name() == op) {
             let o = Obj::new(v, path, &["op", "a", "dtype"])?;
             let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
-            return Ok(Expr::Unary {
-                op: *uop,
-                a: sub("a", &o)?,
-                dtype: dt,
-            });
+            return Ok(Expr::Unary { op: *uop, a: sub("a", &o)?, dtype: dt });
         }
         match op {
             "const" => {
@@ -386,12 +303,7 @@ impl Parser {
                         "inf" => ConstValue::Float(f64::INFINITY),
                         "-inf" => ConstValue::Float(f64::NEG_INFINITY),
                         "nan" => ConstValue::Float(f64::NAN),
-                        _ => {
-                            return err(
-                                &o.p("value"),
-                                "expected a number, \"inf\", \"-inf\" or \"nan\"",
-                            )
-                        }
+                        _ => return err(&o.p("value"), "expected a number, \"inf\", \"-inf\" or \"nan\""),
                     },
                     Value::Bool(b) => ConstValue::Int(*b as i64),
                     Value::Number(n) => {
@@ -402,10 +314,7 @@ impl Parser {
                         } else if let Some(u) = n.as_u64() {
                             ConstValue::Int(u as i64)
                         } else {
-                            return err(
-                                &o.p("value"),
-                                format!("an integer constant of {dt} cannot be {n}"),
-                            );
+                            return err(&o.p("value"), format!("an integer constant of {dt} cannot be {n}"));
                         }
                     }
                     _ => return err(&o.p("value"), "expected a number"),
@@ -441,10 +350,7 @@ impl Parser {
             }
             "cast" => {
                 let o = Obj::new(v, path, &["op", "a", "dtype"])?;
-                Ok(Expr::Cast {
-                    a: sub("a", &o)?,
-                    dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
-                })
+                Ok(Expr::Cast { a: sub("a", &o)?, dtype: dtype(o.get("dtype")?, &o.p("dtype"))? })
             }
             "select" => {
                 let o = Obj::new(v, path, &["op", "cond", "a", "b", "dtype"])?;
@@ -455,10 +361,7 @@ impl Parser {
                     dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
                 })
             }
-            _ => err(
-                &format!("{path}.op"),
-                format!("unknown expression op '{op}'"),
-            ),
+            _ => err(&format!("{path}.op"), format!("unknown expression op '{op}'")),
         }
     }
 
@@ -477,27 +380,17 @@ impl Parser {
             } else {
                 let start = self.expr(dobj.get("start")?, &dobj.p("start"), ns)?;
                 match dobj.opt("stop") {
-                    Some(s) => RegionDim::Slice {
-                        start,
-                        stop: self.expr(s, &dobj.p("stop"), ns)?,
-                    },
+                    Some(s) => RegionDim::Slice { start, stop: self.expr(s, &dobj.p("stop"), ns)? },
                     None => RegionDim::Origin(start),
                 }
             };
             dims.push(dim);
         }
-        Ok(Region {
-            buf,
-            dims,
-            loc: loc(o.opt("loc"), &o.p("loc"), ns)?,
-        })
+        Ok(Region { buf, dims, loc: loc(o.opt("loc"), &o.p("loc"), ns)? })
     }
 
     fn stmts(&self, v: &[Value], path: &str, ns: usize) -> R<Vec<Stmt>> {
-        v.iter()
-            .enumerate()
-            .map(|(i, s)| self.stmt(s, &format!("{path}[{i}]"), ns))
-            .collect()
+        v.iter().enumerate().map(|(i, s)| self.stmt(s, &format!("{path}[{i}]"), ns)).collect()
     }
 
     fn body(&self, o: &Obj, key: &str, ns: usize) -> R<Vec<Stmt>> {
@@ -516,19 +409,9 @@ impl Parser {
                 let idx = self.exprs(o.get("idx")?, &o.p("idx"), ns)?;
                 let value = self.expr(o.get("value")?, &o.p("value"), ns)?;
                 if op == "store" {
-                    Stmt::Store {
-                        buf,
-                        idx,
-                        value,
-                        loc: l(&o)?,
-                    }
+                    Stmt::Store { buf, idx, value, loc: l(&o)? }
                 } else {
-                    Stmt::AtomicAdd {
-                        buf,
-                        idx,
-                        value,
-                        loc: l(&o)?,
-                    }
+                    Stmt::AtomicAdd { buf, idx, value, loc: l(&o)? }
                 }
             }
             "copy" => {
@@ -553,11 +436,7 @@ impl Parser {
                 }
             }
             "reduce" => {
-                let o = Obj::new(
-                    v,
-                    path,
-                    &["op", "kind", "src", "dst", "dim", "clear", "loc"],
-                )?;
+                let o = Obj::new(v, path, &["op", "kind", "src", "dst", "dim", "clear", "loc"])?;
                 let kind = match o.str("kind")? {
                     "sum" => ReduceKind::Sum,
                     "max" => ReduceKind::Max,
@@ -590,36 +469,17 @@ impl Parser {
                 for (i, x) in o.arr("extents")?.iter().enumerate() {
                     match x.as_i64() {
                         Some(e) if e > 0 => extents.push(e),
-                        _ => {
-                            return err(
-                                &format!("{}[{i}]", o.p("extents")),
-                                "expected a positive integer",
-                            )
-                        }
+                        _ => return err(&format!("{}[{i}]", o.p("extents")), "expected a positive integer"),
                     }
                 }
                 if vars.len() != extents.len() || vars.is_empty() {
-                    return err(
-                        path,
-                        "vars and extents must be non-empty and of equal length",
-                    );
+                    return err(path, "vars and extents must be non-empty and of equal length");
                 }
-                Stmt::Parallel {
-                    vars,
-                    extents,
-                    body: self.body(&o, "body", ns)?,
-                    loc: l(&o)?,
-                    layout: None,
-                }
+                Stmt::Parallel { vars, extents, body: self.body(&o, "body", ns)?, loc: l(&o)?, layout: None }
             }
             "for" => {
-                let o = Obj::new(
-                    v,
-                    path,
-                    &[
-                        "op", "var", "start", "extent", "kind", "stages", "body", "loc",
-                    ],
-                )?;
+                let o =
+                    Obj::new(v, path, &["op", "var", "start", "extent", "kind", "stages", "body", "loc"])?;
                 let kind = match o.str("kind")? {
                     "serial" => ForKind::Serial,
                     "unroll" => ForKind::Unroll,
@@ -653,12 +513,7 @@ impl Parser {
                     loc: l(&o)?,
                 }
             }
-            _ => {
-                return err(
-                    &format!("{path}.op"),
-                    format!("unknown statement op '{op}'"),
-                )
-            }
+            _ => return err(&format!("{path}.op"), format!("unknown statement op '{op}'")),
         })
     }
 }

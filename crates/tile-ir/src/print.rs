@@ -34,14 +34,7 @@ pub fn print_module(m: &Module) -> String {
         if b.scope == crate::Scope::Global {
             continue;
         }
-        let _ = write!(
-            out,
-            "  {} {}: {}{:?}",
-            b.scope.name(),
-            b.name,
-            b.dtype,
-            b.shape
-        );
+        let _ = write!(out, "  {} {}: {}{:?}", b.scope.name(), b.name, b.dtype, b.shape);
         if let Some(off) = b.shared_offset {
             let _ = write!(out, " at smem+{off}");
         }
@@ -56,10 +49,7 @@ pub fn print_module(m: &Module) -> String {
 }
 
 fn loc_comment(m: &Module, loc: crate::Loc) -> String {
-    m.sources
-        .short(loc)
-        .map(|s| format!("  // {s}"))
-        .unwrap_or_default()
+    m.sources.short(loc).map(|s| format!("  // {s}")).unwrap_or_default()
 }
 
 fn stmts(m: &Module, body: &[Stmt], depth: usize, out: &mut String) {
@@ -82,30 +72,17 @@ fn region(m: &Module, r: &Region) -> String {
 }
 
 fn idx(m: &Module, idx: &[Expr]) -> String {
-    idx.iter()
-        .map(|e| expr(m, e))
-        .collect::<Vec<_>>()
-        .join(", ")
+    idx.iter().map(|e| expr(m, e)).collect::<Vec<_>>().join(", ")
 }
 
 fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
     let pad = "  ".repeat(depth);
     let lc = loc_comment(m, s.loc());
     match s {
-        Stmt::Store {
-            buf, idx: i, value, ..
-        } => {
-            let _ = writeln!(
-                out,
-                "{pad}{}[{}] = {}{lc}",
-                m.buffer(*buf).name,
-                idx(m, i),
-                expr(m, value)
-            );
+        Stmt::Store { buf, idx: i, value, .. } => {
+            let _ = writeln!(out, "{pad}{}[{}] = {}{lc}", m.buffer(*buf).name, idx(m, i), expr(m, value));
         }
-        Stmt::AtomicAdd {
-            buf, idx: i, value, ..
-        } => {
+        Stmt::AtomicAdd { buf, idx: i, value, .. } => {
             let _ = writeln!(
                 out,
                 "{pad}atomic_add {}[{}], {}{lc}",
@@ -114,31 +91,14 @@ fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
                 expr(m, value)
             );
         }
-        Stmt::Copy {
-            src, dst, pad: p, ..
-        } => {
-            let padding = p
-                .as_ref()
-                .map(|p| format!(" pad={}", expr(m, p)))
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "{pad}copy {} -> {}{padding}{lc}",
-                region(m, src),
-                region(m, dst)
-            );
+        Stmt::Copy { src, dst, pad: p, .. } => {
+            let padding = p.as_ref().map(|p| format!(" pad={}", expr(m, p))).unwrap_or_default();
+            let _ = writeln!(out, "{pad}copy {} -> {}{padding}{lc}", region(m, src), region(m, dst));
         }
         Stmt::Fill { dst, value, .. } => {
             let _ = writeln!(out, "{pad}fill {}, {}{lc}", region(m, dst), expr(m, value));
         }
-        Stmt::Reduce {
-            kind,
-            src,
-            dst,
-            dim,
-            clear,
-            ..
-        } => {
+        Stmt::Reduce { kind, src, dst, dim, clear, .. } => {
             let _ = writeln!(
                 out,
                 "{pad}reduce_{} {} -> {} dim={dim} clear={clear}{lc}",
@@ -147,38 +107,14 @@ fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
                 m.buffer(*dst).name
             );
         }
-        Stmt::Parallel {
-            vars,
-            extents,
-            body,
-            layout,
-            ..
-        } => {
-            let names: Vec<String> = vars
-                .iter()
-                .map(|v| format!("%{}", m.var(*v).name))
-                .collect();
-            let l = layout
-                .as_ref()
-                .map(|l| format!("  // threads: {l}"))
-                .unwrap_or_default();
-            let _ = writeln!(
-                out,
-                "{pad}parallel ({}) in {:?} {{{lc}{l}",
-                names.join(", "),
-                extents
-            );
+        Stmt::Parallel { vars, extents, body, layout, .. } => {
+            let names: Vec<String> = vars.iter().map(|v| format!("%{}", m.var(*v).name)).collect();
+            let l = layout.as_ref().map(|l| format!("  // threads: {l}")).unwrap_or_default();
+            let _ = writeln!(out, "{pad}parallel ({}) in {:?} {{{lc}{l}", names.join(", "), extents);
             stmts(m, body, depth + 1, out);
             let _ = writeln!(out, "{pad}}}");
         }
-        Stmt::For {
-            var,
-            start,
-            extent,
-            kind,
-            body,
-            ..
-        } => {
+        Stmt::For { var, start, extent, kind, body, .. } => {
             let k = match kind {
                 ForKind::Serial => "for".to_string(),
                 ForKind::Unroll => "unroll".to_string(),
@@ -194,12 +130,7 @@ fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
             stmts(m, body, depth + 1, out);
             let _ = writeln!(out, "{pad}}}");
         }
-        Stmt::If {
-            cond,
-            then,
-            otherwise,
-            ..
-        } => {
+        Stmt::If { cond, then, otherwise, .. } => {
             let _ = writeln!(out, "{pad}if {} {{{lc}", expr(m, cond));
             stmts(m, then, depth + 1, out);
             if !otherwise.is_empty() {
@@ -211,13 +142,7 @@ fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
         Stmt::Let { var, value } => {
             let _ = writeln!(out, "{pad}let %{} = {}", m.var(*var).name, expr(m, value));
         }
-        Stmt::VecCopy {
-            dst,
-            dst_idx,
-            src,
-            src_idx,
-            width,
-        } => {
+        Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
             let _ = writeln!(
                 out,
                 "{pad}vec{width} {}[{}] <- {}[{}]",
@@ -244,13 +169,8 @@ pub fn expr(m: &Module, e: &Expr) -> String {
             ConstValue::Float(f) => format!("{f:?}:{dtype}"),
         },
         Expr::Var { id, .. } => format!("%{}", m.var(*id).name),
-        Expr::Load {
-            buf, idx: i, oob, ..
-        } => {
-            let o = oob
-                .as_ref()
-                .map(|o| format!(" else {}", expr(m, o)))
-                .unwrap_or_default();
+        Expr::Load { buf, idx: i, oob, .. } => {
+            let o = oob.as_ref().map(|o| format!(" else {}", expr(m, o))).unwrap_or_default();
             format!("{}[{}{o}]", m.buffer(*buf).name, idx(m, i))
         }
         Expr::Binary { op, a, b, .. } => format!("{}({}, {})", op.name(), expr(m, a), expr(m, b)),

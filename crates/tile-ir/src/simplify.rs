@@ -15,9 +15,7 @@ pub struct Affine {
 
 impl Affine {
     fn add(mut self, other: Affine, sign: i64) -> Affine {
-        self.constant = self
-            .constant
-            .wrapping_add(sign.wrapping_mul(other.constant));
+        self.constant = self.constant.wrapping_add(sign.wrapping_mul(other.constant));
         for (k, (c, e)) in other.terms {
             let entry = self.terms.entry(k).or_insert((0, e));
             entry.0 += sign * c;
@@ -46,31 +44,10 @@ pub fn to_affine(e: &Expr) -> Affine {
         a
     };
     match e {
-        Expr::Const {
-            value: ConstValue::Int(v),
-            ..
-        } => Affine {
-            constant: *v,
-            terms: BTreeMap::new(),
-        },
-        Expr::Binary {
-            op: BinOp::Add,
-            a,
-            b,
-            ..
-        } => to_affine(a).add(to_affine(b), 1),
-        Expr::Binary {
-            op: BinOp::Sub,
-            a,
-            b,
-            ..
-        } => to_affine(a).add(to_affine(b), -1),
-        Expr::Binary {
-            op: BinOp::Mul,
-            a,
-            b,
-            ..
-        } => {
+        Expr::Const { value: ConstValue::Int(v), .. } => Affine { constant: *v, terms: BTreeMap::new() },
+        Expr::Binary { op: BinOp::Add, a, b, .. } => to_affine(a).add(to_affine(b), 1),
+        Expr::Binary { op: BinOp::Sub, a, b, .. } => to_affine(a).add(to_affine(b), -1),
+        Expr::Binary { op: BinOp::Mul, a, b, .. } => {
             let (fa, fb) = (to_affine(a), to_affine(b));
             match (fa.as_const(), fb.as_const()) {
                 (Some(c), _) => fb.scale(c),
@@ -78,9 +55,7 @@ pub fn to_affine(e: &Expr) -> Affine {
                 _ => atom(e),
             }
         }
-        Expr::Unary {
-            op: UnOp::Neg, a, ..
-        } => to_affine(a).scale(-1),
+        Expr::Unary { op: UnOp::Neg, a, .. } => to_affine(a).scale(-1),
         _ => atom(e),
     }
 }
@@ -90,11 +65,7 @@ pub fn from_affine(a: &Affine, dtype: DType) -> Expr {
     let mut out: Option<Expr> = None;
     for (c, e) in a.terms.values() {
         let e = Expr::cast(e.clone(), dtype);
-        let term = if *c == 1 {
-            e
-        } else {
-            Expr::binary(BinOp::Mul, e, Expr::int_of(*c, dtype))
-        };
+        let term = if *c == 1 { e } else { Expr::binary(BinOp::Mul, e, Expr::int_of(*c, dtype)) };
         out = Some(match out {
             None => term,
             Some(prev) => Expr::binary(BinOp::Add, prev, term),
@@ -165,12 +136,7 @@ pub fn simplify(e: Expr) -> Expr {
                 }
             }
             if dtype.is_int() && matches!(op, BinOp::Add | BinOp::Sub | BinOp::Mul) {
-                let affine = to_affine(&Expr::Binary {
-                    op,
-                    a: a.clone(),
-                    b: b.clone(),
-                    dtype,
-                });
+                let affine = to_affine(&Expr::Binary { op, a: a.clone(), b: b.clone(), dtype });
                 return from_affine(&affine, dtype);
             }
             match (op, ca, cb) {
@@ -180,9 +146,7 @@ pub fn simplify(e: Expr) -> Expr {
             }
         }
         Expr::Cast { a, dtype } => match a.as_int() {
-            Some(v) if dtype.is_int() || dtype == DType::Bool => {
-                Expr::int_of(wrap_int(v, dtype), dtype)
-            }
+            Some(v) if dtype.is_int() || dtype == DType::Bool => Expr::int_of(wrap_int(v, dtype), dtype),
             _ if a.dtype() == dtype => *a,
             _ => Expr::Cast { a, dtype },
         },
@@ -201,20 +165,12 @@ pub fn known_multiple(e: &Expr, k: i64) -> bool {
         return true;
     }
     let a = to_affine(e);
-    a.constant % k == 0
-        && a.terms
-            .values()
-            .all(|(c, atom)| c % k == 0 || atom_multiple(atom, k))
+    a.constant % k == 0 && a.terms.values().all(|(c, atom)| c % k == 0 || atom_multiple(atom, k))
 }
 
 fn atom_multiple(e: &Expr, k: i64) -> bool {
     match e {
-        Expr::Binary {
-            op: BinOp::Mul,
-            a,
-            b,
-            ..
-        } => known_multiple(a, k) || known_multiple(b, k),
+        Expr::Binary { op: BinOp::Mul, a, b, .. } => known_multiple(a, k) || known_multiple(b, k),
         Expr::Cast { a, .. } => known_multiple(a, k),
         _ => false,
     }
@@ -228,11 +184,7 @@ mod tests {
     fn slice_extent_folds() {
         let i = Expr::var(VarId(0), DType::I32);
         let start = Expr::binary(BinOp::Mul, i.clone(), Expr::int(64));
-        let stop = Expr::binary(
-            BinOp::Mul,
-            Expr::binary(BinOp::Add, i, Expr::int(1)),
-            Expr::int(64),
-        );
+        let stop = Expr::binary(BinOp::Mul, Expr::binary(BinOp::Add, i, Expr::int(1)), Expr::int(64));
         let ext = simplify(Expr::binary(BinOp::Sub, stop, start));
         assert_eq!(ext.as_int(), Some(64));
     }
@@ -240,11 +192,7 @@ mod tests {
     #[test]
     fn multiples() {
         let i = Expr::var(VarId(0), DType::I32);
-        let e = Expr::binary(
-            BinOp::Add,
-            Expr::binary(BinOp::Mul, i.clone(), Expr::int(128)),
-            Expr::int(8),
-        );
+        let e = Expr::binary(BinOp::Add, Expr::binary(BinOp::Mul, i.clone(), Expr::int(128)), Expr::int(8));
         assert!(known_multiple(&e, 8));
         assert!(!known_multiple(&e, 16));
         assert!(!known_multiple(&i, 2));

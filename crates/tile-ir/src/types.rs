@@ -66,10 +66,7 @@ impl DType {
     }
 
     pub fn is_int(self) -> bool {
-        matches!(
-            self,
-            DType::I8 | DType::U8 | DType::I16 | DType::I32 | DType::U32 | DType::I64
-        )
+        matches!(self, DType::I8 | DType::U8 | DType::I16 | DType::I32 | DType::U32 | DType::I64)
     }
 
     pub fn is_signed(self) -> bool {

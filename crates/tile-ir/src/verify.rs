@@ -31,12 +31,7 @@ pub struct ResolvedRegion {
 impl ResolvedRegion {
     /// The region's shape: kept dimensions only.
     pub fn shape(&self) -> Vec<i64> {
-        self.extents
-            .iter()
-            .zip(&self.kept)
-            .filter(|(_, k)| **k)
-            .map(|(e, _)| *e)
-            .collect()
+        self.extents.iter().zip(&self.kept).filter(|(_, k)| **k).map(|(e, _)| *e).collect()
     }
     /// The shape without unit dimensions, for comparing two sides of a copy.
     pub fn squeezed(&self) -> Vec<i64> {
@@ -58,12 +53,7 @@ pub fn resolve_region(
     let rank = b.shape.len();
     if r.dims.len() > rank {
         return Err(Diagnostic::error(
-            format!(
-                "'{}' has {} dimensions but the region names {}",
-                b.name,
-                rank,
-                r.dims.len()
-            ),
+            format!("'{}' has {} dimensions but the region names {}", b.name, rank, r.dims.len()),
             r.loc,
         ));
     }
@@ -77,9 +67,7 @@ pub fn resolve_region(
                 format!("the extent of region '{}[...]' cannot be inferred", b.name),
                 r.loc,
             )
-            .with_help(
-                "give one side of the copy a shape: a whole buffer or slices such as A[i:i+64, :]",
-            ));
+            .with_help("give one side of the copy a shape: a whole buffer or slices such as A[i:i+64, :]"));
         };
         if other.len() > rank {
             return Err(Diagnostic::error(
@@ -91,8 +79,7 @@ pub fn resolve_region(
             ));
         }
         for (d, dim) in r.dims.iter().enumerate() {
-            let (RegionDim::Origin(e) | RegionDim::Index(e) | RegionDim::Slice { start: e, .. }) =
-                dim;
+            let (RegionDim::Origin(e) | RegionDim::Index(e) | RegionDim::Slice { start: e, .. }) = dim;
             starts.push(e.clone());
             let _ = d;
         }
@@ -167,12 +154,7 @@ pub fn resolve_region(
             }
         }
     }
-    Ok(ResolvedRegion {
-        buf: r.buf,
-        starts,
-        extents,
-        kept,
-    })
+    Ok(ResolvedRegion { buf: r.buf, starts, extents, kept })
 }
 
 /// Resolve both sides of a copy and check their shapes agree.
@@ -229,12 +211,7 @@ struct Verifier<'a> {
 
 /// Check the tile-level invariants listed in this module's doc.
 pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
-    let mut v = Verifier {
-        m,
-        diags: Vec::new(),
-        scope: Vec::new(),
-        in_parallel: None,
-    };
+    let mut v = Verifier { m, diags: Vec::new(), scope: Vec::new(), in_parallel: None };
     let t = m.kernel.threads;
     if !t.is_multiple_of(32) || t > 1024 {
         v.diags.push(
@@ -248,10 +225,7 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
     for g in &m.kernel.grid {
         v.expr(g, m.kernel.loc);
         if !g.dtype().is_int() {
-            v.diags.push(Diagnostic::error(
-                "grid dimensions must be integers",
-                m.kernel.loc,
-            ));
+            v.diags.push(Diagnostic::error("grid dimensions must be integers", m.kernel.loc));
         }
         if let Some(x) = const_of(g) {
             if x <= 0 {
@@ -389,15 +363,7 @@ impl<'a> Verifier<'a> {
         self.expr(&Expr::load(buf, idx.to_vec(), b.dtype), loc);
         self.expr(value, loc);
         if value.dtype() != b.dtype {
-            self.err(
-                format!(
-                    "internal: storing {} into '{}' of {}",
-                    value.dtype(),
-                    b.name,
-                    b.dtype
-                ),
-                loc,
-            );
+            self.err(format!("internal: storing {} into '{}' of {}", value.dtype(), b.name, b.dtype), loc);
         }
         if atomic {
             if b.scope != Scope::Global && b.scope != Scope::Shared {
@@ -412,13 +378,7 @@ impl<'a> Verifier<'a> {
             }
             if !matches!(
                 b.dtype,
-                DType::F32
-                    | DType::F16
-                    | DType::BF16
-                    | DType::I32
-                    | DType::U32
-                    | DType::I64
-                    | DType::F64
+                DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::U32 | DType::I64 | DType::F64
             ) {
                 self.err(format!("T.atomic_add does not support {}", b.dtype), loc);
             }
@@ -426,19 +386,11 @@ impl<'a> Verifier<'a> {
         }
         // Races: inside a parallel loop, each iteration must write its own element.
         if self.in_parallel.is_some() && b.scope != Scope::Local {
-            let par_vars: Vec<VarId> = self
-                .scope
-                .iter()
-                .filter(|(_, p)| *p)
-                .map(|(v, _)| *v)
-                .collect();
-            let unused: Vec<VarId> = par_vars
-                .into_iter()
-                .filter(|v| !idx.iter().any(|i| i.uses_var(*v)))
-                .collect();
+            let par_vars: Vec<VarId> = self.scope.iter().filter(|(_, p)| *p).map(|(v, _)| *v).collect();
+            let unused: Vec<VarId> =
+                par_vars.into_iter().filter(|v| !idx.iter().any(|i| i.uses_var(*v))).collect();
             if !unused.is_empty() {
-                let names: Vec<String> =
-                    unused.iter().map(|v| self.m.var(*v).name.clone()).collect();
+                let names: Vec<String> = unused.iter().map(|v| self.m.var(*v).name.clone()).collect();
                 let name = b.name.clone();
                 let d = self.err(
                     format!(
@@ -448,34 +400,25 @@ impl<'a> Verifier<'a> {
                     ),
                     loc,
                 );
-                *d = d.clone().with_help("index the written element with every loop variable, or reduce with T.reduce_* instead");
+                *d = d.clone().with_help(
+                    "index the written element with every loop variable, or reduce with T.reduce_* instead",
+                );
             }
         }
         if b.scope == Scope::Fragment && self.in_parallel.is_none() {
             let name = b.name.clone();
-            let d = self.err(
-                format!("fragment '{name}' is written outside a T.Parallel loop"),
-                loc,
+            let d = self.err(format!("fragment '{name}' is written outside a T.Parallel loop"), loc);
+            *d = d.clone().with_help(
+                "write fragment elements inside `for i, j in T.Parallel(...)`, or use T.fill / T.copy",
             );
-            *d = d.clone().with_help("write fragment elements inside `for i, j in T.Parallel(...)`, or use T.fill / T.copy");
         }
     }
 
     fn stmt(&mut self, s: &Stmt) {
         let m = self.m;
         match s {
-            Stmt::Store {
-                buf,
-                idx,
-                value,
-                loc,
-            } => self.store_target(*buf, idx, value, *loc, false),
-            Stmt::AtomicAdd {
-                buf,
-                idx,
-                value,
-                loc,
-            } => self.store_target(*buf, idx, value, *loc, true),
+            Stmt::Store { buf, idx, value, loc } => self.store_target(*buf, idx, value, *loc, false),
+            Stmt::AtomicAdd { buf, idx, value, loc } => self.store_target(*buf, idx, value, *loc, true),
             Stmt::Copy { src, dst, pad, loc } => {
                 self.region(src);
                 self.region(dst);
@@ -489,9 +432,7 @@ impl<'a> Verifier<'a> {
                     self.diags.push(d);
                 }
                 let (sb, db) = (m.buffer(src.buf), m.buffer(dst.buf));
-                if sb.dtype != db.dtype
-                    && (sb.scope == Scope::Global) == (db.scope == Scope::Global)
-                {
+                if sb.dtype != db.dtype && (sb.scope == Scope::Global) == (db.scope == Scope::Global) {
                     // conversions happen in registers; allowed between on-chip tiles
                 }
             }
@@ -505,9 +446,7 @@ impl<'a> Verifier<'a> {
                     self.diags.push(d);
                 }
             }
-            Stmt::Reduce {
-                src, dst, dim, loc, ..
-            } => {
+            Stmt::Reduce { src, dst, dim, loc, .. } => {
                 let (sb, db) = (m.buffer(*src), m.buffer(*dst));
                 if self.in_parallel.is_some() {
                     self.err("T.reduce inside a T.Parallel loop".into(), *loc);
@@ -523,16 +462,14 @@ impl<'a> Verifier<'a> {
                         ),
                         *loc,
                     );
-                    *d = d.clone().with_help("allocate both with T.alloc_fragment (T.copy a shared tile into a fragment first)");
+                    *d = d.clone().with_help(
+                        "allocate both with T.alloc_fragment (T.copy a shared tile into a fragment first)",
+                    );
                     return;
                 }
                 if *dim >= sb.shape.len() {
                     self.err(
-                        format!(
-                            "dim={dim} is out of range for '{}' of rank {}",
-                            sb.name,
-                            sb.shape.len()
-                        ),
+                        format!("dim={dim} is out of range for '{}' of rank {}", sb.name, sb.shape.len()),
                         *loc,
                     );
                     return;
@@ -552,22 +489,10 @@ impl<'a> Verifier<'a> {
                     );
                 }
                 if sb.dtype != db.dtype && !(sb.dtype.is_float() && db.dtype.is_float()) {
-                    self.err(
-                        format!(
-                            "reduction from {} into {} is not supported",
-                            sb.dtype, db.dtype
-                        ),
-                        *loc,
-                    );
+                    self.err(format!("reduction from {} into {} is not supported", sb.dtype, db.dtype), *loc);
                 }
             }
-            Stmt::Parallel {
-                vars,
-                extents,
-                body,
-                loc,
-                ..
-            } => {
+            Stmt::Parallel { vars, extents, body, loc, .. } => {
                 if let Some(outer) = self.in_parallel {
                     let d = self.err("T.Parallel loops cannot be nested".into(), *loc);
                     *d = d
@@ -599,32 +524,17 @@ impl<'a> Verifier<'a> {
                 }
                 self.in_parallel = None;
             }
-            Stmt::For {
-                var,
-                start,
-                extent,
-                body,
-                loc,
-                ..
-            } => {
+            Stmt::For { var, start, extent, body, loc, .. } => {
                 self.expr(start, *loc);
                 self.expr(extent, *loc);
                 self.scope.push((*var, false));
                 self.stmts(body);
                 self.scope.pop();
             }
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-                loc,
-            } => {
+            Stmt::If { cond, then, otherwise, loc } => {
                 self.expr(cond, *loc);
                 if cond.dtype() != DType::Bool {
-                    self.err(
-                        "the condition of T.If must be a comparison (bool)".into(),
-                        *loc,
-                    );
+                    self.err("the condition of T.If must be a comparison (bool)".into(), *loc);
                 }
                 if self.in_parallel.is_none() {
                     let mut reads_fragment = false;
@@ -641,10 +551,7 @@ impl<'a> Verifier<'a> {
             // barriers are placed by insert_syncs, which runs on tile-level IR
             Stmt::Sync | Stmt::Comment(_) => {}
             Stmt::Let { .. } | Stmt::VecCopy { .. } => {
-                self.err(
-                    "internal: thread-level statement in tile-level IR".into(),
-                    Loc::UNKNOWN,
-                );
+                self.err("internal: thread-level statement in tile-level IR".into(), Loc::UNKNOWN);
             }
         }
     }

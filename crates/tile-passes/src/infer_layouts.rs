@@ -47,10 +47,7 @@ fn fragment_accesses(m: &Module, body: &[Stmt]) -> Vec<(BufferId, Vec<Expr>, til
         let loc = s.loc();
         stmt_exprs(s, &mut |e| {
             e.walk(&mut |x| {
-                if let Expr::Load {
-                    buf, idx, loc: l, ..
-                } = x
-                {
+                if let Expr::Load { buf, idx, loc: l, .. } = x {
                     if m.buffer(*buf).scope == Scope::Fragment {
                         out.push((*buf, idx.clone(), if l.is_known() { *l } else { loc }));
                     }
@@ -68,11 +65,7 @@ fn min_elem_bytes(m: &Module, body: &[Stmt]) -> u32 {
         let mut see = |b: BufferId| {
             let buf = m.buffer(b);
             if buf.scope != Scope::Fragment {
-                bytes = if first {
-                    buf.dtype.bytes()
-                } else {
-                    bytes.min(buf.dtype.bytes())
-                };
+                bytes = if first { buf.dtype.bytes() } else { bytes.min(buf.dtype.bytes()) };
                 first = false;
             }
         };
@@ -91,12 +84,7 @@ fn min_elem_bytes(m: &Module, body: &[Stmt]) -> u32 {
 }
 
 /// The loop's layout when one of its fragments decides it.
-fn anchor_layout(
-    m: &Module,
-    vars: &[VarId],
-    extents: &[i64],
-    body: &[Stmt],
-) -> Option<FragmentLayout> {
+fn anchor_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -> Option<FragmentLayout> {
     let full: Vec<usize> = (0..vars.len()).collect();
     for (buf, idx, _) in fragment_accesses(m, body) {
         let b = m.buffer(buf);
@@ -116,9 +104,7 @@ struct Order {
 pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     let threads = m.kernel.threads;
     // first use of each fragment, in program order, for deterministic defaults
-    let mut order = Order {
-        first_use: BTreeMap::new(),
-    };
+    let mut order = Order { first_use: BTreeMap::new() };
     let mut counter = 0usize;
     walk_stmts(&m.kernel.body, &mut |s| {
         counter += 1;
@@ -156,11 +142,7 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             .filter(|(_, b)| b.scope == Scope::Fragment && b.layout.is_none())
             .map(|(i, b)| (BufferId(i as u32), b.shape.len()))
             .min_by_key(|(id, rank)| {
-                (
-                    usize::MAX - rank,
-                    order.first_use.get(id).copied().unwrap_or(usize::MAX),
-                    id.0,
-                )
+                (usize::MAX - rank, order.first_use.get(id).copied().unwrap_or(usize::MAX), id.0)
             });
         match next {
             Some((id, _)) => {
@@ -208,12 +190,7 @@ fn propagate(m: &mut Module) -> bool {
                 assign.push((*dst, r));
             }
         }
-        Stmt::Parallel {
-            vars,
-            extents,
-            body,
-            ..
-        } => {
+        Stmt::Parallel { vars, extents, body, .. } => {
             if let Some(l) = anchor_layout(m, vars, extents, body) {
                 for (buf, idx, _) in fragment_accesses(m, body) {
                     if m.buffer(buf).layout.is_some() {
@@ -243,16 +220,9 @@ fn propagate(m: &mut Module) -> bool {
 fn assign_loop_layouts(m: &Module, body: &mut [Stmt], threads: u32, diags: &mut Vec<Diagnostic>) {
     for s in body.iter_mut() {
         match s {
-            Stmt::Parallel {
-                vars,
-                extents,
-                body,
-                loc,
-                layout,
-            } => {
-                let l = anchor_layout(m, vars, extents, body).unwrap_or_else(|| {
-                    FragmentLayout::blocked(extents, threads, min_elem_bytes(m, body))
-                });
+            Stmt::Parallel { vars, extents, body, loc, layout } => {
+                let l = anchor_layout(m, vars, extents, body)
+                    .unwrap_or_else(|| FragmentLayout::blocked(extents, threads, min_elem_bytes(m, body)));
                 for (buf, idx, aloc) in fragment_accesses(m, body) {
                     if let Err(why) = compatible(m, buf, &idx, vars, &l) {
                         let b = m.buffer(buf);
@@ -268,9 +238,7 @@ fn assign_loop_layouts(m: &Module, body: &mut [Stmt], threads: u32, diags: &mut 
                 *layout = Some(l);
             }
             Stmt::For { body, .. } => assign_loop_layouts(m, body, threads, diags),
-            Stmt::If {
-                then, otherwise, ..
-            } => {
+            Stmt::If { then, otherwise, .. } => {
                 assign_loop_layouts(m, then, threads, diags);
                 assign_loop_layouts(m, otherwise, threads, diags);
             }
@@ -288,36 +256,26 @@ fn compatible(
     l: &FragmentLayout,
 ) -> Result<(), String> {
     let b = m.buffer(buf);
-    let fl = b
-        .layout
-        .as_ref()
-        .expect("every fragment has a layout by now");
+    let fl = b.layout.as_ref().expect("every fragment has a layout by now");
     let Some(dims) = loop_dims_of(idx, vars) else {
-        return Err("its indices must be distinct loop variables of the enclosing T.Parallel, in loop order".into());
+        return Err(
+            "its indices must be distinct loop variables of the enclosing T.Parallel, in loop order".into()
+        );
     };
     if fl.active_threads != l.active_threads {
-        return Err(format!(
-            "it spans {} threads, the loop {}",
-            fl.active_threads, l.active_threads
-        ));
+        return Err(format!("it spans {} threads, the loop {}", fl.active_threads, l.active_threads));
     }
     for (k, d) in dims.iter().enumerate() {
         if fl.dims[k] != l.dims[*d] {
-            return Err(format!(
-                "its dimension {k} is spread differently from loop dimension {d}"
-            ));
+            return Err(format!("its dimension {k} is spread differently from loop dimension {d}"));
         }
     }
     for (d, split) in l.dims.iter().enumerate() {
         if !dims.contains(&d)
             && split.threads > 1
-            && !fl
-                .replicated
-                .contains(&(split.threads, split.thread_stride))
+            && !fl.replicated.contains(&(split.threads, split.thread_stride))
         {
-            return Err(format!(
-                "threads along loop dimension {d} need its elements but do not hold them"
-            ));
+            return Err(format!("threads along loop dimension {d} need its elements but do not hold them"));
         }
     }
     Ok(())

@@ -63,9 +63,7 @@ fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
 }
 
 fn hazard(p: &Pending, reads: &BTreeSet<BufferId>, writes: &BTreeSet<BufferId>) -> bool {
-    writes
-        .iter()
-        .any(|w| p.reads.contains(w) || p.writes.contains(w))
+    writes.iter().any(|w| p.reads.contains(w) || p.writes.contains(w))
         || reads.iter().any(|r| p.writes.contains(r))
 }
 
@@ -73,14 +71,7 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
     let mut out = Vec::new();
     for s in body {
         match s {
-            Stmt::For {
-                var,
-                start,
-                extent,
-                kind,
-                body,
-                loc,
-            } => {
+            Stmt::For { var, start, extent, kind, body, loc } => {
                 // run the body once to learn what it leaves pending at its end, then place
                 // barriers for real with that state joined in (the loop's back edge)
                 let mut trial = pending.clone();
@@ -90,30 +81,13 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
                 entry.writes.extend(trial.writes.iter().copied());
                 let new_body = place(m, body, &mut entry);
                 *pending = entry;
-                out.push(Stmt::For {
-                    var,
-                    start,
-                    extent,
-                    kind,
-                    body: new_body,
-                    loc,
-                });
+                out.push(Stmt::For { var, start, extent, kind, body: new_body, loc });
             }
-            Stmt::If {
-                cond,
-                then,
-                otherwise,
-                loc,
-            } => {
+            Stmt::If { cond, then, otherwise, loc } => {
                 // a barrier must not be conditional; sync before a branch that touches shared memory
                 let (r, w) = accesses(
                     m,
-                    &Stmt::If {
-                        cond: cond.clone(),
-                        then: then.clone(),
-                        otherwise: otherwise.clone(),
-                        loc,
-                    },
+                    &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: otherwise.clone(), loc },
                 );
                 if hazard(pending, &r, &w) {
                     out.push(Stmt::Sync);
@@ -121,12 +95,7 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
                 }
                 pending.reads.extend(r);
                 pending.writes.extend(w);
-                out.push(Stmt::If {
-                    cond,
-                    then,
-                    otherwise,
-                    loc,
-                });
+                out.push(Stmt::If { cond, then, otherwise, loc });
             }
             Stmt::Sync => {
                 *pending = Pending::default();

@@ -28,11 +28,7 @@ pub struct Target {
 
 impl Target {
     pub fn from_arch(arch: &str) -> Option<Target> {
-        let digits: String = arch
-            .strip_prefix("sm_")?
-            .chars()
-            .take_while(|c| c.is_ascii_digit())
-            .collect();
+        let digits: String = arch.strip_prefix("sm_")?.chars().take_while(|c| c.is_ascii_digit()).collect();
         let sm: u32 = digits.parse().ok()?;
         if sm < 70 {
             return None;
@@ -44,12 +40,7 @@ impl Target {
             100..=109 => 227 * 1024,
             _ => 99 * 1024,
         };
-        Some(Target {
-            arch: arch.to_string(),
-            sm,
-            shared_limit,
-            max_threads: 1024,
-        })
+        Some(Target { arch: arch.to_string(), sm, shared_limit, max_threads: 1024 })
     }
 }
 
@@ -69,11 +60,7 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn new(target: Target, options: Options) -> Ctx {
-        Ctx {
-            target,
-            options,
-            report: Vec::new(),
-        }
+        Ctx { target, options, report: Vec::new() }
     }
 }
 

@@ -16,21 +16,21 @@ use tile_ir::verify::{resolve_copy, resolve_region, ResolvedRegion};
 use tile_ir::*;
 
 pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
-    let mut lw = Lowerer {
-        m,
-        diags: Vec::new(),
-        report: Vec::new(),
-        tid: VarId(0),
-    };
+    let mut non_negative_vars = std::collections::BTreeSet::new();
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::For { var, start, .. } = s {
+            if start.as_int().is_some_and(|v| v >= 0) {
+                non_negative_vars.insert(*var);
+            }
+        }
+    });
+    let user_vars = m.vars.len() as u32;
+    let mut lw =
+        Lowerer { non_negative_vars, user_vars, m, diags: Vec::new(), report: Vec::new(), tid: VarId(0) };
     lw.tid = lw.m.thread_idx();
     let body = std::mem::take(&mut lw.m.kernel.body);
     let body = lw.block(body);
-    let Lowerer {
-        mut m,
-        diags,
-        report,
-        ..
-    } = lw;
+    let Lowerer { mut m, diags, report, .. } = lw;
     if !diags.is_empty() {
         return Err(diags);
     }
@@ -51,6 +51,11 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
 type ChunkBuilder<'a> = dyn FnMut(&mut Lowerer, &[Expr], &[Expr]) -> Vec<Stmt> + 'a;
 
 struct Lowerer {
+    /// User loop variables that start at a non-negative constant.
+    non_negative_vars: std::collections::BTreeSet<VarId>,
+    /// Variables with ids from here on were made by this pass (thread coordinates, loop
+    /// counters from 0): never negative.
+    user_vars: u32,
     m: Module,
     diags: Vec<Diagnostic>,
     report: Vec<String>,
@@ -78,28 +83,47 @@ fn mul(a: Expr, b: Expr) -> Expr {
 }
 
 fn and(a: Option<Expr>, b: Expr) -> Option<Expr> {
-    Some(match a {
-        None => b,
-        Some(a) => Expr::binary(BinOp::And, a, b),
-    })
+    // flatten b and skip conjuncts that are already there (guards repeat across accesses)
+    if let Expr::Binary { op: BinOp::And, a: x, b: y, .. } = b {
+        return and(and(a, *x), *y);
+    }
+    if b.as_int() == Some(1) {
+        return a;
+    }
+    let Some(a) = a else { return Some(b) };
+    let key = format!("{b:?}");
+    let mut present = false;
+    let mut stack = vec![&a];
+    while let Some(e) = stack.pop() {
+        if format!("{e:?}") == key {
+            present = true;
+            break;
+        }
+        if let Expr::Binary { op: BinOp::And, a: x, b: y, .. } = e {
+            stack.push(x);
+            stack.push(y);
+        }
+    }
+    Some(if present { a } else { Expr::binary(BinOp::And, a, b) })
 }
 
-/// `0 <= i < n` for an index of any integer type.
-fn in_range(i: &Expr, n: i64) -> Expr {
+/// `0 <= i < n` for an index of any integer type; the lower bound is left out when `i`
+/// cannot be negative.
+fn in_range(i: &Expr, n: i64, non_negative: &dyn Fn(&Expr) -> bool) -> Expr {
     let dt = i.dtype();
-    let lo = Expr::binary(BinOp::Ge, i.clone(), Expr::int_of(0, dt));
-    let hi = Expr::binary(BinOp::Lt, i.clone(), Expr::int_of(n, dt));
-    match simplify(i.clone()).as_int() {
-        Some(c) => Expr::bool(c >= 0 && c < n),
-        None => Expr::binary(BinOp::And, lo, hi),
+    if let Some(c) = simplify(i.clone()).as_int() {
+        return Expr::bool(c >= 0 && c < n);
     }
+    let hi = Expr::binary(BinOp::Lt, i.clone(), Expr::int_of(n, dt));
+    if non_negative(i) {
+        return hi;
+    }
+    let lo = Expr::binary(BinOp::Ge, i.clone(), Expr::int_of(0, dt));
+    Expr::binary(BinOp::And, lo, hi)
 }
 
 fn identity(kind: ReduceKind, dt: DType) -> Expr {
-    let f = |v: f64| Expr::Const {
-        value: ConstValue::Float(v),
-        dtype: dt,
-    };
+    let f = |v: f64| Expr::Const { value: ConstValue::Float(v), dtype: dt };
     let i = |v: i64| Expr::int_of(v, dt);
     match (kind, dt.is_float()) {
         (ReduceKind::Sum | ReduceKind::AbsMax, true) => f(0.0),
@@ -133,6 +157,33 @@ fn combine(kind: ReduceKind, acc: Expr, x: Expr) -> Expr {
 }
 
 impl Lowerer {
+    /// Is `e` non-negative for every value its variables can take?
+    fn non_negative(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Const { value: ConstValue::Int(v), .. } => *v >= 0,
+            Expr::Var { id, .. } => {
+                id.0 >= self.user_vars
+                    || self.non_negative_vars.contains(id)
+                    || matches!(self.m.var(*id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
+            }
+            Expr::Binary {
+                op: BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::Max | BinOp::BitAnd,
+                a,
+                b,
+                ..
+            } => self.non_negative(a) && self.non_negative(b),
+            Expr::Binary { op: BinOp::FloorDiv | BinOp::FloorMod, a, b, .. } => {
+                self.non_negative(a) && b.as_int().is_some_and(|v| v > 0)
+            }
+            Expr::Cast { a, dtype } => {
+                let widening = a.dtype().bytes() < dtype.bytes()
+                    || (a.dtype().is_signed() && a.dtype().bytes() == dtype.bytes());
+                dtype.is_int() && a.dtype().is_int() && widening && self.non_negative(a)
+            }
+            _ => false,
+        }
+    }
+
     fn temp(&mut self, name: &str, value: Expr) -> (Stmt, Expr) {
         let dt = value.dtype();
         let v = self.m.add_var(name, VarKind::Temp, dt);
@@ -167,13 +218,7 @@ impl Lowerer {
         let mut out = Vec::new();
         for s in body {
             match s {
-                Stmt::Parallel {
-                    vars,
-                    extents,
-                    body,
-                    loc,
-                    layout,
-                } => {
+                Stmt::Parallel { vars, extents, body, loc, layout } => {
                     out.push(self.comment("T.Parallel", loc));
                     let l = layout.expect("infer_layouts gives every parallel loop a layout");
                     out.extend(self.parallel(&vars, &extents, &body, &l, loc));
@@ -186,25 +231,11 @@ impl Lowerer {
                     out.push(self.comment("T.fill", loc));
                     out.extend(self.fill(&dst, value, loc));
                 }
-                Stmt::Reduce {
-                    kind,
-                    src,
-                    dst,
-                    dim,
-                    clear,
-                    loc,
-                } => {
+                Stmt::Reduce { kind, src, dst, dim, clear, loc } => {
                     out.push(self.comment(&format!("T.reduce_{}", kind.name()), loc));
                     out.extend(self.reduce(kind, src, dst, dim, clear, loc));
                 }
-                Stmt::For {
-                    var,
-                    start,
-                    extent,
-                    kind,
-                    body,
-                    loc,
-                } => {
+                Stmt::For { var, start, extent, kind, body, loc } => {
                     let kind = match kind {
                         ForKind::Pipelined { stages } => {
                             let at = self.m.sources.short(loc).unwrap_or_default();
@@ -216,60 +247,24 @@ impl Lowerer {
                         k => k,
                     };
                     let body = self.block(body);
-                    out.push(Stmt::For {
-                        var,
-                        start,
-                        extent,
-                        kind,
-                        body,
-                        loc,
-                    });
+                    out.push(Stmt::For { var, start, extent, kind, body, loc });
                 }
-                Stmt::If {
-                    cond,
-                    then,
-                    otherwise,
-                    loc,
-                } => {
+                Stmt::If { cond, then, otherwise, loc } => {
                     let then = self.block(then);
                     let otherwise = self.block(otherwise);
-                    out.push(Stmt::If {
-                        cond,
-                        then,
-                        otherwise,
-                        loc,
-                    });
+                    out.push(Stmt::If { cond, then, otherwise, loc });
                 }
-                Stmt::Store {
-                    buf,
-                    idx,
-                    value,
-                    loc,
-                }
-                | Stmt::AtomicAdd {
-                    buf,
-                    idx,
-                    value,
-                    loc,
-                } if self.m.buffer(buf).scope == Scope::Local => {
-                    out.push(Stmt::Store {
-                        buf,
-                        idx,
-                        value,
-                        loc,
-                    });
+                Stmt::Store { buf, idx, value, loc } | Stmt::AtomicAdd { buf, idx, value, loc }
+                    if self.m.buffer(buf).scope == Scope::Local =>
+                {
+                    out.push(Stmt::Store { buf, idx, value, loc });
                 }
                 s @ (Stmt::Store { .. } | Stmt::AtomicAdd { .. }) => {
                     // once per block: thread 0 writes
                     let loc = s.loc();
                     let guarded = self.guard_globals(vec![s]);
                     let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
-                    out.push(Stmt::If {
-                        cond: one,
-                        then: guarded,
-                        otherwise: vec![],
-                        loc,
-                    });
+                    out.push(Stmt::If { cond: one, then: guarded, otherwise: vec![], loc });
                 }
                 other => out.push(other),
             }
@@ -281,40 +276,26 @@ impl Lowerer {
     /// read their `oob` value (zero by default), stores past it are dropped.
     fn guard_globals(&self, body: Vec<Stmt>) -> Vec<Stmt> {
         let m = &self.m;
+        let non_negative = |e: &Expr| self.non_negative(e);
         let guard_expr = |e: Expr| -> Expr {
             e.map(&mut |x| match x {
-                Expr::Load {
-                    buf,
-                    idx,
-                    dtype,
-                    loc,
-                    oob,
-                } if m.buffer(buf).scope == Scope::Global => {
+                Expr::Load { buf, idx, dtype, loc, oob } if m.buffer(buf).scope == Scope::Global => {
                     let shape = &m.buffer(buf).shape;
                     let mut cond = None;
                     for (d, i) in idx.iter().enumerate() {
-                        cond = and(cond, in_range(i, shape[d]));
+                        cond = and(cond, in_range(i, shape[d], &non_negative));
                     }
                     let fallback = match oob {
                         Some(o) => Expr::cast(*o, dtype),
                         None => {
                             if dtype.is_float() {
-                                Expr::Const {
-                                    value: ConstValue::Float(0.0),
-                                    dtype,
-                                }
+                                Expr::Const { value: ConstValue::Float(0.0), dtype }
                             } else {
                                 Expr::int_of(0, dtype)
                             }
                         }
                     };
-                    let load = Expr::Load {
-                        buf,
-                        idx,
-                        dtype,
-                        loc,
-                        oob: None,
-                    };
+                    let load = Expr::Load { buf, idx, dtype, loc, oob: None };
                     match cond.map(simplify) {
                         Some(c) if c.as_int() == Some(1) => load,
                         Some(c) => Expr::select(c, load, fallback),
@@ -327,55 +308,23 @@ impl Lowerer {
         let mut out = Vec::new();
         for s in body {
             match s {
-                Stmt::Store {
-                    buf,
-                    idx,
-                    value,
-                    loc,
-                } => {
+                Stmt::Store { buf, idx, value, loc } => {
                     let value = guard_expr(value);
                     let idx: Vec<Expr> = idx.into_iter().map(guard_expr).collect();
-                    out.push(self.guard_store(Stmt::Store {
-                        buf,
-                        idx,
-                        value,
-                        loc,
-                    }));
+                    out.push(self.guard_store(Stmt::Store { buf, idx, value, loc }));
                 }
-                Stmt::AtomicAdd {
-                    buf,
-                    idx,
-                    value,
-                    loc,
-                } => {
+                Stmt::AtomicAdd { buf, idx, value, loc } => {
                     let value = guard_expr(value);
                     let idx: Vec<Expr> = idx.into_iter().map(guard_expr).collect();
-                    out.push(self.guard_store(Stmt::AtomicAdd {
-                        buf,
-                        idx,
-                        value,
-                        loc,
-                    }));
+                    out.push(self.guard_store(Stmt::AtomicAdd { buf, idx, value, loc }));
                 }
-                Stmt::If {
-                    cond,
-                    then,
-                    otherwise,
-                    loc,
-                } => out.push(Stmt::If {
+                Stmt::If { cond, then, otherwise, loc } => out.push(Stmt::If {
                     cond: guard_expr(cond),
                     then: self.guard_globals(then),
                     otherwise: self.guard_globals(otherwise),
                     loc,
                 }),
-                Stmt::For {
-                    var,
-                    start,
-                    extent,
-                    kind,
-                    body,
-                    loc,
-                } => out.push(Stmt::For {
+                Stmt::For { var, start, extent, kind, body, loc } => out.push(Stmt::For {
                     var,
                     start: guard_expr(start),
                     extent: guard_expr(extent),
@@ -383,10 +332,7 @@ impl Lowerer {
                     body: self.guard_globals(body),
                     loc,
                 }),
-                Stmt::Let { var, value } => out.push(Stmt::Let {
-                    var,
-                    value: guard_expr(value),
-                }),
+                Stmt::Let { var, value } => out.push(Stmt::Let { var, value: guard_expr(value) }),
                 other => out.push(other),
             }
         }
@@ -403,18 +349,13 @@ impl Lowerer {
         }
         let mut cond = None;
         for (d, i) in idx.iter().enumerate() {
-            cond = and(cond, in_range(i, b.shape[d]));
+            cond = and(cond, in_range(i, b.shape[d], &|e| self.non_negative(e)));
         }
         match cond.map(simplify) {
             Some(c) if c.as_int() == Some(1) => s,
             Some(c) => {
                 let loc = *loc;
-                Stmt::If {
-                    cond: c,
-                    then: vec![s],
-                    otherwise: vec![],
-                    loc,
-                }
+                Stmt::If { cond: c, then: vec![s], otherwise: vec![], loc }
             }
             None => s,
         }
@@ -423,11 +364,7 @@ impl Lowerer {
     /// Per-thread loops over a layout's elements: `element` builds the code for one vector
     /// chunk (all lanes of the last dimension), given each dimension's outer variable and
     /// the chunk's first index.
-    fn for_each_chunk(
-        &mut self,
-        l: &FragmentLayout,
-        element: &mut ChunkBuilder<'_>,
-    ) -> Vec<Stmt> {
+    fn for_each_chunk(&mut self, l: &FragmentLayout, element: &mut ChunkBuilder<'_>) -> Vec<Stmt> {
         let mut prologue = Vec::new();
         let mut th = Vec::new();
         for (d, split) in l.dims.iter().enumerate() {
@@ -453,19 +390,14 @@ impl Lowerer {
                 outer_vars.push(None);
             }
         }
-        let outer: Vec<Expr> = outer_vars
-            .iter()
-            .map(|v| v.map(|v| Expr::var(v, DType::I32)).unwrap_or(i32c(0)))
-            .collect();
+        let outer: Vec<Expr> =
+            outer_vars.iter().map(|v| v.map(|v| Expr::var(v, DType::I32)).unwrap_or(i32c(0))).collect();
         let base: Vec<Expr> = l
             .dims
             .iter()
             .enumerate()
             .map(|(d, s)| {
-                simplify(mul(
-                    add(mul(outer[d].clone(), i32c(s.threads)), th[d].clone()),
-                    i32c(s.inner),
-                ))
+                simplify(mul(add(mul(outer[d].clone(), i32c(s.threads)), th[d].clone()), i32c(s.inner)))
             })
             .collect();
         let mut body = element(self, &outer, &base);
@@ -473,19 +405,11 @@ impl Lowerer {
         let mut cond = None;
         for (d, s) in l.dims.iter().enumerate() {
             if s.outer * s.threads * s.inner > s.extent {
-                cond = and(
-                    cond,
-                    Expr::binary(BinOp::Lt, base[d].clone(), i32c(s.extent)),
-                );
+                cond = and(cond, Expr::binary(BinOp::Lt, base[d].clone(), i32c(s.extent)));
             }
         }
         if let Some(c) = cond {
-            body = vec![Stmt::If {
-                cond: c,
-                then: body,
-                otherwise: vec![],
-                loc: Loc::UNKNOWN,
-            }];
+            body = vec![Stmt::If { cond: c, then: body, otherwise: vec![], loc: Loc::UNKNOWN }];
         }
         for d in (0..l.dims.len()).rev() {
             if let Some(v) = outer_vars[d] {
@@ -544,27 +468,9 @@ impl Lowerer {
         };
         let subst = |e: Expr| -> Expr {
             let e = e.map(&mut |x| match x {
-                Expr::Load {
-                    buf,
-                    idx,
-                    dtype,
-                    loc,
-                    oob,
-                } => match frag_index(buf, &idx) {
-                    Some(slot) => Expr::Load {
-                        buf,
-                        idx: slot,
-                        dtype,
-                        loc,
-                        oob,
-                    },
-                    None => Expr::Load {
-                        buf,
-                        idx,
-                        dtype,
-                        loc,
-                        oob,
-                    },
+                Expr::Load { buf, idx, dtype, loc, oob } => match frag_index(buf, &idx) {
+                    Some(slot) => Expr::Load { buf, idx: slot, dtype, loc, oob },
+                    None => Expr::Load { buf, idx, dtype, loc, oob },
                 },
                 other => other,
             });
@@ -577,59 +483,27 @@ impl Lowerer {
         let mut out = Vec::new();
         for s in body {
             out.push(match s.clone() {
-                Stmt::Store {
-                    buf,
-                    idx,
-                    value,
-                    loc,
-                } => {
-                    let idx = frag_index(buf, &idx)
-                        .unwrap_or_else(|| idx.into_iter().map(&subst).collect());
-                    Stmt::Store {
-                        buf,
-                        idx,
-                        value: subst(value),
-                        loc,
-                    }
+                Stmt::Store { buf, idx, value, loc } => {
+                    let idx = frag_index(buf, &idx).unwrap_or_else(|| idx.into_iter().map(&subst).collect());
+                    Stmt::Store { buf, idx, value: subst(value), loc }
                 }
-                Stmt::AtomicAdd {
-                    buf,
-                    idx,
-                    value,
-                    loc,
-                } => Stmt::AtomicAdd {
+                Stmt::AtomicAdd { buf, idx, value, loc } => Stmt::AtomicAdd {
                     buf,
                     idx: idx.into_iter().map(&subst).collect(),
                     value: subst(value),
                     loc,
                 },
-                Stmt::If {
-                    cond,
-                    then,
-                    otherwise,
-                    loc,
-                } => Stmt::If {
+                Stmt::If { cond, then, otherwise, loc } => Stmt::If {
                     cond: subst(cond),
                     then: self.instantiate(&then, vars, el),
                     otherwise: self.instantiate(&otherwise, vars, el),
                     loc,
                 },
-                Stmt::For {
-                    var,
-                    start,
-                    extent,
-                    kind,
-                    body,
-                    loc,
-                } => Stmt::For {
+                Stmt::For { var, start, extent, kind, body, loc } => Stmt::For {
                     var,
                     start: subst(start),
                     extent: subst(extent),
-                    kind: if matches!(kind, ForKind::Pipelined { .. }) {
-                        ForKind::Serial
-                    } else {
-                        kind
-                    },
+                    kind: if matches!(kind, ForKind::Pipelined { .. }) { ForKind::Serial } else { kind },
                     body: self.instantiate(&body, vars, el),
                     loc,
                 },
@@ -660,12 +534,7 @@ impl Lowerer {
                 Stmt::Store { buf, loc, .. } | Stmt::AtomicAdd { buf, loc, .. }
                     if matches!(self.m.buffer(*buf).scope, Scope::Global | Scope::Shared) =>
                 {
-                    Stmt::If {
-                        cond: first.clone(),
-                        then: vec![s.clone()],
-                        otherwise: vec![],
-                        loc: *loc,
-                    }
+                    Stmt::If { cond: first.clone(), then: vec![s.clone()], otherwise: vec![], loc: *loc }
                 }
                 other => other.clone(),
             })
@@ -685,9 +554,7 @@ impl Lowerer {
             || l.dims.len() != n
             || l.shape() != extents
         {
-            self.diags.push(Diagnostic::bug(format!(
-                "layout {l} does not fit loop extents {extents:?}"
-            )));
+            self.diags.push(Diagnostic::bug(format!("layout {l} does not fit loop extents {extents:?}")));
             return vec![];
         }
         let width = l.dims[n - 1].inner;
@@ -702,11 +569,7 @@ impl Lowerer {
             index[n - 1] = simplify(add(base[n - 1].clone(), lane.clone()));
             let mut lanes = vec![i32c(0); n];
             lanes[n - 1] = lane.clone();
-            let el = Element {
-                outer: outer.to_vec(),
-                lane: lanes,
-                index,
-            };
+            let el = Element { outer: outer.to_vec(), lane: lanes, index };
             let scalar_body = lw.instantiate(&body, &vars, &el);
             let scalar_body = lw.guard_globals(scalar_body);
             let scalar = if width > 1 {
@@ -719,11 +582,7 @@ impl Lowerer {
                     loc,
                 }]
             } else {
-                scalar_body
-                    .iter()
-                    .cloned()
-                    .map(|s| substitute_stmt(s, lane_var, &i32c(0)))
-                    .collect()
+                scalar_body.iter().cloned().map(|s| substitute_stmt(s, lane_var, &i32c(0))).collect()
             };
             if width == 1 || !body.iter().all(|s| matches!(s, Stmt::Store { .. })) {
                 return scalar;
@@ -736,12 +595,7 @@ impl Lowerer {
                         reported = true;
                     }
                     match cond {
-                        Some(c) => vec![Stmt::If {
-                            cond: c,
-                            then: vector,
-                            otherwise: scalar,
-                            loc,
-                        }],
+                        Some(c) => vec![Stmt::If { cond: c, then: vector, otherwise: scalar, loc }],
                         None => vector,
                     }
                 }
@@ -783,26 +637,18 @@ impl Lowerer {
             let last = to_affine(&idx[n - 1]);
             let lane_key = format!("{:?}", Expr::var(lane, DType::I32));
             let coeff = last.terms.get(&lane_key).map(|(c, _)| *c).unwrap_or(0);
-            let rest_uses_lane = last
-                .terms
-                .iter()
-                .any(|(k, (_, e))| *k != lane_key && e.uses_var(lane));
+            let rest_uses_lane = last.terms.iter().any(|(k, (_, e))| *k != lane_key && e.uses_var(lane));
             if coeff != 1 || rest_uses_lane {
                 return None;
             }
-            let idx0: Vec<Expr> = idx
-                .iter()
-                .map(|i| simplify(i.clone().substitute(lane, &zero)))
-                .collect();
+            let idx0: Vec<Expr> = idx.iter().map(|i| simplify(i.clone().substitute(lane, &zero))).collect();
             let strides = b.strides();
             let mut w = width;
             while w > 1
                 && (w * b.dtype.bytes() as i64 > 16
                     || !known_multiple(&idx0[n - 1], w)
                     || strides[..n - 1].iter().any(|s| s % w != 0)
-                    || (b.scope == Scope::Shared
-                        && b.bytes() % 16 != 0
-                        && w * (b.dtype.bytes() as i64) > 4))
+                    || (b.scope == Scope::Shared && b.bytes() % 16 != 0 && w * (b.dtype.bytes() as i64) > 4))
             {
                 w /= 2;
             }
@@ -830,13 +676,7 @@ impl Lowerer {
                 let dt = self.m.buffer(buf).dtype;
                 let name = format!("{}_v", self.m.buffer(buf).name);
                 let temp = self.local_buffer(&name, dt, width);
-                loads.push(Access {
-                    key,
-                    buf,
-                    idx0,
-                    w,
-                    temp,
-                });
+                loads.push(Access { key, buf, idx0, w, temp });
             }
         }
         for s in body {
@@ -845,13 +685,7 @@ impl Lowerer {
                     let dt = self.m.buffer(*buf).dtype;
                     let name = format!("{}_out", self.m.buffer(*buf).name);
                     let temp = self.local_buffer(&name, dt, width);
-                    stores.push(Access {
-                        key: format!("{:?}", (buf, idx)),
-                        buf: *buf,
-                        idx0,
-                        w,
-                        temp,
-                    });
+                    stores.push(Access { key: format!("{:?}", (buf, idx)), buf: *buf, idx0, w, temp });
                 }
             }
         }
@@ -866,14 +700,13 @@ impl Lowerer {
             }
             let n = a.idx0.len();
             for d in 0..n - 1 {
-                cond = and(cond, in_range(&a.idx0[d], b.shape[d]));
+                cond = and(cond, in_range(&a.idx0[d], b.shape[d], &|e| self.non_negative(e)));
             }
             let last = &a.idx0[n - 1];
             let dt = last.dtype();
-            cond = and(
-                cond,
-                Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, dt)),
-            );
+            if !self.non_negative(last) {
+                cond = and(cond, Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, dt)));
+            }
             cond = and(
                 cond,
                 Expr::binary(
@@ -889,10 +722,7 @@ impl Lowerer {
             (0..width / a.w)
                 .map(|k| {
                     let mut idx = a.idx0.clone();
-                    idx[n - 1] = simplify(add(
-                        idx[n - 1].clone(),
-                        Expr::int_of(k * a.w, idx[n - 1].dtype()),
-                    ));
+                    idx[n - 1] = simplify(add(idx[n - 1].clone(), Expr::int_of(k * a.w, idx[n - 1].dtype())));
                     if load {
                         Stmt::VecCopy {
                             dst: a.temp,
@@ -919,23 +749,11 @@ impl Lowerer {
         let lane_e = Expr::var(lane, DType::I32);
         let replace = |e: Expr| -> Expr {
             e.map(&mut |x| match x {
-                Expr::Load {
-                    buf,
-                    idx,
-                    dtype,
-                    loc,
-                    oob,
-                } => {
+                Expr::Load { buf, idx, dtype, loc, oob } => {
                     let key = format!("{:?}", (&buf, &idx));
                     match loads.iter().find(|a| a.key == key) {
                         Some(a) => Expr::load(a.temp, vec![lane_e.clone()], dtype),
-                        None => Expr::Load {
-                            buf,
-                            idx,
-                            dtype,
-                            loc,
-                            oob,
-                        },
+                        None => Expr::Load { buf, idx, dtype, loc, oob },
                     }
                 }
                 other => other,
@@ -943,30 +761,12 @@ impl Lowerer {
         };
         let mut lane_body = Vec::new();
         for s in body {
-            let Stmt::Store {
-                buf,
-                idx,
-                value,
-                loc,
-            } = s.clone()
-            else {
-                unreachable!()
-            };
+            let Stmt::Store { buf, idx, value, loc } = s.clone() else { unreachable!() };
             let key = format!("{:?}", (&buf, &idx));
             let value = replace(value);
             match stores.iter().find(|a| a.key == key) {
-                Some(a) => lane_body.push(Stmt::Store {
-                    buf: a.temp,
-                    idx: vec![lane_e.clone()],
-                    value,
-                    loc,
-                }),
-                None => lane_body.push(Stmt::Store {
-                    buf,
-                    idx,
-                    value,
-                    loc,
-                }),
+                Some(a) => lane_body.push(Stmt::Store { buf: a.temp, idx: vec![lane_e.clone()], value, loc }),
+                None => lane_body.push(Stmt::Store { buf, idx, value, loc }),
             }
         }
         let lane_body = self.guard_globals(lane_body);
@@ -1007,10 +807,10 @@ impl Lowerer {
         };
         let (sb, db) = (self.m.buffer(s.buf).clone(), self.m.buffer(d.buf).clone());
         if sb.scope == Scope::Local || db.scope == Scope::Local {
-            self.diags.push(
-                Diagnostic::error("T.copy to or from a local buffer is not supported", loc)
-                    .with_help("local buffers are per thread; copy into a fragment, or assign elements in a T.Parallel loop"),
-            );
+            self.diags
+                .push(Diagnostic::error("T.copy to or from a local buffer is not supported", loc).with_help(
+                "local buffers are per thread; copy into a fragment, or assign elements in a T.Parallel loop",
+            ));
             return vec![];
         }
         // the side whose layout decides the thread mapping
@@ -1024,10 +824,7 @@ impl Lowerer {
         for (side, b) in [(&s, &sb), (&d, &db)] {
             if b.scope == Scope::Fragment
                 && (side.extents != b.shape
-                    || side
-                        .starts
-                        .iter()
-                        .any(|e| simplify(e.clone()).as_int() != Some(0)))
+                    || side.starts.iter().any(|e| simplify(e.clone()).as_int() != Some(0)))
             {
                 self.diags.push(Diagnostic::error(
                     format!(
@@ -1062,25 +859,20 @@ impl Lowerer {
         let src_idx = index_side(&s);
         let dst_idx = index_side(&d);
         let pad = pad.map(|p| Box::new(Expr::cast(p, sb.dtype)));
-        let load = Expr::Load {
-            buf: s.buf,
-            idx: src_idx,
-            dtype: sb.dtype,
-            loc,
-            oob: pad,
-        };
-        let store = Stmt::Store {
-            buf: d.buf,
-            idx: dst_idx,
-            value: Expr::cast(load, db.dtype),
-            loc,
-        };
+        let load = Expr::Load { buf: s.buf, idx: src_idx, dtype: sb.dtype, loc, oob: pad };
+        let store = Stmt::Store { buf: d.buf, idx: dst_idx, value: Expr::cast(load, db.dtype), loc };
         let layout = match (sb.layout.as_ref(), db.layout.as_ref()) {
             (Some(a), Some(b)) if a != b => {
                 self.diags.push(
-                    Diagnostic::error(format!("layout conflict: T.copy between fragments '{}' and '{}' laid out differently", sb.name, db.name), loc)
-                        .with_label(sb.loc, format!("'{}' is {a}", sb.name))
-                        .with_label(db.loc, format!("'{}' is {b}", db.name)),
+                    Diagnostic::error(
+                        format!(
+                            "layout conflict: T.copy between fragments '{}' and '{}' laid out differently",
+                            sb.name, db.name
+                        ),
+                        loc,
+                    )
+                    .with_label(sb.loc, format!("'{}' is {a}", sb.name))
+                    .with_label(db.loc, format!("'{}' is {b}", db.name)),
                 );
                 return vec![];
             }
@@ -1107,10 +899,8 @@ impl Lowerer {
         let value = Expr::cast(value, b.dtype);
         match b.scope {
             Scope::Fragment | Scope::Local => {
-                let whole = r.extents == b.shape
-                    && r.starts
-                        .iter()
-                        .all(|e| simplify(e.clone()).as_int() == Some(0));
+                let whole =
+                    r.extents == b.shape && r.starts.iter().all(|e| simplify(e.clone()).as_int() == Some(0));
                 if !whole {
                     self.diags.push(Diagnostic::error(
                         format!(
@@ -1149,12 +939,7 @@ impl Lowerer {
                     start: i32c(0),
                     extent: i32c(slots),
                     kind: ForKind::Unroll,
-                    body: vec![Stmt::Store {
-                        buf: r.buf,
-                        idx: flat,
-                        value,
-                        loc,
-                    }],
+                    body: vec![Stmt::Store { buf: r.buf, idx: flat, value, loc }],
                     loc,
                 }]
             }
@@ -1176,14 +961,8 @@ impl Lowerer {
                         }
                     })
                     .collect();
-                let layout =
-                    FragmentLayout::blocked(&shape, self.m.kernel.threads, b.dtype.bytes());
-                let store = Stmt::Store {
-                    buf: r.buf,
-                    idx,
-                    value,
-                    loc,
-                };
+                let layout = FragmentLayout::blocked(&shape, self.m.kernel.threads, b.dtype.bytes());
+                let store = Stmt::Store { buf: r.buf, idx, value, loc };
                 self.parallel(&vars, &shape, &[store], &layout, loc)
             }
         }
@@ -1201,46 +980,26 @@ impl Lowerer {
         let sb = self.m.buffer(src).clone();
         let db = self.m.buffer(dst).clone();
         let (Some(sl), Some(dl)) = (sb.layout.clone(), db.layout.clone()) else {
-            self.diags
-                .push(Diagnostic::bug("reduction operands without layouts"));
+            self.diags.push(Diagnostic::bug("reduction operands without layouts"));
             return vec![];
         };
         let mut expect = sl.reduced(dim);
         if expect.dims.is_empty() {
-            expect.dims.push(DimSplit {
-                extent: 1,
-                inner: 1,
-                threads: 1,
-                thread_stride: 1,
-                outer: 1,
-            });
+            expect.dims.push(DimSplit { extent: 1, inner: 1, threads: 1, thread_stride: 1, outer: 1 });
         }
         if expect != dl {
             self.diags.push(
                 Diagnostic::error(
-                    format!(
-                        "layout conflict: '{}' cannot hold the reduction of '{}'",
-                        db.name, sb.name
-                    ),
+                    format!("layout conflict: '{}' cannot hold the reduction of '{}'", db.name, sb.name),
                     loc,
                 )
                 .with_label(db.loc, format!("'{}' is {dl}", db.name))
-                .with_label(
-                    sb.loc,
-                    format!(
-                        "reducing '{}' ({sl}) over dim {dim} needs {expect}",
-                        sb.name
-                    ),
-                )
+                .with_label(sb.loc, format!("reducing '{}' ({sl}) over dim {dim} needs {expect}", sb.name))
                 .with_help("give the result its own fragment, first written by this reduction"),
             );
             return vec![];
         }
-        let acc_dt = if sb.dtype.is_float() && sb.dtype.bytes() < 4 {
-            DType::F32
-        } else {
-            sb.dtype
-        };
+        let acc_dt = if sb.dtype.is_float() && sb.dtype.bytes() < 4 { DType::F32 } else { sb.dtype };
         let dst_slots = dl.slots();
         let partial = self.local_buffer(&format!("{}_red", db.name), acc_dt, dst_slots);
         let rsplit = sl.dims[dim];
@@ -1272,28 +1031,16 @@ impl Lowerer {
             lanes[n - 1] = lane.clone();
             let mut index = base.to_vec();
             index[n - 1] = add(base[n - 1].clone(), lane.clone());
-            let el = Element {
-                outer: outer.to_vec(),
-                lane: lanes,
-                index,
-            };
+            let el = Element { outer: outer.to_vec(), lane: lanes, index };
             let src_slot = lw.slot(src, &(0..n).collect::<Vec<_>>(), &el);
-            let dst_slot = if db.shape == [1] && keep.is_empty() {
-                i32c(0)
-            } else {
-                lw.slot(dst, &keep, &el)
-            };
+            let dst_slot =
+                if db.shape == [1] && keep.is_empty() { i32c(0) } else { lw.slot(dst, &keep, &el) };
             let mut x = Expr::cast(Expr::load(src, vec![src_slot], sb.dtype), acc_dt);
             if kind == ReduceKind::AbsMax {
                 x = Expr::unary(UnOp::Abs, x);
             }
             let cur = Expr::load(partial, vec![dst_slot.clone()], acc_dt);
-            let st = Stmt::Store {
-                buf: partial,
-                idx: vec![dst_slot],
-                value: combine(kind, cur, x),
-                loc,
-            };
+            let st = Stmt::Store { buf: partial, idx: vec![dst_slot], value: combine(kind, cur, x), loc };
             if width > 1 {
                 vec![Stmt::For {
                     var: lane_var,
@@ -1327,11 +1074,7 @@ impl Lowerer {
             let mut st = Vec::new();
             for mask in &warp_masks {
                 let cur = Expr::load(partial, vec![slot.clone()], acc_dt);
-                let other = Expr::ShflXor {
-                    a: Box::new(cur.clone()),
-                    mask: *mask,
-                    dtype: acc_dt,
-                };
+                let other = Expr::ShflXor { a: Box::new(cur.clone()), mask: *mask, dtype: acc_dt };
                 st.push(Stmt::Store {
                     buf: partial,
                     idx: vec![slot.clone()],
@@ -1403,11 +1146,7 @@ impl Lowerer {
                     .map(|(_, m)| m)
                     .sum();
                 let member = simplify(Expr::binary(BinOp::BitOr, base.clone(), i32c(offset)));
-                fold = combine(
-                    kind,
-                    fold,
-                    Expr::load(scratch, vec![s2e.clone(), member], acc_dt),
-                );
+                fold = combine(kind, fold, Expr::load(scratch, vec![s2e.clone(), member], acc_dt));
             }
             out.push(Stmt::If {
                 cond: is_active,
@@ -1416,12 +1155,7 @@ impl Lowerer {
                     start: i32c(0),
                     extent: i32c(dst_slots),
                     kind: ForKind::Unroll,
-                    body: vec![Stmt::Store {
-                        buf: partial,
-                        idx: vec![s2e],
-                        value: fold,
-                        loc,
-                    }],
+                    body: vec![Stmt::Store { buf: partial, idx: vec![s2e], value: fold, loc }],
                     loc,
                 }],
                 otherwise: vec![],
@@ -1450,12 +1184,7 @@ impl Lowerer {
             start: i32c(0),
             extent: i32c(dst_slots),
             kind: ForKind::Unroll,
-            body: vec![Stmt::Store {
-                buf: dst,
-                idx: vec![s3e],
-                value,
-                loc,
-            }],
+            body: vec![Stmt::Store { buf: dst, idx: vec![s3e], value, loc }],
             loc,
         });
         out
@@ -1464,82 +1193,23 @@ impl Lowerer {
 
 fn substitute_stmt(s: Stmt, v: VarId, with: &Expr) -> Stmt {
     let e = |x: Expr| simplify(x.substitute(v, with));
-    let es = |xs: Vec<Expr>| {
-        xs.into_iter()
-            .map(|x| simplify(x.substitute(v, with)))
-            .collect::<Vec<_>>()
-    };
-    let ss = |xs: Vec<Stmt>| {
-        xs.into_iter()
-            .map(|x| substitute_stmt(x, v, with))
-            .collect::<Vec<_>>()
-    };
+    let es = |xs: Vec<Expr>| xs.into_iter().map(|x| simplify(x.substitute(v, with))).collect::<Vec<_>>();
+    let ss = |xs: Vec<Stmt>| xs.into_iter().map(|x| substitute_stmt(x, v, with)).collect::<Vec<_>>();
     match s {
-        Stmt::Store {
-            buf,
-            idx,
-            value,
-            loc,
-        } => Stmt::Store {
-            buf,
-            idx: es(idx),
-            value: e(value),
-            loc,
-        },
-        Stmt::AtomicAdd {
-            buf,
-            idx,
-            value,
-            loc,
-        } => Stmt::AtomicAdd {
-            buf,
-            idx: es(idx),
-            value: e(value),
-            loc,
-        },
-        Stmt::If {
-            cond,
-            then,
-            otherwise,
-            loc,
-        } => Stmt::If {
-            cond: e(cond),
-            then: ss(then),
-            otherwise: ss(otherwise),
-            loc,
-        },
-        Stmt::For {
-            var,
-            start,
-            extent,
-            kind,
-            body,
-            loc,
-        } => Stmt::For {
-            var,
-            start: e(start),
-            extent: e(extent),
-            kind,
-            body: ss(body),
-            loc,
-        },
-        Stmt::Let { var, value } => Stmt::Let {
-            var,
-            value: e(value),
-        },
-        Stmt::VecCopy {
-            dst,
-            dst_idx,
-            src,
-            src_idx,
-            width,
-        } => Stmt::VecCopy {
-            dst,
-            dst_idx: es(dst_idx),
-            src,
-            src_idx: es(src_idx),
-            width,
-        },
+        Stmt::Store { buf, idx, value, loc } => Stmt::Store { buf, idx: es(idx), value: e(value), loc },
+        Stmt::AtomicAdd { buf, idx, value, loc } => {
+            Stmt::AtomicAdd { buf, idx: es(idx), value: e(value), loc }
+        }
+        Stmt::If { cond, then, otherwise, loc } => {
+            Stmt::If { cond: e(cond), then: ss(then), otherwise: ss(otherwise), loc }
+        }
+        Stmt::For { var, start, extent, kind, body, loc } => {
+            Stmt::For { var, start: e(start), extent: e(extent), kind, body: ss(body), loc }
+        }
+        Stmt::Let { var, value } => Stmt::Let { var, value: e(value) },
+        Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
+            Stmt::VecCopy { dst, dst_idx: es(dst_idx), src, src_idx: es(src_idx), width }
+        }
         other => other,
     }
 }

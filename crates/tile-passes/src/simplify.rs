@@ -25,10 +25,9 @@ fn region(r: Region) -> Region {
             .map(|d| match d {
                 RegionDim::Index(e) => RegionDim::Index(simplify_expr(e)),
                 RegionDim::Origin(e) => RegionDim::Origin(simplify_expr(e)),
-                RegionDim::Slice { start, stop } => RegionDim::Slice {
-                    start: simplify_expr(start),
-                    stop: simplify_expr(stop),
-                },
+                RegionDim::Slice { start, stop } => {
+                    RegionDim::Slice { start: simplify_expr(start), stop: simplify_expr(stop) }
+                }
             })
             .collect(),
         ..r
@@ -41,60 +40,20 @@ pub fn stmts(v: Vec<Stmt>) -> Vec<Stmt> {
 
 fn stmt(s: Stmt) -> Stmt {
     match s {
-        Stmt::Store {
-            buf,
-            idx,
-            value,
-            loc,
-        } => Stmt::Store {
-            buf,
-            idx: exprs(idx),
-            value: simplify_expr(value),
-            loc,
-        },
-        Stmt::AtomicAdd {
-            buf,
-            idx,
-            value,
-            loc,
-        } => Stmt::AtomicAdd {
-            buf,
-            idx: exprs(idx),
-            value: simplify_expr(value),
-            loc,
-        },
-        Stmt::Copy { src, dst, pad, loc } => Stmt::Copy {
-            src: region(src),
-            dst: region(dst),
-            pad: pad.map(simplify_expr),
-            loc,
-        },
-        Stmt::Fill { dst, value, loc } => Stmt::Fill {
-            dst: region(dst),
-            value: simplify_expr(value),
-            loc,
-        },
-        Stmt::Parallel {
-            vars,
-            extents,
-            body,
-            loc,
-            layout,
-        } => Stmt::Parallel {
-            vars,
-            extents,
-            body: stmts(body),
-            loc,
-            layout,
-        },
-        Stmt::For {
-            var,
-            start,
-            extent,
-            kind,
-            body,
-            loc,
-        } => Stmt::For {
+        Stmt::Store { buf, idx, value, loc } => {
+            Stmt::Store { buf, idx: exprs(idx), value: simplify_expr(value), loc }
+        }
+        Stmt::AtomicAdd { buf, idx, value, loc } => {
+            Stmt::AtomicAdd { buf, idx: exprs(idx), value: simplify_expr(value), loc }
+        }
+        Stmt::Copy { src, dst, pad, loc } => {
+            Stmt::Copy { src: region(src), dst: region(dst), pad: pad.map(simplify_expr), loc }
+        }
+        Stmt::Fill { dst, value, loc } => Stmt::Fill { dst: region(dst), value: simplify_expr(value), loc },
+        Stmt::Parallel { vars, extents, body, loc, layout } => {
+            Stmt::Parallel { vars, extents, body: stmts(body), loc, layout }
+        }
+        Stmt::For { var, start, extent, kind, body, loc } => Stmt::For {
             var,
             start: simplify_expr(start),
             extent: simplify_expr(extent),
@@ -102,34 +61,13 @@ fn stmt(s: Stmt) -> Stmt {
             body: stmts(body),
             loc,
         },
-        Stmt::If {
-            cond,
-            then,
-            otherwise,
-            loc,
-        } => Stmt::If {
-            cond: simplify_expr(cond),
-            then: stmts(then),
-            otherwise: stmts(otherwise),
-            loc,
-        },
-        Stmt::Let { var, value } => Stmt::Let {
-            var,
-            value: simplify_expr(value),
-        },
-        Stmt::VecCopy {
-            dst,
-            dst_idx,
-            src,
-            src_idx,
-            width,
-        } => Stmt::VecCopy {
-            dst,
-            dst_idx: exprs(dst_idx),
-            src,
-            src_idx: exprs(src_idx),
-            width,
-        },
+        Stmt::If { cond, then, otherwise, loc } => {
+            Stmt::If { cond: simplify_expr(cond), then: stmts(then), otherwise: stmts(otherwise), loc }
+        }
+        Stmt::Let { var, value } => Stmt::Let { var, value: simplify_expr(value) },
+        Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
+            Stmt::VecCopy { dst, dst_idx: exprs(dst_idx), src, src_idx: exprs(src_idx), width }
+        }
         other => other,
     }
 }

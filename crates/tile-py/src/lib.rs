@@ -63,10 +63,7 @@ fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dump_ir, m)?)?;
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
     m.add("CompileError", m.py().get_type::<CompileError>())?;
-    m.add(
-        "InternalCompilerError",
-        m.py().get_type::<InternalCompilerError>(),
-    )?;
+    m.add("InternalCompilerError", m.py().get_type::<InternalCompilerError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -30,18 +30,13 @@ impl CompileOptions {
         let Some(o) = v.as_object() else {
             return Err(CompileError::Format("options must be a JSON object".into()));
         };
-        let mut opts = CompileOptions {
-            arch: "sm_90a".into(),
-            ..Default::default()
-        };
+        let mut opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
         for (k, val) in o {
             match k.as_str() {
                 "arch" => {
                     opts.arch = val
                         .as_str()
-                        .ok_or_else(|| {
-                            CompileError::Format("options.arch must be a string".into())
-                        })?
+                        .ok_or_else(|| CompileError::Format("options.arch must be a string".into()))?
                         .to_string()
                 }
                 "lineinfo" => opts.lineinfo = val.as_bool().unwrap_or(false),
@@ -61,20 +56,14 @@ pub enum CompileError {
     /// Mistakes in the user's kernel, rendered with source lines.
     User(String),
     /// A bug in tilers.
-    Internal {
-        message: String,
-        reproducer: Option<PathBuf>,
-    },
+    Internal { message: String, reproducer: Option<PathBuf> },
 }
 
 impl std::fmt::Display for CompileError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             CompileError::Format(m) | CompileError::User(m) => f.write_str(m),
-            CompileError::Internal {
-                message,
-                reproducer,
-            } => {
+            CompileError::Internal { message, reproducer } => {
                 writeln!(f, "internal compiler error: {message}")?;
                 match reproducer {
                     Some(p) => write!(
@@ -115,10 +104,9 @@ pub fn compile_with(
 ) -> Result<Compiled, CompileError> {
     let result = catch_unwind(AssertUnwindSafe(|| compile_inner(program, opts, dump)));
     match result {
-        Ok(Err(CompileError::Internal { message, .. })) => Err(CompileError::Internal {
-            message,
-            reproducer: save_reproducer(program),
-        }),
+        Ok(Err(CompileError::Internal { message, .. })) => {
+            Err(CompileError::Internal { message, reproducer: save_reproducer(program) })
+        }
         Ok(r) => r,
         Err(panic) => {
             let message = panic
@@ -126,19 +114,13 @@ pub fn compile_with(
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "panic".into());
-            Err(CompileError::Internal {
-                message,
-                reproducer: save_reproducer(program),
-            })
+            Err(CompileError::Internal { message, reproducer: save_reproducer(program) })
         }
     }
 }
 
 pub fn compile(program: &str, opts: &CompileOptions) -> Result<Compiled, CompileError> {
-    let dump_dir = opts
-        .dump_dir
-        .clone()
-        .or_else(|| std::env::var_os("TILERS_DUMP_IR").map(PathBuf::from));
+    let dump_dir = opts.dump_dir.clone().or_else(|| std::env::var_os("TILERS_DUMP_IR").map(PathBuf::from));
     let mut index = 0;
     let mut dump = |pass: &str, text: &str| {
         if let Some(dir) = &dump_dir {
@@ -155,52 +137,28 @@ fn compile_inner(
     opts: &CompileOptions,
     dump: &mut dyn FnMut(&str, &str),
 ) -> Result<Compiled, CompileError> {
-    let module =
-        tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
+    let module = tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
     let target = Target::from_arch(&opts.arch).ok_or_else(|| {
         CompileError::Format(format!(
             "unsupported architecture '{}': expected sm_80 or newer, e.g. sm_90a",
             opts.arch
         ))
     })?;
-    let mut ctx = Ctx::new(
-        target.clone(),
-        Options {
-            lineinfo: opts.lineinfo,
-            fast_math: opts.fast_math,
-        },
-    );
+    let mut ctx = Ctx::new(target.clone(), Options { lineinfo: opts.lineinfo, fast_math: opts.fast_math });
     let sources = module.sources.clone();
     let mut dump_module = |pass: &str, m: &Module| dump(pass, &tile_ir::print::print_module(m));
     let lowered = tile_passes::run(module, &mut ctx, Some(&mut dump_module)).map_err(|diags| {
-        let bugs: Vec<_> = diags
-            .iter()
-            .filter(|d| d.severity == tile_ir::diag::Severity::Bug)
-            .collect();
+        let bugs: Vec<_> = diags.iter().filter(|d| d.severity == tile_ir::diag::Severity::Bug).collect();
         if let Some(b) = bugs.first() {
-            CompileError::Internal {
-                message: b.message.clone(),
-                reproducer: None,
-            }
+            CompileError::Internal { message: b.message.clone(), reproducer: None }
         } else {
             CompileError::User(render_all(&diags, &sources))
         }
     })?;
-    let cg = tile_codegen::CodegenOptions {
-        arch: target.arch.clone(),
-        sm: target.sm,
-    };
-    let kernel =
-        tile_codegen::emit_cuda(&lowered, &cg, &ctx.report).map_err(|d| match d.severity {
-            tile_ir::diag::Severity::Bug => CompileError::Internal {
-                message: d.message,
-                reproducer: None,
-            },
-            _ => CompileError::User(d.render(&sources)),
-        })?;
-    Ok(Compiled {
-        source: kernel.source,
-        info: kernel.info.to_string(),
-        module: lowered,
-    })
+    let cg = tile_codegen::CodegenOptions { arch: target.arch.clone(), sm: target.sm };
+    let kernel = tile_codegen::emit_cuda(&lowered, &cg, &ctx.report).map_err(|d| match d.severity {
+        tile_ir::diag::Severity::Bug => CompileError::Internal { message: d.message, reproducer: None },
+        _ => CompileError::User(d.render(&sources)),
+    })?;
+    Ok(Compiled { source: kernel.source, info: kernel.info.to_string(), module: lowered })
 }

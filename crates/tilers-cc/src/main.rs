@@ -8,17 +8,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use tilers_cc::{compile, CompileError, CompileOptions};
 
-const USAGE: &str =
-    "usage: tilers-cc PROGRAM.json -o OUT_DIR [--arch sm_90a] [--dump-ir DIR] [--no-cubin]";
+const USAGE: &str = "usage: tilers-cc PROGRAM.json -o OUT_DIR [--arch sm_90a] [--dump-ir DIR] [--no-cubin]";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut input = None;
     let mut out_dir = None;
-    let mut opts = CompileOptions {
-        arch: "sm_90a".into(),
-        ..Default::default()
-    };
+    let mut opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
     let mut want_cubin = true;
     let mut i = 0;
     while i < args.len() {
@@ -110,13 +106,7 @@ fn main() -> ExitCode {
                 if opts.fast_math {
                     extra.push("--use_fast_math".to_string());
                 }
-                match tilers_cc::nvrtc::compile_cubin(
-                    &lib,
-                    &compiled.source,
-                    &name,
-                    &opts.arch,
-                    &extra,
-                ) {
+                match tilers_cc::nvrtc::compile_cubin(&lib, &compiled.source, &name, &opts.arch, &extra) {
                     Ok(cubin) => {
                         if !write("cubin", &cubin) {
                             return ExitCode::from(2);

@@ -22,10 +22,7 @@ fn candidates() -> Vec<PathBuf> {
     }
     if let Some(site) = std::env::var_os("TILERS_SITE_PACKAGES") {
         let site = PathBuf::from(site);
-        for sub in [
-            "nvidia/cu13/lib/libnvrtc.so.13",
-            "nvidia/cuda_nvrtc/lib/libnvrtc.so.12",
-        ] {
+        for sub in ["nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"] {
             out.push(site.join(sub));
         }
     }
@@ -41,10 +38,7 @@ pub fn load() -> Result<Library, String> {
             Err(_) => tried.push(c.display().to_string()),
         }
     }
-    Err(format!(
-        "NVRTC not found (tried {}); set TILERS_NVRTC to libnvrtc's path",
-        tried.join(", ")
-    ))
+    Err(format!("NVRTC not found (tried {}); set TILERS_NVRTC to libnvrtc's path", tried.join(", ")))
 }
 
 /// Compile `source` for `arch` (e.g. `sm_90a`) to a cubin.
@@ -70,9 +64,8 @@ pub fn compile_cubin(
         > = lib.get(b"nvrtcCreateProgram").map_err(|e| e.to_string())?;
         let compile: Symbol<unsafe extern "C" fn(Program, c_int, *const *const c_char) -> c_int> =
             lib.get(b"nvrtcCompileProgram").map_err(|e| e.to_string())?;
-        let log_size: Symbol<unsafe extern "C" fn(Program, *mut usize) -> c_int> = lib
-            .get(b"nvrtcGetProgramLogSize")
-            .map_err(|e| e.to_string())?;
+        let log_size: Symbol<unsafe extern "C" fn(Program, *mut usize) -> c_int> =
+            lib.get(b"nvrtcGetProgramLogSize").map_err(|e| e.to_string())?;
         let get_log: Symbol<unsafe extern "C" fn(Program, *mut c_char) -> c_int> =
             lib.get(b"nvrtcGetProgramLog").map_err(|e| e.to_string())?;
         let cubin_size: Symbol<unsafe extern "C" fn(Program, *mut usize) -> c_int> =
@@ -85,21 +78,11 @@ pub fn compile_cubin(
         let src = CString::new(source).map_err(|e| e.to_string())?;
         let cname = CString::new(format!("{name}.cu")).map_err(|e| e.to_string())?;
         let mut prog: Program = std::ptr::null_mut();
-        if create(
-            &mut prog,
-            src.as_ptr(),
-            cname.as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        ) != 0
-        {
+        if create(&mut prog, src.as_ptr(), cname.as_ptr(), 0, std::ptr::null(), std::ptr::null()) != 0 {
             return Err("nvrtcCreateProgram failed".into());
         }
-        let mut opts: Vec<CString> = vec![
-            CString::new(format!("-arch={arch}")).unwrap(),
-            CString::new("-std=c++17").unwrap(),
-        ];
+        let mut opts: Vec<CString> =
+            vec![CString::new(format!("-arch={arch}")).unwrap(), CString::new("-std=c++17").unwrap()];
         opts.extend(extra.iter().filter_map(|o| CString::new(o.as_str()).ok()));
         let ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
         let rc = compile(prog, ptrs.len() as c_int, ptrs.as_ptr());
@@ -110,9 +93,7 @@ pub fn compile_cubin(
             let mut buf = vec![0 as c_char; n.max(1)];
             get_log(prog, buf.as_mut_ptr());
             let log = CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
-            result = Err(format!(
-                "NVRTC failed to compile the generated CUDA (a tilers bug):\n{log}"
-            ));
+            result = Err(format!("NVRTC failed to compile the generated CUDA (a tilers bug):\n{log}"));
         } else {
             let mut n = 0usize;
             if cubin_size(prog, &mut n) == 0 {

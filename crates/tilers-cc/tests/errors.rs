@@ -91,10 +91,17 @@ fn unsupported_architecture_is_reported() {
 fn cli_writes_cuda_and_info_and_exits_2_on_malformed_input() {
     let dir = std::env::temp_dir().join(format!("tilers-cc-test-{}", std::process::id()));
     let program = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/add_f16.json");
-    let out = Command::new(env!("CARGO_BIN_EXE_tilers-cc")).arg(&program).arg("-o").arg(&dir).arg("--no-cubin").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tilers-cc"))
+        .arg(&program)
+        .arg("-o")
+        .arg(&dir)
+        .arg("--no-cubin")
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(std::fs::read_to_string(dir.join("add.cu")).unwrap().contains("__global__"));
-    let info: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("add.json")).unwrap()).unwrap();
+    let info: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("add.json")).unwrap()).unwrap();
     assert_eq!(info["entry"], "add_kernel");
 
     let bad = dir.join("bad.json");

@@ -7,7 +7,11 @@ use tilers_cc::{compile, CompileOptions};
 
 fn programs() -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
     v.sort();
     v
 }
@@ -37,7 +41,10 @@ fn generated_cuda_matches_snapshots() {
         // same input, same output, within one process too
         assert_eq!(compile(&text, &opts).unwrap().source, compiled.source, "{name}: not deterministic");
     }
-    assert!(mismatches.is_empty(), "generated CUDA changed for {mismatches:?}; review and run scripts/update-snapshots");
+    assert!(
+        mismatches.is_empty(),
+        "generated CUDA changed for {mismatches:?}; review and run scripts/update-snapshots"
+    );
 }
 
 #[test]

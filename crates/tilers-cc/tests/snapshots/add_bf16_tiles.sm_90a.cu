@@ -41,12 +41,12 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
   __align__(16) tl_bf16 A_v[8];
   __align__(16) tl_bf16 B_v[8];
   __align__(16) tl_bf16 C_out[8];
-  // kernels.py:32: T.copy
+  // kernels.py:34: T.copy
   const int t0 = ((tid / 16) % 8);
   const int t1 = (tid % 16);
   #pragma unroll
   for (int o0 = 0; o0 < 4; ++o0) {
-    if ((((((((by * 32) + t0) + (o0 * 8)) >= 0) && ((((by * 32) + t0) + (o0 * 8)) < 33)) && (((bx * 128) + (t1 * 8)) >= 0)) && ((((bx * 128) + (t1 * 8)) + 8) <= 250))) {
+    if ((((((by * 32) + t0) + (o0 * 8)) < 33) && ((((bx * 128) + (t1 * 8)) + 8) <= 250))) {
       *(unsigned int*)(&A_v[0]) = *(const unsigned int*)(&A[((((by * 32) + t0) + (o0 * 8))) * 250 + ((bx * 128) + (t1 * 8))]);
       *(unsigned int*)(&A_v[2]) = *(const unsigned int*)(&A[((((by * 32) + t0) + (o0 * 8))) * 250 + (((bx * 128) + (t1 * 8)) + 2)]);
       *(unsigned int*)(&A_v[4]) = *(const unsigned int*)(&A[((((by * 32) + t0) + (o0 * 8))) * 250 + (((bx * 128) + (t1 * 8)) + 4)]);
@@ -58,16 +58,16 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
     } else {
       #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        a[(e + (o0 * 8))] = tl_to_bf16((((((((by * 32) + t0) + (o0 * 8)) >= 0) && ((((by * 32) + t0) + (o0 * 8)) < 33)) && (((((bx * 128) + e) + (t1 * 8)) >= 0) && ((((bx * 128) + e) + (t1 * 8)) < 250))) ? tl_float(A[((((by * 32) + t0) + (o0 * 8))) * 250 + (((bx * 128) + e) + (t1 * 8))]) : 0.0f));
+        a[(e + (o0 * 8))] = tl_to_bf16(((((((by * 32) + t0) + (o0 * 8)) < 33) && ((((bx * 128) + e) + (t1 * 8)) < 250)) ? tl_float(A[((((by * 32) + t0) + (o0 * 8))) * 250 + (((bx * 128) + e) + (t1 * 8))]) : 0.0f));
       }
     }
   }
-  // kernels.py:33: T.copy
+  // kernels.py:35: T.copy
   const int t0_1 = ((tid / 16) % 8);
   const int t1_1 = (tid % 16);
   #pragma unroll
   for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-    if ((((((((by * 32) + t0_1) + (o0_1 * 8)) >= 0) && ((((by * 32) + t0_1) + (o0_1 * 8)) < 33)) && (((bx * 128) + (t1_1 * 8)) >= 0)) && ((((bx * 128) + (t1_1 * 8)) + 8) <= 250))) {
+    if ((((((by * 32) + t0_1) + (o0_1 * 8)) < 33) && ((((bx * 128) + (t1_1 * 8)) + 8) <= 250))) {
       *(unsigned int*)(&B_v[0]) = *(const unsigned int*)(&B[((((by * 32) + t0_1) + (o0_1 * 8))) * 250 + ((bx * 128) + (t1_1 * 8))]);
       *(unsigned int*)(&B_v[2]) = *(const unsigned int*)(&B[((((by * 32) + t0_1) + (o0_1 * 8))) * 250 + (((bx * 128) + (t1_1 * 8)) + 2)]);
       *(unsigned int*)(&B_v[4]) = *(const unsigned int*)(&B[((((by * 32) + t0_1) + (o0_1 * 8))) * 250 + (((bx * 128) + (t1_1 * 8)) + 4)]);
@@ -79,26 +79,26 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
     } else {
       #pragma unroll
       for (int e_1 = 0; e_1 < 8; ++e_1) {
-        b[((o0_1 * 8) + e_1)] = tl_to_bf16((((((((by * 32) + t0_1) + (o0_1 * 8)) >= 0) && ((((by * 32) + t0_1) + (o0_1 * 8)) < 33)) && (((((bx * 128) + (t1_1 * 8)) + e_1) >= 0) && ((((bx * 128) + (t1_1 * 8)) + e_1) < 250))) ? tl_float(B[((((by * 32) + t0_1) + (o0_1 * 8))) * 250 + (((bx * 128) + (t1_1 * 8)) + e_1)]) : 0.0f));
+        b[((o0_1 * 8) + e_1)] = tl_to_bf16(((((((by * 32) + t0_1) + (o0_1 * 8)) < 33) && ((((bx * 128) + (t1_1 * 8)) + e_1) < 250)) ? tl_float(B[((((by * 32) + t0_1) + (o0_1 * 8))) * 250 + (((bx * 128) + (t1_1 * 8)) + e_1)]) : 0.0f));
       }
     }
   }
-  // kernels.py:34: T.Parallel
+  // kernels.py:36: T.Parallel
   const int t0_2 = ((tid / 16) % 8);
   const int t1_2 = (tid % 16);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
     #pragma unroll
     for (int e_2 = 0; e_2 < 8; ++e_2) {
-      a[((o0_2 * 8) + e_2)] = tl_to_bf16(tl_round_bf16((tl_float(a[((o0_2 * 8) + e_2)]) + tl_float(b[((o0_2 * 8) + e_2)]))));
+      a[((o0_2 * 8) + e_2)] = tl_to_bf16((tl_float(a[((o0_2 * 8) + e_2)]) + tl_float(b[((o0_2 * 8) + e_2)])));
     }
   }
-  // kernels.py:36: T.copy
+  // kernels.py:38: T.copy
   const int t0_3 = ((tid / 16) % 8);
   const int t1_3 = (tid % 16);
   #pragma unroll
   for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
-    if ((((((((by * 32) + t0_3) + (o0_3 * 8)) >= 0) && ((((by * 32) + t0_3) + (o0_3 * 8)) < 33)) && (((bx * 128) + (t1_3 * 8)) >= 0)) && ((((bx * 128) + (t1_3 * 8)) + 8) <= 250))) {
+    if ((((((by * 32) + t0_3) + (o0_3 * 8)) < 33) && ((((bx * 128) + (t1_3 * 8)) + 8) <= 250))) {
       #pragma unroll
       for (int e_3 = 0; e_3 < 8; ++e_3) {
         C_out[e_3] = tl_to_bf16(tl_float(a[((o0_3 * 8) + e_3)]));
@@ -110,7 +110,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
     } else {
       #pragma unroll
       for (int e_3 = 0; e_3 < 8; ++e_3) {
-        if (((((((by * 32) + t0_3) + (o0_3 * 8)) >= 0) && ((((by * 32) + t0_3) + (o0_3 * 8)) < 33)) && (((((bx * 128) + (t1_3 * 8)) + e_3) >= 0) && ((((bx * 128) + (t1_3 * 8)) + e_3) < 250)))) {
+        if ((((((by * 32) + t0_3) + (o0_3 * 8)) < 33) && ((((bx * 128) + (t1_3 * 8)) + e_3) < 250))) {
           C[((((by * 32) + t0_3) + (o0_3 * 8))) * 250 + (((bx * 128) + (t1_3 * 8)) + e_3)] = tl_to_bf16(tl_float(a[((o0_3 * 8) + e_3)]));
         }
       }

@@ -40,23 +40,23 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
   __align__(16) float x[32];  // fragment[64, 64] over 128 threads: dim0 = 8 outer x 8 threads (stride 16), dim1 = 1 outer x 16 threads (stride 1) x 4 contiguous; 32 registers per thread
   __align__(16) float acc[4];  // fragment[64] over 128 threads: dim0 = 1 outer x 16 threads (stride 1) x 4 contiguous; replicated over 8 threads (stride 16); 4 registers per thread
   __align__(16) float acc_red[4];
-  // kernels.py:121: T.fill
+  // kernels.py:125: T.fill
   #pragma unroll
   for (int s = 0; s < 4; ++s) {
     acc[s] = 0.0f;
   }
   for (int k = 0; k < 16; ++k) {
-    // kernels.py:123: T.copy
+    // kernels.py:127: T.copy
     const int t0 = ((tid / 16) % 8);
     const int t1 = (tid % 16);
     #pragma unroll
     for (int o0 = 0; o0 < 8; ++o0) {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        x[((o0 * 4) + e)] = ((float)(((((((k * 64) + t0) + (o0 * 8)) >= 0) && ((((k * 64) + t0) + (o0 * 8)) < 1000)) && (((((bx * 64) + (t1 * 4)) + e) >= 0) && ((((bx * 64) + (t1 * 4)) + e) < 999))) ? tl_float(A[((((k * 64) + t0) + (o0 * 8))) * 999 + (((bx * 64) + (t1 * 4)) + e)]) : 0.0f));
+        x[((o0 * 4) + e)] = ((float)((((((k * 64) + t0) + (o0 * 8)) < 1000) && ((((bx * 64) + (t1 * 4)) + e) < 999)) ? tl_float(A[((((k * 64) + t0) + (o0 * 8))) * 999 + (((bx * 64) + (t1 * 4)) + e)]) : 0.0f));
       }
     }
-    // kernels.py:124: T.reduce_absmax
+    // kernels.py:128: T.reduce_absmax
     #pragma unroll
     for (int s_1 = 0; s_1 < 4; ++s_1) {
       acc_red[s_1] = 0.0f;
@@ -94,12 +94,12 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
       acc[s_5] = fmaxf(acc[s_5], acc_red[s_5]);
     }
   }
-  // kernels.py:125: T.copy
+  // kernels.py:129: T.copy
   const int t0_2 = (tid % 16);
   #pragma unroll
   for (int e_2 = 0; e_2 < 4; ++e_2) {
     if ((((tid / 16) % 8) == 0)) {
-      if ((((((bx * 64) + (t0_2 * 4)) + e_2) >= 0) && ((((bx * 64) + (t0_2 * 4)) + e_2) < 999))) {
+      if (((((bx * 64) + (t0_2 * 4)) + e_2) < 999)) {
         C[(((bx * 64) + (t0_2 * 4)) + e_2)] = acc[e_2];
       }
     }

@@ -35,14 +35,14 @@ static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_b
 extern "C" __global__ void __launch_bounds__(128) histogram_kernel(const int* __restrict__ X, int* __restrict__ H) {
   const int bx = blockIdx.x;
   const int tid = threadIdx.x;
-  // kernels.py:148: T.Parallel
+  // kernels.py:156: T.Parallel
   const int t0 = (tid % 64);
   if ((tid < 64)) {
     #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (((((bx * 256) + (t0 * 4)) + e) < 10000)) {
-        if (((tl_floormod(((((((bx * 256) + (t0 * 4)) + e) >= 0) && ((((bx * 256) + (t0 * 4)) + e) < 10000)) ? X[(((bx * 256) + (t0 * 4)) + e)] : 0), 64) >= 0) && (tl_floormod(((((((bx * 256) + (t0 * 4)) + e) >= 0) && ((((bx * 256) + (t0 * 4)) + e) < 10000)) ? X[(((bx * 256) + (t0 * 4)) + e)] : 0), 64) < 64))) {
-          tl_atomic_add(&H[tl_floormod(((((((bx * 256) + (t0 * 4)) + e) >= 0) && ((((bx * 256) + (t0 * 4)) + e) < 10000)) ? X[(((bx * 256) + (t0 * 4)) + e)] : 0), 64)], 1);
+        if (((tl_floormod((((((bx * 256) + (t0 * 4)) + e) < 10000) ? X[(((bx * 256) + (t0 * 4)) + e)] : 0), 64) >= 0) && (tl_floormod((((((bx * 256) + (t0 * 4)) + e) < 10000) ? X[(((bx * 256) + (t0 * 4)) + e)] : 0), 64) < 64))) {
+          tl_atomic_add(&H[tl_floormod((((((bx * 256) + (t0 * 4)) + e) < 10000) ? X[(((bx * 256) + (t0 * 4)) + e)] : 0), 64)], 1);
         }
       }
     }

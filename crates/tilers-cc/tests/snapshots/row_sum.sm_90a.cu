@@ -41,18 +41,18 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
   __align__(16) float acc[4];  // fragment[8] over 128 threads: dim0 = 4 outer x 2 threads (stride 64); replicated over 64 threads (stride 1); 4 registers per thread
   __align__(16) float A_v[4];
   __align__(16) float acc_red[4];
-  // kernels.py:104: T.fill
+  // kernels.py:108: T.fill
   #pragma unroll
   for (int s = 0; s < 4; ++s) {
     acc[s] = 0.0f;
   }
   for (int k = 0; k < 4; ++k) {
-    // kernels.py:106: T.copy
+    // kernels.py:110: T.copy
     const int t0 = ((tid / 64) % 2);
     const int t1 = (tid % 64);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      if ((((((((bx * 8) + t0) + (o0 * 2)) >= 0) && ((((bx * 8) + t0) + (o0 * 2)) < 1001)) && (((k * 256) + (t1 * 4)) >= 0)) && ((((k * 256) + (t1 * 4)) + 4) <= 1000))) {
+      if ((((((bx * 8) + t0) + (o0 * 2)) < 1001) && ((((k * 256) + (t1 * 4)) + 4) <= 1000))) {
         *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((bx * 8) + t0) + (o0 * 2))) * 1000 + ((k * 256) + (t1 * 4))]);
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -61,11 +61,11 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
       } else {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          x[((o0 * 4) + e)] = (((((((bx * 8) + t0) + (o0 * 2)) >= 0) && ((((bx * 8) + t0) + (o0 * 2)) < 1001)) && (((((k * 256) + (t1 * 4)) + e) >= 0) && ((((k * 256) + (t1 * 4)) + e) < 1000))) ? A[((((bx * 8) + t0) + (o0 * 2))) * 1000 + (((k * 256) + (t1 * 4)) + e)] : 0.0f);
+          x[((o0 * 4) + e)] = ((((((bx * 8) + t0) + (o0 * 2)) < 1001) && ((((k * 256) + (t1 * 4)) + e) < 1000)) ? A[((((bx * 8) + t0) + (o0 * 2))) * 1000 + (((k * 256) + (t1 * 4)) + e)] : 0.0f);
         }
       }
     }
-    // kernels.py:107: T.reduce_sum
+    // kernels.py:111: T.reduce_sum
     #pragma unroll
     for (int s_1 = 0; s_1 < 4; ++s_1) {
       acc_red[s_1] = 0.0f;
@@ -107,12 +107,12 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
       acc[s_5] = (acc[s_5] + acc_red[s_5]);
     }
   }
-  // kernels.py:108: T.copy
+  // kernels.py:112: T.copy
   const int t0_2 = ((tid / 64) % 2);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
     if (((tid % 64) == 0)) {
-      if ((((((bx * 8) + t0_2) + (o0_2 * 2)) >= 0) && ((((bx * 8) + t0_2) + (o0_2 * 2)) < 1001))) {
+      if (((((bx * 8) + t0_2) + (o0_2 * 2)) < 1001)) {
         S[(((bx * 8) + t0_2) + (o0_2 * 2))] = acc[o0_2];
       }
     }

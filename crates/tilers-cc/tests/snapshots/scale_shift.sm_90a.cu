@@ -38,10 +38,10 @@ extern "C" __global__ void __launch_bounds__(128) scale_shift_kernel(const float
   const int tid = threadIdx.x;
   __align__(16) float X_v[4];
   __align__(16) float Y_out[4];
-  // kernels.py:136: T.Parallel
+  // kernels.py:142: T.Parallel
   const int t0 = (tid % 64);
   if ((tid < 64)) {
-    if ((((((((by >= 0) && (by < 100)) && (((bx * 256) + (t0 * 4)) >= 0)) && ((((bx * 256) + (t0 * 4)) + 4) <= 1000)) && ((by >= 0) && (by < 100))) && (((bx * 256) + (t0 * 4)) >= 0)) && ((((bx * 256) + (t0 * 4)) + 4) <= 1000))) {
+    if (((by < 100) && ((((bx * 256) + (t0 * 4)) + 4) <= 1000))) {
       *(uint4*)(&X_v[0]) = *(const uint4*)(&X[(by) * 1000 + ((bx * 256) + (t0 * 4))]);
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -51,8 +51,8 @@ extern "C" __global__ void __launch_bounds__(128) scale_shift_kernel(const float
     } else {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        if ((((by >= 0) && (by < 100)) && (((((bx * 256) + (t0 * 4)) + e) >= 0) && ((((bx * 256) + (t0 * 4)) + e) < 1000)))) {
-          Y[(by) * 1000 + (((bx * 256) + (t0 * 4)) + e)] = ((alpha * ((((by >= 0) && (by < 100)) && (((((bx * 256) + (t0 * 4)) + e) >= 0) && ((((bx * 256) + (t0 * 4)) + e) < 1000))) ? X[(by) * 1000 + (((bx * 256) + (t0 * 4)) + e)] : 0.0f)) + 1.0f);
+        if (((by < 100) && ((((bx * 256) + (t0 * 4)) + e) < 1000))) {
+          Y[(by) * 1000 + (((bx * 256) + (t0 * 4)) + e)] = ((alpha * (((by < 100) && ((((bx * 256) + (t0 * 4)) + e) < 1000)) ? X[(by) * 1000 + (((bx * 256) + (t0 * 4)) + e)] : 0.0f)) + 1.0f);
         }
       }
     }

@@ -45,13 +45,13 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   __align__(16) float row_max_red[4];
   __align__(16) float row_sum_red[4];
   __align__(16) float B_out[4];
-  // kernels.py:70: T.copy
+  // kernels.py:74: T.copy
   const int t1 = (tid % 128);
   #pragma unroll
   for (int o0 = 0; o0 < 4; ++o0) {
     #pragma unroll
     for (int o1 = 0; o1 < 2; ++o1) {
-      if (((((((bx * 4) + o0) >= 0) && (((bx * 4) + o0) < 1001)) && (((o1 * 512) + (t1 * 4)) >= 0)) && ((((o1 * 512) + (t1 * 4)) + 4) <= 1024))) {
+      if (((((bx * 4) + o0) < 1001) && ((((o1 * 512) + (t1 * 4)) + 4) <= 1024))) {
         *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(((bx * 4) + o0)) * 1024 + ((o1 * 512) + (t1 * 4))]);
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -60,12 +60,12 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
       } else {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          x[(((o1 * 4) + e) + (o0 * 8))] = ((((((bx * 4) + o0) >= 0) && (((bx * 4) + o0) < 1001)) && (((((o1 * 512) + e) + (t1 * 4)) >= 0) && ((((o1 * 512) + e) + (t1 * 4)) < 1024))) ? A[(((bx * 4) + o0)) * 1024 + (((o1 * 512) + e) + (t1 * 4))] : __int_as_float(0xff800000));
+          x[(((o1 * 4) + e) + (o0 * 8))] = (((((bx * 4) + o0) < 1001) && ((((o1 * 512) + e) + (t1 * 4)) < 1024)) ? A[(((bx * 4) + o0)) * 1024 + (((o1 * 512) + e) + (t1 * 4))] : __int_as_float(0xff800000));
         }
       }
     }
   }
-  // kernels.py:71: T.reduce_max
+  // kernels.py:75: T.reduce_max
   #pragma unroll
   for (int s = 0; s < 4; ++s) {
     row_max_red[s] = __int_as_float(0xff800000);
@@ -108,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   for (int s_4 = 0; s_4 < 4; ++s_4) {
     row_max[s_4] = row_max_red[s_4];
   }
-  // kernels.py:72: T.Parallel
+  // kernels.py:76: T.Parallel
   const int t1_2 = (tid % 128);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
@@ -120,7 +120,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
       }
     }
   }
-  // kernels.py:74: T.reduce_sum
+  // kernels.py:78: T.reduce_sum
   #pragma unroll
   for (int s_5 = 0; s_5 < 4; ++s_5) {
     row_sum_red[s_5] = 0.0f;
@@ -163,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   for (int s_9 = 0; s_9 < 4; ++s_9) {
     row_sum[s_9] = row_sum_red[s_9];
   }
-  // kernels.py:75: T.Parallel
+  // kernels.py:79: T.Parallel
   const int t1_4 = (tid % 128);
   #pragma unroll
   for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
@@ -175,13 +175,13 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
       }
     }
   }
-  // kernels.py:77: T.copy
+  // kernels.py:81: T.copy
   const int t1_5 = (tid % 128);
   #pragma unroll
   for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
     #pragma unroll
     for (int o1_5 = 0; o1_5 < 2; ++o1_5) {
-      if (((((((bx * 4) + o0_5) >= 0) && (((bx * 4) + o0_5) < 1001)) && (((t1_5 * 4) + (o1_5 * 512)) >= 0)) && ((((t1_5 * 4) + (o1_5 * 512)) + 4) <= 1024))) {
+      if (((((bx * 4) + o0_5) < 1001) && ((((t1_5 * 4) + (o1_5 * 512)) + 4) <= 1024))) {
         #pragma unroll
         for (int e_5 = 0; e_5 < 4; ++e_5) {
           B_out[e_5] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
@@ -190,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
       } else {
         #pragma unroll
         for (int e_5 = 0; e_5 < 4; ++e_5) {
-          if ((((((bx * 4) + o0_5) >= 0) && (((bx * 4) + o0_5) < 1001)) && (((((t1_5 * 4) + (o1_5 * 512)) + e_5) >= 0) && ((((t1_5 * 4) + (o1_5 * 512)) + e_5) < 1024)))) {
+          if (((((bx * 4) + o0_5) < 1001) && ((((t1_5 * 4) + (o1_5 * 512)) + e_5) < 1024))) {
             B[(((bx * 4) + o0_5)) * 1024 + (((t1_5 * 4) + (o1_5 * 512)) + e_5)] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
           }
         }

@@ -45,11 +45,11 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   __align__(16) float row_max_red[1];
   __align__(16) float row_sum_red[1];
   __align__(16) float B_out[4];
-  // kernels.py:70: T.copy
+  // kernels.py:74: T.copy
   const int t1 = (tid % 256);
   #pragma unroll
   for (int o1 = 0; o1 < 4; ++o1) {
-    if (((((bx >= 0) && (bx < 16)) && (((t1 * 4) + (o1 * 1024)) >= 0)) && ((((t1 * 4) + (o1 * 1024)) + 4) <= 4096))) {
+    if (((bx < 16) && ((((t1 * 4) + (o1 * 1024)) + 4) <= 4096))) {
       *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(bx) * 4096 + ((t1 * 4) + (o1 * 1024))]);
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -58,11 +58,11 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     } else {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        x[(e + (o1 * 4))] = ((((bx >= 0) && (bx < 16)) && ((((e + (t1 * 4)) + (o1 * 1024)) >= 0) && (((e + (t1 * 4)) + (o1 * 1024)) < 4096))) ? A[(bx) * 4096 + ((e + (t1 * 4)) + (o1 * 1024))] : __int_as_float(0xff800000));
+        x[(e + (o1 * 4))] = (((bx < 16) && (((e + (t1 * 4)) + (o1 * 1024)) < 4096)) ? A[(bx) * 4096 + ((e + (t1 * 4)) + (o1 * 1024))] : __int_as_float(0xff800000));
       }
     }
   }
-  // kernels.py:71: T.reduce_max
+  // kernels.py:75: T.reduce_max
   #pragma unroll
   for (int s = 0; s < 1; ++s) {
     row_max_red[s] = __int_as_float(0xff800000);
@@ -102,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   for (int s_4 = 0; s_4 < 1; ++s_4) {
     row_max[s_4] = row_max_red[s_4];
   }
-  // kernels.py:72: T.Parallel
+  // kernels.py:76: T.Parallel
   const int t1_2 = (tid % 256);
   #pragma unroll
   for (int o1_2 = 0; o1_2 < 4; ++o1_2) {
@@ -111,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
       x[((o1_2 * 4) + e_2)] = expf((x[((o1_2 * 4) + e_2)] - row_max[0]));
     }
   }
-  // kernels.py:74: T.reduce_sum
+  // kernels.py:78: T.reduce_sum
   #pragma unroll
   for (int s_5 = 0; s_5 < 1; ++s_5) {
     row_sum_red[s_5] = 0.0f;
@@ -151,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   for (int s_9 = 0; s_9 < 1; ++s_9) {
     row_sum[s_9] = row_sum_red[s_9];
   }
-  // kernels.py:75: T.Parallel
+  // kernels.py:79: T.Parallel
   const int t1_4 = (tid % 256);
   #pragma unroll
   for (int o1_4 = 0; o1_4 < 4; ++o1_4) {
@@ -160,11 +160,11 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
       x[((o1_4 * 4) + e_4)] = (x[((o1_4 * 4) + e_4)] * (1.0f / row_sum[0]));
     }
   }
-  // kernels.py:77: T.copy
+  // kernels.py:81: T.copy
   const int t1_5 = (tid % 256);
   #pragma unroll
   for (int o1_5 = 0; o1_5 < 4; ++o1_5) {
-    if (((((bx >= 0) && (bx < 16)) && (((t1_5 * 4) + (o1_5 * 1024)) >= 0)) && ((((t1_5 * 4) + (o1_5 * 1024)) + 4) <= 4096))) {
+    if (((bx < 16) && ((((t1_5 * 4) + (o1_5 * 1024)) + 4) <= 4096))) {
       #pragma unroll
       for (int e_5 = 0; e_5 < 4; ++e_5) {
         B_out[e_5] = x[((o1_5 * 4) + e_5)];
@@ -173,7 +173,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     } else {
       #pragma unroll
       for (int e_5 = 0; e_5 < 4; ++e_5) {
-        if ((((bx >= 0) && (bx < 16)) && (((((t1_5 * 4) + (o1_5 * 1024)) + e_5) >= 0) && ((((t1_5 * 4) + (o1_5 * 1024)) + e_5) < 4096)))) {
+        if (((bx < 16) && ((((t1_5 * 4) + (o1_5 * 1024)) + e_5) < 4096))) {
           B[(bx) * 4096 + (((t1_5 * 4) + (o1_5 * 1024)) + e_5)] = x[((o1_5 * 4) + e_5)];
         }
       }

@@ -39,21 +39,21 @@ extern "C" __global__ void __launch_bounds__(128) transpose_kernel(const tl_half
   extern __shared__ __align__(16) unsigned char tl_smem[];
   tl_half* tile = (tl_half*)(tl_smem + 0);  // [32, 32]
   __align__(16) tl_half tile_out[8];
-  // kernels.py:89: T.copy
+  // kernels.py:93: T.copy
   const int t0 = ((tid / 4) % 32);
   const int t1 = (tid % 4);
   #pragma unroll
   for (int e = 0; e < 8; ++e) {
-    tile_out[e] = tl_to_half(((((((by * 32) + t0) >= 0) && (((by * 32) + t0) < 33)) && (((((bx * 32) + (t1 * 8)) + e) >= 0) && ((((bx * 32) + (t1 * 8)) + e) < 65))) ? tl_float(A[(((by * 32) + t0)) * 65 + (((bx * 32) + (t1 * 8)) + e)]) : 0.0f));
+    tile_out[e] = tl_to_half((((((by * 32) + t0) < 33) && ((((bx * 32) + (t1 * 8)) + e) < 65)) ? tl_float(A[(((by * 32) + t0)) * 65 + (((bx * 32) + (t1 * 8)) + e)]) : 0.0f));
   }
   *(uint4*)(&tile[(t0) * 32 + (t1 * 8)]) = *(const uint4*)(&tile_out[0]);
   __syncthreads();
-  // kernels.py:90: T.Parallel
+  // kernels.py:94: T.Parallel
   const int t0_1 = ((tid / 4) % 32);
   const int t1_1 = (tid % 4);
   #pragma unroll
   for (int e_1 = 0; e_1 < 8; ++e_1) {
-    if ((((((bx * 32) + t0_1) >= 0) && (((bx * 32) + t0_1) < 65)) && (((((by * 32) + (t1_1 * 8)) + e_1) >= 0) && ((((by * 32) + (t1_1 * 8)) + e_1) < 33)))) {
+    if (((((bx * 32) + t0_1) < 65) && ((((by * 32) + (t1_1 * 8)) + e_1) < 33))) {
       B[(((bx * 32) + t0_1)) * 33 + (((by * 32) + (t1_1 * 8)) + e_1)] = tl_to_half(tl_float(tile[(((t1_1 * 8) + e_1)) * 32 + t0_1]));
     }
   }

@@ -41,12 +41,12 @@ extern "C" __global__ void __launch_bounds__(128) transpose_kernel(const float* 
   __align__(16) float A_v[4];
   __align__(16) float tile_out[4];
   __align__(16) float B_out[4];
-  // kernels.py:89: T.copy
+  // kernels.py:93: T.copy
   const int t0 = ((tid / 8) % 16);
   const int t1 = (tid % 8);
   #pragma unroll
   for (int o0 = 0; o0 < 2; ++o0) {
-    if ((((((((by * 32) + t0) + (o0 * 16)) >= 0) && ((((by * 32) + t0) + (o0 * 16)) < 1000)) && (((bx * 32) + (t1 * 4)) >= 0)) && ((((bx * 32) + (t1 * 4)) + 4) <= 700))) {
+    if ((((((by * 32) + t0) + (o0 * 16)) < 1000) && ((((bx * 32) + (t1 * 4)) + 4) <= 700))) {
       *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((by * 32) + t0) + (o0 * 16))) * 700 + ((bx * 32) + (t1 * 4))]);
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -56,17 +56,17 @@ extern "C" __global__ void __launch_bounds__(128) transpose_kernel(const float* 
     } else {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        tile[((t0 + (o0 * 16))) * 32 + (e + (t1 * 4))] = (((((((by * 32) + t0) + (o0 * 16)) >= 0) && ((((by * 32) + t0) + (o0 * 16)) < 1000)) && (((((bx * 32) + e) + (t1 * 4)) >= 0) && ((((bx * 32) + e) + (t1 * 4)) < 700))) ? A[((((by * 32) + t0) + (o0 * 16))) * 700 + (((bx * 32) + e) + (t1 * 4))] : 0.0f);
+        tile[((t0 + (o0 * 16))) * 32 + (e + (t1 * 4))] = ((((((by * 32) + t0) + (o0 * 16)) < 1000) && ((((bx * 32) + e) + (t1 * 4)) < 700)) ? A[((((by * 32) + t0) + (o0 * 16))) * 700 + (((bx * 32) + e) + (t1 * 4))] : 0.0f);
       }
     }
   }
   __syncthreads();
-  // kernels.py:90: T.Parallel
+  // kernels.py:94: T.Parallel
   const int t0_1 = ((tid / 8) % 16);
   const int t1_1 = (tid % 8);
   #pragma unroll
   for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-    if ((((((((bx * 32) + t0_1) + (o0_1 * 16)) >= 0) && ((((bx * 32) + t0_1) + (o0_1 * 16)) < 700)) && (((by * 32) + (t1_1 * 4)) >= 0)) && ((((by * 32) + (t1_1 * 4)) + 4) <= 1000))) {
+    if ((((((bx * 32) + t0_1) + (o0_1 * 16)) < 700) && ((((by * 32) + (t1_1 * 4)) + 4) <= 1000))) {
       #pragma unroll
       for (int e_1 = 0; e_1 < 4; ++e_1) {
         B_out[e_1] = tile[(((t1_1 * 4) + e_1)) * 32 + (t0_1 + (o0_1 * 16))];
@@ -75,7 +75,7 @@ extern "C" __global__ void __launch_bounds__(128) transpose_kernel(const float* 
     } else {
       #pragma unroll
       for (int e_1 = 0; e_1 < 4; ++e_1) {
-        if (((((((bx * 32) + t0_1) + (o0_1 * 16)) >= 0) && ((((bx * 32) + t0_1) + (o0_1 * 16)) < 700)) && (((((by * 32) + (t1_1 * 4)) + e_1) >= 0) && ((((by * 32) + (t1_1 * 4)) + e_1) < 1000)))) {
+        if ((((((bx * 32) + t0_1) + (o0_1 * 16)) < 700) && ((((by * 32) + (t1_1 * 4)) + e_1) < 1000))) {
           B[((((bx * 32) + t0_1) + (o0_1 * 16))) * 1000 + (((by * 32) + (t1_1 * 4)) + e_1)] = tile[(((t1_1 * 4) + e_1)) * 32 + (t0_1 + (o0_1 * 16))];
         }
       }
