@@ -20,8 +20,18 @@ fn candidates() -> Vec<PathBuf> {
     for name in ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"] {
         out.push(PathBuf::from(name));
     }
-    if let Some(site) = std::env::var_os("TILERS_SITE_PACKAGES") {
-        let site = PathBuf::from(site);
+    let mut sites: Vec<PathBuf> =
+        std::env::var_os("TILERS_SITE_PACKAGES").map(PathBuf::from).into_iter().collect();
+    // an activated virtualenv: its site-packages holds the nvidia-cuda-nvrtc wheel
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        if let Ok(entries) = std::fs::read_dir(PathBuf::from(venv).join("lib")) {
+            let mut dirs: Vec<PathBuf> =
+                entries.filter_map(|e| e.ok()).map(|e| e.path().join("site-packages")).collect();
+            dirs.sort();
+            sites.extend(dirs);
+        }
+    }
+    for site in sites {
         for sub in ["nvidia/cu13/lib/libnvrtc.so.13", "nvidia/cuda_nvrtc/lib/libnvrtc.so.12"] {
             out.push(site.join(sub));
         }
@@ -29,12 +39,43 @@ fn candidates() -> Vec<PathBuf> {
     out
 }
 
-pub fn load() -> Result<Library, String> {
+/// NVRTC and the builtins library it opens by name at compile time.
+pub struct Nvrtc {
+    lib: Library,
+    _builtins: Vec<Library>,
+}
+
+impl std::ops::Deref for Nvrtc {
+    type Target = Library;
+    fn deref(&self) -> &Library {
+        &self.lib
+    }
+}
+
+pub fn load() -> Result<Nvrtc, String> {
     let mut tried = Vec::new();
     for c in candidates() {
+        // NVRTC dlopens libnvrtc-builtins by name; loaded first from the same folder, the
+        // loader finds it already there when the folder is not on the search path.
+        let mut builtins = Vec::new();
+        if let Some(dir) = c.parent().filter(|d| !d.as_os_str().is_empty()) {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+                .unwrap_or_default();
+            found.retain(|p| {
+                p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("libnvrtc-builtins.so"))
+            });
+            found.sort();
+            for b in found {
+                // SAFETY: as below; the builtins library has no initialisers with preconditions.
+                if let Ok(lib) = unsafe { Library::new(&b) } {
+                    builtins.push(lib);
+                }
+            }
+        }
         // SAFETY: loading NVRTC runs its initialisers, which have no preconditions.
         match unsafe { Library::new(&c) } {
-            Ok(lib) => return Ok(lib),
+            Ok(lib) => return Ok(Nvrtc { lib, _builtins: builtins }),
             Err(_) => tried.push(c.display().to_string()),
         }
     }

@@ -1,0 +1,19 @@
+"""The Rust extension: the whole seam between Python and the compiler core."""
+
+__version__: str
+
+class CompileError(Exception):
+    """The kernel does not compile; the message is rendered with the user's source lines."""
+
+class InternalCompilerError(CompileError):
+    """A bug in tilers; the message says where the reproducer (the program JSON) was saved."""
+
+def compile(program: str, options: str) -> tuple[str, str]:
+    """Serialized program (docs/format.md) and options JSON ({"arch", "lineinfo",
+    "fast_math", "dump_ir"}) -> (CUDA source, KernelInfo JSON). Releases the GIL."""
+
+def dump_ir(program: str, options: str) -> list[tuple[str, str]]:
+    """The text IR after every pass: [("input", ...), ("verify", ...), ...]."""
+
+def pass_names() -> list[str]:
+    """The lowering pipeline, in order."""
