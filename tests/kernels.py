@@ -178,6 +178,44 @@ def clamp_int8(M, N, block_M=16, block_N=128, threads=128):
     return clamp_int8
 
 
+MATH_FUNCS = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "abs"]
+
+
+def math_zoo(N, dtype="float32", block=256, threads=128):
+    """Y[k, i] = f_k(X[i]) for every unary math function, plus max/min against 0.5."""
+    funcs = [getattr(T, name) for name in MATH_FUNCS]
+
+    @T.prim_func
+    def math_zoo(X: T.Tensor((N,), dtype), Y: T.Tensor((len(funcs) + 2, N), dtype)):
+        with T.Kernel(T.ceildiv(N, block), threads=threads) as bx:
+            for i in T.Parallel(block):
+                x = X[bx * block + i]
+                for k, f in enumerate(funcs):  # unrolled at trace time
+                    Y[k, bx * block + i] = f(x)
+                Y[len(funcs), bx * block + i] = T.max(x, 0.5)
+                Y[len(funcs) + 1, bx * block + i] = T.min(x, 0.5)
+
+    return math_zoo
+
+
+def head_slices(B, S, H, D, block_S=64, dtype="float16", threads=128):
+    """O[b, s, h, :] = 2 * Q[b, s, h, :] - rowmin, moving [block_S, D] slices of a 4-D tensor
+    (index and slice dimensions mixed, as attention kernels do)."""
+
+    @T.prim_func
+    def head_slices(Q: T.Tensor((B, S, H, D), dtype), O: T.Tensor((B, S, H, D), dtype)):
+        with T.Kernel(T.ceildiv(S, block_S), H, B, threads=threads) as (bx, by, bz):
+            q = T.alloc_fragment((block_S, D), "float32")
+            low = T.alloc_fragment((block_S,), "float32")
+            T.copy(Q[bz, bx * block_S : (bx + 1) * block_S, by, :], q)
+            T.reduce_min(q, low, dim=1)
+            for i, j in T.Parallel(block_S, D):
+                q[i, j] = 2.0 * q[i, j] - low[i]
+            T.copy(q, O[bz, bx * block_S : (bx + 1) * block_S, by, :])
+
+    return head_slices
+
+
 # name -> (factory, kwargs) for the compile tests: every kernel at ragged sizes
 COMPILE_CASES = {
     "add_f16": (add, dict(M=1000, N=1000)),
@@ -195,4 +233,6 @@ COMPILE_CASES = {
     "scale_shift": (scale_shift, dict(M=100, N=1000)),
     "histogram": (histogram, dict(N=10000)),
     "clamp_int8": (clamp_int8, dict(M=100, N=1000)),
+    "math_zoo": (math_zoo, dict(N=1000)),
+    "head_slices": (head_slices, dict(B=2, S=100, H=3, D=64)),
 }

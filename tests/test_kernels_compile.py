@@ -1,5 +1,6 @@
 """Every test kernel compiles for sm_80 and sm_90a with NVRTC (no GPU needed), deterministically."""
 
+import json
 import os
 import subprocess
 import sys
@@ -124,3 +125,37 @@ def test_race_in_parallel_loop_is_an_error():
 
     with pytest.raises(tilers.TileError, match="race"):
         tilers.compile(racy, target="cuda:sm_90a")
+
+
+def tilers_cc_binary():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run(["cargo", "build", "-q", "-p", "tilers-cc"], cwd=root, check=True)
+    return os.path.join(root, "target", "debug", "tilers-cc")
+
+
+def test_tilers_cc_and_python_give_the_same_cuda_and_cubin(tmp_path):
+    kernel = tilers.compile(kernels.softmax(64, 1000, tile_N=1024), target="cuda:sm_90a")
+    program = tmp_path / "softmax.json"
+    kernel.save_program(str(program))
+    out = subprocess.run(
+        [tilers_cc_binary(), str(program), "-o", str(tmp_path), "--arch", "sm_90a"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, VIRTUAL_ENV=sys.prefix),
+    )
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "softmax.cu").read_text() == kernel.source
+    assert (tmp_path / "softmax.cubin").read_bytes() == kernel.cubin
+
+
+def test_tilers_cc_reports_kernel_errors_with_exit_code_1(tmp_path):
+    kernel = tilers.compile(kernels.add(64, 64), target="cuda:sm_90a")
+    program = json.loads(kernel.program_json)
+    program["kernel"]["threads"] = 100
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(program))
+    out = subprocess.run(
+        [tilers_cc_binary(), str(path), "-o", str(tmp_path)], capture_output=True, text=True
+    )
+    assert out.returncode == 1
+    assert "threads=100" in out.stderr and "kernels.py:" in out.stderr

@@ -166,6 +166,32 @@ def test_float_to_int_saturates():
     assert (p == (x > 0).to(torch.uint8)).all()
 
 
+def test_math_functions():
+    import torch
+
+    N = 1000
+    kernel = tilers.compile(kernels.math_zoo(N), out_idx=[1])
+    x = rand((N,), "float32", 11).abs() + 0.01  # positive: log and sqrt are defined
+    y = kernel(x)
+    for k, name in enumerate(kernels.MATH_FUNCS):
+        ref = {"sigmoid": torch.sigmoid, "rsqrt": torch.rsqrt, "exp2": torch.exp2}.get(name) or getattr(torch, name)
+        want = ref(x.double())
+        # IEEE float math: a few ulp of float32 (absolute near the zeros of sin and cos)
+        diff = (y[k].double() - want).abs()
+        record((diff / want.abs().clamp_min(1e-3)).max().item())
+        assert (diff <= 4e-7 * want.abs() + 1e-6).all(), f"{name}: max error {diff.max().item():.3g}"
+    assert (y[len(kernels.MATH_FUNCS)] == torch.clamp_min(x, 0.5)).all()
+    assert (y[len(kernels.MATH_FUNCS) + 1] == torch.clamp_max(x, 0.5)).all()
+
+
+@pytest.mark.parametrize("B,S,H,D", [(2, 100, 3, 64), (1, 64, 1, 32)])
+def test_head_slices(B, S, H, D):
+    kernel = tilers.compile(kernels.head_slices(B, S, H, D), out_idx=[1])
+    q = rand((B, S, H, D), "float16", 12)
+    want = (2.0 * q.float() - q.float().amin(-1, keepdim=True)).half()
+    assert_close(kernel(q), want, "float16")
+
+
 class TestArgumentErrors:
     """Bad arguments name the parameter, the expected and the received value, and touch nothing."""
 

@@ -29,6 +29,7 @@ pub mod ir;
 pub mod layout;
 pub mod parse;
 pub mod print;
+pub mod serialize;
 pub mod simplify;
 pub mod types;
 pub mod verify;

@@ -1,0 +1,166 @@
+//! Writing a tile-level [`Module`] back to the serialized program format (docs/format.md):
+//! the inverse of [`crate::parse::parse_program`], so a module read from a file, or built by
+//! a test, can be saved and read again unchanged.
+
+use crate::ir::*;
+use serde_json::{json, Map, Value};
+
+fn loc(l: crate::Loc) -> Value {
+    if l.is_known() {
+        json!([l.source, l.line, l.col])
+    } else {
+        Value::Null
+    }
+}
+
+fn with_loc(mut v: Value, l: crate::Loc) -> Value {
+    if l.is_known() {
+        v["loc"] = loc(l);
+    }
+    v
+}
+
+pub fn expr(e: &Expr) -> Value {
+    match e {
+        Expr::Const { value, dtype } => {
+            let v = match value {
+                ConstValue::Int(i) => json!(i),
+                ConstValue::Float(f) if f.is_nan() => json!("nan"),
+                ConstValue::Float(f) if f.is_infinite() => json!(if *f > 0.0 { "inf" } else { "-inf" }),
+                ConstValue::Float(f) => json!(f),
+            };
+            json!({"op": "const", "value": v, "dtype": dtype.name()})
+        }
+        Expr::Var { id, dtype } => json!({"op": "var", "id": id.0, "dtype": dtype.name()}),
+        Expr::Load { buf, idx, dtype, loc: l, .. } => with_loc(
+            json!({"op": "load", "buf": buf.0, "idx": idx.iter().map(expr).collect::<Vec<_>>(), "dtype": dtype.name()}),
+            *l,
+        ),
+        Expr::Binary { op, a, b, dtype } => {
+            json!({"op": op.name(), "a": expr(a), "b": expr(b), "dtype": dtype.name()})
+        }
+        Expr::Unary { op, a, dtype } => json!({"op": op.name(), "a": expr(a), "dtype": dtype.name()}),
+        Expr::Cast { a, dtype } => json!({"op": "cast", "a": expr(a), "dtype": dtype.name()}),
+        Expr::Select { cond, a, b, dtype } => {
+            json!({"op": "select", "cond": expr(cond), "a": expr(a), "b": expr(b), "dtype": dtype.name()})
+        }
+        // thread level only; not part of the serialized format
+        Expr::ShflXor { .. } => json!({"op": "shfl_xor"}),
+    }
+}
+
+fn region(r: &Region) -> Value {
+    let dims: Vec<Value> = r
+        .dims
+        .iter()
+        .map(|d| match d {
+            RegionDim::Index(e) => json!({"index": expr(e)}),
+            RegionDim::Slice { start, stop } => json!({"start": expr(start), "stop": expr(stop)}),
+            RegionDim::Origin(e) => json!({"start": expr(e)}),
+        })
+        .collect();
+    with_loc(json!({"buf": r.buf.0, "dims": dims}), r.loc)
+}
+
+fn stmts(body: &[Stmt]) -> Vec<Value> {
+    body.iter().filter_map(stmt).collect()
+}
+
+fn stmt(s: &Stmt) -> Option<Value> {
+    let v = match s {
+        Stmt::Store { buf, idx, value, .. } | Stmt::AtomicAdd { buf, idx, value, .. } => {
+            let op = if matches!(s, Stmt::Store { .. }) { "store" } else { "atomic_add" };
+            json!({"op": op, "buf": buf.0, "idx": idx.iter().map(expr).collect::<Vec<_>>(), "value": expr(value)})
+        }
+        Stmt::Copy { src, dst, pad, .. } => {
+            json!({"op": "copy", "src": region(src), "dst": region(dst), "pad": pad.as_ref().map(expr)})
+        }
+        Stmt::Fill { dst, value, .. } => json!({"op": "fill", "dst": region(dst), "value": expr(value)}),
+        Stmt::Reduce { kind, src, dst, dim, clear, .. } => {
+            json!({"op": "reduce", "kind": kind.name(), "src": src.0, "dst": dst.0, "dim": dim, "clear": clear})
+        }
+        Stmt::Parallel { vars, extents, body, .. } => json!({
+            "op": "parallel", "vars": vars.iter().map(|v| v.0).collect::<Vec<_>>(), "extents": extents, "body": stmts(body)
+        }),
+        Stmt::For { var, start, extent, kind, body, .. } => {
+            let mut v = json!({"op": "for", "var": var.0, "start": expr(start), "extent": expr(extent), "body": stmts(body)});
+            match kind {
+                ForKind::Serial => v["kind"] = json!("serial"),
+                ForKind::Unroll => v["kind"] = json!("unroll"),
+                ForKind::Pipelined { stages } => {
+                    v["kind"] = json!("pipelined");
+                    v["stages"] = json!(stages);
+                }
+            }
+            v
+        }
+        Stmt::If { cond, then, otherwise, .. } => {
+            json!({"op": "if", "cond": expr(cond), "then": stmts(then), "else": stmts(otherwise)})
+        }
+        // thread-level statements are not part of the serialized format
+        Stmt::Let { .. } | Stmt::VecCopy { .. } | Stmt::Sync | Stmt::Comment(_) => return None,
+    };
+    Some(with_loc(v, s.loc()))
+}
+
+/// The serialized program of a tile-level module.
+pub fn program_json(m: &Module) -> Value {
+    let sources: Vec<Value> = m
+        .sources
+        .files
+        .iter()
+        .map(|f| {
+            let lines: Map<String, Value> = f.lines.iter().map(|(n, t)| (n.to_string(), json!(t))).collect();
+            json!({"file": f.file, "lines": lines})
+        })
+        .collect();
+    let params: Vec<Value> = m
+        .params
+        .iter()
+        .map(|p| match p {
+            Param::Tensor { name, buffer } => json!({"kind": "tensor", "name": name, "buffer": buffer.0}),
+            Param::Scalar { name, var } => json!({"kind": "scalar", "name": name, "var": var.0}),
+        })
+        .collect();
+    let buffers: Vec<Value> = m
+        .buffers
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            with_loc(
+                json!({"id": i, "name": b.name, "scope": b.scope.name(), "dtype": b.dtype.name(), "shape": b.shape}),
+                b.loc,
+            )
+        })
+        .collect();
+    let vars: Vec<Value> = m
+        .vars
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let mut o = json!({"id": i, "name": v.name, "dtype": v.dtype.name()});
+            match v.kind {
+                VarKind::BlockIdx(axis) => {
+                    o["kind"] = json!("block_idx");
+                    o["axis"] = json!(axis);
+                }
+                VarKind::Param => o["kind"] = json!("param"),
+                _ => o["kind"] = json!("loop"),
+            }
+            o
+        })
+        .collect();
+    json!({
+        "version": crate::parse::FORMAT_VERSION,
+        "name": m.name,
+        "sources": sources,
+        "params": params,
+        "buffers": buffers,
+        "vars": vars,
+        "kernel": with_loc(json!({
+            "grid": m.kernel.grid.iter().map(expr).collect::<Vec<_>>(),
+            "threads": m.kernel.threads,
+            "body": stmts(&m.kernel.body),
+        }), m.kernel.loc),
+    })
+}
