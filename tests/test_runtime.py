@@ -263,13 +263,6 @@ def test_kernel_argument_count_message_with_one_output():
     )
 
 
-def test_kernel_host_array_needs_interpreter():
-    kernel = make_add(out_idx=[2])
-    a = np.zeros((1000, 1000), np.float16)
-    with pytest.raises(RuntimeError, match="interpreter.*not available yet"):
-        kernel(a, a, 1000)
-
-
 @needs_no_gpu
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
 def test_kernel_call_without_gpu(arch):

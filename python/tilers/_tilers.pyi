@@ -17,3 +17,10 @@ def dump_ir(program: str, options: str) -> list[tuple[str, str]]:
 
 def pass_names() -> list[str]:
     """The lowering pipeline, in order."""
+
+def interpret(program: str, args: list[bytes | int | float], options: str) -> list[bytes | None]:
+    """Run the program on host data with the reference interpreter; tensors are passed and
+    returned as their row-major bytes (None is returned for scalars)."""
+
+def check(program: str) -> str:
+    """Verify the program without generating code; KernelInfo JSON with its params."""

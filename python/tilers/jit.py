@@ -37,7 +37,11 @@ def compile(prim_func, out_idx=None, target="auto", **params):
     arch = runtime.resolve_target(target)
     options_json = json.dumps({"arch": arch, "lineinfo": False, "fast_math": False})
     try:
-        source, info_json = _tilers.compile(program_json, options_json)
+        if target == "interp":
+            # the interpreter runs the tile program: verify it, generate no GPU code
+            source, info_json = None, _tilers.check(program_json)
+        else:
+            source, info_json = _tilers.compile(program_json, options_json)
     except _tilers.CompileError as err:
         raise TileError(str(err)) from None
     result = kernel.JITKernel(

@@ -5,9 +5,8 @@ from __future__ import annotations
 import ctypes
 import math
 import numbers
-import sys
 
-from tilers import runtime
+from tilers import host, runtime
 
 # Every dtype of docs/format.md, by the name of its torch dtype (the same names).
 TORCH_DTYPE_NAMES = (
@@ -161,6 +160,11 @@ class JITKernel:
     @property
     def cubin(self) -> bytes:
         """The kernel compiled by NVRTC for `self.arch` (compiled once, on first use)."""
+        if self.source is None:
+            raise RuntimeError(
+                f"kernel '{self.name}' was compiled for the interpreter (target=\"interp\"): it "
+                "has no GPU code; compile with target=\"auto\" or \"cuda:sm_XX\" for that"
+            )
         if self._cubin is None:
             self._cubin = runtime.nvrtc_compile(
                 self.source, self.arch, self.name,
@@ -194,6 +198,8 @@ class JITKernel:
     def __call__(self, *args):
         if len(args) != len(self._input_positions):
             raise self._argument_count_error(len(args))
+        if self._runs_on_host(args):
+            return host.call(self, args, self._check_scalar)
         if self._checks is None:
             self._prepare(args)
         torch = self._torch
@@ -259,21 +265,47 @@ class JITKernel:
             return None
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
+    def _runs_on_host(self, args) -> bool:
+        """Whether this call goes to the interpreter: host arrays, or target="interp".
+
+        Mixing host arrays and GPU tensors in one call is an error naming both sides.
+        """
+        on_host, on_gpu = [], []
+        for position, arg in zip(self._input_positions, args):
+            if host.is_host_array(arg):
+                on_host.append(self.params[position])
+            elif host.is_gpu_tensor(arg):
+                on_gpu.append(self.params[position])
+        if self.target == "interp":
+            if on_gpu:
+                raise ValueError(
+                    f"kernel '{self.name}' was compiled with target=\"interp\", which runs on "
+                    f"host arrays, but {', '.join(on_gpu)} {'is a GPU tensor' if len(on_gpu) == 1 else 'are GPU tensors'}"
+                )
+            return True
+        if on_host and on_gpu:
+            raise ValueError(
+                f"kernel '{self.name}' got host arrays ({', '.join(on_host)}) and GPU tensors "
+                f"({', '.join(on_gpu)}) in one call: pass all on the GPU, or all on the host "
+                "(the interpreter)"
+            )
+        if on_host:
+            return True
+        # only scalars given (outputs allocated by the kernel): the GPU if there is one
+        tensor_inputs = any(self.info["params"][p]["kind"] == "tensor" for p in self._input_positions)
+        return not on_gpu and not tensor_inputs and not runtime.gpu_available()
+
+    def _check_scalar(self, position: int, value):
+        return _ScalarParam(position, self.info["params"][position]).check(value)
+
     def _prepare(self, args) -> None:
         """First call: refuse what cannot run here, import torch, precompute the checks."""
-        numpy = sys.modules.get("numpy")
-        if numpy is not None:
-            for position, arg in zip(self._input_positions, args):
-                if isinstance(arg, numpy.ndarray):
-                    # Not a TypeError: the interpreter will take host arrays.
-                    message = self._host_array_message(self.params[position])
-                    raise RuntimeError(message)  # noqa: TRY004
         count, reason = runtime.gpu_probe()
         if count == 0:
             raise RuntimeError(
                 f"kernel '{self.name}' was compiled for {self.arch} with no GPU to run it: "
-                f"{reason}. kernel.source and kernel.cubin are still available; host (numpy) "
-                "arrays will run on the tilers interpreter once it exists."
+                f"{reason}. kernel.source and kernel.cubin are still available; call it with "
+                "host (numpy) arrays to run it on the tilers interpreter."
             )
         try:
             import torch
@@ -340,13 +372,6 @@ class JITKernel:
             f"but {given} {verb} given"
         )
 
-    def _host_array_message(self, name: str) -> str:
-        return (
-            f"kernel '{self.name}' was called with a host (numpy) array for parameter "
-            f"'{name}': running on host arrays needs the tilers interpreter, which is not "
-            "available yet; pass CUDA torch tensors"
-        )
-
     def _diagnose_tensor(self, param: _TensorParam, arg) -> None:
         """Raise the error that says what is wrong with a tensor argument.
 
@@ -355,9 +380,6 @@ class JITKernel:
         """
         torch = self._torch
         name = param.name
-        numpy = sys.modules.get("numpy")
-        if numpy is not None and isinstance(arg, numpy.ndarray):
-            raise RuntimeError(self._host_array_message(name))
         if not isinstance(arg, torch.Tensor):
             raise TypeError(
                 f"parameter '{name}': expected {param.describe()}, got {_type_text(arg)}"
@@ -365,8 +387,8 @@ class JITKernel:
         if not arg.is_cuda:
             raise ValueError(
                 f"parameter '{name}': expected a CUDA tensor, got a tensor on {arg.device} "
-                f"(move it with {name}.cuda(); host arrays will run on the tilers interpreter "
-                "once it exists)"
+                f"(move it with {name}.cuda(), or pass every tensor on the host to run on the "
+                "tilers interpreter)"
             )
         if arg.dtype is not param.torch_dtype:
             raise ValueError(

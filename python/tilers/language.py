@@ -46,6 +46,8 @@ __all__ = [
     "exp",
     "exp2",
     "fill",
+    "gemm",
+    "GemmWarpPolicy",
     "float16",
     "float32",
     "float64",
@@ -288,6 +290,51 @@ def reduce_sum(src, dst, dim=-1, clear=True):
 def reduce_absmax(src, dst, dim=-1, clear=True):
     """Largest magnitude along ``dim``: ``T.reduce_absmax(x, amax, dim=1)``."""
     _reduce("absmax", src, dst, dim, clear)
+
+
+class GemmWarpPolicy:
+    """How T.gemm spreads the block's warps over the output tile (TileLang's names)."""
+
+    Square = "square"
+    FullRow = "full_row"
+    FullCol = "full_col"
+
+
+def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False):
+    """C += A @ B on tiles: ``T.gemm(A_shared, B_shared, acc)``.
+
+    A is (M, K) — (K, M) with ``transpose_A`` — and B is (K, N) — (N, K) with
+    ``transpose_B``, in shared memory or fragments; C is an (M, N) fragment. float16 and
+    bfloat16 inputs accumulate in float32, int8 inputs in int32. ``clear_accum=True``
+    overwrites C instead of adding to it.
+    """
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.gemm", loc)
+    for what, operand in (("A", A), ("B", B), ("C", C)):
+        if not isinstance(operand, _trace.Buffer):
+            raise user_error(
+                f"operand {what} of T.gemm must be a whole buffer (a shared or fragment tile)",
+                loc=loc,
+                help="allocate tiles with T.alloc_shared / T.alloc_fragment and copy into them",
+            )
+    if policy not in (GemmWarpPolicy.Square, GemmWarpPolicy.FullRow, GemmWarpPolicy.FullCol):
+        raise user_error(
+            f"policy={policy!r} is not a T.GemmWarpPolicy (Square, FullRow or FullCol)", loc=loc
+        )
+    builder.emit(
+        {
+            "op": "gemm",
+            "a": A.id,
+            "b": B.id,
+            "c": C.id,
+            "transpose_a": builtins.bool(transpose_A),
+            "transpose_b": builtins.bool(transpose_B),
+            "policy": policy,
+            "clear_accum": builtins.bool(clear_accum),
+        },
+        loc,
+    )
 
 
 def atomic_add(dst, value):

@@ -124,6 +124,9 @@ def resolve_target(target: str) -> str:
     >>> resolve_target("cuda:sm_80")
     'sm_80'
     """
+    if target == "interp":
+        # the interpreter runs the tile program; CUDA is still generated (for kernel.source)
+        return DEFAULT_ARCH
     if target in ("auto", "cuda"):
         if gpu_available():
             return device_arch(_current_device_index())
@@ -131,7 +134,7 @@ def resolve_target(target: str) -> str:
     arch = target.removeprefix("cuda:") if isinstance(target, str) else None
     if arch is None or not _ARCH_PATTERN.fullmatch(arch):
         raise ValueError(
-            "parameter 'target': expected \"auto\", \"cuda:sm_XX\" or \"sm_XX\" "
+            "parameter 'target': expected \"auto\", \"interp\", \"cuda:sm_XX\" or \"sm_XX\" "
             f"(e.g. \"cuda:sm_90a\", \"sm_80\"), got {target!r}"
         )
     return arch

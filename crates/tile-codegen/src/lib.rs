@@ -412,7 +412,11 @@ impl<'a> Emitter<'a> {
             }
             Stmt::Sync => self.line("__syncthreads();"),
             Stmt::Comment(c) => self.line(&format!("// {c}")),
-            Stmt::Copy { .. } | Stmt::Fill { .. } | Stmt::Reduce { .. } | Stmt::Parallel { .. } => {
+            Stmt::Copy { .. }
+            | Stmt::Fill { .. }
+            | Stmt::Reduce { .. }
+            | Stmt::Gemm { .. }
+            | Stmt::Parallel { .. } => {
                 return Err(Diagnostic::bug("tile op left after lowering"));
             }
         }
@@ -684,14 +688,9 @@ fn gexpr(m: &Module, e: &Expr) -> Result<Value, Diagnostic> {
     })
 }
 
-fn kernel_info(
-    m: &Module,
-    opts: &CodegenOptions,
-    entry: &str,
-    report: &[String],
-) -> Result<Value, Diagnostic> {
-    let params: Vec<Value> = m
-        .params
+/// KernelInfo's description of the parameters: dtype, shape, strides, assumed alignment.
+pub fn param_info(m: &Module) -> Vec<Value> {
+    m.params
         .iter()
         .map(|p| match p {
             Param::Tensor { name, buffer } => {
@@ -700,7 +699,16 @@ fn kernel_info(
             }
             Param::Scalar { name, var } => json!({"kind": "scalar", "name": name, "dtype": m.var(*var).dtype.name()}),
         })
-        .collect();
+        .collect()
+}
+
+fn kernel_info(
+    m: &Module,
+    opts: &CodegenOptions,
+    entry: &str,
+    report: &[String],
+) -> Result<Value, Diagnostic> {
+    let params = param_info(m);
     let mut grid = Vec::new();
     for g in &m.kernel.grid {
         grid.push(gexpr(m, g)?);

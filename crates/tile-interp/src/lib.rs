@@ -1,1 +1,153 @@
-//! placeholder
+//! The reference interpreter: runs a verified tile-level module on host memory, with the
+//! meaning the GPU lowering (`tile_passes::lower_tile_ops`) gives it.
+//!
+//! **Execution.** The grid is evaluated from the scalar parameters; blocks run one after
+//! another, `bx` fastest, then `by`, then `bz`, each with fresh zeroed shared, fragment and
+//! local buffers. Statements outside `parallel` loops run once per block. A `parallel` loop
+//! runs every index tuple of its extents; it is evaluated *a statement at a time over all
+//! its iterations*: each expression yields a column of values (one per iteration), `if`
+//! and `select` split the iterations, stores and atomics scatter element by element in
+//! iteration order. A serial loop inside it whose bounds are the same for every iteration
+//! loops over that vectorised body; one whose bounds differ runs one iteration at a time.
+//! A body that writes a `local` buffer (a per-thread temporary) runs one iteration at a
+//! time, so each iteration sees its own writes.
+//!
+//! **Memory.** Reads past a global tensor's edge give the load's `oob` value (the copy's
+//! `pad`) or zero; writes past it are dropped (the GPU's guards). On-chip indices out of
+//! range are errors at the user's statement.
+//!
+//! **Numbers** (`num.rs`). Every operation rounds to its node's dtype: fp16/bf16 results
+//! are rounded through float32 (as the generated code converts), float32 after every op,
+//! integers wrap to their width; float → int truncates and saturates (NaN → 0);
+//! `floordiv`/`floormod` round toward −∞ (integer division by zero is an error; on floats
+//! they are `floor(a / b)` and `a - floor(a / b) * b` in the C type); float `max`/`min`
+//! return the other operand of a NaN; shift counts are masked to 31 (63 for int64), like
+//! the GPU's shifts of promoted 32-bit ints; `and`/`or`/`select` evaluate only the operands
+//! C would. Math functions are computed in f64 and rounded; `erf` is `libm`'s. Reductions
+//! fold in index order from the identity, accumulating fp16/bf16 in float32. `gemm` sums
+//! exact products over K in order, rounding to C's dtype after each addition.
+//!
+//! **Speed** (release build, one core): an element-wise fp16 add of 4096 × 1024 elements
+//! (the `add` program, 32 × 128 tiles) runs in about 0.2 s; see `tests/programs.rs`.
+
+mod exec;
+mod memory;
+pub mod num;
+
+use memory::Data;
+use num::Val;
+use tile_ir::{DType, Diagnostic, Level, Loc, Module, Param, Scope, VarKind};
+
+pub use num::{bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits};
+
+/// One kernel argument, in `Module::params` order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Arg {
+    /// A tensor's elements as raw little-endian bytes of its dtype, row-major, contiguous
+    /// (len = numel * dtype bytes). Written in place.
+    Tensor(Vec<u8>),
+    Int(i64),
+    Float(f64),
+}
+
+fn describe(a: &Arg) -> String {
+    match a {
+        Arg::Tensor(b) => format!("a tensor of {} bytes", b.len()),
+        Arg::Int(v) => format!("the integer {v}"),
+        Arg::Float(x) => format!("the float {x}"),
+    }
+}
+
+/// The value of a scalar parameter of `dt`: integers must fit; a float parameter also
+/// takes an integer (Python passes `2` for `2.0`).
+fn scalar_arg(name: &str, dt: DType, a: &Arg) -> Result<Val, Diagnostic> {
+    let bad = |what: String| Diagnostic::error(format!("argument '{name}': {what}"), Loc::UNKNOWN);
+    match (a, dt.is_float()) {
+        (Arg::Int(v), false) => {
+            let wrapped = tile_ir::simplify::wrap_int(*v, dt);
+            if wrapped != *v {
+                return Err(bad(format!("expected {dt}, got {v}, which does not fit")));
+            }
+            Ok(Val::I(*v))
+        }
+        (Arg::Int(v), true) => Ok(num::cast(Val::I(*v), DType::I64, dt)),
+        (Arg::Float(x), true) => Ok(num::cast(Val::F(*x), DType::F64, dt)),
+        (other, _) => Err(bad(format!("expected a scalar of {dt}, got {}", describe(other)))),
+    }
+}
+
+/// Run a verified, simplified tile-level module over the whole grid.
+///
+/// Tensor arguments are updated in place, also when an error stops the run part way
+/// (like a kernel that faults after some writes).
+pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
+    if args.len() != m.params.len() {
+        let names: Vec<&str> = m.params.iter().map(|p| p.name()).collect();
+        return Err(Diagnostic::error(
+            format!(
+                "'{}' takes {} arguments ({}), got {}",
+                m.name,
+                m.params.len(),
+                names.join(", "),
+                args.len()
+            ),
+            Loc::UNKNOWN,
+        ));
+    }
+    let mut mem: Vec<Data> =
+        m.buffers.iter().map(|b| Data::zeros(b.dtype, b.num_elements().max(0) as usize)).collect();
+    let mut env: Vec<Option<Val>> = vec![None; m.vars.len()];
+    let mut bound = vec![false; m.buffers.len()];
+    for (p, a) in m.params.iter().zip(args.iter()) {
+        match p {
+            Param::Tensor { name, buffer } => {
+                let b = m.buffer(*buffer);
+                let want = b.num_elements().max(0) as usize * b.dtype.bytes() as usize;
+                match a {
+                    Arg::Tensor(bytes) if bytes.len() == want => {
+                        mem[buffer.0 as usize] = Data::from_bytes(b.dtype, bytes);
+                        bound[buffer.0 as usize] = true;
+                    }
+                    other => return Err(Diagnostic::error(
+                        format!(
+                            "argument '{name}': expected a {} tensor of shape {:?} ({want} bytes), got {}",
+                            b.dtype,
+                            b.shape,
+                            describe(other)
+                        ),
+                        Loc::UNKNOWN,
+                    )),
+                }
+            }
+            Param::Scalar { name, var } => {
+                env[var.0 as usize] = Some(scalar_arg(name, m.var(*var).dtype, a)?);
+            }
+        }
+    }
+    if let Some(b) = m.buffers.iter().zip(&bound).find(|(b, bound)| b.scope == Scope::Global && !**bound) {
+        return Err(Diagnostic::error(
+            format!("global buffer '{}' is not a parameter of the kernel", b.0.name),
+            b.0.loc,
+        ));
+    }
+    if m.level != Level::Tile {
+        return Err(Diagnostic::error(
+            "the interpreter runs tile-level programs; this module is already lowered to threads",
+            Loc::UNKNOWN,
+        ));
+    }
+    if let Some(v) = m.vars.iter().find(|v| matches!(v.kind, VarKind::ThreadIdx | VarKind::Temp)) {
+        return Err(Diagnostic::error(
+            format!("the interpreter runs tile-level programs; '{}' is a thread-level variable", v.name),
+            Loc::UNKNOWN,
+        ));
+    }
+    let mut interp = exec::Interp::new(m, mem, env);
+    let result = interp.run_grid();
+    for (p, a) in m.params.iter().zip(args.iter_mut()) {
+        if let (Param::Tensor { buffer, .. }, Arg::Tensor(bytes)) = (p, a) {
+            interp.mem[buffer.0 as usize].write_bytes(bytes);
+        }
+    }
+    result
+}

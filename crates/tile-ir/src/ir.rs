@@ -474,6 +474,24 @@ pub enum ForKind {
     Pipelined { stages: u32 },
 }
 
+/// How `gemm` spreads warps over the output tile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WarpPolicy {
+    Square,
+    FullRow,
+    FullCol,
+}
+
+impl WarpPolicy {
+    pub fn name(self) -> &'static str {
+        match self {
+            WarpPolicy::Square => "square",
+            WarpPolicy::FullRow => "full_row",
+            WarpPolicy::FullCol => "full_col",
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReduceKind {
     Sum,
@@ -526,6 +544,17 @@ pub enum Stmt {
         clear: bool,
         loc: Loc,
     },
+    /// `c (+)= op(a) @ op(b)`: a is (M, K) or (K, M) transposed, b (K, N) or (N, K), c (M, N).
+    Gemm {
+        a: BufferId,
+        b: BufferId,
+        c: BufferId,
+        transpose_a: bool,
+        transpose_b: bool,
+        policy: WarpPolicy,
+        clear_accum: bool,
+        loc: Loc,
+    },
     /// `layout` (set by `infer_layouts`) says which thread runs which iteration.
     Parallel {
         vars: Vec<VarId>,
@@ -575,6 +604,7 @@ impl Stmt {
             | Stmt::Copy { loc, .. }
             | Stmt::Fill { loc, .. }
             | Stmt::Reduce { loc, .. }
+            | Stmt::Gemm { loc, .. }
             | Stmt::Parallel { loc, .. }
             | Stmt::For { loc, .. }
             | Stmt::If { loc, .. } => *loc,
@@ -640,7 +670,7 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
             dst_idx.iter().for_each(&mut *f);
             src_idx.iter().for_each(&mut *f);
         }
-        Stmt::Reduce { .. } | Stmt::Parallel { .. } | Stmt::Sync | Stmt::Comment(_) => {}
+        Stmt::Reduce { .. } | Stmt::Gemm { .. } | Stmt::Parallel { .. } | Stmt::Sync | Stmt::Comment(_) => {}
     }
 }
 

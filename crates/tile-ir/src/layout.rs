@@ -1,30 +1,44 @@
 //! Fragment layouts: which thread and which register slot hold each element of a tile.
 //!
-//! Each dimension of a fragment is split as `index = (outer * threads + thread) * inner + e`:
-//! `inner` consecutive elements sit in one thread's registers (a vector), `threads` threads
-//! (at `thread_stride` in `threadIdx.x`) hold consecutive vectors, and the pattern repeats
-//! `outer` times. A reduced layout keeps the thread bits of the dimension it removed as
-//! *replicated*: every thread along them holds the same value.
+//! Each dimension's index is written in a mixed radix of *digits*, fastest first:
+//! `index = Σ value_k · step_k` with `value_k ∈ [0, size_k)` and `step_{k+1} = step_k ·
+//! size_k`. A digit comes either from the thread (`(threadIdx.x / stride) % size`) or from
+//! the register slot (`value · slot_stride` is added to the slot index). One description
+//! covers the blocked layouts of element-wise code (a vector of contiguous elements per
+//! thread, neighbouring threads on neighbouring vectors) and the tensor-core layouts
+//! (`mma.sync` accumulators: lanes in groups of four along columns, eight along rows,
+//! register pairs and halves, warps tiling the block).
 //!
-//! This covers the blocked layouts of element-wise and reduction kernels; the general
-//! shape:stride algebra with swizzles (mma/wgmma operand and accumulator layouts) comes with
-//! the tensor-core work and will subsume it.
+//! A reduced layout keeps the thread digits of the dimension it removed as *replicated*:
+//! every thread along them holds the same value.
+//!
+//! Shared-memory layouts (swizzles) are not described here yet; they come with the
+//! tensor-core GEMM and should join this description rather than grow a second one.
 
 use std::fmt;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct DimSplit {
-    pub extent: i64,
-    pub inner: i64,
-    pub threads: i64,
-    pub thread_stride: i64,
-    pub outer: i64,
+pub enum Source {
+    /// `(threadIdx.x / stride) % size`.
+    Thread(i64),
+    /// Adds `value * stride` to the register slot.
+    Slot(i64),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Digit {
+    pub size: i64,
+    /// What one unit of this digit adds to the dimension's index.
+    pub step: i64,
+    pub source: Source,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FragmentLayout {
-    pub dims: Vec<DimSplit>,
-    /// (threads, thread_stride) of dimensions reduced away: holders of a value along them agree.
+    pub extents: Vec<i64>,
+    /// Per dimension, its digits from the fastest (step 1) to the slowest.
+    pub dims: Vec<Vec<Digit>>,
+    /// (size, thread stride) of thread digits whose holders all hold the same value.
     pub replicated: Vec<(i64, i64)>,
     /// Threads of the block that take part (`threadIdx.x < active_threads`).
     pub active_threads: i64,
@@ -47,6 +61,19 @@ fn pow2_ceil(x: i64) -> i64 {
     }
 }
 
+/// Build one dimension's digits from (size, source) pairs, fastest first, skipping size 1.
+fn digits(parts: &[(i64, Source)]) -> Vec<Digit> {
+    let mut out = Vec::new();
+    let mut step = 1;
+    for &(size, source) in parts {
+        if size > 1 {
+            out.push(Digit { size, step, source });
+        }
+        step *= size;
+    }
+    out
+}
+
 impl FragmentLayout {
     /// The blocked layout: `16 / elem_bytes` contiguous elements per thread along the last
     /// dimension, neighbouring threads on neighbouring vectors (coalesced global accesses),
@@ -54,7 +81,7 @@ impl FragmentLayout {
     pub fn blocked(shape: &[i64], threads: u32, elem_bytes: u32) -> FragmentLayout {
         let n = shape.len();
         let mut remaining = pow2_floor(threads as i64);
-        let mut dims = vec![DimSplit { extent: 1, inner: 1, threads: 1, thread_stride: 1, outer: 1 }; n];
+        let mut parts: Vec<Vec<(i64, Source)>> = vec![vec![]; n];
         let mut stride = 1;
         for d in (0..n).rev() {
             let extent = shape[d];
@@ -69,21 +96,89 @@ impl FragmentLayout {
             let t = remaining.min(pow2_ceil(chunks));
             remaining /= t;
             let outer = (chunks + t - 1) / t;
-            dims[d] = DimSplit { extent, inner, threads: t, thread_stride: stride, outer };
+            parts[d] = vec![(inner, Source::Slot(0)), (t, Source::Thread(stride)), (outer, Source::Slot(0))];
             stride *= t;
         }
-        FragmentLayout { dims, replicated: vec![], active_threads: stride }
+        let mut l = FragmentLayout {
+            extents: shape.to_vec(),
+            dims: parts.iter().map(|p| digits(p)).collect(),
+            replicated: vec![],
+            active_threads: stride,
+        };
+        l.compact_slots_in_order(true);
+        l
+    }
+
+    /// The accumulator layout of `mma.sync.m16n8k*` tiles over an (m, n) tile, with the
+    /// block's warps in a `warps_m × warps_n` grid (row-major): per warp an (m / warps_m) ×
+    /// (n / warps_n) tile of 16×8 pieces; in each piece lane `l` holds rows `l / 4` and
+    /// `l / 4 + 8`, columns `2 (l % 4)` and `2 (l % 4) + 1`. Registers are ordered
+    /// `[mi][ni][row half][column pair]`.
+    pub fn mma_accumulator(m: i64, n: i64, warps_m: i64, warps_n: i64) -> FragmentLayout {
+        let (wm, wn) = (m / warps_m, n / warps_n);
+        let (mi, ni) = (wm / 16, wn / 8);
+        let rows = digits(&[
+            (8, Source::Thread(4)),
+            (2, Source::Slot(2)),
+            (mi, Source::Slot(4 * ni)),
+            (warps_m, Source::Thread(32 * warps_n)),
+        ]);
+        let cols = digits(&[
+            (2, Source::Slot(1)),
+            (4, Source::Thread(1)),
+            (ni, Source::Slot(4)),
+            (warps_n, Source::Thread(32)),
+        ]);
+        FragmentLayout {
+            extents: vec![m, n],
+            dims: vec![rows, cols],
+            replicated: vec![],
+            active_threads: 32 * warps_m * warps_n,
+        }
+    }
+
+    /// Renumber slot digits densely: outer dimensions' slowest digits most significant
+    /// (`by_dim`), or keeping the current order of strides.
+    fn compact_slots_in_order(&mut self, by_dim: bool) {
+        let mut slots: Vec<(usize, usize, i64)> = Vec::new();
+        for (d, ds) in self.dims.iter().enumerate() {
+            for (k, g) in ds.iter().enumerate() {
+                if let Source::Slot(s) = g.source {
+                    slots.push((d, k, s));
+                }
+            }
+        }
+        if by_dim {
+            // row-major over the elements a thread holds: the last dimension's fastest digit
+            // least significant, the first dimension's slowest most significant
+            slots.sort_by_key(|&(d, k, _)| (usize::MAX - d, k));
+        } else {
+            slots.sort_by_key(|&(_, _, s)| s);
+        }
+        let mut stride = 1;
+        for (d, k, _) in slots {
+            let g = &mut self.dims[d][k];
+            g.source = Source::Slot(stride);
+            stride *= g.size;
+        }
     }
 
     /// The layout of `reduce(src, dim)`'s result: `dim` removed, its threads replicated.
     pub fn reduced(&self, dim: usize) -> FragmentLayout {
-        let mut dims = self.dims.clone();
-        let removed = dims.remove(dim);
-        let mut replicated = self.replicated.clone();
-        if removed.threads > 1 {
-            replicated.push((removed.threads, removed.thread_stride));
+        let mut out = self.clone();
+        let removed = out.dims.remove(dim);
+        out.extents.remove(dim);
+        for g in removed {
+            if let Source::Thread(stride) = g.source {
+                out.replicated.push((g.size, stride));
+            }
         }
-        FragmentLayout { dims, replicated, active_threads: self.active_threads }
+        if out.dims.is_empty() {
+            out.dims.push(vec![]);
+            out.extents.push(1);
+        }
+        out.compact_slots_in_order(false);
+        out
     }
 
     /// The layout of a tile indexed by a subset `keep` of this layout's dimensions (in order).
@@ -98,42 +193,51 @@ impl FragmentLayout {
     }
 
     pub fn shape(&self) -> Vec<i64> {
-        self.dims.iter().map(|d| d.extent).collect()
+        self.extents.clone()
     }
 
     /// Register slots per thread.
     pub fn slots(&self) -> i64 {
-        self.dims.iter().map(|d| d.outer * d.inner).product()
+        self.dims.iter().flatten().filter(|g| matches!(g.source, Source::Slot(_))).map(|g| g.size).product()
     }
 
-    /// Slot strides for (outer, inner) of each dimension: outers major, inners minor.
-    pub fn slot_strides(&self) -> Vec<(i64, i64)> {
-        let n = self.dims.len();
-        let mut strides = vec![(0, 0); n];
-        let mut s = 1;
-        for d in (0..n).rev() {
-            strides[d].1 = s;
-            s *= self.dims[d].inner;
+    /// Size of the fastest digit of the last dimension when it is a register digit: that
+    /// many consecutive elements sit in one thread's consecutive slots (a vector).
+    pub fn vector_width(&self) -> i64 {
+        match self.dims.last().and_then(|d| d.first()) {
+            Some(g) if g.step == 1 && matches!(g.source, Source::Slot(_)) => g.size,
+            _ => 1,
         }
-        for d in (0..n).rev() {
-            strides[d].0 = s;
-            s *= self.dims[d].outer;
-        }
-        strides
+    }
+
+    /// Thread digits (size, stride) of one dimension.
+    pub fn thread_digits(&self, dim: usize) -> Vec<(i64, i64)> {
+        self.dims[dim]
+            .iter()
+            .filter_map(|g| match g.source {
+                Source::Thread(s) => Some((g.size, s)),
+                Source::Slot(_) => None,
+            })
+            .collect()
+    }
+
+    /// How many indices a dimension's digits span (≥ its extent).
+    pub fn span(&self, dim: usize) -> i64 {
+        self.dims[dim].iter().map(|g| g.size).product()
     }
 
     /// (lowest thread holding it, slot) of a coordinate; replicas differ in replicated bits.
     pub fn locate(&self, coord: &[i64]) -> (i64, i64) {
-        let strides = self.slot_strides();
         let mut thread = 0;
         let mut slot = 0;
-        for (d, split) in self.dims.iter().enumerate() {
-            let i = coord[d];
-            let e = i % split.inner;
-            let th = (i / split.inner) % split.threads;
-            let o = i / (split.inner * split.threads);
-            thread += th * split.thread_stride;
-            slot += o * strides[d].0 + e * strides[d].1;
+        for (d, ds) in self.dims.iter().enumerate() {
+            for g in ds {
+                let v = (coord[d] / g.step) % g.size;
+                match g.source {
+                    Source::Thread(s) => thread += v * s,
+                    Source::Slot(s) => slot += v * s,
+                }
+            }
         }
         (thread, slot)
     }
@@ -143,37 +247,47 @@ impl FragmentLayout {
         let (base, _) = self.locate(coord);
         let mut out = vec![base];
         for &(t, stride) in &self.replicated {
-            let mut next = Vec::new();
-            for &h in &out {
-                for k in 0..t {
-                    next.push(h + k * stride);
-                }
-            }
-            out = next;
+            out = out.iter().flat_map(|h| (0..t).map(move |k| h + k * stride)).collect();
         }
         out.sort();
         out
     }
 
-    /// Two layouts place a dimension identically.
-    pub fn same_split(a: &DimSplit, b: &DimSplit) -> bool {
-        a == b
+    /// Do two layouts place these dimensions' elements on the same threads and in the same
+    /// pattern of slots (slot numbering may differ)?
+    pub fn same_placement(a: &[Digit], b: &[Digit]) -> bool {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| {
+                x.size == y.size
+                    && x.step == y.step
+                    && match (x.source, y.source) {
+                        (Source::Thread(s), Source::Thread(t)) => s == t,
+                        (Source::Slot(_), Source::Slot(_)) => true,
+                        _ => false,
+                    }
+            })
     }
 }
 
 impl fmt::Display for FragmentLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "fragment{:?} over {} threads: ", self.shape(), self.active_threads)?;
-        for (d, s) in self.dims.iter().enumerate() {
+        write!(f, "fragment{:?} over {} threads: ", self.extents, self.active_threads)?;
+        for (d, ds) in self.dims.iter().enumerate() {
             if d > 0 {
                 write!(f, ", ")?;
             }
-            write!(f, "dim{d} = {} outer x {} threads", s.outer, s.threads)?;
-            if s.threads > 1 {
-                write!(f, " (stride {})", s.thread_stride)?;
+            write!(f, "dim{d} = ")?;
+            if ds.is_empty() {
+                write!(f, "1")?;
             }
-            if s.inner > 1 {
-                write!(f, " x {} contiguous", s.inner)?;
+            for (k, g) in ds.iter().enumerate() {
+                if k > 0 {
+                    write!(f, " . ")?;
+                }
+                match g.source {
+                    Source::Thread(s) => write!(f, "{} threads (stride {s})", g.size)?,
+                    Source::Slot(_) => write!(f, "{} registers", g.size)?,
+                }
             }
         }
         for (t, s) in &self.replicated {
@@ -201,7 +315,7 @@ mod tests {
             }
             let (t, s) = l.locate(&coord);
             assert!(t < l.active_threads && s < l.slots(), "{coord:?} -> ({t}, {s}) in {l}");
-            assert!(seen.insert((t, s)), "{coord:?} shares ({t}, {s})");
+            assert!(seen.insert((t, s)), "{coord:?} shares ({t}, {s}) in {l}");
         }
     }
 
@@ -217,15 +331,33 @@ mod tests {
     }
 
     #[test]
+    fn mma_accumulator_layouts_are_bijective_and_match_the_ptx_fragment() {
+        for (m, n, wm, wn) in [(16, 8, 1, 1), (128, 128, 2, 2), (64, 256, 1, 4), (128, 64, 4, 1)] {
+            let l = FragmentLayout::mma_accumulator(m, n, wm, wn);
+            check_bijective(&l);
+            assert_eq!(l.slots(), m * n / (32 * wm * wn));
+        }
+        // PTX ISA, m16n8 float accumulator: c0,c1 at (lane/4, 2*(lane%4) + {0,1}),
+        // c2,c3 at (lane/4 + 8, same columns)
+        let l = FragmentLayout::mma_accumulator(16, 8, 1, 1);
+        for lane in 0..32 {
+            for (reg, (dr, dc)) in [(0, 0), (0, 1), (8, 0), (8, 1)].iter().enumerate() {
+                let coord = [lane / 4 + dr, 2 * (lane % 4) + dc];
+                assert_eq!(l.locate(&coord), (lane, reg as i64));
+            }
+        }
+    }
+
+    #[test]
     fn reduced_layout_holders_cover_the_row() {
-        let l = FragmentLayout::blocked(&[8, 256], 128, 4);
-        let r = l.reduced(1);
-        for i in 0..8 {
-            // every thread holding any element of row i holds the row's result
-            let mut row_holders: Vec<i64> = (0..256).map(|j| l.locate(&[i, j]).0).collect();
-            row_holders.sort();
-            row_holders.dedup();
-            assert_eq!(r.holders(&[i]), row_holders);
+        for l in [FragmentLayout::blocked(&[8, 256], 128, 4), FragmentLayout::mma_accumulator(64, 64, 2, 2)] {
+            let r = l.reduced(1);
+            for i in 0..l.extents[0] {
+                let mut row_holders: Vec<i64> = (0..l.extents[1]).map(|j| l.locate(&[i, j]).0).collect();
+                row_holders.sort();
+                row_holders.dedup();
+                assert_eq!(r.holders(&[i]), row_holders, "{l}");
+            }
         }
     }
 }

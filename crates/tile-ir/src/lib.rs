@@ -36,5 +36,5 @@ pub mod verify;
 
 pub use diag::{Diagnostic, Diagnostics, Loc, SourceTable};
 pub use ir::*;
-pub use layout::{DimSplit, FragmentLayout};
+pub use layout::{Digit, FragmentLayout, Source};
 pub use types::{DType, Scope};

@@ -457,6 +457,29 @@ impl Parser {
                     loc: l(&o)?,
                 }
             }
+            "gemm" => {
+                let o = Obj::new(
+                    v,
+                    path,
+                    &["op", "a", "b", "c", "transpose_a", "transpose_b", "policy", "clear_accum", "loc"],
+                )?;
+                let policy = match o.str("policy")? {
+                    "square" => WarpPolicy::Square,
+                    "full_row" => WarpPolicy::FullRow,
+                    "full_col" => WarpPolicy::FullCol,
+                    p => return err(&o.p("policy"), format!("unknown warp policy '{p}'")),
+                };
+                Stmt::Gemm {
+                    a: self.buffer_id(o.get("a")?, &o.p("a"))?,
+                    b: self.buffer_id(o.get("b")?, &o.p("b"))?,
+                    c: self.buffer_id(o.get("c")?, &o.p("c"))?,
+                    transpose_a: o.bool("transpose_a")?,
+                    transpose_b: o.bool("transpose_b")?,
+                    policy,
+                    clear_accum: o.bool("clear_accum")?,
+                    loc: l(&o)?,
+                }
+            }
             "parallel" => {
                 let o = Obj::new(v, path, &["op", "vars", "extents", "body", "loc"])?;
                 let vars = o

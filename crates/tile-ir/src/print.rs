@@ -107,6 +107,18 @@ fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
                 m.buffer(*dst).name
             );
         }
+        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, .. } => {
+            let _ = writeln!(
+                out,
+                "{pad}gemm {}{} x {}{} -> {} policy={} clear_accum={clear_accum}{lc}",
+                m.buffer(*a).name,
+                if *transpose_a { "^T" } else { "" },
+                m.buffer(*b).name,
+                if *transpose_b { "^T" } else { "" },
+                m.buffer(*c).name,
+                policy.name()
+            );
+        }
         Stmt::Parallel { vars, extents, body, layout, .. } => {
             let names: Vec<String> = vars.iter().map(|v| format!("%{}", m.var(*v).name)).collect();
             let l = layout.as_ref().map(|l| format!("  // threads: {l}")).unwrap_or_default();

@@ -79,6 +79,10 @@ fn stmt(s: &Stmt) -> Option<Value> {
         Stmt::Reduce { kind, src, dst, dim, clear, .. } => {
             json!({"op": "reduce", "kind": kind.name(), "src": src.0, "dst": dst.0, "dim": dim, "clear": clear})
         }
+        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, .. } => json!({
+            "op": "gemm", "a": a.0, "b": b.0, "c": c.0, "transpose_a": transpose_a, "transpose_b": transpose_b,
+            "policy": policy.name(), "clear_accum": clear_accum
+        }),
         Stmt::Parallel { vars, extents, body, .. } => json!({
             "op": "parallel", "vars": vars.iter().map(|v| v.0).collect::<Vec<_>>(), "extents": extents, "body": stmts(body)
         }),

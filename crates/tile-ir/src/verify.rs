@@ -492,6 +492,9 @@ impl<'a> Verifier<'a> {
                     self.err(format!("reduction from {} into {} is not supported", sb.dtype, db.dtype), *loc);
                 }
             }
+            Stmt::Gemm { a, b, c, transpose_a, transpose_b, loc, .. } => {
+                self.gemm(*a, *b, *c, *transpose_a, *transpose_b, *loc)
+            }
             Stmt::Parallel { vars, extents, body, loc, .. } => {
                 if let Some(outer) = self.in_parallel {
                     let d = self.err("T.Parallel loops cannot be nested".into(), *loc);
@@ -553,6 +556,66 @@ impl<'a> Verifier<'a> {
             Stmt::Let { .. } | Stmt::VecCopy { .. } => {
                 self.err("internal: thread-level statement in tile-level IR".into(), Loc::UNKNOWN);
             }
+        }
+    }
+
+    fn gemm(&mut self, a: BufferId, b: BufferId, c: BufferId, ta: bool, tb: bool, loc: Loc) {
+        let m = self.m;
+        let (ab, bb, cb) = (m.buffer(a), m.buffer(b), m.buffer(c));
+        if self.in_parallel.is_some() {
+            self.err("T.gemm inside a T.Parallel loop".into(), loc);
+            return;
+        }
+        for (what, buf) in [("A", ab), ("B", bb)] {
+            if !matches!(buf.scope, Scope::Shared | Scope::Fragment) || buf.shape.len() != 2 {
+                let d = self.err(
+                    format!("operand {what} of T.gemm ('{}') must be a 2-D shared or fragment tile, got a {}-D {} buffer", buf.name, buf.shape.len(), buf.scope.name()),
+                    loc,
+                );
+                *d = d.clone().with_label(buf.loc, format!("'{}' allocated here", buf.name));
+                return;
+            }
+        }
+        if cb.scope != Scope::Fragment || cb.shape.len() != 2 {
+            let d =
+                self.err(format!("the accumulator C of T.gemm ('{}') must be a 2-D fragment", cb.name), loc);
+            *d = d.clone().with_help("allocate it with T.alloc_fragment((block_M, block_N), \"float32\")");
+            return;
+        }
+        let (am, ak) = if ta { (ab.shape[1], ab.shape[0]) } else { (ab.shape[0], ab.shape[1]) };
+        let (bk, bn) = if tb { (bb.shape[1], bb.shape[0]) } else { (bb.shape[0], bb.shape[1]) };
+        let (cm, cn) = (cb.shape[0], cb.shape[1]);
+        if ak != bk || am != cm || bn != cn {
+            self.err(
+                format!(
+                    "T.gemm operand shapes do not agree: A{} is {:?} (M={am}, K={ak}), B{} is {:?} (K={bk}, N={bn}), C is {:?} (M={cm}, N={cn})",
+                    if ta { "^T" } else { "" },
+                    ab.shape,
+                    if tb { "^T" } else { "" },
+                    bb.shape,
+                    cb.shape
+                ),
+                loc,
+            );
+        }
+        let ok = matches!(
+            (ab.dtype, bb.dtype, cb.dtype),
+            (DType::F16, DType::F16, DType::F32 | DType::F16)
+                | (DType::BF16, DType::BF16, DType::F32)
+                | (DType::I8, DType::I8, DType::I32)
+                | (DType::F32, DType::F32, DType::F32)
+        );
+        if !ok {
+            let d = self.err(
+                format!(
+                    "T.gemm of {} x {} into {} is not a tensor-core combination",
+                    ab.dtype, bb.dtype, cb.dtype
+                ),
+                loc,
+            );
+            *d = d.clone().with_help(
+                "use float16 or bfloat16 inputs with a float32 accumulator, or int8 inputs with int32",
+            );
         }
     }
 

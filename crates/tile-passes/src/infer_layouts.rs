@@ -122,6 +122,11 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
                 see(*src);
                 see(*dst);
             }
+            Stmt::Gemm { a, b, c, .. } => {
+                see(*c);
+                see(*a);
+                see(*b);
+            }
             _ => {}
         }
         stmt_exprs(s, &mut |e| {
@@ -177,16 +182,7 @@ fn propagate(m: &mut Module) -> bool {
     walk_stmts(&m.kernel.body, &mut |s| match s {
         Stmt::Reduce { src, dst, dim, .. } => {
             if let (Some(l), None) = (&m.buffer(*src).layout, &m.buffer(*dst).layout) {
-                let mut r = l.reduced(*dim);
-                if r.dims.is_empty() {
-                    r.dims.push(tile_ir::DimSplit {
-                        extent: 1,
-                        inner: 1,
-                        threads: 1,
-                        thread_stride: 1,
-                        outer: 1,
-                    });
-                }
+                let r = l.reduced(*dim);
                 assign.push((*dst, r));
             }
         }
@@ -266,16 +262,20 @@ fn compatible(
         return Err(format!("it spans {} threads, the loop {}", fl.active_threads, l.active_threads));
     }
     for (k, d) in dims.iter().enumerate() {
-        if fl.dims[k] != l.dims[*d] {
+        if fl.extents[k] != l.extents[*d] || !FragmentLayout::same_placement(&fl.dims[k], &l.dims[*d]) {
             return Err(format!("its dimension {k} is spread differently from loop dimension {d}"));
         }
     }
-    for (d, split) in l.dims.iter().enumerate() {
-        if !dims.contains(&d)
-            && split.threads > 1
-            && !fl.replicated.contains(&(split.threads, split.thread_stride))
-        {
-            return Err(format!("threads along loop dimension {d} need its elements but do not hold them"));
+    for d in 0..l.dims.len() {
+        if dims.contains(&d) {
+            continue;
+        }
+        for digit in l.thread_digits(d) {
+            if !fl.replicated.contains(&digit) {
+                return Err(format!(
+                    "threads along loop dimension {d} need its elements but do not hold them"
+                ));
+            }
         }
     }
     Ok(())

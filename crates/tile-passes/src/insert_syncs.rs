@@ -47,6 +47,9 @@ fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
             Stmt::Fill { dst, .. } if shared(dst.buf) => {
                 writes.insert(dst.buf);
             }
+            Stmt::Gemm { a, b, .. } => {
+                reads.extend([*a, *b].into_iter().filter(|x| shared(*x)));
+            }
             _ => {}
         }
         stmt_exprs(st, &mut |e| {

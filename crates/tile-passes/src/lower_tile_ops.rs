@@ -47,8 +47,8 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
     Ok(m)
 }
 
-/// Builds the code of one vector chunk from (outer variables, first index) per dimension.
-type ChunkBuilder<'a> = dyn FnMut(&mut Lowerer, &[Expr], &[Expr]) -> Vec<Stmt> + 'a;
+/// Builds the code of one vector chunk from (digit values, first index) per dimension.
+type ChunkBuilder<'a> = dyn FnMut(&mut Lowerer, &[Vec<Expr>], &[Expr]) -> Vec<Stmt> + 'a;
 
 struct Lowerer {
     /// User loop variables that start at a non-negative constant.
@@ -62,11 +62,10 @@ struct Lowerer {
     tid: VarId,
 }
 
-/// Where the current element sits: per loop dimension, its outer-loop variable and the
-/// expression of its vector lane (only the last dimension has one).
+/// Where the current element sits: per loop dimension, the value of each layout digit
+/// (loop variables, thread coordinates, the vector lane) and the resulting index.
 struct Element {
-    outer: Vec<Expr>,
-    lane: Vec<Expr>,
+    values: Vec<Vec<Expr>>,
     index: Vec<Expr>,
 }
 
@@ -235,6 +234,12 @@ impl Lowerer {
                     out.push(self.comment(&format!("T.reduce_{}", kind.name()), loc));
                     out.extend(self.reduce(kind, src, dst, dim, clear, loc));
                 }
+                Stmt::Gemm { loc, .. } => {
+                    self.diags.push(
+                        Diagnostic::error("T.gemm has no GPU lowering yet (tensor-core GEMM is the next piece of work)", loc)
+                            .with_help("run this kernel on the interpreter: compile with target=\"interp\" and call it with numpy arrays"),
+                    );
+                }
                 Stmt::For { var, start, extent, kind, body, loc } => {
                     let kind = match kind {
                         ForKind::Pipelined { stages } => {
@@ -362,66 +367,70 @@ impl Lowerer {
     }
 
     /// Per-thread loops over a layout's elements: `element` builds the code for one vector
-    /// chunk (all lanes of the last dimension), given each dimension's outer variable and
-    /// the chunk's first index.
+    /// chunk (all lanes of the last dimension's vector digit), given each dimension's digit
+    /// values (the vector digit's as 0) and the chunk's first index.
     fn for_each_chunk(&mut self, l: &FragmentLayout, element: &mut ChunkBuilder<'_>) -> Vec<Stmt> {
+        let n = l.dims.len();
+        let vector = l.vector_width() > 1;
         let mut prologue = Vec::new();
-        let mut th = Vec::new();
-        for (d, split) in l.dims.iter().enumerate() {
-            if split.threads > 1 {
-                let v = Expr::binary(
-                    BinOp::FloorMod,
-                    Expr::binary(BinOp::FloorDiv, self.tid(), i32c(split.thread_stride)),
-                    i32c(split.threads),
-                );
-                let (s, e) = self.temp(&format!("t{d}"), simplify(v));
-                prologue.push(s);
-                th.push(e);
-            } else {
-                th.push(i32c(0));
+        let mut values: Vec<Vec<Expr>> = Vec::new();
+        let mut loops: Vec<(VarId, i64)> = Vec::new();
+        for (d, ds) in l.dims.iter().enumerate() {
+            let mut vs = Vec::new();
+            for (k, g) in ds.iter().enumerate() {
+                match g.source {
+                    Source::Thread(stride) => {
+                        let v = Expr::binary(
+                            BinOp::FloorMod,
+                            Expr::binary(BinOp::FloorDiv, self.tid(), i32c(stride)),
+                            i32c(g.size),
+                        );
+                        let (st, e) = self.temp(&format!("t{d}"), simplify(v));
+                        prologue.push(st);
+                        vs.push(e);
+                    }
+                    Source::Slot(_) if vector && d == n - 1 && k == 0 => vs.push(i32c(0)),
+                    Source::Slot(_) => {
+                        let v = self.m.add_var(&format!("o{d}"), VarKind::Loop, DType::I32);
+                        loops.push((v, g.size));
+                        vs.push(Expr::var(v, DType::I32));
+                    }
+                }
             }
+            values.push(vs);
         }
-        let mut outer_vars = Vec::new();
-        for (d, split) in l.dims.iter().enumerate() {
-            if split.outer > 1 {
-                let v = self.m.add_var(&format!("o{d}"), VarKind::Loop, DType::I32);
-                outer_vars.push(Some(v));
-            } else {
-                outer_vars.push(None);
-            }
-        }
-        let outer: Vec<Expr> =
-            outer_vars.iter().map(|v| v.map(|v| Expr::var(v, DType::I32)).unwrap_or(i32c(0))).collect();
         let base: Vec<Expr> = l
             .dims
             .iter()
             .enumerate()
-            .map(|(d, s)| {
-                simplify(mul(add(mul(outer[d].clone(), i32c(s.threads)), th[d].clone()), i32c(s.inner)))
+            .map(|(d, ds)| {
+                let mut e = i32c(0);
+                for (k, g) in ds.iter().enumerate() {
+                    e = add(e, mul(values[d][k].clone(), i32c(g.step)));
+                }
+                simplify(e)
             })
             .collect();
-        let mut body = element(self, &outer, &base);
+        let mut body = element(self, &values, &base);
         // ragged dimensions: skip chunks past the extent
         let mut cond = None;
-        for (d, s) in l.dims.iter().enumerate() {
-            if s.outer * s.threads * s.inner > s.extent {
-                cond = and(cond, Expr::binary(BinOp::Lt, base[d].clone(), i32c(s.extent)));
+        for (d, first) in base.iter().enumerate() {
+            if l.span(d) > l.extents[d] {
+                cond = and(cond, Expr::binary(BinOp::Lt, first.clone(), i32c(l.extents[d])));
             }
         }
         if let Some(c) = cond {
             body = vec![Stmt::If { cond: c, then: body, otherwise: vec![], loc: Loc::UNKNOWN }];
         }
-        for d in (0..l.dims.len()).rev() {
-            if let Some(v) = outer_vars[d] {
-                body = vec![Stmt::For {
-                    var: v,
-                    start: i32c(0),
-                    extent: i32c(l.dims[d].outer),
-                    kind: ForKind::Unroll,
-                    body,
-                    loc: Loc::UNKNOWN,
-                }];
-            }
+        for (v, size) in loops.into_iter().rev() {
+            body = vec![Stmt::For {
+                var: v,
+                start: i32c(0),
+                extent: i32c(size),
+                kind: ForKind::Unroll,
+                body,
+                loc: Loc::UNKNOWN,
+            }];
         }
         if (l.active_threads as u32) < self.m.kernel.threads {
             body = vec![Stmt::If {
@@ -435,15 +444,16 @@ impl Lowerer {
         prologue
     }
 
-    /// Register slot of a fragment element indexed by loop dimensions `dims`.
+    /// Register slot of a fragment element whose buffer dimensions are fed by loop
+    /// dimensions `dims` (the fragment's digits match the loop's, checked by infer_layouts).
     fn slot(&self, buf: BufferId, dims: &[usize], el: &Element) -> Expr {
         let l = self.m.buffer(buf).layout.as_ref().expect("fragment layout");
-        let strides = l.slot_strides();
         let mut slot = i32c(0);
         for (k, d) in dims.iter().enumerate() {
-            slot = add(slot, mul(el.outer[*d].clone(), i32c(strides[k].0)));
-            if l.dims[k].inner > 1 {
-                slot = add(slot, mul(el.lane[*d].clone(), i32c(strides[k].1)));
+            for (j, g) in l.dims[k].iter().enumerate() {
+                if let Source::Slot(stride) = g.source {
+                    slot = add(slot, mul(el.values[*d][j].clone(), i32c(stride)));
+                }
             }
         }
         simplify(slot)
@@ -550,26 +560,18 @@ impl Lowerer {
         loc: Loc,
     ) -> Vec<Stmt> {
         let n = vars.len();
-        if l.dims.iter().take(n.saturating_sub(1)).any(|d| d.inner > 1)
-            || l.dims.len() != n
-            || l.shape() != extents
-        {
+        let width = l.vector_width();
+        if l.dims.len() != n || l.shape() != extents || extents[n - 1] % width != 0 {
             self.diags.push(Diagnostic::bug(format!("layout {l} does not fit loop extents {extents:?}")));
             return vec![];
         }
-        let width = l.dims[n - 1].inner;
         let body = self.first_replica_writes(body, l);
         let vars = vars.to_vec();
         let at = self.m.sources.short(loc).unwrap_or_default();
         let mut reported = false;
-        self.for_each_chunk(l, &mut |lw, outer, base| {
+        self.for_each_chunk(l, &mut |lw, values, base| {
             let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
-            let lane = Expr::var(lane_var, DType::I32);
-            let mut index: Vec<Expr> = base.to_vec();
-            index[n - 1] = simplify(add(base[n - 1].clone(), lane.clone()));
-            let mut lanes = vec![i32c(0); n];
-            lanes[n - 1] = lane.clone();
-            let el = Element { outer: outer.to_vec(), lane: lanes, index };
+            let el = element_at(values, base, lane_var, width);
             let scalar_body = lw.instantiate(&body, &vars, &el);
             let scalar_body = lw.guard_globals(scalar_body);
             let scalar = if width > 1 {
@@ -983,10 +985,7 @@ impl Lowerer {
             self.diags.push(Diagnostic::bug("reduction operands without layouts"));
             return vec![];
         };
-        let mut expect = sl.reduced(dim);
-        if expect.dims.is_empty() {
-            expect.dims.push(DimSplit { extent: 1, inner: 1, threads: 1, thread_stride: 1, outer: 1 });
-        }
+        let expect = sl.reduced(dim);
         if expect != dl {
             self.diags.push(
                 Diagnostic::error(
@@ -1002,7 +1001,7 @@ impl Lowerer {
         let acc_dt = if sb.dtype.is_float() && sb.dtype.bytes() < 4 { DType::F32 } else { sb.dtype };
         let dst_slots = dl.slots();
         let partial = self.local_buffer(&format!("{}_red", db.name), acc_dt, dst_slots);
-        let rsplit = sl.dims[dim];
+        let reduced_threads = sl.thread_digits(dim);
         let mut out = vec![Stmt::For {
             var: self.m.add_var("s", VarKind::Loop, DType::I32),
             start: i32c(0),
@@ -1023,15 +1022,10 @@ impl Lowerer {
         // fold this thread's elements: a parallel walk over the source layout
         let keep: Vec<usize> = (0..sl.dims.len()).filter(|d| *d != dim).collect();
         let n = sl.dims.len();
-        let width = sl.dims[n - 1].inner;
-        let body = self.for_each_chunk(&sl, &mut |lw, outer, base| {
+        let width = sl.vector_width();
+        let body = self.for_each_chunk(&sl, &mut |lw, values, base| {
             let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
-            let lane = Expr::var(lane_var, DType::I32);
-            let mut lanes = vec![i32c(0); n];
-            lanes[n - 1] = lane.clone();
-            let mut index = base.to_vec();
-            index[n - 1] = add(base[n - 1].clone(), lane.clone());
-            let el = Element { outer: outer.to_vec(), lane: lanes, index };
+            let el = element_at(values, base, lane_var, width);
             let src_slot = lw.slot(src, &(0..n).collect::<Vec<_>>(), &el);
             let dst_slot =
                 if db.shape == [1] && keep.is_empty() { i32c(0) } else { lw.slot(dst, &keep, &el) };
@@ -1058,15 +1052,17 @@ impl Lowerer {
         // across threads: shuffles within a warp, shared memory across warps
         let mut warp_masks = Vec::new();
         let mut block_masks = Vec::new();
-        let mut k = 1;
-        while k < rsplit.threads {
-            let mask = rsplit.thread_stride * k;
-            if mask < 32 {
-                warp_masks.push(mask as u32);
-            } else {
-                block_masks.push(mask);
+        for &(size, stride) in &reduced_threads {
+            let mut k = 1;
+            while k < size {
+                let mask = stride * k;
+                if mask < 32 {
+                    warp_masks.push(mask as u32);
+                } else {
+                    block_masks.push(mask);
+                }
+                k *= 2;
             }
-            k *= 2;
         }
         let slot_var = self.m.add_var("s", VarKind::Loop, DType::I32);
         let slot = Expr::var(slot_var, DType::I32);
@@ -1094,7 +1090,7 @@ impl Lowerer {
                 "{}: reduce_{} over {} threads: warp shuffles (xor {:?})",
                 self.m.sources.short(loc).unwrap_or_default(),
                 kind.name(),
-                rsplit.threads,
+                reduced_threads.iter().map(|(size, _)| size).product::<i64>(),
                 warp_masks
             ));
         }
@@ -1189,6 +1185,19 @@ impl Lowerer {
         });
         out
     }
+}
+
+/// The element of a chunk at vector lane `lane` (a loop variable over `width` lanes).
+fn element_at(values: &[Vec<Expr>], base: &[Expr], lane: VarId, width: i64) -> Element {
+    let mut values = values.to_vec();
+    let mut index = base.to_vec();
+    if width > 1 {
+        let n = values.len();
+        let lane = Expr::var(lane, DType::I32);
+        values[n - 1][0] = lane.clone();
+        index[n - 1] = simplify(add(base[n - 1].clone(), lane));
+    }
+    Element { values, index }
 }
 
 fn substitute_stmt(s: Stmt, v: VarId, with: &Expr) -> Stmt {

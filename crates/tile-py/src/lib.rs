@@ -4,6 +4,8 @@
 use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use tile_interp::Arg;
 use tilers_cc::{CompileError as DriverError, CompileOptions};
 
 create_exception!(
@@ -51,6 +53,49 @@ fn dump_ir(py: Python<'_>, program: String, options: String) -> PyResult<Vec<(St
     result.map_err(to_py)
 }
 
+/// interpret(program_json, args, options_json) -> [bytes | None]: run the program on host
+/// data with the reference interpreter. `args` follow the kernel's parameters: `bytes`
+/// (a tensor's contents, row-major) or int / float (scalars). Returns each tensor's new
+/// contents (None for scalars).
+#[pyfunction]
+fn interpret(
+    py: Python<'_>,
+    program: String,
+    args: Vec<Bound<'_, PyAny>>,
+    options: String,
+) -> PyResult<Vec<Option<PyObject>>> {
+    let _ = options; // reserved: interpreter options (e.g. checking modes) go here
+    let mut converted = Vec::with_capacity(args.len());
+    for (i, a) in args.iter().enumerate() {
+        if let Ok(b) = a.downcast::<PyBytes>() {
+            converted.push(Arg::Tensor(b.as_bytes().to_vec()));
+        } else if let Ok(v) = a.extract::<i64>() {
+            converted.push(Arg::Int(v));
+        } else if let Ok(v) = a.extract::<f64>() {
+            converted.push(Arg::Float(v));
+        } else {
+            return Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "interpret: argument {i} must be bytes, int or float"
+            )));
+        }
+    }
+    let result = py.allow_threads(move || tilers_cc::interpret(&program, converted));
+    let out = result.map_err(to_py)?;
+    Ok(out
+        .into_iter()
+        .map(|a| match a {
+            Arg::Tensor(bytes) => Some(PyBytes::new(py, &bytes).into_any().unbind()),
+            _ => None,
+        })
+        .collect())
+}
+
+/// check(program_json) -> kernel_info_json: verify without generating code (interpreter).
+#[pyfunction]
+fn check(py: Python<'_>, program: String) -> PyResult<String> {
+    py.allow_threads(move || tilers_cc::check(&program)).map_err(to_py)
+}
+
 /// pass_names() -> [str], the lowering pipeline in order.
 #[pyfunction]
 fn pass_names() -> Vec<&'static str> {
@@ -62,6 +107,8 @@ fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(dump_ir, m)?)?;
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
+    m.add_function(wrap_pyfunction!(interpret, m)?)?;
+    m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add("CompileError", m.py().get_type::<CompileError>())?;
     m.add("InternalCompilerError", m.py().get_type::<InternalCompilerError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

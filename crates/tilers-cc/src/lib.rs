@@ -162,3 +162,58 @@ fn compile_inner(
     })?;
     Ok(Compiled { source: kernel.source, info: kernel.info.to_string(), module: lowered })
 }
+
+/// Verify a serialized program without generating code (for the interpreter); returns a
+/// KernelInfo JSON whose `params` describe the arguments (no entry, grid or source).
+pub fn check(program: &str) -> Result<String, CompileError> {
+    let module = tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
+    let sources = module.sources.clone();
+    let mut ctx = Ctx::new(Target::from_arch("sm_90a").expect("known arch"), Options::default());
+    let module = tile_passes::verify::verify(module, &mut ctx)
+        .map_err(|d| CompileError::User(render_all(&d, &sources)))?;
+    Ok(serde_json::json!({
+        "name": module.name,
+        "entry": null,
+        "arch": "interp",
+        "params": tile_codegen::param_info(&module),
+        "grid": [],
+        "block": [module.kernel.threads, 1, 1],
+        "shared_bytes": 0,
+        "report": [],
+    })
+    .to_string())
+}
+
+/// Run a serialized program on host buffers with the reference interpreter, after the
+/// passes that define its meaning (`verify`, `simplify`); returns the arguments, tensors
+/// holding their new contents.
+pub fn interpret(
+    program: &str,
+    mut args: Vec<tile_interp::Arg>,
+) -> Result<Vec<tile_interp::Arg>, CompileError> {
+    let result = catch_unwind(AssertUnwindSafe(move || -> Result<Vec<tile_interp::Arg>, CompileError> {
+        let module =
+            tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
+        let sources = module.sources.clone();
+        let mut ctx = Ctx::new(Target::from_arch("sm_90a").expect("known arch"), Options::default());
+        let user = |diags: Vec<tile_ir::Diagnostic>| CompileError::User(render_all(&diags, &sources));
+        let module = tile_passes::verify::verify(module, &mut ctx).map_err(user)?;
+        let module = tile_passes::simplify::simplify(module, &mut ctx).map_err(user)?;
+        tile_interp::run(&module, &mut args).map_err(|d| CompileError::User(d.render(&sources)))?;
+        Ok(args)
+    }));
+    match result {
+        Ok(r) => r,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            Err(CompileError::Internal {
+                message: format!("in the interpreter: {message}"),
+                reproducer: save_reproducer(program),
+            })
+        }
+    }
+}

@@ -36,8 +36,8 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
   const int bx = blockIdx.x;
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
-  __align__(16) tl_bf16 a[32];  // fragment[32, 128] over 128 threads: dim0 = 4 outer x 8 threads (stride 16), dim1 = 1 outer x 16 threads (stride 1) x 8 contiguous; 32 registers per thread
-  __align__(16) tl_bf16 b[32];  // fragment[32, 128] over 128 threads: dim0 = 4 outer x 8 threads (stride 16), dim1 = 1 outer x 16 threads (stride 1) x 8 contiguous; 32 registers per thread
+  __align__(16) tl_bf16 a[32];  // fragment[32, 128] over 128 threads: dim0 = 8 threads (stride 16) . 4 registers, dim1 = 8 registers . 16 threads (stride 1); 32 registers per thread
+  __align__(16) tl_bf16 b[32];  // fragment[32, 128] over 128 threads: dim0 = 8 threads (stride 16) . 4 registers, dim1 = 8 registers . 16 threads (stride 1); 32 registers per thread
   __align__(16) tl_bf16 A_v[8];
   __align__(16) tl_bf16 B_v[8];
   __align__(16) tl_bf16 C_out[8];

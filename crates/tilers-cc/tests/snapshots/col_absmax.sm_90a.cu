@@ -37,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
   float* acc_xwarp = (float*)(tl_smem + 0);  // [4, 128]
-  __align__(16) float x[32];  // fragment[64, 64] over 128 threads: dim0 = 8 outer x 8 threads (stride 16), dim1 = 1 outer x 16 threads (stride 1) x 4 contiguous; 32 registers per thread
-  __align__(16) float acc[4];  // fragment[64] over 128 threads: dim0 = 1 outer x 16 threads (stride 1) x 4 contiguous; replicated over 8 threads (stride 16); 4 registers per thread
+  __align__(16) float x[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers, dim1 = 4 registers . 16 threads (stride 1); 32 registers per thread
+  __align__(16) float acc[4];  // fragment[64] over 128 threads: dim0 = 4 registers . 16 threads (stride 1); replicated over 8 threads (stride 16); 4 registers per thread
   __align__(16) float acc_red[4];
   // kernels.py:125: T.fill
   #pragma unroll

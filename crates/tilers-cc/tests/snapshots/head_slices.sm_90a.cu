@@ -37,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   const int by = blockIdx.y;
   const int bz = blockIdx.z;
   const int tid = threadIdx.x;
-  __align__(16) float q[32];  // fragment[64, 64] over 128 threads: dim0 = 8 outer x 8 threads (stride 16), dim1 = 1 outer x 16 threads (stride 1) x 4 contiguous; 32 registers per thread
-  __align__(16) float low[8];  // fragment[64] over 128 threads: dim0 = 8 outer x 8 threads (stride 16); replicated over 16 threads (stride 1); 8 registers per thread
+  __align__(16) float q[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers, dim1 = 4 registers . 16 threads (stride 1); 32 registers per thread
+  __align__(16) float low[8];  // fragment[64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers; replicated over 16 threads (stride 1); 8 registers per thread
   __align__(16) tl_half Q_v[4];
   __align__(16) float low_red[8];
   __align__(16) tl_half O_out[4];
@@ -47,16 +47,16 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   const int t1 = (tid % 16);
   #pragma unroll
   for (int o0 = 0; o0 < 8; ++o0) {
-    if (((((bz < 2) && ((((bx * 64) + (o0 * 8)) + t0) < 100)) && (by < 3)) && (((t1 * 4) + 4) <= 64))) {
-      *(uint2*)(&Q_v[0]) = *(const uint2*)(&Q[(bz) * 19200 + ((((bx * 64) + (o0 * 8)) + t0)) * 192 + (by) * 64 + (t1 * 4)]);
+    if (((((bz < 2) && ((((bx * 64) + t0) + (o0 * 8)) < 100)) && (by < 3)) && (((t1 * 4) + 4) <= 64))) {
+      *(uint2*)(&Q_v[0]) = *(const uint2*)(&Q[(bz) * 19200 + ((((bx * 64) + t0) + (o0 * 8))) * 192 + (by) * 64 + (t1 * 4)]);
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        q[((o0 * 4) + e)] = ((float)tl_float(Q_v[e]));
+        q[(e + (o0 * 4))] = ((float)tl_float(Q_v[e]));
       }
     } else {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        q[((o0 * 4) + e)] = ((float)(((((bz < 2) && ((((bx * 64) + (o0 * 8)) + t0) < 100)) && (by < 3)) && ((e + (t1 * 4)) < 64)) ? tl_float(Q[(bz) * 19200 + ((((bx * 64) + (o0 * 8)) + t0)) * 192 + (by) * 64 + (e + (t1 * 4))]) : 0.0f));
+        q[(e + (o0 * 4))] = ((float)(((((bz < 2) && ((((bx * 64) + t0) + (o0 * 8)) < 100)) && (by < 3)) && (((t1 * 4) + e) < 64)) ? tl_float(Q[(bz) * 19200 + ((((bx * 64) + t0) + (o0 * 8))) * 192 + (by) * 64 + ((t1 * 4) + e)]) : 0.0f));
       }
     }
   }

@@ -37,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
   float* acc_xwarp = (float*)(tl_smem + 0);  // [4, 128]
-  __align__(16) float x[16];  // fragment[8, 256] over 128 threads: dim0 = 4 outer x 2 threads (stride 64), dim1 = 1 outer x 64 threads (stride 1) x 4 contiguous; 16 registers per thread
-  __align__(16) float acc[4];  // fragment[8] over 128 threads: dim0 = 4 outer x 2 threads (stride 64); replicated over 64 threads (stride 1); 4 registers per thread
+  __align__(16) float x[16];  // fragment[8, 256] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers, dim1 = 4 registers . 64 threads (stride 1); 16 registers per thread
+  __align__(16) float acc[4];  // fragment[8] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers; replicated over 64 threads (stride 1); 4 registers per thread
   __align__(16) float A_v[4];
   __align__(16) float acc_red[4];
   // kernels.py:108: T.fill

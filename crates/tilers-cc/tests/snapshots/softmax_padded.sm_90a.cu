@@ -38,9 +38,9 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   extern __shared__ __align__(16) unsigned char tl_smem[];
   float* row_max_xwarp = (float*)(tl_smem + 0);  // [4, 128]
   float* row_sum_xwarp = (float*)(tl_smem + 2048);  // [4, 128]
-  __align__(16) float x[32];  // fragment[4, 1024] over 128 threads: dim0 = 4 outer x 1 threads, dim1 = 2 outer x 128 threads (stride 1) x 4 contiguous; 32 registers per thread
-  __align__(16) float row_max[4];  // fragment[4] over 128 threads: dim0 = 4 outer x 1 threads; replicated over 128 threads (stride 1); 4 registers per thread
-  __align__(16) float row_sum[4];  // fragment[4] over 128 threads: dim0 = 4 outer x 1 threads; replicated over 128 threads (stride 1); 4 registers per thread
+  __align__(16) float x[32];  // fragment[4, 1024] over 128 threads: dim0 = 4 registers, dim1 = 4 registers . 128 threads (stride 1) . 2 registers; 32 registers per thread
+  __align__(16) float row_max[4];  // fragment[4] over 128 threads: dim0 = 4 registers; replicated over 128 threads (stride 1); 4 registers per thread
+  __align__(16) float row_sum[4];  // fragment[4] over 128 threads: dim0 = 4 registers; replicated over 128 threads (stride 1); 4 registers per thread
   __align__(16) float A_v[4];
   __align__(16) float row_max_red[4];
   __align__(16) float row_sum_red[4];

@@ -38,9 +38,9 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   extern __shared__ __align__(16) unsigned char tl_smem[];
   float* row_max_xwarp = (float*)(tl_smem + 0);  // [1, 256]
   float* row_sum_xwarp = (float*)(tl_smem + 1024);  // [1, 256]
-  __align__(16) float x[16];  // fragment[1, 4096] over 256 threads: dim0 = 1 outer x 1 threads, dim1 = 4 outer x 256 threads (stride 1) x 4 contiguous; 16 registers per thread
-  __align__(16) float row_max[1];  // fragment[1] over 256 threads: dim0 = 1 outer x 1 threads; replicated over 256 threads (stride 1); 1 registers per thread
-  __align__(16) float row_sum[1];  // fragment[1] over 256 threads: dim0 = 1 outer x 1 threads; replicated over 256 threads (stride 1); 1 registers per thread
+  __align__(16) float x[16];  // fragment[1, 4096] over 256 threads: dim0 = 1, dim1 = 4 registers . 256 threads (stride 1) . 4 registers; 16 registers per thread
+  __align__(16) float row_max[1];  // fragment[1] over 256 threads: dim0 = 1; replicated over 256 threads (stride 1); 1 registers per thread
+  __align__(16) float row_sum[1];  // fragment[1] over 256 threads: dim0 = 1; replicated over 256 threads (stride 1); 1 registers per thread
   __align__(16) float A_v[4];
   __align__(16) float row_max_red[1];
   __align__(16) float row_sum_red[1];

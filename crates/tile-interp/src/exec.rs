@@ -1,0 +1,690 @@
+//! The evaluator: blocks one after another, tile ops on whole regions, `parallel` loops
+//! one statement at a time over all their iterations (a column of values per expression).
+
+use crate::memory::{Col, Data};
+use crate::num::{self, cast, constant, rounder, OpError, Val};
+use tile_ir::simplify::wrap_int;
+use tile_ir::verify::{resolve_copy, resolve_region, ResolvedRegion};
+use tile_ir::*;
+
+/// The `parallel` loop being run: every iteration's value of each of its variables.
+struct Parallel {
+    vars: Vec<VarId>,
+    /// `values[d][l]`: the value of `vars[d]` in iteration `l` (row-major order).
+    values: Vec<Vec<i64>>,
+}
+
+pub(crate) struct Interp<'m> {
+    m: &'m Module,
+    /// Contents of every buffer, by [`BufferId`].
+    pub(crate) mem: Vec<Data>,
+    /// Values of scalar variables (parameters, block indices, serial loop counters).
+    env: Vec<Option<Val>>,
+    par: Option<Parallel>,
+    block: [i64; 3],
+}
+
+/// Iterations (positions in the running `parallel` loop's row-major order) that are
+/// active; statements outside `parallel` loops run with the single iteration `[0]`.
+type Lanes<'a> = &'a [u32];
+
+/// Split `ids` by a boolean column: (where true, where false).
+fn split(ids: Lanes<'_>, cond: &[bool]) -> (Vec<u32>, Vec<u32>) {
+    let mut yes = Vec::new();
+    let mut no = Vec::new();
+    for (&l, &c) in ids.iter().zip(cond) {
+        if c {
+            yes.push(l)
+        } else {
+            no.push(l)
+        }
+    }
+    (yes, no)
+}
+
+fn truth(c: Col) -> Vec<bool> {
+    match c {
+        Col::I(v) => v.into_iter().map(|x| x != 0).collect(),
+        Col::F(v) => v.into_iter().map(|x| x != 0.0).collect(),
+    }
+}
+
+/// The wrapping function of an integer dtype, chosen once for a whole column.
+fn wrapper(dt: DType) -> fn(i64) -> i64 {
+    match dt {
+        DType::Bool => |v| (v != 0) as i64,
+        DType::I8 => |v| v as i8 as i64,
+        DType::U8 => |v| v as u8 as i64,
+        DType::I16 => |v| v as i16 as i64,
+        DType::I32 => |v| v as i32 as i64,
+        DType::U32 => |v| v as u32 as i64,
+        _ => |v| v,
+    }
+}
+
+fn zip_map<T: Copy, U>(a: &[T], b: &[T], f: impl Fn(T, T) -> U) -> Vec<U> {
+    a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
+}
+
+/// A binary operator on two columns with operands of `dt` and a result of `out`.
+fn binary_col(op: BinOp, a: Col, b: Col, dt: DType, out: DType) -> Result<Col, OpError> {
+    match (a, b) {
+        (Col::F(a), Col::F(b)) => {
+            let r = rounder(dt);
+            Ok(match op {
+                BinOp::Add => Col::F(zip_map(&a, &b, |x, y| r(x + y))),
+                BinOp::Sub => Col::F(zip_map(&a, &b, |x, y| r(x - y))),
+                BinOp::Mul => Col::F(zip_map(&a, &b, |x, y| r(x * y))),
+                BinOp::Div => Col::F(zip_map(&a, &b, |x, y| r(x / y))),
+                BinOp::Eq => Col::I(zip_map(&a, &b, |x, y| (x == y) as i64)),
+                BinOp::Ne => Col::I(zip_map(&a, &b, |x, y| (x != y) as i64)),
+                BinOp::Lt => Col::I(zip_map(&a, &b, |x, y| (x < y) as i64)),
+                BinOp::Le => Col::I(zip_map(&a, &b, |x, y| (x <= y) as i64)),
+                BinOp::Gt => Col::I(zip_map(&a, &b, |x, y| (x > y) as i64)),
+                BinOp::Ge => Col::I(zip_map(&a, &b, |x, y| (x >= y) as i64)),
+                _ => Col::F(
+                    a.iter()
+                        .zip(&b)
+                        .map(|(&x, &y)| num::float_binary(op, x, y, dt))
+                        .collect::<Result<_, _>>()?,
+                ),
+            })
+        }
+        (Col::I(a), Col::I(b)) => {
+            let w = wrapper(out);
+            Ok(Col::I(match op {
+                BinOp::Add => zip_map(&a, &b, |x, y| w(x.wrapping_add(y))),
+                BinOp::Sub => zip_map(&a, &b, |x, y| w(x.wrapping_sub(y))),
+                BinOp::Mul => zip_map(&a, &b, |x, y| w(x.wrapping_mul(y))),
+                BinOp::Lt => zip_map(&a, &b, |x, y| (x < y) as i64),
+                _ => a
+                    .iter()
+                    .zip(&b)
+                    .map(|(&x, &y)| num::int_binary(op, x, y, dt, out))
+                    .collect::<Result<_, _>>()?,
+            }))
+        }
+        _ => Err(OpError::Unsupported),
+    }
+}
+
+fn unary_col(op: UnOp, a: Col, dt: DType) -> Result<Col, OpError> {
+    match a {
+        Col::F(a) => Ok(Col::F(a.into_iter().map(|x| num::float_unary(op, x, dt)).collect())),
+        Col::I(a) => Ok(Col::I(a.into_iter().map(|x| num::int_unary(op, x, dt)).collect::<Result<_, _>>()?)),
+    }
+}
+
+fn cast_col(a: Col, from: DType, to: DType) -> Col {
+    if from == to {
+        return a;
+    }
+    match a {
+        Col::F(v) if to.is_float() => {
+            let r = rounder(to);
+            Col::F(v.into_iter().map(r).collect())
+        }
+        Col::I(v) if to.is_int() || to == DType::Bool => {
+            let w = wrapper(to);
+            Col::I(v.into_iter().map(w).collect())
+        }
+        a => {
+            let mut out = Col::empty_like(to, a.len());
+            for k in 0..a.len() {
+                out.push(cast(a.get(k), from, to));
+            }
+            out
+        }
+    }
+}
+
+/// Row-major iteration over a shape: calls `f` with each index tuple.
+fn for_each_index(
+    shape: &[i64],
+    mut f: impl FnMut(&[i64]) -> Result<(), Diagnostic>,
+) -> Result<(), Diagnostic> {
+    if shape.iter().any(|&e| e <= 0) {
+        return Ok(());
+    }
+    let mut c = vec![0i64; shape.len()];
+    loop {
+        f(&c)?;
+        let mut d = shape.len();
+        loop {
+            if d == 0 {
+                return Ok(());
+            }
+            d -= 1;
+            c[d] += 1;
+            if c[d] < shape[d] {
+                break;
+            }
+            c[d] = 0;
+        }
+    }
+}
+
+impl<'m> Interp<'m> {
+    pub(crate) fn new(m: &'m Module, mem: Vec<Data>, env: Vec<Option<Val>>) -> Interp<'m> {
+        Interp { m, mem, env, par: None, block: [0; 3] }
+    }
+
+    fn error(&self, msg: impl std::fmt::Display, loc: Loc) -> Diagnostic {
+        let [x, y, z] = self.block;
+        Diagnostic::error(format!("{msg} (in block ({x}, {y}, {z}))"), loc)
+    }
+
+    fn op_error(&self, e: OpError, op: &str, dt: DType, loc: Loc) -> Diagnostic {
+        match e {
+            OpError::DivisionByZero => self.error("integer division by zero", loc),
+            OpError::Unsupported => self.error(format!("'{op}' is not defined on {dt}"), loc),
+        }
+    }
+
+    /// Run the kernel body for every block of the grid: bx fastest, then by, then bz.
+    pub(crate) fn run_grid(&mut self) -> Result<(), Diagnostic> {
+        let m = self.m;
+        let mut grid = [1i64; 3];
+        for (axis, g) in m.kernel.grid.iter().enumerate().take(3) {
+            let v = self.scalar(g, m.kernel.loc)?.as_i64();
+            if v <= 0 {
+                return Err(Diagnostic::error(
+                    format!("grid dimension {axis} is {v}; it must be positive"),
+                    m.kernel.loc,
+                ));
+            }
+            grid[axis] = v;
+        }
+        let block_vars: Vec<(usize, u8)> = m
+            .vars
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| match v.kind {
+                VarKind::BlockIdx(axis) => Some((i, axis)),
+                _ => None,
+            })
+            .collect();
+        for bz in 0..grid[2] {
+            for by in 0..grid[1] {
+                for bx in 0..grid[0] {
+                    self.block = [bx, by, bz];
+                    for &(var, axis) in &block_vars {
+                        let v = self.block.get(axis as usize).copied().unwrap_or(0);
+                        self.env[var] = Some(Val::I(wrap_int(v, m.vars[var].dtype)));
+                    }
+                    // every block gets fresh, zeroed on-chip buffers
+                    for (i, b) in m.buffers.iter().enumerate() {
+                        if b.scope != Scope::Global {
+                            self.mem[i] = Data::zeros(b.dtype, b.num_elements().max(0) as usize);
+                        }
+                    }
+                    self.exec(&m.kernel.body, &[0])?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn exec(&mut self, body: &[Stmt], ids: Lanes<'_>) -> Result<(), Diagnostic> {
+        for s in body {
+            if ids.is_empty() {
+                break;
+            }
+            self.stmt(s, ids)?;
+        }
+        Ok(())
+    }
+
+    /// Evaluate an expression once, outside any `parallel` loop (or for one iteration).
+    fn scalar(&self, e: &Expr, loc: Loc) -> Result<Val, Diagnostic> {
+        Ok(self.eval(e, &[0], loc)?.get(0))
+    }
+
+    fn tile_op_outside_parallel(&self, what: &str, loc: Loc) -> Result<(), Diagnostic> {
+        match self.par {
+            Some(_) => Err(Diagnostic::error(format!("{what} inside a T.Parallel loop"), loc)),
+            None => Ok(()),
+        }
+    }
+
+    fn stmt(&mut self, s: &Stmt, ids: Lanes<'_>) -> Result<(), Diagnostic> {
+        let m = self.m;
+        match s {
+            Stmt::Store { buf, idx, value, loc } => {
+                let offsets = self.indices(*buf, idx, ids, *loc, *loc)?;
+                let b = m.buffer(*buf);
+                let values = cast_col(self.eval(value, ids, *loc)?, value.dtype(), b.dtype);
+                self.store(*buf, &offsets, values);
+            }
+            Stmt::AtomicAdd { buf, idx, value, loc } => {
+                let offsets = self.indices(*buf, idx, ids, *loc, *loc)?;
+                let dt = m.buffer(*buf).dtype;
+                let values = cast_col(self.eval(value, ids, *loc)?, value.dtype(), dt);
+                for (k, &o) in offsets.iter().enumerate() {
+                    if o == usize::MAX {
+                        continue; // past a global tensor's edge: dropped
+                    }
+                    let old = self.mem[buf.0 as usize].get(o);
+                    let new = num::binary(BinOp::Add, old, values.get(k), dt, dt)
+                        .map_err(|e| self.op_error(e, "atomic_add", dt, *loc))?;
+                    self.mem[buf.0 as usize].set(o, new);
+                }
+            }
+            Stmt::Copy { src, dst, pad, loc } => {
+                self.tile_op_outside_parallel("T.copy", *loc)?;
+                self.copy(src, dst, pad.as_ref(), *loc)?;
+            }
+            Stmt::Fill { dst, value, loc } => {
+                self.tile_op_outside_parallel("T.fill", *loc)?;
+                self.fill(dst, value, *loc)?;
+            }
+            Stmt::Reduce { kind, src, dst, dim, clear, loc } => {
+                self.tile_op_outside_parallel("T.reduce", *loc)?;
+                self.reduce(*kind, *src, *dst, *dim, *clear, *loc)?;
+            }
+            Stmt::Gemm { a, b, c, transpose_a, transpose_b, clear_accum, loc, .. } => {
+                self.tile_op_outside_parallel("T.gemm", *loc)?;
+                self.gemm(*a, *b, *c, *transpose_a, *transpose_b, *clear_accum, *loc)?;
+            }
+            Stmt::Parallel { vars, extents, body, loc, .. } => self.parallel(vars, extents, body, *loc)?,
+            Stmt::For { var, start, extent, body, loc, .. } => {
+                let starts = self.eval(start, ids, *loc)?.ints();
+                let counts = self.eval(extent, ids, *loc)?.ints();
+                let uniform =
+                    starts.iter().all(|&v| v == starts[0]) && counts.iter().all(|&v| v == counts[0]);
+                if !uniform {
+                    // bounds differ between iterations of the enclosing parallel loop:
+                    // run the loop for one iteration at a time
+                    for &l in ids {
+                        self.stmt(s, &[l])?;
+                    }
+                    return Ok(());
+                }
+                let dt = m.var(*var).dtype;
+                for t in 0..counts[0].max(0) {
+                    self.env[var.0 as usize] = Some(Val::I(wrap_int(starts[0].wrapping_add(t), dt)));
+                    self.exec(body, ids)?;
+                }
+            }
+            Stmt::If { cond, then, otherwise, loc } => {
+                let c = truth(self.eval(cond, ids, *loc)?);
+                let (yes, no) = split(ids, &c);
+                self.exec(then, &yes)?;
+                self.exec(otherwise, &no)?;
+            }
+            Stmt::Sync | Stmt::Comment(_) => {}
+            Stmt::Let { .. } | Stmt::VecCopy { .. } => {
+                return Err(Diagnostic::error(
+                    "the interpreter runs tile-level programs; this one holds a thread-level statement",
+                    s.loc(),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Write `values` at `offsets`, skipping those past a global tensor's edge.
+    fn store(&mut self, buf: BufferId, offsets: &[usize], values: Col) {
+        let data = &mut self.mem[buf.0 as usize];
+        if offsets.contains(&usize::MAX) {
+            for (k, &o) in offsets.iter().enumerate() {
+                if o != usize::MAX {
+                    data.set(o, values.get(k));
+                }
+            }
+        } else {
+            data.scatter(offsets, &values);
+        }
+    }
+
+    /// Flat element offsets of `buf[idx]` for each iteration; `usize::MAX` marks an element
+    /// past the edge of a global tensor. Out of range on chip is an error at `at`.
+    fn indices(
+        &self,
+        buf: BufferId,
+        idx: &[Expr],
+        ids: Lanes<'_>,
+        loc: Loc,
+        at: Loc,
+    ) -> Result<Vec<usize>, Diagnostic> {
+        let cols: Vec<Vec<i64>> =
+            idx.iter().map(|e| self.eval(e, ids, loc).map(Col::ints)).collect::<Result<_, _>>()?;
+        self.offsets(buf, &cols, ids.len(), at)
+    }
+
+    fn offsets(&self, buf: BufferId, cols: &[Vec<i64>], n: usize, at: Loc) -> Result<Vec<usize>, Diagnostic> {
+        let b = self.m.buffer(buf);
+        if cols.len() != b.shape.len() {
+            return Err(self.error(
+                format!("'{}' has {} dimensions but is indexed with {}", b.name, b.shape.len(), cols.len()),
+                at,
+            ));
+        }
+        let strides = b.strides();
+        let mut out = vec![0usize; n];
+        for (d, col) in cols.iter().enumerate() {
+            let (extent, stride) = (b.shape[d], strides[d]);
+            for (o, &i) in out.iter_mut().zip(col) {
+                if *o == usize::MAX {
+                    continue;
+                }
+                if i < 0 || i >= extent {
+                    *o = usize::MAX;
+                } else {
+                    *o += (i * stride) as usize;
+                }
+            }
+        }
+        if b.scope != Scope::Global {
+            if let Some(k) = out.iter().position(|&o| o == usize::MAX) {
+                let index: Vec<i64> = cols.iter().map(|c| c[k]).collect();
+                return Err(self.error(
+                    format!(
+                        "index {index:?} is out of range for {} buffer '{}' of shape {:?}",
+                        b.scope.name(),
+                        b.name,
+                        b.shape
+                    ),
+                    at,
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The values of a `parallel` loop variable in iterations `ids`.
+    fn par_var(&self, id: VarId, ids: Lanes<'_>) -> Option<Vec<i64>> {
+        let p = self.par.as_ref()?;
+        let d = p.vars.iter().position(|v| *v == id)?;
+        let all = &p.values[d];
+        Some(if ids.len() == all.len() {
+            all.clone()
+        } else {
+            ids.iter().map(|&l| all[l as usize]).collect()
+        })
+    }
+
+    fn eval(&self, e: &Expr, ids: Lanes<'_>, loc: Loc) -> Result<Col, Diagnostic> {
+        let n = ids.len();
+        let m = self.m;
+        Ok(match e {
+            Expr::Const { value, dtype } => Col::splat(constant(*value, *dtype), n),
+            Expr::Var { id, .. } => {
+                if let Some(v) = self.par_var(*id, ids) {
+                    return Ok(Col::I(v));
+                }
+                match self.env.get(id.0 as usize).copied().flatten() {
+                    Some(v) => Col::splat(v, n),
+                    None => {
+                        return Err(
+                            self.error(format!("variable '{}' has no value here", m.var(*id).name), loc)
+                        )
+                    }
+                }
+            }
+            Expr::Load { buf, idx, dtype, loc: load_loc, oob } => {
+                let at = if load_loc.is_known() { *load_loc } else { loc };
+                let offsets = self.indices(*buf, idx, ids, loc, at)?;
+                let b = m.buffer(*buf);
+                let data = &self.mem[buf.0 as usize];
+                let values = if offsets.contains(&usize::MAX) {
+                    let inside: Vec<bool> = offsets.iter().map(|&o| o != usize::MAX).collect();
+                    let (in_ids, out_ids) = split(ids, &inside);
+                    let kept: Vec<usize> = offsets.iter().copied().filter(|&o| o != usize::MAX).collect();
+                    let read = data.gather(&kept);
+                    let past_edge = match oob {
+                        Some(o) => cast_col(self.eval(o, &out_ids, loc)?, o.dtype(), b.dtype),
+                        None => Col::splat(cast(Val::I(0), DType::I64, b.dtype), out_ids.len()),
+                    };
+                    debug_assert_eq!(in_ids.len(), read.len());
+                    Col::merge(&inside, read, past_edge)
+                } else {
+                    data.gather(&offsets)
+                };
+                cast_col(values, b.dtype, *dtype)
+            }
+            Expr::Binary { op: op @ (BinOp::And | BinOp::Or), a, b, .. } => {
+                // && and || short-circuit, as in the generated C
+                let first = truth(self.eval(a, ids, loc)?);
+                let decided_by_a: Vec<bool> = first.iter().map(|&x| x == (*op == BinOp::Or)).collect();
+                let (decided, rest) = split(ids, &decided_by_a);
+                let second = truth(self.eval(b, &rest, loc)?);
+                let a_part = Col::splat(Val::I((*op == BinOp::Or) as i64), decided.len());
+                let b_part = Col::I(second.into_iter().map(|x| x as i64).collect());
+                Col::merge(&decided_by_a, a_part, b_part)
+            }
+            Expr::Binary { op, a, b, dtype } => {
+                let x = self.eval(a, ids, loc)?;
+                let y = self.eval(b, ids, loc)?;
+                binary_col(*op, x, y, a.dtype(), *dtype)
+                    .map_err(|err| self.op_error(err, op.name(), a.dtype(), loc))?
+            }
+            Expr::Unary { op, a, dtype } => {
+                let x = self.eval(a, ids, loc)?;
+                unary_col(*op, x, *dtype).map_err(|err| self.op_error(err, op.name(), *dtype, loc))?
+            }
+            Expr::Cast { a, dtype } => cast_col(self.eval(a, ids, loc)?, a.dtype(), *dtype),
+            Expr::Select { cond, a, b, dtype } => {
+                // like C's `c ? a : b`, only the chosen arm is evaluated
+                let c = truth(self.eval(cond, ids, loc)?);
+                let (yes, no) = split(ids, &c);
+                let x = if yes.is_empty() { Col::empty_like(*dtype, 0) } else { self.eval(a, &yes, loc)? };
+                let y = if no.is_empty() { Col::empty_like(*dtype, 0) } else { self.eval(b, &no, loc)? };
+                Col::merge(&c, x, y)
+            }
+            Expr::ShflXor { .. } => {
+                return Err(self
+                    .error("the interpreter runs tile-level programs; this one holds a warp shuffle", loc))
+            }
+        })
+    }
+
+    fn parallel(
+        &mut self,
+        vars: &[VarId],
+        extents: &[i64],
+        body: &[Stmt],
+        loc: Loc,
+    ) -> Result<(), Diagnostic> {
+        if self.par.is_some() {
+            return Err(Diagnostic::error("T.Parallel loops cannot be nested", loc));
+        }
+        let total = extents.iter().map(|&e| e.max(0)).product::<i64>();
+        if total == 0 {
+            return Ok(());
+        }
+        if total > u32::MAX as i64 {
+            return Err(self.error(format!("T.Parallel of {total} iterations is too large"), loc));
+        }
+        let total = total as usize;
+        let mut values = Vec::with_capacity(vars.len());
+        let mut stride = total;
+        for &e in extents {
+            let e = e as usize;
+            stride /= e;
+            values.push((0..total).map(|l| ((l / stride) % e) as i64).collect());
+        }
+        self.par = Some(Parallel { vars: vars.to_vec(), values });
+        // local buffers are per-thread temporaries: a body that writes one runs one
+        // iteration at a time, so each iteration sees its own writes
+        let mut writes_local = false;
+        walk_stmts(body, &mut |s| {
+            if let Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } = s {
+                writes_local |= self.m.buffer(*buf).scope == Scope::Local;
+            }
+        });
+        let result = if writes_local {
+            (0..total as u32).try_for_each(|l| self.exec(body, &[l]))
+        } else {
+            let ids: Vec<u32> = (0..total as u32).collect();
+            self.exec(body, &ids)
+        };
+        self.par = None;
+        result
+    }
+
+    /// Start indices of a resolved region, each wrapped to its expression's dtype.
+    fn starts(&self, r: &ResolvedRegion, loc: Loc) -> Result<Vec<(i64, DType)>, Diagnostic> {
+        r.starts.iter().map(|e| Ok((self.scalar(e, loc)?.as_i64(), e.dtype()))).collect()
+    }
+
+    /// Offset of every element of a region, iterating over its non-unit kept dimensions in
+    /// row-major order; `usize::MAX` past a global tensor's edge; on-chip out of range is
+    /// an error.
+    fn region_offsets(&self, r: &ResolvedRegion, loc: Loc) -> Result<Vec<usize>, Diagnostic> {
+        let starts = self.starts(r, loc)?;
+        let dims: Vec<usize> = (0..r.extents.len()).filter(|&d| r.kept[d] && r.extents[d] != 1).collect();
+        let shape: Vec<i64> = dims.iter().map(|&d| r.extents[d]).collect();
+        let n = shape.iter().product::<i64>().max(0) as usize;
+        let mut cols: Vec<Vec<i64>> = starts.iter().map(|&(s, _)| Vec::from([s]).repeat(n)).collect();
+        let mut k = 0;
+        for_each_index(&shape, |c| {
+            for (pos, &d) in dims.iter().enumerate() {
+                let (s, dt) = starts[d];
+                cols[d][k] = wrap_int(s.wrapping_add(c[pos]), dt);
+            }
+            k += 1;
+            Ok(())
+        })?;
+        self.offsets(r.buf, &cols, n, loc)
+    }
+
+    fn copy(&mut self, src: &Region, dst: &Region, pad: Option<&Expr>, loc: Loc) -> Result<(), Diagnostic> {
+        let m = self.m;
+        let (s, d) = resolve_copy(m, src, dst, loc)?;
+        let (sb, db) = (m.buffer(s.buf), m.buffer(d.buf));
+        let from = self.region_offsets(&s, loc)?;
+        let to = self.region_offsets(&d, loc)?;
+        if from.len() != to.len() {
+            return Err(Diagnostic::bug("copy regions of different sizes after resolution"));
+        }
+        let data = &self.mem[s.buf.0 as usize];
+        let values = if from.contains(&usize::MAX) {
+            let pad = match pad {
+                Some(p) => cast(self.scalar(p, loc)?, p.dtype(), sb.dtype),
+                None => cast(Val::I(0), DType::I64, sb.dtype),
+            };
+            let mut values = Col::empty_like(sb.dtype, from.len());
+            for &o in &from {
+                values.push(if o == usize::MAX { pad } else { data.get(o) });
+            }
+            values
+        } else {
+            data.gather(&from)
+        };
+        self.store(d.buf, &to, cast_col(values, sb.dtype, db.dtype));
+        Ok(())
+    }
+
+    fn fill(&mut self, dst: &Region, value: &Expr, loc: Loc) -> Result<(), Diagnostic> {
+        let r = resolve_region(self.m, dst, None)?;
+        let dt = self.m.buffer(r.buf).dtype;
+        let v = cast(self.scalar(value, loc)?, value.dtype(), dt);
+        let offsets = self.region_offsets(&r, loc)?;
+        let n = offsets.len();
+        self.store(r.buf, &offsets, Col::splat(v, n));
+        Ok(())
+    }
+
+    fn reduce(
+        &mut self,
+        kind: ReduceKind,
+        src: BufferId,
+        dst: BufferId,
+        dim: usize,
+        clear: bool,
+        loc: Loc,
+    ) -> Result<(), Diagnostic> {
+        let m = self.m;
+        let (sb, db) = (m.buffer(src), m.buffer(dst));
+        if dim >= sb.shape.len() {
+            return Err(Diagnostic::error(format!("dim={dim} is out of range for '{}'", sb.name), loc));
+        }
+        let outer: i64 = sb.shape[..dim].iter().product();
+        let len = sb.shape[dim];
+        let inner: i64 = sb.shape[dim + 1..].iter().product();
+        if outer * inner != db.num_elements() {
+            return Err(Diagnostic::error(
+                format!(
+                    "'{}' of shape {:?} cannot hold the reduction of '{}' over dim {dim}",
+                    db.name, db.shape, sb.name
+                ),
+                loc,
+            ));
+        }
+        // fp16/bf16 accumulate in float32
+        let acc_dt = if matches!(sb.dtype, DType::F16 | DType::BF16) { DType::F32 } else { sb.dtype };
+        for o in 0..outer {
+            for i in 0..inner {
+                let mut acc = num::reduce_identity(kind, acc_dt);
+                for r in 0..len {
+                    let x = cast(
+                        self.mem[src.0 as usize].get(((o * len + r) * inner + i) as usize),
+                        sb.dtype,
+                        acc_dt,
+                    );
+                    let x = match (kind, x) {
+                        (ReduceKind::AbsMax, Val::F(f)) => Val::F(f.abs()),
+                        (ReduceKind::AbsMax, Val::I(v)) => Val::I(wrap_int(v.wrapping_abs(), acc_dt)),
+                        (_, x) => x,
+                    };
+                    acc = num::reduce_combine(kind, acc, x, acc_dt);
+                }
+                let out = (o * inner + i) as usize;
+                if !clear {
+                    let old = cast(self.mem[dst.0 as usize].get(out), db.dtype, acc_dt);
+                    acc = num::reduce_combine(kind, old, acc, acc_dt);
+                }
+                self.mem[dst.0 as usize].set(out, cast(acc, acc_dt, db.dtype));
+            }
+        }
+        Ok(())
+    }
+
+    /// `C (+)= op(A) @ op(B)`: products exact, summed over K in order, rounded to C's dtype
+    /// after every addition.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &mut self,
+        a: BufferId,
+        b: BufferId,
+        c: BufferId,
+        transpose_a: bool,
+        transpose_b: bool,
+        clear: bool,
+        loc: Loc,
+    ) -> Result<(), Diagnostic> {
+        let m = self.m;
+        let (ab, bb, cb) = (m.buffer(a), m.buffer(b), m.buffer(c));
+        if ab.shape.len() != 2 || bb.shape.len() != 2 || cb.shape.len() != 2 {
+            return Err(Diagnostic::error("T.gemm operands must be 2-D", loc));
+        }
+        let (rows, k_a) = if transpose_a { (ab.shape[1], ab.shape[0]) } else { (ab.shape[0], ab.shape[1]) };
+        let (k_b, cols) = if transpose_b { (bb.shape[1], bb.shape[0]) } else { (bb.shape[0], bb.shape[1]) };
+        if k_a != k_b || cb.shape != [rows, cols] {
+            return Err(Diagnostic::error("T.gemm operand shapes do not agree", loc));
+        }
+        let at = |i: i64, k: i64| if transpose_a { k * rows + i } else { i * k_a + k } as usize;
+        let bt = |k: i64, j: i64| if transpose_b { j * k_b + k } else { k * cols + j } as usize;
+        let dt = cb.dtype;
+        for i in 0..rows {
+            for j in 0..cols {
+                let out = (i * cols + j) as usize;
+                let mut acc =
+                    if clear { cast(Val::I(0), DType::I64, dt) } else { self.mem[c.0 as usize].get(out) };
+                for k in 0..k_a {
+                    let x = self.mem[a.0 as usize].get(at(i, k));
+                    let y = self.mem[b.0 as usize].get(bt(k, j));
+                    acc = match (acc, x, y) {
+                        (Val::F(s), x, y) => Val::F(num::round(dt, s + x.as_f64() * y.as_f64())),
+                        (Val::I(s), x, y) => {
+                            Val::I(wrap_int(s.wrapping_add(x.as_i64().wrapping_mul(y.as_i64())), dt))
+                        }
+                    };
+                }
+                self.mem[c.0 as usize].set(out, acc);
+            }
+        }
+        Ok(())
+    }
+}

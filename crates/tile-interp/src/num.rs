@@ -1,0 +1,518 @@
+//! Scalar arithmetic of the language: 16-bit float formats, rounding, casts, operators.
+//!
+//! Every value is held as an `i64` (integers and bool, already wrapped to their width; uint32
+//! as its non-negative value) or an `f64` (floats, already rounded to their dtype, so an
+//! fp16 value is an `f64` that fp16 represents exactly).
+
+use tile_ir::simplify::wrap_int;
+use tile_ir::{BinOp, ConstValue, DType, ReduceKind, UnOp};
+
+/// One scalar value of some dtype (the dtype is known from context).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Val {
+    I(i64),
+    F(f64),
+}
+
+impl Val {
+    pub(crate) fn as_i64(self) -> i64 {
+        match self {
+            Val::I(v) => v,
+            Val::F(x) => x as i64,
+        }
+    }
+    pub(crate) fn as_f64(self) -> f64 {
+        match self {
+            Val::I(v) => v as f64,
+            Val::F(x) => x,
+        }
+    }
+}
+
+/// Round an `f32` to a 16-bit float format with `man_bits` stored mantissa bits and
+/// `exp_bits` exponent bits: round to nearest, ties to even; subnormals kept; overflow to
+/// infinity; NaN stays NaN (its top payload bits kept, quiet bit set).
+fn f32_to_narrow(x: f32, exp_bits: u32, man_bits: u32) -> u16 {
+    let bits = x.to_bits();
+    let sign = ((bits >> 31) as u16) << 15;
+    let exp_field = ((bits >> 23) & 0xff) as i32;
+    let man = bits & 0x7f_ffff;
+    let exp_all_ones = (1u16 << exp_bits) - 1;
+    if exp_field == 0xff {
+        if man == 0 {
+            return sign | (exp_all_ones << man_bits);
+        }
+        let payload = (man >> (23 - man_bits)) as u16;
+        return sign | (exp_all_ones << man_bits) | (1 << (man_bits - 1)) | payload;
+    }
+    // x = significand * 2^(exp - 23); f32 subnormals have exp = -126 and no implicit bit
+    let (significand, exp) = if exp_field == 0 { (man, -126) } else { (man | 0x80_0000, exp_field - 127) };
+    if significand == 0 {
+        return sign;
+    }
+    let bias = (1i32 << (exp_bits - 1)) - 1;
+    let emin = 1 - bias;
+    // the target's quantum at this magnitude is 2^(max(exp, emin) - man_bits)
+    let target_exp = exp.max(emin);
+    let shift = (target_exp - man_bits as i32 - (exp - 23)) as u32;
+    if shift >= 25 {
+        return sign; // below half the smallest subnormal
+    }
+    let mut q = significand >> shift;
+    let rem = significand & ((1 << shift) - 1);
+    let half = 1 << (shift - 1);
+    if rem > half || (rem == half && q & 1 == 1) {
+        q += 1;
+    }
+    // exponent field and mantissa in one: a carry out of the mantissa bumps the exponent
+    let magnitude = (((target_exp - emin) as u32) << man_bits) + q;
+    let inf = (exp_all_ones as u32) << man_bits;
+    sign | magnitude.min(inf) as u16
+}
+
+/// `f32` → IEEE binary16 bits, round to nearest even.
+pub fn f32_to_f16_bits(x: f32) -> u16 {
+    f32_to_narrow(x, 5, 10)
+}
+
+/// `f32` → bfloat16 bits, round to nearest even.
+pub fn f32_to_bf16_bits(x: f32) -> u16 {
+    f32_to_narrow(x, 8, 7)
+}
+
+/// IEEE binary16 bits → `f32` (exact).
+pub fn f16_bits_to_f32(h: u16) -> f32 {
+    let sign = ((h as u32) >> 15) << 31;
+    let exp = ((h >> 10) & 0x1f) as u32;
+    let man = (h & 0x3ff) as u32;
+    let magnitude = match exp {
+        0 => {
+            // a subnormal (or zero): man * 2^-24, exact in f32
+            let magnitude = man as f32 * 2f32.powi(-24);
+            return if sign != 0 { -magnitude } else { magnitude };
+        }
+        0x1f => 0x7f80_0000 | (man << 13),
+        _ => ((exp + 127 - 15) << 23) | (man << 13),
+    };
+    f32::from_bits(sign | magnitude)
+}
+
+/// bfloat16 bits → `f32` (exact).
+pub fn bf16_bits_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// Round `x` to the precision of the float type `dt` (fp16/bf16 through float32, as the
+/// GPU converts).
+pub(crate) fn round(dt: DType, x: f64) -> f64 {
+    match dt {
+        DType::F32 => x as f32 as f64,
+        DType::F16 => f16_bits_to_f32(f32_to_f16_bits(x as f32)) as f64,
+        DType::BF16 => bf16_bits_to_f32(f32_to_bf16_bits(x as f32)) as f64,
+        _ => x,
+    }
+}
+
+/// The rounding function of a float dtype, chosen once for a whole column.
+pub(crate) fn rounder(dt: DType) -> fn(f64) -> f64 {
+    match dt {
+        DType::F32 => |x| x as f32 as f64,
+        DType::F16 => |x| f16_bits_to_f32(f32_to_f16_bits(x as f32)) as f64,
+        DType::BF16 => |x| bf16_bits_to_f32(f32_to_bf16_bits(x as f32)) as f64,
+        _ => |x| x,
+    }
+}
+
+/// A constant of the IR as a value of its dtype.
+pub(crate) fn constant(value: ConstValue, dt: DType) -> Val {
+    match value {
+        ConstValue::Int(v) => cast(Val::I(v), DType::I64, dt),
+        ConstValue::Float(x) => cast(Val::F(x), DType::F64, dt),
+    }
+}
+
+/// Convert a value of `from` to `to`: float → int truncates toward zero and saturates
+/// (NaN → 0); int → int wraps; anything → bool is `!= 0`; to a float rounds to nearest.
+pub(crate) fn cast(v: Val, from: DType, to: DType) -> Val {
+    if to == DType::Bool {
+        return Val::I(match v {
+            Val::I(i) => (i != 0) as i64,
+            Val::F(x) => (x != 0.0) as i64,
+        });
+    }
+    match (v, to.is_float()) {
+        // Rust's float → int `as` truncates, saturates and maps NaN to 0
+        (Val::F(x), false) => Val::I(match to {
+            DType::I8 => x as i8 as i64,
+            DType::U8 => x as u8 as i64,
+            DType::I16 => x as i16 as i64,
+            DType::I32 => x as i32 as i64,
+            DType::U32 => x as u32 as i64,
+            _ => x as i64,
+        }),
+        (Val::I(i), false) => Val::I(wrap_int(i, to)),
+        // ints round straight to float32 (not through f64, which would round twice)
+        (Val::I(i), true) if to == DType::F64 => Val::F(i as f64),
+        (Val::I(i), true) => Val::F(round(to, i as f32 as f64)),
+        (Val::F(x), true) if from == to => Val::F(x),
+        (Val::F(x), true) => Val::F(round(to, x)),
+    }
+}
+
+/// Python's floor division for integers (`b != 0`), wrapping on overflow.
+pub(crate) fn floordiv(a: i64, b: i64) -> i64 {
+    let q = a.wrapping_div(b);
+    if q.wrapping_mul(b) != a && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    }
+}
+
+/// Python's floor modulo for integers (`b != 0`).
+pub(crate) fn floormod(a: i64, b: i64) -> i64 {
+    a.wrapping_sub(floordiv(a, b).wrapping_mul(b))
+}
+
+/// Why an operation has no value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum OpError {
+    DivisionByZero,
+    Unsupported,
+}
+
+/// Shift count as the GPU's C shifts see it: masked to the width of the promoted operand
+/// (31 for types up to 32 bits, which C promotes to int; 63 for int64).
+fn shift_count(b: i64, dt: DType) -> u32 {
+    (b & if dt == DType::I64 { 63 } else { 31 }) as u32
+}
+
+/// An integer (or bool) binary operator; `dt` is the operands' dtype, `out` the result's.
+pub(crate) fn int_binary(op: BinOp, a: i64, b: i64, dt: DType, out: DType) -> Result<i64, OpError> {
+    let r = match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        BinOp::FloorDiv | BinOp::FloorMod | BinOp::Div if b == 0 => return Err(OpError::DivisionByZero),
+        BinOp::FloorDiv => floordiv(a, b),
+        BinOp::FloorMod => floormod(a, b),
+        BinOp::Div => return Err(OpError::Unsupported),
+        BinOp::Max => a.max(b),
+        BinOp::Min => a.min(b),
+        BinOp::Eq => (a == b) as i64,
+        BinOp::Ne => (a != b) as i64,
+        BinOp::Lt => (a < b) as i64,
+        BinOp::Le => (a <= b) as i64,
+        BinOp::Gt => (a > b) as i64,
+        BinOp::Ge => (a >= b) as i64,
+        BinOp::And => (a != 0 && b != 0) as i64,
+        BinOp::Or => (a != 0 || b != 0) as i64,
+        BinOp::BitAnd => a & b,
+        BinOp::BitOr => a | b,
+        BinOp::BitXor => a ^ b,
+        BinOp::Shl => a.wrapping_shl(shift_count(b, dt)),
+        // operands are held sign- or zero-extended, so this is arithmetic for signed types
+        // and logical for unsigned ones
+        BinOp::Shr => a >> shift_count(b, dt),
+    };
+    Ok(wrap_int(r, out))
+}
+
+/// A float binary operator on values of `dt`, rounded to `dt` (comparisons give 0/1 as f64).
+pub(crate) fn float_binary(op: BinOp, a: f64, b: f64, dt: DType) -> Result<f64, OpError> {
+    // floor division and modulo are computed in the C type (float for fp16/bf16/f32)
+    let inner = if dt == DType::F64 { DType::F64 } else { DType::F32 };
+    let r = match op {
+        BinOp::Add => a + b,
+        BinOp::Sub => a - b,
+        BinOp::Mul => a * b,
+        BinOp::Div => a / b,
+        BinOp::FloorDiv => round(inner, a / b).floor(),
+        BinOp::FloorMod => {
+            let q = round(inner, a / b).floor();
+            a - round(inner, q * b)
+        }
+        // fmax/fmin: a NaN operand yields the other operand
+        BinOp::Max => a.max(b),
+        BinOp::Min => a.min(b),
+        BinOp::Eq => return Ok((a == b) as i64 as f64),
+        BinOp::Ne => return Ok((a != b) as i64 as f64),
+        BinOp::Lt => return Ok((a < b) as i64 as f64),
+        BinOp::Le => return Ok((a <= b) as i64 as f64),
+        BinOp::Gt => return Ok((a > b) as i64 as f64),
+        BinOp::Ge => return Ok((a >= b) as i64 as f64),
+        BinOp::And | BinOp::Or | BinOp::BitAnd | BinOp::BitOr | BinOp::BitXor | BinOp::Shl | BinOp::Shr => {
+            return Err(OpError::Unsupported)
+        }
+    };
+    Ok(round(dt, r))
+}
+
+/// A float math function, computed in f64 and rounded to `dt`.
+pub(crate) fn float_unary(op: UnOp, x: f64, dt: DType) -> f64 {
+    let r = match op {
+        UnOp::Neg => -x,
+        UnOp::Not => (x == 0.0) as i64 as f64,
+        UnOp::Abs => x.abs(),
+        UnOp::Exp => x.exp(),
+        UnOp::Exp2 => x.exp2(),
+        UnOp::Log => x.ln(),
+        UnOp::Log2 => x.log2(),
+        UnOp::Sqrt => x.sqrt(),
+        UnOp::Rsqrt => 1.0 / x.sqrt(),
+        UnOp::Tanh => x.tanh(),
+        UnOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnOp::Erf => libm::erf(x),
+        UnOp::Sin => x.sin(),
+        UnOp::Cos => x.cos(),
+        UnOp::Floor => x.floor(),
+        UnOp::Ceil => x.ceil(),
+    };
+    round(dt, r)
+}
+
+/// An integer unary operator (`neg`, `not`, `abs`); math functions are float-only.
+pub(crate) fn int_unary(op: UnOp, a: i64, dt: DType) -> Result<i64, OpError> {
+    let r = match op {
+        UnOp::Neg => a.wrapping_neg(),
+        UnOp::Not => (a == 0) as i64,
+        UnOp::Abs => a.wrapping_abs(),
+        _ => return Err(OpError::Unsupported),
+    };
+    Ok(wrap_int(r, dt))
+}
+
+/// A binary operator on scalar values of `dt` (result of `out`).
+pub(crate) fn binary(op: BinOp, a: Val, b: Val, dt: DType, out: DType) -> Result<Val, OpError> {
+    if dt.is_float() {
+        let r = float_binary(op, a.as_f64(), b.as_f64(), dt)?;
+        Ok(if out.is_float() { Val::F(r) } else { Val::I(r as i64) })
+    } else {
+        int_binary(op, a.as_i64(), b.as_i64(), dt, out).map(Val::I)
+    }
+}
+
+/// The starting value of a reduction in the accumulator dtype.
+pub(crate) fn reduce_identity(kind: ReduceKind, dt: DType) -> Val {
+    let (lo, hi) = match dt {
+        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
+        DType::U8 => (0, u8::MAX as i64),
+        DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+        DType::U32 => (0, u32::MAX as i64),
+        DType::Bool => (0, 1),
+        _ => (i64::MIN, i64::MAX),
+    };
+    match (kind, dt.is_float()) {
+        (ReduceKind::Sum | ReduceKind::AbsMax, true) => Val::F(0.0),
+        (ReduceKind::Sum | ReduceKind::AbsMax, false) => Val::I(0),
+        (ReduceKind::Max, true) => Val::F(f64::NEG_INFINITY),
+        (ReduceKind::Min, true) => Val::F(f64::INFINITY),
+        (ReduceKind::Max, false) => Val::I(lo),
+        (ReduceKind::Min, false) => Val::I(hi),
+    }
+}
+
+/// Fold one more element into a reduction accumulator of `dt` (`x` already abs'ed for absmax).
+pub(crate) fn reduce_combine(kind: ReduceKind, acc: Val, x: Val, dt: DType) -> Val {
+    let op = match kind {
+        ReduceKind::Sum => BinOp::Add,
+        ReduceKind::Max | ReduceKind::AbsMax => BinOp::Max,
+        ReduceKind::Min => BinOp::Min,
+    };
+    // add/max/min never fail
+    binary(op, acc, x, dt, dt).unwrap_or(acc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f16(x: f32) -> u16 {
+        f32_to_f16_bits(x)
+    }
+
+    #[test]
+    fn f16_exact_values_round_trip() {
+        for h in 0..=u16::MAX {
+            let x = f16_bits_to_f32(h);
+            if x.is_nan() {
+                assert!(f16_bits_to_f32(f16(x)).is_nan());
+            } else {
+                assert_eq!(f16(x), h, "bits {h:#06x} = {x}");
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_exact_values_round_trip() {
+        for h in 0..=u16::MAX {
+            let x = bf16_bits_to_f32(h);
+            if x.is_nan() {
+                assert!(bf16_bits_to_f32(f32_to_bf16_bits(x)).is_nan());
+            } else {
+                assert_eq!(f32_to_bf16_bits(x), h, "bits {h:#06x} = {x}");
+            }
+        }
+    }
+
+    #[test]
+    fn f16_ties_to_even() {
+        // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even (1)
+        assert_eq!(f16(1.0 + 2f32.powi(-11)), 0x3c00);
+        // 1 + 3 * 2^-11 is halfway between 1 + 2^-10 (odd) and 1 + 2^-9: up
+        assert_eq!(f16(1.0 + 3.0 * 2f32.powi(-11)), 0x3c02);
+        // just above the tie rounds up
+        assert_eq!(f16(1.0 + 2f32.powi(-11) + 2f32.powi(-20)), 0x3c01);
+        assert_eq!(f16(-1.0 - 2f32.powi(-11)), 0xbc00);
+        assert_eq!(f16(0.1), 0x2e66);
+        assert_eq!(f16(-0.0), 0x8000);
+    }
+
+    #[test]
+    fn f16_subnormals_and_overflow() {
+        let tiny = 2f32.powi(-24); // smallest subnormal
+        assert_eq!(f16(tiny), 0x0001);
+        assert_eq!(f16(tiny * 0.5), 0x0000); // tie with 0: even
+        assert_eq!(f16(tiny * 0.75), 0x0001);
+        assert_eq!(f16(tiny * 1.5), 0x0002); // tie between 1 and 2 subnormal quanta: even
+        assert_eq!(f16(tiny * 2.5), 0x0002);
+        assert_eq!(f16(-tiny * 0.25), 0x8000);
+        assert_eq!(f16(2f32.powi(-14) - tiny * 0.5), 0x0400); // rounds up to the smallest normal
+        assert_eq!(f16(1e-30), 0);
+        assert_eq!(f16(f32::from_bits(1)), 0); // an f32 subnormal
+        assert_eq!(f16(65504.0), 0x7bff);
+        assert_eq!(f16(65519.0), 0x7bff);
+        assert_eq!(f16(65520.0), 0x7c00); // the tie above the largest finite goes to infinity
+        assert_eq!(f16(1e10), 0x7c00);
+        assert_eq!(f16(-1e10), 0xfc00);
+        assert_eq!(f16(f32::INFINITY), 0x7c00);
+        assert_eq!(f16(f32::NEG_INFINITY), 0xfc00);
+        assert_eq!(f16(f32::NAN) & 0x7e00, 0x7e00);
+        assert_eq!(f16_bits_to_f32(0x0001), tiny);
+        assert_eq!(f16_bits_to_f32(0x8001), -tiny);
+        assert_eq!(f16_bits_to_f32(0x7bff), 65504.0);
+        assert_eq!(f16_bits_to_f32(0x8000).to_bits(), (-0.0f32).to_bits());
+    }
+
+    #[test]
+    fn bf16_rounding() {
+        // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even
+        assert_eq!(f32_to_bf16_bits(1.0 + 2f32.powi(-8)), 0x3f80);
+        assert_eq!(f32_to_bf16_bits(1.0 + 3.0 * 2f32.powi(-8)), 0x3f82);
+        assert_eq!(f32_to_bf16_bits(1.0 + 2f32.powi(-8) + 2f32.powi(-20)), 0x3f81);
+        assert_eq!(f32_to_bf16_bits(f32::MAX), 0x7f80); // rounds past the largest finite
+        assert_eq!(f32_to_bf16_bits(f32::from_bits(0x7f7f_0000)), 0x7f7f);
+        assert_eq!(f32_to_bf16_bits(f32::from_bits(0x0000_8000)), 0x0000); // subnormal tie: even
+        assert_eq!(f32_to_bf16_bits(f32::from_bits(0x0001_8000)), 0x0002);
+        assert_eq!(f32_to_bf16_bits(f32::from_bits(0x0000_8001)), 0x0001);
+        assert!(bf16_bits_to_f32(f32_to_bf16_bits(f32::NAN)).is_nan());
+        assert_eq!(bf16_bits_to_f32(0x4049), 3.140625);
+    }
+
+    #[test]
+    fn casts() {
+        let c = |x: f64, to: DType| cast(Val::F(x), DType::F32, to);
+        assert_eq!(c(2.9, DType::I32), Val::I(2));
+        assert_eq!(c(-2.9, DType::I32), Val::I(-2));
+        assert_eq!(c(300.0, DType::I8), Val::I(127));
+        assert_eq!(c(-300.0, DType::I8), Val::I(-128));
+        assert_eq!(c(-5.0, DType::U8), Val::I(0));
+        assert_eq!(c(f64::NAN, DType::I8), Val::I(0));
+        assert_eq!(c(f64::INFINITY, DType::I32), Val::I(i32::MAX as i64));
+        assert_eq!(c(f64::NEG_INFINITY, DType::I64), Val::I(i64::MIN));
+        assert_eq!(c(1e20, DType::U32), Val::I(u32::MAX as i64));
+        assert_eq!(c(f64::NAN, DType::Bool), Val::I(1));
+        assert_eq!(c(0.0, DType::Bool), Val::I(0));
+        assert_eq!(cast(Val::I(300), DType::I32, DType::I8), Val::I(44));
+        assert_eq!(cast(Val::I(-1), DType::I32, DType::U32), Val::I(u32::MAX as i64));
+        assert_eq!(cast(Val::I(-1), DType::I8, DType::U8), Val::I(255));
+        assert_eq!(cast(Val::I(7), DType::I32, DType::Bool), Val::I(1));
+        // int → fp16 rounds to nearest even: 2049 is a tie between 2048 and 2050
+        assert_eq!(cast(Val::I(2049), DType::I32, DType::F16), Val::F(2048.0));
+        assert_eq!(cast(Val::I(2051), DType::I32, DType::F16), Val::F(2052.0));
+        assert_eq!(cast(Val::I(70000), DType::I32, DType::F16), Val::F(f64::INFINITY));
+        // int64 → float32 rounds once (2^53 + 1 would round twice through f64)
+        let v = (1i64 << 60) + (1 << 36) + 1;
+        assert_eq!(cast(Val::I(v), DType::I64, DType::F32), Val::F(v as f32 as f64));
+        assert_eq!(cast(Val::F(0.1), DType::F64, DType::F32), Val::F(0.1f32 as f64));
+        assert_eq!(cast(Val::F(1e6), DType::F32, DType::F16), Val::F(f64::INFINITY));
+    }
+
+    #[test]
+    fn floor_division() {
+        assert_eq!(floordiv(7, 2), 3);
+        assert_eq!(floordiv(-7, 2), -4);
+        assert_eq!(floordiv(7, -2), -4);
+        assert_eq!(floordiv(-7, -2), 3);
+        assert_eq!(floordiv(-8, 2), -4);
+        assert_eq!(floormod(-7, 2), 1);
+        assert_eq!(floormod(7, -2), -1);
+        assert_eq!(floormod(-7, -2), -1);
+        assert_eq!(floormod(6, -3), 0);
+        assert_eq!(floordiv(i64::MIN, -1), i64::MIN); // wraps
+        assert_eq!(int_binary(BinOp::FloorDiv, 1, 0, DType::I32, DType::I32), Err(OpError::DivisionByZero));
+        assert_eq!(int_binary(BinOp::FloorMod, 1, 0, DType::I32, DType::I32), Err(OpError::DivisionByZero));
+        assert_eq!(
+            int_binary(BinOp::FloorDiv, i32::MIN as i64, -1, DType::I32, DType::I32),
+            Ok(i32::MIN as i64)
+        );
+        assert_eq!(float_binary(BinOp::FloorDiv, -7.0, 2.0, DType::F32), Ok(-4.0));
+        assert_eq!(float_binary(BinOp::FloorMod, -7.0, 2.0, DType::F32), Ok(1.0));
+        assert_eq!(float_binary(BinOp::FloorMod, 7.5, -2.0, DType::F64), Ok(-0.5));
+    }
+
+    #[test]
+    fn integer_wrapping_and_shifts() {
+        assert_eq!(int_binary(BinOp::Add, 100, 100, DType::I8, DType::I8), Ok(-56));
+        assert_eq!(int_binary(BinOp::Mul, 200, 2, DType::U8, DType::U8), Ok(144));
+        assert_eq!(int_binary(BinOp::Sub, 0, 1, DType::U32, DType::U32), Ok(u32::MAX as i64));
+        assert_eq!(int_binary(BinOp::Add, i32::MAX as i64, 1, DType::I32, DType::I32), Ok(i32::MIN as i64));
+        assert_eq!(int_binary(BinOp::Shl, 1, 33, DType::I32, DType::I32), Ok(2)); // count masked to 31
+        assert_eq!(int_binary(BinOp::Shl, 1, 40, DType::I64, DType::I64), Ok(1 << 40));
+        assert_eq!(int_binary(BinOp::Shr, -8, 1, DType::I32, DType::I32), Ok(-4));
+        assert_eq!(int_binary(BinOp::Shr, u32::MAX as i64, 4, DType::U32, DType::U32), Ok(0x0fff_ffff));
+        assert_eq!(int_binary(BinOp::Shl, 0x40, 1, DType::I8, DType::I8), Ok(-128));
+        assert_eq!(int_unary(UnOp::Abs, -128, DType::I8), Ok(-128));
+        assert_eq!(int_unary(UnOp::Neg, -128, DType::I8), Ok(-128));
+        assert_eq!(int_unary(UnOp::Not, 1, DType::Bool), Ok(0));
+    }
+
+    #[test]
+    fn float_ops_round_every_step() {
+        // fp16: 2048 + 1 is a tie, rounds to even 2048
+        assert_eq!(float_binary(BinOp::Add, 2048.0, 1.0, DType::F16), Ok(2048.0));
+        assert_eq!(float_binary(BinOp::Add, 60000.0, 10000.0, DType::F16), Ok(f64::INFINITY));
+        assert_eq!(float_binary(BinOp::Div, 1.0, 3.0, DType::F32), Ok((1.0f32 / 3.0) as f64));
+        assert_eq!(float_binary(BinOp::Max, f64::NAN, 2.0, DType::F32), Ok(2.0));
+        assert_eq!(float_binary(BinOp::Min, 2.0, f64::NAN, DType::F32), Ok(2.0));
+        assert_eq!(float_unary(UnOp::Sigmoid, 0.0, DType::F32), 0.5);
+        assert_eq!(float_unary(UnOp::Exp, 0.0, DType::BF16), 1.0);
+    }
+
+    #[test]
+    fn erf_is_accurate() {
+        // reference values (Abramowitz & Stegun table / mpmath)
+        let cases = [
+            (0.1, 0.1124629160182849),
+            (0.5, 0.5204998778130465),
+            (1.0, 0.8427007929497149),
+            (2.0, 0.9953222650189527),
+            (-1.5, -0.9661051464753108),
+            (3.5, 0.9999992569016276),
+        ];
+        for (x, want) in cases {
+            let got = float_unary(UnOp::Erf, x, DType::F64);
+            assert!(((got - want) / want).abs() < 1e-15, "erf({x}) = {got}, want {want}");
+        }
+    }
+
+    #[test]
+    fn reductions_identities() {
+        assert_eq!(reduce_identity(ReduceKind::Max, DType::I8), Val::I(-128));
+        assert_eq!(reduce_identity(ReduceKind::Min, DType::U32), Val::I(u32::MAX as i64));
+        assert_eq!(reduce_identity(ReduceKind::Max, DType::F32), Val::F(f64::NEG_INFINITY));
+        let acc = reduce_combine(ReduceKind::Sum, Val::F(1.0), Val::F(2f64.powi(-30)), DType::F32);
+        assert_eq!(acc, Val::F(1.0));
+    }
+}

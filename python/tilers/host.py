@@ -1,0 +1,133 @@
+"""Running a kernel on host arrays (numpy, or CPU torch tensors) with the tilers interpreter."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+# numpy dtype names of the KernelInfo dtypes; bfloat16 comes from ml_dtypes
+NUMPY_DTYPES = {
+    "bool": "bool", "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32",
+    "uint32": "uint32", "int64": "int64", "float16": "float16", "float32": "float32",
+    "float64": "float64",
+}
+
+
+def numpy_dtype(name: str):
+    import numpy
+
+    if name == "bfloat16":
+        try:
+            import ml_dtypes
+        except ImportError as error:
+            raise RuntimeError(
+                "bfloat16 host arrays need the ml_dtypes package (pip install ml_dtypes)"
+            ) from error
+        return numpy.dtype(ml_dtypes.bfloat16)
+    return numpy.dtype(NUMPY_DTYPES[name])
+
+
+def is_host_array(arg) -> bool:
+    """A numpy array or a CPU torch tensor (without importing either)."""
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(arg, numpy.ndarray):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(arg, torch.Tensor) and arg.device.type == "cpu"
+
+
+def is_gpu_tensor(arg) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(arg, torch.Tensor) and arg.device.type != "cpu"
+
+
+def as_numpy(name: str, spec: dict, arg):
+    """A writable numpy view of a host argument, checked against the parameter's spec."""
+    import numpy
+
+    want = numpy_dtype(spec["dtype"])
+    shape = tuple(spec["shape"])
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(arg, torch.Tensor):
+        if arg.dtype != getattr(torch, spec["dtype"]):
+            raise ValueError(
+                f"parameter '{name}': expected dtype {spec['dtype']}, got {arg.dtype} "
+                f"(tilers never casts silently)"
+            )
+        if not arg.is_contiguous():
+            raise ValueError(f"parameter '{name}': expected a contiguous tensor — pass {name}.contiguous()")
+        view = arg.view(torch.int16).numpy().view(want) if spec["dtype"] == "bfloat16" else arg.numpy()
+    elif isinstance(arg, numpy.ndarray):
+        view = arg
+    else:
+        raise TypeError(
+            f"parameter '{name}': expected a numpy array of {spec['dtype']} with shape "
+            f"{shape}, got {type(arg).__name__}"
+        )
+    if view.dtype != want:
+        raise ValueError(
+            f"parameter '{name}': expected dtype {spec['dtype']}, got {view.dtype} "
+            f"(tilers never casts silently: pass {name}.astype(...))"
+        )
+    if tuple(view.shape) != shape:
+        raise ValueError(
+            f"parameter '{name}': expected shape {shape}, got {tuple(view.shape)} "
+            "(the kernel was compiled for that shape)"
+        )
+    if not view.flags.c_contiguous:
+        raise ValueError(
+            f"parameter '{name}': expected a C-contiguous array, got strides {view.strides} "
+            f"— pass numpy.ascontiguousarray({name})"
+        )
+    if not view.flags.writeable:
+        raise ValueError(f"parameter '{name}': the array is read-only; pass a writable copy")
+    return view
+
+
+def call(kernel, args, scalar_check):
+    """Run `kernel` on host arguments with the interpreter; return its outputs (out_idx)."""
+    import numpy
+
+    from tilers import _tilers
+    from tilers.errors import TileError
+
+    specs = kernel.info["params"]
+    views = {}
+    values = [None] * len(specs)
+    torch_inputs = False
+    for position, arg in zip(kernel._input_positions, args):
+        spec = specs[position]
+        if spec["kind"] == "tensor":
+            views[position] = as_numpy(spec["name"], spec, arg)
+            torch_inputs |= not isinstance(arg, numpy.ndarray)
+        else:
+            values[position] = scalar_check(position, arg)
+    outputs = []
+    for position in kernel.out_idx:
+        spec = specs[position]
+        out = numpy.zeros(tuple(spec["shape"]), dtype=numpy_dtype(spec["dtype"]))
+        views[position] = out
+        outputs.append(out)
+    for position, view in views.items():
+        values[position] = view.tobytes()
+    try:
+        results = _tilers.interpret(kernel.program_json, values, json.dumps({"arch": kernel.arch}))
+    except _tilers.CompileError as error:
+        raise TileError(str(error)) from None
+    for position, data in enumerate(results):
+        if data is not None:
+            view = views[position]
+            numpy.copyto(view, numpy.frombuffer(data, dtype=view.dtype).reshape(view.shape))
+    if torch_inputs:
+        import torch
+
+        outputs = [_to_torch(torch, out) for out in outputs]
+    if not outputs:
+        return None
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def _to_torch(torch, array):
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.view("int16")).view(torch.bfloat16)
+    return torch.from_numpy(array)
