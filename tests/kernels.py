@@ -178,7 +178,20 @@ def clamp_int8(M, N, block_M=16, block_N=128, threads=128):
     return clamp_int8
 
 
-MATH_FUNCS = ["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos", "abs"]
+MATH_FUNCS = [
+    "exp",
+    "exp2",
+    "log",
+    "log2",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "sin",
+    "cos",
+    "abs",
+]
 
 
 def math_zoo(N, dtype="float32", block=256, threads=128):
@@ -216,6 +229,78 @@ def head_slices(B, S, H, D, block_S=64, dtype="float16", threads=128):
     return head_slices
 
 
+def matmul(
+    M,
+    N,
+    K,
+    block_M=128,
+    block_N=128,
+    block_K=32,
+    num_stages=3,
+    threads=128,
+    dtype="float16",
+    accum_dtype="float32",
+    trans_A=False,
+    trans_B=False,
+    policy=T.GemmWarpPolicy.Square,
+):
+    """C = A @ B (A stored K x M when trans_A, B stored N x K when trans_B), the articles'
+    GEMM shape: operand tiles in shared memory, accumulator fragment, pipelined K loop."""
+    a_shape = (K, M) if trans_A else (M, K)
+    b_shape = (N, K) if trans_B else (K, N)
+    a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
+    b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+    out_dtype = "int32" if dtype == "int8" else dtype
+
+    @T.prim_func
+    def matmul(
+        A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared(a_tile, dtype)
+            B_shared = T.alloc_shared(b_tile, dtype)
+            acc = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                if trans_A:
+                    T.copy(A[ko * block_K, by * block_M], A_shared)
+                else:
+                    T.copy(A[by * block_M, ko * block_K], A_shared)
+                if trans_B:
+                    T.copy(B[bx * block_N, ko * block_K], B_shared)
+                else:
+                    T.copy(B[ko * block_K, bx * block_N], B_shared)
+                T.gemm(
+                    A_shared, B_shared, acc, transpose_A=trans_A, transpose_B=trans_B, policy=policy
+                )
+            T.copy(acc, C[by * block_M, bx * block_N])
+
+    return matmul
+
+
+def article_matmul(M, N, K, block_M=128, block_N=128, block_K=32):
+    """The first article's GEMM (§4.2) as written: operand tiles declared as fragments inside
+    the pipelined loop, the accumulator never cleared."""
+
+    @T.prim_func
+    def matmul_kernel(
+        A: T.Tensor((M, K), "float16"),
+        B: T.Tensor((K, N), "float16"),
+        C: T.Tensor((M, N), "float16"),
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=256) as (bx, by):
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
+                a_tile = T.alloc_fragment((block_M, block_K), "float16")
+                b_tile = T.alloc_fragment((block_K, block_N), "float16")
+                T.copy(A[by * block_M, ko * block_K], a_tile)
+                T.copy(B[ko * block_K, bx * block_N], b_tile)
+                T.gemm(a_tile, b_tile, acc)
+            T.copy(acc, C[by * block_M, bx * block_N])
+
+    return matmul_kernel
+
+
 # name -> (factory, kwargs) for the compile tests: every kernel at ragged sizes
 COMPILE_CASES = {
     "add_f16": (add, dict(M=1000, N=1000)),
@@ -235,4 +320,32 @@ COMPILE_CASES = {
     "clamp_int8": (clamp_int8, dict(M=100, N=1000)),
     "math_zoo": (math_zoo, dict(N=1000)),
     "head_slices": (head_slices, dict(B=2, S=100, H=3, D=64)),
+    "matmul_nn_f16": (matmul, dict(M=1000, N=1000, K=1000)),
+    "matmul_tn_bf16": (
+        matmul,
+        dict(M=33, N=200, K=100, dtype="bfloat16", trans_B=True, block_M=64, block_N=64),
+    ),
+    "matmul_tt_f16": (
+        matmul,
+        dict(M=256, N=256, K=256, trans_A=True, trans_B=True, policy=T.GemmWarpPolicy.FullRow),
+    ),
+    "matmul_nt_int8": (
+        matmul,
+        dict(M=100, N=100, K=128, dtype="int8", accum_dtype="int32", block_K=64, trans_B=True),
+    ),
+    "matmul_nn_int8": (
+        matmul,
+        dict(
+            M=64,
+            N=64,
+            K=64,
+            dtype="int8",
+            accum_dtype="int32",
+            block_K=32,
+            trans_A=True,
+            block_M=64,
+            block_N=64,
+        ),
+    ),
+    "article_matmul": (article_matmul, dict(M=1024, N=1024, K=1024)),
 }

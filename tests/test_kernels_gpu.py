@@ -222,3 +222,68 @@ class TestArgumentErrors:
 
     def test_argument_count(self):
         self.check(TypeError, "3", self.a, self.b)
+
+
+def _matmul_inputs(M, N, K, dtype, trans_A, trans_B, seed=20):
+    import torch
+
+    if dtype == "int8":
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        a = torch.randint(-128, 128, (K, M) if trans_A else (M, K), generator=g, device="cuda", dtype=torch.int8)
+        b = torch.randint(-128, 128, (N, K) if trans_B else (K, N), generator=g, device="cuda", dtype=torch.int8)
+    else:
+        a = rand((K, M) if trans_A else (M, K), dtype, seed)
+        b = rand((N, K) if trans_B else (K, N), dtype, seed + 1)
+    want = (a.T if trans_A else a).double() @ (b.T if trans_B else b).double()
+    return a, b, want
+
+
+def _check_matmul(got, want, dtype, K):
+    if dtype == "int8":
+        assert (got.double() == want).all(), "int8 GEMM accumulates exactly in int32"
+        record(0.0)
+        return
+    # fp32 accumulation, one rounding to the output type: error ~ eps(out) * |C| + K eps32
+    scale = want.abs().max().item() + 1.0
+    err = record(((got.double() - want).abs().max() / scale).item())
+    assert err < 1e-2, f"max error {err:.3g} of the largest |C|"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (1, 64, 100), (7, 33, 17), (33, 200, 64)])
+def test_matmul(M, N, K, trans_A, trans_B, dtype):
+    kernel = tilers.compile(kernels.matmul(M, N, K, dtype=dtype, trans_A=trans_A, trans_B=trans_B), out_idx=[2])
+    a, b, want = _matmul_inputs(M, N, K, dtype, trans_A, trans_B)
+    _check_matmul(kernel(a, b), want, dtype, K)
+
+
+@pytest.mark.parametrize("trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("M,N,K", [(100, 100, 128), (7, 33, 100)])
+def test_matmul_int8(M, N, K, trans_A, trans_B):
+    kernel = tilers.compile(
+        kernels.matmul(M, N, K, dtype="int8", accum_dtype="int32", block_K=64, trans_A=trans_A, trans_B=trans_B),
+        out_idx=[2],
+    )
+    a, b, want = _matmul_inputs(M, N, K, "int8", trans_A, trans_B)
+    _check_matmul(kernel(a, b), want, "int8", K)
+
+
+@pytest.mark.parametrize("policy", ["square", "full_row", "full_col"])
+@pytest.mark.parametrize("blocks", [(128, 128, 32, 128), (64, 128, 64, 256), (128, 64, 32, 128), (32, 32, 32, 128)])
+@pytest.mark.parametrize("stages", [1, 2, 3, 4])
+def test_matmul_configs(policy, blocks, stages):
+    block_M, block_N, block_K, threads = blocks
+    M, N, K = 257, 300, 333
+    kernel = tilers.compile(
+        kernels.matmul(M, N, K, block_M, block_N, block_K, stages, threads, policy=policy), out_idx=[2]
+    )
+    a, b, want = _matmul_inputs(M, N, K, "float16", False, False)
+    _check_matmul(kernel(a, b), want, "float16", K)
+
+
+def test_article_matmul_runs_as_written():
+    M = N = K = 1024
+    kernel = tilers.compile(kernels.article_matmul(M, N, K), out_idx=[2])
+    a, b, want = _matmul_inputs(M, N, K, "float16", False, False)
+    _check_matmul(kernel(a, b), want, "float16", K)

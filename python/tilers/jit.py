@@ -41,7 +41,7 @@ def compile(prim_func, out_idx=None, target="auto", **params):
             # the interpreter runs the tile program: verify it, generate no GPU code
             source, info_json = None, _tilers.check(program_json)
         else:
-            source, info_json = _tilers.compile(program_json, options_json)
+            source, info_json = _compile_program(program_json, options_json)
     except _tilers.CompileError as err:
         raise TileError(str(err)) from None
     result = kernel.JITKernel(
@@ -55,6 +55,26 @@ def compile(prim_func, out_idx=None, target="auto", **params):
     if key is not None:
         prim_func.compiled[key] = result
     return result
+
+
+# In-process memo of the Rust core's output, keyed by the program text: a program traced
+# again (its factory called again outside @tilers.jit's memo) skips the compiler. The
+# cubin has its own memo and disk cache (tilers/cache.py).
+_MEMO_ENTRIES = 1024
+_compiled_programs: dict[tuple[str, str], tuple[str, str]] = {}
+
+
+def _compile_program(program_json: str, options_json: str) -> tuple[str, str]:
+    from . import _tilers
+
+    key = (program_json, options_json)
+    compiled = _compiled_programs.get(key)
+    if compiled is None:
+        compiled = _tilers.compile(program_json, options_json)
+        if len(_compiled_programs) >= _MEMO_ENTRIES:
+            _compiled_programs.clear()
+        _compiled_programs[key] = compiled
+    return compiled
 
 
 def normalize_out_idx(out_idx, prim_func: PrimFunc) -> list:

@@ -6,7 +6,7 @@ import ctypes
 import math
 import numbers
 
-from tilers import host, runtime
+from tilers import cache, host, runtime
 
 # Every dtype of docs/format.md, by the name of its torch dtype (the same names).
 TORCH_DTYPE_NAMES = (
@@ -166,7 +166,8 @@ class JITKernel:
                 "has no GPU code; compile with target=\"auto\" or \"cuda:sm_XX\" for that"
             )
         if self._cubin is None:
-            self._cubin = runtime.nvrtc_compile(
+            # memo, then the disk cache, then NVRTC (tilers/cache.py)
+            self._cubin = cache.get_cubin(
                 self.source, self.arch, self.name,
                 lineinfo=self.lineinfo, fast_math=self.fast_math,
             )
@@ -198,28 +199,31 @@ class JITKernel:
     def __call__(self, *args):
         if len(args) != len(self._input_positions):
             raise self._argument_count_error(len(args))
-        if self._runs_on_host(args):
-            return host.call(self, args, self._check_scalar)
         if self._checks is None:
+            # First call (or target="interp"): host arrays go to the interpreter. Later
+            # calls take the GPU path and divert only when a tensor check fails.
+            if self._runs_on_host(args):
+                return host.call(self, args, self._check_scalar)
             self._prepare(args)
-        torch = self._torch
-        checks = self._checks
+        tensor_type = self._tensor_type
+        one_device = self._one_device
 
         # Validate every argument before allocating or launching anything.
-        values = [None] * len(checks)
+        values = list(self._values)
         device = None
-        for position, arg in zip(self._input_positions, args):
-            param = checks[position]
+        for param, arg in zip(self._input_checks, args):
             if not param.is_tensor:
-                values[position] = param.check(arg)
+                values[param.index] = param.check(arg)
                 continue
             if not (
-                isinstance(arg, torch.Tensor)
+                isinstance(arg, tensor_type)
                 and arg.is_cuda
                 and arg.dtype is param.torch_dtype
                 and arg.shape == param.shape
                 and arg.stride() == param.strides
             ):
+                if self._runs_on_host(args):
+                    return host.call(self, args, self._check_scalar)
                 self._diagnose_tensor(param, arg)
             pointer = arg.data_ptr()
             if pointer % param.align:
@@ -229,6 +233,10 @@ class JITKernel:
                     f"multiple of {param.align} (a view that starts at an offset, such as "
                     f"x[1:]?) — pass {param.name}.clone()"
                 )
+            values[param.index] = pointer
+            if one_device:  # every CUDA tensor is on device 0
+                device = 0
+                continue
             arg_device = arg.get_device()
             if device is None:
                 device = arg_device
@@ -238,28 +246,34 @@ class JITKernel:
                     f"parameter '{param.name}': expected a tensor on cuda:{device} like "
                     f"'{first_tensor}', got a tensor on cuda:{arg_device}"
                 )
-            values[position] = pointer
 
         grid = self._grid
         if grid is None:
             grid = self._grid_of(values)
         if device is None:
-            device = torch.cuda.current_device()
+            device = self._torch.cuda.current_device()
         loaded = self._loaded.get(device)
         if loaded is None:
             loaded = self._load(device)
 
         outputs = []
-        for position in self.out_idx:
-            param = checks[position]
-            output = torch.empty_strided(
-                param.shape, param.strides, dtype=param.torch_dtype, device=device
-            )
-            values[position] = output.data_ptr()
-            outputs.append(output)
+        if self.out_idx:
+            empty_strided = self._torch.empty_strided
+            for param in self._output_checks:
+                output = empty_strided(
+                    param.shape, param.strides, dtype=param.torch_dtype, device=device
+                )
+                values[param.index] = output.data_ptr()
+                outputs.append(output)
 
         stream = self._current_stream(device)
-        runtime.launch(loaded, grid, self._block, stream, tuple(values), self._ctypes_types)
+        if loaded.native:
+            self._native_launch(
+                loaded.function_handle, loaded.context_handle, grid, self._block,
+                loaded.shared_bytes, stream, values, self._kinds,
+            )
+        else:
+            runtime.launch(loaded, grid, self._block, stream, tuple(values), self._ctypes_types)
 
         if not outputs:
             return None
@@ -323,6 +337,19 @@ class JITKernel:
         self._ctypes_types = tuple(
             ctypes.c_void_p if check.is_tensor else check.ctype for check in checks
         )
+        # the fast path's precomputed pieces: the checks of the inputs and outputs in
+        # call order, the argument kinds of _tilers.launch, the tensor type
+        self._input_checks = tuple(checks[position] for position in self._input_positions)
+        self._output_checks = tuple(checks[position] for position in self.out_idx)
+        self._values = (None,) * len(checks)
+        self._kinds = bytes(
+            ord("P") if check.is_tensor else ord(runtime.SCALAR_KINDS[check.ctype])
+            for check in checks
+        )
+        native = runtime.native()
+        self._native_launch = native.launch if native is not None else None
+        self._tensor_type = torch.Tensor
+        self._one_device = torch.cuda.device_count() == 1
         self._block = tuple(self.info["block"])
         uses_params = any(runtime.grid_params(gexpr) for gexpr in self.info["grid"])
         self._grid = None if uses_params else runtime.eval_grid(self.info["grid"], [])

@@ -34,6 +34,52 @@ def _driver():
     return _driver_module
 
 
+# --- the native driver path (crates/tile-py/src/launch.rs) ------------------------------
+# Probing, loading and launching go through the extension, which opens libcuda itself:
+# importing cuda.bindings costs ~0.1 s and its cuLaunchKernel ~11 µs a call. cuda-bindings
+# stays the route for NVRTC, and for everything else when TILERS_NATIVE_DRIVER=0 (the
+# reference path that bench/launch.py compares against).
+
+_native_module = None
+
+
+def native():
+    """The extension module when it carries the native driver path (and it is enabled)."""
+    global _native_module
+    if _native_module is None:
+        import os
+
+        from tilers import _tilers
+
+        enabled = os.environ.get("TILERS_NATIVE_DRIVER", "1") != "0"
+        _native_module = _tilers if enabled and hasattr(_tilers, "launch") else False
+    return _native_module or None
+
+
+# CUdevice_attribute numbers (cuda.h)
+ATTRIBUTE_CLOCK_RATE = 13
+ATTRIBUTE_MULTIPROCESSOR_COUNT = 16
+ATTRIBUTE_MEMORY_CLOCK_RATE = 36
+ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH = 37
+ATTRIBUTE_L2_CACHE_SIZE = 38
+ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
+ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+
+
+def device_attribute(device_index: int, attribute: int) -> int:
+    """cuDeviceGetAttribute for one of the ATTRIBUTE_* numbers above."""
+    module = native()
+    if module is not None:
+        return module.device_attribute(device_index, attribute)
+    driver = _driver()
+    _init_driver()
+    device = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
+    return _check(
+        driver.cuDeviceGetAttribute(driver.CUdevice_attribute(attribute), device),
+        "cuDeviceGetAttribute",
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # GPU discovery and targets
 # ---------------------------------------------------------------------------------------
@@ -46,6 +92,10 @@ def gpu_probe() -> tuple[int, str]:
     Cheap: it loads libcuda through cuda-bindings and asks the driver, nothing more.
     A missing cuda-bindings, a missing libcuda or a driver error all mean "no GPU".
     """
+    module = native()
+    if module is not None:
+        count, reason = module.driver_status()
+        return count, reason
     try:
         from cuda.bindings import driver
     except ImportError as error:
@@ -82,24 +132,17 @@ def arch_of_capability(major: int, minor: int) -> str:
 @functools.cache
 def device_arch(device_index: int) -> str:
     """The architecture string of CUDA device `device_index`, e.g. "sm_90a" on an H200."""
-    driver = _driver()
-    _init_driver()
-    device = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
-    attribute = driver.CUdevice_attribute
-    major = _check(
-        driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-        "cuDeviceGetAttribute",
-    )
-    minor = _check(
-        driver.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-        "cuDeviceGetAttribute",
-    )
+    major = device_attribute(device_index, ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+    minor = device_attribute(device_index, ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
     return arch_of_capability(major, minor)
 
 
 @functools.cache
 def device_name(device_index: int) -> str:
     """The marketing name of CUDA device `device_index`, e.g. "NVIDIA H200"."""
+    module = native()
+    if module is not None:
+        return module.device_name(device_index)
     driver = _driver()
     _init_driver()
     device = _check(driver.cuDeviceGet(device_index), "cuDeviceGet")
@@ -333,15 +376,23 @@ def _make_current(context, handle: int) -> bool:
 
 
 class LoadedKernel:
-    """A kernel function loaded into one device's primary context, ready to launch."""
+    """A kernel function loaded into one device's primary context, ready to launch.
 
-    def __init__(self, device_index: int, context, module, function, shared_bytes: int):
+    `native`: loaded by the extension (context, module and function are ints, launched
+    with `_tilers.launch`), else by cuda-bindings (its handle objects).
+    """
+
+    def __init__(
+        self, device_index: int, context, module, function, shared_bytes: int, native=False
+    ):
         self.device_index = device_index
         self.context = context
         self.context_handle = int(context)
         self.module = module
         self.function = function
+        self.function_handle = int(function)
         self.shared_bytes = shared_bytes
+        self.native = native
 
 
 # (device index, cubin hash, entry) -> LoadedKernel
@@ -354,11 +405,19 @@ def load_kernel(device_index: int, cubin: bytes, entry: str, shared_bytes: int) 
     Cached per (device, cubin hash, entry name). Raises the kernel's dynamic shared
     memory limit when it needs more than the default 48 KiB.
     """
-    driver = _driver()
     key = (device_index, hashlib.sha256(cubin).hexdigest(), entry)
     loaded = _loaded_kernels.get(key)
     if loaded is not None:
         return loaded
+    native_module = native()
+    if native_module is not None:
+        context, module, function = native_module.load_function(
+            device_index, cubin, entry, shared_bytes
+        )
+        loaded = LoadedKernel(device_index, context, module, function, shared_bytes, True)
+        _loaded_kernels[key] = loaded
+        return loaded
+    driver = _driver()
     context = primary_context(device_index)
     with _CurrentContext(context):
         module = _check(driver.cuModuleLoadData(cubin), "cuModuleLoadData")
@@ -392,6 +451,15 @@ def launch(
     pointers as ints with `ctypes.c_void_p`, scalars with their ctypes type. This is the
     per-call path, so it is written out flat rather than with `_CurrentContext`.
     """
+    if kernel.native:
+        kinds = bytes(
+            ord("P") if kind is ctypes.c_void_p else ord(SCALAR_KINDS[kind]) for kind in ctypes_types
+        )
+        native().launch(
+            kernel.function_handle, kernel.context_handle, grid, block,
+            kernel.shared_bytes, stream, values, kinds,
+        )
+        return
     driver = _driver()
     pushed = _make_current(kernel.context, kernel.context_handle)
     try:
@@ -422,6 +490,19 @@ SCALAR_CTYPES = {
     "int64": ctypes.c_int64,
     "float32": ctypes.c_float,
     "float64": ctypes.c_double,
+}
+
+# The byte `_tilers.launch` packs a scalar of each ctypes type by (struct-module letters).
+SCALAR_KINDS = {
+    ctypes.c_bool: "?",
+    ctypes.c_int8: "b",
+    ctypes.c_uint8: "B",
+    ctypes.c_int16: "h",
+    ctypes.c_int32: "i",
+    ctypes.c_uint32: "I",
+    ctypes.c_int64: "q",
+    ctypes.c_float: "f",
+    ctypes.c_double: "d",
 }
 
 INTEGER_RANGES = {

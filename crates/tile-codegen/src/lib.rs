@@ -29,7 +29,14 @@ pub fn emit_cuda(m: &Module, opts: &CodegenOptions, report: &[String]) -> Result
     if m.level != Level::Thread {
         return Err(Diagnostic::bug("emit_cuda needs thread-level IR"));
     }
-    let mut e = Emitter { m, opts, names: Namer::new(m), out: String::new(), depth: 1 };
+    let mut e = Emitter {
+        m,
+        opts,
+        non_negative: Default::default(),
+        names: Namer::new(m),
+        out: String::new(),
+        depth: 1,
+    };
     let entry = format!("{}_kernel", e.names.kernel_name(&m.name));
     let source = e.kernel(&entry)?;
     let info = kernel_info(m, opts, &entry, report)?;
@@ -67,6 +74,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
+static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 "#;
 
 const BF16_ATOMIC_SM90: &str = r#"static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -178,32 +187,29 @@ fn float_literal(v: f64, dt: DType) -> String {
 }
 
 /// Is the expression non-negative whatever its variables' values (indices, thread ids)?
-fn non_negative(m: &Module, e: &Expr) -> bool {
+fn non_negative(m: &Module, known: &std::collections::BTreeSet<VarId>, e: &Expr) -> bool {
+    let non_negative = |e: &Expr| non_negative(m, known, e);
     match e {
         Expr::Const { value: ConstValue::Int(v), .. } => *v >= 0,
         Expr::Var { id, .. } => {
-            matches!(m.var(*id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
+            known.contains(id) || matches!(m.var(*id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
         }
         Expr::Binary {
-            op:
-                BinOp::Add
-                | BinOp::Mul
-                | BinOp::FloorDiv
-                | BinOp::FloorMod
-                | BinOp::BitAnd
-                | BinOp::Min
-                | BinOp::Max,
-            a,
-            b,
-            ..
-        } => non_negative(m, a) && non_negative(m, b),
-        Expr::Cast { a, .. } => a.dtype().is_int() && non_negative(m, a),
+            op: BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::Max | BinOp::BitAnd, a, b, ..
+        } => non_negative(a) && non_negative(b),
+        Expr::Binary { op: BinOp::FloorDiv | BinOp::FloorMod, a, b, .. } => {
+            non_negative(a) && b.as_int().is_some_and(|v| v > 0)
+        }
+        Expr::Cast { a, .. } => a.dtype().is_int() && non_negative(a),
         _ => false,
     }
 }
 
 struct Emitter<'a> {
     m: &'a Module,
+    /// Variables known to be non-negative: loop counters from a non-negative start, lets
+    /// of non-negative values (plain `/` and `%` are then Python's floor division).
+    non_negative: std::collections::BTreeSet<VarId>,
     opts: &'a CodegenOptions,
     names: Namer,
     out: String,
@@ -370,6 +376,9 @@ impl<'a> Emitter<'a> {
                     self.line("#pragma unroll");
                 }
                 let bound = if start.as_int() == Some(0) { ext } else { format!("({s0}) + ({ext})") };
+                if start.as_int().is_some_and(|v| v >= 0) {
+                    self.non_negative.insert(*var);
+                }
                 self.line(&format!("for ({ty} {n} = {s0}; {n} < {bound}; ++{n}) {{"));
                 self.depth += 1;
                 self.stmts(body)?;
@@ -393,6 +402,9 @@ impl<'a> Emitter<'a> {
                 }
             }
             Stmt::Let { var, value } => {
+                if non_negative(m, &self.non_negative, value) {
+                    self.non_negative.insert(*var);
+                }
                 let n = self.names.var(*var);
                 let v = self.expr(value)?;
                 self.line(&format!("const {} {n} = {v};", value_type(value.dtype())));
@@ -410,6 +422,37 @@ impl<'a> Emitter<'a> {
                 let s = self.access(*src, src_idx)?;
                 self.line(&format!("*({ty}*)(&{d}) = *(const {ty}*)(&{s});"));
             }
+            Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => {
+                let d = self.names.buffer(*dst);
+                let dst_offset = self.expr(dst_offset)?;
+                let a = self.access(*src, src_idx)?;
+                let regs: Vec<String> = (0..*count).map(|i| format!("%{i}")).collect();
+                let outs: Vec<String> = (0..*count).map(|i| format!("\"=r\"(r[{i}])")).collect();
+                self.line(&format!(
+                    "{{ unsigned int* r = (unsigned int*)(&{d}[{dst_offset}]); asm volatile(\"ldmatrix.sync.aligned.m8n8.x{count}{}.shared.b16 {{{}}}, [%{count}];\" : {} : \"r\"(tl_smem_addr(&{a}))); }}",
+                    if *trans { ".trans" } else { "" },
+                    regs.join(","),
+                    outs.join(", ")
+                ));
+            }
+            Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => {
+                let (an, bn, cn) = (self.names.buffer(*a), self.names.buffer(*b), self.names.buffer(*c));
+                let (a_offset, b_offset, c_offset) =
+                    (self.expr(a_offset)?, self.expr(b_offset)?, self.expr(c_offset)?);
+                let (kind, acc) = match (shape, m.buffer(*a).dtype) {
+                    (MmaShape::M16N8K16, DType::F16) => ("m16n8k16.row.col.f32.f16.f16.f32", "f"),
+                    (MmaShape::M16N8K16, DType::BF16) => ("m16n8k16.row.col.f32.bf16.bf16.f32", "f"),
+                    (MmaShape::M16N8K32, DType::I8) => ("m16n8k32.row.col.s32.s8.s8.s32", "r"),
+                    (s, dt) => return Err(Diagnostic::bug(format!("no mma {s:?} for {dt}"))),
+                };
+                self.line(&format!(
+                    "{{ const unsigned int* a = (const unsigned int*)(&{an}[{a_offset}]); const unsigned int* b = (const unsigned int*)(&{bn}[{b_offset}]); {} (&{cn}[{c_offset}]);",
+                    if acc == "f" { "float* c =" } else { "int* c =" }
+                ));
+                self.line(&format!(
+                    "  asm volatile(\"mma.sync.aligned.{kind} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : \"+{acc}\"(c[0]), \"+{acc}\"(c[1]), \"+{acc}\"(c[2]), \"+{acc}\"(c[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])); }}"
+                ));
+            }
             Stmt::Sync => self.line("__syncthreads();"),
             Stmt::Comment(c) => self.line(&format!("// {c}")),
             Stmt::Copy { .. }
@@ -425,6 +468,11 @@ impl<'a> Emitter<'a> {
 
     /// The value to store into an element of `dt`: converted to the storage type.
     fn store_value(&mut self, dt: DType, value: &Expr) -> Result<String, Diagnostic> {
+        if let Expr::Load { buf, idx, dtype, .. } = value {
+            if *dtype == dt && matches!(dt, DType::F16 | DType::BF16) {
+                return self.access(*buf, idx); // the same storage type: copy the bits
+            }
+        }
         let mut v = self.expr(value)?;
         // converting to the storage type rounds already: drop an outer rounding to the same type
         let outer = match dt {
@@ -493,8 +541,9 @@ impl<'a> Emitter<'a> {
                     BinOp::Mul => infix("*"),
                     BinOp::Div => infix("/"),
                     BinOp::FloorDiv | BinOp::FloorMod if operand.is_int() => {
-                        let plain =
-                            non_negative(m, a) && b.as_int().is_some_and(|c| c > 0) || !operand.is_signed();
+                        let plain = non_negative(m, &self.non_negative, a)
+                            && b.as_int().is_some_and(|c| c > 0)
+                            || !operand.is_signed();
                         match (op, plain) {
                             (BinOp::FloorDiv, true) => infix("/"),
                             (_, true) => infix("%"),

@@ -313,7 +313,9 @@ impl<'m> Interp<'m> {
                 self.exec(otherwise, &no)?;
             }
             Stmt::Sync | Stmt::Comment(_) => {}
-            Stmt::Let { .. } | Stmt::VecCopy { .. } => {
+            // thread-level statements (`let`, vector copies, warp-level matrix ops) are made
+            // by the lowering and never appear in the tile-level programs run here
+            _ => {
                 return Err(Diagnostic::error(
                     "the interpreter runs tile-level programs; this one holds a thread-level statement",
                     s.loc(),
@@ -472,9 +474,12 @@ impl<'m> Interp<'m> {
                 let y = if no.is_empty() { Col::empty_like(*dtype, 0) } else { self.eval(b, &no, loc)? };
                 Col::merge(&c, x, y)
             }
-            Expr::ShflXor { .. } => {
-                return Err(self
-                    .error("the interpreter runs tile-level programs; this one holds a warp shuffle", loc))
+            // thread-level expressions (warp shuffles) are made by the lowering
+            _ => {
+                return Err(self.error(
+                    "the interpreter runs tile-level programs; this one holds a thread-level expression",
+                    loc,
+                ))
             }
         })
     }

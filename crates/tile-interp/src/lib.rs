@@ -108,15 +108,17 @@ pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
                         mem[buffer.0 as usize] = Data::from_bytes(b.dtype, bytes);
                         bound[buffer.0 as usize] = true;
                     }
-                    other => return Err(Diagnostic::error(
-                        format!(
+                    other => {
+                        return Err(Diagnostic::error(
+                            format!(
                             "argument '{name}': expected a {} tensor of shape {:?} ({want} bytes), got {}",
                             b.dtype,
                             b.shape,
                             describe(other)
                         ),
-                        Loc::UNKNOWN,
-                    )),
+                            Loc::UNKNOWN,
+                        ))
+                    }
                 }
             }
             Param::Scalar { name, var } => {

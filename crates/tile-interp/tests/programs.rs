@@ -17,7 +17,8 @@ fn add_f16_ragged() {
     let mut rng = Rng(1);
     let a: Vec<u16> = (0..n).map(|_| rng.f16_in(-100.0, 100.0)).collect();
     let b: Vec<u16> = (0..n).map(|_| rng.f16_in(-100.0, 100.0)).collect();
-    let mut args = vec![Arg::Tensor(u16_bytes(&a)), Arg::Tensor(u16_bytes(&b)), Arg::Tensor(vec![0xAA; 2 * n])];
+    let mut args =
+        vec![Arg::Tensor(u16_bytes(&a)), Arg::Tensor(u16_bytes(&b)), Arg::Tensor(vec![0xAA; 2 * n])];
     run(&m, &mut args).unwrap();
     let c = bytes_u16(tensor(&args[2]));
     for k in 0..n {
@@ -165,12 +166,16 @@ fn clamp_int8_saturates() {
     let m = load("clamp_int8");
     let (rows, cols) = (100, 1000);
     let mut rng = Rng(9);
-    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30, 1.0, -1.0, 0.0, -0.0, 0.5 / 127.0];
+    let specials =
+        [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e30, -1e30, 1.0, -1.0, 0.0, -0.0, 0.5 / 127.0];
     let x: Vec<f32> = (0..rows * cols)
         .map(|k| if k % 7 == 0 { specials[(k / 7) % specials.len()] } else { rng.f32_in(-2.0, 2.0) })
         .collect();
-    let mut args =
-        vec![Arg::Tensor(f32_bytes(&x)), Arg::Tensor(vec![0x55; rows * cols]), Arg::Tensor(vec![0x55; rows * cols])];
+    let mut args = vec![
+        Arg::Tensor(f32_bytes(&x)),
+        Arg::Tensor(vec![0x55; rows * cols]),
+        Arg::Tensor(vec![0x55; rows * cols]),
+    ];
     run(&m, &mut args).unwrap();
     let (q, p) = (tensor(&args[1]), tensor(&args[2]));
     for k in 0..rows * cols {
@@ -191,13 +196,18 @@ fn bias_gelu_bf16_matches_erf() {
     let mut rng = Rng(10);
     let x: Vec<u16> = (0..rows * cols).map(|_| rng.bf16_in(-4.0, 4.0)).collect();
     let bias: Vec<u16> = (0..cols).map(|_| rng.bf16_in(-1.0, 1.0)).collect();
-    let mut args = vec![Arg::Tensor(u16_bytes(&x)), Arg::Tensor(u16_bytes(&bias)), Arg::Tensor(vec![0; 2 * rows * cols])];
+    let mut args = vec![
+        Arg::Tensor(u16_bytes(&x)),
+        Arg::Tensor(u16_bytes(&bias)),
+        Arg::Tensor(vec![0; 2 * rows * cols]),
+    ];
     run(&m, &mut args).unwrap();
     let y = bytes_u16(tensor(&args[2]));
     let mut worst = 0.0f64;
     for r in 0..rows {
         for c in 0..cols {
-            let v = (tile_interp::bf16_bits_to_f32(x[r * cols + c]) + tile_interp::bf16_bits_to_f32(bias[c])) as f64;
+            let v = (tile_interp::bf16_bits_to_f32(x[r * cols + c]) + tile_interp::bf16_bits_to_f32(bias[c]))
+                as f64;
             let want = 0.5 * v * (1.0 + libm_erf(v / 2f64.sqrt()));
             let got = tile_interp::bf16_bits_to_f32(y[r * cols + c]) as f64;
             worst = worst.max((got - want).abs() / want.abs().max(1e-2));

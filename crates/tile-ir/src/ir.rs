@@ -474,6 +474,24 @@ pub enum ForKind {
     Pipelined { stages: u32 },
 }
 
+/// The `mma.sync` instruction shapes tilers emits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmaShape {
+    /// fp16 or bf16 inputs, fp32 accumulator.
+    M16N8K16,
+    /// int8 inputs, int32 accumulator.
+    M16N8K32,
+}
+
+impl MmaShape {
+    pub fn k(self) -> i64 {
+        match self {
+            MmaShape::M16N8K16 => 16,
+            MmaShape::M16N8K32 => 32,
+        }
+    }
+}
+
 /// How `gemm` spreads warps over the output tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WarpPolicy {
@@ -590,6 +608,28 @@ pub enum Stmt {
         src_idx: Vec<Expr>,
         width: u32,
     },
+    /// Thread level: `ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`: this lane
+    /// gives the address of row `src_idx` of shared `src`; the warp receives `count` 32-bit
+    /// registers per lane, written to `dst[dst_offset..]` (16-bit elements, two per register).
+    Ldmatrix {
+        dst: BufferId,
+        dst_offset: Expr,
+        count: u32,
+        trans: bool,
+        src: BufferId,
+        src_idx: Vec<Expr>,
+    },
+    /// Thread level: one warp-wide `mma.sync.aligned.{shape}.row.col` on register arrays:
+    /// `c[c_offset..] += a[a_offset..] * b[b_offset..]` with the PTX fragment layouts.
+    Mma {
+        shape: MmaShape,
+        a: BufferId,
+        a_offset: Expr,
+        b: BufferId,
+        b_offset: Expr,
+        c: BufferId,
+        c_offset: Expr,
+    },
     /// Thread level: `__syncthreads()`.
     Sync,
     /// Thread level: a comment for the reader of the generated code.
@@ -669,6 +709,15 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
         Stmt::VecCopy { dst_idx, src_idx, .. } => {
             dst_idx.iter().for_each(&mut *f);
             src_idx.iter().for_each(&mut *f);
+        }
+        Stmt::Ldmatrix { dst_offset, src_idx, .. } => {
+            f(dst_offset);
+            src_idx.iter().for_each(&mut *f);
+        }
+        Stmt::Mma { a_offset, b_offset, c_offset, .. } => {
+            f(a_offset);
+            f(b_offset);
+            f(c_offset);
         }
         Stmt::Reduce { .. } | Stmt::Gemm { .. } | Stmt::Parallel { .. } | Stmt::Sync | Stmt::Comment(_) => {}
     }

@@ -164,6 +164,29 @@ fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
                 idx(m, src_idx)
             );
         }
+        Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => {
+            let _ = writeln!(
+                out,
+                "{pad}ldmatrix.x{count}{} {}[{}..] <- {}[{}]",
+                if *trans { ".trans" } else { "" },
+                m.buffer(*dst).name,
+                expr(m, dst_offset),
+                m.buffer(*src).name,
+                idx(m, src_idx)
+            );
+        }
+        Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => {
+            let _ = writeln!(
+                out,
+                "{pad}mma.{shape:?} {}[{}..] += {}[{}..] * {}[{}..]",
+                m.buffer(*c).name,
+                expr(m, c_offset),
+                m.buffer(*a).name,
+                expr(m, a_offset),
+                m.buffer(*b).name,
+                expr(m, b_offset)
+            );
+        }
         Stmt::Sync => {
             let _ = writeln!(out, "{pad}sync");
         }

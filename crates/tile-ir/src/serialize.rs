@@ -102,7 +102,12 @@ fn stmt(s: &Stmt) -> Option<Value> {
             json!({"op": "if", "cond": expr(cond), "then": stmts(then), "else": stmts(otherwise)})
         }
         // thread-level statements are not part of the serialized format
-        Stmt::Let { .. } | Stmt::VecCopy { .. } | Stmt::Sync | Stmt::Comment(_) => return None,
+        Stmt::Let { .. }
+        | Stmt::VecCopy { .. }
+        | Stmt::Ldmatrix { .. }
+        | Stmt::Mma { .. }
+        | Stmt::Sync
+        | Stmt::Comment(_) => return None,
     };
     Some(with_loc(v, s.loc()))
 }

@@ -553,7 +553,7 @@ impl<'a> Verifier<'a> {
             }
             // barriers are placed by insert_syncs, which runs on tile-level IR
             Stmt::Sync | Stmt::Comment(_) => {}
-            Stmt::Let { .. } | Stmt::VecCopy { .. } => {
+            Stmt::Let { .. } | Stmt::VecCopy { .. } | Stmt::Ldmatrix { .. } | Stmt::Mma { .. } => {
                 self.err("internal: thread-level statement in tile-level IR".into(), Loc::UNKNOWN);
             }
         }
@@ -603,7 +603,6 @@ impl<'a> Verifier<'a> {
             (DType::F16, DType::F16, DType::F32 | DType::F16)
                 | (DType::BF16, DType::BF16, DType::F32)
                 | (DType::I8, DType::I8, DType::I32)
-                | (DType::F32, DType::F32, DType::F32)
         );
         if !ok {
             let d = self.err(

@@ -138,6 +138,38 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         });
     });
 
+    // gemm accumulators are laid out by the tensor-core instruction
+    let mut diags = Vec::new();
+    let mut accumulators = Vec::new();
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::Gemm { c, policy, loc, .. } = s {
+            accumulators.push((*c, *policy, *loc));
+        }
+    });
+    for (c, policy, loc) in accumulators {
+        let shape = m.buffer(c).shape.clone();
+        match crate::gemm::warp_grid(policy, shape[0], shape[1], threads as i64 / 32) {
+            Ok((wm, wn)) => {
+                let l = FragmentLayout::mma_accumulator(shape[0], shape[1], wm, wn);
+                match &m.buffer(c).layout {
+                    Some(old) if *old != l => diags.push(Diagnostic::error(
+                        format!("layout conflict: accumulator '{}' of two T.gemm calls with different warp policies", m.buffer(c).name),
+                        loc,
+                    )),
+                    _ => m.buffer_mut(c).layout = Some(l),
+                }
+            }
+            Err(why) => diags.push(
+                Diagnostic::error(format!("T.gemm into '{}': {why}", m.buffer(c).name), loc).with_help(
+                    "use tile sizes that are multiples of 16 (M) and 8 (N) per warp, or another warp policy",
+                ),
+            ),
+        }
+    }
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+
     loop {
         while propagate(&mut m) {}
         let next = m
@@ -160,7 +192,6 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     }
 
     // loop layouts, then the compatibility check
-    let mut diags = Vec::new();
     let mut body = std::mem::take(&mut m.kernel.body);
     assign_loop_layouts(&m, &mut body, threads, &mut diags);
     m.kernel.body = body;

@@ -5,7 +5,9 @@
 //! is the flat, ordered list; [`run`] drives it and can hand the IR after each pass to a
 //! dump callback (`TILERS_DUMP_IR`, `kernel.ir("after:<pass>")`).
 
+pub mod gemm;
 pub mod infer_layouts;
+pub mod infer_scopes;
 pub mod insert_syncs;
 pub mod lower_tile_ops;
 pub mod plan_shared_memory;
@@ -72,6 +74,8 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("verify", verify::verify),
     // constant folding and affine index arithmetic
     ("simplify", simplify::simplify),
+    // gemm operand tiles filled by copies live in shared memory
+    ("infer_scopes", infer_scopes::infer_scopes),
     // who holds which element of each fragment; which thread runs which parallel iteration
     ("infer_layouts", infer_layouts::infer_layouts),
     // barriers between tile ops that share a shared-memory buffer

@@ -29,7 +29,33 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         Lowerer { non_negative_vars, user_vars, m, diags: Vec::new(), report: Vec::new(), tid: VarId(0) };
     lw.tid = lw.m.thread_idx();
     let body = std::mem::take(&mut lw.m.kernel.body);
-    let body = lw.block(body);
+    // gemm accumulators start at zero, so `T.gemm` into a never-cleared accumulator (the
+    // articles' GEMM) sums from 0
+    let mut accumulators = std::collections::BTreeSet::new();
+    walk_stmts(&body, &mut |s| {
+        if let Stmt::Gemm { c, .. } = s {
+            accumulators.insert(*c);
+        }
+    });
+    let mut prologue = Vec::new();
+    for c in accumulators {
+        let b = lw.m.buffer(c).clone();
+        let zero = if b.dtype.is_float() {
+            Expr::Const { value: ConstValue::Float(0.0), dtype: b.dtype }
+        } else {
+            Expr::int_of(0, b.dtype)
+        };
+        let s = lw.m.add_var("s", VarKind::Loop, DType::I32);
+        let slots = b.layout.as_ref().map(|l| l.slots()).unwrap_or(0);
+        prologue.push(unrolled(
+            s,
+            slots,
+            vec![Stmt::Store { buf: c, idx: vec![Expr::var(s, DType::I32)], value: zero, loc: b.loc }],
+        ));
+    }
+    let mut body = lw.block(body);
+    prologue.append(&mut body);
+    let body = prologue;
     let Lowerer { mut m, diags, report, .. } = lw;
     if !diags.is_empty() {
         return Err(diags);
@@ -234,11 +260,9 @@ impl Lowerer {
                     out.push(self.comment(&format!("T.reduce_{}", kind.name()), loc));
                     out.extend(self.reduce(kind, src, dst, dim, clear, loc));
                 }
-                Stmt::Gemm { loc, .. } => {
-                    self.diags.push(
-                        Diagnostic::error("T.gemm has no GPU lowering yet (tensor-core GEMM is the next piece of work)", loc)
-                            .with_help("run this kernel on the interpreter: compile with target=\"interp\" and call it with numpy arrays"),
-                    );
+                Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, loc } => {
+                    out.push(self.comment("T.gemm", loc));
+                    out.extend(self.gemm(a, b, c, transpose_a, transpose_b, policy, clear_accum, loc));
                 }
                 Stmt::For { var, start, extent, kind, body, loc } => {
                     let kind = match kind {
@@ -970,6 +994,199 @@ impl Lowerer {
         }
     }
 
+    /// `T.gemm` with both operands in shared memory: per warp, `ldmatrix` loads the
+    /// operand fragments of each k-step (transposing 16-bit tiles stored the other way;
+    /// int8 tiles that would need a transpose are gathered element by element) and
+    /// `mma.sync` accumulates into the accumulator fragment's registers.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm(
+        &mut self,
+        a: BufferId,
+        b: BufferId,
+        c: BufferId,
+        ta: bool,
+        tb: bool,
+        policy: WarpPolicy,
+        clear: bool,
+        loc: Loc,
+    ) -> Vec<Stmt> {
+        let (ab, bb, cb) = (self.m.buffer(a).clone(), self.m.buffer(b).clone(), self.m.buffer(c).clone());
+        if ab.scope != Scope::Shared || bb.scope != Scope::Shared {
+            self.diags.push(
+                Diagnostic::error("T.gemm with an operand in registers is not supported yet", loc)
+                    .with_help("copy the operand into a shared tile (T.alloc_shared) and pass that"),
+            );
+            return vec![];
+        }
+        let Some(shape) = crate::gemm::mma_shape(ab.dtype) else {
+            self.diags.push(Diagnostic::bug(format!("gemm of {}", ab.dtype)));
+            return vec![];
+        };
+        let (m, n) = (cb.shape[0], cb.shape[1]);
+        let k = if ta { ab.shape[0] } else { ab.shape[1] };
+        let kstep = shape.k();
+        if k % kstep != 0 {
+            self.diags.push(
+                Diagnostic::error(
+                    format!("T.gemm: K={k} is not a multiple of {kstep}, the K of one {} tensor-core step", ab.dtype),
+                    loc,
+                )
+                .with_help(format!(
+                    "use block_K a multiple of {kstep}; a ragged K is handled by the copies (they pad with zeros)"
+                )),
+            );
+            return vec![];
+        }
+        let (wm, wn) = match crate::gemm::warp_grid(policy, m, n, self.m.kernel.threads as i64 / 32) {
+            Ok(g) => g,
+            Err(why) => {
+                self.diags.push(Diagnostic::error(format!("T.gemm: {why}"), loc));
+                return vec![];
+            }
+        };
+        let (tile_m, tile_n) = (m / wm, n / wn);
+        let (mi_count, ni_count) = (tile_m / 16, tile_n / 8);
+        let sixteen_bit = ab.dtype.bytes() == 2;
+        // per k-step: 4 32-bit registers of A per 16-row piece, 2 of B per 8-column piece
+        let a_elems = 16 / ab.dtype.bytes() as i64;
+        let b_elems = a_elems / 2;
+        let a_regs = self.local_buffer(&format!("{}_frag", ab.name), ab.dtype, mi_count * a_elems);
+        let b_regs = self.local_buffer(&format!("{}_frag", bb.name), bb.dtype, ni_count * b_elems);
+        let at = self.m.sources.short(loc).unwrap_or_default();
+        let how = if sixteen_bit || (!ta && tb) { "ldmatrix" } else { "ldmatrix and element gathers" };
+        self.report.push(format!(
+            "{at}: T.gemm {m}x{n}x{k} {}: mma.sync.{shape:?}, {wm}x{wn} warps of {tile_m}x{tile_n}, operands by {how}",
+            ab.dtype
+        ));
+
+        let mut out = Vec::new();
+        let (s_lane, lane) = self.temp("lane", rem(self.tid(), 32));
+        let (s_wm, warp_m) = self.temp("warp_m", div(div(self.tid(), 32), wn));
+        let (s_wn, warp_n) = self.temp("warp_n", rem(div(self.tid(), 32), wn));
+        out.extend([s_lane, s_wm, s_wn]);
+        if clear {
+            let s = self.m.add_var("s", VarKind::Loop, DType::I32);
+            let zero = if cb.dtype.is_float() {
+                Expr::Const { value: ConstValue::Float(0.0), dtype: cb.dtype }
+            } else {
+                Expr::int_of(0, cb.dtype)
+            };
+            let slots = cb.layout.as_ref().map(|l| l.slots()).unwrap_or(0);
+            out.push(unrolled(
+                s,
+                slots,
+                vec![Stmt::Store { buf: c, idx: vec![Expr::var(s, DType::I32)], value: zero, loc }],
+            ));
+        }
+        let kk_var = self.m.add_var("kk", VarKind::Loop, DType::I32);
+        let kk = Expr::var(kk_var, DType::I32);
+        let mut step = Vec::new();
+        // A fragments
+        let mi_var = self.m.add_var("mi", VarKind::Loop, DType::I32);
+        let mi = Expr::var(mi_var, DType::I32);
+        let a_offset = mul(mi.clone(), i32c(a_elems));
+        let m0 = add(mul(warp_m.clone(), i32c(tile_m)), mul(mi.clone(), i32c(16)));
+        let a_load = if !ta {
+            // rows m0 + lane % 16, 16-byte column chunk lane / 16
+            let row = add(m0.clone(), rem(lane.clone(), 16));
+            let col = add(mul(kk.clone(), i32c(kstep)), mul(div(lane.clone(), 16), i32c(a_elems)));
+            let src_idx = vec![simplify(row), simplify(col)];
+            vec![Stmt::Ldmatrix {
+                dst: a_regs,
+                dst_offset: a_offset,
+                count: 4,
+                trans: false,
+                src: a,
+                src_idx,
+            }]
+        } else if sixteen_bit {
+            let kr = add(
+                add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 8)),
+                mul(div(lane.clone(), 16), i32c(8)),
+            );
+            let mc = add(m0.clone(), mul(rem(div(lane.clone(), 8), 2), i32c(8)));
+            let src_idx = vec![simplify(kr), simplify(mc)];
+            vec![Stmt::Ldmatrix { dst: a_regs, dst_offset: a_offset, count: 4, trans: true, src: a, src_idx }]
+        } else {
+            // int8 stored K x M: gather the m16n8k32 A fragment (register r, byte q)
+            let mut v = Vec::new();
+            for r in 0..4 {
+                for q in 0..4 {
+                    let row = add(add(m0.clone(), div(lane.clone(), 4)), i32c((r % 2) * 8));
+                    let kc = add(mul(kk.clone(), i32c(32)), i32c((r / 2) * 16 + q));
+                    let kc = add(kc, mul(rem(lane.clone(), 4), i32c(4)));
+                    v.push(Stmt::Store {
+                        buf: a_regs,
+                        idx: vec![simplify(add(a_offset.clone(), i32c(r * 4 + q)))],
+                        value: Expr::load(a, vec![simplify(kc), simplify(row)], ab.dtype),
+                        loc,
+                    });
+                }
+            }
+            v
+        };
+        step.push(unrolled(mi_var, mi_count, a_load));
+        // B fragments
+        let ni_var = self.m.add_var("ni", VarKind::Loop, DType::I32);
+        let ni = Expr::var(ni_var, DType::I32);
+        let b_offset = mul(ni.clone(), i32c(b_elems));
+        let n0 = add(mul(warp_n.clone(), i32c(tile_n)), mul(ni.clone(), i32c(8)));
+        let b_load = if tb {
+            // stored N x K: rows n0 + lane % 8, 16-byte chunk (lane / 8) % 2
+            let row = add(n0.clone(), rem(lane.clone(), 8));
+            let col = add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
+            let src_idx = vec![simplify(row), simplify(col)];
+            vec![Stmt::Ldmatrix {
+                dst: b_regs,
+                dst_offset: b_offset,
+                count: 2,
+                trans: false,
+                src: b,
+                src_idx,
+            }]
+        } else if sixteen_bit {
+            let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
+            let src_idx = vec![simplify(kr), simplify(n0.clone())];
+            vec![Stmt::Ldmatrix { dst: b_regs, dst_offset: b_offset, count: 2, trans: true, src: b, src_idx }]
+        } else {
+            // int8 stored K x N: gather the m16n8k32 B fragment (register r, byte q)
+            let mut v = Vec::new();
+            for r in 0..2 {
+                for q in 0..4 {
+                    let kc = add(
+                        add(mul(kk.clone(), i32c(32)), i32c(r * 16 + q)),
+                        mul(rem(lane.clone(), 4), i32c(4)),
+                    );
+                    let col = add(n0.clone(), div(lane.clone(), 4));
+                    v.push(Stmt::Store {
+                        buf: b_regs,
+                        idx: vec![simplify(add(b_offset.clone(), i32c(r * 4 + q)))],
+                        value: Expr::load(b, vec![simplify(kc), simplify(col)], bb.dtype),
+                        loc,
+                    });
+                }
+            }
+            v
+        };
+        step.push(unrolled(ni_var, ni_count, b_load));
+        // the products, accumulator registers ordered [mi][ni][4]
+        let mi2 = self.m.add_var("mi", VarKind::Loop, DType::I32);
+        let ni2 = self.m.add_var("ni", VarKind::Loop, DType::I32);
+        let (mi2e, ni2e) = (Expr::var(mi2, DType::I32), Expr::var(ni2, DType::I32));
+        let mma = Stmt::Mma {
+            shape,
+            a: a_regs,
+            a_offset: mul(mi2e.clone(), i32c(a_elems)),
+            b: b_regs,
+            b_offset: mul(ni2e.clone(), i32c(b_elems)),
+            c,
+            c_offset: simplify(mul(add(mul(mi2e, i32c(ni_count)), ni2e), i32c(4))),
+        };
+        step.push(unrolled(mi2, mi_count, vec![unrolled(ni2, ni_count, vec![mma])]));
+        out.push(unrolled(kk_var, k / kstep, step));
+        out
+    }
+
     fn reduce(
         &mut self,
         kind: ReduceKind,
@@ -1198,6 +1415,18 @@ fn element_at(values: &[Vec<Expr>], base: &[Expr], lane: VarId, width: i64) -> E
         index[n - 1] = simplify(add(base[n - 1].clone(), lane));
     }
     Element { values, index }
+}
+
+fn unrolled(var: VarId, extent: i64, body: Vec<Stmt>) -> Stmt {
+    Stmt::For { var, start: i32c(0), extent: i32c(extent), kind: ForKind::Unroll, body, loc: Loc::UNKNOWN }
+}
+
+fn div(a: Expr, b: i64) -> Expr {
+    Expr::binary(BinOp::FloorDiv, a, i32c(b))
+}
+
+fn rem(a: Expr, b: i64) -> Expr {
+    Expr::binary(BinOp::FloorMod, a, i32c(b))
 }
 
 fn substitute_stmt(s: Stmt, v: VarId, with: &Expr) -> Stmt {

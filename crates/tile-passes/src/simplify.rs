@@ -68,6 +68,23 @@ fn stmt(s: Stmt) -> Stmt {
         Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
             Stmt::VecCopy { dst, dst_idx: exprs(dst_idx), src, src_idx: exprs(src_idx), width }
         }
+        Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => Stmt::Ldmatrix {
+            dst,
+            dst_offset: simplify_expr(dst_offset),
+            count,
+            trans,
+            src,
+            src_idx: exprs(src_idx),
+        },
+        Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => Stmt::Mma {
+            shape,
+            a,
+            a_offset: simplify_expr(a_offset),
+            b,
+            b_offset: simplify_expr(b_offset),
+            c,
+            c_offset: simplify_expr(c_offset),
+        },
         other => other,
     }
 }

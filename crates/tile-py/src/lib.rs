@@ -8,6 +8,8 @@ use pyo3::types::PyBytes;
 use tile_interp::Arg;
 use tilers_cc::{CompileError as DriverError, CompileOptions};
 
+mod launch;
+
 create_exception!(
     _tilers,
     CompileError,
@@ -109,6 +111,12 @@ fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
     m.add_function(wrap_pyfunction!(interpret, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::driver_status, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::driver_version, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::device_attribute, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::device_name, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::load_function, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::launch, m)?)?;
     m.add("CompileError", m.py().get_type::<CompileError>())?;
     m.add("InternalCompilerError", m.py().get_type::<InternalCompilerError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

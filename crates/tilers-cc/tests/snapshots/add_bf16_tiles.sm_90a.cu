@@ -30,6 +30,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
+static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
 
 extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16* __restrict__ A, const tl_bf16* __restrict__ B, tl_bf16* __restrict__ C) {
@@ -53,7 +55,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
       *(unsigned int*)(&A_v[6]) = *(const unsigned int*)(&A[((((by * 32) + t0) + (o0 * 8))) * 250 + (((bx * 128) + (t1 * 8)) + 6)]);
       #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        a[(e + (o0 * 8))] = tl_to_bf16(tl_float(A_v[e]));
+        a[(e + (o0 * 8))] = A_v[e];
       }
     } else {
       #pragma unroll
@@ -74,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
       *(unsigned int*)(&B_v[6]) = *(const unsigned int*)(&B[((((by * 32) + t0_1) + (o0_1 * 8))) * 250 + (((bx * 128) + (t1_1 * 8)) + 6)]);
       #pragma unroll
       for (int e_1 = 0; e_1 < 8; ++e_1) {
-        b[((o0_1 * 8) + e_1)] = tl_to_bf16(tl_float(B_v[e_1]));
+        b[((o0_1 * 8) + e_1)] = B_v[e_1];
       }
     } else {
       #pragma unroll
@@ -101,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
     if ((((((by * 32) + t0_3) + (o0_3 * 8)) < 33) && ((((bx * 128) + (t1_3 * 8)) + 8) <= 250))) {
       #pragma unroll
       for (int e_3 = 0; e_3 < 8; ++e_3) {
-        C_out[e_3] = tl_to_bf16(tl_float(a[((o0_3 * 8) + e_3)]));
+        C_out[e_3] = a[((o0_3 * 8) + e_3)];
       }
       *(unsigned int*)(&C[((((by * 32) + t0_3) + (o0_3 * 8))) * 250 + ((bx * 128) + (t1_3 * 8))]) = *(const unsigned int*)(&C_out[0]);
       *(unsigned int*)(&C[((((by * 32) + t0_3) + (o0_3 * 8))) * 250 + (((bx * 128) + (t1_3 * 8)) + 2)]) = *(const unsigned int*)(&C_out[2]);
@@ -111,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
       #pragma unroll
       for (int e_3 = 0; e_3 < 8; ++e_3) {
         if ((((((by * 32) + t0_3) + (o0_3 * 8)) < 33) && ((((bx * 128) + (t1_3 * 8)) + e_3) < 250))) {
-          C[((((by * 32) + t0_3) + (o0_3 * 8))) * 250 + (((bx * 128) + (t1_3 * 8)) + e_3)] = tl_to_bf16(tl_float(a[((o0_3 * 8) + e_3)]));
+          C[((((by * 32) + t0_3) + (o0_3 * 8))) * 250 + (((bx * 128) + (t1_3 * 8)) + e_3)] = a[((o0_3 * 8) + e_3)];
         }
       }
     }

@@ -30,6 +30,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
+static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
 
 extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_half* __restrict__ Q, tl_half* __restrict__ O) {
@@ -42,7 +44,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   __align__(16) tl_half Q_v[4];
   __align__(16) float low_red[8];
   __align__(16) tl_half O_out[4];
-  // kernels.py:210: T.copy
+  // kernels.py:223: T.copy
   const int t0 = ((tid / 16) % 8);
   const int t1 = (tid % 16);
   #pragma unroll
@@ -60,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
       }
     }
   }
-  // kernels.py:211: T.reduce_min
+  // kernels.py:224: T.reduce_min
   #pragma unroll
   for (int s = 0; s < 8; ++s) {
     low_red[s] = __int_as_float(0x7f800000);
@@ -85,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   for (int s_2 = 0; s_2 < 8; ++s_2) {
     low[s_2] = low_red[s_2];
   }
-  // kernels.py:212: T.Parallel
+  // kernels.py:225: T.Parallel
   const int t0_2 = ((tid / 16) % 8);
   const int t1_2 = (tid % 16);
   #pragma unroll
@@ -95,7 +97,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
       q[((o0_2 * 4) + e_2)] = ((2.0f * q[((o0_2 * 4) + e_2)]) - low[o0_2]);
     }
   }
-  // kernels.py:214: T.copy
+  // kernels.py:227: T.copy
   const int t0_3 = ((tid / 16) % 8);
   const int t1_3 = (tid % 16);
   #pragma unroll

@@ -1,0 +1,120 @@
+"""GEMM on the GPU: tilers beside cuBLAS (torch.matmul) and a standard Triton matmul, in one
+run, fp16 and bf16, square, LLM and decode shapes, B stored K x N (NN) and N x K (TN).
+TFLOPs and the ratio to cuBLAS per row (the best of a few tilers configs per shape)."""
+
+import os
+import sys
+
+import tilers
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(__file__))
+import kernels  # noqa: E402
+from common import interleaved, write_results  # noqa: E402
+
+CONFIGS = [  # block_M, block_N, block_K, stages, threads
+    (128, 128, 32, 3, 128),
+    (128, 256, 32, 3, 256),
+    (64, 128, 32, 3, 128),
+]
+SHAPES = [(4096, 4096, 4096), (8192, 8192, 1024)] if os.environ.get("GEMM_QUICK") else [
+    (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024),
+    (16384, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336),
+    (1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096),
+]
+
+
+def triton_matmul():
+    """A standard Triton matmul with its own autotune configs (None when Triton is missing)."""
+    try:
+        import triton
+        import triton.language as tl
+    except ImportError:
+        return None
+
+    @triton.autotune(
+        configs=[
+            triton.Config({"BM": 128, "BN": 256, "BK": 64}, num_stages=3, num_warps=8),
+            triton.Config({"BM": 128, "BN": 128, "BK": 64}, num_stages=4, num_warps=4),
+            triton.Config({"BM": 64, "BN": 128, "BK": 32}, num_stages=4, num_warps=4),
+            triton.Config({"BM": 128, "BN": 64, "BK": 32}, num_stages=4, num_warps=4),
+        ],
+        key=["M", "N", "K"],
+    )
+    @triton.jit
+    def kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            ka = k * BK + rk
+            x = tl.load(a + rm[:, None] * sam + ka[None, :] * sak, mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+            y = tl.load(b + ka[:, None] * sbk + rn[None, :] * sbn, mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+            acc += tl.dot(x, y)
+        tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    def run(a, b_kn, c):
+        M, K = a.shape
+        N = b_kn.shape[1]
+        grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))  # noqa: E731
+        kernel[grid](a, b_kn, c, M, N, K, a.stride(0), a.stride(1), b_kn.stride(0), b_kn.stride(1), c.stride(0), c.stride(1))
+
+    return run
+
+
+def bind(kernel, *args):
+    return lambda: kernel(*args)
+
+
+def main():
+    import torch
+
+    rows = []
+    tri = triton_matmul()
+    dtypes = ["float16"] if os.environ.get("GEMM_QUICK") else ["float16", "bfloat16"]
+    for dtype in dtypes:
+        tdt = getattr(torch, dtype)
+        for M, N, K in SHAPES:
+            for layout in ("NN", "TN"):
+                trans_B = layout == "TN"
+                a = torch.randn(M, K, device="cuda", dtype=tdt)
+                b = torch.randn((N, K) if trans_B else (K, N), device="cuda", dtype=tdt)
+                b_kn = b.T if trans_B else b
+                c = torch.empty(M, N, device="cuda", dtype=tdt)
+                want = a.float() @ b_kn.float()
+                fns = {}
+                for bm, bn, bk, st, th in CONFIGS:
+                    try:
+                        k = tilers.compile(kernels.matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, trans_B=trans_B))
+                        k(a, b, c)
+                        torch.cuda.synchronize()
+                        err = ((c.float() - want).abs().max() / (want.abs().max() + 1)).item()
+                        if err > 1e-2:
+                            print(f"config {bm}x{bn}x{bk} s{st} t{th} wrong: {err}")
+                            continue
+                        fns[f"tilers {bm}x{bn}x{bk} s{st} t{th}"] = bind(k, a, b, c)
+                    except Exception as e:  # a config that does not compile or run is skipped
+                        print(f"config {bm}x{bn}x{bk} s{st} t{th} failed: {type(e).__name__}: {str(e)[:200]}")
+                fns["cublas"] = lambda a=a, b_kn=b_kn: torch.matmul(a, b_kn)
+                if tri is not None:
+                    ct = torch.empty_like(c)
+                    fns["triton"] = lambda a=a, b_kn=b_kn, ct=ct: tri(a, b_kn, ct)
+                t = interleaved(fns, repeats=7, iters=5 if M * N * K > 2**33 else 20)
+                flops = 2 * M * N * K
+                tilers_best = min((v for k2, v in t.items() if k2.startswith("tilers")), default=float("nan"))
+                best_name = min((k2 for k2 in t if k2.startswith("tilers")), key=t.get, default="-")
+                row = {"dtype": dtype, "shape": f"{M}x{N}x{K}", "B": layout, "tilers": best_name,
+                       "tilers TFLOPs": flops / tilers_best / 1e9, "cublas TFLOPs": flops / t["cublas"] / 1e9,
+                       "vs cublas": t["cublas"] / tilers_best}
+                if "triton" in t:
+                    row["triton TFLOPs"] = flops / t["triton"] / 1e9
+                rows.append(row)
+                print(row, flush=True)
+    write_results("gemm", rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+//! Fuzz-ish robustness: every fixture program, with arbitrary bit patterns as inputs,
+//! odd scalar values, wrong argument lists, and with its integer constants mutated, either
+//! runs or returns a diagnostic — never panics (no `catch_unwind`: a panic fails the test).
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use tile_interp::{run, Arg};
+
+#[test]
+fn fixtures_with_arbitrary_inputs() {
+    let mut rng = Rng(42);
+    for name in fixture_names() {
+        let m = load(&name);
+        for _ in 0..2 {
+            let mut args = random_args(&m, &mut rng, true);
+            let _ = run(&m, &mut args);
+        }
+    }
+}
+
+#[test]
+fn fixtures_with_wrong_arguments() {
+    let mut rng = Rng(43);
+    for name in fixture_names() {
+        let m = load(&name);
+        let good = random_args(&m, &mut rng, false);
+        assert!(run(&m, &mut good[..good.len() - 1].to_vec()).is_err(), "{name}: missing argument");
+        for k in 0..good.len() {
+            let mut args = good.clone();
+            args[k] = match &args[k] {
+                Arg::Tensor(b) => Arg::Tensor(b[..b.len() - 1].to_vec()),
+                _ => Arg::Tensor(vec![]),
+            };
+            let d = run(&m, &mut args).unwrap_err();
+            assert!(d.message.contains(m.params[k].name()), "{name}: {}", d.message);
+        }
+    }
+}
+
+/// Replace the value of the `k`-th integer constant (in document order) of `v`.
+fn mutate_const(v: &mut Value, k: &mut i64, value: i64) {
+    match v {
+        Value::Object(o) => {
+            if o.get("op").and_then(Value::as_str) == Some("const")
+                && o.get("dtype").and_then(Value::as_str).is_some_and(|d| d.starts_with("int"))
+            {
+                if *k == 0 {
+                    o.insert("value".into(), value.into());
+                }
+                *k -= 1;
+            }
+            for x in o.values_mut() {
+                mutate_const(x, k, value);
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| mutate_const(x, k, value)),
+        _ => {}
+    }
+}
+
+#[test]
+fn fixtures_with_mutated_constants() {
+    let mut rng = Rng(44);
+    let values = [-1000, -3, -1, 0, 1, 2, 3, 5, 63, 64, 1000, 1 << 40];
+    for name in fixture_names() {
+        let text = std::fs::read_to_string(program_path(&name)).unwrap();
+        let doc: Value = serde_json::from_str(&text).unwrap();
+        for round in 0..12 {
+            let mut mutated = doc.clone();
+            let mut k = rng.below(40) as i64;
+            mutate_const(
+                &mut mutated["kernel"]["body"],
+                &mut k,
+                values[rng.below(values.len() as u64) as usize],
+            );
+            if round % 3 == 0 {
+                // a small grid, so that huge constants elsewhere do not make the run long
+                let mut g = 0;
+                mutate_const(&mut mutated["kernel"]["grid"], &mut g, 1 + rng.below(3) as i64);
+            }
+            let Ok(m) = tile_ir::parse::parse_program(&mutated.to_string()) else { continue };
+            if tile_ir::verify::verify(&m).is_err() {
+                continue;
+            }
+            let blocks: i64 = m.kernel.grid.iter().map(|g| g.as_int().unwrap_or(1)).product();
+            let mut long_loop = false;
+            tile_ir::walk_stmts(&m.kernel.body, &mut |s| {
+                if let tile_ir::Stmt::For { extent, .. } = s {
+                    long_loop |= extent.as_int().is_none_or(|e| e > 64);
+                }
+            });
+            if blocks > 2000 || long_loop {
+                continue;
+            }
+            let mut args = random_args(&m, &mut rng, round % 2 == 0);
+            let _ = run(&m, &mut args);
+        }
+    }
+}
