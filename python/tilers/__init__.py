@@ -6,4 +6,15 @@ from .jit import compile, jit
 
 __version__ = "0.1.0"
 
-__all__ = ["TileError", "__version__", "compile", "jit", "language"]
+
+def __getattr__(name):
+    # tilers.autotune loads its module (thread pools, records) on first use: `import tilers`
+    # stays fast for programs that only compile and launch.
+    if name == "autotune":
+        from .autotuner import autotune
+
+        return autotune
+    raise AttributeError(f"module 'tilers' has no attribute {name!r}")
+
+
+__all__ = ["TileError", "__version__", "autotune", "compile", "jit", "language"]

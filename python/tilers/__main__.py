@@ -1,4 +1,6 @@
-"""Command line: `python -m tilers dump FILE.py::FUNC [--param name=value ...] -o out.json`."""
+"""Command line: `python -m tilers dump FILE.py::FUNC [--param name=value ...] -o out.json`
+writes a traced program; `python -m tilers tuning [--kernel NAME] [--plot PATH]` lists (and
+draws) the autotuner's records."""
 
 from __future__ import annotations
 
@@ -53,6 +55,92 @@ def dump(args) -> None:
         out.write("\n")
 
 
+def problem_text(problem: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in problem.items()) or "-"
+
+
+def tuning(args) -> int:
+    """List the tuning records (problem -> best config -> time, TFLOP/s); --plot draws them."""
+    from .autotuner import TuningRecords, config_text
+
+    records = TuningRecords(args.dir).all()
+    if args.kernel:
+        records = [r for r in records if args.kernel in r.get("kernel", "")]
+    if not records:
+        print(f"no tuning records in {TuningRecords(args.dir).directory}")
+        return 0
+    header = ["kernel", "problem", "device", "best config", "ms", "TFLOP/s", "GB/s",
+              "configs", "tuned in", "created"]
+    rows = []
+    for record in records:
+        rows.append([
+            record.get("kernel", "?").rsplit(".", 1)[-1],
+            problem_text(record.get("problem", {})),
+            record.get("device", "?"),
+            config_text(record["best"]),
+            f"{record['ms']:.4f}",
+            f"{record['tflops']:.1f}" if record.get("tflops") else "-",
+            f"{record['gbps']:.0f}" if record.get("gbps") else "-",
+            str(record.get("configs", "?")),
+            f"{record['seconds']:.1f} s" if record.get("seconds") is not None else "-",
+            record.get("created", "?"),
+        ])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+    if args.plot:
+        plot_records(records, args.plot)
+        print(f"wrote {args.plot}")
+    return 0
+
+
+def plot_records(records: list, path: str) -> None:
+    """One panel per record (kernel and problem): every timed config's throughput, the
+    best in a darker color. TFLOP/s where the record knows the flops, else GB/s, else 1/ms."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise SystemExit(f"--plot needs matplotlib (pip install matplotlib): {error}") from None
+    from .autotuner import config_text
+
+    count = len(records)
+    columns = min(count, 2)
+    rows = (count + columns - 1) // columns
+    figure, axes = plt.subplots(
+        rows, columns, figsize=(8 * columns, 0.5 + 3.5 * rows), squeeze=False
+    )
+    for axis, record in zip(axes.flat, records):
+        timed = [r for r in record.get("results", []) if r.get("status") == "ok"]
+        timed.sort(key=lambda r: r["ms"])
+        if record.get("flops"):
+            unit, values = "TFLOP/s", [record["flops"] / r["ms"] / 1e9 for r in timed]
+        elif record.get("bytes"):
+            unit, values = "GB/s", [record["bytes"] / r["ms"] / 1e6 for r in timed]
+        else:
+            unit, values = "runs per ms", [1 / r["ms"] for r in timed]
+        labels = [config_text(r["config"]) for r in timed]
+        colors = ["tab:blue" if r["config"] == record["best"] else "tab:gray" for r in timed]
+        positions = range(len(timed))
+        axis.barh(list(positions), values, color=colors)
+        axis.set_yticks(list(positions), labels, fontsize=6)
+        axis.invert_yaxis()
+        axis.set_xlabel(unit)
+        name = record.get("kernel", "?").rsplit(".", 1)[-1]
+        axis.set_title(
+            f"{name} {problem_text(record.get('problem', {}))} on {record.get('device', '?')}",
+            fontsize=8,
+        )
+    for axis in list(axes.flat)[count:]:
+        axis.set_visible(False)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tilers")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -67,7 +155,17 @@ def main(argv=None) -> int:
     )
     dump_parser.add_argument("--args", default="", help="factory arguments, e.g. 1024,1024")
     dump_parser.add_argument("-o", "--output", required=True, help="where to write the JSON")
+    tuning_parser = commands.add_parser(
+        "tuning", help="list the autotuner's records (problem, best config, time, TFLOP/s)"
+    )
+    tuning_parser.add_argument("--kernel", default="", help="only kernels whose name has this")
+    tuning_parser.add_argument(
+        "--dir", default=None, help="the records' folder (default: $TILERS_CACHE_DIR/tuning)"
+    )
+    tuning_parser.add_argument("--plot", metavar="PATH", help="draw every config's throughput (PNG)")
     args = parser.parse_args(argv)
+    if args.command == "tuning":
+        return tuning(args)
     try:
         dump(args)
     except TileError as err:

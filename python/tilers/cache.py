@@ -229,7 +229,7 @@ def get_cubin(
         cubin = runtime.nvrtc_compile(source, arch, name, lineinfo=lineinfo, fast_math=fast_math)
         stats["nvrtc"] += 1
         if disk is not None:
-            loaded = "%d.%d" % runtime.nvrtc_version()
+            loaded = "{}.{}".format(*runtime.nvrtc_version())
             if loaded != nvrtc_version_for_key():
                 # the fingerprinted library is not the one cuda-bindings loaded: trust the latter
                 _trust_fingerprint(False)
@@ -292,7 +292,7 @@ def nvrtc_version_for_key() -> str:
 
     fingerprint = nvrtc_library_fingerprint() if _fingerprint_trusted else None
     if fingerprint is None or not disk_cache_enabled():
-        return "%d.%d" % runtime.nvrtc_version()
+        return "{}.{}".format(*runtime.nvrtc_version())
     path = os.path.join(cache_dir(), "nvrtc-versions.json")
     try:
         with open(path, encoding="utf-8") as file:
@@ -304,7 +304,7 @@ def nvrtc_version_for_key() -> str:
     version = known.get(fingerprint)
     if isinstance(version, str):
         return version
-    version = "%d.%d" % runtime.nvrtc_version()
+    version = "{}.{}".format(*runtime.nvrtc_version())
     known[fingerprint] = version
     try:
         atomic_write(path, json.dumps(known, indent=1).encode())

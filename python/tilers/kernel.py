@@ -182,6 +182,25 @@ class JITKernel:
         with open(path, "w", encoding="utf-8") as file:
             file.write(self.program_json)
 
+    # --- profiling (tilers/profiler.py) ---------------------------------------------------
+
+    def profiler(self, supply_type="auto", scalars=None, seed=0):
+        """A Profiler: inputs, ``assert_allclose(ref_prog, rtol, atol)``, ``do_bench()``."""
+        from tilers.profiler import Profiler
+
+        return Profiler(self, supply_type=supply_type, scalars=scalars, seed=seed)
+
+    def get_profiler(self, tensor_supply_type="auto"):
+        """TileLang's name for ``profiler()``."""
+        return self.profiler(supply_type=tensor_supply_type)
+
+    def bench(self, flops=None, bytes=None, warmup=25, rep=100, dtype=None):
+        """Time the kernel on random inputs: ms, TFLOP/s, GB/s and fractions of the peak.
+
+        >>> print(kernel.bench(flops=2 * M * N * K))
+        """
+        return self.profiler().bench(flops=flops, bytes=bytes, warmup=warmup, rep=rep, dtype=dtype)
+
     def __repr__(self) -> str:
         parts = []
         for position, spec in enumerate(self.info["params"]):

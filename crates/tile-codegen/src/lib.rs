@@ -74,6 +74,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 "#;
@@ -351,6 +353,10 @@ impl<'a> Emitter<'a> {
             terms.push(t);
         }
         let flat = if terms.is_empty() { "0".to_string() } else { terms.join(" + ") };
+        if b.swizzle {
+            let eb = b.dtype.bytes();
+            return Ok(format!("{}[tl_swizzle(({flat}) * {eb}) / {eb}]", self.names.buffer(buf)));
+        }
         Ok(format!("{}[{}]", self.names.buffer(buf), flat))
     }
 
@@ -453,12 +459,25 @@ impl<'a> Emitter<'a> {
                     "  asm volatile(\"mma.sync.aligned.{kind} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : \"+{acc}\"(c[0]), \"+{acc}\"(c[1]), \"+{acc}\"(c[2]), \"+{acc}\"(c[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])); }}"
                 ));
             }
+            Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => {
+                let d = self.access(*dst, dst_idx)?;
+                let s = self.access(*src, src_idx)?;
+                let n = self.expr(src_bytes)?;
+                self.line(&format!(
+                    "asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"(tl_smem_addr(&{d})), \"l\"(&{s}), \"r\"({n}) : \"memory\");"
+                ));
+            }
+            Stmt::AsyncCommit => self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");"),
+            Stmt::AsyncWait { pending } => {
+                self.line(&format!("asm volatile(\"cp.async.wait_group {pending};\" ::: \"memory\");"))
+            }
             Stmt::Sync => self.line("__syncthreads();"),
             Stmt::Comment(c) => self.line(&format!("// {c}")),
             Stmt::Copy { .. }
             | Stmt::Fill { .. }
             | Stmt::Reduce { .. }
             | Stmt::Gemm { .. }
+            | Stmt::Async { .. }
             | Stmt::Parallel { .. } => {
                 return Err(Diagnostic::bug("tile op left after lowering"));
             }

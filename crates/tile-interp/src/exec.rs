@@ -138,6 +138,39 @@ fn cast_col(a: Col, from: DType, to: DType) -> Col {
     }
 }
 
+/// `acc (+)= x @ y` in float32 for fp16/bf16 operands, whose products float32 holds
+/// exactly (so adding in f32 is the same as adding the exact product and rounding); `x`
+/// holds rows of K, `y` columns of K. Four output columns at a time, for speed.
+fn gemm_f32_exact_products(
+    x: &[f64],
+    y: &[f64],
+    acc: Vec<f64>,
+    rows: usize,
+    cols: usize,
+    k: usize,
+    clear: bool,
+) -> Vec<f64> {
+    let x: Vec<f32> = x.iter().map(|&v| v as f32).collect();
+    let y: Vec<f32> = y.iter().map(|&v| v as f32).collect();
+    let mut out: Vec<f32> =
+        if clear { vec![0.0; acc.len()] } else { acc.iter().map(|&v| v as f32).collect() };
+    for i in 0..rows {
+        let x_row = &x[i * k..(i + 1) * k];
+        for j0 in (0..cols).step_by(4) {
+            let n = (cols - j0).min(4);
+            let mut s = [0f32; 4];
+            s[..n].copy_from_slice(&out[i * cols + j0..i * cols + j0 + n]);
+            for (kk, &p) in x_row.iter().enumerate() {
+                for t in 0..n {
+                    s[t] += p * y[(j0 + t) * k + kk];
+                }
+            }
+            out[i * cols + j0..i * cols + j0 + n].copy_from_slice(&s[..n]);
+        }
+    }
+    out.into_iter().map(|v| v as f64).collect()
+}
+
 /// Row-major iteration over a shape: calls `f` with each index tuple.
 fn for_each_index(
     shape: &[i64],
@@ -669,27 +702,64 @@ impl<'m> Interp<'m> {
         if k_a != k_b || cb.shape != [rows, cols] {
             return Err(Diagnostic::error("T.gemm operand shapes do not agree", loc));
         }
-        let at = |i: i64, k: i64| if transpose_a { k * rows + i } else { i * k_a + k } as usize;
-        let bt = |k: i64, j: i64| if transpose_b { j * k_b + k } else { k * cols + j } as usize;
+        let (rows, cols, k_a, k_b) = (rows as usize, cols as usize, k_a as usize, k_b as usize);
+        let a_at = |i: usize, k: usize| if transpose_a { k * rows + i } else { i * k_a + k };
+        let b_at = |k: usize, j: usize| if transpose_b { j * k_b + k } else { k * cols + j };
+        // op(A) row by row and op(B) column by column, so the K loop reads both contiguously
+        let a_rows: Vec<usize> =
+            (0..rows).flat_map(|i| (0..k_a).map(move |k| (i, k))).map(|(i, k)| a_at(i, k)).collect();
+        let b_cols: Vec<usize> =
+            (0..cols).flat_map(|j| (0..k_a).map(move |k| (k, j))).map(|(k, j)| b_at(k, j)).collect();
+        let x = self.mem[a.0 as usize].gather(&a_rows);
+        let y = self.mem[b.0 as usize].gather(&b_cols);
         let dt = cb.dtype;
-        for i in 0..rows {
-            for j in 0..cols {
-                let out = (i * cols + j) as usize;
-                let mut acc =
-                    if clear { cast(Val::I(0), DType::I64, dt) } else { self.mem[c.0 as usize].get(out) };
-                for k in 0..k_a {
-                    let x = self.mem[a.0 as usize].get(at(i, k));
-                    let y = self.mem[b.0 as usize].get(bt(k, j));
-                    acc = match (acc, x, y) {
-                        (Val::F(s), x, y) => Val::F(num::round(dt, s + x.as_f64() * y.as_f64())),
-                        (Val::I(s), x, y) => {
-                            Val::I(wrap_int(s.wrapping_add(x.as_i64().wrapping_mul(y.as_i64())), dt))
-                        }
-                    };
-                }
-                self.mem[c.0 as usize].set(out, acc);
+        let c_all: Vec<usize> = (0..rows * cols).collect();
+        let old = self.mem[c.0 as usize].gather(&c_all);
+        let result = match (x, y, old) {
+            (Col::F(x), Col::F(y), Col::F(acc))
+                if dt == DType::F32
+                    && [ab.dtype, bb.dtype].iter().all(|d| matches!(d, DType::F16 | DType::BF16)) =>
+            {
+                Col::F(gemm_f32_exact_products(&x, &y, acc, rows, cols, k_a, clear))
             }
-        }
+            (Col::F(x), Col::F(y), Col::F(mut acc)) => {
+                let round = rounder(dt);
+                for i in 0..rows {
+                    let x_row = &x[i * k_a..(i + 1) * k_a];
+                    for j in 0..cols {
+                        let y_col = &y[j * k_a..(j + 1) * k_a];
+                        let mut s = if clear { 0.0 } else { acc[i * cols + j] };
+                        for (p, q) in x_row.iter().zip(y_col) {
+                            s = round(s + p * q);
+                        }
+                        acc[i * cols + j] = s;
+                    }
+                }
+                Col::F(acc)
+            }
+            (Col::I(x), Col::I(y), Col::I(mut acc)) => {
+                let wrap = wrapper(dt);
+                for i in 0..rows {
+                    let x_row = &x[i * k_a..(i + 1) * k_a];
+                    for j in 0..cols {
+                        let y_col = &y[j * k_a..(j + 1) * k_a];
+                        let mut s = if clear { 0 } else { acc[i * cols + j] };
+                        for (p, q) in x_row.iter().zip(y_col) {
+                            s = wrap(s.wrapping_add(p.wrapping_mul(*q)));
+                        }
+                        acc[i * cols + j] = s;
+                    }
+                }
+                Col::I(acc)
+            }
+            _ => {
+                return Err(Diagnostic::error(
+                    format!("T.gemm of {} x {} into {} is not supported", ab.dtype, bb.dtype, dt),
+                    loc,
+                ))
+            }
+        };
+        self.mem[c.0 as usize].scatter(&c_all, &result);
         Ok(())
     }
 }

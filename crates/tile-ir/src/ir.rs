@@ -24,6 +24,10 @@ pub struct Buffer {
     pub layout: Option<FragmentLayout>,
     /// Byte offset in the block's shared memory (set by `plan_shared_memory`).
     pub shared_offset: Option<u64>,
+    /// Shared memory only: the 16-byte chunks of each 128-byte line are permuted, chunk
+    /// `c` of line `l` stored at `c ^ (l % 8)`, so that eight rows read at one column
+    /// (ldmatrix) or written along a row (vector stores) fall in distinct banks.
+    pub swizzle: bool,
 }
 
 impl Buffer {
@@ -572,6 +576,10 @@ pub enum Stmt {
         policy: WarpPolicy,
         clear_accum: bool,
         loc: Loc,
+        /// Set by `inject_pipeline`: the operand is one stage of a multi-buffered tile
+        /// (its buffer has a leading stage dimension) selected by this index.
+        a_stage: Option<Expr>,
+        b_stage: Option<Expr>,
     },
     /// `layout` (set by `infer_layouts`) says which thread runs which iteration.
     Parallel {
@@ -630,6 +638,27 @@ pub enum Stmt {
         c: BufferId,
         c_offset: Expr,
     },
+    /// Copies issued asynchronously (`cp.async` where possible) into one stage of a
+    /// multi-buffered shared tile; ordered by `AsyncCommit` / `AsyncWait` and barriers that
+    /// `inject_pipeline` places, so `insert_syncs` leaves them alone.
+    Async {
+        body: Vec<Stmt>,
+    },
+    /// Close the group of asynchronous copies issued since the last commit.
+    AsyncCommit,
+    /// Wait until at most `pending` committed groups are still in flight.
+    AsyncWait {
+        pending: u32,
+    },
+    /// Thread level: `cp.async.cg.shared.global` of 16 bytes: `src_bytes` of them read from
+    /// `src` (0 to 16; the rest zero-filled).
+    AsyncCopy {
+        dst: BufferId,
+        dst_idx: Vec<Expr>,
+        src: BufferId,
+        src_idx: Vec<Expr>,
+        src_bytes: Expr,
+    },
     /// Thread level: `__syncthreads()`.
     Sync,
     /// Thread level: a comment for the reader of the generated code.
@@ -656,6 +685,7 @@ impl Stmt {
         match self {
             Stmt::Parallel { body, .. } | Stmt::For { body, .. } => vec![body],
             Stmt::If { then, otherwise, .. } => vec![then, otherwise],
+            Stmt::Async { body } => vec![body],
             _ => vec![],
         }
     }
@@ -719,12 +749,120 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
             f(b_offset);
             f(c_offset);
         }
-        Stmt::Reduce { .. } | Stmt::Gemm { .. } | Stmt::Parallel { .. } | Stmt::Sync | Stmt::Comment(_) => {}
+        Stmt::Gemm { a_stage, b_stage, .. } => {
+            a_stage.iter().for_each(&mut *f);
+            b_stage.iter().for_each(&mut *f);
+        }
+        Stmt::AsyncCopy { dst_idx, src_idx, src_bytes, .. } => {
+            dst_idx.iter().for_each(&mut *f);
+            src_idx.iter().for_each(&mut *f);
+            f(src_bytes);
+        }
+        Stmt::Reduce { .. }
+        | Stmt::Parallel { .. }
+        | Stmt::Async { .. }
+        | Stmt::AsyncCommit
+        | Stmt::AsyncWait { .. }
+        | Stmt::Sync
+        | Stmt::Comment(_) => {}
     }
 }
 
 impl fmt::Display for BufferId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "@{}", self.0)
+    }
+}
+
+/// Rebuild a statement with `f` applied to every expression in it, child statements
+/// included (bottom-up within each expression, see [`Expr::map`]).
+pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
+    let region = |r: Region, f: &mut dyn FnMut(Expr) -> Expr| Region {
+        dims: r
+            .dims
+            .into_iter()
+            .map(|d| match d {
+                RegionDim::Index(e) => RegionDim::Index(e.map(f)),
+                RegionDim::Origin(e) => RegionDim::Origin(e.map(f)),
+                RegionDim::Slice { start, stop } => {
+                    RegionDim::Slice { start: start.map(f), stop: stop.map(f) }
+                }
+            })
+            .collect(),
+        ..r
+    };
+    let exprs =
+        |v: Vec<Expr>, f: &mut dyn FnMut(Expr) -> Expr| v.into_iter().map(|e| e.map(f)).collect::<Vec<_>>();
+    let stmts = |v: Vec<Stmt>, f: &mut dyn FnMut(Expr) -> Expr| {
+        v.into_iter().map(|s| map_stmt_exprs(s, f)).collect::<Vec<_>>()
+    };
+    match s {
+        Stmt::Store { buf, idx, value, loc } => {
+            Stmt::Store { buf, idx: exprs(idx, f), value: value.map(f), loc }
+        }
+        Stmt::AtomicAdd { buf, idx, value, loc } => {
+            Stmt::AtomicAdd { buf, idx: exprs(idx, f), value: value.map(f), loc }
+        }
+        Stmt::Copy { src, dst, pad, loc } => {
+            Stmt::Copy { src: region(src, f), dst: region(dst, f), pad: pad.map(|p| p.map(f)), loc }
+        }
+        Stmt::Fill { dst, value, loc } => Stmt::Fill { dst: region(dst, f), value: value.map(f), loc },
+        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, loc, a_stage, b_stage } => {
+            Stmt::Gemm {
+                a,
+                b,
+                c,
+                transpose_a,
+                transpose_b,
+                policy,
+                clear_accum,
+                loc,
+                a_stage: a_stage.map(|e| e.map(f)),
+                b_stage: b_stage.map(|e| e.map(f)),
+            }
+        }
+        Stmt::Parallel { vars, extents, body, loc, layout } => {
+            Stmt::Parallel { vars, extents, body: stmts(body, f), loc, layout }
+        }
+        Stmt::For { var, start, extent, kind, body, loc } => {
+            Stmt::For { var, start: start.map(f), extent: extent.map(f), kind, body: stmts(body, f), loc }
+        }
+        Stmt::If { cond, then, otherwise, loc } => {
+            Stmt::If { cond: cond.map(f), then: stmts(then, f), otherwise: stmts(otherwise, f), loc }
+        }
+        Stmt::Async { body } => Stmt::Async { body: stmts(body, f) },
+        Stmt::Let { var, value } => Stmt::Let { var, value: value.map(f) },
+        Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
+            Stmt::VecCopy { dst, dst_idx: exprs(dst_idx, f), src, src_idx: exprs(src_idx, f), width }
+        }
+        Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => Stmt::AsyncCopy {
+            dst,
+            dst_idx: exprs(dst_idx, f),
+            src,
+            src_idx: exprs(src_idx, f),
+            src_bytes: src_bytes.map(f),
+        },
+        Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => Stmt::Ldmatrix {
+            dst,
+            dst_offset: dst_offset.map(f),
+            count,
+            trans,
+            src,
+            src_idx: exprs(src_idx, f),
+        },
+        Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => Stmt::Mma {
+            shape,
+            a,
+            a_offset: a_offset.map(f),
+            b,
+            b_offset: b_offset.map(f),
+            c,
+            c_offset: c_offset.map(f),
+        },
+        other @ (Stmt::Reduce { .. }
+        | Stmt::AsyncCommit
+        | Stmt::AsyncWait { .. }
+        | Stmt::Sync
+        | Stmt::Comment(_)) => other,
     }
 }

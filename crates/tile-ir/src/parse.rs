@@ -177,6 +177,7 @@ pub fn parse_program(text: &str) -> R<Module> {
             loc: loc(o.opt("loc"), &o.p("loc"), n_sources)?,
             layout: None,
             shared_offset: None,
+            swizzle: false,
         });
     }
 
@@ -478,6 +479,8 @@ impl Parser {
                     policy,
                     clear_accum: o.bool("clear_accum")?,
                     loc: l(&o)?,
+                    a_stage: None,
+                    b_stage: None,
                 }
             }
             "parallel" => {

@@ -38,6 +38,9 @@ pub fn print_module(m: &Module) -> String {
         if let Some(off) = b.shared_offset {
             let _ = write!(out, " at smem+{off}");
         }
+        if b.swizzle {
+            let _ = write!(out, " swizzled");
+        }
         if let Some(l) = &b.layout {
             let _ = write!(out, "  // {l}");
         }
@@ -107,13 +110,17 @@ fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
                 m.buffer(*dst).name
             );
         }
-        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, .. } => {
+        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, a_stage, b_stage, .. } => {
+            let stage =
+                |s: &Option<Expr>| s.as_ref().map(|e| format!("[{}]", expr(m, e))).unwrap_or_default();
             let _ = writeln!(
                 out,
-                "{pad}gemm {}{} x {}{} -> {} policy={} clear_accum={clear_accum}{lc}",
+                "{pad}gemm {}{}{} x {}{}{} -> {} policy={} clear_accum={clear_accum}{lc}",
                 m.buffer(*a).name,
+                stage(a_stage),
                 if *transpose_a { "^T" } else { "" },
                 m.buffer(*b).name,
+                stage(b_stage),
                 if *transpose_b { "^T" } else { "" },
                 m.buffer(*c).name,
                 policy.name()
@@ -185,6 +192,28 @@ fn stmt(m: &Module, s: &Stmt, depth: usize, out: &mut String) {
                 expr(m, a_offset),
                 m.buffer(*b).name,
                 expr(m, b_offset)
+            );
+        }
+        Stmt::Async { body } => {
+            let _ = writeln!(out, "{pad}async {{");
+            stmts(m, body, depth + 1, out);
+            let _ = writeln!(out, "{pad}}}");
+        }
+        Stmt::AsyncCommit => {
+            let _ = writeln!(out, "{pad}async_commit");
+        }
+        Stmt::AsyncWait { pending } => {
+            let _ = writeln!(out, "{pad}async_wait {pending}");
+        }
+        Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => {
+            let _ = writeln!(
+                out,
+                "{pad}cp.async16 {}[{}] <- {}[{}] ({} bytes)",
+                m.buffer(*dst).name,
+                idx(m, dst_idx),
+                m.buffer(*src).name,
+                idx(m, src_idx),
+                expr(m, src_bytes)
             );
         }
         Stmt::Sync => {

@@ -105,6 +105,10 @@ fn stmt(s: &Stmt) -> Option<Value> {
         Stmt::Let { .. }
         | Stmt::VecCopy { .. }
         | Stmt::Ldmatrix { .. }
+        | Stmt::Async { .. }
+        | Stmt::AsyncCommit
+        | Stmt::AsyncWait { .. }
+        | Stmt::AsyncCopy { .. }
         | Stmt::Mma { .. }
         | Stmt::Sync
         | Stmt::Comment(_) => return None,

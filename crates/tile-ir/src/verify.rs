@@ -552,8 +552,13 @@ impl<'a> Verifier<'a> {
                 self.stmts(otherwise);
             }
             // barriers are placed by insert_syncs, which runs on tile-level IR
-            Stmt::Sync | Stmt::Comment(_) => {}
-            Stmt::Let { .. } | Stmt::VecCopy { .. } | Stmt::Ldmatrix { .. } | Stmt::Mma { .. } => {
+            Stmt::Sync | Stmt::Comment(_) | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            Stmt::Async { body } => self.stmts(body),
+            Stmt::Let { .. }
+            | Stmt::VecCopy { .. }
+            | Stmt::Ldmatrix { .. }
+            | Stmt::Mma { .. }
+            | Stmt::AsyncCopy { .. } => {
                 self.err("internal: thread-level statement in tile-level IR".into(), Loc::UNKNOWN);
             }
         }

@@ -86,6 +86,11 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
                 *pending = entry;
                 out.push(Stmt::For { var, start, extent, kind, body: new_body, loc });
             }
+            Stmt::If { cond, then, otherwise, loc }
+                if then.iter().all(|s| matches!(s, Stmt::Async { .. })) && otherwise.is_empty() =>
+            {
+                out.push(Stmt::If { cond, then, otherwise, loc });
+            }
             Stmt::If { cond, then, otherwise, loc } => {
                 // a barrier must not be conditional; sync before a branch that touches shared memory
                 let (r, w) = accesses(
@@ -104,6 +109,8 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
                 *pending = Pending::default();
                 out.push(Stmt::Sync);
             }
+            // ordered by the pipeline's own waits and barriers
+            s @ (Stmt::Async { .. } | Stmt::AsyncCommit | Stmt::AsyncWait { .. }) => out.push(s),
             other => {
                 let (r, w) = accesses(m, &other);
                 if hazard(pending, &r, &w) {

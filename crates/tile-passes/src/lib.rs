@@ -8,6 +8,7 @@
 pub mod gemm;
 pub mod infer_layouts;
 pub mod infer_scopes;
+pub mod inject_pipeline;
 pub mod insert_syncs;
 pub mod lower_tile_ops;
 pub mod plan_shared_memory;
@@ -78,6 +79,8 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("infer_scopes", infer_scopes::infer_scopes),
     // who holds which element of each fragment; which thread runs which parallel iteration
     ("infer_layouts", infer_layouts::infer_layouts),
+    // T.Pipelined: global->shared copies run stages-1 iterations ahead into multi-buffered tiles
+    ("inject_pipeline", inject_pipeline::inject_pipeline),
     // barriers between tile ops that share a shared-memory buffer
     ("insert_syncs", insert_syncs::insert_syncs),
     // tile ops to per-thread code: vector accesses, bounds guards, shuffles

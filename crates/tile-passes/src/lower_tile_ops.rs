@@ -224,6 +224,7 @@ impl Lowerer {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
+            swizzle: false,
         })
     }
 
@@ -250,7 +251,7 @@ impl Lowerer {
                 }
                 Stmt::Copy { src, dst, pad, loc } => {
                     out.push(self.comment("T.copy", loc));
-                    out.extend(self.copy(&src, &dst, pad, loc));
+                    out.extend(self.copy(&src, &dst, pad, loc, false));
                 }
                 Stmt::Fill { dst, value, loc } => {
                     out.push(self.comment("T.fill", loc));
@@ -260,9 +261,29 @@ impl Lowerer {
                     out.push(self.comment(&format!("T.reduce_{}", kind.name()), loc));
                     out.extend(self.reduce(kind, src, dst, dim, clear, loc));
                 }
-                Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, loc } => {
+                Stmt::Async { body } => {
+                    for st in body {
+                        if let Stmt::Copy { src, dst, pad, loc } = st {
+                            out.push(self.comment("T.copy (issued ahead by the pipeline)", loc));
+                            out.extend(self.copy(&src, &dst, pad, loc, true));
+                        }
+                    }
+                }
+                Stmt::Gemm {
+                    a,
+                    b,
+                    c,
+                    transpose_a,
+                    transpose_b,
+                    policy,
+                    clear_accum,
+                    loc,
+                    a_stage,
+                    b_stage,
+                } => {
                     out.push(self.comment("T.gemm", loc));
-                    out.extend(self.gemm(a, b, c, transpose_a, transpose_b, policy, clear_accum, loc));
+                    let operands = [(a, a_stage), (b, b_stage)];
+                    out.extend(self.gemm(operands, c, transpose_a, transpose_b, policy, clear_accum, loc));
                 }
                 Stmt::For { var, start, extent, kind, body, loc } => {
                     let kind = match kind {
@@ -823,7 +844,14 @@ impl Lowerer {
         Some((out, cond.map(simplify), desc))
     }
 
-    fn copy(&mut self, src: &Region, dst: &Region, pad: Option<Expr>, loc: Loc) -> Vec<Stmt> {
+    fn copy(
+        &mut self,
+        src: &Region,
+        dst: &Region,
+        pad: Option<Expr>,
+        loc: Loc,
+        asynchronous: bool,
+    ) -> Vec<Stmt> {
         let (s, d) = match resolve_copy(&self.m, src, dst, loc) {
             Ok(x) => x,
             Err(e) => {
@@ -910,7 +938,98 @@ impl Lowerer {
                 sb.dtype.bytes().min(db.dtype.bytes()),
             ),
         };
+        if asynchronous {
+            let why = match self.async_copy(&vars, &store, &layout) {
+                Ok(code) => {
+                    let at = self.m.sources.short(loc).unwrap_or_default();
+                    self.report.push(format!(
+                        "{at}: T.copy {} -> {}: cp.async 16 bytes, zero-filled past the edge",
+                        sb.name, db.name
+                    ));
+                    return code;
+                }
+                Err(why) => why,
+            };
+            let at = self.m.sources.short(loc).unwrap_or_default();
+            self.report
+                .push(format!("{at}: T.copy {} -> {} is synchronous, not cp.async: {why}", sb.name, db.name));
+        }
         self.parallel(&vars, &loop_shape, &[store], &layout, loc)
+    }
+
+    /// A global→shared copy as one 16-byte `cp.async` per vector chunk, reading only the
+    /// bytes inside the tensor and zero-filling the rest. Err says why it cannot be.
+    fn async_copy(&mut self, vars: &[VarId], store: &Stmt, l: &FragmentLayout) -> Result<Vec<Stmt>, String> {
+        let Stmt::Store { buf: dst, value, .. } = store else { return Err("not a plain copy".into()) };
+        let Expr::Load { buf: src, oob, .. } = strip_cast(value) else {
+            return Err("not a plain copy".into());
+        };
+        let (sb, db) = (self.m.buffer(*src).clone(), self.m.buffer(*dst).clone());
+        if sb.dtype != db.dtype {
+            return Err(format!("it converts {} to {}", sb.dtype, db.dtype));
+        }
+        if oob.as_ref().is_some_and(|p| !is_zero(p)) {
+            return Err("its pad value is not 0 (cp.async can only zero-fill)".into());
+        }
+        let width = l.vector_width();
+        let eb = sb.dtype.bytes() as i64;
+        if width * eb != 16 {
+            return Err(format!(
+                "the tile's rows do not split into 16-byte vectors ({width} elements of {eb} bytes)"
+            ));
+        }
+        let mut failure = None;
+        let (dst, src) = (*dst, *src);
+        let code = self.for_each_chunk(l, &mut |lw, values, base| {
+            let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
+            let el = element_at(values, base, lane_var, width);
+            let Some(Stmt::Store { idx: dst_idx, value, .. }) = lw.instantiate(std::slice::from_ref(store), vars, &el).pop() else {
+                failure = Some("internal: copy body".to_string());
+                return vec![];
+            };
+            let Expr::Load { idx: src_idx, .. } = strip_cast(&value).clone() else {
+                failure = Some("internal: copy body".to_string());
+                return vec![];
+            };
+            let zero = i32c(0);
+            let at_lane0 = |idx: &[Expr]| idx.iter().map(|i| simplify(i.clone().substitute(lane_var, &zero))).collect::<Vec<_>>();
+            for (b, idx) in [(&sb, &src_idx), (&db, &dst_idx)] {
+                let n = idx.len();
+                let last = to_affine(&idx[n - 1]);
+                let lane_key = format!("{:?}", Expr::var(lane_var, DType::I32));
+                let contiguous = last.terms.get(&lane_key).map(|(c, _)| *c) == Some(1)
+                    && idx[..n - 1].iter().all(|i| !i.uses_var(lane_var));
+                let first = at_lane0(idx);
+                let aligned = known_multiple(&first[n - 1], width) && b.strides()[..n - 1].iter().all(|s| s % width == 0);
+                if !contiguous || !aligned {
+                    failure = Some(format!("'{}' is not read/written in aligned 16-byte vectors (a row length not a multiple of {width}?)", b.name));
+                    return vec![];
+                }
+            }
+            let (s0, d0) = (at_lane0(&src_idx), at_lane0(&dst_idx));
+            let n = s0.len();
+            let mut valid = None;
+            for d in 0..n - 1 {
+                valid = and(valid, in_range(&s0[d], sb.shape[d], &|e| lw.non_negative(e)));
+            }
+            let last = s0[n - 1].clone();
+            if !lw.non_negative(&last) {
+                valid = and(valid, Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, last.dtype())));
+            }
+            let extent = Expr::int_of(sb.shape[n - 1], last.dtype());
+            valid = and(valid, Expr::binary(BinOp::Lt, last.clone(), extent.clone()));
+            let valid = simplify(valid.expect("at least one condition"));
+            let remaining = Expr::binary(BinOp::Min, Expr::binary(BinOp::Sub, extent, last.clone()), Expr::int_of(width, last.dtype()));
+            let bytes = Expr::cast(Expr::binary(BinOp::Mul, remaining, Expr::int_of(eb, last.dtype())), DType::I32);
+            let src_bytes = simplify(Expr::select(valid.clone(), bytes, i32c(0)));
+            // a safe address even when nothing is read
+            let safe: Vec<Expr> = s0.iter().map(|i| simplify(Expr::select(valid.clone(), i.clone(), Expr::int_of(0, i.dtype())))).collect();
+            vec![Stmt::AsyncCopy { dst, dst_idx: d0, src, src_idx: safe, src_bytes }]
+        });
+        match failure {
+            Some(why) => Err(why),
+            None => Ok(code),
+        }
     }
 
     fn fill(&mut self, dst: &Region, value: Expr, loc: Loc) -> Vec<Stmt> {
@@ -1001,8 +1120,7 @@ impl Lowerer {
     #[allow(clippy::too_many_arguments)]
     fn gemm(
         &mut self,
-        a: BufferId,
-        b: BufferId,
+        operands: [(BufferId, Option<Expr>); 2],
         c: BufferId,
         ta: bool,
         tb: bool,
@@ -1010,7 +1128,17 @@ impl Lowerer {
         clear: bool,
         loc: Loc,
     ) -> Vec<Stmt> {
-        let (ab, bb, cb) = (self.m.buffer(a).clone(), self.m.buffer(b).clone(), self.m.buffer(c).clone());
+        let [(a, a_stage), (b, b_stage)] = operands;
+        // a multi-buffered operand (leading stage dimension): its indices start with the stage
+        let a_prefix: Vec<Expr> = a_stage.into_iter().collect();
+        let b_prefix: Vec<Expr> = b_stage.into_iter().collect();
+        let with_prefix =
+            |prefix: &[Expr], idx: Vec<Expr>| prefix.iter().cloned().chain(idx).collect::<Vec<_>>();
+        let (mut ab, mut bb, cb) =
+            (self.m.buffer(a).clone(), self.m.buffer(b).clone(), self.m.buffer(c).clone());
+        let tile_bytes = |b: &Buffer| b.bytes() / b.shape[..b.shape.len() - 2].iter().product::<i64>();
+        ab.shape = ab.shape[ab.shape.len() - 2..].to_vec();
+        bb.shape = bb.shape[bb.shape.len() - 2..].to_vec();
         if ab.scope != Scope::Shared || bb.scope != Scope::Shared {
             self.diags.push(
                 Diagnostic::error("T.gemm with an operand in registers is not supported yet", loc)
@@ -1046,6 +1174,16 @@ impl Lowerer {
         };
         let (tile_m, tile_n) = (m / wm, n / wn);
         let (mi_count, ni_count) = (tile_m / 16, tile_n / 8);
+        // swizzle the operand tiles so ldmatrix reads 8 rows from 8 distinct bank groups
+        for (id, buf) in [(a, &ab), (b, &bb)] {
+            let row_bytes = buf.shape[1] * buf.dtype.bytes() as i64;
+            if row_bytes % 16 == 0 && tile_bytes(self.m.buffer(id)) % 128 == 0 && !self.m.buffer(id).swizzle {
+                self.m.buffer_mut(id).swizzle = true;
+                let at = self.m.sources.short(buf.loc).unwrap_or_default();
+                self.report
+                    .push(format!("{at}: shared tile '{}' swizzled (16-byte chunks XOR line % 8)", buf.name));
+            }
+        }
         let sixteen_bit = ab.dtype.bytes() == 2;
         // per k-step: 4 32-bit registers of A per 16-row piece, 2 of B per 8-column piece
         let a_elems = 16 / ab.dtype.bytes() as i64;
@@ -1090,7 +1228,7 @@ impl Lowerer {
             // rows m0 + lane % 16, 16-byte column chunk lane / 16
             let row = add(m0.clone(), rem(lane.clone(), 16));
             let col = add(mul(kk.clone(), i32c(kstep)), mul(div(lane.clone(), 16), i32c(a_elems)));
-            let src_idx = vec![simplify(row), simplify(col)];
+            let src_idx = with_prefix(&a_prefix, vec![simplify(row), simplify(col)]);
             vec![Stmt::Ldmatrix {
                 dst: a_regs,
                 dst_offset: a_offset,
@@ -1105,7 +1243,7 @@ impl Lowerer {
                 mul(div(lane.clone(), 16), i32c(8)),
             );
             let mc = add(m0.clone(), mul(rem(div(lane.clone(), 8), 2), i32c(8)));
-            let src_idx = vec![simplify(kr), simplify(mc)];
+            let src_idx = with_prefix(&a_prefix, vec![simplify(kr), simplify(mc)]);
             vec![Stmt::Ldmatrix { dst: a_regs, dst_offset: a_offset, count: 4, trans: true, src: a, src_idx }]
         } else {
             // int8 stored K x M: gather the m16n8k32 A fragment (register r, byte q)
@@ -1118,7 +1256,11 @@ impl Lowerer {
                     v.push(Stmt::Store {
                         buf: a_regs,
                         idx: vec![simplify(add(a_offset.clone(), i32c(r * 4 + q)))],
-                        value: Expr::load(a, vec![simplify(kc), simplify(row)], ab.dtype),
+                        value: Expr::load(
+                            a,
+                            with_prefix(&a_prefix, vec![simplify(kc), simplify(row)]),
+                            ab.dtype,
+                        ),
                         loc,
                     });
                 }
@@ -1135,7 +1277,7 @@ impl Lowerer {
             // stored N x K: rows n0 + lane % 8, 16-byte chunk (lane / 8) % 2
             let row = add(n0.clone(), rem(lane.clone(), 8));
             let col = add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
-            let src_idx = vec![simplify(row), simplify(col)];
+            let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
             vec![Stmt::Ldmatrix {
                 dst: b_regs,
                 dst_offset: b_offset,
@@ -1146,7 +1288,7 @@ impl Lowerer {
             }]
         } else if sixteen_bit {
             let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
-            let src_idx = vec![simplify(kr), simplify(n0.clone())];
+            let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(n0.clone())]);
             vec![Stmt::Ldmatrix { dst: b_regs, dst_offset: b_offset, count: 2, trans: true, src: b, src_idx }]
         } else {
             // int8 stored K x N: gather the m16n8k32 B fragment (register r, byte q)
@@ -1161,7 +1303,11 @@ impl Lowerer {
                     v.push(Stmt::Store {
                         buf: b_regs,
                         idx: vec![simplify(add(b_offset.clone(), i32c(r * 4 + q)))],
-                        value: Expr::load(b, vec![simplify(kc), simplify(col)], bb.dtype),
+                        value: Expr::load(
+                            b,
+                            with_prefix(&b_prefix, vec![simplify(kc), simplify(col)]),
+                            bb.dtype,
+                        ),
                         loc,
                     });
                 }
@@ -1321,6 +1467,7 @@ impl Lowerer {
                 loc,
                 layout: None,
                 shared_offset: None,
+                swizzle: false,
             });
             let is_active = Expr::binary(BinOp::Lt, self.tid(), i32c(active));
             let s1 = self.m.add_var("s", VarKind::Loop, DType::I32);
@@ -1415,6 +1562,22 @@ fn element_at(values: &[Vec<Expr>], base: &[Expr], lane: VarId, width: i64) -> E
         index[n - 1] = simplify(add(base[n - 1].clone(), lane));
     }
     Element { values, index }
+}
+
+fn strip_cast(e: &Expr) -> &Expr {
+    match e {
+        Expr::Cast { a, .. } => strip_cast(a),
+        other => other,
+    }
+}
+
+fn is_zero(e: &Expr) -> bool {
+    match e {
+        Expr::Const { value: ConstValue::Int(0), .. } => true,
+        Expr::Const { value: ConstValue::Float(f), .. } => *f == 0.0 && f.is_sign_positive(),
+        Expr::Cast { a, .. } => is_zero(a),
+        _ => false,
+    }
 }
 
 fn unrolled(var: VarId, extent: i64, body: Vec<Stmt>) -> Stmt {

@@ -289,7 +289,7 @@ fn load_into_current(
 
 /// Write one argument into its 8-byte slot, as the kernel parameter of `kind` reads it
 /// (little-endian: the value's bytes start the slot).
-fn pack(arg: &Bound<'_, PyAny>, kind: u8, index: usize) -> PyResult<u64> {
+fn pack(arg: &Bound<'_, PyAny>, kind: u8) -> PyResult<u64> {
     let py = arg.py();
     let slot = match kind {
         // a tensor: its data_ptr()
@@ -307,16 +307,14 @@ fn pack(arg: &Bound<'_, PyAny>, kind: u8, index: usize) -> PyResult<u64> {
             let value = arg.extract::<f64>()?;
             let narrowed = value as f32;
             if value.is_finite() && !narrowed.is_finite() {
-                return Err(PyOverflowError::new_err(format!(
-                    "argument {index}: {value} does not fit in float32"
-                )));
+                return Err(PyOverflowError::new_err(format!("{value} does not fit in float32")));
             }
             narrowed.to_bits() as u64
         }
         b'd' => arg.extract::<f64>()?.to_bits(),
         other => {
             return Err(PyValueError::new_err(format!(
-                "argument {index}: unknown kind {:?} (expected one of T P ? b B h i I q f d)",
+                "unknown kind {:?} (expected one of T P ? b B h i I q f d)",
                 other as char
             )))
         }
@@ -344,13 +342,15 @@ struct Launch {
 
 fn fill(args: &Bound<'_, PyAny>, kinds: &[u8], packed: &mut Packed<'_>) -> PyResult<()> {
     let mut store = |index: usize, arg: &Bound<'_, PyAny>| -> PyResult<()> {
-        packed.slots[index] = pack(arg, kinds[index], index).map_err(|error| {
-            if error.is_instance_of::<PyValueError>(arg.py())
-                || error.is_instance_of::<PyOverflowError>(arg.py())
-            {
-                error
+        packed.slots[index] = pack(arg, kinds[index]).map_err(|error| {
+            let py = arg.py();
+            let message = format!("argument {index}: {}", error.value(py));
+            if error.is_instance_of::<PyOverflowError>(py) {
+                PyOverflowError::new_err(message)
+            } else if error.is_instance_of::<PyValueError>(py) {
+                PyValueError::new_err(message)
             } else {
-                PyTypeError::new_err(format!("argument {index}: {error}"))
+                PyTypeError::new_err(message)
             }
         })?;
         Ok(())

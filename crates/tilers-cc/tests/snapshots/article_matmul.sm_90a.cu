@@ -30,6 +30,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -39,13 +41,9 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
-  tl_half* a_tile = (tl_half*)(tl_smem + 0);  // [128, 32]
-  tl_half* b_tile = (tl_half*)(tl_smem + 8192);  // [32, 128]
+  tl_half* a_tile = (tl_half*)(tl_smem + 0);  // [3, 128, 32]
+  tl_half* b_tile = (tl_half*)(tl_smem + 24576);  // [3, 32, 128]
   __align__(16) float acc[64];  // fragment[128, 128] over 256 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 registers . 2 threads (stride 128), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 4 threads (stride 32); 64 registers per thread
-  __align__(16) tl_half A_v[8];
-  __align__(16) tl_half a_tile_out[8];
-  __align__(16) tl_half B_v[8];
-  __align__(16) tl_half b_tile_out[8];
   __align__(16) tl_half a_tile_frag[32];
   __align__(16) tl_half b_tile_frag[16];
   __align__(16) tl_half C_out[2];
@@ -53,47 +51,60 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   for (int s = 0; s < 64; ++s) {
     acc[s] = 0.0f;
   }
-  for (int ko = 0; ko < 32; ++ko) {
-    __syncthreads();
-    // kernels.py:296: T.copy
+  if (true) {
+    // kernels.py:296: T.copy (issued ahead by the pipeline)
     const int t0 = ((tid / 4) % 64);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      if ((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((((ko * 32) + (t1 * 8)) + 8) <= 1024))) {
-        *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((by * 128) + t0) + (o0 * 64))) * 1024 + ((ko * 32) + (t1 * 8))]);
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          a_tile_out[e] = A_v[e];
-        }
-        *(uint4*)(&a_tile[((t0 + (o0 * 64))) * 32 + (t1 * 8)]) = *(const uint4*)(&a_tile_out[0]);
-      } else {
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          a_tile[((t0 + (o0 * 64))) * 32 + (e + (t1 * 8))] = tl_to_half(((((((by * 128) + t0) + (o0 * 64)) < 1024) && (((e + (ko * 32)) + (t1 * 8)) < 1024)) ? tl_float(A[((((by * 128) + t0) + (o0 * 64))) * 1024 + ((e + (ko * 32)) + (t1 * 8))]) : 0.0f));
-        }
-      }
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((0) * 4096 + ((t0 + (o0 * 64))) * 32 + (t1 * 8)) * 2) / 2])), "l"(&A[(((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (((by * 128) + t0) + (o0 * 64)) : 0)) * 1024 + ((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (t1 * 8) : 0)]), "r"(((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (tl_min(((t1 * (-8)) + 1024), 8) * 2) : 0)) : "memory");
     }
-    // kernels.py:297: T.copy
+    // kernels.py:297: T.copy (issued ahead by the pipeline)
     const int t0_1 = ((tid / 16) % 16);
     const int t1_1 = (tid % 16);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      if (((((t0_1 + (o0_1 * 16)) + (ko * 32)) < 1024) && ((((bx * 128) + (t1_1 * 8)) + 8) <= 1024))) {
-        *(uint4*)(&B_v[0]) = *(const uint4*)(&B[(((t0_1 + (o0_1 * 16)) + (ko * 32))) * 1024 + ((bx * 128) + (t1_1 * 8))]);
-        #pragma unroll
-        for (int e_1 = 0; e_1 < 8; ++e_1) {
-          b_tile_out[e_1] = B_v[e_1];
-        }
-        *(uint4*)(&b_tile[((t0_1 + (o0_1 * 16))) * 128 + (t1_1 * 8)]) = *(const uint4*)(&b_tile_out[0]);
-      } else {
-        #pragma unroll
-        for (int e_1 = 0; e_1 < 8; ++e_1) {
-          b_tile[((t0_1 + (o0_1 * 16))) * 128 + ((t1_1 * 8) + e_1)] = tl_to_half((((((t0_1 + (o0_1 * 16)) + (ko * 32)) < 1024) && ((((bx * 128) + (t1_1 * 8)) + e_1) < 1024)) ? tl_float(B[(((t0_1 + (o0_1 * 16)) + (ko * 32))) * 1024 + (((bx * 128) + (t1_1 * 8)) + e_1)]) : 0.0f));
-        }
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((0) * 4096 + ((t0_1 + (o0_1 * 16))) * 128 + (t1_1 * 8)) * 2) / 2])), "l"(&B[(((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? (t0_1 + (o0_1 * 16)) : 0)) * 1024 + ((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? ((bx * 128) + (t1_1 * 8)) : 0)]), "r"(((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_1 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  if (true) {
+    // kernels.py:296: T.copy (issued ahead by the pipeline)
+    const int t0_2 = ((tid / 4) % 64);
+    const int t1_2 = (tid % 4);
+    #pragma unroll
+    for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((1) * 4096 + ((t0_2 + (o0_2 * 64))) * 32 + (t1_2 * 8)) * 2) / 2])), "l"(&A[(((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? (((by * 128) + t0_2) + (o0_2 * 64)) : 0)) * 1024 + ((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? ((t1_2 * 8) + 32) : 0)]), "r"(((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? (tl_min(((t1_2 * (-8)) + 992), 8) * 2) : 0)) : "memory");
+    }
+    // kernels.py:297: T.copy (issued ahead by the pipeline)
+    const int t0_3 = ((tid / 16) % 16);
+    const int t1_3 = (tid % 16);
+    #pragma unroll
+    for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((1) * 4096 + ((t0_3 + (o0_3 * 16))) * 128 + (t1_3 * 8)) * 2) / 2])), "l"(&B[((((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? ((t0_3 + (o0_3 * 16)) + 32) : 0)) * 1024 + (((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? ((bx * 128) + (t1_3 * 8)) : 0)]), "r"((((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_3 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  for (int ko = 0; ko < 32; ++ko) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    __syncthreads();
+    if (((ko + 2) < 32)) {
+      // kernels.py:296: T.copy (issued ahead by the pipeline)
+      const int t0_4 = ((tid / 4) % 64);
+      const int t1_4 = (tid % 4);
+      #pragma unroll
+      for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_4 + (o0_4 * 64))) * 32 + (t1_4 * 8)) * 2) / 2])), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (((by * 128) + t0_4) + (o0_4 * 64)) : 0)) * 1024 + ((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (((ko * 32) + (t1_4 * 8)) + 64) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (tl_min((((ko * (-32)) + (t1_4 * (-8))) + 960), 8) * 2) : 0)) : "memory");
+      }
+      // kernels.py:297: T.copy (issued ahead by the pipeline)
+      const int t0_5 = ((tid / 16) % 16);
+      const int t1_5 = (tid % 16);
+      #pragma unroll
+      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_5 + (o0_5 * 16))) * 128 + (t1_5 * 8)) * 2) / 2])), "l"(&B[((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? ((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) : 0)) * 1024 + (((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? ((bx * 128) + (t1_5 * 8)) : 0)]), "r"((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_5 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
       }
     }
-    __syncthreads();
+    asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:298: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 4);
@@ -102,11 +113,11 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
-        { unsigned int* r = (unsigned int*)(&a_tile_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&a_tile[((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))]))); }
+        { unsigned int* r = (unsigned int*)(&a_tile_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&a_tile[tl_swizzle((((ko % 3)) * 4096 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2) / 2]))); }
       }
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        { unsigned int* r = (unsigned int*)(&b_tile_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&b_tile[(((lane % 16) + (kk * 16))) * 128 + ((warp_n * 32) + (ni * 8))]))); }
+        { unsigned int* r = (unsigned int*)(&b_tile_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&b_tile[tl_swizzle((((ko % 3)) * 4096 + (((lane % 16) + (kk * 16))) * 128 + ((warp_n * 32) + (ni * 8))) * 2) / 2]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
@@ -118,28 +129,29 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
       }
     }
   }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:299: T.copy
-  const int t0_2 = ((tid / 4) % 8);
-  const int t0_3 = ((tid / 128) % 2);
-  const int t1_2 = (tid % 4);
-  const int t1_3 = ((tid / 32) % 4);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = ((tid / 128) % 2);
+  const int t1_6 = (tid % 4);
+  const int t1_7 = ((tid / 32) % 4);
   #pragma unroll
-  for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+    for (int o0_7 = 0; o0_7 < 4; ++o0_7) {
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
-        if ((((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 64)) < 1024) && ((((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + 2) <= 1024))) {
+        if ((((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64)) < 1024) && ((((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 32)) + 2) <= 1024))) {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            C_out[e_2] = tl_to_half((float)(acc[((((o0_2 * 2) + (o0_3 * 16)) + (o1 * 4)) + e_2)]));
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            C_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
           }
-          *(unsigned int*)(&C[((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 64))) * 1024 + ((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32))]) = *(const unsigned int*)(&C_out[0]);
+          *(unsigned int*)(&C[((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 1024 + ((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 32))]) = *(const unsigned int*)(&C_out[0]);
         } else {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            if ((((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 64)) < 1024) && ((((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + e_2) < 1024))) {
-              C[((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 64))) * 1024 + (((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + e_2)] = tl_to_half((float)(acc[((((o0_2 * 2) + (o0_3 * 16)) + (o1 * 4)) + e_2)]));
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            if ((((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64)) < 1024) && ((((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 32)) + e_6) < 1024))) {
+              C[((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 1024 + (((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 32)) + e_6)] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
             }
           }
         }

@@ -30,6 +30,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -39,13 +41,9 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
-  signed char* A_shared = (signed char*)(tl_smem + 0);  // [32, 64]
-  signed char* B_shared = (signed char*)(tl_smem + 2048);  // [32, 64]
+  signed char* A_shared = (signed char*)(tl_smem + 0);  // [3, 32, 64]
+  signed char* B_shared = (signed char*)(tl_smem + 6144);  // [3, 32, 64]
   __align__(16) int acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
-  __align__(16) signed char A_v[16];
-  __align__(16) signed char A_shared_out[16];
-  __align__(16) signed char B_v[16];
-  __align__(16) signed char B_shared_out[16];
   __align__(16) signed char A_shared_frag[32];
   __align__(16) signed char B_shared_frag[32];
   __align__(16) int C_out[2];
@@ -58,41 +56,42 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0;
   }
-  for (int ko = 0; ko < 2; ++ko) {
-    __syncthreads();
-    // kernels.py:266: T.copy
+  if (true) {
+    // kernels.py:266: T.copy (issued ahead by the pipeline)
     const int t0 = ((tid / 4) % 32);
     const int t1 = (tid % 4);
-    if (((((ko * 32) + t0) < 64) && ((((by * 64) + (t1 * 16)) + 16) <= 64))) {
-      *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(((ko * 32) + t0)) * 64 + ((by * 64) + (t1 * 16))]);
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        A_shared_out[e] = A_v[e];
-      }
-      *(uint4*)(&A_shared[(t0) * 64 + (t1 * 16)]) = *(const uint4*)(&A_shared_out[0]);
-    } else {
-      #pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        A_shared[(t0) * 64 + (e + (t1 * 16))] = (((((ko * 32) + t0) < 64) && ((((by * 64) + e) + (t1 * 16)) < 64)) ? A[(((ko * 32) + t0)) * 64 + (((by * 64) + e) + (t1 * 16))] : 0);
-      }
-    }
-    // kernels.py:272: T.copy
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 2048 + (t0) * 64 + (t1 * 16)) * 1) / 1])), "l"(&A[((((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? t0 : 0)) * 64 + (((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? ((by * 64) + (t1 * 16)) : 0)]), "r"((((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1 * (-16))) + 64), 16) : 0)) : "memory");
+    // kernels.py:272: T.copy (issued ahead by the pipeline)
     const int t0_1 = ((tid / 4) % 32);
     const int t1_1 = (tid % 4);
-    if ((((t0_1 + (ko * 32)) < 64) && ((((bx * 64) + (t1_1 * 16)) + 16) <= 64))) {
-      *(uint4*)(&B_v[0]) = *(const uint4*)(&B[((t0_1 + (ko * 32))) * 64 + ((bx * 64) + (t1_1 * 16))]);
-      #pragma unroll
-      for (int e_1 = 0; e_1 < 16; ++e_1) {
-        B_shared_out[e_1] = B_v[e_1];
-      }
-      *(uint4*)(&B_shared[(t0_1) * 64 + (t1_1 * 16)]) = *(const uint4*)(&B_shared_out[0]);
-    } else {
-      #pragma unroll
-      for (int e_1 = 0; e_1 < 16; ++e_1) {
-        B_shared[(t0_1) * 64 + ((t1_1 * 16) + e_1)] = ((((t0_1 + (ko * 32)) < 64) && ((((bx * 64) + (t1_1 * 16)) + e_1) < 64)) ? B[((t0_1 + (ko * 32))) * 64 + (((bx * 64) + (t1_1 * 16)) + e_1)] : 0);
-      }
-    }
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 2048 + (t0_1) * 64 + (t1_1 * 16)) * 1) / 1])), "l"(&B[((((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? t0_1 : 0)) * 64 + (((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? ((bx * 64) + (t1_1 * 16)) : 0)]), "r"((((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_1 * (-16))) + 64), 16) : 0)) : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  if (true) {
+    // kernels.py:266: T.copy (issued ahead by the pipeline)
+    const int t0_2 = ((tid / 4) % 32);
+    const int t1_2 = (tid % 4);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 2048 + (t0_2) * 64 + (t1_2 * 16)) * 1) / 1])), "l"(&A[(((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? (t0_2 + 32) : 0)) * 64 + ((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? ((by * 64) + (t1_2 * 16)) : 0)]), "r"(((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1_2 * (-16))) + 64), 16) : 0)) : "memory");
+    // kernels.py:272: T.copy (issued ahead by the pipeline)
+    const int t0_3 = ((tid / 4) % 32);
+    const int t1_3 = (tid % 4);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 2048 + (t0_3) * 64 + (t1_3 * 16)) * 1) / 1])), "l"(&B[(((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? (t0_3 + 32) : 0)) * 64 + ((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? ((bx * 64) + (t1_3 * 16)) : 0)]), "r"(((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_3 * (-16))) + 64), 16) : 0)) : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  for (int ko = 0; ko < 2; ++ko) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
+    if (((ko + 2) < 2)) {
+      // kernels.py:266: T.copy (issued ahead by the pipeline)
+      const int t0_4 = ((tid / 4) % 32);
+      const int t1_4 = (tid % 4);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + (t0_4) * 64 + (t1_4 * 16)) * 1) / 1])), "l"(&A[(((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? (((ko * 32) + t0_4) + 64) : 0)) * 64 + ((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? ((by * 64) + (t1_4 * 16)) : 0)]), "r"(((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1_4 * (-16))) + 64), 16) : 0)) : "memory");
+      // kernels.py:272: T.copy (issued ahead by the pipeline)
+      const int t0_5 = ((tid / 4) % 32);
+      const int t1_5 = (tid % 4);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + (t0_5) * 64 + (t1_5 * 16)) * 1) / 1])), "l"(&B[(((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? (((ko * 32) + t0_5) + 64) : 0)) * 64 + ((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? ((bx * 64) + (t1_5 * 16)) : 0)]), "r"(((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_5 * (-16))) + 64), 16) : 0)) : "memory");
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:273: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
@@ -101,33 +100,33 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     for (int kk = 0; kk < 1; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        A_shared_frag[(mi * 16)] = A_shared[((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))];
-        A_shared_frag[((mi * 16) + 1)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))];
-        A_shared_frag[((mi * 16) + 2)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))];
-        A_shared_frag[((mi * 16) + 3)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))];
-        A_shared_frag[((mi * 16) + 4)] = A_shared[((((lane % 4) * 4) + (kk * 32))) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)];
-        A_shared_frag[((mi * 16) + 5)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)];
-        A_shared_frag[((mi * 16) + 6)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)];
-        A_shared_frag[((mi * 16) + 7)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)];
-        A_shared_frag[((mi * 16) + 8)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))];
-        A_shared_frag[((mi * 16) + 9)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))];
-        A_shared_frag[((mi * 16) + 10)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))];
-        A_shared_frag[((mi * 16) + 11)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))];
-        A_shared_frag[((mi * 16) + 12)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)];
-        A_shared_frag[((mi * 16) + 13)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)];
-        A_shared_frag[((mi * 16) + 14)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)];
-        A_shared_frag[((mi * 16) + 15)] = A_shared[(((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)];
+        A_shared_frag[(mi * 16)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
+        A_shared_frag[((mi * 16) + 1)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
+        A_shared_frag[((mi * 16) + 2)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
+        A_shared_frag[((mi * 16) + 3)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
+        A_shared_frag[((mi * 16) + 4)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
+        A_shared_frag[((mi * 16) + 5)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
+        A_shared_frag[((mi * 16) + 6)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
+        A_shared_frag[((mi * 16) + 7)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
+        A_shared_frag[((mi * 16) + 8)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
+        A_shared_frag[((mi * 16) + 9)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
+        A_shared_frag[((mi * 16) + 10)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
+        A_shared_frag[((mi * 16) + 11)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
+        A_shared_frag[((mi * 16) + 12)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
+        A_shared_frag[((mi * 16) + 13)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
+        A_shared_frag[((mi * 16) + 14)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
+        A_shared_frag[((mi * 16) + 15)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
       }
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        B_shared_frag[(ni * 8)] = B_shared[((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))];
-        B_shared_frag[((ni * 8) + 1)] = B_shared[(((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))];
-        B_shared_frag[((ni * 8) + 2)] = B_shared[(((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))];
-        B_shared_frag[((ni * 8) + 3)] = B_shared[(((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))];
-        B_shared_frag[((ni * 8) + 4)] = B_shared[(((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))];
-        B_shared_frag[((ni * 8) + 5)] = B_shared[(((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))];
-        B_shared_frag[((ni * 8) + 6)] = B_shared[(((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))];
-        B_shared_frag[((ni * 8) + 7)] = B_shared[(((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))];
+        B_shared_frag[(ni * 8)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
+        B_shared_frag[((ni * 8) + 1)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
+        B_shared_frag[((ni * 8) + 2)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
+        B_shared_frag[((ni * 8) + 3)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
+        B_shared_frag[((ni * 8) + 4)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
+        B_shared_frag[((ni * 8) + 5)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
+        B_shared_frag[((ni * 8) + 6)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
+        B_shared_frag[((ni * 8) + 7)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -139,28 +138,29 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
       }
     }
   }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:276: T.copy
-  const int t0_2 = ((tid / 4) % 8);
-  const int t0_3 = ((tid / 64) % 2);
-  const int t1_2 = (tid % 4);
-  const int t1_3 = ((tid / 32) % 2);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = ((tid / 64) % 2);
+  const int t1_6 = (tid % 4);
+  const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
   for (int o0 = 0; o0 < 2; ++o0) {
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
-        if ((((((((by * 64) + t0_2) + (o0 * 8)) + (o0_1 * 16)) + (t0_3 * 32)) < 64) && ((((((bx * 64) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + 2) <= 64))) {
+        if ((((((((by * 64) + t0_6) + (o0 * 8)) + (o0_1 * 16)) + (t0_7 * 32)) < 64) && ((((((bx * 64) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 32)) + 2) <= 64))) {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            C_out[e_2] = acc[((((o0 * 2) + (o0_1 * 16)) + (o1 * 4)) + e_2)];
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            C_out[e_6] = acc[((((o0 * 2) + (o0_1 * 16)) + (o1 * 4)) + e_6)];
           }
-          *(uint2*)(&C[((((((by * 64) + t0_2) + (o0 * 8)) + (o0_1 * 16)) + (t0_3 * 32))) * 64 + ((((bx * 64) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32))]) = *(const uint2*)(&C_out[0]);
+          *(uint2*)(&C[((((((by * 64) + t0_6) + (o0 * 8)) + (o0_1 * 16)) + (t0_7 * 32))) * 64 + ((((bx * 64) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 32))]) = *(const uint2*)(&C_out[0]);
         } else {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            if ((((((((by * 64) + t0_2) + (o0 * 8)) + (o0_1 * 16)) + (t0_3 * 32)) < 64) && ((((((bx * 64) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + e_2) < 64))) {
-              C[((((((by * 64) + t0_2) + (o0 * 8)) + (o0_1 * 16)) + (t0_3 * 32))) * 64 + (((((bx * 64) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + e_2)] = acc[((((o0 * 2) + (o0_1 * 16)) + (o1 * 4)) + e_2)];
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            if ((((((((by * 64) + t0_6) + (o0 * 8)) + (o0_1 * 16)) + (t0_7 * 32)) < 64) && ((((((bx * 64) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 32)) + e_6) < 64))) {
+              C[((((((by * 64) + t0_6) + (o0 * 8)) + (o0_1 * 16)) + (t0_7 * 32))) * 64 + (((((bx * 64) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 32)) + e_6)] = acc[((((o0 * 2) + (o0_1 * 16)) + (o1 * 4)) + e_6)];
             }
           }
         }

@@ -30,6 +30,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -39,13 +41,9 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
-  signed char* A_shared = (signed char*)(tl_smem + 0);  // [128, 64]
-  signed char* B_shared = (signed char*)(tl_smem + 8192);  // [128, 64]
+  signed char* A_shared = (signed char*)(tl_smem + 0);  // [3, 128, 64]
+  signed char* B_shared = (signed char*)(tl_smem + 24576);  // [3, 128, 64]
   __align__(16) int acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 8 registers . 2 threads (stride 32); 128 registers per thread
-  __align__(16) signed char A_v[16];
-  __align__(16) signed char A_shared_out[16];
-  __align__(16) signed char B_v[16];
-  __align__(16) signed char B_shared_out[16];
   __align__(16) signed char A_shared_frag[64];
   __align__(16) signed char B_shared_frag[64];
   __align__(16) int C_out[2];
@@ -58,47 +56,60 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int s_1 = 0; s_1 < 128; ++s_1) {
     acc[s_1] = 0;
   }
-  for (int ko = 0; ko < 2; ++ko) {
-    __syncthreads();
-    // kernels.py:268: T.copy
+  if (true) {
+    // kernels.py:268: T.copy (issued ahead by the pipeline)
     const int t0 = ((tid / 4) % 32);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      if ((((((by * 128) + t0) + (o0 * 32)) < 100) && ((((t1 * 16) + (ko * 64)) + 16) <= 128))) {
-        *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((by * 128) + t0) + (o0 * 32))) * 128 + ((t1 * 16) + (ko * 64))]);
-        #pragma unroll
-        for (int e = 0; e < 16; ++e) {
-          A_shared_out[e] = A_v[e];
-        }
-        *(uint4*)(&A_shared[((t0 + (o0 * 32))) * 64 + (t1 * 16)]) = *(const uint4*)(&A_shared_out[0]);
-      } else {
-        #pragma unroll
-        for (int e = 0; e < 16; ++e) {
-          A_shared[((t0 + (o0 * 32))) * 64 + ((t1 * 16) + e)] = ((((((by * 128) + t0) + (o0 * 32)) < 100) && ((((t1 * 16) + e) + (ko * 64)) < 128)) ? A[((((by * 128) + t0) + (o0 * 32))) * 128 + (((t1 * 16) + e) + (ko * 64))] : 0);
-        }
-      }
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 8192 + ((t0 + (o0 * 32))) * 64 + (t1 * 16)) * 1) / 1])), "l"(&A[(((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + ((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? (t1 * 16) : 0)]), "r"(((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? tl_min(((t1 * (-16)) + 128), 16) : 0)) : "memory");
     }
-    // kernels.py:270: T.copy
+    // kernels.py:270: T.copy (issued ahead by the pipeline)
     const int t0_1 = ((tid / 4) % 32);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-      if ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((((t1_1 * 16) + (ko * 64)) + 16) <= 128))) {
-        *(uint4*)(&B_v[0]) = *(const uint4*)(&B[((((bx * 128) + t0_1) + (o0_1 * 32))) * 128 + ((t1_1 * 16) + (ko * 64))]);
-        #pragma unroll
-        for (int e_1 = 0; e_1 < 16; ++e_1) {
-          B_shared_out[e_1] = B_v[e_1];
-        }
-        *(uint4*)(&B_shared[((t0_1 + (o0_1 * 32))) * 64 + (t1_1 * 16)]) = *(const uint4*)(&B_shared_out[0]);
-      } else {
-        #pragma unroll
-        for (int e_1 = 0; e_1 < 16; ++e_1) {
-          B_shared[((t0_1 + (o0_1 * 32))) * 64 + ((t1_1 * 16) + e_1)] = ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((((t1_1 * 16) + e_1) + (ko * 64)) < 128)) ? B[((((bx * 128) + t0_1) + (o0_1 * 32))) * 128 + (((t1_1 * 16) + e_1) + (ko * 64))] : 0);
-        }
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 8192 + ((t0_1 + (o0_1 * 32))) * 64 + (t1_1 * 16)) * 1) / 1])), "l"(&B[(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? (t1_1 * 16) : 0)]), "r"(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? tl_min(((t1_1 * (-16)) + 128), 16) : 0)) : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  if (true) {
+    // kernels.py:268: T.copy (issued ahead by the pipeline)
+    const int t0_2 = ((tid / 4) % 32);
+    const int t1_2 = (tid % 4);
+    #pragma unroll
+    for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 8192 + ((t0_2 + (o0_2 * 32))) * 64 + (t1_2 * 16)) * 1) / 1])), "l"(&A[(((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + ((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? ((t1_2 * 16) + 64) : 0)]), "r"(((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? tl_min(((t1_2 * (-16)) + 64), 16) : 0)) : "memory");
+    }
+    // kernels.py:270: T.copy (issued ahead by the pipeline)
+    const int t0_3 = ((tid / 4) % 32);
+    const int t1_3 = (tid % 4);
+    #pragma unroll
+    for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 8192 + ((t0_3 + (o0_3 * 32))) * 64 + (t1_3 * 16)) * 1) / 1])), "l"(&B[(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? ((t1_3 * 16) + 64) : 0)]), "r"(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? tl_min(((t1_3 * (-16)) + 64), 16) : 0)) : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  for (int ko = 0; ko < 2; ++ko) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    __syncthreads();
+    if (((ko + 2) < 2)) {
+      // kernels.py:268: T.copy (issued ahead by the pipeline)
+      const int t0_4 = ((tid / 4) % 32);
+      const int t1_4 = (tid % 4);
+      #pragma unroll
+      for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 8192 + ((t0_4 + (o0_4 * 32))) * 64 + (t1_4 * 16)) * 1) / 1])), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? (((by * 128) + t0_4) + (o0_4 * 32)) : 0)) * 128 + ((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? (((ko * 64) + (t1_4 * 16)) + 128) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? tl_min(((ko * (-64)) + (t1_4 * (-16))), 16) : 0)) : "memory");
+      }
+      // kernels.py:270: T.copy (issued ahead by the pipeline)
+      const int t0_5 = ((tid / 4) % 32);
+      const int t1_5 = (tid % 4);
+      #pragma unroll
+      for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 8192 + ((t0_5 + (o0_5 * 32))) * 64 + (t1_5 * 16)) * 1) / 1])), "l"(&B[(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? (((bx * 128) + t0_5) + (o0_5 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? (((ko * 64) + (t1_5 * 16)) + 128) : 0)]), "r"(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? tl_min(((ko * (-64)) + (t1_5 * (-16))), 16) : 0)) : "memory");
       }
     }
-    __syncthreads();
+    asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:273: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
@@ -107,11 +118,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 64 + (((lane / 16) * 16) + (kk * 32))]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 64 + (((lane / 16) * 16) + (kk * 32))) * 1) / 1]))); }
       }
       #pragma unroll
       for (int ni = 0; ni < 8; ++ni) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[((((lane % 8) + (warp_n * 64)) + (ni * 8))) * 64 + ((((lane / 8) % 2) * 16) + (kk * 32))]))); }
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 8) + (warp_n * 64)) + (ni * 8))) * 64 + ((((lane / 8) % 2) * 16) + (kk * 32))) * 1) / 1]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
@@ -123,28 +134,29 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
       }
     }
   }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:276: T.copy
-  const int t0_2 = ((tid / 4) % 8);
-  const int t0_3 = ((tid / 64) % 2);
-  const int t1_2 = (tid % 4);
-  const int t1_3 = ((tid / 32) % 2);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = ((tid / 64) % 2);
+  const int t1_6 = (tid % 4);
+  const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+    for (int o0_7 = 0; o0_7 < 4; ++o0_7) {
       #pragma unroll
       for (int o1 = 0; o1 < 8; ++o1) {
-        if ((((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 64)) < 100) && ((((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 64)) + 2) <= 100))) {
+        if ((((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64)) < 100) && ((((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 64)) + 2) <= 100))) {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            C_out[e_2] = acc[((((o0_2 * 2) + (o0_3 * 32)) + (o1 * 4)) + e_2)];
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            C_out[e_6] = acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + e_6)];
           }
-          *(uint2*)(&C[((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 64))) * 100 + ((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 64))]) = *(const uint2*)(&C_out[0]);
+          *(uint2*)(&C[((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 100 + ((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 64))]) = *(const uint2*)(&C_out[0]);
         } else {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            if ((((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 64)) < 100) && ((((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 64)) + e_2) < 100))) {
-              C[((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 64))) * 100 + (((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 64)) + e_2)] = acc[((((o0_2 * 2) + (o0_3 * 32)) + (o1 * 4)) + e_2)];
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            if ((((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64)) < 100) && ((((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 64)) + e_6) < 100))) {
+              C[((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 100 + (((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 64)) + e_6)] = acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + e_6)];
             }
           }
         }

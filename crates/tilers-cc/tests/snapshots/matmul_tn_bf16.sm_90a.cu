@@ -30,6 +30,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -39,13 +41,21 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
-  tl_bf16* A_shared = (tl_bf16*)(tl_smem + 0);  // [64, 32]
-  tl_bf16* B_shared = (tl_bf16*)(tl_smem + 4096);  // [64, 32]
+  tl_bf16* A_shared = (tl_bf16*)(tl_smem + 0);  // [3, 64, 32]
+  tl_bf16* B_shared = (tl_bf16*)(tl_smem + 12288);  // [3, 64, 32]
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
   __align__(16) tl_bf16 A_v[8];
   __align__(16) tl_bf16 A_shared_out[8];
   __align__(16) tl_bf16 B_v[8];
   __align__(16) tl_bf16 B_shared_out[8];
+  __align__(16) tl_bf16 A_v_1[8];
+  __align__(16) tl_bf16 A_shared_out_1[8];
+  __align__(16) tl_bf16 B_v_1[8];
+  __align__(16) tl_bf16 B_shared_out_1[8];
+  __align__(16) tl_bf16 A_v_2[8];
+  __align__(16) tl_bf16 A_shared_out_2[8];
+  __align__(16) tl_bf16 B_v_2[8];
+  __align__(16) tl_bf16 B_shared_out_2[8];
   __align__(16) tl_bf16 A_shared_frag[16];
   __align__(16) tl_bf16 B_shared_frag[16];
   __align__(16) tl_bf16 C_out[2];
@@ -58,49 +68,138 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0.0f;
   }
-  for (int ko = 0; ko < 4; ++ko) {
-    __syncthreads();
-    // kernels.py:268: T.copy
-    const int t0 = ((tid / 4) % 32);
-    const int t1 = (tid % 4);
-    #pragma unroll
-    for (int o0 = 0; o0 < 2; ++o0) {
-      if ((((((by * 64) + t0) + (o0 * 32)) < 33) && ((((t1 * 8) + (ko * 32)) + 8) <= 100))) {
-        *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + (ko * 32))]);
-        *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0) + (o0 * 32))) * 100 + (((t1 * 8) + (ko * 32)) + 4)]);
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          A_shared_out[e] = A_v[e];
-        }
-        *(uint4*)(&A_shared[((t0 + (o0 * 32))) * 32 + (t1 * 8)]) = *(const uint4*)(&A_shared_out[0]);
-      } else {
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          A_shared[((t0 + (o0 * 32))) * 32 + ((t1 * 8) + e)] = tl_to_bf16(((((((by * 64) + t0) + (o0 * 32)) < 33) && ((((t1 * 8) + e) + (ko * 32)) < 100)) ? tl_float(A[((((by * 64) + t0) + (o0 * 32))) * 100 + (((t1 * 8) + e) + (ko * 32))]) : 0.0f));
-        }
-      }
-    }
-    // kernels.py:270: T.copy
+  if (true) {
+    // kernels.py:268: T.copy (issued ahead by the pipeline)
     const int t0_1 = ((tid / 4) % 32);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      if ((((((bx * 64) + t0_1) + (o0_1 * 32)) < 200) && ((((t1_1 * 8) + (ko * 32)) + 8) <= 100))) {
-        *(uint2*)(&B_v[0]) = *(const uint2*)(&B[((((bx * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + (ko * 32))]);
-        *(uint2*)(&B_v[4]) = *(const uint2*)(&B[((((bx * 64) + t0_1) + (o0_1 * 32))) * 100 + (((t1_1 * 8) + (ko * 32)) + 4)]);
+      if ((((((by * 64) + t0_1) + (o0_1 * 32)) < 33) && (((t1_1 * 8) + 8) <= 100))) {
+        *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + (t1_1 * 8)]);
+        *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + 4)]);
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          B_shared_out[e_1] = B_v[e_1];
+          A_shared_out[e_1] = A_v[e_1];
         }
-        *(uint4*)(&B_shared[((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)]) = *(const uint4*)(&B_shared_out[0]);
+        *(uint4*)(&A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)) * 2) / 2]) = *(const uint4*)(&A_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          B_shared[((t0_1 + (o0_1 * 32))) * 32 + ((t1_1 * 8) + e_1)] = tl_to_bf16(((((((bx * 64) + t0_1) + (o0_1 * 32)) < 200) && ((((t1_1 * 8) + e_1) + (ko * 32)) < 100)) ? tl_float(B[((((bx * 64) + t0_1) + (o0_1 * 32))) * 100 + (((t1_1 * 8) + e_1) + (ko * 32))]) : 0.0f));
+          A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + ((t1_1 * 8) + e_1)) * 2) / 2] = tl_to_bf16(((((((by * 64) + t0_1) + (o0_1 * 32)) < 33) && (((t1_1 * 8) + e_1) < 100)) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
         }
       }
     }
+    // kernels.py:270: T.copy (issued ahead by the pipeline)
+    const int t0_3 = ((tid / 4) % 32);
+    const int t1_3 = (tid % 4);
+    #pragma unroll
+    for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+      if ((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) && (((t1_3 * 8) + 8) <= 100))) {
+        *(uint2*)(&B_v[0]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + (t1_3 * 8)]);
+        *(uint2*)(&B_v[4]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + 4)]);
+        #pragma unroll
+        for (int e_3 = 0; e_3 < 8; ++e_3) {
+          B_shared_out[e_3] = B_v[e_3];
+        }
+        *(uint4*)(&B_shared[tl_swizzle(((0) * 2048 + ((t0_3 + (o0_3 * 32))) * 32 + (t1_3 * 8)) * 2) / 2]) = *(const uint4*)(&B_shared_out[0]);
+      } else {
+        #pragma unroll
+        for (int e_3 = 0; e_3 < 8; ++e_3) {
+          B_shared[tl_swizzle(((0) * 2048 + ((t0_3 + (o0_3 * 32))) * 32 + ((t1_3 * 8) + e_3)) * 2) / 2] = tl_to_bf16(((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) && (((t1_3 * 8) + e_3) < 100)) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + e_3)]) : 0.0f));
+        }
+      }
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  if (true) {
+    // kernels.py:268: T.copy (issued ahead by the pipeline)
+    const int t0_5 = ((tid / 4) % 32);
+    const int t1_5 = (tid % 4);
+    #pragma unroll
+    for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+      if ((((((by * 64) + t0_5) + (o0_5 * 32)) < 33) && (((t1_5 * 8) + 40) <= 100))) {
+        *(uint2*)(&A_v_1[0]) = *(const uint2*)(&A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((t1_5 * 8) + 32)]);
+        *(uint2*)(&A_v_1[4]) = *(const uint2*)(&A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((t1_5 * 8) + 36)]);
+        #pragma unroll
+        for (int e_5 = 0; e_5 < 8; ++e_5) {
+          A_shared_out_1[e_5] = A_v_1[e_5];
+        }
+        *(uint4*)(&A_shared[tl_swizzle(((1) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + (t1_5 * 8)) * 2) / 2]) = *(const uint4*)(&A_shared_out_1[0]);
+      } else {
+        #pragma unroll
+        for (int e_5 = 0; e_5 < 8; ++e_5) {
+          A_shared[tl_swizzle(((1) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + ((t1_5 * 8) + e_5)) * 2) / 2] = tl_to_bf16(((((((by * 64) + t0_5) + (o0_5 * 32)) < 33) && ((((t1_5 * 8) + e_5) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + (((t1_5 * 8) + e_5) + 32)]) : 0.0f));
+        }
+      }
+    }
+    // kernels.py:270: T.copy (issued ahead by the pipeline)
+    const int t0_7 = ((tid / 4) % 32);
+    const int t1_7 = (tid % 4);
+    #pragma unroll
+    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+      if ((((((bx * 64) + t0_7) + (o0_7 * 32)) < 200) && (((t1_7 * 8) + 40) <= 100))) {
+        *(uint2*)(&B_v_1[0]) = *(const uint2*)(&B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + ((t1_7 * 8) + 32)]);
+        *(uint2*)(&B_v_1[4]) = *(const uint2*)(&B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + ((t1_7 * 8) + 36)]);
+        #pragma unroll
+        for (int e_7 = 0; e_7 < 8; ++e_7) {
+          B_shared_out_1[e_7] = B_v_1[e_7];
+        }
+        *(uint4*)(&B_shared[tl_swizzle(((1) * 2048 + ((t0_7 + (o0_7 * 32))) * 32 + (t1_7 * 8)) * 2) / 2]) = *(const uint4*)(&B_shared_out_1[0]);
+      } else {
+        #pragma unroll
+        for (int e_7 = 0; e_7 < 8; ++e_7) {
+          B_shared[tl_swizzle(((1) * 2048 + ((t0_7 + (o0_7 * 32))) * 32 + ((t1_7 * 8) + e_7)) * 2) / 2] = tl_to_bf16(((((((bx * 64) + t0_7) + (o0_7 * 32)) < 200) && ((((t1_7 * 8) + e_7) + 32) < 100)) ? tl_float(B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + (((t1_7 * 8) + e_7) + 32)]) : 0.0f));
+        }
+      }
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  for (int ko = 0; ko < 4; ++ko) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
+    if (((ko + 2) < 4)) {
+      // kernels.py:268: T.copy (issued ahead by the pipeline)
+      const int t0_9 = ((tid / 4) % 32);
+      const int t1_9 = (tid % 4);
+      #pragma unroll
+      for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
+        if ((((((by * 64) + t0_9) + (o0_9 * 32)) < 33) && ((((ko * 32) + (t1_9 * 8)) + 72) <= 100))) {
+          *(uint2*)(&A_v_2[0]) = *(const uint2*)(&A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + (((ko * 32) + (t1_9 * 8)) + 64)]);
+          *(uint2*)(&A_v_2[4]) = *(const uint2*)(&A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + (((ko * 32) + (t1_9 * 8)) + 68)]);
+          #pragma unroll
+          for (int e_9 = 0; e_9 < 8; ++e_9) {
+            A_shared_out_2[e_9] = A_v_2[e_9];
+          }
+          *(uint4*)(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_9 + (o0_9 * 32))) * 32 + (t1_9 * 8)) * 2) / 2]) = *(const uint4*)(&A_shared_out_2[0]);
+        } else {
+          #pragma unroll
+          for (int e_9 = 0; e_9 < 8; ++e_9) {
+            A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_9 + (o0_9 * 32))) * 32 + ((t1_9 * 8) + e_9)) * 2) / 2] = tl_to_bf16(((((((by * 64) + t0_9) + (o0_9 * 32)) < 33) && (((((ko * 32) + (t1_9 * 8)) + e_9) + 64) < 100)) ? tl_float(A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + ((((ko * 32) + (t1_9 * 8)) + e_9) + 64)]) : 0.0f));
+          }
+        }
+      }
+      // kernels.py:270: T.copy (issued ahead by the pipeline)
+      const int t0_11 = ((tid / 4) % 32);
+      const int t1_11 = (tid % 4);
+      #pragma unroll
+      for (int o0_11 = 0; o0_11 < 2; ++o0_11) {
+        if ((((((bx * 64) + t0_11) + (o0_11 * 32)) < 200) && ((((ko * 32) + (t1_11 * 8)) + 72) <= 100))) {
+          *(uint2*)(&B_v_2[0]) = *(const uint2*)(&B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + (((ko * 32) + (t1_11 * 8)) + 64)]);
+          *(uint2*)(&B_v_2[4]) = *(const uint2*)(&B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + (((ko * 32) + (t1_11 * 8)) + 68)]);
+          #pragma unroll
+          for (int e_11 = 0; e_11 < 8; ++e_11) {
+            B_shared_out_2[e_11] = B_v_2[e_11];
+          }
+          *(uint4*)(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_11 + (o0_11 * 32))) * 32 + (t1_11 * 8)) * 2) / 2]) = *(const uint4*)(&B_shared_out_2[0]);
+        } else {
+          #pragma unroll
+          for (int e_11 = 0; e_11 < 8; ++e_11) {
+            B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_11 + (o0_11 * 32))) * 32 + ((t1_11 * 8) + e_11)) * 2) / 2] = tl_to_bf16(((((((bx * 64) + t0_11) + (o0_11 * 32)) < 200) && (((((ko * 32) + (t1_11 * 8)) + e_11) + 64) < 100)) ? tl_float(B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + ((((ko * 32) + (t1_11 * 8)) + e_11) + 64)]) : 0.0f));
+          }
+        }
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:273: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
@@ -109,11 +208,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[((((lane % 16) + (warp_m * 32)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 16) + (warp_m * 32)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2) / 2]))); }
       }
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[((((lane % 8) + (warp_n * 32)) + (ni * 8))) * 32 + ((((lane / 8) % 2) * 8) + (kk * 16))]))); }
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 8) + (warp_n * 32)) + (ni * 8))) * 32 + ((((lane / 8) % 2) * 8) + (kk * 16))) * 2) / 2]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -125,28 +224,29 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
       }
     }
   }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:276: T.copy
-  const int t0_2 = ((tid / 4) % 8);
-  const int t0_3 = ((tid / 64) % 2);
-  const int t1_2 = (tid % 4);
-  const int t1_3 = ((tid / 32) % 2);
+  const int t0_12 = ((tid / 4) % 8);
+  const int t0_13 = ((tid / 64) % 2);
+  const int t1_12 = (tid % 4);
+  const int t1_13 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+  for (int o0_12 = 0; o0_12 < 2; ++o0_12) {
     #pragma unroll
-    for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+    for (int o0_13 = 0; o0_13 < 2; ++o0_13) {
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
-        if ((((((((by * 64) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 32)) < 33) && ((((((bx * 64) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + 2) <= 200))) {
+        if ((((((((by * 64) + t0_12) + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32)) < 33) && ((((((bx * 64) + (t1_12 * 2)) + (o1 * 8)) + (t1_13 * 32)) + 2) <= 200))) {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            C_out[e_2] = tl_to_bf16((float)(acc[((((o0_2 * 2) + (o0_3 * 16)) + (o1 * 4)) + e_2)]));
+          for (int e_12 = 0; e_12 < 2; ++e_12) {
+            C_out[e_12] = tl_to_bf16((float)(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + e_12)]));
           }
-          *(unsigned int*)(&C[((((((by * 64) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 32))) * 200 + ((((bx * 64) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32))]) = *(const unsigned int*)(&C_out[0]);
+          *(unsigned int*)(&C[((((((by * 64) + t0_12) + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32))) * 200 + ((((bx * 64) + (t1_12 * 2)) + (o1 * 8)) + (t1_13 * 32))]) = *(const unsigned int*)(&C_out[0]);
         } else {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            if ((((((((by * 64) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 32)) < 33) && ((((((bx * 64) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + e_2) < 200))) {
-              C[((((((by * 64) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 32))) * 200 + (((((bx * 64) + (t1_2 * 2)) + (o1 * 8)) + (t1_3 * 32)) + e_2)] = tl_to_bf16((float)(acc[((((o0_2 * 2) + (o0_3 * 16)) + (o1 * 4)) + e_2)]));
+          for (int e_12 = 0; e_12 < 2; ++e_12) {
+            if ((((((((by * 64) + t0_12) + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32)) < 33) && ((((((bx * 64) + (t1_12 * 2)) + (o1 * 8)) + (t1_13 * 32)) + e_12) < 200))) {
+              C[((((((by * 64) + t0_12) + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32))) * 200 + (((((bx * 64) + (t1_12 * 2)) + (o1 * 8)) + (t1_13 * 32)) + e_12)] = tl_to_bf16((float)(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + e_12)]));
             }
           }
         }

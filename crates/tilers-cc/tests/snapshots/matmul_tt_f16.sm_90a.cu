@@ -30,6 +30,8 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -39,13 +41,9 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
-  tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [32, 128]
-  tl_half* B_shared = (tl_half*)(tl_smem + 8192);  // [128, 32]
+  tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [3, 32, 128]
+  tl_half* B_shared = (tl_half*)(tl_smem + 24576);  // [3, 128, 32]
   __align__(16) float acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 16 registers; 128 registers per thread
-  __align__(16) tl_half A_v[8];
-  __align__(16) tl_half A_shared_out[8];
-  __align__(16) tl_half B_v[8];
-  __align__(16) tl_half B_shared_out[8];
   __align__(16) tl_half A_shared_frag[16];
   __align__(16) tl_half B_shared_frag[64];
   __align__(16) tl_half C_out[2];
@@ -58,47 +56,60 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   for (int s_1 = 0; s_1 < 128; ++s_1) {
     acc[s_1] = 0.0f;
   }
-  for (int ko = 0; ko < 8; ++ko) {
-    __syncthreads();
-    // kernels.py:266: T.copy
+  if (true) {
+    // kernels.py:266: T.copy (issued ahead by the pipeline)
     const int t0 = ((tid / 16) % 8);
     const int t1 = (tid % 16);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      if ((((((ko * 32) + t0) + (o0 * 8)) < 256) && ((((by * 128) + (t1 * 8)) + 8) <= 256))) {
-        *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((ko * 32) + t0) + (o0 * 8))) * 256 + ((by * 128) + (t1 * 8))]);
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          A_shared_out[e] = A_v[e];
-        }
-        *(uint4*)(&A_shared[((t0 + (o0 * 8))) * 128 + (t1 * 8)]) = *(const uint4*)(&A_shared_out[0]);
-      } else {
-        #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          A_shared[((t0 + (o0 * 8))) * 128 + ((t1 * 8) + e)] = tl_to_half(((((((ko * 32) + t0) + (o0 * 8)) < 256) && ((((by * 128) + (t1 * 8)) + e) < 256)) ? tl_float(A[((((ko * 32) + t0) + (o0 * 8))) * 256 + (((by * 128) + (t1 * 8)) + e)]) : 0.0f));
-        }
-      }
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 4096 + ((t0 + (o0 * 8))) * 128 + (t1 * 8)) * 2) / 2])), "l"(&A[(((((t0 + (o0 * 8)) < 256) && (((by * 128) + (t1 * 8)) < 256)) ? (t0 + (o0 * 8)) : 0)) * 256 + ((((t0 + (o0 * 8)) < 256) && (((by * 128) + (t1 * 8)) < 256)) ? ((by * 128) + (t1 * 8)) : 0)]), "r"(((((t0 + (o0 * 8)) < 256) && (((by * 128) + (t1 * 8)) < 256)) ? (tl_min((((by * (-128)) + (t1 * (-8))) + 256), 8) * 2) : 0)) : "memory");
     }
-    // kernels.py:270: T.copy
+    // kernels.py:270: T.copy (issued ahead by the pipeline)
     const int t0_1 = ((tid / 4) % 32);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-      if ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 256) && ((((t1_1 * 8) + (ko * 32)) + 8) <= 256))) {
-        *(uint4*)(&B_v[0]) = *(const uint4*)(&B[((((bx * 128) + t0_1) + (o0_1 * 32))) * 256 + ((t1_1 * 8) + (ko * 32))]);
-        #pragma unroll
-        for (int e_1 = 0; e_1 < 8; ++e_1) {
-          B_shared_out[e_1] = B_v[e_1];
-        }
-        *(uint4*)(&B_shared[((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)]) = *(const uint4*)(&B_shared_out[0]);
-      } else {
-        #pragma unroll
-        for (int e_1 = 0; e_1 < 8; ++e_1) {
-          B_shared[((t0_1 + (o0_1 * 32))) * 32 + ((t1_1 * 8) + e_1)] = tl_to_half(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 256) && ((((t1_1 * 8) + e_1) + (ko * 32)) < 256)) ? tl_float(B[((((bx * 128) + t0_1) + (o0_1 * 32))) * 256 + (((t1_1 * 8) + e_1) + (ko * 32))]) : 0.0f));
-        }
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 4096 + ((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)) * 2) / 2])), "l"(&B[(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 256) && ((t1_1 * 8) < 256)) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 256 + ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 256) && ((t1_1 * 8) < 256)) ? (t1_1 * 8) : 0)]), "r"(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 256) && ((t1_1 * 8) < 256)) ? (tl_min(((t1_1 * (-8)) + 256), 8) * 2) : 0)) : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  if (true) {
+    // kernels.py:266: T.copy (issued ahead by the pipeline)
+    const int t0_2 = ((tid / 16) % 8);
+    const int t1_2 = (tid % 16);
+    #pragma unroll
+    for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 4096 + ((t0_2 + (o0_2 * 8))) * 128 + (t1_2 * 8)) * 2) / 2])), "l"(&A[((((((t0_2 + (o0_2 * 8)) + 32) < 256) && (((by * 128) + (t1_2 * 8)) < 256)) ? ((t0_2 + (o0_2 * 8)) + 32) : 0)) * 256 + (((((t0_2 + (o0_2 * 8)) + 32) < 256) && (((by * 128) + (t1_2 * 8)) < 256)) ? ((by * 128) + (t1_2 * 8)) : 0)]), "r"((((((t0_2 + (o0_2 * 8)) + 32) < 256) && (((by * 128) + (t1_2 * 8)) < 256)) ? (tl_min((((by * (-128)) + (t1_2 * (-8))) + 256), 8) * 2) : 0)) : "memory");
+    }
+    // kernels.py:270: T.copy (issued ahead by the pipeline)
+    const int t0_3 = ((tid / 4) % 32);
+    const int t1_3 = (tid % 4);
+    #pragma unroll
+    for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 4096 + ((t0_3 + (o0_3 * 32))) * 32 + (t1_3 * 8)) * 2) / 2])), "l"(&B[(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 256) && (((t1_3 * 8) + 32) < 256)) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 256 + ((((((bx * 128) + t0_3) + (o0_3 * 32)) < 256) && (((t1_3 * 8) + 32) < 256)) ? ((t1_3 * 8) + 32) : 0)]), "r"(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 256) && (((t1_3 * 8) + 32) < 256)) ? (tl_min(((t1_3 * (-8)) + 224), 8) * 2) : 0)) : "memory");
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  for (int ko = 0; ko < 8; ++ko) {
+    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    __syncthreads();
+    if (((ko + 2) < 8)) {
+      // kernels.py:266: T.copy (issued ahead by the pipeline)
+      const int t0_4 = ((tid / 16) % 8);
+      const int t1_4 = (tid % 16);
+      #pragma unroll
+      for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_4 + (o0_4 * 8))) * 128 + (t1_4 * 8)) * 2) / 2])), "l"(&A[((((((((ko * 32) + t0_4) + (o0_4 * 8)) + 64) < 256) && (((by * 128) + (t1_4 * 8)) < 256)) ? ((((ko * 32) + t0_4) + (o0_4 * 8)) + 64) : 0)) * 256 + (((((((ko * 32) + t0_4) + (o0_4 * 8)) + 64) < 256) && (((by * 128) + (t1_4 * 8)) < 256)) ? ((by * 128) + (t1_4 * 8)) : 0)]), "r"((((((((ko * 32) + t0_4) + (o0_4 * 8)) + 64) < 256) && (((by * 128) + (t1_4 * 8)) < 256)) ? (tl_min((((by * (-128)) + (t1_4 * (-8))) + 256), 8) * 2) : 0)) : "memory");
+      }
+      // kernels.py:270: T.copy (issued ahead by the pipeline)
+      const int t0_5 = ((tid / 4) % 32);
+      const int t1_5 = (tid % 4);
+      #pragma unroll
+      for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_5 + (o0_5 * 32))) * 32 + (t1_5 * 8)) * 2) / 2])), "l"(&B[(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 256) && ((((ko * 32) + (t1_5 * 8)) + 64) < 256)) ? (((bx * 128) + t0_5) + (o0_5 * 32)) : 0)) * 256 + ((((((bx * 128) + t0_5) + (o0_5 * 32)) < 256) && ((((ko * 32) + (t1_5 * 8)) + 64) < 256)) ? (((ko * 32) + (t1_5 * 8)) + 64) : 0)]), "r"(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 256) && ((((ko * 32) + (t1_5 * 8)) + 64) < 256)) ? (tl_min((((ko * (-32)) + (t1_5 * (-8))) + 192), 8) * 2) : 0)) : "memory");
       }
     }
-    __syncthreads();
+    asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:273: T.gemm
     const int lane = (tid % 32);
     const int warp_m = (tid / 32);
@@ -107,11 +118,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[(((((lane / 16) * 8) + (lane % 8)) + (kk * 16))) * 128 + (((((lane / 8) % 2) * 8) + (warp_m * 32)) + (mi * 16))]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 4096 + (((((lane / 16) * 8) + (lane % 8)) + (kk * 16))) * 128 + (((((lane / 8) % 2) * 8) + (warp_m * 32)) + (mi * 16))) * 2) / 2]))); }
       }
       #pragma unroll
       for (int ni = 0; ni < 16; ++ni) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[((((lane % 8) + (warp_n * 128)) + (ni * 8))) * 32 + ((((lane / 8) % 2) * 8) + (kk * 16))]))); }
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 4096 + ((((lane % 8) + (warp_n * 128)) + (ni * 8))) * 32 + ((((lane / 8) % 2) * 8) + (kk * 16))) * 2) / 2]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -123,27 +134,28 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
       }
     }
   }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:276: T.copy
-  const int t0_2 = ((tid / 4) % 8);
-  const int t0_3 = ((tid / 32) % 4);
-  const int t1_2 = (tid % 4);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = ((tid / 32) % 4);
+  const int t1_6 = (tid % 4);
   #pragma unroll
-  for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
       #pragma unroll
       for (int o1 = 0; o1 < 16; ++o1) {
-        if ((((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 32)) < 256) && (((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + 2) <= 256))) {
+        if ((((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32)) < 256) && (((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + 2) <= 256))) {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            C_out[e_2] = tl_to_half((float)(acc[((((o0_2 * 2) + (o0_3 * 64)) + (o1 * 4)) + e_2)]));
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            C_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 64)) + (o1 * 4)) + e_6)]));
           }
-          *(unsigned int*)(&C[((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 32))) * 256 + (((bx * 128) + (t1_2 * 2)) + (o1 * 8))]) = *(const unsigned int*)(&C_out[0]);
+          *(unsigned int*)(&C[((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32))) * 256 + (((bx * 128) + (t1_6 * 2)) + (o1 * 8))]) = *(const unsigned int*)(&C_out[0]);
         } else {
           #pragma unroll
-          for (int e_2 = 0; e_2 < 2; ++e_2) {
-            if ((((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 32)) < 256) && (((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + e_2) < 256))) {
-              C[((((((by * 128) + t0_2) + (o0_2 * 8)) + (o0_3 * 16)) + (t0_3 * 32))) * 256 + ((((bx * 128) + (t1_2 * 2)) + (o1 * 8)) + e_2)] = tl_to_half((float)(acc[((((o0_2 * 2) + (o0_3 * 64)) + (o1 * 4)) + e_2)]));
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            if ((((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32)) < 256) && (((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + e_6) < 256))) {
+              C[((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32))) * 256 + ((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + e_6)] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 64)) + (o1 * 4)) + e_6)]));
             }
           }
         }

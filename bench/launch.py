@@ -1,0 +1,174 @@
+"""Per-call launch overhead: tilers kernels of 3 and 16 tensor arguments beside torch.add, the
+bare native launch and the cuda-bindings launch, measured interleaved in one run.
+
+Each case is a kernel of one small block, so a call costs what the CPU spends issuing it:
+the time per call is the wall-clock time of `CALLS` back-to-back calls (median over
+interleaved repeats), with the GPU time per call from CUDA events beside it.
+Targets (issue 7): tilers with 3 tensors <= 0.5x torch.add; 16 arguments <= 3 arguments + 2 us.
+"""
+
+import os
+import statistics
+import sys
+import time
+
+import tilers
+import tilers.language as T
+from tilers import _tilers, runtime
+from tilers.kernel import JITKernel
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+sys.path.insert(0, os.path.dirname(__file__))
+import kernels
+from common import interleaved, write_results
+
+CALLS = 200
+REPEATS = 25
+M, N = 8, 128  # one block of the add kernel
+
+
+def sum16(M, N, dtype="float16"):
+    """Out = A0 + ... + A14: a kernel of 16 tensor parameters, one block."""
+
+    @T.prim_func
+    def sum16(
+        A0: T.Tensor((M, N), dtype), A1: T.Tensor((M, N), dtype), A2: T.Tensor((M, N), dtype),
+        A3: T.Tensor((M, N), dtype), A4: T.Tensor((M, N), dtype), A5: T.Tensor((M, N), dtype),
+        A6: T.Tensor((M, N), dtype), A7: T.Tensor((M, N), dtype), A8: T.Tensor((M, N), dtype),
+        A9: T.Tensor((M, N), dtype), A10: T.Tensor((M, N), dtype), A11: T.Tensor((M, N), dtype),
+        A12: T.Tensor((M, N), dtype), A13: T.Tensor((M, N), dtype), A14: T.Tensor((M, N), dtype),
+        Out: T.Tensor((M, N), dtype),
+    ):
+        with T.Kernel(1, threads=128):
+            for i, j in T.Parallel(M, N):
+                Out[i, j] = (
+                    A0[i, j] + A1[i, j] + A2[i, j] + A3[i, j] + A4[i, j] + A5[i, j] + A6[i, j]
+                    + A7[i, j] + A8[i, j] + A9[i, j] + A10[i, j] + A11[i, j] + A12[i, j]
+                    + A13[i, j] + A14[i, j]
+                )
+
+    return sum16
+
+
+def wall_interleaved(fns, calls=CALLS, repeats=REPEATS, warmup=20):
+    """Median microseconds per call of each fn, by wall clock, measured A, B, C, A, B, C, ..."""
+    import torch
+
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    torch.cuda.synchronize()
+    samples = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - start) / calls * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def cuda_bindings_kernel(kernel):
+    """A copy of `kernel` that loads and launches through cuda-bindings (the old path)."""
+    saved = runtime._native_module
+    runtime._native_module = False
+    try:
+        copy = JITKernel(kernel.name, kernel.program_json, kernel.source, kernel.info,
+                         kernel.target, kernel.out_idx)
+        copy._cubin = kernel.cubin
+        cached = dict(runtime._loaded_kernels)
+        runtime._loaded_kernels.clear()  # load a cuda-bindings module, not the native one
+        copy._prepare(())
+        copy._load(0)
+        runtime._loaded_kernels.clear()
+        runtime._loaded_kernels.update(cached)
+    finally:
+        runtime._native_module = saved
+    return copy
+
+
+def bare_launch(kernel, args, kinds):
+    """The native launch alone: pointers read by the extension, no argument checks."""
+    import torch
+
+    loaded = kernel._loaded[0]
+    grid = kernel._grid
+    block = kernel._block
+    stream = torch.cuda.current_stream().cuda_stream
+    values = tuple(args)
+    launch = _tilers.launch
+
+    def fn():
+        launch(loaded.function_handle, loaded.context_handle, grid, block,
+               loaded.shared_bytes, stream, values, kinds)
+
+    return fn
+
+
+def main():
+    import torch
+
+    torch.cuda.init()
+    a = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    b = torch.randn(M, N, device="cuda", dtype=torch.float16)
+    c = torch.empty_like(a)
+    add = tilers.compile(kernels.add(M, N, "float16", M, N, 128))
+    add_out = tilers.compile(kernels.add(M, N, "float16", M, N, 128), out_idx=[2])
+    inputs16 = [torch.randn(M, N, device="cuda", dtype=torch.float16) for _ in range(15)]
+    out16 = torch.empty_like(a)
+    args16 = inputs16 + [out16]
+    s16 = tilers.compile(sum16(M, N))
+
+    # correctness first: each path computes the right thing
+    add(a, b, c)
+    assert torch.equal(c, a + b)
+    assert torch.equal(add_out(a, b), a + b)
+    s16(*args16)
+    torch.testing.assert_close(out16, sum(inputs16[1:], inputs16[0]), rtol=1e-2, atol=1e-2)
+    old_add = cuda_bindings_kernel(add)
+    old_s16 = cuda_bindings_kernel(s16)
+    c.zero_()
+    old_add(a, b, c)
+    torch.cuda.synchronize()
+    assert torch.equal(c, a + b)
+
+    fns = {
+        "torch.add(a, b, out=c)": lambda: torch.add(a, b, out=c),
+        "torch.add(a, b)": lambda: torch.add(a, b),
+        "tilers add(a, b, c)": lambda: add(a, b, c),
+        "tilers add(a, b) out_idx": lambda: add_out(a, b),
+        "tilers sum16 (16 tensors)": lambda: s16(*args16),
+        "bare native launch, 3 tensors": bare_launch(add, (a, b, c), b"TTT"),
+        "bare native launch, 16 tensors": bare_launch(s16, args16, b"T" * 16),
+        "cuda-bindings add(a, b, c)": lambda: old_add(a, b, c),
+        "cuda-bindings sum16": lambda: old_s16(*args16),
+    }
+    wall = wall_interleaved(fns)
+    events = interleaved(fns, repeats=REPEATS, iters=CALLS)
+    reference = wall["torch.add(a, b, out=c)"]
+    rows = []
+    for name in fns:
+        rows.append({
+            "impl": name,
+            "us/call (wall)": wall[name],
+            "us/call (GPU events)": events[name] * 1e3,
+            "vs torch.add(out=)": wall[name] / reference,
+        })
+    ratio = wall["tilers add(a, b, c)"] / reference
+    growth = wall["tilers sum16 (16 tensors)"] - wall["tilers add(a, b, c)"]
+    summary = {
+        "tilers 3 tensors / torch.add": ratio,
+        "tilers 16 - 3 tensors (us)": growth,
+        "target 3 tensors <= 0.5x torch.add": ratio <= 0.5,
+        "target growth <= 2 us": growth <= 2.0,
+        "calls per sample": CALLS,
+        "repeats": REPEATS,
+    }
+    write_results("launch", rows, extra={"summary": summary})
+    for key, value in summary.items():
+        print(f"{key}: {value:.3f}" if isinstance(value, float) else f"{key}: {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+//! Pass `inject_pipeline`: software pipelining of `T.Pipelined(n, num_stages=s)` loops.
+//!
+//! Requires: tile-level IR with layouts. Ensures: in a pipelined loop with `s ≥ 2`, the
+//! copies from global into shared tiles (the *producers*) run `s − 1` iterations ahead of
+//! the rest of the body (the *consumers*): each such tile gets a leading stage dimension of
+//! `s`; iteration `i` reads stage `i % s`; the copies of iteration `i + s − 1` are issued
+//! asynchronously (`Async`, lowered to `cp.async`) into the stage iteration `i − 1` used:
+//!
+//! ```text
+//! for p in 0..s-1:  if p < n { async copies(p) }   commit
+//! for i in 0..n:    wait(s-2)  sync  if i+s-1 < n { async copies(i+s-1) }  commit  consumers(i)
+//! wait(0)
+//! ```
+//! The barrier after the wait both publishes iteration `i`'s data and proves every thread
+//! finished iteration `i − 1`, whose stage is refilled next. Loops of fewer stages, or with
+//! no producers (or tiles also written by other statements), run as serial loops, and the
+//! lowering report says why. Does not: choose instructions (a producer whose copy cannot
+//! use `cp.async` is lowered as an ordinary copy, which the same barriers order).
+
+use crate::Ctx;
+use std::collections::BTreeSet;
+use tile_ir::*;
+
+pub fn inject_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let body = std::mem::take(&mut m.kernel.body);
+    m.kernel.body = block(&mut m, body, ctx);
+    Ok(m)
+}
+
+fn block(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::For { var, start, extent, kind: ForKind::Pipelined { stages }, body, loc } => {
+                out.extend(pipeline(m, var, start, extent, stages, body, loc, ctx));
+            }
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                let body = block(m, body, ctx);
+                out.push(Stmt::For { var, start, extent, kind, body, loc });
+            }
+            Stmt::If { cond, then, otherwise, loc } => {
+                let then = block(m, then, ctx);
+                let otherwise = block(m, otherwise, ctx);
+                out.push(Stmt::If { cond, then, otherwise, loc });
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Shared buffers written by a statement (children included).
+fn shared_writes(m: &Module, s: &Stmt, out: &mut BTreeSet<BufferId>) {
+    walk_stmts(std::slice::from_ref(s), &mut |st| {
+        let target = match st {
+            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => Some(*buf),
+            Stmt::Copy { dst, .. } | Stmt::Fill { dst, .. } => Some(dst.buf),
+            _ => None,
+        };
+        if let Some(b) = target {
+            if m.buffer(b).scope == Scope::Shared {
+                out.insert(b);
+            }
+        }
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pipeline(
+    m: &mut Module,
+    var: VarId,
+    start: Expr,
+    extent: Expr,
+    stages: u32,
+    body: Vec<Stmt>,
+    loc: Loc,
+    ctx: &mut Ctx,
+) -> Vec<Stmt> {
+    let at = m.sources.short(loc).unwrap_or_default();
+    let serial = |body: Vec<Stmt>| {
+        vec![Stmt::For {
+            var,
+            start: start.clone(),
+            extent: extent.clone(),
+            kind: ForKind::Serial,
+            body,
+            loc,
+        }]
+    };
+    if stages < 2 {
+        ctx.report.push(format!("{at}: T.Pipelined(num_stages={stages}) runs as a serial loop"));
+        return serial(body);
+    }
+    // producers: copies from global into a shared tile that nothing else in the body writes
+    let is_candidate = |s: &Stmt| {
+        matches!(s, Stmt::Copy { src, dst, .. }
+            if m.buffer(src.buf).scope == Scope::Global && m.buffer(dst.buf).scope == Scope::Shared)
+    };
+    let mut others_write = BTreeSet::new();
+    for s in body.iter().filter(|s| !is_candidate(s)) {
+        shared_writes(m, s, &mut others_write);
+    }
+    let mut tiles = BTreeSet::new();
+    let mut producers = Vec::new();
+    let mut consumers = Vec::new();
+    for s in body {
+        match &s {
+            Stmt::Copy { dst, .. }
+                if is_candidate(&s) && !others_write.contains(&dst.buf) && tiles.insert(dst.buf) =>
+            {
+                producers.push(s)
+            }
+            _ => consumers.push(s),
+        }
+    }
+    if producers.is_empty() {
+        ctx.report.push(format!(
+            "{at}: T.Pipelined(num_stages={stages}) runs as a serial loop: no copy from global into a shared tile to run ahead"
+        ));
+        consumers.extend(producers);
+        return serial(consumers);
+    }
+    // multi-buffer the tiles
+    for &t in &tiles {
+        let b = m.buffer_mut(t);
+        b.shape.insert(0, stages as i64);
+    }
+    let names: Vec<String> = tiles.iter().map(|t| m.buffer(*t).name.clone()).collect();
+    ctx.report.push(format!(
+        "{at}: T.Pipelined(num_stages={stages}): copies into {} issued {} iteration(s) ahead, {stages} buffers each",
+        names.join(", "),
+        stages - 1
+    ));
+    let s = stages as i64;
+    let iv = Expr::var(var, DType::I32);
+    let start_i32 = Expr::cast(start.clone(), DType::I32);
+    let i = simplify::simplify(Expr::binary(BinOp::Sub, iv.clone(), start_i32.clone()));
+    let n = Expr::cast(extent.clone(), DType::I32);
+    let stage_of = |j: Expr| simplify::simplify(Expr::binary(BinOp::FloorMod, j, Expr::int(s)));
+    // the producers of iteration j (an i32 expression), writing stage j % s
+    let issue = |j: Expr| -> Stmt {
+        let at_iter = simplify::simplify(Expr::binary(BinOp::Add, start_i32.clone(), j.clone()));
+        let copies = producers
+            .iter()
+            .map(|p| {
+                let p = map_stmt_exprs(p.clone(), &mut |e| match e {
+                    Expr::Var { id, .. } if id == var => Expr::cast(at_iter.clone(), m.var(var).dtype),
+                    other => other,
+                });
+                match p {
+                    Stmt::Copy { src, mut dst, pad, loc } => {
+                        dst.dims.insert(0, RegionDim::Index(stage_of(j.clone())));
+                        Stmt::Copy { src, dst, pad, loc }
+                    }
+                    other => other,
+                }
+            })
+            .collect();
+        let guard = Expr::binary(BinOp::Lt, j, n.clone());
+        Stmt::If {
+            cond: simplify::simplify(guard),
+            then: vec![Stmt::Async { body: copies }],
+            otherwise: vec![],
+            loc,
+        }
+    };
+    // consumers read stage i % s
+    let stage = stage_of(i.clone());
+    let consumers: Vec<Stmt> = consumers.into_iter().map(|c| select_stage(c, &tiles, &stage)).collect();
+
+    let mut out = Vec::new();
+    for p in 0..s - 1 {
+        out.push(issue(Expr::int(p)));
+        out.push(Stmt::AsyncCommit);
+    }
+    let mut loop_body = vec![Stmt::AsyncWait { pending: stages - 2 }, Stmt::Sync];
+    loop_body.push(issue(simplify::simplify(Expr::binary(BinOp::Add, i, Expr::int(s - 1)))));
+    loop_body.push(Stmt::AsyncCommit);
+    loop_body.extend(consumers);
+    out.push(Stmt::For { var, start, extent, kind: ForKind::Serial, body: loop_body, loc });
+    out.push(Stmt::AsyncWait { pending: 0 });
+    out
+}
+
+/// Point every access of a multi-buffered tile at `stage`.
+fn select_stage(s: Stmt, tiles: &BTreeSet<BufferId>, stage: &Expr) -> Stmt {
+    let loads = |e: Expr| {
+        e.map(&mut |x| match x {
+            Expr::Load { buf, mut idx, dtype, loc, oob } if tiles.contains(&buf) => {
+                idx.insert(0, stage.clone());
+                Expr::Load { buf, idx, dtype, loc, oob }
+            }
+            other => other,
+        })
+    };
+    let region = |mut r: Region| {
+        if tiles.contains(&r.buf) {
+            r.dims.insert(0, RegionDim::Index(stage.clone()));
+        }
+        Region { dims: r.dims.into_iter().map(|d| map_region_dim(d, &loads)).collect(), ..r }
+    };
+    let body = |b: Vec<Stmt>| b.into_iter().map(|x| select_stage(x, tiles, stage)).collect::<Vec<_>>();
+    match s {
+        Stmt::Copy { src, dst, pad, loc } => {
+            Stmt::Copy { src: region(src), dst: region(dst), pad: pad.map(loads), loc }
+        }
+        Stmt::Fill { dst, value, loc } => Stmt::Fill { dst: region(dst), value: loads(value), loc },
+        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, loc, a_stage, b_stage } => {
+            Stmt::Gemm {
+                a,
+                b,
+                c,
+                transpose_a,
+                transpose_b,
+                policy,
+                clear_accum,
+                loc,
+                a_stage: if tiles.contains(&a) { Some(stage.clone()) } else { a_stage },
+                b_stage: if tiles.contains(&b) { Some(stage.clone()) } else { b_stage },
+            }
+        }
+        Stmt::Parallel { vars, extents, body: b, loc, layout } => {
+            Stmt::Parallel { vars, extents, body: body(b), loc, layout }
+        }
+        Stmt::For { var, start, extent, kind, body: b, loc } => {
+            Stmt::For { var, start: loads(start), extent: loads(extent), kind, body: body(b), loc }
+        }
+        Stmt::If { cond, then, otherwise, loc } => {
+            Stmt::If { cond: loads(cond), then: body(then), otherwise: body(otherwise), loc }
+        }
+        leaf => map_stmt_exprs(leaf, &mut |e| match e {
+            Expr::Load { buf, mut idx, dtype, loc, oob } if tiles.contains(&buf) => {
+                idx.insert(0, stage.clone());
+                Expr::Load { buf, idx, dtype, loc, oob }
+            }
+            other => other,
+        }),
+    }
+}
+
+fn map_region_dim(d: RegionDim, f: &dyn Fn(Expr) -> Expr) -> RegionDim {
+    match d {
+        RegionDim::Index(e) => RegionDim::Index(f(e)),
+        RegionDim::Origin(e) => RegionDim::Origin(f(e)),
+        RegionDim::Slice { start, stop } => RegionDim::Slice { start: f(start), stop: f(stop) },
+    }
+}

@@ -1,0 +1,803 @@
+"""@tilers.autotune: compile a factory's configs in parallel, check and time each, keep the fastest.
+
+    @tilers.autotune(configs=[{"block_M": 64, "block_N": 128}, ...], ref_prog=torch.add)
+    @tilers.jit(out_idx=[2])
+    def add(M, N, block_M, block_N): ...
+
+    kernel = add(4096, 4096)   # tunes once; later calls (and processes) reuse the record
+
+How a search runs (``AutotunedFunction.tune``):
+
+1. Every config is compiled in a thread pool, one task per config (trace, the Rust core
+   and NVRTC; the last two release the GIL, so compiles scale with CPU cores). A config
+   that fails to compile is reported and never chosen.
+2. Staged search when the configs vary both tile sizes (parameters named ``block*`` or
+   ``tile*``, or ``tile_keys=``) and other parameters (stages, threads): round 1 times
+   one config per distinct tile size, round 2 every config of the ``keep`` fastest tile
+   sizes (and of any within 5% of the best). Otherwise every config is timed.
+3. Before a config is timed it is checked against ``ref_prog`` (when given) on the same
+   random inputs; a wrong result is reported and never chosen. Timing is
+   ``profiler.bench_timing`` (CUDA events, L2 flushed, median); a config whose first
+   estimate is over ``early_stop`` times the best so far stops there.
+4. The best config, every config's outcome and the timing are saved as a tuning record
+   (``python -m tilers tuning`` lists them), keyed by ``record_fields``: the factory's
+   source and the helpers and constants it reads, the config space, the problem (the
+   factory's other arguments), tilers' and NVRTC's versions and the GPU (model,
+   architecture, SM count). The same key reuses the record without timing anything.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import datetime
+import hashlib
+import inspect
+import json
+import math
+import os
+import sys
+import textwrap
+import time
+import types
+
+from .errors import TileError
+
+RECORD_VERSION = 1
+
+# Tile-size parameters for the staged search, when tile_keys= is not given.
+TILE_PREFIXES = ("block", "tile")
+
+# In round 2 the search also keeps tile sizes whose round-1 time is within this of the best.
+KEEP_MARGIN = 0.05
+
+STATUSES = ("ok", "compile error", "wrong result", "run error", "stopped early", "skipped")
+
+
+@dataclasses.dataclass
+class ConfigResult:
+    """What happened to one config: status (see STATUSES), time in ms, error text, round."""
+
+    config: dict
+    status: str = "skipped"
+    ms: float | None = None
+    error: str | None = None
+    round: int = 0
+
+    def as_json(self) -> dict:
+        return {
+            "config": self.config, "status": self.status, "ms": self.ms,
+            "error": self.error, "round": self.round,
+        }
+
+
+@dataclasses.dataclass
+class TuneResult:
+    """The outcome of a search (or of a reused record): the best config and its kernel."""
+
+    config: dict
+    ms: float
+    kernel: object
+    results: list
+    key: str
+    record: dict
+    from_record: bool
+    seconds: float
+
+    @property
+    def latency(self) -> float:  # TileLang's name
+        return self.ms
+
+
+# ---------------------------------------------------------------------------------------
+# record keys
+# ---------------------------------------------------------------------------------------
+
+
+def canonical(value):
+    """A JSON-able stand-in for a value in a record key (dtypes and other objects by repr)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    return repr(value)
+
+
+def digest(value) -> str:
+    text = json.dumps(canonical(value), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _code_names(code: types.CodeType) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _user_function(value):
+    """The Python function behind `value` when it is user code worth hashing, else None."""
+    from ._trace import PrimFunc
+    from .jit import JitFunction
+
+    if isinstance(value, AutotunedFunction):
+        value = value.jit_function
+    if isinstance(value, JitFunction):
+        value = value.factory
+    if isinstance(value, PrimFunc):
+        value = value.func
+    if not isinstance(value, types.FunctionType):
+        return None
+    package = (value.__module__ or "").split(".")[0]
+    if package in ("tilers", "torch", "numpy") or package in sys.stdlib_module_names:
+        return None
+    return value
+
+
+def _is_constant(value) -> bool:
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return True
+    if isinstance(value, tuple) and len(value) <= 64:
+        return all(_is_constant(v) for v in value)
+    return False
+
+
+def kernel_identity(func, limit: int = 64) -> str:
+    """SHA-256 over a factory's source, the user functions it calls (transitively) and the
+    constants (module globals and closure values) they read.
+
+    Editing the factory or a helper changes the identity, so no record of the old code is
+    reused; tilers, torch, numpy and the standard library are not followed.
+    """
+    parts = []
+    seen = set()
+
+    def visit(function):
+        if id(function) in seen or len(seen) >= limit:
+            return
+        seen.add(id(function))
+        code = function.__code__
+        try:
+            source = textwrap.dedent(inspect.getsource(function))
+        except (OSError, TypeError):  # no source file: the bytecode stands in for it
+            source = code.co_code.hex() + repr(code.co_consts)
+        parts.append(f"def {function.__module__}.{function.__qualname__}\n{source}")
+        namespace = function.__globals__
+        values = [(n, namespace[n]) for n in sorted(_code_names(code)) if n in namespace]
+        for name, cell in zip(code.co_freevars, function.__closure__ or ()):
+            try:
+                values.append((name, cell.cell_contents))
+            except ValueError:  # an empty cell
+                continue
+        for name, value in values:
+            helper = _user_function(value)
+            if helper is not None:
+                visit(helper)
+            elif _is_constant(value):
+                parts.append(f"{name} = {value!r}")
+
+    target = _user_function(func) or func
+    visit(target)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def device_info(device_index: int | None = None) -> dict:
+    """The GPU a record is for: model, architecture, SM count."""
+    from . import runtime
+
+    if not runtime.gpu_available():
+        raise RuntimeError(
+            f"autotuning times kernels on a GPU and none is usable: {runtime.gpu_probe()[1]}"
+        )
+    index = runtime._current_device_index() if device_index is None else device_index
+    return {
+        "name": runtime.device_name(index),
+        "arch": runtime.device_arch(index),
+        "sms": runtime.device_attribute(index, runtime.ATTRIBUTE_MULTIPROCESSOR_COUNT),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# records on disk
+# ---------------------------------------------------------------------------------------
+
+
+class TuningRecords:
+    """Tuning records as JSON files named by their key (``<cache>/tuning/<key>.json``)."""
+
+    def __init__(self, directory: str | None = None):
+        if directory is None:
+            from .cache import cache_dir
+
+            directory = os.path.join(cache_dir(), "tuning")
+        self.directory = directory
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.directory, f"{key}.json")
+
+    def load(self, key: str) -> dict | None:
+        """The record for `key`, or None (also for an unreadable or malformed file)."""
+        try:
+            with open(self.path(key), encoding="utf-8") as file:
+                record = json.load(file)
+        except (OSError, ValueError):
+            return None
+        if not _valid_record(record) or record["key"] != key:
+            return None
+        return record
+
+    def save(self, record: dict) -> str:
+        from .cache import atomic_write
+
+        path = self.path(record["key"])
+        atomic_write(path, (json.dumps(record, indent=1) + "\n").encode())
+        return path
+
+    def all(self) -> list[dict]:
+        """Every readable record, oldest first."""
+        records = []
+        try:
+            names = sorted(os.listdir(self.directory))
+        except OSError:
+            return records
+        for name in names:
+            if name.endswith(".json") and not name.startswith("."):
+                record = self.load(name[: -len(".json")])
+                if record is not None:
+                    records.append(record)
+        records.sort(key=lambda r: r.get("created", ""))
+        return records
+
+
+def _valid_record(record) -> bool:
+    return (
+        isinstance(record, dict)
+        and record.get("version") == RECORD_VERSION
+        and isinstance(record.get("key"), str)
+        and isinstance(record.get("best"), dict)
+        and isinstance(record.get("ms"), (int, float))
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# progress and summary
+# ---------------------------------------------------------------------------------------
+
+
+def config_text(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+class _Progress:
+    """A one-line progress bar on stderr with the best config so far (a terminal only)."""
+
+    def __init__(self, name: str, enabled: bool):
+        self.name = name
+        self.enabled = enabled and sys.stderr.isatty()
+        self.done = 0
+        self.total = 0
+        self.stage = ""
+
+    def start(self, stage: str, total: int):
+        self.stage, self.done, self.total = stage, 0, total
+
+    def step(self, best: ConfigResult | None):
+        self.done += 1
+        if not self.enabled:
+            return
+        width = 24
+        filled = width * self.done // max(self.total, 1)
+        bar = "#" * filled + "-" * (width - filled)
+        best_text = f"best {best.ms:.4f} ms {config_text(best.config)}" if best else "no result yet"
+        line = f"\rautotune {self.name} {self.stage} [{bar}] {self.done}/{self.total} {best_text}"
+        sys.stderr.write(line[:200].ljust(120))
+        sys.stderr.flush()
+
+    def close(self):
+        if self.enabled:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+
+
+def summary_table(name: str, results: list, flops=None, bytes=None) -> str:
+    """The table printed after a search: timed configs fastest first, then the others."""
+    timed = sorted((r for r in results if r.status == "ok"), key=lambda r: r.ms)
+    others = [r for r in results if r.status != "ok"]
+    header = ["#", "config", "status", "ms"]
+    if flops:
+        header.append("TFLOP/s")
+    if bytes:
+        header.append("GB/s")
+    rows = []
+    for rank, result in enumerate(timed + others, 1):
+        ms = f"{result.ms:.4f}" if result.ms is not None else "-"
+        row = [str(rank), config_text(result.config), result.status, ms]
+        if flops:
+            row.append(f"{flops / result.ms / 1e9:.1f}" if result.status == "ok" else "-")
+        if bytes:
+            row.append(f"{bytes / result.ms / 1e6:.0f}" if result.status == "ok" else "-")
+        if result.error:
+            row[2] += f" ({result.error.splitlines()[0][:60]})"
+        rows.append(row)
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(header)]
+    lines = [f"autotune {name}: {len(timed)} of {len(results)} configs timed"]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    for row in rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths)))
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# the decorator
+# ---------------------------------------------------------------------------------------
+
+
+class _SearchState:
+    """Inputs and reference outputs shared by every config of one search."""
+
+    def __init__(self):
+        self.profiler = None
+        self.expected = None
+
+
+class AutotunedFunction:
+    """A ``@tilers.jit`` factory whose tile parameters are chosen by measurement.
+
+    Calling it with the problem's arguments returns the best kernel; ``tune(...)``
+    returns the whole TuneResult. Arguments named in a config may still be passed
+    explicitly: the call then compiles that kernel and tunes nothing.
+    """
+
+    # Hooks for tests (no GPU needed): bench_fn(kernel, config, cutoff_ms) -> Timing,
+    # check_fn(kernel, config) raising AssertionError on a wrong result, and
+    # device_info_fn() -> {"name", "arch", "sms"}.
+    bench_fn = None
+    check_fn = None
+    device_info_fn = None
+
+    def __init__(
+        self, jit_function, configs, warmup=25, rep=100, ref_prog=None, rtol=1e-2,
+        atol=1e-2, key=None, supply_type="auto", scalars=None, flops=None, bytes=None,
+        search="auto", tile_keys=None, keep=3, early_stop=1.5, max_workers=None,
+        records=True, records_dir=None, verbose=True,
+    ):
+        from .jit import JitFunction
+
+        if not isinstance(jit_function, JitFunction):
+            raise TileError(
+                "@tilers.autotune goes above @tilers.jit: it tunes a factory of prim_funcs "
+                f"(got {type(jit_function).__name__})"
+            )
+        if configs is None:
+            raise TileError("@tilers.autotune needs configs=[{...}, ...] or a function returning them")
+        if search not in ("auto", "staged", "exhaustive"):
+            raise ValueError(
+                f"parameter 'search': expected auto, staged or exhaustive, got {search!r}"
+            )
+        self.jit_function = jit_function
+        self.__name__ = jit_function.__name__
+        self.__doc__ = jit_function.__doc__
+        self.configs = configs
+        self.warmup, self.rep = warmup, rep
+        self.ref_prog, self.rtol, self.atol = ref_prog, rtol, atol
+        self.key = key
+        self.supply_type, self.scalars = supply_type, scalars
+        self.flops, self.bytes = flops, bytes
+        self.search, self.tile_keys, self.keep = search, tile_keys, keep
+        self.early_stop = early_stop
+        self.max_workers = max_workers
+        self.use_records = records
+        self.records = TuningRecords(records_dir) if records_dir is not None else None
+        self.verbose = verbose
+        self.last_result: TuneResult | None = None
+        self._kernels = {}
+        self._identity = None
+        self._signature = inspect.signature(jit_function.factory)
+
+    # --- calling ------------------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        try:
+            memo_key = (args, tuple(sorted(kwargs.items())))
+            kernel = self._kernels.get(memo_key)
+        except TypeError:  # unhashable arguments: no memo
+            memo_key, kernel = None, None
+        if kernel is not None:
+            return kernel
+        if self._tuned_names() & kwargs.keys():
+            return self.jit_function.compile(*args, **kwargs)
+        kernel = self.tune(*args, **kwargs).kernel
+        if memo_key is not None:
+            self._kernels[memo_key] = kernel
+        return kernel
+
+    def _records(self) -> TuningRecords:
+        if self.records is None:
+            self.records = TuningRecords()
+        return self.records
+
+    # --- configs and keys ---------------------------------------------------------------
+
+    def config_space(self, *args, **kwargs) -> list[dict]:
+        """The configs for this problem, checked against the factory's parameters."""
+        configs = self.configs
+        if callable(configs):
+            try:
+                wants_args = bool(inspect.signature(configs).parameters)
+            except (TypeError, ValueError):
+                wants_args = True
+            configs = configs(*args, **kwargs) if wants_args else configs()
+        configs = list(configs)
+        if not configs:
+            raise TileError(f"autotune {self.__name__}: the config space is empty")
+        parameters = self._signature.parameters
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        for config in configs:
+            if not isinstance(config, dict):
+                raise TileError(
+                    f"autotune {self.__name__}: a config is a dict of factory arguments, "
+                    f"got {type(config).__name__} {config!r}"
+                )
+            for name in config:
+                if name in ("target", "out_idx") or (name not in parameters and not takes_any):
+                    raise TileError(
+                        f"autotune {self.__name__}: config {config!r} sets '{name}', which is "
+                        f"not a parameter of {self.__name__}{self._signature}"
+                    )
+        return configs
+
+    def _tuned_names(self) -> set:
+        if callable(self.configs):
+            return set()
+        return {name for config in self.configs for name in config}
+
+    def problem(self, args, kwargs, configs) -> dict:
+        """The factory's arguments that are not tuned, defaults included, by name."""
+        tuned = {name for config in configs for name in config}
+        try:
+            bound = self._signature.bind_partial(*args, **kwargs)
+        except TypeError as error:
+            raise TypeError(f"{self.__name__}: {error}") from None
+        values = dict(bound.arguments)
+        for name, parameter in self._signature.parameters.items():
+            if name not in values and parameter.default is not parameter.empty:
+                values[name] = parameter.default
+        return {name: value for name, value in values.items() if name not in tuned}
+
+    def record_fields(self, args, kwargs, configs) -> dict:
+        """Everything a record depends on; its key is their digest."""
+        from . import __version__, _tilers, cache
+
+        problem = self.problem(args, kwargs, configs)
+        if callable(self.key):
+            problem = {"key": self.key(*args, **kwargs)}
+        elif self.key is not None:
+            names = [self.key] if isinstance(self.key, str) else list(self.key)
+            missing = [n for n in names if n not in problem]
+            if missing:
+                raise TileError(
+                    f"autotune {self.__name__}: key= names {', '.join(missing)}, not among "
+                    f"the problem's arguments ({', '.join(problem)})"
+                )
+            problem = {name: problem[name] for name in names}
+        if self._identity is None:
+            self._identity = kernel_identity(self.jit_function.factory)
+        info = (self.device_info_fn or device_info)()
+        return {
+            "kernel": f"{self.jit_function.factory.__module__}.{self.__name__}",
+            "identity": self._identity,
+            "space": digest(configs),
+            "problem": canonical(problem),
+            "tilers": f"{__version__}+{_tilers.__version__}",
+            "nvrtc": cache.nvrtc_version_for_key(),
+            "device": info["name"],
+            "arch": info["arch"],
+            "sms": info["sms"],
+            "target": canonical(self.jit_function.target),
+            "out_idx": canonical(self.jit_function.out_idx),
+        }
+
+    def record_key(self, *args, **kwargs) -> str:
+        configs = self.config_space(*args, **kwargs)
+        return digest(self.record_fields(args, kwargs, configs))[:32]
+
+    # --- the search ---------------------------------------------------------------------
+
+    def tune(self, *args, force=False, **kwargs) -> TuneResult:
+        """The best config for this problem: from its record, or by a search (`force`)."""
+        started = time.perf_counter()
+        configs = self.config_space(*args, **kwargs)
+        fields = self.record_fields(args, kwargs, configs)
+        key = digest(fields)[:32]
+        if self.use_records and not force:
+            record = self._records().load(key)
+            # the config as the space writes it (JSON turned its tuples into lists)
+            best = None
+            if record is not None:
+                wanted = canonical(record["best"])
+                best = next((c for c in configs if canonical(c) == wanted), None)
+            if best is not None:
+                try:
+                    kernel = self.jit_function.compile(*args, **kwargs, **best)
+                except Exception:  # the record's config no longer compiles: search again
+                    kernel = None
+                if kernel is not None:
+                    results = [ConfigResult(**r) for r in record.get("results", [])]
+                    result = TuneResult(
+                        dict(best), record["ms"], kernel, results, key, record, True,
+                        time.perf_counter() - started,
+                    )
+                    self.last_result = result
+                    if self.verbose:
+                        print(
+                            f"autotune {self.__name__}: reusing the record {key} "
+                            f"({config_text(record['best'])}, {record['ms']:.4f} ms)",
+                            file=sys.stderr,
+                        )
+                    return result
+        result = self._search(args, kwargs, configs, fields, key, started)
+        self.last_result = result
+        return result
+
+    def _flops_bytes(self, args, kwargs):
+        values = []
+        for value in (self.flops, self.bytes):
+            values.append(value(*args, **kwargs) if callable(value) else value)
+        return values
+
+    def _search(self, args, kwargs, configs, fields, key, started) -> TuneResult:
+        results = [ConfigResult(dict(config)) for config in configs]
+        progress = _Progress(self.__name__, self.verbose)
+        kernels = self._compile_all(args, kwargs, configs, results, progress)
+        state = _SearchState()
+        order = [i for i, kernel in enumerate(kernels) if kernel is not None]
+        groups = self._groups(configs, order)
+        best: ConfigResult | None = None
+
+        def measure(index, round_number) -> bool:
+            nonlocal best
+            result = results[index]
+            result.round = round_number
+            kernel = kernels[index]
+            try:
+                self._check(kernel, result.config, state)
+            except AssertionError as error:
+                result.status, result.error = "wrong result", str(error)
+                return False
+            except Exception as error:
+                result.status, result.error = "run error", f"{type(error).__name__}: {error}"
+                return False
+            cutoff = best.ms * self.early_stop if best is not None and self.early_stop else None
+            try:
+                timing = self._bench(kernel, result.config, state, cutoff)
+            except Exception as error:
+                result.status, result.error = "run error", f"{type(error).__name__}: {error}"
+                return False
+            result.ms = timing.ms
+            if timing.stopped_early:
+                result.status = "stopped early"
+                result.error = f"estimate {timing.ms:.4f} ms over {cutoff:.4f} ms"
+                return True
+            result.status = "ok"
+            if best is None or timing.ms < best.ms:
+                best = result
+            return True
+
+        if len(groups) > 1 and any(len(g) > 1 for g in groups):
+            # round 1: one config of each tile size (the first that runs and is correct)
+            progress.start("round 1", len(groups))
+            group_times = []
+            for group in groups:
+                for index in group:
+                    if measure(index, 1):
+                        break
+                progress.step(best)
+                times = [results[i].ms for i in group if results[i].status == "ok"]
+                if times:
+                    group_times.append((min(times), group))
+            group_times.sort(key=lambda item: item[0])
+            kept = [
+                group for rank, (ms, group) in enumerate(group_times)
+                if rank < self.keep or ms <= group_times[0][0] * (1 + KEEP_MARGIN)
+            ]
+            # round 2: the rest of the kept tile sizes
+            rest = [i for group in kept for i in group if results[i].round == 0]
+            progress.start("round 2", len(rest))
+            for index in rest:
+                measure(index, 2)
+                progress.step(best)
+        else:
+            progress.start("", len(order))
+            for index in order:
+                measure(index, 1)
+                progress.step(best)
+        progress.close()
+
+        for result in results:
+            if result.status == "skipped" and result.round == 0:
+                result.error = "its tile size was slower in round 1"
+        flops, moved = self._flops_bytes(args, kwargs)
+        if self.verbose:
+            print(summary_table(self.__name__, results, flops, moved), file=sys.stderr)
+        if best is None:
+            raise TileError(self._failure_message(results))
+        seconds = time.perf_counter() - started
+        record = {
+            "version": RECORD_VERSION,
+            "key": key,
+            "fields": fields,
+            "kernel": fields["kernel"],
+            "problem": fields["problem"],
+            "device": fields["device"],
+            "best": best.config,
+            "ms": best.ms,
+            "flops": flops,
+            "bytes": moved,
+            "tflops": flops / best.ms / 1e9 if flops else None,
+            "gbps": moved / best.ms / 1e6 if moved else None,
+            "configs": len(configs),
+            "results": [r.as_json() for r in results],
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "seconds": seconds,
+        }
+        if self.use_records:
+            try:
+                self._records().save(record)
+            except OSError as error:
+                print(f"autotune {self.__name__}: could not save the record ({error})",
+                      file=sys.stderr)
+        best_kernel = kernels[results.index(best)]
+        return TuneResult(dict(best.config), best.ms, best_kernel, results, key, record, False,
+                          seconds)
+
+    def _failure_message(self, results) -> str:
+        lines = [f"autotune {self.__name__}: no config compiled, ran and passed the check:"]
+        for result in results[:20]:
+            reason = (result.error or result.status).splitlines()[0][:160]
+            lines.append(f"  {config_text(result.config)}: {result.status}: {reason}")
+        if len(results) > 20:
+            lines.append(f"  ... and {len(results) - 20} more")
+        return "\n".join(lines)
+
+    def _groups(self, configs, order) -> list[list[int]]:
+        """Indices of the compiled configs, grouped by tile size (one group per config when
+        the search is exhaustive or the configs have no tile and no other parameters)."""
+        if self.search == "exhaustive":
+            return [[i] for i in order]
+        if self.tile_keys is not None:
+            tile_keys = set(self.tile_keys)
+        else:
+            tile_keys = {k for c in configs for k in c if k.lower().startswith(TILE_PREFIXES)}
+        all_keys = {k for c in configs for k in c}
+        if not tile_keys or tile_keys >= all_keys:
+            return [[i] for i in order]
+        groups: dict = {}
+        for index in order:
+            signature = json.dumps(
+                canonical({k: v for k, v in configs[index].items() if k in tile_keys}),
+                sort_keys=True,
+            )
+            groups.setdefault(signature, []).append(index)
+        return list(groups.values())
+
+    def _compile_all(self, args, kwargs, configs, results, progress) -> list:
+        """Compile every config in a thread pool; the kernels (None where it failed)."""
+
+        def build(config):
+            kernel = self.jit_function.compile(*args, **kwargs, **config)
+            if kernel.source is not None:
+                _ = kernel.cubin  # NVRTC, through the cubin cache
+            return kernel
+
+        workers = self.max_workers or min(len(configs), _cpu_count())
+        kernels = [None] * len(configs)
+        progress.start("compile", len(configs))
+        with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = {pool.submit(build, config): i for i, config in enumerate(configs)}
+            for future in concurrent.futures.as_completed(futures):
+                index = futures[future]
+                try:
+                    kernels[index] = future.result()
+                except Exception as error:
+                    results[index].status = "compile error"
+                    results[index].error = f"{type(error).__name__}: {error}"
+                progress.step(None)
+        return kernels
+
+    def _check(self, kernel, config, state) -> None:
+        if self.check_fn is not None:
+            self.check_fn(kernel, config)
+            return
+        if self.ref_prog is None:
+            return
+        profiler = self._profiler(kernel, state)
+        if state.expected is None:
+            state.expected = profiler.reference(self.ref_prog)
+        _poison_in_place_outputs(profiler)
+        profiler.assert_allclose(self.ref_prog, self.rtol, self.atol,
+                                 args=profiler.inputs(), expected=state.expected)
+
+    def _bench(self, kernel, config, state, cutoff_ms):
+        if self.bench_fn is not None:
+            return self.bench_fn(kernel, config, cutoff_ms)
+        from .profiler import bench_timing
+
+        profiler = self._profiler(kernel, state)
+        call_args = profiler.inputs()
+        return bench_timing(lambda: kernel(*call_args), self.warmup, self.rep,
+                            cutoff_ms=cutoff_ms)
+
+    def _profiler(self, kernel, state):
+        """The profiler of this config, sharing the search's inputs."""
+        from .profiler import Profiler
+
+        profiler = Profiler(kernel, supply_type=self.supply_type, scalars=self.scalars)
+        if state.profiler is None:
+            state.profiler = profiler
+        else:
+            profiler._inputs = state.profiler.inputs()
+        return profiler
+
+
+def _poison_in_place_outputs(profiler) -> None:
+    """Fill outputs written in place with NaN (or the integer maximum), so that a config
+    that leaves elements unwritten cannot pass on an earlier config's results."""
+    if profiler.kernel.out_idx:
+        return
+    import torch
+
+    by_position = dict(zip(profiler.kernel._input_positions, profiler.inputs()))
+    for position in profiler.output_positions:
+        tensor = by_position[position]
+        if tensor.dtype.is_floating_point:
+            tensor.fill_(float("nan"))
+        elif tensor.dtype is torch.bool:
+            tensor.fill_(True)
+        else:
+            tensor.fill_(torch.iinfo(tensor.dtype).max)
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def autotune(
+    configs=None, warmup=25, rep=100, ref_prog=None, rtol=1e-2, atol=1e-2, key=None, *,
+    supply_type="auto", scalars=None, flops=None, bytes=None, search="auto", tile_keys=None,
+    keep=3, early_stop=1.5, max_workers=None, records=True, records_dir=None, verbose=True,
+):
+    """Tune a ``@tilers.jit`` factory over ``configs`` (see the module docstring).
+
+    configs: a list of dicts of factory arguments, or a function of the problem's
+        arguments returning one. warmup, rep: timing budgets in ms per config.
+    ref_prog, rtol, atol: every config's outputs must match ``ref_prog(*inputs)``.
+    key: which of the factory's other arguments a record depends on (names, or a
+        function of the arguments); default all of them.
+    flops, bytes: numbers or functions of the arguments, for TFLOP/s and GB/s in records.
+    search: "auto" (staged when tile sizes and other parameters both vary), "staged",
+        "exhaustive"; keep: tile sizes kept for round 2; early_stop: stop timing a config
+        whose estimate is over this times the best (None: never).
+    """
+
+    def decorate(function):
+        from .jit import JitFunction, jit
+
+        if not isinstance(function, JitFunction):
+            function = jit(function)
+        return AutotunedFunction(
+            function, configs, warmup=warmup, rep=rep, ref_prog=ref_prog, rtol=rtol, atol=atol,
+            key=key, supply_type=supply_type, scalars=scalars, flops=flops, bytes=bytes,
+            search=search, tile_keys=tile_keys, keep=keep, early_stop=early_stop,
+            max_workers=max_workers, records=records, records_dir=records_dir, verbose=verbose,
+        )
+
+    return decorate

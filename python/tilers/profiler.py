@@ -1,0 +1,414 @@
+"""Profiling compiled kernels: inputs, checks against a reference, GPU timing and peak fractions.
+
+    profiler = kernel.profiler()
+    profiler.assert_allclose(lambda A, B: A @ B, rtol=1e-2, atol=1e-2)
+    ms = profiler.do_bench()             # median over CUDA-event timed runs, L2 flushed
+    print(kernel.bench(flops=2 * M * N * K))   # ms, TFLOPs, GB/s, fraction of the peak
+
+Timing follows the usual method (Triton's do_bench): a few runs estimate the time, the
+warm-up and measured run counts are derived from the `warmup` and `rep` budgets in
+milliseconds, each measured run sits between two CUDA events with a 256 MiB buffer
+zeroed before it (so the kernel starts from a cold L2), and the median is reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+
+# Zeroed before every timed run: larger than any L2 (60 MiB on the H200), as Triton does.
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+
+# The runs that estimate a kernel's time before the measured runs are planned.
+ESTIMATE_RUNS = 5
+
+_flush_buffers: dict = {}
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as error:
+        raise RuntimeError("profiling on the GPU needs torch (pip install torch)") from error
+    return torch
+
+
+# ---------------------------------------------------------------------------------------
+# timing
+# ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Timing:
+    """One benchmark: the median (ms) of the measured runs, or the estimate if stopped early."""
+
+    ms: float
+    runs: int
+    stopped_early: bool = False
+    samples: list = dataclasses.field(default_factory=list, repr=False)
+
+
+def _flush_buffer(torch, device):
+    buffer = _flush_buffers.get(device)
+    if buffer is None:
+        buffer = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
+        _flush_buffers[device] = buffer
+    return buffer
+
+
+def _timed_runs(torch, fn, count: int, flush) -> list[float]:
+    """Milliseconds of each of `count` runs of fn, each between its own pair of CUDA events."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(count)]
+    for start, end in zip(starts, ends):
+        if flush is not None:
+            flush.zero_()
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [start.elapsed_time(end) for start, end in zip(starts, ends)]
+
+
+def bench_timing(
+    fn,
+    warmup: float = 25,
+    rep: float = 100,
+    n_warmup: int = 0,
+    n_repeat: int = 0,
+    flush_l2: bool = True,
+    cutoff_ms: float | None = None,
+) -> Timing:
+    """Time `fn` on the current CUDA stream; see the module docstring for the method.
+
+    `warmup` and `rep` are budgets in milliseconds (`n_warmup`/`n_repeat` override the
+    counts). When the estimate is over `cutoff_ms` the measurement stops there and the
+    estimate is returned with ``stopped_early`` set: the autotuner's early stop.
+    """
+    torch = _torch()
+    fn()
+    torch.cuda.synchronize()
+    flush = _flush_buffer(torch, torch.cuda.current_device()) if flush_l2 else None
+    estimate_samples = _timed_runs(torch, fn, ESTIMATE_RUNS, flush)
+    estimate = statistics.median(estimate_samples)
+    if cutoff_ms is not None and estimate > cutoff_ms:
+        return Timing(estimate, ESTIMATE_RUNS, True, estimate_samples)
+    per_run = max(estimate, 1e-3)
+    n_warmup = n_warmup or max(1, int(warmup / per_run))
+    n_repeat = n_repeat or max(1, int(rep / per_run))
+    for _ in range(n_warmup):
+        fn()
+    samples = _timed_runs(torch, fn, n_repeat, flush)
+    return Timing(statistics.median(samples), n_repeat, False, samples)
+
+
+def do_bench(fn, warmup=25, rep=100, n_warmup=0, n_repeat=0, flush_l2=True, return_mode="median"):
+    """Milliseconds per call of `fn` (median by default; "mean", "min", "max" or "all")."""
+    timing = bench_timing(fn, warmup, rep, n_warmup, n_repeat, flush_l2)
+    samples = timing.samples
+    if return_mode == "median":
+        return timing.ms
+    if return_mode == "mean":
+        return statistics.fmean(samples)
+    if return_mode == "min":
+        return min(samples)
+    if return_mode == "max":
+        return max(samples)
+    if return_mode == "all":
+        return list(samples)
+    raise ValueError(
+        f"parameter 'return_mode': expected median, mean, min, max or all, got {return_mode!r}"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# the device's peak
+# ---------------------------------------------------------------------------------------
+
+# Dense peak throughput (TFLOP/s) by operand dtype, and memory bandwidth (GB/s), from the
+# vendor's data sheets. Checked in order: the first name fragment found in the device's
+# name wins.
+PEAKS = (
+    ("H200", 4800, {"float16": 989.4, "bfloat16": 989.4, "float8": 1978.9, "int8": 1978.9,
+                    "tfloat32": 494.7, "float32": 66.9, "float64": 66.9}),
+    ("H100 PCIe", 2000, {"float16": 756.0, "bfloat16": 756.0, "float8": 1513.0, "int8": 1513.0,
+                         "tfloat32": 378.0, "float32": 51.2, "float64": 51.2}),
+    ("H100", 3350, {"float16": 989.4, "bfloat16": 989.4, "float8": 1978.9, "int8": 1978.9,
+                    "tfloat32": 494.7, "float32": 66.9, "float64": 66.9}),
+    ("A100-SXM4-40GB", 1555, {"float16": 312.0, "bfloat16": 312.0, "int8": 624.0,
+                              "tfloat32": 156.0, "float32": 19.5, "float64": 19.5}),
+    ("A100", 2039, {"float16": 312.0, "bfloat16": 312.0, "int8": 624.0,
+                    "tfloat32": 156.0, "float32": 19.5, "float64": 19.5}),
+    ("L40S", 864, {"float16": 362.0, "bfloat16": 362.0, "float8": 733.0, "int8": 733.0,
+                   "tfloat32": 183.0, "float32": 91.6}),
+    ("RTX 4090", 1008, {"float16": 165.2, "bfloat16": 165.2, "float8": 330.3, "int8": 660.6,
+                        "float32": 82.6}),
+)
+
+
+@dataclasses.dataclass
+class DevicePeak:
+    name: str
+    bandwidth_gbps: float | None
+    tflops: dict
+
+    def tflops_for(self, dtype: str | None) -> float | None:
+        if dtype is None:
+            return None
+        if dtype.startswith("float8"):
+            dtype = "float8"
+        return self.tflops.get(dtype)
+
+
+def device_peak(device_index: int = 0) -> DevicePeak:
+    """The data-sheet peak of a device; bandwidth from its memory clock when not listed."""
+    from tilers import runtime
+
+    name = runtime.device_name(device_index)
+    for fragment, bandwidth, tflops in PEAKS:
+        if fragment in name:
+            return DevicePeak(name, float(bandwidth), dict(tflops))
+    try:
+        clock_khz = runtime.device_attribute(device_index, runtime.ATTRIBUTE_MEMORY_CLOCK_RATE)
+        bus_bits = runtime.device_attribute(
+            device_index, runtime.ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH
+        )
+        bandwidth = 2 * clock_khz * 1e3 * bus_bits / 8 / 1e9 if clock_khz and bus_bits else None
+    except RuntimeError:
+        bandwidth = None
+    return DevicePeak(name, bandwidth, {})
+
+
+@dataclasses.dataclass
+class BenchResult:
+    """What kernel.bench reports; printing it gives one line."""
+
+    name: str
+    ms: float
+    flops: float | None
+    bytes: float | None
+    tflops: float | None
+    gbps: float | None
+    peak_tflops: float | None
+    peak_gbps: float | None
+    device: str
+
+    @property
+    def compute_fraction(self) -> float | None:
+        if self.tflops is None or not self.peak_tflops:
+            return None
+        return self.tflops / self.peak_tflops
+
+    @property
+    def memory_fraction(self) -> float | None:
+        if self.gbps is None or not self.peak_gbps:
+            return None
+        return self.gbps / self.peak_gbps
+
+    def __str__(self) -> str:
+        parts = [f"{self.name}: {self.ms * 1e3:.2f} us" if self.ms < 0.1 else
+                 f"{self.name}: {self.ms:.4f} ms"]
+        if self.tflops is not None:
+            text = f"{self.tflops:.1f} TFLOP/s"
+            if self.compute_fraction is not None:
+                text += f" ({self.compute_fraction:.0%} of {self.peak_tflops:.0f})"
+            parts.append(text)
+        if self.gbps is not None:
+            text = f"{self.gbps:.0f} GB/s"
+            if self.memory_fraction is not None:
+                text += f" ({self.memory_fraction:.0%} of {self.peak_gbps:.0f})"
+            parts.append(text)
+        return ", ".join(parts) + f" on {self.device}"
+
+
+# ---------------------------------------------------------------------------------------
+# the profiler of one kernel
+# ---------------------------------------------------------------------------------------
+
+SUPPLY_TYPES = ("auto", "normal", "uniform", "integer", "zero", "one")
+
+
+class Profiler:
+    """Inputs, checks and timing for one compiled kernel (``kernel.profiler()``).
+
+    The kernel's outputs are its ``out_idx`` parameters, or its last tensor parameter
+    when it has none (written in place); every other parameter is an input. Inputs are
+    random tensors of the declared shapes and dtypes (``supply_type``), and scalars take
+    ``scalars[name]`` (default 1 / 1.0).
+    """
+
+    def __init__(self, kernel, supply_type="auto", scalars=None, seed=0):
+        if supply_type not in SUPPLY_TYPES:
+            raise ValueError(
+                f"parameter 'supply_type': expected one of {', '.join(SUPPLY_TYPES)}, "
+                f"got {supply_type!r}"
+            )
+        self.kernel = kernel
+        self.supply_type = supply_type
+        self.scalars = dict(scalars or {})
+        self.seed = seed
+        specs = kernel.info["params"]
+        if kernel.out_idx:
+            self.output_positions = list(kernel.out_idx)
+        else:
+            tensors = [i for i, spec in enumerate(specs) if spec["kind"] == "tensor"]
+            self.output_positions = tensors[-1:]
+        self._inputs = None
+
+    # --- inputs -------------------------------------------------------------------------
+
+    def supply(self) -> list:
+        """Fresh arguments for the kernel's call: its inputs, plus in-place outputs."""
+        torch = _torch()
+        generator = torch.Generator(device="cuda").manual_seed(self.seed)
+        args = []
+        for position in self.kernel._input_positions:
+            spec = self.kernel.info["params"][position]
+            if spec["kind"] == "tensor":
+                args.append(self._tensor(torch, spec, generator))
+            else:
+                default = 1.0 if spec["dtype"].startswith("float") else 1
+                if spec["dtype"] == "bool":
+                    default = True
+                args.append(self.scalars.get(spec["name"], default))
+        return args
+
+    def _tensor(self, torch, spec, generator):
+        dtype = getattr(torch, spec["dtype"])
+        shape = tuple(spec["shape"])
+        kind = self.supply_type
+        is_float = dtype.is_floating_point
+        if kind == "auto":
+            kind = "normal" if is_float else "integer"
+        if kind == "zero":
+            return torch.zeros(shape, dtype=dtype, device="cuda")
+        if kind == "one":
+            return torch.ones(shape, dtype=dtype, device="cuda")
+        if kind == "integer" or not is_float:
+            if dtype is torch.bool:
+                return torch.randint(0, 2, shape, generator=generator, device="cuda").bool()
+            low = 0 if spec["dtype"].startswith("uint") else -4
+            values = torch.randint(low, 5, shape, generator=generator, device="cuda")
+            return values.to(dtype)
+        if kind == "uniform":
+            values = torch.rand(shape, generator=generator, device="cuda")
+        else:
+            values = torch.randn(shape, generator=generator, device="cuda")
+        return values.to(dtype)
+
+    def inputs(self) -> list:
+        """The arguments the profiler uses by default (supplied once, then kept)."""
+        if self._inputs is None:
+            self._inputs = self.supply()
+        return self._inputs
+
+    # --- running and checking -----------------------------------------------------------
+
+    def run(self, args=None) -> list:
+        """Call the kernel; the list of its outputs (see the class docstring)."""
+        args = self.inputs() if args is None else list(args)
+        result = self.kernel(*args)
+        if self.kernel.out_idx:
+            return list(result) if isinstance(result, tuple) else [result]
+        by_position = dict(zip(self.kernel._input_positions, args))
+        return [by_position[position] for position in self.output_positions]
+
+    def reference_args(self, args) -> list:
+        """The arguments `ref_prog` takes: the kernel's inputs, without in-place outputs."""
+        if self.kernel.out_idx:
+            return list(args)
+        return [
+            arg for position, arg in zip(self.kernel._input_positions, args)
+            if position not in self.output_positions
+        ]
+
+    def reference(self, ref_prog, args=None) -> list:
+        args = self.inputs() if args is None else list(args)
+        expected = ref_prog(*self.reference_args(args))
+        return list(expected) if isinstance(expected, (tuple, list)) else [expected]
+
+    def assert_allclose(self, ref_prog, rtol=1e-2, atol=1e-2, args=None, expected=None) -> None:
+        """Run the kernel and `ref_prog` on the same inputs; raise AssertionError where an
+        output differs by more than ``atol + rtol * |expected|``, naming the output."""
+        torch = _torch()
+        args = self.inputs() if args is None else list(args)
+        if expected is None:
+            expected = self.reference(ref_prog, args)
+        actual = self.run(args)
+        if len(actual) != len(expected):
+            raise AssertionError(
+                f"{self.kernel.name} has {len(actual)} output(s) but the reference "
+                f"returned {len(expected)}"
+            )
+        names = [self.kernel.params[p] for p in self.output_positions]
+        for name, got, want in zip(names, actual, expected):
+            want = torch.as_tensor(want, device=got.device)
+            if tuple(want.shape) != tuple(got.shape):
+                raise AssertionError(
+                    f"output '{name}' of {self.kernel.name}: shape {tuple(got.shape)}, the "
+                    f"reference's is {tuple(want.shape)}"
+                )
+            got64, want64 = got.double(), want.double()
+            error = (got64 - want64).abs()
+            bound = atol + rtol * want64.abs()
+            bad = ~(error <= bound) & ~(got64.isnan() & want64.isnan())
+            if bool(bad.any()):
+                count = int(bad.sum())
+                worst = float(error[bad].max())
+                index = tuple(int(i) for i in bad.nonzero()[0])
+                raise AssertionError(
+                    f"output '{name}' of {self.kernel.name} differs from the reference at "
+                    f"{count} of {got.numel()} elements (first at {index}: {float(got64[index])} "
+                    f"vs {float(want64[index])}); largest error {worst:.3g} "
+                    f"(rtol={rtol}, atol={atol})"
+                )
+
+    # --- timing -------------------------------------------------------------------------
+
+    def do_bench(
+        self, func=None, warmup=25, rep=100, n_warmup=0, n_repeat=0, args=None,
+        flush_l2=True, return_mode="median",
+    ) -> float:
+        """Milliseconds per call of the kernel on the profiler's inputs (or of `func`)."""
+        if func is None:
+            kernel = self.kernel
+            call_args = self.inputs() if args is None else list(args)
+
+            def func():
+                kernel(*call_args)
+
+        return do_bench(func, warmup, rep, n_warmup, n_repeat, flush_l2, return_mode)
+
+    def bench(self, flops=None, bytes=None, warmup=25, rep=100, args=None, dtype=None):
+        """Time the kernel; report ms, TFLOP/s (given `flops`), GB/s and peak fractions.
+
+        `bytes` defaults to every tensor parameter read or written once; `dtype` picks
+        the compute peak (default: the first tensor parameter's dtype).
+        """
+        torch = _torch()
+        ms = self.do_bench(warmup=warmup, rep=rep, args=args)
+        specs = self.kernel.info["params"]
+        if bytes is None:
+            bytes = sum(
+                math.prod(spec["shape"]) * _element_size(torch, spec["dtype"])
+                for spec in specs if spec["kind"] == "tensor"
+            )
+        if dtype is None:
+            dtype = next((spec["dtype"] for spec in specs if spec["kind"] == "tensor"), None)
+        peak = device_peak(torch.cuda.current_device())
+        return BenchResult(
+            name=self.kernel.name,
+            ms=ms,
+            flops=flops,
+            bytes=bytes,
+            tflops=flops / ms / 1e9 if flops else None,
+            gbps=bytes / ms / 1e6 if bytes else None,
+            peak_tflops=peak.tflops_for(dtype),
+            peak_gbps=peak.bandwidth_gbps,
+            device=peak.name,
+        )
+
+
+def _element_size(torch, dtype: str) -> int:
+    return getattr(torch, dtype).itemsize
