@@ -74,8 +74,9 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
-// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
-static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
+// Shared tiles read by ldmatrix are swizzled: the 16-byte chunk c of a row lives at c ^ (row % 8)
+// (rows of 128 bytes or more; shorter rows count 128-byte lines instead of rows).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset, int row_shift) { return byte_offset ^ (((byte_offset >> row_shift) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 "#;
@@ -355,7 +356,8 @@ impl<'a> Emitter<'a> {
         let flat = if terms.is_empty() { "0".to_string() } else { terms.join(" + ") };
         if b.swizzle {
             let eb = b.dtype.bytes();
-            return Ok(format!("{}[tl_swizzle(({flat}) * {eb}) / {eb}]", self.names.buffer(buf)));
+            let shift = swizzle_shift(b);
+            return Ok(format!("{}[tl_swizzle(({flat}) * {eb}, {shift}) / {eb}]", self.names.buffer(buf)));
         }
         Ok(format!("{}[{}]", self.names.buffer(buf), flat))
     }
@@ -701,6 +703,13 @@ impl<'a> Emitter<'a> {
             _ => format!("(({}){x})", storage_type(to)),
         }
     }
+}
+
+/// log2 of the unit whose index permutes a row's 16-byte chunks: the row, or a 128-byte line
+/// when rows are shorter (see `Buffer::swizzle`).
+pub fn swizzle_shift(b: &Buffer) -> u32 {
+    let row_bytes = (b.shape.last().copied().unwrap_or(1) * b.dtype.bytes() as i64).max(128) as u64;
+    63 - row_bytes.leading_zeros()
 }
 
 /// Is `s` one parenthesized group, `(...)`, with nothing after its closing parenthesis?

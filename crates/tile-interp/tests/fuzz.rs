@@ -8,8 +8,9 @@ use common::*;
 use serde_json::Value;
 use tile_interp::{run, Arg};
 
-/// A fixture with its constant grid dimensions cut to 1–3 blocks and its tensors to at
-/// most 70 elements a dimension, so each run is short (more of it runs past the edges).
+/// A fixture with its constant grid dimensions cut to 1–3 blocks, its serial loops to at
+/// most 2 iterations and its tensors to at most 70 elements a dimension, so each run is
+/// short (and more of it runs past the edges).
 fn small(name: &str, rng: &mut Rng) -> Value {
     let text = std::fs::read_to_string(program_path(name)).unwrap();
     let mut doc: Value = serde_json::from_str(&text).unwrap();
@@ -25,7 +26,22 @@ fn small(name: &str, rng: &mut Rng) -> Value {
             g["value"] = (1 + rng.below(3) as i64).into();
         }
     }
+    shorten_loops(&mut doc["kernel"]["body"]);
     doc
+}
+
+fn shorten_loops(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            if o.get("op").and_then(Value::as_str) == Some("for") && o["extent"]["op"] == "const" {
+                let e = o["extent"]["value"].as_i64().unwrap_or(1).min(2);
+                o["extent"]["value"] = e.into();
+            }
+            o.values_mut().for_each(shorten_loops);
+        }
+        Value::Array(a) => a.iter_mut().for_each(shorten_loops),
+        _ => {}
+    }
 }
 
 #[test]

@@ -1009,8 +1009,8 @@ impl Lowerer {
             let (s0, d0) = (at_lane0(&src_idx), at_lane0(&dst_idx));
             let n = s0.len();
             let mut valid = None;
-            for d in 0..n - 1 {
-                valid = and(valid, in_range(&s0[d], sb.shape[d], &|e| lw.non_negative(e)));
+            for (i, extent) in s0.iter().zip(&sb.shape).take(n - 1) {
+                valid = and(valid, in_range(i, *extent, &|e| lw.non_negative(e)));
             }
             let last = s0[n - 1].clone();
             if !lw.non_negative(&last) {
@@ -1177,7 +1177,8 @@ impl Lowerer {
         // swizzle the operand tiles so ldmatrix reads 8 rows from 8 distinct bank groups
         for (id, buf) in [(a, &ab), (b, &bb)] {
             let row_bytes = buf.shape[1] * buf.dtype.bytes() as i64;
-            if row_bytes % 16 == 0 && tile_bytes(self.m.buffer(id)) % 128 == 0 && !self.m.buffer(id).swizzle {
+            let power_of_two = row_bytes >= 16 && row_bytes & (row_bytes - 1) == 0;
+            if power_of_two && tile_bytes(self.m.buffer(id)) % 128 == 0 && !self.m.buffer(id).swizzle {
                 self.m.buffer_mut(id).swizzle = true;
                 let at = self.m.sources.short(buf.loc).unwrap_or_default();
                 self.report

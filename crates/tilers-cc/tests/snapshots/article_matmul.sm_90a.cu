@@ -30,8 +30,9 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
-// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
-static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
+// Shared tiles read by ldmatrix are swizzled: the 16-byte chunk c of a row lives at c ^ (row % 8)
+// (rows of 128 bytes or more; shorter rows count 128-byte lines instead of rows).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset, int row_shift) { return byte_offset ^ (((byte_offset >> row_shift) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -57,14 +58,14 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((0) * 4096 + ((t0 + (o0 * 64))) * 32 + (t1 * 8)) * 2) / 2])), "l"(&A[(((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (((by * 128) + t0) + (o0 * 64)) : 0)) * 1024 + ((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (t1 * 8) : 0)]), "r"(((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (tl_min(((t1 * (-8)) + 1024), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((0) * 4096 + ((t0 + (o0 * 64))) * 32 + (t1 * 8)) * 2, 7) / 2])), "l"(&A[(((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (((by * 128) + t0) + (o0 * 64)) : 0)) * 1024 + ((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (t1 * 8) : 0)]), "r"(((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (tl_min(((t1 * (-8)) + 1024), 8) * 2) : 0)) : "memory");
     }
     // kernels.py:297: T.copy (issued ahead by the pipeline)
     const int t0_1 = ((tid / 16) % 16);
     const int t1_1 = (tid % 16);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((0) * 4096 + ((t0_1 + (o0_1 * 16))) * 128 + (t1_1 * 8)) * 2) / 2])), "l"(&B[(((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? (t0_1 + (o0_1 * 16)) : 0)) * 1024 + ((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? ((bx * 128) + (t1_1 * 8)) : 0)]), "r"(((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_1 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((0) * 4096 + ((t0_1 + (o0_1 * 16))) * 128 + (t1_1 * 8)) * 2, 8) / 2])), "l"(&B[(((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? (t0_1 + (o0_1 * 16)) : 0)) * 1024 + ((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? ((bx * 128) + (t1_1 * 8)) : 0)]), "r"(((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_1 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -74,14 +75,14 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((1) * 4096 + ((t0_2 + (o0_2 * 64))) * 32 + (t1_2 * 8)) * 2) / 2])), "l"(&A[(((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? (((by * 128) + t0_2) + (o0_2 * 64)) : 0)) * 1024 + ((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? ((t1_2 * 8) + 32) : 0)]), "r"(((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? (tl_min(((t1_2 * (-8)) + 992), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((1) * 4096 + ((t0_2 + (o0_2 * 64))) * 32 + (t1_2 * 8)) * 2, 7) / 2])), "l"(&A[(((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? (((by * 128) + t0_2) + (o0_2 * 64)) : 0)) * 1024 + ((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? ((t1_2 * 8) + 32) : 0)]), "r"(((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? (tl_min(((t1_2 * (-8)) + 992), 8) * 2) : 0)) : "memory");
     }
     // kernels.py:297: T.copy (issued ahead by the pipeline)
     const int t0_3 = ((tid / 16) % 16);
     const int t1_3 = (tid % 16);
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((1) * 4096 + ((t0_3 + (o0_3 * 16))) * 128 + (t1_3 * 8)) * 2) / 2])), "l"(&B[((((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? ((t0_3 + (o0_3 * 16)) + 32) : 0)) * 1024 + (((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? ((bx * 128) + (t1_3 * 8)) : 0)]), "r"((((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_3 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((1) * 4096 + ((t0_3 + (o0_3 * 16))) * 128 + (t1_3 * 8)) * 2, 8) / 2])), "l"(&B[((((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? ((t0_3 + (o0_3 * 16)) + 32) : 0)) * 1024 + (((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? ((bx * 128) + (t1_3 * 8)) : 0)]), "r"((((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_3 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -94,14 +95,14 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
       const int t1_4 = (tid % 4);
       #pragma unroll
       for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_4 + (o0_4 * 64))) * 32 + (t1_4 * 8)) * 2) / 2])), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (((by * 128) + t0_4) + (o0_4 * 64)) : 0)) * 1024 + ((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (((ko * 32) + (t1_4 * 8)) + 64) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (tl_min((((ko * (-32)) + (t1_4 * (-8))) + 960), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_4 + (o0_4 * 64))) * 32 + (t1_4 * 8)) * 2, 7) / 2])), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (((by * 128) + t0_4) + (o0_4 * 64)) : 0)) * 1024 + ((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (((ko * 32) + (t1_4 * 8)) + 64) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (tl_min((((ko * (-32)) + (t1_4 * (-8))) + 960), 8) * 2) : 0)) : "memory");
       }
       // kernels.py:297: T.copy (issued ahead by the pipeline)
       const int t0_5 = ((tid / 16) % 16);
       const int t1_5 = (tid % 16);
       #pragma unroll
       for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_5 + (o0_5 * 16))) * 128 + (t1_5 * 8)) * 2) / 2])), "l"(&B[((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? ((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) : 0)) * 1024 + (((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? ((bx * 128) + (t1_5 * 8)) : 0)]), "r"((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_5 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_5 + (o0_5 * 16))) * 128 + (t1_5 * 8)) * 2, 8) / 2])), "l"(&B[((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? ((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) : 0)) * 1024 + (((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? ((bx * 128) + (t1_5 * 8)) : 0)]), "r"((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_5 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -113,11 +114,11 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
-        { unsigned int* r = (unsigned int*)(&a_tile_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&a_tile[tl_swizzle((((ko % 3)) * 4096 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&a_tile_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&a_tile[tl_swizzle((((ko % 3)) * 4096 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2, 7) / 2]))); }
       }
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        { unsigned int* r = (unsigned int*)(&b_tile_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&b_tile[tl_swizzle((((ko % 3)) * 4096 + (((lane % 16) + (kk * 16))) * 128 + ((warp_n * 32) + (ni * 8))) * 2) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&b_tile_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&b_tile[tl_swizzle((((ko % 3)) * 4096 + (((lane % 16) + (kk * 16))) * 128 + ((warp_n * 32) + (ni * 8))) * 2, 8) / 2]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {

@@ -30,8 +30,9 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
-// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
-static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
+// Shared tiles read by ldmatrix are swizzled: the 16-byte chunk c of a row lives at c ^ (row % 8)
+// (rows of 128 bytes or more; shorter rows count 128-byte lines instead of rows).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset, int row_shift) { return byte_offset ^ (((byte_offset >> row_shift) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -60,22 +61,22 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     // kernels.py:266: T.copy (issued ahead by the pipeline)
     const int t0 = ((tid / 4) % 32);
     const int t1 = (tid % 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 2048 + (t0) * 64 + (t1 * 16)) * 1) / 1])), "l"(&A[((((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? t0 : 0)) * 64 + (((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? ((by * 64) + (t1 * 16)) : 0)]), "r"((((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1 * (-16))) + 64), 16) : 0)) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 2048 + (t0) * 64 + (t1 * 16)) * 1, 7) / 1])), "l"(&A[((((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? t0 : 0)) * 64 + (((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? ((by * 64) + (t1 * 16)) : 0)]), "r"((((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1 * (-16))) + 64), 16) : 0)) : "memory");
     // kernels.py:272: T.copy (issued ahead by the pipeline)
     const int t0_1 = ((tid / 4) % 32);
     const int t1_1 = (tid % 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 2048 + (t0_1) * 64 + (t1_1 * 16)) * 1) / 1])), "l"(&B[((((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? t0_1 : 0)) * 64 + (((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? ((bx * 64) + (t1_1 * 16)) : 0)]), "r"((((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_1 * (-16))) + 64), 16) : 0)) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 2048 + (t0_1) * 64 + (t1_1 * 16)) * 1, 7) / 1])), "l"(&B[((((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? t0_1 : 0)) * 64 + (((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? ((bx * 64) + (t1_1 * 16)) : 0)]), "r"((((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_1 * (-16))) + 64), 16) : 0)) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   if (true) {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
     const int t0_2 = ((tid / 4) % 32);
     const int t1_2 = (tid % 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 2048 + (t0_2) * 64 + (t1_2 * 16)) * 1) / 1])), "l"(&A[(((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? (t0_2 + 32) : 0)) * 64 + ((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? ((by * 64) + (t1_2 * 16)) : 0)]), "r"(((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1_2 * (-16))) + 64), 16) : 0)) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 2048 + (t0_2) * 64 + (t1_2 * 16)) * 1, 7) / 1])), "l"(&A[(((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? (t0_2 + 32) : 0)) * 64 + ((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? ((by * 64) + (t1_2 * 16)) : 0)]), "r"(((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1_2 * (-16))) + 64), 16) : 0)) : "memory");
     // kernels.py:272: T.copy (issued ahead by the pipeline)
     const int t0_3 = ((tid / 4) % 32);
     const int t1_3 = (tid % 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 2048 + (t0_3) * 64 + (t1_3 * 16)) * 1) / 1])), "l"(&B[(((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? (t0_3 + 32) : 0)) * 64 + ((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? ((bx * 64) + (t1_3 * 16)) : 0)]), "r"(((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_3 * (-16))) + 64), 16) : 0)) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 2048 + (t0_3) * 64 + (t1_3 * 16)) * 1, 7) / 1])), "l"(&B[(((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? (t0_3 + 32) : 0)) * 64 + ((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? ((bx * 64) + (t1_3 * 16)) : 0)]), "r"(((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_3 * (-16))) + 64), 16) : 0)) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   for (int ko = 0; ko < 2; ++ko) {
@@ -85,11 +86,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
       // kernels.py:266: T.copy (issued ahead by the pipeline)
       const int t0_4 = ((tid / 4) % 32);
       const int t1_4 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + (t0_4) * 64 + (t1_4 * 16)) * 1) / 1])), "l"(&A[(((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? (((ko * 32) + t0_4) + 64) : 0)) * 64 + ((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? ((by * 64) + (t1_4 * 16)) : 0)]), "r"(((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1_4 * (-16))) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + (t0_4) * 64 + (t1_4 * 16)) * 1, 7) / 1])), "l"(&A[(((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? (((ko * 32) + t0_4) + 64) : 0)) * 64 + ((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? ((by * 64) + (t1_4 * 16)) : 0)]), "r"(((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1_4 * (-16))) + 64), 16) : 0)) : "memory");
       // kernels.py:272: T.copy (issued ahead by the pipeline)
       const int t0_5 = ((tid / 4) % 32);
       const int t1_5 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + (t0_5) * 64 + (t1_5 * 16)) * 1) / 1])), "l"(&B[(((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? (((ko * 32) + t0_5) + 64) : 0)) * 64 + ((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? ((bx * 64) + (t1_5 * 16)) : 0)]), "r"(((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_5 * (-16))) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + (t0_5) * 64 + (t1_5 * 16)) * 1, 7) / 1])), "l"(&B[(((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? (((ko * 32) + t0_5) + 64) : 0)) * 64 + ((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? ((bx * 64) + (t1_5 * 16)) : 0)]), "r"(((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_5 * (-16))) + 64), 16) : 0)) : "memory");
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:273: T.gemm
@@ -100,33 +101,33 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     for (int kk = 0; kk < 1; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        A_shared_frag[(mi * 16)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
-        A_shared_frag[((mi * 16) + 1)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
-        A_shared_frag[((mi * 16) + 2)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
-        A_shared_frag[((mi * 16) + 3)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
-        A_shared_frag[((mi * 16) + 4)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
-        A_shared_frag[((mi * 16) + 5)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
-        A_shared_frag[((mi * 16) + 6)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
-        A_shared_frag[((mi * 16) + 7)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
-        A_shared_frag[((mi * 16) + 8)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
-        A_shared_frag[((mi * 16) + 9)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
-        A_shared_frag[((mi * 16) + 10)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
-        A_shared_frag[((mi * 16) + 11)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1) / 1];
-        A_shared_frag[((mi * 16) + 12)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
-        A_shared_frag[((mi * 16) + 13)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
-        A_shared_frag[((mi * 16) + 14)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
-        A_shared_frag[((mi * 16) + 15)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1) / 1];
+        A_shared_frag[(mi * 16)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 1)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 2)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 3)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 4)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 5)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 6)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 7)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 8)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 9)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 10)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 11)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 12)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 13)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 14)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
+        A_shared_frag[((mi * 16) + 15)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
       }
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        B_shared_frag[(ni * 8)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
-        B_shared_frag[((ni * 8) + 1)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
-        B_shared_frag[((ni * 8) + 2)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
-        B_shared_frag[((ni * 8) + 3)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
-        B_shared_frag[((ni * 8) + 4)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
-        B_shared_frag[((ni * 8) + 5)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
-        B_shared_frag[((ni * 8) + 6)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
-        B_shared_frag[((ni * 8) + 7)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1) / 1];
+        B_shared_frag[(ni * 8)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[((ni * 8) + 1)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[((ni * 8) + 2)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[((ni * 8) + 3)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[((ni * 8) + 4)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[((ni * 8) + 5)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[((ni * 8) + 6)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[((ni * 8) + 7)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {

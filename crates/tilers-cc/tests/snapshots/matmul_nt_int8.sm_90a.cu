@@ -30,8 +30,9 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
-// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
-static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
+// Shared tiles read by ldmatrix are swizzled: the 16-byte chunk c of a row lives at c ^ (row % 8)
+// (rows of 128 bytes or more; shorter rows count 128-byte lines instead of rows).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset, int row_shift) { return byte_offset ^ (((byte_offset >> row_shift) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -62,14 +63,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 8192 + ((t0 + (o0 * 32))) * 64 + (t1 * 16)) * 1) / 1])), "l"(&A[(((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + ((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? (t1 * 16) : 0)]), "r"(((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? tl_min(((t1 * (-16)) + 128), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 8192 + ((t0 + (o0 * 32))) * 64 + (t1 * 16)) * 1, 7) / 1])), "l"(&A[(((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + ((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? (t1 * 16) : 0)]), "r"(((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? tl_min(((t1 * (-16)) + 128), 16) : 0)) : "memory");
     }
     // kernels.py:270: T.copy (issued ahead by the pipeline)
     const int t0_1 = ((tid / 4) % 32);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 8192 + ((t0_1 + (o0_1 * 32))) * 64 + (t1_1 * 16)) * 1) / 1])), "l"(&B[(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? (t1_1 * 16) : 0)]), "r"(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? tl_min(((t1_1 * (-16)) + 128), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 8192 + ((t0_1 + (o0_1 * 32))) * 64 + (t1_1 * 16)) * 1, 7) / 1])), "l"(&B[(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? (t1_1 * 16) : 0)]), "r"(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? tl_min(((t1_1 * (-16)) + 128), 16) : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -79,14 +80,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 8192 + ((t0_2 + (o0_2 * 32))) * 64 + (t1_2 * 16)) * 1) / 1])), "l"(&A[(((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + ((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? ((t1_2 * 16) + 64) : 0)]), "r"(((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? tl_min(((t1_2 * (-16)) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 8192 + ((t0_2 + (o0_2 * 32))) * 64 + (t1_2 * 16)) * 1, 7) / 1])), "l"(&A[(((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + ((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? ((t1_2 * 16) + 64) : 0)]), "r"(((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? tl_min(((t1_2 * (-16)) + 64), 16) : 0)) : "memory");
     }
     // kernels.py:270: T.copy (issued ahead by the pipeline)
     const int t0_3 = ((tid / 4) % 32);
     const int t1_3 = (tid % 4);
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 8192 + ((t0_3 + (o0_3 * 32))) * 64 + (t1_3 * 16)) * 1) / 1])), "l"(&B[(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? ((t1_3 * 16) + 64) : 0)]), "r"(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? tl_min(((t1_3 * (-16)) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 8192 + ((t0_3 + (o0_3 * 32))) * 64 + (t1_3 * 16)) * 1, 7) / 1])), "l"(&B[(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? ((t1_3 * 16) + 64) : 0)]), "r"(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? tl_min(((t1_3 * (-16)) + 64), 16) : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -99,14 +100,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
       const int t1_4 = (tid % 4);
       #pragma unroll
       for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 8192 + ((t0_4 + (o0_4 * 32))) * 64 + (t1_4 * 16)) * 1) / 1])), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? (((by * 128) + t0_4) + (o0_4 * 32)) : 0)) * 128 + ((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? (((ko * 64) + (t1_4 * 16)) + 128) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? tl_min(((ko * (-64)) + (t1_4 * (-16))), 16) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 8192 + ((t0_4 + (o0_4 * 32))) * 64 + (t1_4 * 16)) * 1, 7) / 1])), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? (((by * 128) + t0_4) + (o0_4 * 32)) : 0)) * 128 + ((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? (((ko * 64) + (t1_4 * 16)) + 128) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? tl_min(((ko * (-64)) + (t1_4 * (-16))), 16) : 0)) : "memory");
       }
       // kernels.py:270: T.copy (issued ahead by the pipeline)
       const int t0_5 = ((tid / 4) % 32);
       const int t1_5 = (tid % 4);
       #pragma unroll
       for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 8192 + ((t0_5 + (o0_5 * 32))) * 64 + (t1_5 * 16)) * 1) / 1])), "l"(&B[(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? (((bx * 128) + t0_5) + (o0_5 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? (((ko * 64) + (t1_5 * 16)) + 128) : 0)]), "r"(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? tl_min(((ko * (-64)) + (t1_5 * (-16))), 16) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 8192 + ((t0_5 + (o0_5 * 32))) * 64 + (t1_5 * 16)) * 1, 7) / 1])), "l"(&B[(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? (((bx * 128) + t0_5) + (o0_5 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? (((ko * 64) + (t1_5 * 16)) + 128) : 0)]), "r"(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? tl_min(((ko * (-64)) + (t1_5 * (-16))), 16) : 0)) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -118,11 +119,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 64 + (((lane / 16) * 16) + (kk * 32))) * 1) / 1]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 64 + (((lane / 16) * 16) + (kk * 32))) * 1, 7) / 1]))); }
       }
       #pragma unroll
       for (int ni = 0; ni < 8; ++ni) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 8) + (warp_n * 64)) + (ni * 8))) * 64 + ((((lane / 8) % 2) * 16) + (kk * 32))) * 1) / 1]))); }
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 8) + (warp_n * 64)) + (ni * 8))) * 64 + ((((lane / 8) % 2) * 16) + (kk * 32))) * 1, 7) / 1]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {

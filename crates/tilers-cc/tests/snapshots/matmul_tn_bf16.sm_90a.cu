@@ -30,8 +30,9 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
-// Shared tiles read by ldmatrix are swizzled: 16-byte chunk c of 128-byte line l lives at c ^ (l % 8).
-static __device__ __forceinline__ int tl_swizzle(int byte_offset) { return byte_offset ^ (((byte_offset >> 7) & 7) << 4); }
+// Shared tiles read by ldmatrix are swizzled: the 16-byte chunk c of a row lives at c ^ (row % 8)
+// (rows of 128 bytes or more; shorter rows count 128-byte lines instead of rows).
+static __device__ __forceinline__ int tl_swizzle(int byte_offset, int row_shift) { return byte_offset ^ (((byte_offset >> row_shift) & 7) << 4); }
 // The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
 static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -81,11 +82,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         for (int e_1 = 0; e_1 < 8; ++e_1) {
           A_shared_out[e_1] = A_v[e_1];
         }
-        *(uint4*)(&A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)) * 2) / 2]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)) * 2, 7) / 2]) = *(const uint4*)(&A_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + ((t1_1 * 8) + e_1)) * 2) / 2] = tl_to_bf16(((((((by * 64) + t0_1) + (o0_1 * 32)) < 33) && (((t1_1 * 8) + e_1) < 100)) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
+          A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + ((t1_1 * 8) + e_1)) * 2, 7) / 2] = tl_to_bf16(((((((by * 64) + t0_1) + (o0_1 * 32)) < 33) && (((t1_1 * 8) + e_1) < 100)) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
         }
       }
     }
@@ -101,11 +102,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         for (int e_3 = 0; e_3 < 8; ++e_3) {
           B_shared_out[e_3] = B_v[e_3];
         }
-        *(uint4*)(&B_shared[tl_swizzle(((0) * 2048 + ((t0_3 + (o0_3 * 32))) * 32 + (t1_3 * 8)) * 2) / 2]) = *(const uint4*)(&B_shared_out[0]);
+        *(uint4*)(&B_shared[tl_swizzle(((0) * 2048 + ((t0_3 + (o0_3 * 32))) * 32 + (t1_3 * 8)) * 2, 7) / 2]) = *(const uint4*)(&B_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared[tl_swizzle(((0) * 2048 + ((t0_3 + (o0_3 * 32))) * 32 + ((t1_3 * 8) + e_3)) * 2) / 2] = tl_to_bf16(((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) && (((t1_3 * 8) + e_3) < 100)) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + e_3)]) : 0.0f));
+          B_shared[tl_swizzle(((0) * 2048 + ((t0_3 + (o0_3 * 32))) * 32 + ((t1_3 * 8) + e_3)) * 2, 7) / 2] = tl_to_bf16(((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) && (((t1_3 * 8) + e_3) < 100)) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + e_3)]) : 0.0f));
         }
       }
     }
@@ -124,11 +125,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         for (int e_5 = 0; e_5 < 8; ++e_5) {
           A_shared_out_1[e_5] = A_v_1[e_5];
         }
-        *(uint4*)(&A_shared[tl_swizzle(((1) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + (t1_5 * 8)) * 2) / 2]) = *(const uint4*)(&A_shared_out_1[0]);
+        *(uint4*)(&A_shared[tl_swizzle(((1) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + (t1_5 * 8)) * 2, 7) / 2]) = *(const uint4*)(&A_shared_out_1[0]);
       } else {
         #pragma unroll
         for (int e_5 = 0; e_5 < 8; ++e_5) {
-          A_shared[tl_swizzle(((1) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + ((t1_5 * 8) + e_5)) * 2) / 2] = tl_to_bf16(((((((by * 64) + t0_5) + (o0_5 * 32)) < 33) && ((((t1_5 * 8) + e_5) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + (((t1_5 * 8) + e_5) + 32)]) : 0.0f));
+          A_shared[tl_swizzle(((1) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + ((t1_5 * 8) + e_5)) * 2, 7) / 2] = tl_to_bf16(((((((by * 64) + t0_5) + (o0_5 * 32)) < 33) && ((((t1_5 * 8) + e_5) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + (((t1_5 * 8) + e_5) + 32)]) : 0.0f));
         }
       }
     }
@@ -144,11 +145,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         for (int e_7 = 0; e_7 < 8; ++e_7) {
           B_shared_out_1[e_7] = B_v_1[e_7];
         }
-        *(uint4*)(&B_shared[tl_swizzle(((1) * 2048 + ((t0_7 + (o0_7 * 32))) * 32 + (t1_7 * 8)) * 2) / 2]) = *(const uint4*)(&B_shared_out_1[0]);
+        *(uint4*)(&B_shared[tl_swizzle(((1) * 2048 + ((t0_7 + (o0_7 * 32))) * 32 + (t1_7 * 8)) * 2, 7) / 2]) = *(const uint4*)(&B_shared_out_1[0]);
       } else {
         #pragma unroll
         for (int e_7 = 0; e_7 < 8; ++e_7) {
-          B_shared[tl_swizzle(((1) * 2048 + ((t0_7 + (o0_7 * 32))) * 32 + ((t1_7 * 8) + e_7)) * 2) / 2] = tl_to_bf16(((((((bx * 64) + t0_7) + (o0_7 * 32)) < 200) && ((((t1_7 * 8) + e_7) + 32) < 100)) ? tl_float(B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + (((t1_7 * 8) + e_7) + 32)]) : 0.0f));
+          B_shared[tl_swizzle(((1) * 2048 + ((t0_7 + (o0_7 * 32))) * 32 + ((t1_7 * 8) + e_7)) * 2, 7) / 2] = tl_to_bf16(((((((bx * 64) + t0_7) + (o0_7 * 32)) < 200) && ((((t1_7 * 8) + e_7) + 32) < 100)) ? tl_float(B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + (((t1_7 * 8) + e_7) + 32)]) : 0.0f));
         }
       }
     }
@@ -170,11 +171,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
           for (int e_9 = 0; e_9 < 8; ++e_9) {
             A_shared_out_2[e_9] = A_v_2[e_9];
           }
-          *(uint4*)(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_9 + (o0_9 * 32))) * 32 + (t1_9 * 8)) * 2) / 2]) = *(const uint4*)(&A_shared_out_2[0]);
+          *(uint4*)(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_9 + (o0_9 * 32))) * 32 + (t1_9 * 8)) * 2, 7) / 2]) = *(const uint4*)(&A_shared_out_2[0]);
         } else {
           #pragma unroll
           for (int e_9 = 0; e_9 < 8; ++e_9) {
-            A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_9 + (o0_9 * 32))) * 32 + ((t1_9 * 8) + e_9)) * 2) / 2] = tl_to_bf16(((((((by * 64) + t0_9) + (o0_9 * 32)) < 33) && (((((ko * 32) + (t1_9 * 8)) + e_9) + 64) < 100)) ? tl_float(A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + ((((ko * 32) + (t1_9 * 8)) + e_9) + 64)]) : 0.0f));
+            A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_9 + (o0_9 * 32))) * 32 + ((t1_9 * 8) + e_9)) * 2, 7) / 2] = tl_to_bf16(((((((by * 64) + t0_9) + (o0_9 * 32)) < 33) && (((((ko * 32) + (t1_9 * 8)) + e_9) + 64) < 100)) ? tl_float(A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + ((((ko * 32) + (t1_9 * 8)) + e_9) + 64)]) : 0.0f));
           }
         }
       }
@@ -190,11 +191,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
           for (int e_11 = 0; e_11 < 8; ++e_11) {
             B_shared_out_2[e_11] = B_v_2[e_11];
           }
-          *(uint4*)(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_11 + (o0_11 * 32))) * 32 + (t1_11 * 8)) * 2) / 2]) = *(const uint4*)(&B_shared_out_2[0]);
+          *(uint4*)(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_11 + (o0_11 * 32))) * 32 + (t1_11 * 8)) * 2, 7) / 2]) = *(const uint4*)(&B_shared_out_2[0]);
         } else {
           #pragma unroll
           for (int e_11 = 0; e_11 < 8; ++e_11) {
-            B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_11 + (o0_11 * 32))) * 32 + ((t1_11 * 8) + e_11)) * 2) / 2] = tl_to_bf16(((((((bx * 64) + t0_11) + (o0_11 * 32)) < 200) && (((((ko * 32) + (t1_11 * 8)) + e_11) + 64) < 100)) ? tl_float(B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + ((((ko * 32) + (t1_11 * 8)) + e_11) + 64)]) : 0.0f));
+            B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_11 + (o0_11 * 32))) * 32 + ((t1_11 * 8) + e_11)) * 2, 7) / 2] = tl_to_bf16(((((((bx * 64) + t0_11) + (o0_11 * 32)) < 200) && (((((ko * 32) + (t1_11 * 8)) + e_11) + 64) < 100)) ? tl_float(B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + ((((ko * 32) + (t1_11 * 8)) + e_11) + 64)]) : 0.0f));
           }
         }
       }
@@ -208,11 +209,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 16) + (warp_m * 32)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 16) + (warp_m * 32)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2, 7) / 2]))); }
       }
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 8) + (warp_n * 32)) + (ni * 8))) * 32 + ((((lane / 8) % 2) * 8) + (kk * 16))) * 2) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 8) + (warp_n * 32)) + (ni * 8))) * 32 + ((((lane / 8) % 2) * 8) + (kk * 16))) * 2, 7) / 2]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
