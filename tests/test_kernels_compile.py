@@ -159,3 +159,16 @@ def test_tilers_cc_reports_kernel_errors_with_exit_code_1(tmp_path):
     )
     assert out.returncode == 1
     assert "threads=100" in out.stderr and "kernels.py:" in out.stderr
+
+
+def test_shifted_fragment_index_is_a_layout_error_not_a_wrong_read():
+    @T.prim_func
+    def shifted(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            f = T.alloc_fragment((64, 64), "float32")
+            T.copy(A[0, 0], f)
+            for i, j in T.Parallel(64, 63):
+                B[i, j] = f[i, j + 1]
+
+    with pytest.raises(tilers.TileError, match="layout conflict"):
+        tilers.compile(shifted, target="cuda:sm_90a")

@@ -68,6 +68,10 @@ static __device__ __forceinline__ int tl_f2i(float f) { int r; asm("cvt.rzi.s32.
 static __device__ __forceinline__ long long tl_f2ll(float f) { long long r; asm("cvt.rzi.s64.f32 %0, %1;" : "=l"(r) : "f"(f)); return r; }
 static __device__ __forceinline__ unsigned int tl_f2u(float f) { unsigned int r; asm("cvt.rzi.u32.f32 %0, %1;" : "=r"(r) : "f"(f)); return r; }
 static __device__ __forceinline__ int tl_f2i_sat(float f, int lo, int hi) { return tl_max(lo, tl_min(hi, tl_f2i(f))); }
+static __device__ __forceinline__ int tl_d2i(double f) { int r; asm("cvt.rzi.s32.f64 %0, %1;" : "=r"(r) : "d"(f)); return r; }
+static __device__ __forceinline__ long long tl_d2ll(double f) { long long r; asm("cvt.rzi.s64.f64 %0, %1;" : "=l"(r) : "d"(f)); return r; }
+static __device__ __forceinline__ unsigned int tl_d2u(double f) { unsigned int r; asm("cvt.rzi.u32.f64 %0, %1;" : "=r"(r) : "d"(f)); return r; }
+static __device__ __forceinline__ int tl_d2i_sat(double f, int lo, int hi) { return tl_max(lo, tl_min(hi, tl_d2i(f))); }
 static __device__ __forceinline__ void tl_atomic_add(float* p, float v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(double* p, double v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(p, v); }
@@ -685,15 +689,15 @@ impl<'a> Emitter<'a> {
             return format!("({x} != 0)");
         }
         if from.is_float() && to.is_int() {
-            // saturating, NaN -> 0
-            let f = if from == DType::F64 { format!("(float)({x})") } else { x };
+            // truncating, saturating, NaN -> 0 (PTX cvt.rzi), in the source's precision
+            let p = if from == DType::F64 { "tl_d" } else { "tl_f" };
             return match to {
-                DType::I64 => format!("tl_f2ll({f})"),
-                DType::U32 => format!("tl_f2u({f})"),
-                DType::I32 => format!("tl_f2i({f})"),
-                DType::I8 => format!("((signed char)tl_f2i_sat({f}, -128, 127))"),
-                DType::U8 => format!("((unsigned char)tl_f2i_sat({f}, 0, 255))"),
-                DType::I16 => format!("((short)tl_f2i_sat({f}, -32768, 32767))"),
+                DType::I64 => format!("{p}2ll({x})"),
+                DType::U32 => format!("{p}2u({x})"),
+                DType::I32 => format!("{p}2i({x})"),
+                DType::I8 => format!("((signed char){p}2i_sat({x}, -128, 127))"),
+                DType::U8 => format!("((unsigned char){p}2i_sat({x}, 0, 255))"),
+                DType::I16 => format!("((short){p}2i_sat({x}, -32768, 32767))"),
                 _ => unreachable!(),
             };
         }

@@ -439,8 +439,25 @@ impl<'m> Interp<'m> {
         })
     }
 
+    /// Does `e` depend on the iteration of the running `parallel` loop?
+    fn varies(&self, e: &Expr) -> bool {
+        let Some(p) = &self.par else { return false };
+        let mut found = false;
+        e.walk(&mut |x| {
+            if let Expr::Var { id, .. } = x {
+                found |= p.vars.contains(id);
+            }
+        });
+        found
+    }
+
     fn eval(&self, e: &Expr, ids: Lanes<'_>, loc: Loc) -> Result<Col, Diagnostic> {
         let n = ids.len();
+        if n > 1 && !matches!(e, Expr::Const { .. } | Expr::Var { .. }) && !self.varies(e) {
+            // the same in every iteration: compute it once
+            let v = self.eval(e, &ids[..1], loc)?.get(0);
+            return Ok(Col::splat(v, n));
+        }
         let m = self.m;
         Ok(match e {
             Expr::Const { value, dtype } => Col::splat(constant(*value, *dtype), n),
@@ -527,6 +544,9 @@ impl<'m> Interp<'m> {
         if self.par.is_some() {
             return Err(Diagnostic::error("T.Parallel loops cannot be nested", loc));
         }
+        if vars.len() != extents.len() {
+            return Err(Diagnostic::error("T.Parallel has a different number of variables and extents", loc));
+        }
         let total = extents.iter().map(|&e| e.max(0)).product::<i64>();
         if total == 0 {
             return Ok(());
@@ -574,7 +594,7 @@ impl<'m> Interp<'m> {
         let dims: Vec<usize> = (0..r.extents.len()).filter(|&d| r.kept[d] && r.extents[d] != 1).collect();
         let shape: Vec<i64> = dims.iter().map(|&d| r.extents[d]).collect();
         let n = shape.iter().product::<i64>().max(0) as usize;
-        let mut cols: Vec<Vec<i64>> = starts.iter().map(|&(s, _)| Vec::from([s]).repeat(n)).collect();
+        let mut cols: Vec<Vec<i64>> = starts.iter().map(|&(s, _)| vec![s; n]).collect();
         let mut k = 0;
         for_each_index(&shape, |c| {
             for (pos, &d) in dims.iter().enumerate() {

@@ -163,7 +163,7 @@ pub(crate) fn cast(v: Val, from: DType, to: DType) -> Val {
 pub(crate) fn floordiv(a: i64, b: i64) -> i64 {
     let q = a.wrapping_div(b);
     if q.wrapping_mul(b) != a && ((a < 0) != (b < 0)) {
-        q - 1
+        q.wrapping_sub(1)
     } else {
         q
     }

@@ -8,7 +8,7 @@ use common::*;
 use serde_json::Value;
 use tile_interp::{run, Arg};
 
-/// A fixture with its constant grid dimensions cut to 1–3 blocks, its serial loops to at
+/// A fixture with its constant grid dimensions cut to 1–2 blocks, its serial loops to at
 /// most 2 iterations and its tensors to at most 70 elements a dimension, so each run is
 /// short (and more of it runs past the edges).
 fn small(name: &str, rng: &mut Rng) -> Value {
@@ -23,7 +23,7 @@ fn small(name: &str, rng: &mut Rng) -> Value {
     }
     for g in doc["kernel"]["grid"].as_array_mut().unwrap() {
         if g["op"] == "const" {
-            g["value"] = (1 + rng.below(3) as i64).into();
+            g["value"] = (1 + rng.below(2) as i64).into();
         }
     }
     shorten_loops(&mut doc["kernel"]["body"]);
@@ -60,7 +60,7 @@ fn fixtures_with_arbitrary_inputs() {
 fn fixtures_with_wrong_arguments() {
     let mut rng = Rng(43);
     for name in fixture_names() {
-        let m = load(&name);
+        let m = parse_and_verify(&small(&name, &mut rng).to_string());
         let good = random_args(&m, &mut rng, false);
         assert!(run(&m, &mut good[..good.len() - 1].to_vec()).is_err(), "{name}: missing argument");
         for k in 0..good.len() {
@@ -101,7 +101,7 @@ fn fixtures_with_mutated_constants() {
     let mut rng = Rng(44);
     let values = [-1000, -3, -1, 0, 1, 2, 3, 5, 63, 64, 1000, 1 << 40];
     for name in fixture_names() {
-        for round in 0..8 {
+        for round in 0..6 {
             let mut mutated = small(&name, &mut rng);
             let mut k = rng.below(40) as i64;
             mutate_const(
@@ -116,7 +116,7 @@ fn fixtures_with_mutated_constants() {
             let mut long_loop = false;
             tile_ir::walk_stmts(&m.kernel.body, &mut |s| {
                 if let tile_ir::Stmt::For { extent, .. } = s {
-                    long_loop |= extent.as_int().is_none_or(|e| e > 64);
+                    long_loop |= extent.as_int().is_none_or(|e| e > 4);
                 }
             });
             if long_loop {

@@ -1,9 +1,10 @@
 //! The interpreter on the fixture programs of `tilers-cc` (made from `tests/kernels.py`),
 //! checked against plain Rust computations of the same results.
 //!
-//! Benchmark (`cargo test --release -p tile-interp -- --ignored --nocapture add_4m`, one
-//! core of the development machine): the fp16 add over 2048 × 2048 elements (512 blocks of
-//! 32 × 128) took 0.10 s; the 1000 × 1000 `add_f16` fixture about 0.03 s.
+//! Benchmark (`cargo test --release -p tile-interp --test programs -- --include-ignored
+//! --nocapture --test-threads 1 add_`, one core of the development machine): the fp16 add
+//! over 2048 × 2048 elements (512 blocks of 32 × 128) took 0.39 s; the 1000 × 1000
+//! `add_f16` fixture 0.08–0.09 s.
 
 mod common;
 
@@ -287,10 +288,9 @@ fn check_matmul(name: &str, (m, n, k): (usize, usize, usize), trans_a: bool, tra
             }
         }
         _ => {
-            let (to_bits, from_bits): (fn(f32) -> u16, fn(u16) -> f32) = match dtype {
-                "float16" => (f32_to_f16_bits, f16_bits_to_f32),
-                _ => (tile_interp::f32_to_bf16_bits, tile_interp::bf16_bits_to_f32),
-            };
+            let fp16 = dtype == "float16";
+            let to_bits = |x: f32| if fp16 { f32_to_f16_bits(x) } else { tile_interp::f32_to_bf16_bits(x) };
+            let from_bits = |h: u16| if fp16 { f16_bits_to_f32(h) } else { tile_interp::bf16_bits_to_f32(h) };
             let a: Vec<u16> = (0..a_len).map(|_| to_bits(rng.f32_in(-1.0, 1.0))).collect();
             let b: Vec<u16> = (0..b_len).map(|_| to_bits(rng.f32_in(-1.0, 1.0))).collect();
             let mut args =

@@ -24,6 +24,10 @@ static __device__ __forceinline__ int tl_f2i(float f) { int r; asm("cvt.rzi.s32.
 static __device__ __forceinline__ long long tl_f2ll(float f) { long long r; asm("cvt.rzi.s64.f32 %0, %1;" : "=l"(r) : "f"(f)); return r; }
 static __device__ __forceinline__ unsigned int tl_f2u(float f) { unsigned int r; asm("cvt.rzi.u32.f32 %0, %1;" : "=r"(r) : "f"(f)); return r; }
 static __device__ __forceinline__ int tl_f2i_sat(float f, int lo, int hi) { return tl_max(lo, tl_min(hi, tl_f2i(f))); }
+static __device__ __forceinline__ int tl_d2i(double f) { int r; asm("cvt.rzi.s32.f64 %0, %1;" : "=r"(r) : "d"(f)); return r; }
+static __device__ __forceinline__ long long tl_d2ll(double f) { long long r; asm("cvt.rzi.s64.f64 %0, %1;" : "=l"(r) : "d"(f)); return r; }
+static __device__ __forceinline__ unsigned int tl_d2u(double f) { unsigned int r; asm("cvt.rzi.u32.f64 %0, %1;" : "=r"(r) : "d"(f)); return r; }
+static __device__ __forceinline__ int tl_d2i_sat(double f, int lo, int hi) { return tl_max(lo, tl_min(hi, tl_d2i(f))); }
 static __device__ __forceinline__ void tl_atomic_add(float* p, float v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(double* p, double v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(p, v); }
