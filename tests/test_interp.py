@@ -1,0 +1,168 @@
+"""Every test kernel on the reference interpreter (host numpy arrays), checked against numpy."""
+
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+import tilers
+
+sys.path.insert(0, os.path.dirname(__file__))
+import kernels  # noqa: E402
+from tilers.host import numpy_dtype  # noqa: E402
+
+RNG = np.random.default_rng(1234)
+
+
+def randn(shape, dtype):
+    return RNG.standard_normal(shape).astype(numpy_dtype(dtype))
+
+
+def f64(x):
+    return np.asarray(x, dtype=np.float64)
+
+
+def test_add_every_dtype_exact():
+    for dtype, (M, N) in [("float16", (1000, 1000)), ("bfloat16", (33, 250)), ("float32", (7, 33))]:
+        for factory in (kernels.add, kernels.add_tiles):
+            k = tilers.compile(factory(M, N, dtype), out_idx=[2])
+            a, b = randn((M, N), dtype), randn((M, N), dtype)
+            assert (k(a, b) == (a + b)).all(), (factory.__name__, dtype)
+
+
+def test_add_int8_wraps():
+    k = tilers.compile(kernels.add(65, 100, "int8"), out_idx=[2])
+    a = RNG.integers(-128, 128, (65, 100), dtype=np.int8)
+    b = RNG.integers(-128, 128, (65, 100), dtype=np.int8)
+    assert (k(a, b) == (a.astype(np.int64) + b).astype(np.int8)).all()
+
+
+def test_bias_gelu_bf16():
+    k = tilers.compile(kernels.bias_gelu(100, 300), out_idx=[2])
+    x, bias = randn((100, 300), "bfloat16"), randn((300,), "bfloat16")
+    v = f64(x) + f64(bias)
+    want = 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))
+    assert np.allclose(f64(k(x, bias)), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("M,N,kw", [(1001, 1024, {}), (64, 1000, {"tile_N": 1024}), (3, 100, {"block_M": 2, "tile_N": 128})])
+def test_softmax(M, N, kw):
+    k = tilers.compile(kernels.softmax(M, N, **kw), out_idx=[1])
+    x = randn((M, N), "float32") * 4
+    e = np.exp(f64(x) - f64(x).max(1, keepdims=True))
+    want = e / e.sum(1, keepdims=True)
+    assert np.allclose(k(x), want, rtol=1e-5, atol=1e-7)
+
+
+def test_transpose():
+    for dtype in ("float32", "float16"):
+        k = tilers.compile(kernels.transpose(1000, 700, dtype), out_idx=[1])
+        a = randn((1000, 700), dtype)
+        assert (k(a) == a.T).all()
+
+
+def test_row_sum_and_col_absmax():
+    k = tilers.compile(kernels.row_sum(1001, 1000), out_idx=[1])
+    a = randn((1001, 1000), "float32")
+    assert np.allclose(k(a), f64(a).sum(1), rtol=1e-5, atol=1e-4)
+    k = tilers.compile(kernels.col_absmax(1000, 999), out_idx=[1])
+    a = randn((1000, 999), "float16")
+    assert (k(a) == np.abs(a.astype(np.float32)).max(0)).all()
+
+
+def test_scalar_parameters_and_untouched_rows():
+    k = tilers.compile(kernels.scale_shift(100, 1000))
+    x = randn((100, 1000), "float32")
+    y = np.full_like(x, 7.0)
+    k(x, y, 0.5, 60)
+    assert np.allclose(y[:60], 0.5 * f64(x[:60]) + 1.0, rtol=1e-6)
+    assert (y[60:] == 7.0).all()
+
+
+def test_histogram_atomics():
+    k = tilers.compile(kernels.histogram(10000))
+    x = RNG.integers(0, 1 << 20, (10000,), dtype=np.int32)
+    h = np.zeros(64, np.int32)
+    k(x, h)
+    assert (h == np.bincount(x % 64, minlength=64)).all()
+
+
+def test_float_to_int_saturates():
+    k = tilers.compile(kernels.clamp_int8(100, 1000), out_idx=[1, 2])
+    x = randn((100, 1000), "float32") * 2
+    x[0, :4] = [np.nan, np.inf, -np.inf, 1e30]
+    q, p = k(x)
+    with np.errstate(invalid="ignore"):
+        want = np.nan_to_num(np.floor(f64(x) * 127.0 + 0.5), nan=0.0, posinf=127, neginf=-128)
+    assert (q == np.clip(want, -128, 127).astype(np.int8)).all()
+    assert (p == (x > 0)).all()
+
+
+def test_math_functions():
+    k = tilers.compile(kernels.math_zoo(1000), out_idx=[1])
+    x = np.abs(randn((1000,), "float32")) + np.float32(0.01)
+    y = k(x)
+    refs = {"sigmoid": lambda v: 1 / (1 + np.exp(-v)), "rsqrt": lambda v: 1 / np.sqrt(v),
+            "erf": np.vectorize(math.erf)}
+    for i, name in enumerate(kernels.MATH_FUNCS):
+        want = refs.get(name, getattr(np, name, None))(f64(x))
+        assert np.allclose(y[i], want, rtol=2e-7, atol=1e-7), name
+
+
+def test_head_slices():
+    k = tilers.compile(kernels.head_slices(2, 100, 3, 64), out_idx=[1])
+    q = randn((2, 100, 3, 64), "float16")
+    want = 2.0 * f64(q) - f64(q).min(-1, keepdims=True)
+    assert np.allclose(f64(k(q)), want, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize("trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
+def test_matmul(dtype, trans_A, trans_B):
+    M, N, K = 33, 70, 100
+    accum = "int32" if dtype == "int8" else "float32"
+    k = tilers.compile(
+        kernels.matmul(M, N, K, 64, 64, 64 if dtype == "int8" else 32, dtype=dtype, accum_dtype=accum,
+                       trans_A=trans_A, trans_B=trans_B),
+        out_idx=[2],
+        target="interp",
+    )
+    if dtype == "int8":
+        a = RNG.integers(-128, 128, (K, M) if trans_A else (M, K), dtype=np.int8)
+        b = RNG.integers(-128, 128, (N, K) if trans_B else (K, N), dtype=np.int8)
+    else:
+        a, b = randn((K, M) if trans_A else (M, K), dtype), randn((N, K) if trans_B else (K, N), dtype)
+    want = (f64(a).T if trans_A else f64(a)) @ (f64(b).T if trans_B else f64(b))
+    got = f64(k(a, b))
+    if dtype == "int8":
+        assert (got == want).all()
+    else:
+        assert np.abs(got - want).max() <= 1e-2 * (np.abs(want).max() + 1)
+
+
+def test_article_matmul_as_written():
+    k = tilers.compile(kernels.article_matmul(256, 256, 256), out_idx=[2], target="interp")
+    a, b = randn((256, 256), "float16"), randn((256, 256), "float16")
+    want = f64(a) @ f64(b)
+    assert np.abs(f64(k(a, b)) - want).max() <= 1e-2 * np.abs(want).max()
+
+
+def test_mixing_host_and_gpu_is_refused_or_host_arrays_checked():
+    k = tilers.compile(kernels.add(8, 8), out_idx=[2])
+    a = np.zeros((8, 8), np.float16)
+    with pytest.raises(ValueError, match="parameter 'B': expected dtype float16, got float32"):
+        k(a, np.zeros((8, 8), np.float32))
+    with pytest.raises(ValueError, match="parameter 'A': expected shape \\(8, 8\\), got \\(8, 4\\)"):
+        k(np.zeros((8, 4), np.float16), a)
+    with pytest.raises(ValueError, match="parameter 'A': expected a C-contiguous array"):
+        k(np.zeros((8, 8), np.float16).T, a)
+    with pytest.raises(TypeError, match="takes 2"):
+        k(a)
+
+
+def test_interp_target_needs_no_gpu_code():
+    k = tilers.compile(kernels.add(8, 8), out_idx=[2], target="interp")
+    assert k.source is None
+    with pytest.raises(RuntimeError, match="compiled for the interpreter"):
+        k.cubin
