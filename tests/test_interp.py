@@ -165,4 +165,4 @@ def test_interp_target_needs_no_gpu_code():
     k = tilers.compile(kernels.add(8, 8), out_idx=[2], target="interp")
     assert k.source is None
     with pytest.raises(RuntimeError, match="compiled for the interpreter"):
-        k.cubin
+        _ = k.cubin
