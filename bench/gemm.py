@@ -15,13 +15,32 @@ from common import interleaved, write_results  # noqa: E402
 CONFIGS = [  # block_M, block_N, block_K, stages, threads
     (128, 128, 32, 3, 128),
     (128, 256, 32, 3, 256),
+    (128, 256, 64, 3, 256),
+    (128, 128, 64, 4, 128),
+    (256, 128, 32, 3, 256),
     (64, 128, 32, 3, 128),
 ]
-SHAPES = [(4096, 4096, 4096), (8192, 8192, 1024)] if os.environ.get("GEMM_QUICK") else [
-    (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 1024),
-    (16384, 4096, 4096), (4096, 14336, 4096), (4096, 4096, 14336),
-    (1, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096), (128, 4096, 4096),
+ALL_SHAPES = [
+    (1024, 1024, 1024),
+    (2048, 2048, 2048),
+    (4096, 4096, 4096),
+    (8192, 8192, 8192),
+    (8192, 8192, 1024),
+    (16384, 4096, 4096),
+    (4096, 14336, 4096),
+    (4096, 4096, 14336),
+    (1, 4096, 4096),
+    (16, 4096, 4096),
+    (64, 4096, 4096),
+    (128, 4096, 4096),
 ]
+# GEMM_SHAPES="4096x4096x4096,16x4096x4096" picks rows; GEMM_QUICK=1 two of them
+if os.environ.get("GEMM_SHAPES"):
+    SHAPES = [tuple(int(v) for v in s.split("x")) for s in os.environ["GEMM_SHAPES"].split(",")]
+elif os.environ.get("GEMM_QUICK"):
+    SHAPES = [(4096, 4096, 4096), (8192, 8192, 1024)]
+else:
+    SHAPES = ALL_SHAPES
 
 
 def triton_matmul():
@@ -42,7 +61,23 @@ def triton_matmul():
         key=["M", "N", "K"],
     )
     @triton.jit
-    def kernel(a, b, c, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    def kernel(
+        a,
+        b,
+        c,
+        M,
+        N,
+        K,
+        sam,
+        sak,
+        sbk,
+        sbn,
+        scm,
+        scn,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+    ):
         pid_m = tl.program_id(0)
         pid_n = tl.program_id(1)
         rm = pid_m * BM + tl.arange(0, BM)
@@ -51,16 +86,41 @@ def triton_matmul():
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for k in range(0, tl.cdiv(K, BK)):
             ka = k * BK + rk
-            x = tl.load(a + rm[:, None] * sam + ka[None, :] * sak, mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
-            y = tl.load(b + ka[:, None] * sbk + rn[None, :] * sbn, mask=(ka[:, None] < K) & (rn[None, :] < N), other=0.0)
+            x = tl.load(
+                a + rm[:, None] * sam + ka[None, :] * sak,
+                mask=(rm[:, None] < M) & (ka[None, :] < K),
+                other=0.0,
+            )
+            y = tl.load(
+                b + ka[:, None] * sbk + rn[None, :] * sbn,
+                mask=(ka[:, None] < K) & (rn[None, :] < N),
+                other=0.0,
+            )
             acc += tl.dot(x, y)
-        tl.store(c + rm[:, None] * scm + rn[None, :] * scn, acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+        tl.store(
+            c + rm[:, None] * scm + rn[None, :] * scn,
+            acc.to(c.dtype.element_ty),
+            mask=(rm[:, None] < M) & (rn[None, :] < N),
+        )
 
     def run(a, b_kn, c):
         M, K = a.shape
         N = b_kn.shape[1]
         grid = lambda meta: (triton.cdiv(M, meta["BM"]), triton.cdiv(N, meta["BN"]))  # noqa: E731
-        kernel[grid](a, b_kn, c, M, N, K, a.stride(0), a.stride(1), b_kn.stride(0), b_kn.stride(1), c.stride(0), c.stride(1))
+        kernel[grid](
+            a,
+            b_kn,
+            c,
+            M,
+            N,
+            K,
+            a.stride(0),
+            a.stride(1),
+            b_kn.stride(0),
+            b_kn.stride(1),
+            c.stride(0),
+            c.stride(1),
+        )
 
     return run
 
@@ -74,7 +134,7 @@ def main():
 
     rows = []
     tri = triton_matmul()
-    dtypes = ["float16"] if os.environ.get("GEMM_QUICK") else ["float16", "bfloat16"]
+    dtypes = os.environ.get("GEMM_DTYPES", "float16,bfloat16").split(",")
     for dtype in dtypes:
         tdt = getattr(torch, dtype)
         for M, N, K in SHAPES:
@@ -88,7 +148,11 @@ def main():
                 fns = {}
                 for bm, bn, bk, st, th in CONFIGS:
                     try:
-                        k = tilers.compile(kernels.matmul(M, N, K, bm, bn, bk, st, th, dtype=dtype, trans_B=trans_B))
+                        k = tilers.compile(
+                            kernels.matmul(
+                                M, N, K, bm, bn, bk, st, th, dtype=dtype, trans_B=trans_B
+                            )
+                        )
                         k(a, b, c)
                         torch.cuda.synchronize()
                         err = ((c.float() - want).abs().max() / (want.abs().max() + 1)).item()
@@ -97,18 +161,28 @@ def main():
                             continue
                         fns[f"tilers {bm}x{bn}x{bk} s{st} t{th}"] = bind(k, a, b, c)
                     except Exception as e:  # a config that does not compile or run is skipped
-                        print(f"config {bm}x{bn}x{bk} s{st} t{th} failed: {type(e).__name__}: {str(e)[:200]}")
+                        print(
+                            f"config {bm}x{bn}x{bk} s{st} t{th} failed: {type(e).__name__}: {str(e)[:200]}"
+                        )
                 fns["cublas"] = lambda a=a, b_kn=b_kn: torch.matmul(a, b_kn)
                 if tri is not None:
                     ct = torch.empty_like(c)
                     fns["triton"] = lambda a=a, b_kn=b_kn, ct=ct: tri(a, b_kn, ct)
                 t = interleaved(fns, repeats=7, iters=5 if M * N * K > 2**33 else 20)
                 flops = 2 * M * N * K
-                tilers_best = min((v for k2, v in t.items() if k2.startswith("tilers")), default=float("nan"))
+                tilers_best = min(
+                    (v for k2, v in t.items() if k2.startswith("tilers")), default=float("nan")
+                )
                 best_name = min((k2 for k2 in t if k2.startswith("tilers")), key=t.get, default="-")
-                row = {"dtype": dtype, "shape": f"{M}x{N}x{K}", "B": layout, "tilers": best_name,
-                       "tilers TFLOPs": flops / tilers_best / 1e9, "cublas TFLOPs": flops / t["cublas"] / 1e9,
-                       "vs cublas": t["cublas"] / tilers_best}
+                row = {
+                    "dtype": dtype,
+                    "shape": f"{M}x{N}x{K}",
+                    "B": layout,
+                    "tilers": best_name,
+                    "tilers TFLOPs": flops / tilers_best / 1e9,
+                    "cublas TFLOPs": flops / t["cublas"] / 1e9,
+                    "vs cublas": t["cublas"] / tilers_best,
+                }
                 if "triton" in t:
                     row["triton TFLOPs"] = flops / t["triton"] / 1e9
                 rows.append(row)

@@ -2,8 +2,9 @@
 bare native launch and the cuda-bindings launch, measured interleaved in one run.
 
 Each case is a kernel of one small block, so a call costs what the CPU spends issuing it:
-the time per call is the wall-clock time of `CALLS` back-to-back calls (median over
-interleaved repeats), with the GPU time per call from CUDA events beside it.
+the time per call is the CPU time of `CALLS` back-to-back calls issued while the GPU is
+kept busy (median over interleaved repeats), beside probes of the torch attributes a
+launch reads.
 Targets (issue 7): tilers with 3 tensors <= 0.5x torch.add; 16 arguments <= 3 arguments + 2 us.
 """
 
@@ -20,10 +21,11 @@ from tilers.kernel import JITKernel
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 sys.path.insert(0, os.path.dirname(__file__))
 import kernels
-from common import interleaved, write_results
+from common import write_results
 
 CALLS = 200
 REPEATS = 25
+SLEEP_CYCLES = 40_000_000  # ~20 ms of GPU sleep: longer than any batch of CALLS launches
 M, N = 8, 128  # one block of the add kernel
 
 
@@ -50,8 +52,13 @@ def sum16(M, N, dtype="float16"):
     return sum16
 
 
-def wall_interleaved(fns, calls=CALLS, repeats=REPEATS, warmup=20):
-    """Median microseconds per call of each fn, by wall clock, measured A, B, C, A, B, C, ..."""
+def cpu_interleaved(fns, calls=CALLS, repeats=REPEATS, warmup=20):
+    """Median microseconds of CPU time per call of each fn, measured A, B, C, A, B, C, ...
+
+    Before each batch the GPU is given a long sleep kernel, so the batch's launches queue
+    behind it and the wall-clock time of the batch is what the CPU spends issuing them,
+    however fast the GPU would run them.
+    """
     import torch
 
     for fn in fns.values():
@@ -61,12 +68,39 @@ def wall_interleaved(fns, calls=CALLS, repeats=REPEATS, warmup=20):
     samples = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            torch.cuda._sleep(SLEEP_CYCLES)
             start = time.perf_counter()
             for _ in range(calls):
                 fn()
             samples[name].append((time.perf_counter() - start) / calls * 1e6)
             torch.cuda.synchronize()
     return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def getter_costs(tensor, loops=20000):
+    """Nanoseconds per call of the torch attributes a launch reads (with the loop's cost)."""
+    import torch
+
+    stream_of = torch._C._cuda_getCurrentRawStream
+    probes = {
+        "isinstance(t, torch.Tensor)": lambda: isinstance(tensor, torch.Tensor),
+        "t.is_cuda": lambda: tensor.is_cuda,
+        "t.dtype": lambda: tensor.dtype,
+        "t.shape": lambda: tensor.shape,
+        "t.stride()": lambda: tensor.stride(),
+        "t.is_contiguous()": lambda: tensor.is_contiguous(),
+        "t.data_ptr()": lambda: tensor.data_ptr(),
+        "t.get_device()": lambda: tensor.get_device(),
+        "raw stream getter": lambda: stream_of(0),
+        "empty lambda (loop cost)": lambda: None,
+    }
+    costs = {}
+    for name, probe in probes.items():
+        start = time.perf_counter()
+        for _ in range(loops):
+            probe()
+        costs[name] = (time.perf_counter() - start) / loops * 1e9
+    return costs
 
 
 def cuda_bindings_kernel(kernel):
@@ -133,33 +167,36 @@ def main():
     torch.cuda.synchronize()
     assert torch.equal(c, a + b)
 
+    pointers = (a.data_ptr(), b.data_ptr(), c.data_ptr())
     fns = {
         "torch.add(a, b, out=c)": lambda: torch.add(a, b, out=c),
         "torch.add(a, b)": lambda: torch.add(a, b),
         "tilers add(a, b, c)": lambda: add(a, b, c),
         "tilers add(a, b) out_idx": lambda: add_out(a, b),
         "tilers sum16 (16 tensors)": lambda: s16(*args16),
-        "bare native launch, 3 tensors": bare_launch(add, (a, b, c), b"TTT"),
-        "bare native launch, 16 tensors": bare_launch(s16, args16, b"T" * 16),
+        "native launch, 3 pointers as ints": bare_launch(add, pointers, b"PPP"),
+        "native launch, 3 tensors": bare_launch(add, (a, b, c), b"TTT"),
+        "native launch, 16 tensors": bare_launch(s16, args16, b"T" * 16),
         "cuda-bindings add(a, b, c)": lambda: old_add(a, b, c),
         "cuda-bindings sum16": lambda: old_s16(*args16),
     }
-    wall = wall_interleaved(fns)
-    events = interleaved(fns, repeats=REPEATS, iters=CALLS)
-    reference = wall["torch.add(a, b, out=c)"]
+    cpu = cpu_interleaved(fns)
+    reference = cpu["torch.add(a, b, out=c)"]
     rows = []
     for name in fns:
         rows.append({
             "impl": name,
-            "us/call (wall)": wall[name],
-            "us/call (GPU events)": events[name] * 1e3,
-            "vs torch.add(out=)": wall[name] / reference,
+            "us/call (CPU)": cpu[name],
+            "vs torch.add(out=)": cpu[name] / reference,
         })
-    ratio = wall["tilers add(a, b, c)"] / reference
-    growth = wall["tilers sum16 (16 tensors)"] - wall["tilers add(a, b, c)"]
+    for name, ns in getter_costs(a).items():
+        rows.append({"impl": f"probe: {name}", "us/call (CPU)": ns / 1e3, "vs torch.add(out=)": "-"})
+    ratio = cpu["tilers add(a, b, c)"] / reference
+    growth = cpu["tilers sum16 (16 tensors)"] - cpu["tilers add(a, b, c)"]
     summary = {
         "tilers 3 tensors / torch.add": ratio,
         "tilers 16 - 3 tensors (us)": growth,
+        "native launch floor / torch.add": cpu["native launch, 3 pointers as ints"] / reference,
         "target 3 tensors <= 0.5x torch.add": ratio <= 0.5,
         "target growth <= 2 us": growth <= 2.0,
         "calls per sample": CALLS,

@@ -58,7 +58,7 @@ def run_one(seed, size, cuda):
         kernel = case.compile(target="interp")
         stage = "run"
         inputs = case.make_inputs()
-        outputs = kernel(*inputs)
+        outputs = case.run(kernel, inputs)
         stage = "check"
         ok, message, checked, skipped = case.check(inputs, outputs)
     except Exception as error:  # noqa: BLE001 - every failure is recorded with its seed
@@ -102,8 +102,10 @@ def main():
             print(f"FAIL {status} {case.describe()}\n     {message[:300]}", flush=True)
         done = seed - args.start + 1
         if done % 1000 == 0:
-            print(f"{done} programs, {len(failures)} failures, {time.time() - started:.0f} s",
-                  flush=True)
+            print(
+                f"{done} programs, {len(failures)} failures, {time.time() - started:.0f} s",
+                flush=True,
+            )
     elapsed = time.time() - started
     programs = sum(counts.values())
     date = datetime.date.today().isoformat()
