@@ -31,6 +31,7 @@ pub mod parse;
 pub mod print;
 pub mod serialize;
 pub mod simplify;
+pub mod text;
 pub mod types;
 pub mod verify;
 

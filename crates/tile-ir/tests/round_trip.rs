@@ -50,3 +50,15 @@ fn verifier_accepts_every_fixture() {
         }
     }
 }
+
+#[test]
+fn text_print_parse_round_trip() {
+    for (name, text) in fixtures() {
+        let m = parse_program(&text).unwrap();
+        let printed = tile_ir::print::print_module_bare(&m);
+        let again = tile_ir::text::parse_text(&printed).unwrap_or_else(|e| panic!("{name}: {e}\n{printed}"));
+        assert_eq!(tile_ir::print::print_module_bare(&again), printed, "{name}");
+        // the same program, as far as the serialized form goes (locations aside)
+        tile_ir::verify::verify(&again).unwrap_or_else(|_| panic!("{name}: parsed text does not verify"));
+    }
+}
