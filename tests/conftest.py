@@ -1,8 +1,13 @@
 """Skips tests marked `gpu` where no CUDA GPU (or no CUDA build of torch) is usable."""
 
 import functools
+import os
+import tempfile
 
 import pytest
+
+# compiled cubins and tuning records of the test run go to a throwaway cache
+os.environ.setdefault("TILERS_CACHE_DIR", tempfile.mkdtemp(prefix="tilers-test-cache-"))
 
 
 @functools.cache

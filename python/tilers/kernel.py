@@ -230,29 +230,29 @@ class JITKernel:
         # Validate every argument before allocating or launching anything.
         values = list(self._values)
         device = None
-        for param, arg in zip(self._input_checks, args):
-            if not param.is_tensor:
-                values[param.index] = param.check(arg)
+        for (index, torch_dtype, shape, strides, align, param), arg in zip(self._input_specs, args):
+            if torch_dtype is None:  # a scalar
+                values[index] = param.check(arg)
                 continue
             if not (
                 isinstance(arg, tensor_type)
                 and arg.is_cuda
-                and arg.dtype is param.torch_dtype
-                and arg.shape == param.shape
-                and arg.stride() == param.strides
+                and arg.dtype is torch_dtype
+                and arg.shape == shape
+                and arg.stride() == strides
             ):
                 if self._runs_on_host(args):
                     return host.call(self, args, self._check_scalar)
                 self._diagnose_tensor(param, arg)
             pointer = arg.data_ptr()
-            if pointer % param.align:
+            if pointer % align:
                 raise ValueError(
                     f"parameter '{param.name}': the kernel assumes a {param.align}-byte aligned "
                     f"data pointer, but this one is {pointer % param.align} bytes past a "
                     f"multiple of {param.align} (a view that starts at an offset, such as "
                     f"x[1:]?) — pass {param.name}.clone()"
                 )
-            values[param.index] = pointer
+            values[index] = pointer
             if one_device:  # every CUDA tensor is on device 0
                 device = 0
                 continue
@@ -358,7 +358,13 @@ class JITKernel:
         )
         # the fast path's precomputed pieces: the checks of the inputs and outputs in
         # call order, the argument kinds of _tilers.launch, the tensor type
-        self._input_checks = tuple(checks[position] for position in self._input_positions)
+        # (index, torch dtype or None for a scalar, shape, strides, align, check): unpacked
+        # per argument, cheaper than reading the check's attributes
+        self._input_specs = tuple(
+            (check.index, check.torch_dtype, check.shape, check.strides, check.align, check)
+            if check.is_tensor else (check.index, None, None, None, 1, check)
+            for check in (checks[position] for position in self._input_positions)
+        )
         self._output_checks = tuple(checks[position] for position in self.out_idx)
         self._values = (None,) * len(checks)
         self._kinds = bytes(
