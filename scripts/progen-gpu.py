@@ -50,20 +50,13 @@ def to_numpy(torch, tensor):
     return tensor.numpy()
 
 
-def as_list(outputs):
-    if outputs is None:
-        return []
-    return list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-
-
 def compare_to_interpreter(case, inputs, gpu_outs, cpu_outs):
     """Messages for elements where GPU and interpreter differ by more than both bounds."""
     messages = []
     gpu_bounds = case.reference_bounds(inputs, gpu=True)
     cpu_bounds = case.reference_bounds(inputs, gpu=False)
     worst = 0.0
-    for p, g, c, (_, eg), (_, ec) in zip(case.outputs, gpu_outs, cpu_outs, gpu_bounds,
-                                         cpu_bounds):
+    for p, g, c, (_, eg), (_, ec) in zip(case.outputs, gpu_outs, cpu_outs, gpu_bounds, cpu_bounds):
         kind = np.float64 if progen.is_float(p.dtype) else np.int64
         g, c = np.asarray(g).astype(kind), np.asarray(c).astype(kind)
         slack = eg + ec
@@ -90,8 +83,9 @@ def main():
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--size", default="small", choices=sorted(progen.SIZES))
     parser.add_argument("--max-failures", type=int, default=20)
-    parser.add_argument("--no-interpreter", action="store_true",
-                        help="compare with the numpy reference only")
+    parser.add_argument(
+        "--no-interpreter", action="store_true", help="compare with the numpy reference only"
+    )
     args = parser.parse_args()
 
     import tilers
@@ -117,7 +111,8 @@ def main():
             kernel = case.compile(target="auto")
             inputs = case.make_inputs()
             stage = "gpu run"
-            gpu_outs = as_list(kernel(*[to_torch(torch, a) for a in inputs]))
+            args = [to_torch(torch, a) for a in inputs]
+            gpu_outs = case.collect(args, kernel(*args))
             torch.cuda.synchronize()
             gpu_outs = [to_numpy(torch, t) for t in gpu_outs]
             stage = "check"
@@ -128,8 +123,7 @@ def main():
             if use_interp:
                 stage = "interpreter"
                 interp = case.compile(target="interp")
-                cpu_outs = as_list(interp(*[a.copy() if isinstance(a, np.ndarray) else a
-                                            for a in inputs]))
+                cpu_outs = case.run(interp, inputs)
                 more, worst = compare_to_interpreter(case, inputs, gpu_outs, cpu_outs)
                 worst_vs_interp = max(worst_vs_interp, worst)
                 messages += [f"vs interpreter: {m}" for m in more]
@@ -140,17 +134,32 @@ def main():
             messages = [f"{stage}: {text[-2000:]}"]
         counts[status] += 1
         if status != "ok":
-            failures.append({"seed": seed, "status": status, "case": case.describe(),
-                             "message": "; ".join(messages), "source": case.source})
+            failures.append(
+                {
+                    "seed": seed,
+                    "status": status,
+                    "case": case.describe(),
+                    "message": "; ".join(messages),
+                    "source": case.source,
+                }
+            )
             print(f"FAIL {case.describe()}\n     {'; '.join(messages)[:400]}", flush=True)
         if (seed - args.start + 1) % 100 == 0:
-            print(f"{seed - args.start + 1} programs, {len(failures)} failures, "
-                  f"{time.time() - started:.0f} s", flush=True)
+            print(
+                f"{seed - args.start + 1} programs, {len(failures)} failures, "
+                f"{time.time() - started:.0f} s",
+                flush=True,
+            )
 
     elapsed = time.time() - started
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, check=False, cwd=HERE).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=HERE,
+        ).stdout.strip()
     except OSError:
         commit = ""
     programs = sum(counts.values())
@@ -180,8 +189,10 @@ def main():
     path = os.path.join(out_dir, f"progen-gpu-{datetime.date.today().isoformat()}.json")
     with open(path, "w") as f:
         json.dump(summary, f, indent=1)
-    print(f"{programs} programs (seeds {args.start}..{last}) in {elapsed:.0f} s: "
-          f"{counts['ok']} passed, {counts['mismatch']} mismatches, {counts['error']} errors")
+    print(
+        f"{programs} programs (seeds {args.start}..{last}) in {elapsed:.0f} s: "
+        f"{counts['ok']} passed, {counts['mismatch']} mismatches, {counts['error']} errors"
+    )
     print(f"wrote {path}")
     return 0 if not failures else 1
 

@@ -75,8 +75,15 @@ FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
 MANTISSA = {"float16": 10, "bfloat16": 7, "float32": 23}
 TINY = {"float16": 2.0**-24, "bfloat16": 2.0**-133, "float32": 2.0**-149}
 FMAX = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38}
-SHORT = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "int8": "i8", "int32": "i32",
-         "uint8": "u8", "bool": "bool"}
+SHORT = {
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "float32": "f32",
+    "int8": "i8",
+    "int32": "i32",
+    "uint8": "u8",
+    "bool": "bool",
+}
 
 # the static range every generated value stays within (so that nothing overflows by accident:
 # int32 arithmetic is C arithmetic, float16 overflows at 65504)
@@ -401,14 +408,38 @@ def unary(op, a: Val, dt):
 # ----------------------------------------------------------------------------------------
 # expression trees
 
-ARITH = ("add", "sub", "mul", "div", "max", "min", "floordiv", "floormod", "bitand", "bitor",
-         "bitxor")
+ARITH = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "max",
+    "min",
+    "floordiv",
+    "floormod",
+    "bitand",
+    "bitor",
+    "bitxor",
+)
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
-SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "floormod": "%",
-          "bitand": "&", "bitor": "|", "bitxor": "^", "lt": "<", "le": "<=", "gt": ">",
-          "ge": ">=", "eq": "==", "ne": "!="}
-FLOAT_ONLY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin",
-              "cos")
+SYMBOL = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "floordiv": "//",
+    "floormod": "%",
+    "bitand": "&",
+    "bitor": "|",
+    "bitxor": "^",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+}
+FLOAT_ONLY = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "sin", "cos")
 
 
 class Node:
@@ -416,8 +447,9 @@ class Node:
 
     __slots__ = ("op", "dt", "kids", "value", "text", "key", "lo", "hi", "style")
 
-    def __init__(self, op, dt, kids=(), value=None, text=None, key=None, lo=0.0, hi=0.0,
-                 style=None):
+    def __init__(
+        self, op, dt, kids=(), value=None, text=None, key=None, lo=0.0, hi=0.0, style=None
+    ):
         self.op, self.dt, self.kids = op, dt, list(kids)
         self.value, self.text, self.key = value, text, key
         self.lo, self.hi, self.style = lo, hi, style
@@ -683,9 +715,28 @@ class ExprGen:
             return mk_binary(r.choice(["max", "min"]), a, b)
         if kind == "math":
             a = self.gen(depth - 1)
-            fn = r.choice(["exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh", "sigmoid",
-                           "erf", "sin", "cos", "floor", "ceil", "exp", "log", "sqrt", "tanh",
-                           "sigmoid"])
+            fn = r.choice(
+                [
+                    "exp",
+                    "exp2",
+                    "log",
+                    "log2",
+                    "sqrt",
+                    "rsqrt",
+                    "tanh",
+                    "sigmoid",
+                    "erf",
+                    "sin",
+                    "cos",
+                    "floor",
+                    "ceil",
+                    "exp",
+                    "log",
+                    "sqrt",
+                    "tanh",
+                    "sigmoid",
+                ]
+            )
             if fn in ("exp", "exp2"):
                 x = mk_binary("min", a, mk_const(r.choice([4.0, 10.0, 2.5]), a.dt))
                 if x is None:
@@ -729,7 +780,11 @@ class ExprGen:
             op = r.choice(["floordiv", "floormod", "bitand", "bitor", "bitxor"])
             if op in ("floordiv", "floormod"):
                 return mk_binary(op, a, mk_const(r.choice([2, 3, 4, 7, -2, -3, 16]), a.dt))
-            b = self.gen(depth - 1) if r.random() < 0.5 else mk_const(r.choice([1, 3, 15, 85, -8]), a.dt)
+            b = (
+                self.gen(depth - 1)
+                if r.random() < 0.5
+                else mk_const(r.choice([1, 3, 15, 85, -8]), a.dt)
+            )
             return mk_binary(op, a, b)
         if kind == "cmpcast":
             c = self.condition(depth)
@@ -741,8 +796,11 @@ class ExprGen:
     def condition(self, depth):
         r = self.r
         a = self.gen(depth - 2) if depth >= 2 else self.leaf()
-        b = self.gen(depth - 2) if depth >= 2 and r.random() < 0.5 else mk_const(
-            self.const_for(a.dt), a.dt)
+        b = (
+            self.gen(depth - 2)
+            if depth >= 2 and r.random() < 0.5
+            else mk_const(self.const_for(a.dt), a.dt)
+        )
         op = r.choice(["lt", "le", "gt", "ge", "eq", "ne", "lt", "gt"])
         return mk_binary(op, a, b) if r.random() < 0.8 else mk_binary(op, b, a)
 
@@ -757,6 +815,7 @@ class Param:
     shape: tuple
     dtype: str
     output: bool = False
+    inout: bool = False  # an output the caller passes in (initialized by make_inputs)
     lo: float = 0.0
     hi: float = 0.0
     style: str = "uniform"  # uniform | grid
@@ -823,8 +882,11 @@ def pad_value(value, dt):
         return rnd(np.float64(value), dt)
     if isinstance(value, float):
         lo, hi = INT_RANGE[dt]
-        return np.int64(max(lo, min(hi, math.trunc(value)))) if math.isfinite(value) else (
-            np.int64(lo if value < 0 else hi))
+        return (
+            np.int64(max(lo, min(hi, math.trunc(value))))
+            if math.isfinite(value)
+            else (np.int64(lo if value < 0 else hi))
+        )
     return wrap(np.int64(value), dt)
 
 
@@ -855,7 +917,8 @@ class Case:
 
     @property
     def inputs(self):
-        return [p for p in self.params if not p.output]
+        """The parameters the caller passes: inputs and in-place outputs, in call order."""
+        return [p for p in self.params if not p.output or p.inout]
 
     @property
     def outputs(self):
@@ -869,6 +932,24 @@ class Case:
         if rng is None:
             rng = np.random.default_rng(self.seed)
         return [p.make(rng) for p in self.inputs]
+
+    def run(self, kernel, inputs):
+        """Call `kernel` on copies of `inputs`; the outputs in `self.outputs` order."""
+        args = [a.copy() if isinstance(a, np.ndarray) else a for a in inputs]
+        return self.collect(args, kernel(*args))
+
+    def collect(self, args, returned):
+        """The outputs of a call: in-place ones from `args`, the others from `returned`."""
+        if returned is None:
+            returned = []
+        elif not isinstance(returned, (list, tuple)):
+            returned = [returned]
+        returned = list(returned)
+        position = {id(p): n for n, p in enumerate(self.inputs)}
+        outs = []
+        for p in self.outputs:
+            outs.append(args[position[id(p)]] if p.inout else returned.pop(0))
+        return outs
 
     def reference_bounds(self, inputs, gpu=False):
         """[(expected float64/int64 values, bound on |kernel - expected|)] per output."""
@@ -1007,11 +1088,13 @@ def rand_tile(r, threads, max_elems=4096):
 
 
 def rand_threads(r):
-    return r.choice([32, 64, 128, 256])
+    return r.choices([32, 64, 128, 256, 96, 192], weights=[6, 6, 6, 6, 1, 1])[0]
 
 
 def plus(base, off):
-    return base if off == 0 else f"{base} + {off}"
+    if off == 0:
+        return base
+    return f"{base} + {off}" if off > 0 else f"{base} - {-off}"
 
 
 def loop_header(r: random.Random, var, count):
@@ -1031,7 +1114,9 @@ def header(src: Src, name, params, seed, size, family):
     src("")
     src("@T.prim_func")
     args = ", ".join(
-        f"{p.name}: T.{p.dtype}" if p.scalar else f'{p.name}: T.Tensor({tuple(p.shape)!r}, "{p.dtype}")'
+        f"{p.name}: T.{p.dtype}"
+        if p.scalar
+        else f'{p.name}: T.Tensor({tuple(p.shape)!r}, "{p.dtype}")'
         for p in params
     )
     src(f"def {name}({args}):")
@@ -1064,12 +1149,14 @@ def gen_elementwise(r: random.Random, seed, size):
         dt = r.choice(DTYPES)
         kinds = ["full"] if rank == 1 else ["full", "full", "row", "col", "trans"]
         kind = r.choice(kinds)
-        shape = {"full": (M, N) if rank == 2 else (N,), "row": (N,), "col": (M,),
-                 "trans": (N, M)}[kind]
+        shape = {"full": (M, N) if rank == 2 else (N,), "row": (N,), "col": (M,), "trans": (N, M)}[
+            kind
+        ]
         p = float_input(r, nm, shape, dt)
         shift = (0, 0)
         if r.random() < 0.2:
-            shift = (r.randint(0, 3) if rank == 2 else 0, r.randint(0, 5))
+            # negative shifts read before the start: the pad value, as past the end
+            shift = (r.randint(-3, 3) if rank == 2 else 0, r.randint(-5, 5))
         storage = "global"
         sdt = dt
         if mode == "tile":
@@ -1080,38 +1167,51 @@ def gen_elementwise(r: random.Random, seed, size):
                 sdt = r.choice(DTYPES)
         pad = None
         if storage != "global" and r.random() < 0.4:
-            pad = r.choice([0, 1, 2, -1, 0.5, -3.5, 100]) if is_float(dt) else r.choice(
-                [0, 1, 7, -5, 100])
+            pad = (
+                r.choice([0, 1, 2, -1, 0.5, -3.5, 100])
+                if is_float(dt)
+                else r.choice([0, 1, 7, -5, 100])
+            )
             if isinstance(pad, float) and is_int(dt):
                 pad = int(pad)
             if is_int(dt) and not fits(pad, dt):
                 pad = 1
         form = r.choice(["origin", "slice", "slice2"])
-        inputs.append(dict(p=p, kind=kind, storage=storage, sdt=sdt, shift=shift, pad=pad,
-                           form=form))
+        inputs.append(
+            dict(p=p, kind=kind, storage=storage, sdt=sdt, shift=shift, pad=pad, form=form)
+        )
 
     scalar = None
     if r.random() < 0.15:
         sdt = r.choice(["float32", "int32"])
-        scalar = Param("s", None, sdt, lo=-4 if sdt == "float32" else -5,
-                       hi=4 if sdt == "float32" else 5)
+        scalar = Param(
+            "s", None, sdt, lo=-4 if sdt == "float32" else -5, hi=4 if sdt == "float32" else 5
+        )
 
     outs = []
     for nm in names_out:
         dt = r.choice(DTYPES)
-        storage = "global" if mode == "global" else r.choice(["fragment", "shared", "global",
-                                                              "fragment"])
+        storage = (
+            "global" if mode == "global" else r.choice(["fragment", "shared", "global", "fragment"])
+        )
         odt = r.choice(DTYPES) if r.random() < 0.4 else dt
         style = r.choices(["plain", "accumulate", "ifelse", "local"], weights=[7, 2, 2, 2])[0]
         if style == "local" and (nk > 1 or bM * bN > 1024):
             style = "plain"  # the interpreter runs such a loop an iteration at a time
         if style == "accumulate" and storage == "global":
             style = "plain"
-        outs.append(dict(p=Param(nm, (M, N) if rank == 2 else (N,), dt, output=True),
-                         storage=storage, odt=odt, style=style, form=r.choice(["origin",
-                                                                               "slice"])))
+        outs.append(
+            dict(
+                p=Param(nm, (M, N) if rank == 2 else (N,), dt, output=True),
+                storage=storage,
+                odt=odt,
+                style=style,
+                form=r.choice(["origin", "slice"]),
+            )
+        )
     has_frag2 = any(o["storage"] == "fragment" for o in outs) or any(
-        i["storage"] == "fragment" and i["kind"] == "full" for i in inputs)
+        i["storage"] == "fragment" and i["kind"] == "full" for i in inputs
+    )
     if rank == 2 and not has_frag2:
         for i in inputs:
             if i["storage"] == "fragment":
@@ -1131,16 +1231,24 @@ def gen_elementwise(r: random.Random, seed, size):
                 text = f"{p.name}[{plus(Cb + ' + j', dc)}]"
             else:
                 rr, cc = plus(f"{R} + i", dr), plus(f"{Cb} + j", dc)
-                text = {"full": f"{p.name}[{rr}, {cc}]", "row": f"{p.name}[{cc}]",
-                        "col": f"{p.name}[{rr}]", "trans": f"{p.name}[{cc}, {rr}]"}[kind]
+                text = {
+                    "full": f"{p.name}[{rr}, {cc}]",
+                    "row": f"{p.name}[{cc}]",
+                    "col": f"{p.name}[{rr}]",
+                    "trans": f"{p.name}[{cc}, {rr}]",
+                }[kind]
         else:
             b = p.name.lower() + ("_s" if storage == "shared" else "_f")
             i["buf"] = b
             if rank == 1:
                 text = f"{b}[j]"
             else:
-                text = {"full": f"{b}[i, j]", "row": f"{b}[j]", "col": f"{b}[i]",
-                        "trans": f"{b}[j, i]"}[kind]
+                text = {
+                    "full": f"{b}[i, j]",
+                    "row": f"{b}[j]",
+                    "col": f"{b}[i]",
+                    "trans": f"{b}[j, i]",
+                }[kind]
         in_text[p.name] = text
         lo, hi = cast_range(p.lo, p.hi, p.dtype, i["sdt"])
         if i["pad"] is not None:
@@ -1168,8 +1276,7 @@ def gen_elementwise(r: random.Random, seed, size):
                 o["style"] = "plain"
         if o["style"] == "accumulate":
             odt = o["odt"]
-            o["init"] = r.choice([0, 1, 2, -3]) if is_int(odt) else r.choice([0.0, 1.5, -2.0,
-                                                                              0.25])
+            o["init"] = r.choice([0, 1, 2, -3]) if is_int(odt) else r.choice([0.0, 1.5, -2.0, 0.25])
             base = leaf("acc", odt, "", float(o["init"]), float(o["init"]))
             acc = mk_binary("add", base, o["expr"])
             if acc is None:
@@ -1188,8 +1295,11 @@ def gen_elementwise(r: random.Random, seed, size):
             init = o["expr"]
             ilo, ihi = cast_range(init.lo, init.hi, init.dt, ldt)
             span = max(abs(body.lo), abs(body.hi)) * nt
-            lo, hi = (ilo - span, ihi + span) if op in ("add", "sub") else (
-                min(ilo, body.lo), max(ihi, body.hi))
+            lo, hi = (
+                (ilo - span, ihi + span)
+                if op in ("add", "sub")
+                else (min(ilo, body.lo), max(ihi, body.hi))
+            )
             lo, hi = clamp_range(lo, hi, ldt)
             l_leaf = leaf("local", ldt, f"{o['lbuf']}[0]", lo, hi)
             step = mk_binary(op, l_leaf, body)
@@ -1201,14 +1311,22 @@ def gen_elementwise(r: random.Random, seed, size):
     # A 1-D fragment read in a 2-D loop takes its layout from a 2-D fragment the loop
     # indexes (the compiler refuses it otherwise): make the first output such a fragment.
     if rank == 2:
-        text = " ".join(o["expr"].render() + (o["cond"].render() + o["expr2"].render()
-                                              if o["style"] == "ifelse" else "")
-                        + (o["step"].render() if o["style"] == "local" else "")
-                        for o in outs)
-        used_1d = any(i["storage"] == "fragment" and i["kind"] in ("row", "col")
-                      and in_text[i["p"].name] in text for i in inputs)
-        used_2d = any(i["storage"] == "fragment" and i["kind"] == "full"
-                      and in_text[i["p"].name] in text for i in inputs)
+        text = " ".join(
+            o["expr"].render()
+            + (o["cond"].render() + o["expr2"].render() if o["style"] == "ifelse" else "")
+            + (o["step"].render() if o["style"] == "local" else "")
+            for o in outs
+        )
+        used_1d = any(
+            i["storage"] == "fragment"
+            and i["kind"] in ("row", "col")
+            and in_text[i["p"].name] in text
+            for i in inputs
+        )
+        used_2d = any(
+            i["storage"] == "fragment" and i["kind"] == "full" and in_text[i["p"].name] in text
+            for i in inputs
+        )
         if used_1d and not used_2d and not any(o["storage"] == "fragment" for o in outs):
             outs[0]["storage"] = "fragment"
 
@@ -1217,8 +1335,10 @@ def gen_elementwise(r: random.Random, seed, size):
     src = Src()
     header(src, name, params, seed, size, "elementwise")
     if rank == 2:
-        src(f"with T.Kernel(T.ceildiv({N}, {bN * nk}), T.ceildiv({M}, {bM}), "
-            f"threads={threads}) as (bx, by):")
+        src(
+            f"with T.Kernel(T.ceildiv({N}, {bN * nk}), T.ceildiv({M}, {bM}), "
+            f"threads={threads}) as (bx, by):"
+        )
     else:
         src(f"with T.Kernel(T.ceildiv({N}, {bN * nk}), threads={threads}) as bx:")
     src.indent()
@@ -1228,8 +1348,12 @@ def gen_elementwise(r: random.Random, seed, size):
             if i["storage"] == "global":
                 continue
             kind = i["kind"]
-            shp = {"full": (bM, bN) if rank == 2 else (bN,), "row": (bN,), "col": (bM,),
-                   "trans": (bN, bM)}[kind]
+            shp = {
+                "full": (bM, bN) if rank == 2 else (bN,),
+                "row": (bN,),
+                "col": (bM,),
+                "trans": (bN, bM),
+            }[kind]
             fn = "alloc_shared" if i["storage"] == "shared" else "alloc_fragment"
             src(f'{i["buf"]} = T.{fn}({shp!r}, "{i["sdt"]}")')
         for o in outs:
@@ -1279,8 +1403,9 @@ def gen_elementwise(r: random.Random, seed, size):
     src.indent()
     for o in outs:
         if o["storage"] == "global":
-            target = f"{o['p'].name}[{R} + i, {Cb} + j]" if rank == 2 else \
-                f"{o['p'].name}[{Cb} + j]"
+            target = (
+                f"{o['p'].name}[{R} + i, {Cb} + j]" if rank == 2 else f"{o['p'].name}[{Cb} + j]"
+            )
         else:
             target = f"{o['buf']}[i, j]" if rank == 2 else f"{o['buf']}[j]"
         if o["style"] == "plain":
@@ -1329,8 +1454,16 @@ def gen_elementwise(r: random.Random, seed, size):
             if rank == 1:
                 g = gather(a, [Q + dc], pad)
             else:
-                g = gather(a, {"full": [P + dr, Q + dc], "row": [Q + dc], "col": [P + dr],
-                               "trans": [Q + dc, P + dr]}[i["kind"]], pad)
+                g = gather(
+                    a,
+                    {
+                        "full": [P + dr, Q + dc],
+                        "row": [Q + dc],
+                        "col": [P + dr],
+                        "trans": [Q + dc, P + dr],
+                    }[i["kind"]],
+                    pad,
+                )
             env[f"in{n}"] = cast_val(Val(g, np.zeros(shape), p.dtype), i["sdt"])
         if scalar is not None:
             sv = vals[len(inputs)]
@@ -1363,10 +1496,13 @@ def gen_elementwise(r: random.Random, seed, size):
     desc = (
         f"elementwise {rank}-D {'x'.join(map(str, shape))} {mode} tile {bM}x{bN}"
         f"{f' x{nk} tiles' if nk > 1 else ''} threads {threads}; in "
-        + ", ".join(f"{i['p'].name}:{SHORT[i['p'].dtype]}/{i['kind']}/{i['storage']}"
-                    for i in inputs)
-        + "; out " + ", ".join(f"{o['p'].name}:{SHORT[o['p'].dtype]}/{o['storage']}/{o['style']}"
-                               for o in outs)
+        + ", ".join(
+            f"{i['p'].name}:{SHORT[i['p'].dtype]}/{i['kind']}/{i['storage']}" for i in inputs
+        )
+        + "; out "
+        + ", ".join(
+            f"{o['p'].name}:{SHORT[o['p'].dtype]}/{o['storage']}/{o['style']}" for o in outs
+        )
     )
     return name, params, source, ref, desc
 
@@ -1386,18 +1522,22 @@ def region(name, starts, exts, form):
 
 
 def gen_copy(r: random.Random, seed, size):
-    variant = r.choices(["chain", "patch", "rows", "cols", "chain1d", "batch"],
-                        weights=[5, 3, 2, 1, 2, 2])[0]
+    variant = r.choices(
+        ["chain", "patch", "rows", "cols", "chain1d", "batch"], weights=[5, 3, 2, 1, 2, 2]
+    )[0]
     threads = rand_threads(r)
     dA = r.choice(DTYPES)
     A = float_input(r, "A", None, dA)
-    r0, c0 = (r.randint(0, 6), r.randint(0, 9)) if r.random() < 0.7 else (0, 0)
+    r0, c0 = (r.randint(-3, 6), r.randint(-4, 9)) if r.random() < 0.7 else (0, 0)
     if variant == "chain1d":
         r0 = 0
     pad = None
     if r.random() < 0.6:
-        pad = r.choice([1.5, -2.0, 7.0, 0.0, float("-inf")]) if is_float(dA) else r.choice(
-            [3, -7, 0, 9, 100])
+        pad = (
+            r.choice([1.5, -2.0, 7.0, 0.0, float("-inf")])
+            if is_float(dA)
+            else r.choice([3, -7, 0, 9, 100])
+        )
         if is_int(dA) and not fits(pad, dA):
             pad = 5
     padv = pad_value(pad if pad is not None else 0, dA)
@@ -1407,9 +1547,12 @@ def gen_copy(r: random.Random, seed, size):
     stages = []
     for s in range(n_stages):
         scope = r.choice(["shared", "fragment"])
-        if stages and stages[-1][0] == "fragment":
-            scope = "shared"
-        stages.append((scope, r.choice(DTYPES) if r.random() < 0.5 else dA))
+        dt = r.choice(DTYPES) if r.random() < 0.5 else dA
+        if stages and stages[-1][0] == "fragment" and scope == "fragment":
+            # fragment to fragment: the same layout only when the element sizes agree
+            if NP_DTYPES[stages[-1][1]].itemsize != NP_DTYPES[dt].itemsize:
+                scope = "shared"
+        stages.append((scope, dt))
     dC = r.choice(DTYPES) if r.random() < 0.5 else stages[-1][1]
 
     nk = 1 if r.random() < 0.75 else r.randint(2, 3)
@@ -1490,13 +1633,17 @@ def gen_copy(r: random.Random, seed, size):
             dst = f"{bufs[0]}[{a}:{b}, {c}:{d}]"
             src(f"T.copy(A[{plus(R, r0)}, {plus(Cb, c0)}], {dst}{padtxt})")
         else:
-            src(f"T.copy({region('A', [plus(R, r0), plus(Cb, c0)], [bM, bN], form)}, "
-                f"{bufs[0]}{padtxt})")
+            src(
+                f"T.copy({region('A', [plus(R, r0), plus(Cb, c0)], [bM, bN], form)}, "
+                f"{bufs[0]}{padtxt})"
+            )
         out_region = region("C", [R, Cb], [bM, bN], r.choice(["origin", "slice"]))
     elif variant == "batch":
         rs, cs = plus(R, r0), plus(Cb, c0)
-        src(f"T.copy(A[{plus('bz', b0)}, {rs} : {rs} + {bM}, {cs} : {cs} + {bN}], "
-            f"{bufs[0]}{padtxt})")
+        src(
+            f"T.copy(A[{plus('bz', b0)}, {rs} : {rs} + {bM}, {cs} : {cs} + {bN}], "
+            f"{bufs[0]}{padtxt})"
+        )
         out_region = f"C[bz, {R} : {R} + {bM}, {Cb} : {Cb} + {bN}]"
     elif variant == "rows":
         s = plus(Cb, c0)
@@ -1522,8 +1669,7 @@ def gen_copy(r: random.Random, seed, size):
             shape = (Q,)
             v = Val(g, np.zeros(shape), dA)
         elif variant == "batch":
-            z, p, q = np.meshgrid(np.arange(A.shape[0]), np.arange(P), np.arange(Q),
-                                  indexing="ij")
+            z, p, q = np.meshgrid(np.arange(A.shape[0]), np.arange(P), np.arange(Q), indexing="ij")
             shape = C.shape
             g = gather(a, [z + b0, p + r0, q + c0], padv)
             v = Val(g, np.zeros(shape), dA)
@@ -1545,10 +1691,12 @@ def gen_copy(r: random.Random, seed, size):
             v = cast_val(v, dt)
         return [cast_val(v, dC)]
 
-    desc = (f"copy/{variant} {SHORT[dA]}{list(A.shape)} -> {SHORT[dC]}{list(C.shape)} offset "
-            f"({b0},{r0},{c0}) pad {pad} via "
-            + " -> ".join(f"{s[0]}:{SHORT[s[1]]}" for s in stages)
-            + f" tile {tile} x{nk} threads {threads}")
+    desc = (
+        f"copy/{variant} {SHORT[dA]}{list(A.shape)} -> {SHORT[dC]}{list(C.shape)} offset "
+        f"({b0},{r0},{c0}) pad {pad} via "
+        + " -> ".join(f"{s[0]}:{SHORT[s[1]]}" for s in stages)
+        + f" tile {tile} x{nk} threads {threads}"
+    )
     return name, params, source, ref, desc
 
 
@@ -1557,6 +1705,8 @@ def gen_copy(r: random.Random, seed, size):
 
 
 def gen_reduce(r: random.Random, seed, size):
+    if r.random() < 0.2:
+        return gen_reduce_vector(r, seed, size)
     kind = r.choice(["sum", "max", "min", "absmax"])
     dim = r.choice([0, 1])
     threads = rand_threads(r)
@@ -1580,14 +1730,18 @@ def gen_reduce(r: random.Random, seed, size):
         if dim == 1:
             N = rand_dim(r, size)
             bN = r.choice([b for b in (16, 32, 64, 128, 256, 512, 1024) if b >= N] + [N])
-            bM = r.choice([m for m in (1, 2, 4, 8, 16, 3) if m * bN <= min(4096, 64 * threads)] or [1])
+            bM = r.choice(
+                [m for m in (1, 2, 4, 8, 16, 3) if m * bN <= min(4096, 64 * threads)] or [1]
+            )
             M = rand_dim(r, size, bM)
             while M * N > SIZES[size][1]:
                 M = max(1, M // 2)
         else:
             M = rand_dim(r, size)
             bM = r.choice([b for b in (16, 32, 64, 128, 256) if b >= M] + [M])
-            bN = r.choice([n for n in (16, 32, 64, 8, 4) if n * bM <= min(4096, 64 * threads)] or [1])
+            bN = r.choice(
+                [n for n in (16, 32, 64, 8, 4) if n * bM <= min(4096, 64 * threads)] or [1]
+            )
             N = rand_dim(r, size, bN)
             while M * N > SIZES[size][1]:
                 N = max(1, N // 2)
@@ -1606,7 +1760,9 @@ def gen_reduce(r: random.Random, seed, size):
     else:
         pad = float("inf") if is_float(dA) else INT_RANGE[dA][1]
     init = None
-    if not single or r.random() < 0.2:
+    # clear=True inside the loop of tiles: the result is the last tile's alone
+    clear_each = not single and r.random() < 0.12
+    if (not single and not clear_each) or r.random() < 0.2:
         init = {"sum": 0, "absmax": 0, "max": None, "min": None}[kind]
         if kind in ("max", "min"):
             if is_float(dD):
@@ -1676,7 +1832,7 @@ def gen_reduce(r: random.Random, seed, size):
         else:
             src(f"T.fill(acc, {pad_text(init, dD)})")
     padtxt = "" if pad is None else f", pad={pad_text(pad, dA)}"
-    clear = init is None
+    clear = init is None or clear_each
     cleartxt = "" if clear and r.random() < 0.5 else f", clear={clear}"
     if nk > 1 or (not single):
         src(loop_header(r, "k", nk))
@@ -1749,7 +1905,7 @@ def gen_reduce(r: random.Random, seed, size):
                 pv = part.min(axis=ax)
                 pe = np.zeros(shape)
             partial = finish(pv, pe, acc_dt)
-            if cur is None:
+            if cur is None or clear_each:
                 cur = cast_val(partial, dD)
             else:
                 old = cast_val(cur, acc_dt)
@@ -1762,27 +1918,344 @@ def gen_reduce(r: random.Random, seed, size):
             results.append(cast_val(cur, dS))
         if normalize:
             shp = (M, N)
-            env = {"x": x, "acc": Val(np.broadcast_to(cur.v[:, None], shp),
-                                      np.broadcast_to(cur.e[:, None], shp), dD)}
+            env = {
+                "x": x,
+                "acc": Val(
+                    np.broadcast_to(cur.v[:, None], shp), np.broadcast_to(cur.e[:, None], shp), dD
+                ),
+            }
             v = norm_expr.eval(env, ctx, shp)
             if norm_store == "fragment":
                 v = cast_val(v, Y.dtype)
             results.append(cast_val(v, Y.dtype))
         return results
 
-    desc = (f"reduce_{kind} dim {dim} of {SHORT[dA]}{[M, N]} via x:{SHORT[dX]} "
-            f"acc:{SHORT[dD]} -> {SHORT[dS]}; tile {bM}x{bN}, {nk} tile(s), "
-            f"{'clear' if clear else f'init {init}'}, threads {threads}"
-            f"{', post-expr' if post_expr is not None else ''}"
-            f"{', normalize' if normalize else ''}")
+    desc = (
+        f"reduce_{kind} dim {dim} of {SHORT[dA]}{[M, N]} via x:{SHORT[dX]} "
+        f"acc:{SHORT[dD]} -> {SHORT[dS]}; tile {bM}x{bN}, {nk} tile(s), "
+        f"{'clear' if clear else f'init {init}'}, threads {threads}"
+        f"{', post-expr' if post_expr is not None else ''}"
+        f"{', normalize' if normalize else ''}"
+    )
+    return name, params, source, ref, desc
+
+
+def gen_reduce_vector(r: random.Random, seed, size):
+    """A 1-D tensor reduced chunk by chunk into a (1,)-shaped fragment: S[bx] = op(chunk)."""
+    kind = r.choice(["sum", "max", "min", "absmax"])
+    threads = rand_threads(r)
+    dA = r.choice(DTYPES)
+    dX = dA if r.random() < 0.7 or is_int(dA) else r.choice(FLOATS)
+    dD = dX if is_int(dX) or r.random() < 0.5 else r.choice(FLOATS)
+    A = float_input(r, "A", None, dA, wide_ok=False)
+    if dA == "int8" and kind == "absmax":
+        A.lo = -127
+    bN = r.choice([16, 32, 64, 128, 256, 512, 100, 48])
+    nk = r.randint(1, 4)
+    N = rand_dim(r, size, bN)
+    A.shape = (N,)
+    G = -(-N // (bN * nk))
+    dS = r.choice(DTYPES) if r.random() < 0.3 else dD
+    S = Param("S", (G,), dS, output=True)
+    pad = {
+        "sum": 0,
+        "absmax": 0,
+        "max": float("-inf") if is_float(dA) else INT_RANGE[dA][0],
+        "min": float("inf") if is_float(dA) else INT_RANGE[dA][1],
+    }[kind]
+    if is_int(dD):
+        init = {"sum": 0, "absmax": 0, "max": INT_RANGE[dD][0], "min": INT_RANGE[dD][1]}[kind]
+    else:
+        init = {"sum": 0.0, "absmax": 0.0, "max": float("-inf"), "min": float("inf")}[kind]
+    post = r.random() < 0.4
+    name = f"progen_{seed}"
+    src = Src()
+    header(src, name, [A, S], seed, size, "reduce")
+    src(f"with T.Kernel({G}, threads={threads}) as bx:")
+    src.indent()
+    src(f'x = T.alloc_fragment(({bN},), "{dX}")')
+    src(f'acc = T.alloc_fragment((1,), "{dD}")')
+    # The first tile clears: a T.fill(acc) before the first reduction gives the (1,)
+    # accumulator a layout of its own, which the reduction then refuses (see the report).
+    src(f"T.copy(A[bx * {nk * bN}], x, pad={pad_text(pad, dA)})")
+    src(f"T.reduce_{kind}(x, acc, dim=0)")
+    if nk > 1:
+        src(f"for k in T.serial(1, {nk}):")
+        src.indent()
+        src(f"T.copy(A[(bx * {nk} + k) * {bN}], x, pad={pad_text(pad, dA)})")
+        src(f"T.reduce_{kind}(x, acc, dim=0, clear=False)")
+        src.dedent()
+    xlo, xhi = cast_range(A.lo, A.hi, dA, dX)
+    if kind == "sum":
+        alo, ahi = xlo * bN * nk, xhi * bN * nk
+    elif kind == "absmax":
+        alo, ahi = 0.0, max(abs(xlo), abs(xhi))
+    else:
+        alo, ahi = xlo, xhi
+    alo, ahi = clamp_range(alo, ahi, dD)
+    post_expr = None
+    if post and in_limits(alo, ahi, dD):
+        post_expr = ExprGen(r, [leaf("acc", dD, "acc[i]", alo, ahi)]).gen(r.randint(1, 3))
+    if post_expr is not None:
+        src("for i in T.Parallel(1):")
+        src.indent()
+        src(f"S[bx + i] = {post_expr.render()}")
+        src.dedent()
+    else:
+        src("T.copy(acc, S[bx])")
+    source = "\n".join(src.lines) + "\n"
+    acc_dt = "float32" if is_float(dX) else dX
+
+    def ref(vals, ctx):
+        x = cast_val(vals[0], dX)
+        xv = x.v
+        if kind == "absmax":
+            xv = np.abs(xv) if is_float(dX) else wrap(np.abs(xv), dX)
+        cur = const_val(init, dD, (G,))
+        op = {"sum": "add", "max": "max", "absmax": "max", "min": "min"}[kind]
+        for k in range(nk):
+            pv, pe = [], []
+            for b in range(G):
+                part = xv[(b * nk + k) * bN : (b * nk + k + 1) * bN]
+                if kind == "sum":
+                    pv.append(part.sum() if part.size else 0)
+                    pe.append((bN + 1) * U32 * np.abs(part).sum() if is_float(dX) else 0.0)
+                elif kind == "min":
+                    pv.append(part.min() if part.size else INT_RANGE.get(acc_dt, (0, np.inf))[1])
+                    pe.append(0.0)
+                else:
+                    pv.append(
+                        max(part.max(), 0)
+                        if kind == "absmax" and part.size
+                        else (part.max() if part.size else INT_RANGE.get(acc_dt, (-np.inf, 0))[0])
+                    )
+                    pe.append(0.0)
+            pv = np.array(pv, dtype=np.float64 if is_float(acc_dt) else np.int64)
+            if not is_float(acc_dt):
+                pv = wrap(pv, acc_dt)
+            pe = np.array(pe, dtype=np.float64)
+            partial = finish(pv, np.where(pe > 0, pe + TINY["float32"], 0.0), acc_dt)
+            if k == 0:
+                cur = cast_val(partial, dD)
+            else:
+                cur = cast_val(arith(op, cast_val(cur, acc_dt), partial, acc_dt, ctx), dD)
+        if post_expr is not None:
+            return [cast_val(post_expr.eval({"acc": cur}, ctx, (G,)), dS)]
+        return [cast_val(cur, dS)]
+
+    desc = (
+        f"reduce_{kind} vector {SHORT[dA]}[{N}] via x:{SHORT[dX]}[{bN}] acc:{SHORT[dD]}[1] "
+        f"x{nk} -> {SHORT[dS]}[{G}], threads {threads}"
+        f"{', post-expr' if post_expr is not None else ''}"
+    )
+    return name, [A, S], source, ref, desc
+
+
+# ----------------------------------------------------------------------------------------
+# family 4: per-block statements (outside T.Parallel), atomics, global fills and copies
+
+
+def gen_block(r: random.Random, seed, size):
+    """Statements a block runs once (thread 0 stores): an in-place output F[by, bx] computed
+    from block-indexed reads, updated by a serial loop and T.If/T.Else; optionally a
+    histogram H of atomics under a bounds condition, and a global row G filled with
+    T.fill and partly overwritten by a global-to-global T.copy."""
+    threads = rand_threads(r)
+    Gx, Gy = r.randint(1, 12), r.randint(1, 12)
+    dA = r.choice(DTYPES)
+    M, N = rand_shape2(r, size)
+    A = float_input(r, "A", (M, N), dA)
+    sM, sN = r.randint(1, 40), r.randint(1, 40)
+    dF = r.choice(DTYPES)
+    F = float_input(r, "F", (Gy, Gx), dF)
+    F.output = F.inout = True
+    params = [A, F]
+
+    leaves = []
+    offsets = []
+    for n in range(r.randint(1, 3)):
+        dr, dc = r.randint(-2, 3), r.randint(-2, 3)
+        offsets.append((dr, dc))
+        text = f"A[{plus(f'by * {sM}', dr)}, {plus(f'bx * {sN}', dc)}]".replace("+ -", "- ")
+        leaves.append(leaf(f"a{n}", dA, text, min(A.lo, 0.0), max(A.hi, 0.0)))
+    leaves.append(leaf("bx", "int32", "bx", 0.0, float(Gx - 1)))
+    leaves.append(leaf("by", "int32", "by", 0.0, float(Gy - 1)))
+    gen = ExprGen(r, leaves)
+    e0 = gen.gen(r.randint(1, 3))
+    nk = r.choice([0, 0, 1, 2, 3])
+    step = None
+    if nk:
+        k_leaf = leaf("k", "int32", "k", 0.0, float(nk - 1))
+        body = ExprGen(r, leaves + [k_leaf]).gen(r.randint(1, 2))
+        op = r.choice(["add", "max", "min", "sub"])
+        ilo, ihi = cast_range(e0.lo, e0.hi, e0.dt, dF)
+        span = max(abs(body.lo), abs(body.hi)) * nk
+        lo, hi = (
+            (ilo - span, ihi + span)
+            if op in ("add", "sub")
+            else (min(ilo, body.lo), max(ihi, body.hi))
+        )
+        lo, hi = clamp_range(lo, hi, dF)
+        f_leaf = leaf("F", dF, "F[by, bx]", lo, hi)
+        step = mk_binary(op, f_leaf, body)
+        if step is None or not in_limits(lo, hi, dF):
+            nk, step = 0, None
+    cond = then = other = None
+    if r.random() < 0.5:
+        cond = ExprGen(r, leaves).condition(r.randint(1, 3))
+        if cond is not None:
+            then = gen.gen(r.randint(1, 2))
+            other = gen.gen(r.randint(1, 2)) if r.random() < 0.5 else None
+
+    hist = None
+    if r.random() < 0.5:
+        nb = r.choice([1, 3, 8, 16, 100])
+        dH = r.choice(["int32", "float32"])
+        H = Param("H", (nb,), dH, output=True, inout=True, lo=0, hi=10, style="grid")
+        params.append(H)
+        bM, bN = rand_tile(r, threads, 1024)
+        val = r.choice([1, 2, "(j % 3)", "(i + 1)"] + ([0.5] if dH == "float32" else []))
+        hist = dict(H=H, nb=nb, bM=bM, bN=bN, val=val)
+    grow = None
+    if r.random() < 0.4:
+        w = r.choice([8, 16, 24, 32, 64])
+        w2 = r.randint(1, w)
+        a = r.randint(0, w - w2)
+        dG = r.choice(DTYPES)
+        G = float_input(r, "G", (Gy, Gx * w), dG)
+        G.output = G.inout = True
+        params.append(G)
+        v = r.choice([0, 1, -2, 3]) if is_int(dG) else r.choice([0.0, -1.5, 2.25])
+        dr, dc = r.randint(-1, 2), r.randint(-2, 4)
+        grow = dict(G=G, w=w, w2=w2, a=a, v=v, dr=dr, dc=dc, copy=r.random() < 0.7)
+
+    name = f"progen_{seed}"
+    src = Src()
+    header(src, name, params, seed, size, "block")
+    src(f"with T.Kernel({Gx}, {Gy}, threads={threads}) as (bx, by):")
+    src.indent()
+    src(f"F[by, bx] = {e0.render()}")
+    if nk:
+        src(loop_header(r, "k", nk))
+        src.indent()
+        src(f"F[by, bx] = {step.render()}")
+        src.dedent()
+    if cond is not None:
+        src(f"with T.If({cond.render()}):")
+        src.indent()
+        src(f"F[by, bx] = {then.render()}")
+        src.dedent()
+        if other is not None:
+            src("with T.Else():")
+            src.indent()
+            src(f"F[by, bx] = {other.render()}")
+            src.dedent()
+    if hist:
+        bM, bN, nb = hist["bM"], hist["bN"], hist["nb"]
+        x = f"A[by * {bM} + i, bx * {bN} + j]"
+        idx = f"{x} % {nb}" if is_int(dA) else f'T.cast({x}, "int32") % {nb}'
+        src(f"for i, j in T.Parallel({bM}, {bN}):")
+        src.indent()
+        src(f"with T.If((by * {bM} + i < {M}) & (bx * {bN} + j < {N})):")
+        src.indent()
+        src(f"T.atomic_add(H[{idx}], {hist['val']})")
+        src.dedent()
+        src.dedent()
+    if grow:
+        w, w2, a = grow["w"], grow["w2"], grow["a"]
+        src(f"T.fill(G[by, bx * {w} : bx * {w} + {w}], {grow['v']!r})")
+        if grow["copy"]:
+            rs = plus("by", grow["dr"]).replace("+ -", "- ")
+            cs = plus(f"bx * {sN}", grow["dc"]).replace("+ -", "- ")
+            src(f"T.copy(A[{rs}, {cs} : {cs} + {w2}], G[by, bx * {w} + {a} : bx * {w} + {a + w2}])")
+    source = "\n".join(src.lines) + "\n"
+
+    def ref(vals, ctx):
+        a = vals[0].v
+        shape = (Gy, Gx)
+        by_, bx_ = np.meshgrid(np.arange(Gy), np.arange(Gx), indexing="ij")
+        env = {
+            "bx": Val(bx_.astype(np.int64), np.zeros(shape), "int32"),
+            "by": Val(by_.astype(np.int64), np.zeros(shape), "int32"),
+        }
+        zero = pad_value(0, dA)
+        for n, (dr, dc) in enumerate(offsets):
+            g = gather(a, [by_ * sM + dr, bx_ * sN + dc], zero)
+            env[f"a{n}"] = Val(g, np.zeros(shape), dA)
+        f = cast_val(e0.eval(env, ctx, shape), dF)
+        for k in range(nk):
+            env["k"] = const_val(k, "int32", shape)
+            env["F"] = f
+            f = cast_val(step.eval(env, ctx, shape), dF)
+        if cond is not None:
+            c = cond.eval(env, ctx, shape)
+            t = cast_val(then.eval(env, ctx, shape), dF)
+            o = cast_val(other.eval(env, ctx, shape), dF) if other is not None else f
+            f = select(c, t, o, dF)
+        results = [f]
+        position = 2
+        if hist:
+            h0 = vals[position]
+            position += 1
+            bM, bN, nb = hist["bM"], hist["bN"], hist["nb"]
+            rows, cols = min(M, Gy * bM), min(N, Gx * bN)
+            x = (
+                cast_val(Val(a[:rows, :cols], np.zeros((rows, cols)), dA), "int32")
+                if is_float(dA)
+                else Val(a[:rows, :cols], np.zeros((rows, cols)), dA)
+            )
+            idx = np.mod(x.v, nb)
+            i, j = np.meshgrid(np.arange(rows) % bM, np.arange(cols) % bN, indexing="ij")
+            val = hist["val"]
+            add = (
+                {"(j % 3)": j % 3, "(i + 1)": i + 1}.get(val)
+                if isinstance(val, str)
+                else np.full((rows, cols), val)
+            )
+            h = h0.v.astype(np.float64).copy()
+            np.add.at(h, idx.reshape(-1), np.asarray(add, dtype=np.float64).reshape(-1))
+            dH = hist["H"].dtype
+            h = wrap(h.astype(np.int64), dH) if is_int(dH) else rnd(h, dH)
+            results.append(Val(h, np.zeros(h.shape), dH))
+        if grow:
+            g0 = vals[position]
+            G, w, w2, aa = grow["G"], grow["w"], grow["w2"], grow["a"]
+            dG = G.dtype
+            out = const_val(grow["v"], dG, G.shape).v
+            gy, gx = np.meshgrid(np.arange(Gy), np.arange(Gx * w), indexing="ij")
+            if grow["copy"]:
+                t = gx % w - aa
+                inside = (t >= 0) & (t < w2)
+                src_v = gather(a, [gy + grow["dr"], (gx // w) * sN + grow["dc"] + t], zero)
+                conv = cast_val(Val(src_v, np.zeros(G.shape), dA), dG).v
+                out = np.where(inside, conv, out)
+            del g0
+            results.append(Val(out, np.zeros(G.shape), dG))
+        return results
+
+    desc = (
+        f"block {Gx}x{Gy} threads {threads}: F:{SHORT[dF]} from A:{SHORT[dA]}{[M, N]}"
+        f"{f', serial x{nk}' if nk else ''}{', if/else' if cond is not None else ''}"
+        + (
+            f", atomics H:{SHORT[hist['H'].dtype]}[{hist['nb']}] tile {hist['bM']}x{hist['bN']}"
+            if hist
+            else ""
+        )
+        + (f", global fill+copy G:{SHORT[grow['G'].dtype]}" if grow else "")
+    )
     return name, params, source, ref, desc
 
 
 # ----------------------------------------------------------------------------------------
 # entry point
 
-FAMILIES = {"elementwise": gen_elementwise, "copy": gen_copy, "reduce": gen_reduce}
-FAMILY_WEIGHTS = {"elementwise": 5, "copy": 2, "reduce": 3}
+FAMILIES = {
+    "elementwise": gen_elementwise,
+    "copy": gen_copy,
+    "reduce": gen_reduce,
+    "block": gen_block,
+}
+FAMILY_WEIGHTS = {"elementwise": 10, "copy": 4, "reduce": 5, "block": 2}
 
 
 def generate(seed: int, size: str = "small", family: str | None = None) -> Case:
@@ -1794,15 +2267,25 @@ def generate(seed: int, size: str = "small", family: str | None = None) -> Case:
         family = r.choices(list(FAMILY_WEIGHTS), weights=list(FAMILY_WEIGHTS.values()))[0]
     name, params, source, ref, desc = FAMILIES[family](r, seed, size)
     inputs = [p for p in params if not p.output]
-    out_idx = [n for n, p in enumerate(params) if p.output]
+    out_idx = [n for n, p in enumerate(params) if p.output and not p.inout]
     del inputs
     tolerances = {
         p.name: "exact" if is_int(p.dtype) else "bounded (per-element bound from the reference)"
         for p in params
         if p.output
     }
-    return Case(seed=seed, size=size, family=family, source=source, prim_func_name=name,
-                params=params, summary=desc, ref=ref, out_idx=out_idx, tolerances=tolerances)
+    return Case(
+        seed=seed,
+        size=size,
+        family=family,
+        source=source,
+        prim_func_name=name,
+        params=params,
+        summary=desc,
+        ref=ref,
+        out_idx=out_idx,
+        tolerances=tolerances,
+    )
 
 
 def main(argv=None):

@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 import tilers
+import tilers.language as T
 
 sys.path.insert(0, os.path.dirname(__file__))
 import kernels  # noqa: E402
@@ -166,3 +167,40 @@ def test_interp_target_needs_no_gpu_code():
     assert k.source is None
     with pytest.raises(RuntimeError, match="compiled for the interpreter"):
         _ = k.cubin
+
+
+def test_cleared_scalar_accumulator_of_a_vector_reduction():
+    """Found by the program generator: a (1,) accumulator cleared before reduce_sum(dim=0)
+    used to take a layout of its own and conflict with the reduction."""
+
+    @T.prim_func
+    def vector_sum(A: T.Tensor((1000,), "float32"), S: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            x = T.alloc_fragment((256,), "float32")
+            acc = T.alloc_fragment((1,), "float32")
+            T.clear(acc)
+            for k in T.serial(4):
+                T.copy(A[k * 256], x)
+                T.reduce_sum(x, acc, dim=0, clear=False)
+            T.copy(acc, S[0])
+
+    k = tilers.compile(vector_sum, out_idx=[1])
+    a = randn((1000,), "float32")
+    assert np.allclose(k(a), f64(a).sum(), rtol=1e-5)
+    assert tilers.compile(vector_sum, target="cuda:sm_90a").cubin[:4] == b"\x7fELF"
+
+
+def test_pipelined_loop_with_default_stages():
+    """Found by the program generator: T.Pipelined(n) (num_stages=0, TileLang's default)."""
+
+    @T.prim_func
+    def pipelined_copy(A: T.Tensor((64,), "float32"), C: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            for k in T.Pipelined(2):
+                for j in T.Parallel(32):
+                    C[k * 32 + j] = A[k * 32 + j]
+
+    k = tilers.compile(pipelined_copy, out_idx=[1])
+    a = randn((64,), "float32")
+    assert (k(a) == a).all()
+    assert tilers.compile(pipelined_copy, target="cuda:sm_80").cubin[:4] == b"\x7fELF"

@@ -83,7 +83,7 @@ def test_interpreter_matches_reference(start):
         try:
             kernel = case.compile(target="interp")
             inputs = case.make_inputs()
-            outputs = kernel(*inputs)
+            outputs = case.run(kernel, inputs)
             ok, message, n_checked, n_skipped = case.check(inputs, outputs)
         except Exception as error:  # noqa: BLE001
             ok, message, n_checked, n_skipped = False, f"{type(error).__name__}: {error}", 0, 0

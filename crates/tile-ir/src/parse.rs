@@ -511,8 +511,9 @@ impl Parser {
                     "unroll" => ForKind::Unroll,
                     "pipelined" => {
                         let s = o.int("stages")?;
-                        if s < 1 {
-                            return err(&o.p("stages"), "expected at least 1 stage");
+                        // TileLang's default num_stages=0, like 1, means no software pipelining
+                        if !(0..=16).contains(&s) {
+                            return err(&o.p("stages"), "expected 0 to 16 stages");
                         }
                         ForKind::Pipelined { stages: s as u32 }
                     }

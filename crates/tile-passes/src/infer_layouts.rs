@@ -172,11 +172,25 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
 
     loop {
         while propagate(&mut m) {}
+        // a reduction's result takes its layout from the source: default the sources first
+        let mut reduce_results = std::collections::BTreeSet::new();
+        walk_stmts(&m.kernel.body, &mut |s| {
+            if let Stmt::Reduce { dst, .. } = s {
+                reduce_results.insert(*dst);
+            }
+        });
+        let unassigned = |b: &&tile_ir::Buffer| b.scope == Scope::Fragment && b.layout.is_none();
+        let sources_left = m
+            .buffers
+            .iter()
+            .enumerate()
+            .any(|(i, b)| unassigned(&b) && !reduce_results.contains(&BufferId(i as u32)));
         let next = m
             .buffers
             .iter()
             .enumerate()
             .filter(|(_, b)| b.scope == Scope::Fragment && b.layout.is_none())
+            .filter(|(i, _)| !sources_left || !reduce_results.contains(&BufferId(*i as u32)))
             .map(|(i, b)| (BufferId(i as u32), b.shape.len()))
             .min_by_key(|(id, rank)| {
                 (usize::MAX - rank, order.first_use.get(id).copied().unwrap_or(usize::MAX), id.0)
