@@ -1,7 +1,8 @@
 //! The tile-level verifier: every user mistake it can see becomes a diagnostic at the
 //! user's line. Invariants checked:
 //!
-//! - the block has a multiple of 32 threads, at most 1024; 1–3 grid dimensions of integer type;
+//! - the block has a multiple of 32 threads, at most 1024; 1–3 positive grid dimensions of
+//!   integer type;
 //! - every expression is well typed: operands of a binary operator share a dtype, comparisons
 //!   and conditions are `bool`, indices are integers, math functions take floats;
 //! - every load and store has one index per dimension, and constant indices are in range;
@@ -9,7 +10,9 @@
 //! - fragments are read and written only inside `parallel` loops (or by copy/fill/reduce);
 //! - `parallel` loops do not nest, and their extents agree with the fragments they index;
 //! - no two iterations of a `parallel` loop write one element (a race);
-//! - copies are between regions of one shape, reductions between shapes that differ by `dim`.
+//! - copies are between regions of one shape, reductions between shapes that differ by `dim`;
+//! - copies move tiles, not single elements; copies and fills of fragments cover them whole;
+//! - tile operations (copy, fill, reduce, gemm) are not inside `parallel` loops.
 
 use crate::diag::{Diagnostic, Loc};
 use crate::ir::*;
@@ -55,7 +58,8 @@ pub fn resolve_region(
         return Err(Diagnostic::error(
             format!("'{}' has {} dimensions but the region names {}", b.name, rank, r.dims.len()),
             r.loc,
-        ));
+        )
+        .with_help(format!("give at most one index or slice per dimension of '{}'", b.name)));
     }
     let is_origin = r.dims.iter().any(|d| matches!(d, RegionDim::Origin(_)));
     let mut starts = Vec::new();
@@ -76,7 +80,8 @@ pub fn resolve_region(
                     b.name, rank, other
                 ),
                 r.loc,
-            ));
+            )
+            .with_help("copy between tiles of one rank: slice the other side down, e.g. s[0, 0:8], or copy row by row"));
         }
         for (d, dim) in r.dims.iter().enumerate() {
             let (RegionDim::Origin(e) | RegionDim::Index(e) | RegionDim::Slice { start: e, .. }) = dim;
@@ -113,7 +118,8 @@ pub fn resolve_region(
                             return Err(Diagnostic::error(
                                 format!("slice of dimension {d} of '{}' is empty (extent {x})", b.name),
                                 r.loc,
-                            ))
+                            )
+                            .with_help("a slice start:stop needs stop > start"))
                         }
                         None => {
                             return Err(Diagnostic::error(
@@ -149,7 +155,12 @@ pub fn resolve_region(
                             b.shape
                         ),
                         r.loc,
-                    ));
+                    )
+                    .with_label(b.loc, format!("'{}' allocated here", b.name))
+                    .with_help(format!(
+                        "regions of on-chip tiles must lie inside them: dimension {d} runs from 0 to {}",
+                        b.shape[d] - 1
+                    )));
                 }
             }
         }
@@ -213,26 +224,31 @@ struct Verifier<'a> {
 pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
     let mut v = Verifier { m, diags: Vec::new(), scope: Vec::new(), in_parallel: None };
     let t = m.kernel.threads;
-    if !t.is_multiple_of(32) || t > 1024 {
+    if t == 0 || !t.is_multiple_of(32) {
         v.diags.push(
-            Diagnostic::error(
-                format!("threads={t} is not a multiple of 32 between 32 and 1024"),
-                m.kernel.loc,
-            )
-            .with_help("a block is made of whole warps of 32 threads; use e.g. threads=128"),
+            Diagnostic::error(format!("threads={t} is not a multiple of 32"), m.kernel.loc)
+                .with_help("a block is made of whole warps of 32 threads; use e.g. threads=128"),
+        );
+    } else if t > 1024 {
+        v.diags.push(
+            Diagnostic::error(format!("threads={t} is above the 1024 threads a block may have"), m.kernel.loc)
+                .with_help("use at most 1024 threads (e.g. threads=256) and give each thread more elements"),
         );
     }
     for g in &m.kernel.grid {
         v.expr(g, m.kernel.loc);
         if !g.dtype().is_int() {
-            v.diags.push(Diagnostic::error("grid dimensions must be integers", m.kernel.loc));
+            v.diags.push(
+                Diagnostic::error("grid dimensions must be integers", m.kernel.loc)
+                    .with_help("compute the grid with integer arithmetic, e.g. T.ceildiv(N, block_N)"),
+            );
         }
         if let Some(x) = const_of(g) {
             if x <= 0 {
-                v.diags.push(Diagnostic::error(
-                    format!("grid dimension is {x}; it must be positive"),
-                    m.kernel.loc,
-                ));
+                v.diags.push(
+                    Diagnostic::error(format!("grid dimension is {x}; it must be positive"), m.kernel.loc)
+                        .with_help("round the number of blocks up with T.ceildiv(N, block_N)"),
+                );
             }
         }
     }
@@ -250,6 +266,19 @@ impl<'a> Verifier<'a> {
         self.diags.last_mut().unwrap()
     }
 
+    fn err_help(&mut self, msg: String, loc: Loc, help: impl Into<String>) {
+        self.diags.push(Diagnostic::error(msg, loc).with_help(help));
+    }
+
+    /// A tile operation met inside a `T.Parallel` loop.
+    fn tile_op_in_parallel(&mut self, op: &str, loc: Loc) {
+        let outer = self.in_parallel.unwrap_or(Loc::UNKNOWN);
+        let d = self.err(format!("{op} inside a T.Parallel loop"), loc);
+        *d = d.clone().with_label(outer, "inside this T.Parallel loop").with_help(format!(
+            "{op} is a tile operation run by the whole block: call it outside the T.Parallel loop"
+        ));
+    }
+
     fn bound(&self, v: VarId) -> bool {
         match self.m.var(v).kind {
             VarKind::Loop => self.scope.iter().any(|(s, _)| *s == v),
@@ -258,6 +287,12 @@ impl<'a> Verifier<'a> {
     }
 
     fn expr(&mut self, e: &Expr, loc: Loc) {
+        self.check_expr(e, loc, false)
+    }
+
+    /// Check an expression; `store_target` marks the element a store writes (a fragment
+    /// written outside `T.Parallel` is reported as written, not read).
+    fn check_expr(&mut self, e: &Expr, loc: Loc, store_target: bool) {
         let m = self.m;
         let mut errors: Vec<(String, Loc, Option<String>)> = Vec::new();
         e.walk(&mut |x| match x {
@@ -266,7 +301,7 @@ impl<'a> Verifier<'a> {
                     errors.push((
                         format!("loop variable '{}' is used outside its loop", m.var(*id).name),
                         loc,
-                        None,
+                        Some("use it inside the loop that binds it; to keep a value for later, store it in a buffer".into()),
                     ));
                 }
             Expr::Load { buf, idx, loc: lloc, .. } => {
@@ -276,23 +311,27 @@ impl<'a> Verifier<'a> {
                     errors.push((
                         format!("'{}' has {} dimensions but is indexed with {}", b.name, b.shape.len(), idx.len()),
                         l,
-                        None,
+                        Some(format!("give one index per dimension of '{}'", b.name)),
                     ));
                 }
                 for (d, i) in idx.iter().enumerate() {
                     if !i.dtype().is_int() {
-                        errors.push((format!("index {d} of '{}' is {}, not an integer", b.name, i.dtype()), l, None));
+                        errors.push((
+                            format!("index {d} of '{}' is {}, not an integer", b.name, i.dtype()),
+                            l,
+                            Some("convert it with T.cast(x, \"int32\")".into()),
+                        ));
                     } else if let (Some(c), Some(ext)) = (const_of(i), b.shape.get(d)) {
                         if c < 0 || c >= *ext {
                             errors.push((
                                 format!("index {c} is out of range for dimension {d} of '{}' (extent {ext})", b.name),
                                 l,
-                                None,
+                                Some(format!("indices of dimension {d} of '{}' run from 0 to {}", b.name, ext - 1)),
                             ));
                         }
                     }
                 }
-                if b.scope == Scope::Fragment && self.in_parallel.is_none() {
+                if b.scope == Scope::Fragment && self.in_parallel.is_none() && !store_target {
                     errors.push((
                         format!("fragment '{}' is read outside a T.Parallel loop", b.name),
                         l,
@@ -308,10 +347,18 @@ impl<'a> Verifier<'a> {
                     errors.push((format!("internal: comparison {} must be bool", op.name()), loc, None));
                 }
                 if matches!(op, BinOp::And | BinOp::Or) && a.dtype() != DType::Bool {
-                    errors.push(("logical and/or take bool operands".into(), loc, None));
+                    errors.push((
+                        "logical and/or take bool operands".into(),
+                        loc,
+                        Some("compare first, e.g. (i > 0) & (i < n)".into()),
+                    ));
                 }
                 if *op == BinOp::Div && a.dtype().is_int() {
-                    errors.push(("'/' on integers: use '//' for integer division".into(), loc, None));
+                    errors.push((
+                        "'/' on integers".into(),
+                        loc,
+                        Some("use // for integer division, or T.cast(x, \"float32\") for a floating-point result".into()),
+                    ));
                 }
             }
             Expr::Unary { op, a, .. }
@@ -324,7 +371,11 @@ impl<'a> Verifier<'a> {
                 }
             Expr::Select { cond, a, b, .. } => {
                 if cond.dtype() != DType::Bool {
-                    errors.push(("the condition of T.if_then_else must be a comparison (bool)".into(), loc, None));
+                    errors.push((
+                        "the condition of T.if_then_else must be a comparison (bool)".into(),
+                        loc,
+                        Some("use a comparison, e.g. T.if_then_else(x > 0, a, b)".into()),
+                    ));
                 }
                 if a.dtype() != b.dtype() {
                     errors.push((format!("internal: select arms differ: {} and {}", a.dtype(), b.dtype()), loc, None));
@@ -360,27 +411,32 @@ impl<'a> Verifier<'a> {
 
     fn store_target(&mut self, buf: BufferId, idx: &[Expr], value: &Expr, loc: Loc, atomic: bool) {
         let b = self.m.buffer(buf);
-        self.expr(&Expr::load(buf, idx.to_vec(), b.dtype), loc);
+        self.check_expr(&Expr::load(buf, idx.to_vec(), b.dtype), loc, true);
         self.expr(value, loc);
         if value.dtype() != b.dtype {
             self.err(format!("internal: storing {} into '{}' of {}", value.dtype(), b.name, b.dtype), loc);
         }
         if atomic {
             if b.scope != Scope::Global && b.scope != Scope::Shared {
-                self.err(
+                self.err_help(
                     format!(
                         "T.atomic_add needs a global or shared buffer; '{}' is {}",
                         b.name,
                         b.scope.name()
                     ),
                     loc,
+                    format!("each element of a {} has one owner: write {}[i] = {}[i] + v", b.scope.name(), b.name, b.name),
                 );
             }
             if !matches!(
                 b.dtype,
                 DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::U32 | DType::I64 | DType::F64
             ) {
-                self.err(format!("T.atomic_add does not support {}", b.dtype), loc);
+                self.err_help(
+                    format!("T.atomic_add does not support {}", b.dtype),
+                    loc,
+                    "add into a float32, float16, bfloat16, float64, int32, uint32 or int64 buffer",
+                );
             }
             return;
         }
@@ -426,10 +482,11 @@ impl<'a> Verifier<'a> {
                     self.expr(p, *loc);
                 }
                 if self.in_parallel.is_some() {
-                    self.err("T.copy inside a T.Parallel loop".into(), *loc);
+                    self.tile_op_in_parallel("T.copy", *loc);
                 }
-                if let Err(d) = resolve_copy(m, src, dst, *loc) {
-                    self.diags.push(d);
+                match resolve_copy(m, src, dst, *loc) {
+                    Ok((s, d)) => self.copy_regions(&s, &d, *loc),
+                    Err(d) => self.diags.push(d),
                 }
                 let (sb, db) = (m.buffer(src.buf), m.buffer(dst.buf));
                 if sb.dtype != db.dtype && (sb.scope == Scope::Global) == (db.scope == Scope::Global) {
@@ -440,16 +497,26 @@ impl<'a> Verifier<'a> {
                 self.region(dst);
                 self.expr(value, *loc);
                 if self.in_parallel.is_some() {
-                    self.err("T.fill inside a T.Parallel loop".into(), *loc);
+                    self.tile_op_in_parallel("T.fill", *loc);
                 }
-                if let Err(d) = resolve_region(m, dst, None) {
-                    self.diags.push(d);
+                match resolve_region(m, dst, None) {
+                    Ok(r) => {
+                        let b = m.buffer(r.buf);
+                        if matches!(b.scope, Scope::Fragment | Scope::Local) && !whole(&r, b) {
+                            self.err_help(
+                                format!("T.fill of part of {} '{}' is not supported; fill it whole", b.scope.name(), b.name),
+                                *loc,
+                                format!("fill all of '{}' (T.fill({}, v)), or set part of it in a T.Parallel loop", b.name, b.name),
+                            );
+                        }
+                    }
+                    Err(d) => self.diags.push(d),
                 }
             }
             Stmt::Reduce { src, dst, dim, loc, .. } => {
                 let (sb, db) = (m.buffer(*src), m.buffer(*dst));
                 if self.in_parallel.is_some() {
-                    self.err("T.reduce inside a T.Parallel loop".into(), *loc);
+                    self.tile_op_in_parallel("T.reduce", *loc);
                 }
                 if sb.scope != Scope::Fragment || db.scope != Scope::Fragment {
                     let d = self.err(
@@ -468,9 +535,10 @@ impl<'a> Verifier<'a> {
                     return;
                 }
                 if *dim >= sb.shape.len() {
-                    self.err(
+                    self.err_help(
                         format!("dim={dim} is out of range for '{}' of rank {}", sb.name, sb.shape.len()),
                         *loc,
+                        format!("reduce over one of the dimensions 0 to {}", sb.shape.len().saturating_sub(1)),
                     );
                     return;
                 }
@@ -480,16 +548,24 @@ impl<'a> Verifier<'a> {
                     expect.push(1);
                 }
                 if db.shape != expect {
-                    self.err(
+                    let d = self.err(
                         format!(
                             "reducing '{}' of shape {:?} over dim {dim} gives shape {:?}, but '{}' has shape {:?}",
                             sb.name, sb.shape, expect, db.name, db.shape
                         ),
                         *loc,
                     );
+                    *d = d.clone().with_label(db.loc, format!("'{}' allocated here", db.name)).with_help(format!(
+                        "allocate the result with the shape of '{}' without dimension {dim}: {:?}",
+                        sb.name, expect
+                    ));
                 }
                 if sb.dtype != db.dtype && !(sb.dtype.is_float() && db.dtype.is_float()) {
-                    self.err(format!("reduction from {} into {} is not supported", sb.dtype, db.dtype), *loc);
+                    self.err_help(
+                        format!("reduction from {} into {} is not supported", sb.dtype, db.dtype),
+                        *loc,
+                        format!("give '{}' the dtype of '{}' ({})", db.name, sb.name, sb.dtype),
+                    );
                 }
             }
             Stmt::Gemm { a, b, c, transpose_a, transpose_b, loc, .. } => {
@@ -568,7 +644,7 @@ impl<'a> Verifier<'a> {
         let m = self.m;
         let (ab, bb, cb) = (m.buffer(a), m.buffer(b), m.buffer(c));
         if self.in_parallel.is_some() {
-            self.err("T.gemm inside a T.Parallel loop".into(), loc);
+            self.tile_op_in_parallel("T.gemm", loc);
             return;
         }
         for (what, buf) in [("A", ab), ("B", bb)] {
@@ -577,7 +653,9 @@ impl<'a> Verifier<'a> {
                     format!("operand {what} of T.gemm ('{}') must be a 2-D shared or fragment tile, got a {}-D {} buffer", buf.name, buf.shape.len(), buf.scope.name()),
                     loc,
                 );
-                *d = d.clone().with_label(buf.loc, format!("'{}' allocated here", buf.name));
+                *d = d.clone().with_label(buf.loc, format!("'{}' allocated here", buf.name)).with_help(format!(
+                    "copy the operand into a shared tile first: {what}_s = T.alloc_shared(...); T.copy(..., {what}_s)"
+                ));
                 return;
             }
         }
@@ -591,7 +669,7 @@ impl<'a> Verifier<'a> {
         let (bk, bn) = if tb { (bb.shape[1], bb.shape[0]) } else { (bb.shape[0], bb.shape[1]) };
         let (cm, cn) = (cb.shape[0], cb.shape[1]);
         if ak != bk || am != cm || bn != cn {
-            self.err(
+            self.err_help(
                 format!(
                     "T.gemm operand shapes do not agree: A{} is {:?} (M={am}, K={ak}), B{} is {:?} (K={bk}, N={bn}), C is {:?} (M={cm}, N={cn})",
                     if ta { "^T" } else { "" },
@@ -601,6 +679,7 @@ impl<'a> Verifier<'a> {
                     cb.shape
                 ),
                 loc,
+                "A must be (M, K), B (K, N) and C (M, N); pass transpose_A / transpose_B for operands stored the other way",
             );
         }
         let ok = matches!(
@@ -620,6 +699,28 @@ impl<'a> Verifier<'a> {
             *d = d.clone().with_help(
                 "use float16 or bfloat16 inputs with a float32 accumulator, or int8 inputs with int32",
             );
+        }
+    }
+
+    /// Checks of a resolved copy beyond its shapes: what lowering cannot do.
+    fn copy_regions(&mut self, s: &ResolvedRegion, d: &ResolvedRegion, loc: Loc) {
+        if s.shape().is_empty() || d.shape().is_empty() {
+            self.err_help(
+                "T.copy of a single element".into(),
+                loc,
+                "assign it (B[i, j] = A[i, j]); T.copy moves tiles, given by slices such as A[i, 0:64]",
+            );
+            return;
+        }
+        for r in [s, d] {
+            let b = self.m.buffer(r.buf);
+            if b.scope == Scope::Fragment && !whole(r, b) {
+                self.err_help(
+                    format!("T.copy of part of fragment '{}' is not supported; copy the whole fragment", b.name),
+                    loc,
+                    format!("copy all of '{}', or allocate a fragment of the part's shape", b.name),
+                );
+            }
         }
     }
 
@@ -649,14 +750,22 @@ impl<'a> Verifier<'a> {
                                 ),
                                 loc,
                             );
-                            *dd = dd.clone().with_label(
-                                b.loc,
-                                format!("'{name}' allocated here with shape {:?}", b.shape),
-                            );
+                            *dd = dd
+                                .clone()
+                                .with_label(b.loc, format!("'{name}' allocated here with shape {:?}", b.shape))
+                                .with_help(format!(
+                                    "loop over the shape of '{name}': T.Parallel extents of {:?}",
+                                    b.shape
+                                ));
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// Does a region cover its whole buffer?
+fn whole(r: &ResolvedRegion, b: &Buffer) -> bool {
+    r.extents == b.shape && r.starts.iter().all(|e| const_of(e) == Some(0))
 }
