@@ -169,6 +169,10 @@ pub fn parse_program(text: &str) -> R<Module> {
         if shape.is_empty() {
             return err(&o.p("shape"), "a buffer needs at least one dimension");
         }
+        // sizes are multiplied by element sizes and strides: keep them far from overflow
+        if shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)).is_none_or(|n| n > 1 << 50) {
+            return err(&o.p("shape"), format!("{shape:?} has more than 2^50 elements"));
+        }
         buffers.push(Buffer {
             name: o.str("name")?.to_string(),
             scope,
@@ -494,8 +498,13 @@ impl Parser {
                 let mut extents = Vec::new();
                 for (i, x) in o.arr("extents")?.iter().enumerate() {
                     match x.as_i64() {
-                        Some(e) if e > 0 => extents.push(e),
-                        _ => return err(&format!("{}[{i}]", o.p("extents")), "expected a positive integer"),
+                        Some(e) if e > 0 && e <= 1 << 24 => extents.push(e),
+                        _ => {
+                            return err(
+                                &format!("{}[{i}]", o.p("extents")),
+                                "expected an integer from 1 to 2^24",
+                            )
+                        }
                     }
                 }
                 if vars.len() != extents.len() || vars.is_empty() {

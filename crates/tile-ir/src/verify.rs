@@ -231,8 +231,11 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
         );
     } else if t > 1024 {
         v.diags.push(
-            Diagnostic::error(format!("threads={t} is above the 1024 threads a block may have"), m.kernel.loc)
-                .with_help("use at most 1024 threads (e.g. threads=256) and give each thread more elements"),
+            Diagnostic::error(
+                format!("threads={t} is above the 1024 threads a block may have"),
+                m.kernel.loc,
+            )
+            .with_help("use at most 1024 threads (e.g. threads=256) and give each thread more elements"),
         );
     }
     for g in &m.kernel.grid {
@@ -251,6 +254,20 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
                 );
             }
         }
+    }
+    for b in &m.buffers {
+        if b.scope != Scope::Global && b.num_elements() > 1 << 22 {
+            v.diags.push(
+                Diagnostic::error(
+                    format!("'{}' of shape {:?} is too large for on-chip memory", b.name, b.shape),
+                    b.loc,
+                )
+                .with_help("shared, fragment and local buffers hold one block's tile; make the tile smaller"),
+            );
+        }
+    }
+    if !v.diags.is_empty() {
+        return Err(v.diags);
     }
     v.stmts(&m.kernel.body);
     if v.diags.is_empty() {
@@ -425,7 +442,12 @@ impl<'a> Verifier<'a> {
                         b.scope.name()
                     ),
                     loc,
-                    format!("each element of a {} has one owner: write {}[i] = {}[i] + v", b.scope.name(), b.name, b.name),
+                    format!(
+                        "each element of a {} has one owner: write {}[i] = {}[i] + v",
+                        b.scope.name(),
+                        b.name,
+                        b.name
+                    ),
                 );
             }
             if !matches!(
@@ -538,7 +560,10 @@ impl<'a> Verifier<'a> {
                     self.err_help(
                         format!("dim={dim} is out of range for '{}' of rank {}", sb.name, sb.shape.len()),
                         *loc,
-                        format!("reduce over one of the dimensions 0 to {}", sb.shape.len().saturating_sub(1)),
+                        format!(
+                            "reduce over one of the dimensions 0 to {}",
+                            sb.shape.len().saturating_sub(1)
+                        ),
                     );
                     return;
                 }
@@ -555,10 +580,12 @@ impl<'a> Verifier<'a> {
                         ),
                         *loc,
                     );
-                    *d = d.clone().with_label(db.loc, format!("'{}' allocated here", db.name)).with_help(format!(
-                        "allocate the result with the shape of '{}' without dimension {dim}: {:?}",
-                        sb.name, expect
-                    ));
+                    *d = d.clone().with_label(db.loc, format!("'{}' allocated here", db.name)).with_help(
+                        format!(
+                            "allocate the result with the shape of '{}' without dimension {dim}: {:?}",
+                            sb.name, expect
+                        ),
+                    );
                 }
                 if sb.dtype != db.dtype && !(sb.dtype.is_float() && db.dtype.is_float()) {
                     self.err_help(
@@ -572,6 +599,15 @@ impl<'a> Verifier<'a> {
                 self.gemm(*a, *b, *c, *transpose_a, *transpose_b, *loc)
             }
             Stmt::Parallel { vars, extents, body, loc, .. } => {
+                let iterations: i64 = extents.iter().product();
+                if iterations > 1 << 22 {
+                    let d = self.err(
+                        format!("T.Parallel over {iterations} iterations is too large for one block"),
+                        *loc,
+                    );
+                    *d = d.clone().with_help("tile the work over the grid: each block should handle a tile of at most a few thousand elements per thread");
+                    return;
+                }
                 if let Some(outer) = self.in_parallel {
                     let d = self.err("T.Parallel loops cannot be nested".into(), *loc);
                     *d = d
@@ -716,7 +752,10 @@ impl<'a> Verifier<'a> {
             let b = self.m.buffer(r.buf);
             if b.scope == Scope::Fragment && !whole(r, b) {
                 self.err_help(
-                    format!("T.copy of part of fragment '{}' is not supported; copy the whole fragment", b.name),
+                    format!(
+                        "T.copy of part of fragment '{}' is not supported; copy the whole fragment",
+                        b.name
+                    ),
                     loc,
                     format!("copy all of '{}', or allocate a fragment of the part's shape", b.name),
                 );
@@ -752,7 +791,10 @@ impl<'a> Verifier<'a> {
                             );
                             *dd = dd
                                 .clone()
-                                .with_label(b.loc, format!("'{name}' allocated here with shape {:?}", b.shape))
+                                .with_label(
+                                    b.loc,
+                                    format!("'{name}' allocated here with shape {:?}", b.shape),
+                                )
                                 .with_help(format!(
                                     "loop over the shape of '{name}': T.Parallel extents of {:?}",
                                     b.shape

@@ -95,10 +95,19 @@ fn mutate(v: &mut Value, donor: &Value, rng: &mut Rng) {
     }
 }
 
-fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let seconds: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60);
-    let seed: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0x9e3779b97f4a7c15);
+/// Outcomes of a fuzzing run.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub runs: u64,
+    pub compiled: u64,
+    pub format_errors: u64,
+    pub user_errors: u64,
+    /// Inputs that made the compiler fail internally (a panic caught by the driver).
+    pub internal: Vec<(String, String)>,
+}
+
+/// Mutate the fixture programs for `limit` (or `max_runs` executions) from `seed`.
+pub fn fuzz(limit: Duration, max_runs: u64, seed: u64) -> Outcome {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
     let mut programs: Vec<Value> = std::fs::read_dir(&dir)
         .unwrap()
@@ -108,13 +117,11 @@ fn main() {
         .map(|p| serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
         .collect();
     programs.sort_by_key(|p| p["name"].to_string());
-    std::panic::set_hook(Box::new(|_| {}));
-    let crash_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/fuzz-crashes");
     let mut rng = Rng(seed | 1);
     let opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
-    let (mut runs, mut ok, mut format, mut user, mut internal) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut out = Outcome::default();
     let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(seconds) {
+    while start.elapsed() < limit && out.runs < max_runs {
         let base = &programs[rng.below(programs.len())];
         let donor = &programs[rng.below(programs.len())];
         let mut p = base.clone();
@@ -129,25 +136,42 @@ fn main() {
             bytes[i] = b"{}[],:\"0a-"[rng.below(10)];
             text = String::from_utf8_lossy(&bytes).into_owned();
         }
-        runs += 1;
+        out.runs += 1;
         match compile(&text, &opts) {
-            Ok(_) => ok += 1,
-            Err(CompileError::Format(_)) => format += 1,
-            Err(CompileError::User(_)) => user += 1,
-            Err(CompileError::Internal { message, .. }) => {
-                internal += 1;
-                let _ = std::fs::create_dir_all(&crash_dir);
-                let path = crash_dir.join(format!("crash-{runs}.json"));
-                let _ = std::fs::write(&path, &text);
-                eprintln!("internal error ({}): {message}", path.display());
-            }
+            Ok(_) => out.compiled += 1,
+            Err(CompileError::Format(_)) => out.format_errors += 1,
+            Err(CompileError::User(_)) => out.user_errors += 1,
+            Err(CompileError::Internal { message, .. }) => out.internal.push((message, text)),
         }
     }
+    out
+}
+
+#[allow(dead_code)] // the smoke test includes this file and calls `fuzz` only
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let seconds: u64 = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(60);
+    let seed: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(0x9e3779b97f4a7c15);
+    std::panic::set_hook(Box::new(|_| {}));
+    let start = Instant::now();
+    let out = fuzz(Duration::from_secs(seconds), u64::MAX, seed);
+    let crash_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/fuzz-crashes");
+    for (i, (message, text)) in out.internal.iter().enumerate() {
+        let _ = std::fs::create_dir_all(&crash_dir);
+        let path = crash_dir.join(format!("crash-{seed}-{i}.json"));
+        let _ = std::fs::write(&path, text);
+        eprintln!("internal error ({}): {message}", path.display());
+    }
     println!(
-        "fuzz_driver: {runs} executions in {:.0} s (seed {seed}): {ok} compiled, {format} format errors, {user} user errors, {internal} internal errors",
-        start.elapsed().as_secs_f64()
+        "fuzz_driver: {} executions in {:.0} s (seed {seed}): {} compiled, {} format errors, {} user errors, {} internal errors",
+        out.runs,
+        start.elapsed().as_secs_f64(),
+        out.compiled,
+        out.format_errors,
+        out.user_errors,
+        out.internal.len()
     );
-    if internal > 0 {
+    if !out.internal.is_empty() {
         std::process::exit(1);
     }
 }
