@@ -1,0 +1,545 @@
+//! Pass-by-pass differential checks without a GPU: every fixture program is lowered, and
+//! the IR after each pass is run on the same random inputs — tile-level modules by the
+//! reference interpreter, thread-level ones by `tile_interp::threads` (a warp model of
+//! shuffles, ldmatrix, mma.sync, cp.async groups and barriers) — and must agree with the
+//! reference run of the input program. Mutation tests break a lowered module the way a
+//! buggy pass would and require the check to notice.
+//!
+//! To keep the test fast, only the first and last block along each grid axis run (the
+//! last one is where tiles are ragged):
+//! both levels get the same `if` around their body, so other blocks leave the outputs as
+//! they were.
+
+use std::path::Path;
+use std::time::Instant;
+use tile_interp::{threads, Arg};
+use tile_ir::*;
+use tile_passes::{Ctx, Options, Target};
+use tilers_cc::{compile, CompileOptions};
+
+fn program_text(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.json"));
+    std::fs::read_to_string(p).unwrap()
+}
+
+fn fixture_names() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".json").map(str::to_string))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The module after every pass of the pipeline, in order (`input` first).
+fn stages(text: &str) -> Vec<(String, Module)> {
+    let module = tile_ir::parse::parse_program(text).unwrap();
+    let mut ctx = Ctx::new(Target::from_arch("sm_80").unwrap(), Options::default());
+    let mut out = Vec::new();
+    let mut dump = |pass: &str, m: &Module| out.push((pass.to_string(), m.clone()));
+    tile_passes::run(module, &mut ctx, Some(&mut dump)).unwrap_or_else(|d| panic!("{d:?}"));
+    // the driver accepts the final module too (codegen runs)
+    compile(text, &CompileOptions { arch: "sm_80".into(), ..Default::default() }).unwrap();
+    out
+}
+
+/// Wrap the body in `if` block ∈ {first, last} along every grid axis.
+fn few_blocks(mut m: Module) -> Module {
+    let mut cond = Expr::bool(true);
+    for (i, v) in m.vars.iter().enumerate() {
+        if let VarKind::BlockIdx(axis) = v.kind {
+            let Some(g) = m.kernel.grid.get(axis as usize) else { continue };
+            let b = Expr::var(VarId(i as u32), v.dtype);
+            let g = Expr::cast(g.clone(), v.dtype);
+            let last = Expr::binary(BinOp::Sub, g, Expr::int_of(1, v.dtype));
+            let any = [Expr::int_of(0, v.dtype), last]
+                .into_iter()
+                .map(|x| Expr::binary(BinOp::Eq, b.clone(), x))
+                .reduce(|p, q| Expr::binary(BinOp::Or, p, q))
+                .unwrap();
+            cond = Expr::binary(BinOp::And, cond, any);
+        }
+    }
+    let body = std::mem::take(&mut m.kernel.body);
+    m.kernel.body = vec![Stmt::If { cond, then: body, otherwise: vec![], loc: Loc::UNKNOWN }];
+    m
+}
+
+/// xorshift64*: deterministic test data.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// Random arguments: floats in [-1, 1), integers over their whole range, scalars fixed.
+fn random_args(m: &Module, seed: u64) -> Vec<Arg> {
+    let mut rng = Rng(seed);
+    m.params
+        .iter()
+        .map(|p| match p {
+            Param::Tensor { buffer, .. } => {
+                let b = m.buffer(*buffer);
+                let n = b.num_elements() as usize;
+                let mut bytes = Vec::with_capacity(b.bytes() as usize);
+                for _ in 0..n {
+                    match b.dtype {
+                        DType::F16 => bytes.extend(tile_interp::f32_to_f16_bits(rng.unit()).to_le_bytes()),
+                        DType::BF16 => bytes.extend(tile_interp::f32_to_bf16_bits(rng.unit()).to_le_bytes()),
+                        DType::F32 => bytes.extend(rng.unit().to_le_bytes()),
+                        DType::F64 => bytes.extend((rng.unit() as f64).to_le_bytes()),
+                        DType::Bool => bytes.push((rng.next() & 1) as u8),
+                        dt => bytes.extend(&rng.next().to_le_bytes()[..dt.bytes() as usize]),
+                    }
+                }
+                Arg::Tensor(bytes)
+            }
+            Param::Scalar { var, .. } => {
+                if m.var(*var).dtype.is_float() {
+                    Arg::Float(0.75)
+                } else {
+                    Arg::Int(37)
+                }
+            }
+        })
+        .collect()
+}
+
+fn value(bytes: &[u8], dt: DType) -> f64 {
+    match dt {
+        DType::F16 => tile_interp::f16_bits_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])) as f64,
+        DType::BF16 => tile_interp::bf16_bits_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])) as f64,
+        DType::F32 => f32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
+        DType::F64 => f64::from_le_bytes(bytes[..8].try_into().unwrap()),
+        DType::Bool | DType::U8 => bytes[0] as f64,
+        DType::I8 => bytes[0] as i8 as f64,
+        DType::I16 => i16::from_le_bytes([bytes[0], bytes[1]]) as f64,
+        DType::I32 => i32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
+        DType::U32 => u32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
+        DType::I64 => i64::from_le_bytes(bytes[..8].try_into().unwrap()) as f64,
+    }
+}
+
+/// Compare the tensors of two runs: bit-exact for integers; for floats within a relative
+/// tolerance of the dtype (reductions and mma sum in another order than the reference).
+fn compare(m: &Module, want: &[Arg], got: &[Arg]) -> Result<(), String> {
+    for (p, (w, g)) in m.params.iter().zip(want.iter().zip(got)) {
+        let (Param::Tensor { name, buffer }, Arg::Tensor(w), Arg::Tensor(g)) = (p, w, g) else { continue };
+        if w == g {
+            continue;
+        }
+        let b = m.buffer(*buffer);
+        let eb = b.dtype.bytes() as usize;
+        let rtol = match b.dtype {
+            DType::F16 => 1e-2,
+            DType::BF16 => 3e-2,
+            DType::F32 => 1e-4,
+            DType::F64 => 1e-9,
+            _ => 0.0,
+        };
+        let scale = if rtol > 0.0 {
+            w.chunks(eb).map(|c| value(c, b.dtype).abs()).filter(|x| x.is_finite()).fold(0.0, f64::max)
+        } else {
+            0.0
+        };
+        let mut bad = Vec::new();
+        for (k, (x, y)) in w.chunks(eb).zip(g.chunks(eb)).enumerate() {
+            if x == y {
+                continue;
+            }
+            let (x, y) = (value(x, b.dtype), value(y, b.dtype));
+            let close =
+                rtol > 0.0 && ((x - y).abs() <= rtol * (x.abs() + 0.1 * scale) || (x.is_nan() && y.is_nan()));
+            if !close {
+                bad.push((k, x, y));
+            }
+        }
+        if let Some(&(k, x, y)) = bad.first() {
+            let strides = b.strides();
+            let idx: Vec<i64> = strides.iter().zip(&b.shape).map(|(s, n)| (k as i64 / s) % n).collect();
+            return Err(format!(
+                "{} of {} elements of '{name}' differ; first at {idx:?}: want {x}, got {y}",
+                bad.len(),
+                w.len() / eb
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Give shared buffers consecutive offsets when no pass has planned them yet.
+fn place_shared(mut m: Module) -> Module {
+    let mut next = 0u64;
+    for b in &mut m.buffers {
+        if b.scope == Scope::Shared && b.shared_offset.is_none() {
+            b.shared_offset = Some(next);
+            next += (b.bytes() as u64).div_ceil(128) * 128;
+        }
+    }
+    m
+}
+
+/// Run one module of either level on a copy of `args`.
+fn execute(m: &Module, args: &[Arg]) -> Result<Vec<Arg>, String> {
+    let mut args = args.to_vec();
+    let m = few_blocks(m.clone());
+    match m.level {
+        Level::Tile => tile_interp::run(&m, &mut args),
+        Level::Thread => threads::run(&place_shared(m), &mut args),
+    }
+    .map_err(|d| d.message)?;
+    Ok(args)
+}
+
+/// The reference result of a program: the tile-level interpreter on the input after
+/// `verify` and `simplify`.
+struct Reference {
+    module: Module,
+    args: Vec<Arg>,
+    result: Vec<Arg>,
+}
+
+fn reference(stages: &[(String, Module)], seed: u64) -> Reference {
+    let (_, module) = stages.iter().find(|(p, _)| p == "simplify").expect("a simplify stage");
+    let args = random_args(module, seed);
+    let result = execute(module, &args).unwrap_or_else(|e| panic!("reference run: {e}"));
+    Reference { module: module.clone(), args, result }
+}
+
+/// Check a lowered (or any) module against the reference.
+fn check(r: &Reference, m: &Module) -> Result<(), String> {
+    let got = execute(m, &r.args)?;
+    compare(&r.module, &r.result, &got)
+}
+
+fn final_module(stages: &[(String, Module)]) -> Module {
+    stages.last().unwrap().1.clone()
+}
+
+#[test]
+fn every_pass_agrees_with_the_reference_on_every_fixture() {
+    let mut failures = Vec::new();
+    let start = Instant::now();
+    for name in fixture_names() {
+        let t = Instant::now();
+        let stages = stages(&program_text(&name));
+        let r = reference(&stages, 1);
+        let mut ran = Vec::new();
+        for (pass, m) in stages.iter().skip(1) {
+            let t = Instant::now();
+            match check(&r, m) {
+                Ok(()) => ran.push(format!("{pass} {:.0?}", t.elapsed())),
+                // tile-level modules past `simplify` may hold constructs only the lowering reads
+                Err(e) if m.level == Level::Tile && pass != "verify" && pass != "simplify" => {
+                    ran.push(format!("{pass} not run ({e})"))
+                }
+                Err(e) => failures.push(format!("{name} after {pass}: {e}")),
+            }
+        }
+        eprintln!("{name}: {} ({:.2?})", ran.join(", "), t.elapsed());
+        assert!(
+            ran.iter().any(|p| p.starts_with("lower_tile_ops"))
+                || failures.iter().any(|f| f.starts_with(&name))
+        );
+    }
+    eprintln!("all fixtures: {:.2?}", start.elapsed());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn swizzle_shift_matches_codegen() {
+    for name in fixture_names() {
+        let m = final_module(&stages(&program_text(&name)));
+        for b in m.buffers.iter().filter(|b| b.scope == Scope::Shared) {
+            assert_eq!(threads::swizzle_shift(b), tile_codegen_shift(b), "{name}: {}", b.name);
+        }
+    }
+}
+
+fn tile_codegen_shift(b: &Buffer) -> u32 {
+    tile_codegen::swizzle_shift(b)
+}
+
+// ------------------------------------------------------------------ mutations
+
+/// Rebuild `stmts`, letting `f` replace the `n`-th statement (pre-order) that `pick`
+/// selects; returns whether one was replaced.
+fn mutate_nth(
+    stmts: &mut Vec<Stmt>,
+    pick: &dyn Fn(&Stmt) -> bool,
+    n: &mut usize,
+    f: &mut dyn FnMut(Stmt) -> Vec<Stmt>,
+) -> bool {
+    let mut i = 0;
+    while i < stmts.len() {
+        if pick(&stmts[i]) {
+            if *n == 0 {
+                let s = stmts.remove(i);
+                for (k, r) in f(s).into_iter().enumerate() {
+                    stmts.insert(i + k, r);
+                }
+                return true;
+            }
+            *n -= 1;
+        }
+        let done = match &mut stmts[i] {
+            Stmt::For { body, .. } | Stmt::Async { body } | Stmt::Parallel { body, .. } => {
+                mutate_nth(body, pick, n, f)
+            }
+            Stmt::If { then, otherwise, .. } => {
+                mutate_nth(then, pick, n, f) || mutate_nth(otherwise, pick, n, f)
+            }
+            _ => false,
+        };
+        if done {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// The final module of `name` with the `n`-th statement `pick` selects replaced by `f`.
+fn mutated(
+    name: &str,
+    pick: &dyn Fn(&Stmt) -> bool,
+    n: usize,
+    f: &mut dyn FnMut(Stmt) -> Vec<Stmt>,
+) -> (Reference, Module) {
+    let stages = stages(&program_text(name));
+    let r = reference(&stages, 2);
+    let mut m = final_module(&stages);
+    check(&r, &m).unwrap_or_else(|e| panic!("{name} before the mutation: {e}"));
+    let mut n = n;
+    assert!(mutate_nth(&mut m.kernel.body, pick, &mut n, f), "{name}: nothing to mutate");
+    (r, m)
+}
+
+fn caught(r: &Reference, m: &Module, expect: &str) {
+    match check(r, m) {
+        Ok(()) => panic!("the mutation went unnoticed"),
+        Err(e) => {
+            eprintln!("caught: {e}");
+            assert!(e.contains(expect), "expected a report containing '{expect}', got: {e}");
+        }
+    }
+}
+
+fn is_sync(s: &Stmt) -> bool {
+    matches!(s, Stmt::Sync)
+}
+
+#[test]
+fn mutation_missing_barrier_in_cross_warp_reduction() {
+    // row_sum: the barrier between writing the per-warp partial sums and reading them
+    let (r, m) = mutated("row_sum", &is_sync, 1, &mut |_| vec![]);
+    caught(&r, &m, "race");
+}
+
+#[test]
+fn mutation_missing_barrier_after_async_wait() {
+    let (r, m) = mutated("matmul_nn_f16", &is_sync, 0, &mut |_| vec![]);
+    caught(&r, &m, "race");
+}
+
+#[test]
+fn mutation_missing_async_wait() {
+    let (r, m) =
+        mutated("matmul_nn_f16", &|s| matches!(s, Stmt::AsyncWait { pending: 1 }), 0, &mut |_| vec![]);
+    caught(&r, &m, "in flight");
+}
+
+#[test]
+fn mutation_async_wait_too_lax() {
+    let (r, m) = mutated("matmul_nn_f16", &|s| matches!(s, Stmt::AsyncWait { pending: 1 }), 0, &mut |_| {
+        vec![Stmt::AsyncWait { pending: 2 }]
+    });
+    caught(&r, &m, "in flight");
+}
+
+#[test]
+fn mutation_barrier_under_a_thread_condition_deadlocks() {
+    let stages = stages(&program_text("row_sum"));
+    let r = reference(&stages, 6);
+    let mut m = final_module(&stages);
+    let tid = m.thread_idx();
+    let mut n = 0;
+    mutate_nth(&mut m.kernel.body, &is_sync, &mut n, &mut |s| {
+        let cond = Expr::binary(BinOp::Lt, Expr::var(tid, DType::I32), Expr::int(64));
+        vec![Stmt::If { cond, then: vec![s], otherwise: vec![], loc: Loc::UNKNOWN }]
+    });
+    caught(&r, &m, "deadlock");
+}
+
+#[test]
+fn mutation_ldmatrix_row_off_by_one() {
+    let (r, m) =
+        mutated("matmul_nn_f16", &|s| matches!(s, Stmt::Ldmatrix { trans: false, .. }), 0, &mut |s| {
+            let Stmt::Ldmatrix { dst, dst_offset, count, trans, src, mut src_idx } = s else {
+                unreachable!()
+            };
+            let row = src_idx.len() - 2;
+            src_idx[row] = Expr::binary(BinOp::Add, src_idx[row].clone(), Expr::int(1));
+            vec![Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx }]
+        });
+    // either a mismatch or an index out of range: both are reports
+    assert!(check(&r, &m).is_err(), "the mutation went unnoticed");
+}
+
+#[test]
+fn mutation_mma_accumulator_offset() {
+    let (r, m) = mutated("matmul_nn_f16", &|s| matches!(s, Stmt::Mma { .. }), 0, &mut |s| {
+        let Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } = s else { unreachable!() };
+        // the neighbouring n8 tile's registers: wrong columns accumulate
+        let c_offset = Expr::binary(BinOp::BitXor, c_offset, Expr::int(4));
+        vec![Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset }]
+    });
+    caught(&r, &m, "differ");
+}
+
+#[test]
+fn mutation_int8_mma_b_operand_offset() {
+    let (r, m) = mutated("matmul_nn_int8", &|s| matches!(s, Stmt::Mma { .. }), 0, &mut |s| {
+        let Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } = s else { unreachable!() };
+        let b_offset = Expr::binary(BinOp::BitXor, b_offset, Expr::int(8));
+        vec![Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset }]
+    });
+    // wrong registers (a mismatch) or registers past the array (an error)
+    caught(&r, &m, "");
+}
+
+/// `select(in_bounds, load, pad)` on a global tensor with the guard dropped.
+fn unguard(e: Expr, m: &Module) -> Expr {
+    e.map(&mut |e| match e {
+        Expr::Select { a, .. } if matches!(&*a, Expr::Load { buf, .. } if m.buffer(*buf).scope == Scope::Global) => *a,
+        other => other,
+    })
+}
+
+#[test]
+fn mutation_bounds_guard_dropped_from_a_global_load() {
+    let stages = stages(&program_text("row_sum"));
+    let r = reference(&stages, 3);
+    let mut m = final_module(&stages);
+    let copy = m.clone();
+    m.kernel.body =
+        m.kernel.body.into_iter().map(|s| map_stmt_exprs(s, &mut |e| unguard(e, &copy))).collect();
+    assert_ne!(m, copy, "no guarded load found");
+    caught(&r, &m, "out of the bounds");
+}
+
+#[test]
+fn mutation_cp_async_without_zero_fill() {
+    // K = 1000 leaves the last 32-wide K tile ragged: whole 16-byte copies there read the
+    // next row's elements (or clamped addresses) instead of zeros
+    let stages = stages(&program_text("matmul_nn_f16"));
+    let r = reference(&stages, 7);
+    let mut m = final_module(&stages);
+    let guarded = |s: &Stmt| matches!(s, Stmt::AsyncCopy { src_bytes, .. } if src_bytes.as_int() != Some(16));
+    let mut count = 0;
+    while mutate_nth(&mut m.kernel.body, &guarded, &mut 0, &mut |s| {
+        let Stmt::AsyncCopy { dst, dst_idx, src, src_idx, .. } = s else { unreachable!() };
+        vec![Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes: Expr::int(16) }]
+    }) {
+        count += 1;
+    }
+    assert!(count > 0);
+    caught(&r, &m, "");
+}
+
+#[test]
+fn mutation_shuffle_mask() {
+    let stages = stages(&program_text("row_sum"));
+    let r = reference(&stages, 4);
+    let mut m = final_module(&stages);
+    let mut changed = false;
+    m.kernel.body = m
+        .kernel
+        .body
+        .into_iter()
+        .map(|s| {
+            map_stmt_exprs(s, &mut |e| match e {
+                Expr::ShflXor { a, mask: 16, dtype } if !changed => {
+                    changed = true;
+                    Expr::ShflXor { a, mask: 8, dtype }
+                }
+                other => other,
+            })
+        })
+        .collect();
+    assert!(changed);
+    caught(&r, &m, "differ");
+}
+
+#[test]
+fn mutation_swizzle_dropped_on_one_side() {
+    // the tile is written swizzled by cp.async and read by ldmatrix; reading it through an
+    // unswizzled alias at the same offset reads the wrong chunks
+    let stages = stages(&program_text("matmul_nn_f16"));
+    let r = reference(&stages, 5);
+    let mut m = final_module(&stages);
+    let Some(Stmt::Ldmatrix { src, .. }) = find(&m.kernel.body, &|s| matches!(s, Stmt::Ldmatrix { .. }))
+    else {
+        panic!("no ldmatrix")
+    };
+    let mut alias = m.buffer(src).clone();
+    alias.swizzle = false;
+    alias.name.push_str("_plain");
+    let alias = m.add_buffer(alias);
+    let mut n = 0;
+    mutate_nth(&mut m.kernel.body, &|s| matches!(s, Stmt::Ldmatrix { .. }), &mut n, &mut |s| {
+        let Stmt::Ldmatrix { dst, dst_offset, count, trans, src_idx, .. } = s else { unreachable!() };
+        vec![Stmt::Ldmatrix { dst, dst_offset, count, trans, src: alias, src_idx }]
+    });
+    caught(&r, &m, "differ");
+}
+
+fn find(stmts: &[Stmt], pick: &dyn Fn(&Stmt) -> bool) -> Option<Stmt> {
+    let mut found = None;
+    walk_stmts(stmts, &mut |s| {
+        if found.is_none() && pick(s) {
+            found = Some(s.clone());
+        }
+    });
+    found
+}
+
+// ------------------------------------------------------------------ bank conflicts
+
+#[test]
+fn swizzled_gemm_tiles_are_read_and_written_without_bank_conflicts() {
+    let stages = stages(&program_text("matmul_nn_f16"));
+    let m = final_module(&stages);
+    let mut args = random_args(&m, 8);
+    let opts = threads::Options { blocks: Some(vec![[0, 0, 0]]) };
+    let report = threads::run_with(&m, &mut args, &opts).unwrap();
+    for b in &report.bank_conflicts {
+        eprintln!("{}: {} requests, {} wavefronts (ideal {})", b.what, b.requests, b.wavefronts, b.ideal);
+        if b.what.starts_with("ldmatrix") || b.what.starts_with("cp.async") {
+            assert_eq!(b.wavefronts, b.ideal, "{}", b.what);
+        }
+    }
+    assert!(report.bank_conflicts.iter().any(|b| b.what.starts_with("ldmatrix")));
+
+    // the same tiles unswizzled: ldmatrix's eight rows of one column share banks
+    let mut plain = m.clone();
+    for b in &mut plain.buffers {
+        b.swizzle = false;
+    }
+    let mut args = random_args(&plain, 8);
+    let report = threads::run_with(&plain, &mut args, &opts).unwrap();
+    let ld = report.bank_conflicts.iter().find(|b| b.what.starts_with("ldmatrix")).unwrap();
+    eprintln!("unswizzled {}: {} wavefronts (ideal {})", ld.what, ld.wavefronts, ld.ideal);
+    assert!(ld.wavefronts > ld.ideal);
+}
