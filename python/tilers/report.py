@@ -1,0 +1,198 @@
+"""What the compiler made of a kernel, as text: kernel.report(), kernel.layouts() and kernel.ir()."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+
+# "kernels.py:268: T.copy A -> A_shared: cp.async 16 bytes" — a report line about a user line
+_LOCATED = re.compile(r"^(?P<where>[^\s:]+:\d+): (?P<what>.*)$")
+
+
+def layout_data(program_json: str, arch: str) -> dict:
+    """The lowered kernel's on-chip buffers and their layouts (``_tilers.layouts``)."""
+    from . import _tilers
+
+    return json.loads(_tilers.layouts(program_json, json.dumps({"arch": arch})))
+
+
+def ir_dumps(program_json: str, arch: str) -> dict[str, str]:
+    """The text IR after each pass, by name: "input", "verify", ...; a pass that runs again
+    is named "simplify#2" the second time."""
+    from . import _tilers
+
+    dumps: dict[str, str] = {}
+    for name, text in _tilers.dump_ir(program_json, json.dumps({"arch": arch})):
+        key, count = name, 1
+        while key in dumps:
+            count += 1
+            key = f"{name}#{count}"
+        dumps[key] = text
+    return dumps
+
+
+def select_ir(dumps: dict[str, str], which: str) -> str:
+    """The dump ``which`` names: "after:<pass>" or "<pass>"; a ValueError lists the names."""
+    name = which.removeprefix("after:")
+    if name not in dumps:
+        raise ValueError(
+            f"no pass named {name!r}; kernel.ir('after:<pass>') takes one of: " + ", ".join(dumps)
+        )
+    return dumps[name]
+
+
+def format_report(info: dict, layouts: dict | None, resources: dict | None) -> str:
+    """A readable multi-line report from KernelInfo's "report" lines.
+
+    Sections: the launch; per user line, what each tile op became (instructions, vector
+    widths, cp.async or why not, pipeline stages, swizzles); shared memory, buffer by
+    buffer; fragment layouts; and registers when the cubin is at hand.
+    """
+    block = info.get("block", [0, 1, 1])
+    shared_bytes = info.get("shared_bytes", 0)
+    lines = [
+        f"kernel {info['name']} for {info['arch']}: {block[0]} threads per block, "
+        f"{shared_bytes} bytes of shared memory"
+    ]
+    located, layout_lines, other = [], [], []
+    for text in info.get("report", []):
+        match = _LOCATED.match(text)
+        if text.startswith("layout of "):
+            layout_lines.append(text.removeprefix("layout of "))
+        elif match:
+            located.append((match["where"], match["what"]))
+        elif not text.startswith("shared memory:"):
+            other.append(text)
+
+    if located or other:
+        lines.append("")
+        lines.append("tile operations:")
+        width = max((len(where) for where, _ in located), default=0)
+        # a pipelined copy is lowered once per stage of the prologue and once in the loop
+        counts: dict[tuple[str, str], int] = {}
+        for entry in located:
+            counts[entry] = counts.get(entry, 0) + 1
+        for (where, what), count in counts.items():
+            times = f" (x{count})" if count > 1 else ""
+            lines.append(f"  {where.ljust(width)}  {what}{times}")
+        lines.extend(f"  {text}" for text in other)
+
+    if layouts is not None:
+        shared = [b for b in layouts["buffers"] if b["scope"] == "shared"]
+        if shared:
+            lines.append("")
+            lines.append(f"shared memory ({shared_bytes} bytes):")
+            for b in shared:
+                swizzle = ", swizzled" if b["swizzle"] else ""
+                where = f"  ({b['source']})" if b.get("source") else ""
+                lines.append(
+                    f"  {b['name']}: {b['dtype']}{b['shape']}, {b['bytes']} bytes at offset "
+                    f"{b['offset']}{swizzle}{where}"
+                )
+    if layout_lines:
+        lines.append("")
+        lines.append("fragment layouts:")
+        lines.extend(f"  {text}" for text in layout_lines)
+
+    if resources is not None:
+        lines.append("")
+        frame = resources["stack_frame_bytes"]
+        spills = (
+            "no local memory (no spills)"
+            if frame == 0
+            else f"{frame} bytes of stack per thread (register spills or local arrays)"
+        )
+        lines.append(f"registers: {resources['registers']} per thread; {spills}")
+    return "\n".join(lines)
+
+
+def format_layouts(layouts: dict) -> str:
+    """One paragraph per on-chip buffer: who holds which element, or where it lies."""
+    lines = []
+    for b in layouts["buffers"]:
+        where = f" ({b['source']})" if b.get("source") else ""
+        head = f"{b['scope']} {b['name']}: {b['dtype']}{b['shape']}{where}"
+        if b["scope"] == "fragment":
+            layout = b["layout"]
+            lines.append(head)
+            lines.append(f"  {layout['text']}")
+            for d, digits in enumerate(layout["dims"]):
+                lines.append(f"  index {d} = " + (" + ".join(_digit_terms(digits)) or "0"))
+        else:
+            lines.append(head)
+            text = f"  {b['bytes']} bytes at offset {b['offset']}"
+            if b["swizzle"]:
+                text += (
+                    "; swizzled: 16-byte chunk c of row r stored at c ^ (r % 8) "
+                    "(128-byte lines for shorter rows)"
+                )
+            lines.append(text)
+    return "\n".join(lines)
+
+
+def _digit_terms(digits: list) -> list[str]:
+    """The terms of a dimension's index, fastest digit first: ``tid/4 % 8``, ``8*(reg/2 % 2)``
+    (``tid`` is the thread, ``reg`` the register slot of the element)."""
+    terms = []
+    for g in digits:
+        source, stride = ("tid", g["thread"]) if "thread" in g else ("reg", g["slot"])
+        value = f"{source} % {g['size']}" if stride == 1 else f"{source}/{stride} % {g['size']}"
+        terms.append(value if g["step"] == 1 else f"{g['step']}*({value})")
+    return terms
+
+
+# ----------------------------------------------------------------------------------------
+# registers from the cubin: the ELF's .nv.info section, no GPU needed
+
+_EIATTR_FRAME_SIZE = 0x11
+_EIATTR_REGCOUNT = 0x2F
+_EIFMT_SVAL = 4
+
+
+def cubin_resources(cubin: bytes) -> dict | None:
+    """{"registers", "stack_frame_bytes"} of the (single) kernel of a cubin, or None when
+    the cubin does not carry them where expected."""
+    try:
+        sections = _elf_sections(cubin)
+        info = sections.get(".nv.info")
+        if info is None:
+            return None
+        values = {}
+        offset, end = info
+        while offset + 4 <= end:
+            fmt, attr = cubin[offset], cubin[offset + 1]
+            if fmt != _EIFMT_SVAL:
+                break
+            (size,) = struct.unpack_from("<H", cubin, offset + 2)
+            if attr in (_EIATTR_REGCOUNT, _EIATTR_FRAME_SIZE) and size == 8:
+                _, value = struct.unpack_from("<II", cubin, offset + 4)
+                values.setdefault(attr, value)
+            offset += 4 + size
+        if _EIATTR_REGCOUNT not in values:
+            return None
+        return {
+            "registers": values[_EIATTR_REGCOUNT],
+            "stack_frame_bytes": values.get(_EIATTR_FRAME_SIZE, 0),
+        }
+    except (struct.error, IndexError, ValueError):
+        return None
+
+
+def _elf_sections(data: bytes) -> dict[str, tuple[int, int]]:
+    """Section name -> (start, end) offsets of a little-endian ELF64 file."""
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("not an ELF64 file")
+    (section_offset,) = struct.unpack_from("<Q", data, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
+    headers = [
+        struct.unpack_from("<IIQQQQIIQQ", data, section_offset + k * entry_size)
+        for k in range(count)
+    ]
+    names_start = headers[names_index][4]
+    sections = {}
+    for header in headers:
+        start = names_start + header[0]
+        name = data[start : data.index(b"\0", start)].decode()
+        sections[name] = (header[4], header[4] + header[5])
+    return sections
