@@ -15,6 +15,12 @@ def compile(program: str, options: str) -> tuple[str, str]:
 def dump_ir(program: str, options: str) -> list[tuple[str, str]]:
     """The text IR after every pass: [("input", ...), ("verify", ...), ...]."""
 
+def layouts(program: str, options: str) -> str:
+    """JSON {"threads", "buffers": [...]}: each fragment of the lowered kernel with its layout
+    ({"extents", "dims": [[{"size", "step", "thread" | "slot"}, ...]], "replicated",
+    "active_threads", "slots", "text"}) and each shared buffer with its "offset", "bytes"
+    and "swizzle"."""
+
 def pass_names() -> list[str]:
     """The lowering pipeline, in order."""
 

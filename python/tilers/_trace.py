@@ -153,6 +153,19 @@ def line_text(loc: Loc) -> str:
     return linecache.getline(loc.file, loc.line)
 
 
+def add_call_site(error: Exception, help: str) -> Exception:
+    """Note under ``error``'s message the user's line being executed, with a caret and help.
+
+    For errors whose message stays as it is (a TypeError of a call): Python shows notes
+    after the message (3.11+; older versions keep the bare message).
+    """
+    loc = capture()
+    if loc.line and hasattr(error, "add_note"):
+        text = diagnostic_error(loc.file, loc.line, loc.column, "", line_text(loc), help)
+        error.add_note(str(text).replace(": error: ", ": in this call", 1))
+    return error
+
+
 # ----------------------------------------------------------------------------------------
 # expressions
 
@@ -332,7 +345,10 @@ def invert(value) -> Expr:
     if x.dtype == "bool":
         return node("not", "bool", a=x.node())
     if is_float(x.dtype):
-        raise user_error(f"`~` needs an integer or bool operand, got {x.dtype}")
+        raise user_error(
+            f"`~` needs an integer or bool operand, got {x.dtype}",
+            help="use -x to negate a float",
+        )
     all_ones = (1 << _INT_BITS[x.dtype]) - 1 if x.dtype.startswith("u") else -1
     return node("bitxor", x.dtype, a=x.node(), b=const(all_ones, x.dtype).node())
 
@@ -482,7 +498,7 @@ class Expr:
         )
 
     def __len__(self):
-        raise user_error("a traced value has no len()")
+        raise user_error("a traced value has no len()", help="use the buffer's shape: A.shape[0]")
 
     def __iter__(self):
         raise user_error(
@@ -544,6 +560,13 @@ class Buffer:
     def __repr__(self):
         return f"<buffer {self.name}: {self.scope} {self.dtype}{list(self.shape)}>"
 
+    def _used_as_value(self, *other):
+        literal(self)  # raises: a whole buffer is not a value
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _used_as_value
+    __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _used_as_value
+    __mod__ = __rmod__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = _used_as_value
+
 
 class Load(Expr):
     """``buf[...]``: an element read when used as a value, a region when given to T.copy."""
@@ -601,7 +624,11 @@ def element_indices(buffer: Buffer, indices: tuple, loc: Loc) -> list:
 def index_node(value, extent: int | None, loc: Loc) -> dict:
     """An int32/int64 index node; a negative Python int counts from the end as in Python."""
     if value is Ellipsis or value is None:
-        raise user_error("`...` and `None` are not supported in buffer subscripts", loc=loc)
+        raise user_error(
+            "`...` and `None` are not supported in buffer subscripts",
+            loc=loc,
+            help="index or slice every dimension, e.g. A[i, 0:64]",
+        )
     if isinstance(value, int) and not isinstance(value, bool) and value < 0 and extent:
         value += extent
     expr = literal(value)
@@ -630,6 +657,7 @@ def region(operand, other, loc: Loc) -> dict:
         raise user_error(
             f"expected a buffer or a subscript such as A[i, 0:64], got {type(operand).__name__}",
             loc=loc,
+            help="pass a buffer or a region of one to T.copy and T.fill",
         )
     buffer = operand.buffer
     if len(operand.indices) > len(buffer.shape):
@@ -637,6 +665,7 @@ def region(operand, other, loc: Loc) -> dict:
             f"'{buffer.name}' has {len(buffer.shape)} dimensions but "
             f"{len(operand.indices)} indices were given",
             loc=operand.loc,
+            help=f"give at most one index or slice per dimension of '{buffer.name}'",
         )
     other_is_point = isinstance(other, Load) and not other.has_slices()
     origin = not operand.has_slices() and other is not None and not other_is_point
@@ -645,7 +674,11 @@ def region(operand, other, loc: Loc) -> dict:
         extent = buffer.shape[d]
         if isinstance(i, slice):
             if i.step is not None:
-                raise user_error("slices with a step are not supported", loc=operand.loc)
+                raise user_error(
+                    "slices with a step are not supported",
+                    loc=operand.loc,
+                    help="copy a contiguous region and pick elements in a T.Parallel loop",
+                )
             start = 0 if i.start is None else i.start
             stop = extent if i.stop is None else i.stop
             dims.append(
@@ -681,12 +714,12 @@ class PrimFunc:
         self.__qualname__ = getattr(func, "__qualname__", func.__name__)
         self.__doc__ = func.__doc__
         self.__wrapped__ = func
-        self.compiled = {}  # tilers.compile's memo, keyed by (params, out_idx, target)
+        self.compiled = {}  # tilers.compile's memo, keyed by (params, out_idx, target, lineinfo)
 
     def __call__(self, *args, **kwargs):
-        raise TileError(
-            f"prim_func '{self.__name__}' is compiled, not called; "
-            f"use kernel = tilers.compile({self.__name__}, ...) and call kernel"
+        raise user_error(
+            f"prim_func '{self.__name__}' is compiled, not called",
+            help=f"use kernel = tilers.compile({self.__name__}, ...) and call kernel",
         )
 
     def __repr__(self):
@@ -803,7 +836,11 @@ def current_builder() -> Builder:
 
 def require_kernel(builder: Builder, what: str, loc: Loc):
     if not builder.blocks:
-        raise user_error(f"{what} must be used inside `with T.Kernel(...)`", loc=loc)
+        raise user_error(
+            f"{what} must be used inside `with T.Kernel(...)`",
+            loc=loc,
+            help="put it inside the kernel's `with T.Kernel(...) as bx:` block",
+        )
 
 
 _ASSIGNED_NAME = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=(?!=)")
@@ -848,6 +885,7 @@ def trace(prim_func: PrimFunc, params: dict | None = None) -> dict:
             raise user_error(
                 f"prim_func '{prim_func.__name__}' has no `with T.Kernel(...)` block",
                 loc=def_loc(func),
+                help="write the kernel's statements in `with T.Kernel(grid, threads=128) as bx:`",
             )
     finally:
         _state.builder = previous
@@ -887,9 +925,12 @@ def bind(prim_func: PrimFunc, params: dict) -> tuple:
         for name in params:
             if name not in read:
                 shown = sorted((n for n in read if _is_plain_value(n, func)), key=str.lower)
-                raise TileError(
+                error = TileError(
                     f"compile() got parameter '{name}' which {func.__name__} "
                     f"does not use; it reads: {', '.join(shown) or 'nothing'}"
+                )
+                raise add_call_site(
+                    error, "pass only names the function reads (a misspelled name?)"
                 )
 
     namespace = dict(func.__globals__, **params)
@@ -1007,10 +1048,18 @@ def declare_params(builder: Builder, func, annotations: dict) -> list:
     """A buffer per tensor parameter and a variable per scalar one; the proxies to call with."""
     code = func.__code__
     if code.co_flags & (0x04 | 0x08):  # *args, **kwargs
-        raise user_error("a prim_func cannot take *args or **kwargs", loc=def_loc(func))
+        raise user_error(
+            "a prim_func cannot take *args or **kwargs",
+            loc=def_loc(func),
+            help="list every tensor and scalar parameter by name",
+        )
     names = code.co_varnames[: code.co_argcount]
     if code.co_kwonlyargcount:
-        raise user_error("a prim_func cannot have keyword-only parameters", loc=def_loc(func))
+        raise user_error(
+            "a prim_func cannot have keyword-only parameters",
+            loc=def_loc(func),
+            help="make them ordinary parameters (remove the `*`)",
+        )
     args = []
     for name in names:
         loc = param_loc(func, name)

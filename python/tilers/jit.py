@@ -8,11 +8,13 @@ from ._trace import PrimFunc, trace
 from .errors import TileError
 
 
-def compile(prim_func, out_idx=None, target="auto", **params):
+def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
     """Compile a ``@T.prim_func`` into a callable kernel.
 
     ``params`` rebind the free names the function reads (such as ``block_M``) for this
     compilation; ``out_idx`` lists the parameters the kernel allocates and returns.
+    ``lineinfo=True`` attributes the generated code to the kernel's Python lines (``#line``
+    directives and NVRTC's ``-lineinfo``), for compute-sanitizer, Nsight Compute and cuda-gdb.
 
     >>> kernel = tilers.compile(add, out_idx=[2], M=1024, N=1000, block_M=32, block_N=128)
     """
@@ -22,7 +24,7 @@ def compile(prim_func, out_idx=None, target="auto", **params):
 
     out_indices = normalize_out_idx(out_idx, prim_func)
     try:
-        key = (tuple(sorted(params.items())), tuple(out_indices), target)
+        key = (tuple(sorted(params.items())), tuple(out_indices), target, bool(lineinfo))
         hash(key)
     except TypeError:  # an unhashable parameter value: compile without the memo
         key = None
@@ -35,7 +37,7 @@ def compile(prim_func, out_idx=None, target="auto", **params):
     from . import _tilers, kernel, runtime
 
     arch = runtime.resolve_target(target)
-    options_json = json.dumps({"arch": arch, "lineinfo": False, "fast_math": False})
+    options_json = json.dumps({"arch": arch, "lineinfo": bool(lineinfo), "fast_math": False})
     try:
         if target == "interp":
             # the interpreter runs the tile program: verify it, generate no GPU code
@@ -51,6 +53,7 @@ def compile(prim_func, out_idx=None, target="auto", **params):
         info=json.loads(info_json),
         target=target,
         out_idx=out_indices,
+        lineinfo=bool(lineinfo),
     )
     if key is not None:
         prim_func.compiled[key] = result
@@ -104,11 +107,12 @@ class JitFunction:
     >>> kernel = add_kernel(1024, 1024, 32, 128)
     """
 
-    def __init__(self, factory, out_idx=None, target="auto"):
+    def __init__(self, factory, out_idx=None, target="auto", lineinfo=False):
         functools.update_wrapper(self, factory)
         self.factory = factory
         self.out_idx = out_idx
         self.target = target
+        self.lineinfo = lineinfo
         self.kernels = {}
 
     def __call__(self, *args, **kwargs):
@@ -126,7 +130,9 @@ class JitFunction:
             pass
         except TypeError:  # unhashable arguments: compile without the memo
             key = None
-        result = compile(self.prim_func(*args, **kwargs), out_idx=out_idx, target=target)
+        result = compile(
+            self.prim_func(*args, **kwargs), out_idx=out_idx, target=target, lineinfo=self.lineinfo
+        )
         if key is not None:
             self.kernels[key] = result
         return result
@@ -142,13 +148,13 @@ class JitFunction:
         return result
 
 
-def jit(func=None, *, out_idx=None, target="auto"):
+def jit(func=None, *, out_idx=None, target="auto", lineinfo=False):
     """Decorate a factory of prim_funcs: ``@tilers.jit`` or ``@tilers.jit(out_idx=[2])``."""
     if func is None:
-        return lambda f: jit(f, out_idx=out_idx, target=target)
+        return lambda f: jit(f, out_idx=out_idx, target=target, lineinfo=lineinfo)
     if isinstance(func, PrimFunc):
         raise TileError(
             f"@tilers.jit wraps a function that returns a prim_func; "
             f"compile the prim_func '{func.__name__}' with tilers.compile instead"
         )
-    return JitFunction(func, out_idx=out_idx, target=target)
+    return JitFunction(func, out_idx=out_idx, target=target, lineinfo=lineinfo)

@@ -7,6 +7,7 @@ import math
 import numbers
 
 from tilers import cache, host, runtime
+from tilers._trace import add_call_site
 
 # Every dtype of docs/format.md, by the name of its torch dtype (the same names).
 TORCH_DTYPE_NAMES = (
@@ -129,6 +130,9 @@ class JITKernel:
         self.out_idx = self._normalize_out_idx(out_idx)
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
         self._cubin: bytes | None = None
+        # kernel.ir() and kernel.layouts() compile again for their data, once
+        self._ir_dumps: dict[str, str] | None = None
+        self._layouts: dict | None = None
         # Filled on the first call (it imports torch): see _prepare.
         self._checks: list | None = None
         self._loaded: dict[int, runtime.LoadedKernel] = {}
@@ -181,6 +185,70 @@ class JITKernel:
         """Write the serialized tile program; `tilers-cc` compiles the file the same way."""
         with open(path, "w", encoding="utf-8") as file:
             file.write(self.program_json)
+
+    # --- what the compiler made of it (tilers/report.py, tilers/plot.py) -----------------
+
+    def _lowering_arch(self) -> str:
+        # a kernel for the interpreter has no lowering of its own: show the default target's
+        return self.arch if self.source is not None else "sm_90a"
+
+    def report(self) -> str:
+        """What each tile op became: instructions (mma.sync, ldmatrix, cp.async or why not),
+        vector widths, pipeline stages, swizzles, layouts, shared memory per buffer, and
+        registers once the cubin has been built.
+
+        >>> print(kernel.report())
+        """
+        from tilers import report
+
+        if self.source is None:
+            return (
+                f"kernel {self.name} was compiled for the interpreter (target=\"interp\"): "
+                "it has no lowering report"
+            )
+        resources = report.cubin_resources(self._cubin) if self._cubin is not None else None
+        return report.format_report(self.info, self._layout_data(), resources)
+
+    def ir(self, which: str | None = None):
+        """The text IR after a pass: ``kernel.ir("after:lower_tile_ops")``; with no argument,
+        the names of the passes (a pass that runs twice is "simplify#2" the second time)."""
+        from tilers import report
+
+        if self._ir_dumps is None:
+            self._ir_dumps = report.ir_dumps(self.program_json, self._lowering_arch())
+        if which is None:
+            return list(self._ir_dumps)
+        return report.select_ir(self._ir_dumps, which)
+
+    def layouts(self) -> str:
+        """Where each on-chip buffer lives: per fragment, which thread and register hold
+        each element; per shared buffer, its offset and swizzle."""
+        from tilers import report
+
+        return report.format_layouts(self._layout_data())
+
+    def plot_layout(self, buffer: str, path) -> None:
+        """Draw ``buffer``'s layout into an image file (needs matplotlib): for a fragment, the
+        thread:register holding each element; for a shared buffer, each element's bank.
+
+        >>> kernel.plot_layout("acc", "acc.png")
+        """
+        from tilers import plot
+
+        buffers = {b["name"]: b for b in self._layout_data()["buffers"]}
+        if buffer not in buffers:
+            raise ValueError(
+                f"kernel '{self.name}' has no shared or fragment buffer named {buffer!r}; "
+                f"it has: {', '.join(buffers) or 'none'}"
+            )
+        plot.plot_layout(buffers[buffer], path)
+
+    def _layout_data(self) -> dict:
+        if self._layouts is None:
+            from tilers import report
+
+            self._layouts = report.layout_data(self.program_json, self._lowering_arch())
+        return self._layouts
 
     # --- profiling (tilers/profiler.py) ---------------------------------------------------
 
@@ -419,10 +487,11 @@ class JITKernel:
             names = ", ".join(outputs[:-1]) + f" and {outputs[-1]}"
             listing += f"; {names} are outputs allocated by the kernel"
         verb = "was" if given == 1 else "were"
-        return TypeError(
+        error = TypeError(
             f"{self.name}() takes {expected} tensor/scalar {noun} ({listing.lstrip('; ')}) "
             f"but {given} {verb} given"
         )
+        return add_call_site(error, f"call it as {self.name}({', '.join(inputs)})")
 
     def _diagnose_tensor(self, param: _TensorParam, arg) -> None:
         """Raise the error that says what is wrong with a tensor argument.

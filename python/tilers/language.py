@@ -42,6 +42,7 @@ __all__ = [
     "clear",
     "copy",
     "cos",
+    "device_assert",
     "erf",
     "exp",
     "exp2",
@@ -63,6 +64,7 @@ __all__ = [
     "max",
     "min",
     "prim_func",
+    "print",
     "reduce_absmax",
     "reduce_max",
     "reduce_min",
@@ -128,13 +130,19 @@ class Kernel:
         self.loc = capture()
         if not 1 <= len(grid) <= 3:
             raise user_error(
-                f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}", loc=self.loc
+                f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}",
+                loc=self.loc,
+                help="fold extra dimensions into one, e.g. T.Kernel(nx * ny, nz)",
             )
         self.grid = [_grid_node(g, self.loc) for g in grid]
         if threads is None:
             threads = 128
         if not isinstance(threads, int) or isinstance(threads, builtins.bool) or threads <= 0:
-            raise user_error(f"threads must be a positive int, got {threads!r}", loc=self.loc)
+            raise user_error(
+                f"threads must be a positive int, got {threads!r}",
+                loc=self.loc,
+                help="pass a Python int, a multiple of 32 such as threads=128",
+            )
         self.threads = threads
 
     def __enter__(self):
@@ -170,7 +178,11 @@ class Kernel:
 def _grid_node(value, loc) -> dict:
     expr = literal(value)
     if not _trace.is_int(expr.dtype):
-        raise user_error(f"a grid dimension must be an integer, got {expr.dtype}", loc=loc)
+        raise user_error(
+            f"a grid dimension must be an integer, got {expr.dtype}",
+            loc=loc,
+            help="compute the grid with integers, e.g. T.ceildiv(N, block_N)",
+        )
     return cast(expr, "int64" if expr.dtype in ("int64", "uint32") else "int32").node()
 
 
@@ -183,7 +195,10 @@ def _alloc(scope: str, shape, dtype):
         isinstance(d, int) and not isinstance(d, builtins.bool) and d > 0 for d in dims
     ):
         raise user_error(
-            f"a {scope} buffer's shape must be positive Python ints, got {dims!r}", loc=loc
+            f"a {scope} buffer's shape must be positive Python ints, got {dims!r}",
+            loc=loc,
+            help="tile sizes are fixed when the kernel is compiled: pass them to "
+            "tilers.compile (e.g. block_M=64), not as kernel arguments",
         )
     name = _trace.assigned_name(loc) or f"buf{len(builder.buffers)}"
     return builder.new_buffer(name, scope, normalize_dtype(dtype), dims, loc)
@@ -257,7 +272,9 @@ def _reduce(kind: str, src, dst, dim: int, clear: builtins.bool):
     rank = len(src.shape)
     if not isinstance(dim, int) or not -rank <= dim < rank:
         raise user_error(
-            f"dim={dim!r} is out of range for '{src.name}' with {rank} dimensions", loc=loc
+            f"dim={dim!r} is out of range for '{src.name}' with {rank} dimensions",
+            loc=loc,
+            help=f"use a dimension from 0 to {rank - 1} (or -1 for the last)",
         )
     builder.emit(
         {
@@ -320,7 +337,9 @@ def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Sq
             )
     if policy not in (GemmWarpPolicy.Square, GemmWarpPolicy.FullRow, GemmWarpPolicy.FullCol):
         raise user_error(
-            f"policy={policy!r} is not a T.GemmWarpPolicy (Square, FullRow or FullCol)", loc=loc
+            f"policy={policy!r} is not a T.GemmWarpPolicy (Square, FullRow or FullCol)",
+            loc=loc,
+            help="pass policy=T.GemmWarpPolicy.Square, .FullRow or .FullCol",
         )
     builder.emit(
         {
@@ -343,7 +362,11 @@ def atomic_add(dst, value):
     builder = current_builder()
     require_kernel(builder, "T.atomic_add", loc)
     if not isinstance(dst, Load) or dst.has_slices():
-        raise user_error("T.atomic_add needs one element such as C[i, j]", loc=loc)
+        raise user_error(
+            "T.atomic_add needs one element such as C[i, j]",
+            loc=loc,
+            help="add element by element inside a T.Parallel loop: T.atomic_add(C[i, j], v)",
+        )
     idx = _trace.element_indices(dst.buffer, dst.indices, dst.loc)
     dtype = dst.buffer.dtype
     builder.emit(
@@ -367,7 +390,11 @@ def Parallel(*extents):
     builder = current_builder()
     require_kernel(builder, "T.Parallel", loc)
     if not 1 <= len(extents) <= 4:
-        raise user_error(f"T.Parallel takes 1 to 4 extents, got {len(extents)}", loc=loc)
+        raise user_error(
+            f"T.Parallel takes 1 to 4 extents, got {len(extents)}",
+            loc=loc,
+            help="loop over at most four dimensions, e.g. T.Parallel(block_M, block_N)",
+        )
     for extent in extents:
         if not isinstance(extent, int) or isinstance(extent, builtins.bool) or extent <= 0:
             raise user_error(
@@ -429,7 +456,11 @@ def _for_body(builder, var, stmt, loc, what):
 def _loop_bound(value, loc, what) -> dict:
     expr = literal(value)
     if not _trace.is_int(expr.dtype):
-        raise user_error(f"{what} bounds must be integers, got {expr.dtype}", loc=loc)
+        raise user_error(
+            f"{what} bounds must be integers, got {expr.dtype}",
+            loc=loc,
+            help='convert the bound with T.cast(x, "int32")',
+        )
     return expr.node()
 
 
@@ -446,7 +477,10 @@ def unroll(start, stop=None):
 def Pipelined(start, stop=None, num_stages=0):
     """A loop whose copies are software-pipelined: ``for k in T.Pipelined(n, num_stages=3):``."""
     if not isinstance(num_stages, int) or num_stages < 0:
-        raise user_error(f"num_stages must be a non-negative int, got {num_stages!r}")
+        raise user_error(
+            f"num_stages must be a non-negative int, got {num_stages!r}",
+            help="use num_stages=2 or 3 to overlap copies with compute, or 0 for none",
+        )
     return _for_loop("pipelined", start, stop, num_stages, "T.Pipelined")
 
 
@@ -491,7 +525,9 @@ class Else:
         siblings = builder.blocks[-1].body
         if not siblings or siblings[-1]["op"] != "if" or siblings[-1]["else"]:
             raise user_error(
-                "`with T.Else():` must directly follow a `with T.If(...):` block", loc=self.loc
+                "`with T.Else():` must directly follow a `with T.If(...):` block",
+                loc=self.loc,
+                help="place it right after the T.If block it belongs to, at the same indentation",
             )
         self.target = siblings[-1]
         self.body = builder.open_block("T.Else", self.loc)
@@ -603,7 +639,10 @@ def infinity(dtype):
     """Positive infinity of a float dtype: ``pad=-T.infinity("float32")``."""
     dtype = normalize_dtype(dtype)
     if not _trace.is_float(dtype):
-        raise user_error(f"T.infinity needs a float dtype, got {dtype}")
+        raise user_error(
+            f"T.infinity needs a float dtype, got {dtype}",
+            help='use a float dtype such as T.infinity("float32")',
+        )
     return _trace.const(float("inf"), dtype)
 
 
@@ -612,3 +651,75 @@ def ceildiv(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     return (a + b - 1) // b
+
+
+# ----------------------------------------------------------------------------------------
+# debugging
+
+
+def print(value, msg="", block=None):
+    """Print a value or a tile, with the block index: ``T.print(acc, "acc")``, ``T.print(x, "x")``.
+
+    A scalar is printed once per block (once per iteration inside ``T.Parallel``, with the
+    loop indices); a buffer, or a region such as ``A_s[0:4, :]``, is printed whole from
+    outside ``T.Parallel``. ``block=(bx, by)`` prints from that block only. On the GPU this
+    is ``printf``; on the interpreter it writes to stdout:
+    ``[block (0, 1, 0)] x: 3.5``.
+    """
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.print", loc)
+    if not isinstance(msg, str):
+        raise user_error(
+            f"the message of T.print must be a str, got {type(msg).__name__}",
+            loc=loc,
+            help='pass a string literal, e.g. T.print(x, "x")',
+        )
+    if isinstance(value, _trace.Buffer) or (isinstance(value, Load) and value.has_slices()):
+        what = {"tile": region(value, None, loc)}
+    else:
+        what = {"value": literal(value).node()}
+    stmt = {"op": "print", **what, "msg": msg}
+    if block is not None:
+        stmt["block"] = _print_block(block, loc)
+    builder.emit(stmt, loc)
+
+
+def _print_block(block, loc) -> list:
+    coords = list(block) if isinstance(block, (tuple, list)) else [block]
+    ok = 1 <= len(coords) <= 3 and all(
+        isinstance(c, int) and not isinstance(c, builtins.bool) and c >= 0 for c in coords
+    )
+    if not ok:
+        raise user_error(
+            f"block={block!r} must be 1 to 3 non-negative Python ints",
+            loc=loc,
+            help="name one block of the grid, e.g. block=(0, 1); leave it out to print from every block",
+        )
+    return coords
+
+
+def device_assert(cond, msg=""):
+    """Stop the kernel when ``cond`` is false: ``T.device_assert(i < n, "i out of range")``.
+
+    Inside ``T.Parallel`` it is checked for every iteration, outside once per block. On the
+    GPU a failure prints the file, line and message and traps (the launch fails); on the
+    interpreter it raises ``TileError`` naming this line and the block.
+    """
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.device_assert", loc)
+    if not isinstance(msg, str):
+        raise user_error(
+            f"the message of T.device_assert must be a str, got {type(msg).__name__}",
+            loc=loc,
+            help='pass a string literal, e.g. T.device_assert(i < n, "i out of range")',
+        )
+    condition = literal(cond)
+    if condition.dtype != "bool":
+        raise user_error(
+            f"T.device_assert needs a bool condition, got {condition.dtype}",
+            loc=loc,
+            help="use a comparison, e.g. T.device_assert(x >= 0)",
+        )
+    builder.emit({"op": "device_assert", "cond": condition.node(), "msg": msg}, loc)

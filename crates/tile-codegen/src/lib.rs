@@ -5,6 +5,8 @@
 //! inline PTX, vector accesses are `uint4`/`uint2` reinterpretations. Names come from the
 //! user's buffers and loop variables; every tile op is preceded by a comment naming the
 //! user's line (`softmax.py:42`). Output is deterministic: nothing iterates a hash map.
+//! With `lineinfo`, every line of a tile op's code is preceded by `#line N "file.py"`, so
+//! that the debug line table (compute-sanitizer, ncu, cuda-gdb) points at the user's line.
 
 mod names;
 
@@ -23,6 +25,8 @@ pub struct CudaKernel {
 pub struct CodegenOptions {
     pub arch: String,
     pub sm: u32,
+    /// Attribute the code to the user's Python lines with `#line` directives.
+    pub lineinfo: bool,
 }
 
 pub fn emit_cuda(m: &Module, opts: &CodegenOptions, report: &[String]) -> Result<CudaKernel, Diagnostic> {
@@ -36,6 +40,7 @@ pub fn emit_cuda(m: &Module, opts: &CodegenOptions, report: &[String]) -> Result
         names: Namer::new(m),
         out: String::new(),
         depth: 1,
+        at: Loc::UNKNOWN,
     };
     let entry = format!("{}_kernel", e.names.kernel_name(&m.name));
     let source = e.kernel(&entry)?;
@@ -221,10 +226,18 @@ struct Emitter<'a> {
     names: Namer,
     out: String,
     depth: usize,
+    /// The user's statement the code being emitted implements (for `#line`, with lineinfo).
+    at: Loc,
 }
 
 impl<'a> Emitter<'a> {
     fn line(&mut self, s: &str) {
+        if self.opts.lineinfo {
+            // before every line: the line number would otherwise count on from the directive
+            if let Some(file) = self.m.sources.file(self.at) {
+                let _ = writeln!(self.out, "#line {} {}", self.at.line, c_string(&file.file));
+            }
+        }
         for _ in 0..self.depth {
             self.out.push_str("  ");
         }
@@ -367,6 +380,20 @@ impl<'a> Emitter<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt) -> Result<(), Diagnostic> {
+        if let Stmt::SourceLine(loc) = s {
+            self.at = *loc;
+            return Ok(());
+        }
+        let outer = self.at;
+        if s.loc().is_known() {
+            self.at = s.loc();
+        }
+        self.stmt_code(s)?;
+        self.at = outer;
+        Ok(())
+    }
+
+    fn stmt_code(&mut self, s: &Stmt) -> Result<(), Diagnostic> {
         let m = self.m;
         match s {
             Stmt::Store { buf, idx, value, .. } => {
@@ -479,12 +506,24 @@ impl<'a> Emitter<'a> {
             }
             Stmt::Sync => self.line("__syncthreads();"),
             Stmt::Comment(c) => self.line(&format!("// {c}")),
+            Stmt::Printf { format, args } => {
+                let mut call = format!("printf({}", c_string(format));
+                for a in args {
+                    call.push_str(", ");
+                    call.push_str(&self.expr(a)?);
+                }
+                self.line(&format!("{call});"));
+            }
+            Stmt::Trap => self.line("__trap();"),
+            Stmt::SourceLine(_) => {}
             Stmt::Copy { .. }
             | Stmt::Fill { .. }
             | Stmt::Reduce { .. }
             | Stmt::Gemm { .. }
             | Stmt::Async { .. }
-            | Stmt::Parallel { .. } => {
+            | Stmt::Parallel { .. }
+            | Stmt::Print { .. }
+            | Stmt::DeviceAssert { .. } => {
                 return Err(Diagnostic::bug("tile op left after lowering"));
             }
         }
@@ -707,6 +746,24 @@ impl<'a> Emitter<'a> {
             _ => format!("(({}){x})", storage_type(to)),
         }
     }
+}
+
+/// `text` as a C string literal: quotes, backslashes and non-printable or non-ASCII bytes
+/// escaped (octal, so a following digit cannot extend the escape).
+fn c_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for b in text.bytes() {
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\t' => out.push_str("\\t"),
+            b' '..=b'~' => out.push(b as char),
+            other => out.push_str(&format!("\\{other:03o}")),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// log2 of the unit whose index permutes a row's 16-byte chunks: the row, or a 128-byte line

@@ -1,6 +1,8 @@
 //! The evaluator: blocks one after another, tile ops on whole regions, `parallel` loops
 //! one statement at a time over all their iterations (a column of values per expression).
 
+mod debug;
+
 use crate::memory::{Col, Data};
 use crate::num::{self, cast, constant, rounder, OpError, Val};
 use tile_ir::simplify::wrap_int;
@@ -345,6 +347,8 @@ impl<'m> Interp<'m> {
                 self.exec(then, &yes)?;
                 self.exec(otherwise, &no)?;
             }
+            Stmt::Print { what, msg, block, loc } => self.print(what, msg, block.as_deref(), ids, *loc)?,
+            Stmt::DeviceAssert { cond, msg, loc } => self.device_assert(cond, msg, ids, *loc)?,
             Stmt::Sync | Stmt::Comment(_) => {}
             // thread-level statements (`let`, vector copies, warp-level matrix ops) are made
             // by the lowering and never appear in the tile-level programs run here

@@ -42,6 +42,7 @@
 mod exec;
 mod memory;
 mod num;
+pub mod threads;
 
 use memory::Data;
 use num::Val;

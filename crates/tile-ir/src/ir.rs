@@ -534,6 +534,15 @@ impl ReduceKind {
     }
 }
 
+/// What `T.print` shows.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Printed {
+    /// A scalar expression.
+    Value(Expr),
+    /// A tile: a region of a buffer (fragments whole).
+    Tile(Region),
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     Store {
@@ -604,6 +613,22 @@ pub enum Stmt {
         otherwise: Vec<Stmt>,
         loc: Loc,
     },
+    /// `T.print(value, msg)`: once per block outside `parallel` loops (a tile is shown
+    /// whole), once per iteration inside; `block` restricts it to one block (missing
+    /// trailing coordinates are 0).
+    Print {
+        what: Printed,
+        msg: String,
+        block: Option<Vec<i64>>,
+        loc: Loc,
+    },
+    /// `T.device_assert(cond, msg)`: a false `cond` stops the kernel with `msg` and the
+    /// user's line; checked per iteration inside `parallel` loops, once per block outside.
+    DeviceAssert {
+        cond: Expr,
+        msg: String,
+        loc: Loc,
+    },
     /// Thread level: bind a per-thread scalar.
     Let {
         var: VarId,
@@ -664,6 +689,17 @@ pub enum Stmt {
     Sync,
     /// Thread level: a comment for the reader of the generated code.
     Comment(String),
+    /// Thread level: CUDA `printf(format, args...)`. `format` holds the C conversions
+    /// (`%d`, `%lld`, `%u`, `%g`, `%%`) matching the args' dtypes (see [`printf_conversion`]).
+    Printf {
+        format: String,
+        args: Vec<Expr>,
+    },
+    /// Thread level: `__trap()`, stopping the kernel with an error.
+    Trap,
+    /// Thread level: the code that follows implements the user's statement at this
+    /// location (made with `lineinfo`, emitted as a `#line` directive).
+    SourceLine(Loc),
 }
 
 impl Stmt {
@@ -677,7 +713,9 @@ impl Stmt {
             | Stmt::Gemm { loc, .. }
             | Stmt::Parallel { loc, .. }
             | Stmt::For { loc, .. }
-            | Stmt::If { loc, .. } => *loc,
+            | Stmt::If { loc, .. }
+            | Stmt::Print { loc, .. }
+            | Stmt::DeviceAssert { loc, .. } => *loc,
             _ => Loc::UNKNOWN,
         }
     }
@@ -736,6 +774,9 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
             f(extent);
         }
         Stmt::If { cond, .. } => f(cond),
+        Stmt::Print { what: Printed::Value(e), .. } | Stmt::DeviceAssert { cond: e, .. } => f(e),
+        Stmt::Print { what: Printed::Tile(r), .. } => region(r, f),
+        Stmt::Printf { args, .. } => args.iter().for_each(&mut *f),
         Stmt::Let { value, .. } => f(value),
         Stmt::VecCopy { dst_idx, src_idx, .. } => {
             dst_idx.iter().for_each(&mut *f);
@@ -765,7 +806,9 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
         | Stmt::AsyncCommit
         | Stmt::AsyncWait { .. }
         | Stmt::Sync
-        | Stmt::Comment(_) => {}
+        | Stmt::Comment(_)
+        | Stmt::Trap
+        | Stmt::SourceLine(_) => {}
     }
 }
 
@@ -832,6 +875,15 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
             Stmt::If { cond: cond.map(f), then: stmts(then, f), otherwise: stmts(otherwise, f), loc }
         }
         Stmt::Async { body } => Stmt::Async { body: stmts(body, f) },
+        Stmt::Print { what, msg, block, loc } => {
+            let what = match what {
+                Printed::Value(e) => Printed::Value(e.map(f)),
+                Printed::Tile(r) => Printed::Tile(region(r, f)),
+            };
+            Stmt::Print { what, msg, block, loc }
+        }
+        Stmt::DeviceAssert { cond, msg, loc } => Stmt::DeviceAssert { cond: cond.map(f), msg, loc },
+        Stmt::Printf { format, args } => Stmt::Printf { format, args: exprs(args, f) },
         Stmt::Let { var, value } => Stmt::Let { var, value: value.map(f) },
         Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
             Stmt::VecCopy { dst, dst_idx: exprs(dst_idx, f), src, src_idx: exprs(src_idx, f), width }
@@ -864,6 +916,19 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
         | Stmt::AsyncCommit
         | Stmt::AsyncWait { .. }
         | Stmt::Sync
-        | Stmt::Comment(_)) => other,
+        | Stmt::Comment(_)
+        | Stmt::Trap
+        | Stmt::SourceLine(_)) => other,
+    }
+}
+
+/// The `printf` conversion of a value of `dt` as the generated code passes it (after C's
+/// default argument promotions; fp16/bf16 are computed in float, so they print as `%g`).
+pub fn printf_conversion(dt: DType) -> &'static str {
+    match dt {
+        DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::I32 => "%d",
+        DType::U32 => "%u",
+        DType::I64 => "%lld",
+        DType::F16 | DType::BF16 | DType::F32 | DType::F64 => "%g",
     }
 }

@@ -10,7 +10,8 @@
 //!   shapes are compile-time constants, row-major;
 //! - statements: `copy` between regions, `fill`, `reduce`, element `store`/`atomic_add`,
 //!   `parallel` loops (every iteration independent, mapped onto threads by the compiler),
-//!   `for` loops (serial, unrolled or pipelined) and `if`;
+//!   `for` loops (serial, unrolled or pipelined) and `if`; for debugging, `print` (a value
+//!   or a tile) and `device_assert`;
 //! - statements outside a `parallel` loop run once per block: stores to global or shared
 //!   memory there are made by one thread; reads are made by all.
 //!
@@ -18,8 +19,10 @@
 //! executes. Fragments have become per-thread register arrays (scope `local`), parallel
 //! loops have become per-thread loops over register slots, copies have become vector loads
 //! and stores, reductions have become register folds and warp shuffles, and `sync`
-//! statements order shared memory. Only thread-level statements ([`Stmt::Let`],
-//! [`Stmt::VecLoad`], [`Stmt::VecStore`], [`Stmt::Sync`], [`Stmt::Comment`]) and
+//! statements order shared memory; prints and asserts have become [`Stmt::Printf`] and
+//! [`Stmt::Trap`]. Only thread-level statements ([`Stmt::Let`], [`Stmt::VecCopy`],
+//! [`Stmt::Sync`], [`Stmt::Comment`], [`Stmt::Printf`], [`Stmt::Trap`],
+//! [`Stmt::SourceLine`], …) and
 //! expressions ([`Expr::ShflXor`], the `thread_idx` variable) appear there.
 //!
 //! Evaluation order is program order; expressions have no side effects.

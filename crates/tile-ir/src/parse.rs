@@ -549,6 +549,40 @@ impl Parser {
                     loc: l(&o)?,
                 }
             }
+            "print" => {
+                let o = Obj::new(v, path, &["op", "value", "tile", "msg", "block", "loc"])?;
+                let what = match (o.opt("value"), o.opt("tile")) {
+                    (Some(e), None) => Printed::Value(self.expr(e, &o.p("value"), ns)?),
+                    (None, Some(r)) => Printed::Tile(self.region(r, &o.p("tile"), ns)?),
+                    _ => return err(path, "a print has either a \"value\" or a \"tile\""),
+                };
+                let block = match o.opt("block") {
+                    None => None,
+                    Some(b) => {
+                        let coords: Option<Vec<i64>> =
+                            b.as_array().map(|a| a.iter().filter_map(|x| x.as_i64()).collect());
+                        match coords {
+                            Some(c)
+                                if (1..=3).contains(&c.len())
+                                    && c.len() == b.as_array().map_or(0, |a| a.len())
+                                    && c.iter().all(|x| (0..=i32::MAX as i64).contains(x)) =>
+                            {
+                                Some(c)
+                            }
+                            _ => return err(&o.p("block"), "expected 1 to 3 non-negative block indices"),
+                        }
+                    }
+                };
+                Stmt::Print { what, msg: o.str("msg")?.to_string(), block, loc: l(&o)? }
+            }
+            "device_assert" => {
+                let o = Obj::new(v, path, &["op", "cond", "msg", "loc"])?;
+                Stmt::DeviceAssert {
+                    cond: self.expr(o.get("cond")?, &o.p("cond"), ns)?,
+                    msg: o.str("msg")?.to_string(),
+                    loc: l(&o)?,
+                }
+            }
             _ => return err(&format!("{path}.op"), format!("unknown statement op '{op}'")),
         })
     }

@@ -241,6 +241,34 @@ impl Printer<'_> {
                 }
                 let _ = writeln!(out, "{pad}}}");
             }
+            Stmt::Print { what, msg, block, .. } => {
+                let shown = match what {
+                    Printed::Value(e) => self.expr(e),
+                    Printed::Tile(r) => format!("tile {}", self.region(r)),
+                };
+                let only = block
+                    .as_ref()
+                    .map(|b| {
+                        let coords: Vec<String> = b.iter().map(|x| x.to_string()).collect();
+                        format!(" block=({})", coords.join(", "))
+                    })
+                    .unwrap_or_default();
+                let _ = writeln!(out, "{pad}print {shown}, {msg:?}{only}{lc}");
+            }
+            Stmt::DeviceAssert { cond, msg, .. } => {
+                let _ = writeln!(out, "{pad}assert {}, {msg:?}{lc}", self.expr(cond));
+            }
+            Stmt::Printf { format, args } => {
+                let args: Vec<String> = args.iter().map(|a| format!(", {}", self.expr(a))).collect();
+                let _ = writeln!(out, "{pad}printf({format:?}{})", args.concat());
+            }
+            Stmt::Trap => {
+                let _ = writeln!(out, "{pad}trap");
+            }
+            Stmt::SourceLine(loc) => {
+                let at = self.m.sources.short(*loc).unwrap_or_else(|| "?".into());
+                let _ = writeln!(out, "{pad}line {at}");
+            }
             Stmt::Let { var, value } => {
                 let _ = writeln!(out, "{pad}let %{} = {}", self.var_name(*var), self.expr(value));
             }

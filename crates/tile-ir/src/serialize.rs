@@ -101,7 +101,22 @@ fn stmt(s: &Stmt) -> Option<Value> {
         Stmt::If { cond, then, otherwise, .. } => {
             json!({"op": "if", "cond": expr(cond), "then": stmts(then), "else": stmts(otherwise)})
         }
+        Stmt::Print { what, msg, block, .. } => {
+            let mut v = json!({"op": "print", "msg": msg});
+            match what {
+                Printed::Value(e) => v["value"] = expr(e),
+                Printed::Tile(r) => v["tile"] = region(r),
+            }
+            if let Some(b) = block {
+                v["block"] = json!(b);
+            }
+            v
+        }
+        Stmt::DeviceAssert { cond, msg, .. } => {
+            json!({"op": "device_assert", "cond": expr(cond), "msg": msg})
+        }
         // thread-level statements are not part of the serialized format
+        Stmt::Printf { .. } | Stmt::Trap | Stmt::SourceLine(_) => return None,
         Stmt::Let { .. }
         | Stmt::VecCopy { .. }
         | Stmt::Ldmatrix { .. }

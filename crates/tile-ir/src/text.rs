@@ -12,6 +12,8 @@ enum Tok {
     Ident(String),
     Var(String),
     Num(String),
+    /// A string literal as the printer writes it (Rust's escapes), unescaped.
+    Str(String),
     Punct(&'static str),
 }
 
@@ -21,16 +23,21 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, String> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line_no = n + 1;
-        let line = match line.find("//") {
-            Some(i) => &line[..i],
-            None => line,
-        };
         let b = line.as_bytes();
         let mut i = 0;
         while i < b.len() {
             let c = b[i] as char;
             if c.is_whitespace() {
                 i += 1;
+                continue;
+            }
+            if line[i..].starts_with("//") {
+                break; // a comment (strings are lexed whole, so this is outside one)
+            }
+            if c == '"' {
+                let (text, end) = string_literal(line, i).map_err(|e| format!("line {line_no}: {e}"))?;
+                out.push((Tok::Str(text), line_no));
+                i = end;
                 continue;
             }
             let ident_char = |c: u8| (c as char).is_ascii_alphanumeric() || c == b'_' || c == b'.';
@@ -81,6 +88,41 @@ fn lex(text: &str) -> Result<Vec<(Tok, usize)>, String> {
     Ok(out)
 }
 
+/// The string literal starting at the quote `line[start]`, unescaping what Rust's `{:?}`
+/// writes; returns the text and the index after the closing quote.
+fn string_literal(line: &str, start: usize) -> Result<(String, usize), String> {
+    let mut out = String::new();
+    let mut chars = line[start + 1..].char_indices();
+    while let Some((k, c)) = chars.next() {
+        match c {
+            '"' => return Ok((out, start + 1 + k + 1)),
+            '\\' => match chars.next().map(|(_, e)| e) {
+                Some('n') => out.push('\n'),
+                Some('t') => out.push('\t'),
+                Some('r') => out.push('\r'),
+                Some('0') => out.push('\0'),
+                Some(e @ ('\\' | '"' | '\'')) => out.push(e),
+                Some('u') => {
+                    let rest = &line[start + 1 + k + 2..];
+                    let close = rest.find('}').ok_or("unterminated \\u{...} escape")?;
+                    let code = rest
+                        .strip_prefix('{')
+                        .and_then(|h| u32::from_str_radix(&h[..close - 1], 16).ok())
+                        .and_then(char::from_u32)
+                        .ok_or("bad \\u{...} escape")?;
+                    out.push(code);
+                    for _ in 0..=close {
+                        chars.next();
+                    }
+                }
+                other => return Err(format!("unknown escape \\{}", other.unwrap_or(' '))),
+            },
+            c => out.push(c),
+        }
+    }
+    Err("unterminated string".into())
+}
+
 struct Parser {
     toks: Vec<(Tok, usize)>,
     pos: usize,
@@ -124,6 +166,15 @@ impl Parser {
             _ => {
                 self.pos -= 1;
                 self.err("a name")
+            }
+        }
+    }
+    fn string(&mut self) -> R<String> {
+        match self.next() {
+            Some(Tok::Str(s)) => Ok(s),
+            _ => {
+                self.pos -= 1;
+                self.err("a string")
             }
         }
     }
@@ -466,6 +517,44 @@ impl Parser {
                     vec![]
                 };
                 Ok(Stmt::If { cond, then, otherwise, loc })
+            }
+            "print" => {
+                self.pos += 1;
+                let tile = matches!(self.peek(), Some(Tok::Ident(t)) if t == "tile")
+                    && matches!(self.toks.get(self.pos + 1), Some((Tok::Ident(_), _)));
+                let what = if tile {
+                    self.pos += 1;
+                    Printed::Tile(self.region()?)
+                } else {
+                    Printed::Value(self.expr()?)
+                };
+                self.punct(",")?;
+                let msg = self.string()?;
+                // `block=(...)`: a store to a buffer named `block` would read `block[`
+                let block = if matches!(self.peek(), Some(Tok::Ident(b)) if b == "block")
+                    && matches!(self.toks.get(self.pos + 1), Some((Tok::Punct("="), _)))
+                {
+                    self.pos += 2;
+                    self.punct("(")?;
+                    let mut coords = Vec::new();
+                    while !self.is_punct(")") {
+                        coords.push(self.int()?);
+                        if !self.is_punct(")") {
+                            self.punct(",")?;
+                        }
+                    }
+                    self.punct(")")?;
+                    Some(coords)
+                } else {
+                    None
+                };
+                Ok(Stmt::Print { what, msg, block, loc })
+            }
+            "assert" => {
+                self.pos += 1;
+                let cond = self.expr()?;
+                self.punct(",")?;
+                Ok(Stmt::DeviceAssert { cond, msg: self.string()?, loc })
             }
             "sync" => {
                 self.pos += 1;

@@ -13,6 +13,8 @@
 //! - copies are between regions of one shape, reductions between shapes that differ by `dim`;
 //! - copies move tiles, not single elements; copies and fills of fragments cover them whole;
 //! - tile operations (copy, fill, reduce, gemm) are not inside `parallel` loops.
+//! - `print` shows a tile only outside `parallel` loops (fragments and local buffers whole),
+//!   its `block=` names a block of the grid; `device_assert` takes a `bool` condition.
 
 use crate::diag::{Diagnostic, Loc};
 use crate::ir::*;
@@ -663,6 +665,11 @@ impl<'a> Verifier<'a> {
                 self.stmts(then);
                 self.stmts(otherwise);
             }
+            Stmt::Print { what, block, loc, .. } => self.print(what, block.as_deref(), *loc),
+            Stmt::DeviceAssert { cond, loc, .. } => self.device_assert(cond, *loc),
+            Stmt::Printf { .. } | Stmt::Trap | Stmt::SourceLine(_) => {
+                self.err("internal: thread-level statement in tile-level IR".into(), Loc::UNKNOWN);
+            }
             // barriers are placed by insert_syncs, which runs on tile-level IR
             Stmt::Sync | Stmt::Comment(_) | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
             Stmt::Async { body } => self.stmts(body),
@@ -810,4 +817,62 @@ impl<'a> Verifier<'a> {
 /// Does a region cover its whole buffer?
 fn whole(r: &ResolvedRegion, b: &Buffer) -> bool {
     r.extents == b.shape && r.starts.iter().all(|e| const_of(e) == Some(0))
+}
+
+/// The debugging statements: `T.print` and `T.device_assert`.
+impl Verifier<'_> {
+    fn print(&mut self, what: &Printed, block: Option<&[i64]>, loc: Loc) {
+        let m = self.m;
+        match what {
+            Printed::Value(e) => self.expr(e, loc),
+            Printed::Tile(r) => {
+                self.region(r);
+                if self.in_parallel.is_some() {
+                    self.tile_op_in_parallel("T.print of a tile", loc);
+                    return;
+                }
+                match resolve_region(m, r, None) {
+                    Ok(rr) => {
+                        let b = m.buffer(rr.buf);
+                        if matches!(b.scope, Scope::Fragment | Scope::Local) && !whole(&rr, b) {
+                            self.err_help(
+                                format!(
+                                    "T.print of part of {} '{}' is not supported",
+                                    b.scope.name(),
+                                    b.name
+                                ),
+                                loc,
+                                format!("print all of '{}': T.print({}, msg)", b.name, b.name),
+                            );
+                        }
+                    }
+                    Err(d) => self.diags.push(d),
+                }
+            }
+        }
+        let Some(block) = block else { return };
+        for (axis, &index) in block.iter().enumerate() {
+            let extent = m.kernel.grid.get(axis).map(const_of).unwrap_or(Some(1));
+            if extent.is_some_and(|n| index >= n) {
+                let shown = extent.map(|n| n.to_string()).unwrap_or_default();
+                self.err_help(
+                    format!("block={block:?} is outside the grid: dimension {axis} has {shown} block(s)"),
+                    loc,
+                    "name a block of the kernel's grid, e.g. block=(0, 0), or leave block out to print from every block",
+                );
+                return;
+            }
+        }
+    }
+
+    fn device_assert(&mut self, cond: &Expr, loc: Loc) {
+        self.expr(cond, loc);
+        if cond.dtype() != DType::Bool {
+            self.err_help(
+                format!("the condition of T.device_assert must be a bool, got {}", cond.dtype()),
+                loc,
+                "use a comparison, e.g. T.device_assert(i < n, \"i out of range\")",
+            );
+        }
+    }
 }

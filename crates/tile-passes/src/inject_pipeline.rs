@@ -222,6 +222,9 @@ fn select_stage(s: Stmt, tiles: &BTreeSet<BufferId>, stage: &Expr) -> Stmt {
         Stmt::Parallel { vars, extents, body: b, loc, layout } => {
             Stmt::Parallel { vars, extents, body: body(b), loc, layout }
         }
+        Stmt::Print { what: Printed::Tile(r), msg, block, loc } => {
+            Stmt::Print { what: Printed::Tile(region(r)), msg, block, loc }
+        }
         Stmt::For { var, start, extent, kind, body: b, loc } => {
             Stmt::For { var, start: loads(start), extent: loads(extent), kind, body: body(b), loc }
         }

@@ -11,7 +11,7 @@
 
 use crate::Ctx;
 use std::collections::BTreeSet;
-use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Module, Scope, Stmt};
+use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Module, Printed, Scope, Stmt};
 
 #[derive(Clone, Default, PartialEq)]
 struct Pending {
@@ -49,6 +49,9 @@ fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
             }
             Stmt::Gemm { a, b, .. } => {
                 reads.extend([*a, *b].into_iter().filter(|x| shared(*x)));
+            }
+            Stmt::Print { what: Printed::Tile(r), .. } if shared(r.buf) => {
+                reads.insert(r.buf);
             }
             _ => {}
         }

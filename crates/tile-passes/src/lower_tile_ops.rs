@@ -7,8 +7,12 @@
 //! guarded scalar path at ragged edges; reductions fold registers, then warp shuffles, then
 //! shared memory across warps; every global access is bounds-checked (loads past the edge
 //! read the pad value, stores past it are dropped), so nothing is ever written out of bounds;
-//! stores outside parallel loops to global or shared memory are made by thread 0.
+//! stores outside parallel loops to global or shared memory are made by thread 0;
+//! `print` and `device_assert` become `printf` and `__trap` (see `debug.rs`); with
+//! `lineinfo`, each tile op is preceded by a `SourceLine` naming the user's line.
 //! Does not: place shared buffers (`plan_shared_memory`).
+
+mod debug;
 
 use crate::Ctx;
 use tile_ir::simplify::{known_multiple, simplify, to_affine};
@@ -25,9 +29,18 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         }
     });
     let user_vars = m.vars.len() as u32;
-    let mut lw =
-        Lowerer { non_negative_vars, user_vars, m, diags: Vec::new(), report: Vec::new(), tid: VarId(0) };
+    let mut lw = Lowerer {
+        non_negative_vars,
+        user_vars,
+        m,
+        diags: Vec::new(),
+        report: Vec::new(),
+        tid: VarId(0),
+        lineinfo: ctx.options.lineinfo,
+        block_coords: Vec::new(),
+    };
     lw.tid = lw.m.thread_idx();
+    lw.block_coords = debug::block_coords(&mut lw.m);
     let body = std::mem::take(&mut lw.m.kernel.body);
     // gemm accumulators start at zero, so `T.gemm` into a never-cleared accumulator (the
     // articles' GEMM) sums from 0
@@ -86,6 +99,10 @@ struct Lowerer {
     diags: Vec<Diagnostic>,
     report: Vec<String>,
     tid: VarId,
+    /// Precede each tile op with a `SourceLine` (`#line` directives in the CUDA).
+    lineinfo: bool,
+    /// `blockIdx.{x,y,z}` for printed messages (empty when nothing prints).
+    block_coords: Vec<Expr>,
 }
 
 /// Where the current element sits: per loop dimension, the value of each layout digit
@@ -243,6 +260,9 @@ impl Lowerer {
     fn block(&mut self, body: Vec<Stmt>) -> Vec<Stmt> {
         let mut out = Vec::new();
         for s in body {
+            if self.lineinfo && s.loc().is_known() {
+                out.push(Stmt::SourceLine(s.loc()));
+            }
             match s {
                 Stmt::Parallel { vars, extents, body, loc, layout } => {
                     out.push(self.comment("T.Parallel", loc));
@@ -303,6 +323,14 @@ impl Lowerer {
                     let then = self.block(then);
                     let otherwise = self.block(otherwise);
                     out.push(Stmt::If { cond, then, otherwise, loc });
+                }
+                Stmt::Print { what, msg, block, loc } => {
+                    out.push(self.comment("T.print", loc));
+                    out.extend(self.print_once(what, &msg, block.as_deref(), loc));
+                }
+                Stmt::DeviceAssert { cond, msg, loc } => {
+                    out.push(self.comment("T.device_assert", loc));
+                    out.extend(self.assert_once(cond, &msg, loc));
                 }
                 Stmt::Store { buf, idx, value, loc } | Stmt::AtomicAdd { buf, idx, value, loc }
                     if self.m.buffer(buf).scope == Scope::Local =>
@@ -383,6 +411,9 @@ impl Lowerer {
                     loc,
                 }),
                 Stmt::Let { var, value } => out.push(Stmt::Let { var, value: guard_expr(value) }),
+                Stmt::Printf { format, args } => {
+                    out.push(Stmt::Printf { format, args: args.into_iter().map(guard_expr).collect() })
+                }
                 other => out.push(other),
             }
         }
@@ -562,6 +593,12 @@ impl Lowerer {
                     body: self.instantiate(&body, vars, el),
                     loc,
                 },
+                Stmt::Print { what: Printed::Value(value), msg, block, loc } => {
+                    self.print_element(subst(value), &msg, block.as_deref(), vars, &el.index, loc)
+                }
+                Stmt::DeviceAssert { cond, msg, loc } => {
+                    self.assert_element(subst(cond), &msg, vars, &el.index, loc)
+                }
                 other => other,
             });
         }
@@ -589,6 +626,10 @@ impl Lowerer {
                 Stmt::Store { buf, loc, .. } | Stmt::AtomicAdd { buf, loc, .. }
                     if matches!(self.m.buffer(*buf).scope, Scope::Global | Scope::Shared) =>
                 {
+                    Stmt::If { cond: first.clone(), then: vec![s.clone()], otherwise: vec![], loc: *loc }
+                }
+                // one message per element, not one per replica
+                Stmt::Print { loc, .. } | Stmt::DeviceAssert { loc, .. } => {
                     Stmt::If { cond: first.clone(), then: vec![s.clone()], otherwise: vec![], loc: *loc }
                 }
                 other => other.clone(),
@@ -1612,6 +1653,7 @@ fn substitute_stmt(s: Stmt, v: VarId, with: &Expr) -> Stmt {
         Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
             Stmt::VecCopy { dst, dst_idx: es(dst_idx), src, src_idx: es(src_idx), width }
         }
+        Stmt::Printf { format, args } => Stmt::Printf { format, args: es(args) },
         other => other,
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::Ctx;
 use tile_ir::simplify::simplify as simplify_expr;
-use tile_ir::{Diagnostic, Expr, Module, Region, RegionDim, Stmt};
+use tile_ir::{Diagnostic, Expr, Module, Printed, Region, RegionDim, Stmt};
 
 pub fn simplify(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     m.kernel.grid = m.kernel.grid.into_iter().map(simplify_expr).collect();
@@ -64,6 +64,15 @@ fn stmt(s: Stmt) -> Stmt {
         Stmt::If { cond, then, otherwise, loc } => {
             Stmt::If { cond: simplify_expr(cond), then: stmts(then), otherwise: stmts(otherwise), loc }
         }
+        Stmt::Print { what, msg, block, loc } => {
+            let what = match what {
+                Printed::Value(e) => Printed::Value(simplify_expr(e)),
+                Printed::Tile(r) => Printed::Tile(region(r)),
+            };
+            Stmt::Print { what, msg, block, loc }
+        }
+        Stmt::DeviceAssert { cond, msg, loc } => Stmt::DeviceAssert { cond: simplify_expr(cond), msg, loc },
+        Stmt::Printf { format, args } => Stmt::Printf { format, args: exprs(args) },
         Stmt::Let { var, value } => Stmt::Let { var, value: simplify_expr(value) },
         Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
             Stmt::VecCopy { dst, dst_idx: exprs(dst_idx), src, src_idx: exprs(src_idx), width }

@@ -98,6 +98,74 @@ fn check(py: Python<'_>, program: String) -> PyResult<String> {
     py.allow_threads(move || tilers_cc::check(&program)).map_err(to_py)
 }
 
+/// layouts(program_json, options_json) -> JSON: where the lowered kernel keeps each
+/// on-chip buffer. Per fragment, its layout digits (`tile_ir::FragmentLayout`); per shared
+/// buffer, its byte offset and whether it is swizzled (`tile_ir::Buffer::swizzle`).
+#[pyfunction]
+fn layouts(py: Python<'_>, program: String, options: String) -> PyResult<String> {
+    let result = py.allow_threads(move || {
+        let opts = CompileOptions::from_json(&options)?;
+        let compiled = tilers_cc::compile_with(&program, &opts, &mut |_, _| {})?;
+        Ok(buffer_layouts(&compiled.module).to_string())
+    });
+    result.map_err(to_py)
+}
+
+fn buffer_layouts(m: &tile_ir::Module) -> serde_json::Value {
+    use serde_json::json;
+    use tile_ir::{Scope, Source};
+    let mut buffers = Vec::new();
+    for b in &m.buffers {
+        let mut entry = json!({
+            "name": b.name,
+            "scope": b.scope.name(),
+            "dtype": b.dtype.name(),
+            "shape": b.shape,
+            "source": m.sources.short(b.loc),
+        });
+        match (b.scope, &b.layout) {
+            // lowering turns fragments into per-thread register arrays; the layout stays
+            (_, Some(l)) => {
+                entry["scope"] = json!("fragment");
+                entry["shape"] = json!(l.extents);
+                let dims: Vec<Vec<serde_json::Value>> = l
+                    .dims
+                    .iter()
+                    .map(|digits| {
+                        digits
+                            .iter()
+                            .map(|g| match g.source {
+                                Source::Thread(stride) => {
+                                    json!({"size": g.size, "step": g.step, "thread": stride})
+                                }
+                                Source::Slot(stride) => {
+                                    json!({"size": g.size, "step": g.step, "slot": stride})
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect();
+                entry["layout"] = json!({
+                    "extents": l.extents,
+                    "dims": dims,
+                    "replicated": l.replicated,
+                    "active_threads": l.active_threads,
+                    "slots": l.slots(),
+                    "text": l.to_string(),
+                });
+            }
+            (Scope::Shared, _) => {
+                entry["swizzle"] = json!(b.swizzle);
+                entry["offset"] = json!(b.shared_offset);
+                entry["bytes"] = json!(b.bytes());
+            }
+            _ => continue,
+        }
+        buffers.push(entry);
+    }
+    json!({"threads": m.kernel.threads, "buffers": buffers})
+}
+
 /// pass_names() -> [str], the lowering pipeline in order.
 #[pyfunction]
 fn pass_names() -> Vec<&'static str> {
@@ -109,6 +177,7 @@ fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
     m.add_function(wrap_pyfunction!(dump_ir, m)?)?;
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
+    m.add_function(wrap_pyfunction!(layouts, m)?)?;
     m.add_function(wrap_pyfunction!(interpret, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(launch::driver_status, m)?)?;
