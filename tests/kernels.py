@@ -301,6 +301,43 @@ def article_matmul(M, N, K, block_M=128, block_N=128, block_K=32):
     return matmul_kernel
 
 
+def matmul_reg_a(
+    M,
+    N,
+    K,
+    block_M=64,
+    block_N=64,
+    block_K=32,
+    num_stages=2,
+    threads=128,
+    dtype="float16",
+    accum_dtype="float32",
+):
+    """C = (2 A) @ B with the scaled A tile computed element by element into registers and fed
+    to T.gemm from there (the A operand in registers)."""
+    out_dtype = "int32" if dtype == "int8" else dtype
+
+    @T.prim_func
+    def matmul_reg_a(
+        A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            A_frag = T.alloc_fragment((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            acc = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, ko * block_K], A_shared)
+                T.copy(B[ko * block_K, bx * block_N], B_shared)
+                for i, k in T.Parallel(block_M, block_K):
+                    A_frag[i, k] = A_shared[i, k] * 2
+                T.gemm(A_frag, B_shared, acc)
+            T.copy(acc, C[by * block_M, bx * block_N])
+
+    return matmul_reg_a
+
+
 # name -> (factory, kwargs) for the compile tests: every kernel at ragged sizes
 COMPILE_CASES = {
     "add_f16": (add, dict(M=1000, N=1000)),
@@ -348,4 +385,9 @@ COMPILE_CASES = {
         ),
     ),
     "article_matmul": (article_matmul, dict(M=1024, N=1024, K=1024)),
+    "matmul_reg_a_f16": (matmul_reg_a, dict(M=100, N=70, K=100)),
+    "matmul_reg_a_int8": (
+        matmul_reg_a,
+        dict(M=64, N=64, K=128, dtype="int8", accum_dtype="int32", block_K=64, threads=128),
+    ),
 }

@@ -204,3 +204,18 @@ def test_pipelined_loop_with_default_stages():
     a = randn((64,), "float32")
     assert (k(a) == a).all()
     assert tilers.compile(pipelined_copy, target="cuda:sm_80").cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8"])
+def test_matmul_with_a_in_registers(dtype):
+    M, N, K = (100, 70, 100) if dtype == "float16" else (64, 64, 128)
+    extra = {} if dtype == "float16" else {"accum_dtype": "int32", "block_K": 64}
+    k = tilers.compile(kernels.matmul_reg_a(M, N, K, dtype=dtype, **extra), out_idx=[2])
+    if dtype == "int8":
+        a = RNG.integers(-60, 60, (M, K), dtype=np.int8)
+        b = RNG.integers(-128, 128, (K, N), dtype=np.int8)
+        assert (f64(k(a, b)) == (2 * f64(a)) @ f64(b)).all()
+    else:
+        a, b = randn((M, K), dtype), randn((K, N), dtype)
+        want = (2 * f64(a)) @ f64(b)
+        assert np.abs(f64(k(a, b)) - want).max() <= 1e-2 * np.abs(want).max()

@@ -305,3 +305,19 @@ def test_article_matmul_runs_as_written():
     kernel = tilers.compile(kernels.article_matmul(M, N, K), out_idx=[2])
     a, b, want = _matmul_inputs(M, N, K, "float16", False, False)
     _check_matmul(kernel(a, b), want, "float16", K)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
+def test_matmul_with_a_in_registers(dtype):
+    import torch
+
+    M, N, K = (100, 70, 100) if dtype != "int8" else (64, 64, 128)
+    extra = {} if dtype != "int8" else {"accum_dtype": "int32", "block_K": 64}
+    kernel = tilers.compile(kernels.matmul_reg_a(M, N, K, dtype=dtype, **extra), out_idx=[2])
+    a, b, _ = _matmul_inputs(M, N, K, dtype, False, False)
+    if dtype == "int8":
+        a = (a // 2).to(torch.int8)  # 2 * a stays in int8
+    want = (2 * a.double()) @ b.double()
+    got = kernel(a, b)
+    _check_matmul(got, want, dtype, K)
+    _check_matmul(got, interpreted(kernel, a, b).double(), dtype, K)

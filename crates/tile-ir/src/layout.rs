@@ -137,6 +137,36 @@ impl FragmentLayout {
         }
     }
 
+    /// The A-operand layout of `mma.sync` for an (m, k) tile in registers, per warp row of a
+    /// `warps_m × warps_n` grid (replicated over the warps of a row). For 16-bit types
+    /// (m16n8k16) lane `l` of a 16×16 piece holds rows `l / 4` and `l / 4 + 8`, columns
+    /// `2 (l % 4) + {0, 1}` and the same plus 8; for 8-bit types (m16n8k32) columns
+    /// `4 (l % 4) + {0..3}` and the same plus 16. Registers are ordered `[mi][kk][k half][row
+    /// half][pair or quad]`, so one k-step of one 16-row piece is 4 consecutive 32-bit registers.
+    pub fn mma_operand_a(m: i64, k: i64, warps_m: i64, warps_n: i64, elem_bytes: u32) -> FragmentLayout {
+        let per_reg = 4 / elem_bytes as i64; // elements in one 32-bit register: 2 or 4
+        let kstep = 8 * per_reg; // 16 or 32
+        let (mi, ki) = (m / warps_m / 16, k / kstep);
+        let rows = digits(&[
+            (8, Source::Thread(4)),
+            (2, Source::Slot(per_reg)),
+            (mi, Source::Slot(ki * 4 * per_reg)),
+            (warps_m, Source::Thread(32 * warps_n)),
+        ]);
+        let cols = digits(&[
+            (per_reg, Source::Slot(1)),
+            (4, Source::Thread(1)),
+            (2, Source::Slot(2 * per_reg)),
+            (ki, Source::Slot(4 * per_reg)),
+        ]);
+        FragmentLayout {
+            extents: vec![m, k],
+            dims: vec![rows, cols],
+            replicated: if warps_n > 1 { vec![(warps_n, 32)] } else { vec![] },
+            active_threads: 32 * warps_m * warps_n,
+        }
+    }
+
     /// Renumber slot digits densely: outer dimensions' slowest digits most significant
     /// (`by_dim`), or keeping the current order of strides.
     fn compact_slots_in_order(&mut self, by_dim: bool) {
@@ -346,6 +376,42 @@ mod tests {
                 assert_eq!(l.locate(&coord), (lane, reg as i64));
             }
         }
+    }
+
+    #[test]
+    fn mma_operand_a_matches_the_ptx_fragment() {
+        // m16n8k16, fp16: a0,a1 (l/4, 2(l%4)+{0,1}); a2,a3 row+8; a4,a5 col+8; a6,a7 both
+        let l = FragmentLayout::mma_operand_a(16, 16, 1, 1, 2);
+        for lane in 0..32 {
+            let (r, c) = (lane / 4, 2 * (lane % 4));
+            let want = [
+                (r, c),
+                (r, c + 1),
+                (r + 8, c),
+                (r + 8, c + 1),
+                (r, c + 8),
+                (r, c + 9),
+                (r + 8, c + 8),
+                (r + 8, c + 9),
+            ];
+            for (slot, (i, j)) in want.iter().enumerate() {
+                assert_eq!(l.locate(&[*i, *j]), (lane, slot as i64));
+            }
+        }
+        // m16n8k32, int8: reg r holds 4 bytes; rows +8 for r odd, columns +16 for r >= 2
+        let l = FragmentLayout::mma_operand_a(16, 32, 1, 1, 1);
+        for lane in 0..32 {
+            for reg in 0..4 {
+                for q in 0..4 {
+                    let coord = [lane / 4 + (reg % 2) * 8, 4 * (lane % 4) + q + (reg / 2) * 16];
+                    assert_eq!(l.locate(&coord), (lane, reg * 4 + q));
+                }
+            }
+        }
+        // several pieces and warps: still one holder (per warp row) per element
+        let l = FragmentLayout::mma_operand_a(64, 64, 2, 2, 2);
+        assert_eq!(l.slots(), 2 * 4 * 8);
+        assert_eq!(l.holders(&[0, 0]), vec![0, 32]);
     }
 
     #[test]

@@ -142,14 +142,24 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     let mut diags = Vec::new();
     let mut accumulators = Vec::new();
     walk_stmts(&m.kernel.body, &mut |s| {
-        if let Stmt::Gemm { c, policy, loc, .. } = s {
-            accumulators.push((*c, *policy, *loc));
+        if let Stmt::Gemm { a, c, policy, loc, transpose_a, .. } = s {
+            accumulators.push((*c, *policy, *loc, *a, *transpose_a));
         }
     });
-    for (c, policy, loc) in accumulators {
+    for (c, policy, loc, a, transpose_a) in accumulators {
         let shape = m.buffer(c).shape.clone();
         match crate::gemm::warp_grid(policy, shape[0], shape[1], threads as i64 / 32) {
             Ok((wm, wn)) => {
+                // an A operand kept in registers takes the instruction's A-fragment layout
+                let ab = m.buffer(a);
+                if ab.scope == Scope::Fragment && !transpose_a && ab.shape.len() == 2 {
+                    let kstep = 32 / ab.dtype.bytes() as i64;
+                    if ab.shape[1] % kstep == 0 && ab.shape[0] == shape[0] {
+                        let la =
+                            FragmentLayout::mma_operand_a(ab.shape[0], ab.shape[1], wm, wn, ab.dtype.bytes());
+                        m.buffer_mut(a).layout = Some(la);
+                    }
+                }
                 let l = FragmentLayout::mma_accumulator(shape[0], shape[1], wm, wn);
                 match &m.buffer(c).layout {
                     Some(old) if *old != l => diags.push(Diagnostic::error(

@@ -1180,10 +1180,20 @@ impl Lowerer {
         let tile_bytes = |b: &Buffer| b.bytes() / b.shape[..b.shape.len() - 2].iter().product::<i64>();
         ab.shape = ab.shape[ab.shape.len() - 2..].to_vec();
         bb.shape = bb.shape[bb.shape.len() - 2..].to_vec();
-        if ab.scope != Scope::Shared || bb.scope != Scope::Shared {
+        // A may live in registers (a fragment written element by element) in the mma
+        // A-operand layout infer_layouts gave it; B comes from shared memory
+        let a_in_registers = ab.scope == Scope::Fragment;
+        if a_in_registers && (ta || ab.layout.is_none()) {
             self.diags.push(
-                Diagnostic::error("T.gemm with an operand in registers is not supported yet", loc)
-                    .with_help("copy the operand into a shared tile (T.alloc_shared) and pass that"),
+                Diagnostic::error("T.gemm with a transposed A operand in registers is not supported", loc)
+                    .with_help("keep A in registers as an (M, K) fragment, or copy it into a shared tile"),
+            );
+            return vec![];
+        }
+        if (!a_in_registers && ab.scope != Scope::Shared) || bb.scope != Scope::Shared {
+            self.diags.push(
+                Diagnostic::error("T.gemm with its B operand in registers is not supported yet", loc)
+                    .with_help("copy B into a shared tile (T.alloc_shared) and pass that"),
             );
             return vec![];
         }
@@ -1217,6 +1227,9 @@ impl Lowerer {
         let (mi_count, ni_count) = (tile_m / 16, tile_n / 8);
         // swizzle the operand tiles so ldmatrix reads 8 rows from 8 distinct bank groups
         for (id, buf) in [(a, &ab), (b, &bb)] {
+            if buf.scope != Scope::Shared {
+                continue;
+            }
             let row_bytes = buf.shape[1] * buf.dtype.bytes() as i64;
             let power_of_two = row_bytes >= 16 && row_bytes & (row_bytes - 1) == 0;
             if power_of_two && tile_bytes(self.m.buffer(id)) % 128 == 0 && !self.m.buffer(id).swizzle {
@@ -1230,10 +1243,20 @@ impl Lowerer {
         // per k-step: 4 32-bit registers of A per 16-row piece, 2 of B per 8-column piece
         let a_elems = 16 / ab.dtype.bytes() as i64;
         let b_elems = a_elems / 2;
-        let a_regs = self.local_buffer(&format!("{}_frag", ab.name), ab.dtype, mi_count * a_elems);
+        let a_regs = if a_in_registers {
+            a
+        } else {
+            self.local_buffer(&format!("{}_frag", ab.name), ab.dtype, mi_count * a_elems)
+        };
         let b_regs = self.local_buffer(&format!("{}_frag", bb.name), bb.dtype, ni_count * b_elems);
         let at = self.m.sources.short(loc).unwrap_or_default();
-        let how = if sixteen_bit || (!ta && tb) { "ldmatrix" } else { "ldmatrix and element gathers" };
+        let how = if a_in_registers {
+            "A from registers, B by ldmatrix"
+        } else if sixteen_bit || (!ta && tb) {
+            "ldmatrix"
+        } else {
+            "ldmatrix and element gathers"
+        };
         self.report.push(format!(
             "{at}: T.gemm {m}x{n}x{k} {}: mma.sync.{shape:?}, {wm}x{wn} warps of {tile_m}x{tile_n}, operands by {how}",
             ab.dtype
@@ -1309,7 +1332,9 @@ impl Lowerer {
             }
             v
         };
-        step.push(unrolled(mi_var, mi_count, a_load));
+        if !a_in_registers {
+            step.push(unrolled(mi_var, mi_count, a_load));
+        }
         // B fragments
         let ni_var = self.m.add_var("ni", VarKind::Loop, DType::I32);
         let ni = Expr::var(ni_var, DType::I32);
@@ -1364,7 +1389,12 @@ impl Lowerer {
         let mma = Stmt::Mma {
             shape,
             a: a_regs,
-            a_offset: mul(mi2e.clone(), i32c(a_elems)),
+            // registers of piece mi: per k-step 4 32-bit registers; the A fragment holds all k-steps
+            a_offset: if a_in_registers {
+                simplify(add(mul(mi2e.clone(), i32c((k / kstep) * a_elems)), mul(kk.clone(), i32c(a_elems))))
+            } else {
+                mul(mi2e.clone(), i32c(a_elems))
+            },
             b: b_regs,
             b_offset: mul(ni2e.clone(), i32c(b_elems)),
             c,

@@ -166,6 +166,19 @@ fn buffer_layouts(m: &tile_ir::Module) -> serde_json::Value {
     json!({"threads": m.kernel.threads, "buffers": buffers})
 }
 
+/// check_passes(program_json, options_json) -> JSON: the program after every pass run on
+/// the same seeded random inputs and compared with the tile-level reference (see
+/// `tilers_cc::passcheck`). Options: `{"arch": "sm_80", "seed": 0, "blocks": "edges"|"all"}`.
+#[pyfunction]
+fn check_passes(py: Python<'_>, program: String, options: String) -> PyResult<String> {
+    let result = py.allow_threads(move || {
+        let opts = tilers_cc::passcheck::CheckOptions::from_json(&options)?;
+        let r = tilers_cc::passcheck::check_passes(&program, &opts)?;
+        Ok(r.to_json(&opts).to_string())
+    });
+    result.map_err(to_py)
+}
+
 /// pass_names() -> [str], the lowering pipeline in order.
 #[pyfunction]
 fn pass_names() -> Vec<&'static str> {
@@ -180,6 +193,7 @@ fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(layouts, m)?)?;
     m.add_function(wrap_pyfunction!(interpret, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
+    m.add_function(wrap_pyfunction!(check_passes, m)?)?;
     m.add_function(wrap_pyfunction!(launch::driver_status, m)?)?;
     m.add_function(wrap_pyfunction!(launch::driver_version, m)?)?;
     m.add_function(wrap_pyfunction!(launch::device_attribute, m)?)?;

@@ -5,6 +5,7 @@
 //! the program saved as a reproducer.
 
 pub mod nvrtc;
+pub mod passcheck;
 
 use serde_json::Value;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -102,6 +103,23 @@ pub fn compile_with(
     opts: &CompileOptions,
     dump: &mut dyn FnMut(&str, &str),
 ) -> Result<Compiled, CompileError> {
+    let mut dump_module = |pass: &str, m: &Module| dump(pass, &tile_ir::print::print_module(m));
+    compile_guarded(program, opts, &mut dump_module)
+}
+
+/// Compile a serialized program and return the module after every pass, in order
+/// (`input` first); code generation runs too, so its errors are reported.
+pub fn compile_stages(program: &str, opts: &CompileOptions) -> Result<Vec<(String, Module)>, CompileError> {
+    let mut stages = Vec::new();
+    compile_guarded(program, opts, &mut |pass, m| stages.push((pass.to_string(), m.clone())))?;
+    Ok(stages)
+}
+
+fn compile_guarded(
+    program: &str,
+    opts: &CompileOptions,
+    dump: &mut dyn FnMut(&str, &Module),
+) -> Result<Compiled, CompileError> {
     let result = catch_unwind(AssertUnwindSafe(|| compile_inner(program, opts, dump)));
     match result {
         Ok(Err(CompileError::Internal { message, .. })) => {
@@ -135,7 +153,7 @@ pub fn compile(program: &str, opts: &CompileOptions) -> Result<Compiled, Compile
 fn compile_inner(
     program: &str,
     opts: &CompileOptions,
-    dump: &mut dyn FnMut(&str, &str),
+    dump_module: &mut dyn FnMut(&str, &Module),
 ) -> Result<Compiled, CompileError> {
     let module = tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
     let target = Target::from_arch(&opts.arch).ok_or_else(|| {
@@ -146,8 +164,7 @@ fn compile_inner(
     })?;
     let mut ctx = Ctx::new(target.clone(), Options { lineinfo: opts.lineinfo, fast_math: opts.fast_math });
     let sources = module.sources.clone();
-    let mut dump_module = |pass: &str, m: &Module| dump(pass, &tile_ir::print::print_module(m));
-    let lowered = tile_passes::run(module, &mut ctx, Some(&mut dump_module)).map_err(|diags| {
+    let lowered = tile_passes::run(module, &mut ctx, Some(dump_module)).map_err(|diags| {
         let bugs: Vec<_> = diags.iter().filter(|d| d.severity == tile_ir::diag::Severity::Bug).collect();
         if let Some(b) = bugs.first() {
             CompileError::Internal { message: b.message.clone(), reproducer: None }

@@ -12,10 +12,10 @@
 
 use std::path::Path;
 use std::time::Instant;
-use tile_interp::{threads, Arg};
+use tile_interp::threads;
 use tile_ir::*;
-use tile_passes::{Ctx, Options, Target};
-use tilers_cc::{compile, CompileOptions};
+use tilers_cc::passcheck::{self, random_args, Blocks, CheckOptions, Reference};
+use tilers_cc::{compile_stages, CompileOptions};
 
 fn program_text(name: &str) -> String {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.json"));
@@ -32,195 +32,20 @@ fn fixture_names() -> Vec<String> {
     names
 }
 
-/// The module after every pass of the pipeline, in order (`input` first).
+/// The module after every pass of the pipeline, in order (`input` first); the driver
+/// accepts the final module too (codegen runs).
 fn stages(text: &str) -> Vec<(String, Module)> {
-    let module = tile_ir::parse::parse_program(text).unwrap();
-    let mut ctx = Ctx::new(Target::from_arch("sm_80").unwrap(), Options::default());
-    let mut out = Vec::new();
-    let mut dump = |pass: &str, m: &Module| out.push((pass.to_string(), m.clone()));
-    tile_passes::run(module, &mut ctx, Some(&mut dump)).unwrap_or_else(|d| panic!("{d:?}"));
-    // the driver accepts the final module too (codegen runs)
-    compile(text, &CompileOptions { arch: "sm_80".into(), ..Default::default() }).unwrap();
-    out
-}
-
-/// Wrap the body in `if` block ∈ {first, last} along every grid axis.
-fn few_blocks(mut m: Module) -> Module {
-    let mut cond = Expr::bool(true);
-    for (i, v) in m.vars.iter().enumerate() {
-        if let VarKind::BlockIdx(axis) = v.kind {
-            let Some(g) = m.kernel.grid.get(axis as usize) else { continue };
-            let b = Expr::var(VarId(i as u32), v.dtype);
-            let g = Expr::cast(g.clone(), v.dtype);
-            let last = Expr::binary(BinOp::Sub, g, Expr::int_of(1, v.dtype));
-            let any = [Expr::int_of(0, v.dtype), last]
-                .into_iter()
-                .map(|x| Expr::binary(BinOp::Eq, b.clone(), x))
-                .reduce(|p, q| Expr::binary(BinOp::Or, p, q))
-                .unwrap();
-            cond = Expr::binary(BinOp::And, cond, any);
-        }
-    }
-    let body = std::mem::take(&mut m.kernel.body);
-    m.kernel.body = vec![Stmt::If { cond, then: body, otherwise: vec![], loc: Loc::UNKNOWN }];
-    m
-}
-
-/// xorshift64*: deterministic test data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f32 {
-        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
-/// Random arguments: floats in [-1, 1), integers over their whole range, scalars fixed.
-fn random_args(m: &Module, seed: u64) -> Vec<Arg> {
-    let mut rng = Rng(seed);
-    m.params
-        .iter()
-        .map(|p| match p {
-            Param::Tensor { buffer, .. } => {
-                let b = m.buffer(*buffer);
-                let n = b.num_elements() as usize;
-                let mut bytes = Vec::with_capacity(b.bytes() as usize);
-                for _ in 0..n {
-                    match b.dtype {
-                        DType::F16 => bytes.extend(tile_interp::f32_to_f16_bits(rng.unit()).to_le_bytes()),
-                        DType::BF16 => bytes.extend(tile_interp::f32_to_bf16_bits(rng.unit()).to_le_bytes()),
-                        DType::F32 => bytes.extend(rng.unit().to_le_bytes()),
-                        DType::F64 => bytes.extend((rng.unit() as f64).to_le_bytes()),
-                        DType::Bool => bytes.push((rng.next() & 1) as u8),
-                        dt => bytes.extend(&rng.next().to_le_bytes()[..dt.bytes() as usize]),
-                    }
-                }
-                Arg::Tensor(bytes)
-            }
-            Param::Scalar { var, .. } => {
-                if m.var(*var).dtype.is_float() {
-                    Arg::Float(0.75)
-                } else {
-                    Arg::Int(37)
-                }
-            }
-        })
-        .collect()
-}
-
-fn value(bytes: &[u8], dt: DType) -> f64 {
-    match dt {
-        DType::F16 => tile_interp::f16_bits_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])) as f64,
-        DType::BF16 => tile_interp::bf16_bits_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])) as f64,
-        DType::F32 => f32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
-        DType::F64 => f64::from_le_bytes(bytes[..8].try_into().unwrap()),
-        DType::Bool | DType::U8 => bytes[0] as f64,
-        DType::I8 => bytes[0] as i8 as f64,
-        DType::I16 => i16::from_le_bytes([bytes[0], bytes[1]]) as f64,
-        DType::I32 => i32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
-        DType::U32 => u32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
-        DType::I64 => i64::from_le_bytes(bytes[..8].try_into().unwrap()) as f64,
-    }
-}
-
-/// Compare the tensors of two runs: bit-exact for integers; for floats within a relative
-/// tolerance of the dtype (reductions and mma sum in another order than the reference).
-fn compare(m: &Module, want: &[Arg], got: &[Arg]) -> Result<(), String> {
-    for (p, (w, g)) in m.params.iter().zip(want.iter().zip(got)) {
-        let (Param::Tensor { name, buffer }, Arg::Tensor(w), Arg::Tensor(g)) = (p, w, g) else { continue };
-        if w == g {
-            continue;
-        }
-        let b = m.buffer(*buffer);
-        let eb = b.dtype.bytes() as usize;
-        let rtol = match b.dtype {
-            DType::F16 => 1e-2,
-            DType::BF16 => 3e-2,
-            DType::F32 => 1e-4,
-            DType::F64 => 1e-9,
-            _ => 0.0,
-        };
-        let scale = if rtol > 0.0 {
-            w.chunks(eb).map(|c| value(c, b.dtype).abs()).filter(|x| x.is_finite()).fold(0.0, f64::max)
-        } else {
-            0.0
-        };
-        let mut bad = Vec::new();
-        for (k, (x, y)) in w.chunks(eb).zip(g.chunks(eb)).enumerate() {
-            if x == y {
-                continue;
-            }
-            let (x, y) = (value(x, b.dtype), value(y, b.dtype));
-            let close =
-                rtol > 0.0 && ((x - y).abs() <= rtol * (x.abs() + 0.1 * scale) || (x.is_nan() && y.is_nan()));
-            if !close {
-                bad.push((k, x, y));
-            }
-        }
-        if let Some(&(k, x, y)) = bad.first() {
-            let strides = b.strides();
-            let idx: Vec<i64> = strides.iter().zip(&b.shape).map(|(s, n)| (k as i64 / s) % n).collect();
-            return Err(format!(
-                "{} of {} elements of '{name}' differ; first at {idx:?}: want {x}, got {y}",
-                bad.len(),
-                w.len() / eb
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Give shared buffers consecutive offsets when no pass has planned them yet.
-fn place_shared(mut m: Module) -> Module {
-    let mut next = 0u64;
-    for b in &mut m.buffers {
-        if b.scope == Scope::Shared && b.shared_offset.is_none() {
-            b.shared_offset = Some(next);
-            next += (b.bytes() as u64).div_ceil(128) * 128;
-        }
-    }
-    m
-}
-
-/// Run one module of either level on a copy of `args`.
-fn execute(m: &Module, args: &[Arg]) -> Result<Vec<Arg>, String> {
-    let mut args = args.to_vec();
-    let m = few_blocks(m.clone());
-    match m.level {
-        Level::Tile => tile_interp::run(&m, &mut args),
-        Level::Thread => threads::run(&place_shared(m), &mut args),
-    }
-    .map_err(|d| d.message)?;
-    Ok(args)
-}
-
-/// The reference result of a program: the tile-level interpreter on the input after
-/// `verify` and `simplify`.
-struct Reference {
-    module: Module,
-    args: Vec<Arg>,
-    result: Vec<Arg>,
+    compile_stages(text, &CompileOptions { arch: "sm_80".into(), ..Default::default() })
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn reference(stages: &[(String, Module)], seed: u64) -> Reference {
-    let (_, module) = stages.iter().find(|(p, _)| p == "simplify").expect("a simplify stage");
-    let args = random_args(module, seed);
-    let result = execute(module, &args).unwrap_or_else(|e| panic!("reference run: {e}"));
-    Reference { module: module.clone(), args, result }
+    passcheck::reference(stages, seed, Blocks::Edges).unwrap_or_else(|e| panic!("reference run: {e}"))
 }
 
 /// Check a lowered (or any) module against the reference.
 fn check(r: &Reference, m: &Module) -> Result<(), String> {
-    let got = execute(m, &r.args)?;
-    compare(&r.module, &r.result, &got)
+    passcheck::check(r, m, Blocks::Edges).map_err(|f| f.to_string())
 }
 
 fn final_module(stages: &[(String, Module)]) -> Module {
@@ -231,20 +56,16 @@ fn final_module(stages: &[(String, Module)]) -> Module {
 fn every_pass_agrees_with_the_reference_on_every_fixture() {
     let mut failures = Vec::new();
     let start = Instant::now();
+    let opts = CheckOptions { seed: 1, ..Default::default() };
     for name in fixture_names() {
         let t = Instant::now();
-        let stages = stages(&program_text(&name));
-        let r = reference(&stages, 1);
+        let result = passcheck::check_stages(&stages(&program_text(&name)), &opts).unwrap();
         let mut ran = Vec::new();
-        for (pass, m) in stages.iter().skip(1) {
-            let t = Instant::now();
-            match check(&r, m) {
-                Ok(()) => ran.push(format!("{pass} {:.0?}", t.elapsed())),
-                // tile-level modules past `simplify` may hold constructs only the lowering reads
-                Err(e) if m.level == Level::Tile && pass != "verify" && pass != "simplify" => {
-                    ran.push(format!("{pass} not run ({e})"))
-                }
-                Err(e) => failures.push(format!("{name} after {pass}: {e}")),
+        for s in &result.stages {
+            match &s.outcome {
+                passcheck::Outcome::Ok => ran.push(format!("{} {:.3}s", s.pass, s.seconds)),
+                passcheck::Outcome::Skipped(e) => ran.push(format!("{} not run ({e})", s.pass)),
+                o => failures.push(format!("{name} after {}: {}", s.pass, o.message())),
             }
         }
         eprintln!("{name}: {} ({:.2?})", ran.join(", "), t.elapsed());
@@ -255,6 +76,27 @@ fn every_pass_agrees_with_the_reference_on_every_fixture() {
     }
     eprintln!("all fixtures: {:.2?}", start.elapsed());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_checker_names_the_first_pass_that_changed_the_answer() {
+    // drop the first barrier of the lowered GEMM in the stage of the pass that made it:
+    // the check must blame that pass and show the IR before and after it
+    let mut stages = stages(&program_text("matmul_nn_f16"));
+    let i = stages.iter().position(|(_, m)| m.level == Level::Thread).expect("a thread-level stage");
+    for (_, m) in &mut stages[i..] {
+        let mut n = 0;
+        assert!(mutate_nth(&mut m.kernel.body, &is_sync, &mut n, &mut |_| vec![]));
+    }
+    let opts = CheckOptions { seed: 3, ..Default::default() };
+    let result = passcheck::check_stages(&stages, &opts).unwrap();
+    let first = result.first_failure.expect("the mutation went unnoticed");
+    assert_eq!(result.stages[first].pass, stages[i].0);
+    assert!(result.stages[first].outcome.message().contains("race"), "{:?}", result.stages[first]);
+    assert!(result.ir_before.as_deref().unwrap().contains("sync"));
+    let v = result.to_json(&opts);
+    assert_eq!(v["first_failure"], serde_json::json!(stages[i].0));
+    assert_eq!(v["ok"], serde_json::json!(false));
 }
 
 #[test]

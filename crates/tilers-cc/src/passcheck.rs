@@ -1,0 +1,459 @@
+//! Pass-by-pass differential checking without a GPU: the module after every pass runs on
+//! the same seeded random inputs — tile-level modules on the reference interpreter,
+//! thread-level ones on `tile_interp::threads` (warp model: shuffles, ldmatrix, mma.sync,
+//! cp.async groups, barriers, races) — and its outputs are compared with the reference
+//! run (the tile-level interpreter on the program after `verify` and `simplify`).
+//!
+//! Used by `tests/pass_check.rs` and by `tilers.testing.check_passes` (through
+//! `_tilers.check_passes`).
+//!
+//! With [`Blocks::Edges`] only the first and last block along each grid axis run (the
+//! last one is where tiles are ragged): both levels get the same `if` around their body,
+//! so other blocks leave the outputs as they were.
+
+use crate::{CompileError, CompileOptions};
+use serde_json::{json, Value};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant;
+use tile_interp::{threads, Arg};
+use tile_ir::*;
+
+/// Which blocks of the grid run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Blocks {
+    /// The first and last block along each grid axis.
+    #[default]
+    Edges,
+    /// Every block.
+    All,
+}
+
+#[derive(Clone, Debug)]
+pub struct CheckOptions {
+    pub compile: CompileOptions,
+    pub seed: u64,
+    pub blocks: Blocks,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            compile: CompileOptions { arch: "sm_80".into(), ..Default::default() },
+            seed: 0,
+            blocks: Blocks::Edges,
+        }
+    }
+}
+
+impl CheckOptions {
+    /// Parse `{"arch": "sm_80", "seed": 0, "blocks": "edges" | "all"}`.
+    pub fn from_json(text: &str) -> Result<CheckOptions, CompileError> {
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| CompileError::Format(format!("options are not valid JSON: {e}")))?;
+        let Some(o) = v.as_object() else {
+            return Err(CompileError::Format("options must be a JSON object".into()));
+        };
+        let mut opts = CheckOptions::default();
+        for (k, val) in o {
+            let bad = |what: &str| CompileError::Format(format!("options.{k} must be {what}"));
+            match k.as_str() {
+                "arch" => opts.compile.arch = val.as_str().ok_or_else(|| bad("a string"))?.to_string(),
+                "seed" => opts.seed = val.as_u64().ok_or_else(|| bad("a non-negative integer"))?,
+                "blocks" => {
+                    opts.blocks = match val.as_str() {
+                        Some("edges") => Blocks::Edges,
+                        Some("all") => Blocks::All,
+                        _ => return Err(bad("\"edges\" or \"all\"")),
+                    }
+                }
+                other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
+            }
+        }
+        Ok(opts)
+    }
+}
+
+/// Where the outputs of a stage first differ from the reference.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mismatch {
+    pub tensor: String,
+    /// Elements outside the tolerance, of `total`.
+    pub count: usize,
+    pub total: usize,
+    /// The first differing element's index and its values.
+    pub index: Vec<i64>,
+    pub want: f64,
+    pub got: f64,
+    /// Largest absolute difference over the tensor's elements outside the tolerance.
+    pub max_error: f64,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of {} elements of '{}' differ (max error {}); first at {:?}: want {}, got {}",
+            self.count, self.total, self.tensor, self.max_error, self.index, self.want, self.got
+        )
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    Ok,
+    Mismatch(Mismatch),
+    /// The interpreter stopped: a race, a deadlock, an access out of bounds, …
+    Error(String),
+    /// A tile-level module past `simplify` holding constructs only the lowering reads.
+    Skipped(String),
+}
+
+impl Outcome {
+    pub fn status(&self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Mismatch(_) => "mismatch",
+            Outcome::Error(_) => "error",
+            Outcome::Skipped(_) => "skipped",
+        }
+    }
+    pub fn is_failure(&self) -> bool {
+        matches!(self, Outcome::Mismatch(_) | Outcome::Error(_))
+    }
+    pub fn message(&self) -> String {
+        match self {
+            Outcome::Ok => String::new(),
+            Outcome::Mismatch(m) => m.to_string(),
+            Outcome::Error(e) | Outcome::Skipped(e) => e.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StageResult {
+    pub pass: String,
+    pub level: Level,
+    pub outcome: Outcome,
+    pub seconds: f64,
+}
+
+#[derive(Clone, Debug)]
+pub struct PassCheck {
+    pub name: String,
+    pub stages: Vec<StageResult>,
+    /// The index in `stages` of the first failing stage.
+    pub first_failure: Option<usize>,
+    /// The IR text before and after the first failing pass.
+    pub ir_before: Option<String>,
+    pub ir_after: Option<String>,
+}
+
+impl PassCheck {
+    pub fn ok(&self) -> bool {
+        self.first_failure.is_none()
+    }
+
+    pub fn to_json(&self, opts: &CheckOptions) -> Value {
+        let stages: Vec<Value> = self
+            .stages
+            .iter()
+            .map(|s| {
+                let mut v = json!({
+                    "pass": s.pass,
+                    "level": if s.level == Level::Thread { "thread" } else { "tile" },
+                    "status": s.outcome.status(),
+                    "message": s.outcome.message(),
+                    "seconds": s.seconds,
+                });
+                if let Outcome::Mismatch(m) = &s.outcome {
+                    v["mismatch"] = json!({
+                        "tensor": m.tensor, "count": m.count, "total": m.total, "index": m.index,
+                        "want": finite(m.want), "got": finite(m.got), "max_error": finite(m.max_error),
+                    });
+                }
+                v
+            })
+            .collect();
+        json!({
+            "name": self.name,
+            "arch": opts.compile.arch,
+            "seed": opts.seed,
+            "blocks": if opts.blocks == Blocks::All { "all" } else { "edges" },
+            "reference": "simplify",
+            "ok": self.ok(),
+            "first_failure": self.first_failure.map(|i| self.stages[i].pass.clone()),
+            "stages": stages,
+            "ir_before": self.ir_before,
+            "ir_after": self.ir_after,
+        })
+    }
+}
+
+/// JSON has no NaN or infinities: those become their text.
+fn finite(x: f64) -> Value {
+    if x.is_finite() {
+        json!(x)
+    } else {
+        json!(x.to_string())
+    }
+}
+
+/// Compile `program` and check every stage (see [`check_stages`]).
+pub fn check_passes(program: &str, opts: &CheckOptions) -> Result<PassCheck, CompileError> {
+    let stages = crate::compile_stages(program, &opts.compile)?;
+    check_stages(&stages, opts)
+}
+
+/// Check every stage after `input` against the reference run of the `simplify` stage.
+pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<PassCheck, CompileError> {
+    let r = reference(stages, opts.seed, opts.blocks)?;
+    let mut results = Vec::new();
+    let mut first_failure = None;
+    for (i, (pass, m)) in stages.iter().enumerate().skip(1) {
+        let t = Instant::now();
+        let outcome = match check(&r, m, opts.blocks) {
+            Ok(()) => Outcome::Ok,
+            Err(Failure::Error(e)) if m.level == Level::Tile && pass != "verify" && pass != "simplify" => {
+                Outcome::Skipped(e)
+            }
+            Err(Failure::Error(e)) => Outcome::Error(e),
+            Err(Failure::Mismatch(mm)) => Outcome::Mismatch(mm),
+        };
+        if outcome.is_failure() && first_failure.is_none() {
+            first_failure = Some((results.len(), i));
+        }
+        results.push(StageResult {
+            pass: pass.clone(),
+            level: m.level,
+            outcome,
+            seconds: t.elapsed().as_secs_f64(),
+        });
+    }
+    let text = |i: usize| tile_ir::print::print_module(&stages[i].1);
+    Ok(PassCheck {
+        name: r.module.name.clone(),
+        stages: results,
+        first_failure: first_failure.map(|(k, _)| k),
+        ir_before: first_failure.map(|(_, i)| text(i - 1)),
+        ir_after: first_failure.map(|(_, i)| text(i)),
+    })
+}
+
+/// Why a stage does not agree with the reference.
+#[derive(Clone, Debug)]
+pub enum Failure {
+    Error(String),
+    Mismatch(Mismatch),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Error(e) => f.write_str(e),
+            Failure::Mismatch(m) => m.fmt(f),
+        }
+    }
+}
+
+/// The reference result of a program: the tile-level interpreter on the input after
+/// `verify` and `simplify`.
+pub struct Reference {
+    pub module: Module,
+    pub args: Vec<Arg>,
+    pub result: Vec<Arg>,
+}
+
+pub fn reference(stages: &[(String, Module)], seed: u64, blocks: Blocks) -> Result<Reference, CompileError> {
+    let (_, module) = stages
+        .iter()
+        .find(|(p, _)| p == "simplify")
+        .ok_or_else(|| CompileError::Internal { message: "no simplify stage".into(), reproducer: None })?;
+    let args = random_args(module, seed);
+    let result = execute(module, &args, blocks)
+        .map_err(|e| CompileError::User(format!("the reference run of '{}' failed: {e}", module.name)))?;
+    Ok(Reference { module: module.clone(), args, result })
+}
+
+/// Check a lowered (or any) module against the reference.
+pub fn check(r: &Reference, m: &Module, blocks: Blocks) -> Result<(), Failure> {
+    let got = execute(m, &r.args, blocks).map_err(Failure::Error)?;
+    compare(&r.module, &r.result, &got).map_err(Failure::Mismatch)
+}
+
+/// Wrap the body in `if` block ∈ {first, last} along every grid axis.
+pub fn few_blocks(mut m: Module) -> Module {
+    let mut cond = Expr::bool(true);
+    for (i, v) in m.vars.iter().enumerate() {
+        if let VarKind::BlockIdx(axis) = v.kind {
+            let Some(g) = m.kernel.grid.get(axis as usize) else { continue };
+            let b = Expr::var(VarId(i as u32), v.dtype);
+            let g = Expr::cast(g.clone(), v.dtype);
+            let last = Expr::binary(BinOp::Sub, g, Expr::int_of(1, v.dtype));
+            let any = [Expr::int_of(0, v.dtype), last]
+                .into_iter()
+                .map(|x| Expr::binary(BinOp::Eq, b.clone(), x))
+                .reduce(|p, q| Expr::binary(BinOp::Or, p, q))
+                .unwrap();
+            cond = Expr::binary(BinOp::And, cond, any);
+        }
+    }
+    let body = std::mem::take(&mut m.kernel.body);
+    m.kernel.body = vec![Stmt::If { cond, then: body, otherwise: vec![], loc: Loc::UNKNOWN }];
+    m
+}
+
+/// xorshift64*: deterministic test data.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn unit(&mut self) -> f32 {
+        ((self.next() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// Random arguments: floats in [-1, 1), integers over their whole range, scalars fixed.
+pub fn random_args(m: &Module, seed: u64) -> Vec<Arg> {
+    let mut rng = Rng(seed);
+    m.params
+        .iter()
+        .map(|p| match p {
+            Param::Tensor { buffer, .. } => {
+                let b = m.buffer(*buffer);
+                let n = b.num_elements().max(0) as usize;
+                let mut bytes = Vec::with_capacity(b.bytes().max(0) as usize);
+                for _ in 0..n {
+                    match b.dtype {
+                        DType::F16 => bytes.extend(tile_interp::f32_to_f16_bits(rng.unit()).to_le_bytes()),
+                        DType::BF16 => bytes.extend(tile_interp::f32_to_bf16_bits(rng.unit()).to_le_bytes()),
+                        DType::F32 => bytes.extend(rng.unit().to_le_bytes()),
+                        DType::F64 => bytes.extend((rng.unit() as f64).to_le_bytes()),
+                        DType::Bool => bytes.push((rng.next() & 1) as u8),
+                        dt => bytes.extend(&rng.next().to_le_bytes()[..dt.bytes() as usize]),
+                    }
+                }
+                Arg::Tensor(bytes)
+            }
+            Param::Scalar { var, .. } => {
+                if m.var(*var).dtype.is_float() {
+                    Arg::Float(0.75)
+                } else {
+                    Arg::Int(37)
+                }
+            }
+        })
+        .collect()
+}
+
+fn value(bytes: &[u8], dt: DType) -> f64 {
+    match dt {
+        DType::F16 => tile_interp::f16_bits_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])) as f64,
+        DType::BF16 => tile_interp::bf16_bits_to_f32(u16::from_le_bytes([bytes[0], bytes[1]])) as f64,
+        DType::F32 => f32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
+        DType::F64 => f64::from_le_bytes(bytes[..8].try_into().unwrap()),
+        DType::Bool | DType::U8 => bytes[0] as f64,
+        DType::I8 => bytes[0] as i8 as f64,
+        DType::I16 => i16::from_le_bytes([bytes[0], bytes[1]]) as f64,
+        DType::I32 => i32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
+        DType::U32 => u32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
+        DType::I64 => i64::from_le_bytes(bytes[..8].try_into().unwrap()) as f64,
+    }
+}
+
+/// Compare the tensors of two runs: bit-exact for integers; for floats within a relative
+/// tolerance of the dtype (reductions and mma sum in another order than the reference).
+pub fn compare(m: &Module, want: &[Arg], got: &[Arg]) -> Result<(), Mismatch> {
+    for (p, (w, g)) in m.params.iter().zip(want.iter().zip(got)) {
+        let (Param::Tensor { name, buffer }, Arg::Tensor(w), Arg::Tensor(g)) = (p, w, g) else { continue };
+        if w == g {
+            continue;
+        }
+        let b = m.buffer(*buffer);
+        let eb = b.dtype.bytes() as usize;
+        let rtol = match b.dtype {
+            DType::F16 => 1e-2,
+            DType::BF16 => 3e-2,
+            DType::F32 => 1e-4,
+            DType::F64 => 1e-9,
+            _ => 0.0,
+        };
+        let scale = if rtol > 0.0 {
+            w.chunks(eb).map(|c| value(c, b.dtype).abs()).filter(|x| x.is_finite()).fold(0.0, f64::max)
+        } else {
+            0.0
+        };
+        let mut count = 0;
+        let mut first = None;
+        let mut max_error = 0.0f64;
+        for (k, (x, y)) in w.chunks(eb).zip(g.chunks(eb)).enumerate() {
+            if x == y {
+                continue;
+            }
+            let (x, y) = (value(x, b.dtype), value(y, b.dtype));
+            let close =
+                rtol > 0.0 && ((x - y).abs() <= rtol * (x.abs() + 0.1 * scale) || (x.is_nan() && y.is_nan()));
+            if !close {
+                count += 1;
+                let err = (x - y).abs();
+                max_error = if err.is_nan() || max_error.is_nan() { f64::NAN } else { max_error.max(err) };
+                first.get_or_insert((k, x, y));
+            }
+        }
+        if let Some((k, x, y)) = first {
+            let strides = b.strides();
+            let index: Vec<i64> = strides.iter().zip(&b.shape).map(|(s, n)| (k as i64 / s) % n).collect();
+            return Err(Mismatch {
+                tensor: name.clone(),
+                count,
+                total: w.len() / eb,
+                index,
+                want: x,
+                got: y,
+                max_error,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Give shared buffers consecutive offsets when no pass has planned them yet.
+fn place_shared(mut m: Module) -> Module {
+    let mut next = 0u64;
+    for b in &mut m.buffers {
+        if b.scope == Scope::Shared && b.shared_offset.is_none() {
+            b.shared_offset = Some(next);
+            next += (b.bytes() as u64).div_ceil(128) * 128;
+        }
+    }
+    m
+}
+
+/// Run one module of either level on a copy of `args`; a panic in an interpreter is an
+/// error too.
+pub fn execute(m: &Module, args: &[Arg], blocks: Blocks) -> Result<Vec<Arg>, String> {
+    let mut args = args.to_vec();
+    let m = if blocks == Blocks::Edges { few_blocks(m.clone()) } else { m.clone() };
+    let result = catch_unwind(AssertUnwindSafe(|| match m.level {
+        Level::Tile => tile_interp::run(&m, &mut args),
+        Level::Thread => threads::run(&place_shared(m.clone()), &mut args),
+    }));
+    match result {
+        Ok(r) => r.map_err(|d| d.message)?,
+        Err(panic) => {
+            let message = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "panic".into());
+            return Err(format!("the interpreter panicked: {message}"));
+        }
+    }
+    Ok(args)
+}
