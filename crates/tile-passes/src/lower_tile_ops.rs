@@ -322,7 +322,9 @@ impl Lowerer {
                 Stmt::If { cond, then, otherwise, loc } => {
                     let then = self.block(then);
                     let otherwise = self.block(otherwise);
-                    out.push(Stmt::If { cond, then, otherwise, loc });
+                    // a condition reading a global tensor past its edge reads zero, as
+                    // at tile level
+                    out.push(Stmt::If { cond: self.guard_loads(cond), then, otherwise, loc });
                 }
                 Stmt::Print { what, msg, block, loc } => {
                     out.push(self.comment("T.print", loc));
@@ -353,36 +355,7 @@ impl Lowerer {
     /// Bounds-check every global access of thread-level statements: loads past the edge
     /// read their `oob` value (zero by default), stores past it are dropped.
     fn guard_globals(&self, body: Vec<Stmt>) -> Vec<Stmt> {
-        let m = &self.m;
-        let non_negative = |e: &Expr| self.non_negative(e);
-        let guard_expr = |e: Expr| -> Expr {
-            e.map(&mut |x| match x {
-                Expr::Load { buf, idx, dtype, loc, oob } if m.buffer(buf).scope == Scope::Global => {
-                    let shape = &m.buffer(buf).shape;
-                    let mut cond = None;
-                    for (d, i) in idx.iter().enumerate() {
-                        cond = and(cond, in_range(i, shape[d], &non_negative));
-                    }
-                    let fallback = match oob {
-                        Some(o) => Expr::cast(*o, dtype),
-                        None => {
-                            if dtype.is_float() {
-                                Expr::Const { value: ConstValue::Float(0.0), dtype }
-                            } else {
-                                Expr::int_of(0, dtype)
-                            }
-                        }
-                    };
-                    let load = Expr::Load { buf, idx, dtype, loc, oob: None };
-                    match cond.map(simplify) {
-                        Some(c) if c.as_int() == Some(1) => load,
-                        Some(c) => Expr::select(c, load, fallback),
-                        None => load,
-                    }
-                }
-                other => other,
-            })
-        };
+        let guard_expr = |e: Expr| self.guard_loads(e);
         let mut out = Vec::new();
         for s in body {
             match s {
@@ -418,6 +391,39 @@ impl Lowerer {
             }
         }
         out
+    }
+
+    /// `e` with every global load bounds-checked: past the edge it reads its `oob` value
+    /// (zero by default).
+    fn guard_loads(&self, e: Expr) -> Expr {
+        let m = &self.m;
+        let non_negative = |e: &Expr| self.non_negative(e);
+        e.map(&mut |x| match x {
+            Expr::Load { buf, idx, dtype, loc, oob } if m.buffer(buf).scope == Scope::Global => {
+                let shape = &m.buffer(buf).shape;
+                let mut cond = None;
+                for (d, i) in idx.iter().enumerate() {
+                    cond = and(cond, in_range(i, shape[d], &non_negative));
+                }
+                let fallback = match oob {
+                    Some(o) => Expr::cast(*o, dtype),
+                    None => {
+                        if dtype.is_float() {
+                            Expr::Const { value: ConstValue::Float(0.0), dtype }
+                        } else {
+                            Expr::int_of(0, dtype)
+                        }
+                    }
+                };
+                let load = Expr::Load { buf, idx, dtype, loc, oob: None };
+                match cond.map(simplify) {
+                    Some(c) if c.as_int() == Some(1) => load,
+                    Some(c) => Expr::select(c, load, fallback),
+                    None => load,
+                }
+            }
+            other => other,
+        })
     }
 
     fn guard_store(&self, s: Stmt) -> Stmt {
@@ -1335,53 +1341,83 @@ impl Lowerer {
         if !a_in_registers {
             step.push(unrolled(mi_var, mi_count, a_load));
         }
-        // B fragments
-        let ni_var = self.m.add_var("ni", VarKind::Loop, DType::I32);
-        let ni = Expr::var(ni_var, DType::I32);
-        let b_offset = mul(ni.clone(), i32c(b_elems));
-        let n0 = add(mul(warp_n.clone(), i32c(tile_n)), mul(ni.clone(), i32c(8)));
-        let b_load = if tb {
-            // stored N x K: rows n0 + lane % 8, 16-byte chunk (lane / 8) % 2
-            let row = add(n0.clone(), rem(lane.clone(), 8));
-            let col = add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
-            let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
-            vec![Stmt::Ldmatrix {
-                dst: b_regs,
-                dst_offset: b_offset,
-                count: 2,
-                trans: false,
-                src: b,
-                src_idx,
-            }]
-        } else if sixteen_bit {
-            let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
-            let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(n0.clone())]);
-            vec![Stmt::Ldmatrix { dst: b_regs, dst_offset: b_offset, count: 2, trans: true, src: b, src_idx }]
+        // B fragments: with an even number of 8-column pieces, one ldmatrix.x4 loads two of
+        // them (lanes 16-31 address the second), else ldmatrix.x2 per piece
+        let paired = ni_count % 2 == 0 && (tb || sixteen_bit);
+        if paired {
+            let nj_var = self.m.add_var("nj", VarKind::Loop, DType::I32);
+            let nj = Expr::var(nj_var, DType::I32);
+            let b_offset = mul(nj.clone(), i32c(2 * b_elems));
+            let n0 = add(mul(warp_n.clone(), i32c(tile_n)), mul(nj.clone(), i32c(16)));
+            let load = if tb {
+                // stored N x K: rows n0 + (lane / 16) * 8 + lane % 8, 16-byte chunk (lane / 8) % 2
+                let row = add(add(n0, mul(div(lane.clone(), 16), i32c(8))), rem(lane.clone(), 8));
+                let col = add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
+                let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
+                Stmt::Ldmatrix { dst: b_regs, dst_offset: b_offset, count: 4, trans: false, src: b, src_idx }
+            } else {
+                // stored K x N: rows k = kk * 16 + lane % 16, columns n0 + (lane / 16) * 8
+                let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
+                let col = add(n0, mul(div(lane.clone(), 16), i32c(8)));
+                let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(col)]);
+                Stmt::Ldmatrix { dst: b_regs, dst_offset: b_offset, count: 4, trans: true, src: b, src_idx }
+            };
+            step.push(unrolled(nj_var, ni_count / 2, vec![load]));
         } else {
-            // int8 stored K x N: gather the m16n8k32 B fragment (register r, byte q)
-            let mut v = Vec::new();
-            for r in 0..2 {
-                for q in 0..4 {
-                    let kc = add(
-                        add(mul(kk.clone(), i32c(32)), i32c(r * 16 + q)),
-                        mul(rem(lane.clone(), 4), i32c(4)),
-                    );
-                    let col = add(n0.clone(), div(lane.clone(), 4));
-                    v.push(Stmt::Store {
-                        buf: b_regs,
-                        idx: vec![simplify(add(b_offset.clone(), i32c(r * 4 + q)))],
-                        value: Expr::load(
-                            b,
-                            with_prefix(&b_prefix, vec![simplify(kc), simplify(col)]),
-                            bb.dtype,
-                        ),
-                        loc,
-                    });
+            let ni_var = self.m.add_var("ni", VarKind::Loop, DType::I32);
+            let ni = Expr::var(ni_var, DType::I32);
+            let b_offset = mul(ni.clone(), i32c(b_elems));
+            let n0 = add(mul(warp_n.clone(), i32c(tile_n)), mul(ni.clone(), i32c(8)));
+            let b_load = if tb {
+                // stored N x K: rows n0 + lane % 8, 16-byte chunk (lane / 8) % 2
+                let row = add(n0.clone(), rem(lane.clone(), 8));
+                let col = add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
+                let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
+                vec![Stmt::Ldmatrix {
+                    dst: b_regs,
+                    dst_offset: b_offset,
+                    count: 2,
+                    trans: false,
+                    src: b,
+                    src_idx,
+                }]
+            } else if sixteen_bit {
+                let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
+                let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(n0.clone())]);
+                vec![Stmt::Ldmatrix {
+                    dst: b_regs,
+                    dst_offset: b_offset,
+                    count: 2,
+                    trans: true,
+                    src: b,
+                    src_idx,
+                }]
+            } else {
+                // int8 stored K x N: gather the m16n8k32 B fragment (register r, byte q)
+                let mut v = Vec::new();
+                for r in 0..2 {
+                    for q in 0..4 {
+                        let kc = add(
+                            add(mul(kk.clone(), i32c(32)), i32c(r * 16 + q)),
+                            mul(rem(lane.clone(), 4), i32c(4)),
+                        );
+                        let col = add(n0.clone(), div(lane.clone(), 4));
+                        v.push(Stmt::Store {
+                            buf: b_regs,
+                            idx: vec![simplify(add(b_offset.clone(), i32c(r * 4 + q)))],
+                            value: Expr::load(
+                                b,
+                                with_prefix(&b_prefix, vec![simplify(kc), simplify(col)]),
+                                bb.dtype,
+                            ),
+                            loc,
+                        });
+                    }
                 }
-            }
-            v
-        };
-        step.push(unrolled(ni_var, ni_count, b_load));
+                v
+            };
+            step.push(unrolled(ni_var, ni_count, b_load));
+        }
         // the products, accumulator registers ordered [mi][ni][4]
         let mi2 = self.m.add_var("mi", VarKind::Loop, DType::I32);
         let ni2 = self.m.add_var("ni", VarKind::Loop, DType::I32);

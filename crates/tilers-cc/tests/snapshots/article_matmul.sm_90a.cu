@@ -121,14 +121,14 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
         { unsigned int* r = (unsigned int*)(&a_tile_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&a_tile[tl_swizzle((((ko % 3)) * 4096 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2, 7) / 2]))); }
       }
       #pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        { unsigned int* r = (unsigned int*)(&b_tile_frag[(ni * 4)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&b_tile[tl_swizzle((((ko % 3)) * 4096 + (((lane % 16) + (kk * 16))) * 128 + ((warp_n * 32) + (ni * 8))) * 2, 8) / 2]))); }
+      for (int nj = 0; nj < 2; ++nj) {
+        { unsigned int* r = (unsigned int*)(&b_tile_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&b_tile[tl_swizzle((((ko % 3)) * 4096 + (((lane % 16) + (kk * 16))) * 128 + ((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16))) * 2, 8) / 2]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
         #pragma unroll
-        for (int ni_1 = 0; ni_1 < 4; ++ni_1) {
-          { const unsigned int* a = (const unsigned int*)(&a_tile_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&b_tile_frag[(ni_1 * 4)]); float* c = (&acc[((mi_1 * 16) + (ni_1 * 4))]);
+        for (int ni = 0; ni < 4; ++ni) {
+          { const unsigned int* a = (const unsigned int*)(&a_tile_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&b_tile_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
             asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
         }
       }

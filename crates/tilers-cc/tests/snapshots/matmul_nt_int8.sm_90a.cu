@@ -126,14 +126,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
         { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 64 + (((lane / 16) * 16) + (kk * 32))) * 1, 7) / 1]))); }
       }
       #pragma unroll
-      for (int ni = 0; ni < 8; ++ni) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(ni * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 8) + (warp_n * 64)) + (ni * 8))) * 64 + ((((lane / 8) % 2) * 16) + (kk * 32))) * 1, 7) / 1]))); }
+      for (int nj = 0; nj < 4; ++nj) {
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 8192 + ((((((lane / 16) * 8) + (lane % 8)) + (warp_n * 64)) + (nj * 16))) * 64 + ((((lane / 8) % 2) * 16) + (kk * 32))) * 1, 7) / 1]))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
         #pragma unroll
-        for (int ni_1 = 0; ni_1 < 8; ++ni_1) {
-          { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 16)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni_1 * 8)]); int* c = (&acc[((mi_1 * 32) + (ni_1 * 4))]);
+        for (int ni = 0; ni < 8; ++ni) {
+          { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 16)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 8)]); int* c = (&acc[((mi_1 * 32) + (ni * 4))]);
             asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
         }
       }
