@@ -28,5 +28,12 @@ def interpret(program: str, args: list[bytes | int | float], options: str) -> li
     """Run the program on host data with the reference interpreter; tensors are passed and
     returned as their row-major bytes (None is returned for scalars)."""
 
+def check_passes(program: str, options: str) -> str:
+    """Run the program after every pass on seeded random inputs (tile-level stages on the
+    reference interpreter, thread-level ones on the warp model) and compare with the
+    tile-level result. Options {"arch", "seed", "blocks": "edges" | "all"}; JSON
+    {"name", "ok", "first_failure", "stages": [{"pass", "level", "status", "message",
+    "seconds", "mismatch"?}], "ir_before", "ir_after"}."""
+
 def check(program: str) -> str:
     """Verify the program without generating code; KernelInfo JSON with its params."""

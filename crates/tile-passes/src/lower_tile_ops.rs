@@ -30,6 +30,7 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
     });
     let user_vars = m.vars.len() as u32;
     let mut lw = Lowerer {
+        shared_limit: ctx.target.shared_limit,
         non_negative_vars,
         user_vars,
         m,
@@ -90,6 +91,8 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
 type ChunkBuilder<'a> = dyn FnMut(&mut Lowerer, &[Vec<Expr>], &[Expr]) -> Vec<Stmt> + 'a;
 
 struct Lowerer {
+    /// Shared memory one block may use on the target, in bytes.
+    shared_limit: u64,
     /// User loop variables that start at a non-negative constant.
     non_negative_vars: std::collections::BTreeSet<VarId>,
     /// Variables with ids from here on were made by this pass (thread coordinates, loop
@@ -907,6 +910,11 @@ impl Lowerer {
             }
         };
         let (sb, db) = (self.m.buffer(s.buf).clone(), self.m.buffer(d.buf).clone());
+        if !asynchronous {
+            if let Some(code) = self.staged_store(src, dst, pad.clone(), loc) {
+                return code;
+            }
+        }
         if sb.scope == Scope::Local || db.scope == Scope::Local {
             self.diags
                 .push(Diagnostic::error("T.copy to or from a local buffer is not supported", loc).with_help(
@@ -1002,6 +1010,54 @@ impl Lowerer {
                 .push(format!("{at}: T.copy {} -> {} is synchronous, not cp.async: {why}", sb.name, db.name));
         }
         self.parallel(&vars, &loop_shape, &[store], &layout, loc)
+    }
+
+    /// A fragment whose threads hold fewer than 16 contiguous bytes of a row (mma
+    /// accumulators hold pairs) is stored to global memory through a swizzled shared tile, so
+    /// the global writes are 16-byte vectors along rows (coalesced). None when that does not
+    /// apply or the shared memory is not there.
+    fn staged_store(&mut self, src: &Region, dst: &Region, pad: Option<Expr>, loc: Loc) -> Option<Vec<Stmt>> {
+        let (sb, db) = (self.m.buffer(src.buf).clone(), self.m.buffer(dst.buf).clone());
+        let layout = sb.layout.as_ref()?;
+        if sb.scope != Scope::Fragment
+            || db.scope != Scope::Global
+            || sb.shape.len() != 2
+            || !src.dims.is_empty()
+        {
+            return None;
+        }
+        let eb = db.dtype.bytes() as i64;
+        let row_bytes = sb.shape[1] * eb;
+        if layout.vector_width() * eb >= 16 || row_bytes < 16 || row_bytes & (row_bytes - 1) != 0 {
+            return None;
+        }
+        let stage_bytes = (sb.num_elements() * eb) as u64;
+        let used: u64 =
+            self.m.buffers.iter().filter(|b| b.scope == Scope::Shared).map(|b| b.bytes() as u64 + 16).sum();
+        if used + stage_bytes > self.shared_limit {
+            return None;
+        }
+        let stage = self.m.add_buffer(Buffer {
+            name: format!("{}_stage", sb.name),
+            scope: Scope::Shared,
+            dtype: db.dtype,
+            shape: sb.shape.clone(),
+            loc,
+            layout: None,
+            shared_offset: None,
+            swizzle: true,
+        });
+        let at = self.m.sources.short(loc).unwrap_or_default();
+        self.report.push(format!(
+            "{at}: T.copy {} -> {} staged through shared memory ({stage_bytes} bytes, swizzled) for 16-byte stores",
+            sb.name, db.name
+        ));
+        let whole = Region { buf: stage, dims: vec![], loc };
+        let mut code = vec![Stmt::Sync];
+        code.extend(self.copy(src, &whole, None, loc, false));
+        code.push(Stmt::Sync);
+        code.extend(self.copy(&whole, dst, pad, loc, false));
+        Some(code)
     }
 
     /// A global→shared copy as one 16-byte `cp.async` per vector chunk, reading only the

@@ -46,11 +46,15 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   const int by = blockIdx.y;
   const int bz = blockIdx.z;
   const int tid = threadIdx.x;
+  extern __shared__ __align__(16) unsigned char tl_smem[];
+  tl_half* q_stage = (tl_half*)(tl_smem + 0);  // [64, 64]
   __align__(16) float q[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers, dim1 = 4 registers . 16 threads (stride 1); 32 registers per thread
   __align__(16) float low[8];  // fragment[64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers; replicated over 16 threads (stride 1); 8 registers per thread
   __align__(16) tl_half Q_v[4];
   __align__(16) float low_red[8];
-  __align__(16) tl_half O_out[4];
+  __align__(16) tl_half q_stage_out[4];
+  __align__(16) tl_half q_stage_v[8];
+  __align__(16) tl_half O_out[8];
   // kernels.py:223: T.copy
   const int t0 = ((tid / 16) % 8);
   const int t1 = (tid % 16);
@@ -105,21 +109,34 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
     }
   }
   // kernels.py:227: T.copy
+  __syncthreads();
   const int t0_3 = ((tid / 16) % 8);
   const int t1_3 = (tid % 16);
   #pragma unroll
   for (int o0_3 = 0; o0_3 < 8; ++o0_3) {
-    if (((((bz < 2) && ((((bx * 64) + t0_3) + (o0_3 * 8)) < 100)) && (by < 3)) && (((t1_3 * 4) + 4) <= 64))) {
+    #pragma unroll
+    for (int e_3 = 0; e_3 < 4; ++e_3) {
+      q_stage_out[e_3] = tl_to_half((float)(q[((o0_3 * 4) + e_3)]));
+    }
+    *(uint2*)(&q_stage[tl_swizzle((((t0_3 + (o0_3 * 8))) * 64 + (t1_3 * 4)) * 2, 7) / 2]) = *(const uint2*)(&q_stage_out[0]);
+  }
+  __syncthreads();
+  const int t0_4 = ((tid / 8) % 16);
+  const int t1_4 = (tid % 8);
+  #pragma unroll
+  for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
+    if (((((bz < 2) && ((((bx * 64) + t0_4) + (o0_4 * 16)) < 100)) && (by < 3)) && (((t1_4 * 8) + 8) <= 64))) {
+      *(uint4*)(&q_stage_v[0]) = *(const uint4*)(&q_stage[tl_swizzle((((t0_4 + (o0_4 * 16))) * 64 + (t1_4 * 8)) * 2, 7) / 2]);
       #pragma unroll
-      for (int e_3 = 0; e_3 < 4; ++e_3) {
-        O_out[e_3] = tl_to_half((float)(q[((o0_3 * 4) + e_3)]));
+      for (int e_4 = 0; e_4 < 8; ++e_4) {
+        O_out[e_4] = q_stage_v[e_4];
       }
-      *(uint2*)(&O[(bz) * 19200 + ((((bx * 64) + t0_3) + (o0_3 * 8))) * 192 + (by) * 64 + (t1_3 * 4)]) = *(const uint2*)(&O_out[0]);
+      *(uint4*)(&O[(bz) * 19200 + ((((bx * 64) + t0_4) + (o0_4 * 16))) * 192 + (by) * 64 + (t1_4 * 8)]) = *(const uint4*)(&O_out[0]);
     } else {
       #pragma unroll
-      for (int e_3 = 0; e_3 < 4; ++e_3) {
-        if (((((bz < 2) && ((((bx * 64) + t0_3) + (o0_3 * 8)) < 100)) && (by < 3)) && (((t1_3 * 4) + e_3) < 64))) {
-          O[(bz) * 19200 + ((((bx * 64) + t0_3) + (o0_3 * 8))) * 192 + (by) * 64 + ((t1_3 * 4) + e_3)] = tl_to_half((float)(q[((o0_3 * 4) + e_3)]));
+      for (int e_4 = 0; e_4 < 8; ++e_4) {
+        if (((((bz < 2) && ((((bx * 64) + t0_4) + (o0_4 * 16)) < 100)) && (by < 3)) && (((t1_4 * 8) + e_4) < 64))) {
+          O[(bz) * 19200 + ((((bx * 64) + t0_4) + (o0_4 * 16))) * 192 + (by) * 64 + ((t1_4 * 8) + e_4)] = q_stage[tl_swizzle((((t0_4 + (o0_4 * 16))) * 64 + ((t1_4 * 8) + e_4)) * 2, 7) / 2];
         }
       }
     }

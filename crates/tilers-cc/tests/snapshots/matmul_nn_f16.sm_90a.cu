@@ -48,10 +48,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   extern __shared__ __align__(16) unsigned char tl_smem[];
   tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [3, 128, 32]
   tl_half* B_shared = (tl_half*)(tl_smem + 24576);  // [3, 32, 128]
+  tl_half* acc_stage = (tl_half*)(tl_smem + 49152);  // [128, 128]
   __align__(16) float acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 8 registers . 2 threads (stride 32); 128 registers per thread
   __align__(16) tl_half A_shared_frag[32];
   __align__(16) tl_half B_shared_frag[32];
-  __align__(16) tl_half C_out[2];
+  __align__(16) tl_half acc_stage_out[2];
+  __align__(16) tl_half acc_stage_v[8];
+  __align__(16) tl_half C_out[8];
   #pragma unroll
   for (int s = 0; s < 128; ++s) {
     acc[s] = 0.0f;
@@ -141,6 +144,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:276: T.copy
+  __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
   const int t0_7 = ((tid / 64) % 2);
   const int t1_6 = (tid % 4);
@@ -151,19 +155,31 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int o0_7 = 0; o0_7 < 4; ++o0_7) {
       #pragma unroll
       for (int o1 = 0; o1 < 8; ++o1) {
-        if ((((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64)) < 1000) && ((((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 64)) + 2) <= 1000))) {
-          #pragma unroll
-          for (int e_6 = 0; e_6 < 2; ++e_6) {
-            C_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + e_6)]));
-          }
-          *(unsigned int*)(&C[((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 1000 + ((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 64))]) = *(const unsigned int*)(&C_out[0]);
-        } else {
-          #pragma unroll
-          for (int e_6 = 0; e_6 < 2; ++e_6) {
-            if ((((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64)) < 1000) && ((((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 64)) + e_6) < 1000))) {
-              C[((((((by * 128) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 1000 + (((((bx * 128) + (t1_6 * 2)) + (o1 * 8)) + (t1_7 * 64)) + e_6)] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + e_6)]));
-            }
-          }
+        #pragma unroll
+        for (int e_6 = 0; e_6 < 2; ++e_6) {
+          acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + e_6)]));
+        }
+        *(unsigned int*)(&acc_stage[tl_swizzle((((((t0_6 + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 128 + (((t1_6 * 2) + (o1 * 8)) + (t1_7 * 64))) * 2, 8) / 2]) = *(const unsigned int*)(&acc_stage_out[0]);
+      }
+    }
+  }
+  __syncthreads();
+  const int t0_8 = ((tid / 16) % 8);
+  const int t1_8 = (tid % 16);
+  #pragma unroll
+  for (int o0_8 = 0; o0_8 < 16; ++o0_8) {
+    if ((((((by * 128) + t0_8) + (o0_8 * 8)) < 1000) && ((((bx * 128) + (t1_8 * 8)) + 8) <= 1000))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_8 + (o0_8 * 8))) * 128 + (t1_8 * 8)) * 2, 8) / 2]);
+      #pragma unroll
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        C_out[e_7] = acc_stage_v[e_7];
+      }
+      *(uint4*)(&C[((((by * 128) + t0_8) + (o0_8 * 8))) * 1000 + ((bx * 128) + (t1_8 * 8))]) = *(const uint4*)(&C_out[0]);
+    } else {
+      #pragma unroll
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        if ((((((by * 128) + t0_8) + (o0_8 * 8)) < 1000) && ((((bx * 128) + (t1_8 * 8)) + e_7) < 1000))) {
+          C[((((by * 128) + t0_8) + (o0_8 * 8))) * 1000 + (((bx * 128) + (t1_8 * 8)) + e_7)] = acc_stage[tl_swizzle((((t0_8 + (o0_8 * 8))) * 128 + ((t1_8 * 8) + e_7)) * 2, 8) / 2];
         }
       }
     }

@@ -48,6 +48,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
   extern __shared__ __align__(16) unsigned char tl_smem[];
   tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [2, 64, 32]
   tl_half* B_shared = (tl_half*)(tl_smem + 8192);  // [2, 32, 64]
+  tl_half* acc_stage = (tl_half*)(tl_smem + 16384);  // [64, 64]
   __align__(16) tl_half A_frag[32];  // fragment[64, 32] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 2 registers . 2 registers; replicated over 2 threads (stride 32); 32 registers per thread
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
   __align__(16) tl_half A_v[8];
@@ -60,7 +61,9 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
   __align__(16) tl_half B_shared_out_1[8];
   __align__(16) tl_half A_shared_v[2];
   __align__(16) tl_half B_shared_frag[16];
-  __align__(16) tl_half C_out[2];
+  __align__(16) tl_half acc_stage_out[2];
+  __align__(16) tl_half acc_stage_v[8];
+  __align__(16) tl_half C_out[8];
   #pragma unroll
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
@@ -206,6 +209,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:336: T.copy
+  __syncthreads();
   const int t0_10 = ((tid / 4) % 8);
   const int t0_11 = ((tid / 64) % 2);
   const int t1_9 = (tid % 4);
@@ -216,19 +220,34 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
     for (int o0_11 = 0; o0_11 < 2; ++o0_11) {
       #pragma unroll
       for (int o1_2 = 0; o1_2 < 4; ++o1_2) {
-        if ((((((((by * 64) + t0_10) + (o0_10 * 8)) + (o0_11 * 16)) + (t0_11 * 32)) < 100) && ((((((bx * 64) + (t1_9 * 2)) + (o1_2 * 8)) + (t1_10 * 32)) + 2) <= 70))) {
-          #pragma unroll
-          for (int e_9 = 0; e_9 < 2; ++e_9) {
-            C_out[e_9] = tl_to_half((float)(acc[((((o0_10 * 2) + (o0_11 * 16)) + (o1_2 * 4)) + e_9)]));
-          }
-          *(unsigned int*)(&C[((((((by * 64) + t0_10) + (o0_10 * 8)) + (o0_11 * 16)) + (t0_11 * 32))) * 70 + ((((bx * 64) + (t1_9 * 2)) + (o1_2 * 8)) + (t1_10 * 32))]) = *(const unsigned int*)(&C_out[0]);
-        } else {
-          #pragma unroll
-          for (int e_9 = 0; e_9 < 2; ++e_9) {
-            if ((((((((by * 64) + t0_10) + (o0_10 * 8)) + (o0_11 * 16)) + (t0_11 * 32)) < 100) && ((((((bx * 64) + (t1_9 * 2)) + (o1_2 * 8)) + (t1_10 * 32)) + e_9) < 70))) {
-              C[((((((by * 64) + t0_10) + (o0_10 * 8)) + (o0_11 * 16)) + (t0_11 * 32))) * 70 + (((((bx * 64) + (t1_9 * 2)) + (o1_2 * 8)) + (t1_10 * 32)) + e_9)] = tl_to_half((float)(acc[((((o0_10 * 2) + (o0_11 * 16)) + (o1_2 * 4)) + e_9)]));
-            }
-          }
+        #pragma unroll
+        for (int e_9 = 0; e_9 < 2; ++e_9) {
+          acc_stage_out[e_9] = tl_to_half((float)(acc[((((o0_10 * 2) + (o0_11 * 16)) + (o1_2 * 4)) + e_9)]));
+        }
+        *(unsigned int*)(&acc_stage[tl_swizzle((((((t0_10 + (o0_10 * 8)) + (o0_11 * 16)) + (t0_11 * 32))) * 64 + (((t1_9 * 2) + (o1_2 * 8)) + (t1_10 * 32))) * 2, 7) / 2]) = *(const unsigned int*)(&acc_stage_out[0]);
+      }
+    }
+  }
+  __syncthreads();
+  const int t0_12 = ((tid / 8) % 16);
+  const int t1_11 = (tid % 8);
+  #pragma unroll
+  for (int o0_12 = 0; o0_12 < 4; ++o0_12) {
+    if ((((((by * 64) + t0_12) + (o0_12 * 16)) < 100) && ((((bx * 64) + (t1_11 * 8)) + 8) <= 70))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_12 + (o0_12 * 16))) * 64 + (t1_11 * 8)) * 2, 7) / 2]);
+      #pragma unroll
+      for (int e_10 = 0; e_10 < 8; ++e_10) {
+        C_out[e_10] = acc_stage_v[e_10];
+      }
+      *(unsigned int*)(&C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + ((bx * 64) + (t1_11 * 8))]) = *(const unsigned int*)(&C_out[0]);
+      *(unsigned int*)(&C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + (((bx * 64) + (t1_11 * 8)) + 2)]) = *(const unsigned int*)(&C_out[2]);
+      *(unsigned int*)(&C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + (((bx * 64) + (t1_11 * 8)) + 4)]) = *(const unsigned int*)(&C_out[4]);
+      *(unsigned int*)(&C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + (((bx * 64) + (t1_11 * 8)) + 6)]) = *(const unsigned int*)(&C_out[6]);
+    } else {
+      #pragma unroll
+      for (int e_10 = 0; e_10 < 8; ++e_10) {
+        if ((((((by * 64) + t0_12) + (o0_12 * 16)) < 100) && ((((bx * 64) + (t1_11 * 8)) + e_10) < 70))) {
+          C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + (((bx * 64) + (t1_11 * 8)) + e_10)] = acc_stage[tl_swizzle((((t0_12 + (o0_12 * 16))) * 64 + ((t1_11 * 8) + e_10)) * 2, 7) / 2];
         }
       }
     }

@@ -48,11 +48,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   extern __shared__ __align__(16) unsigned char tl_smem[];
   signed char* A_shared = (signed char*)(tl_smem + 0);  // [2, 64, 64]
   signed char* B_shared = (signed char*)(tl_smem + 8192);  // [2, 64, 64]
+  int* acc_stage = (int*)(tl_smem + 16384);  // [64, 64]
   __align__(16) signed char A_frag[64];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 4 registers . 4 threads (stride 1) . 2 registers . 2 registers; replicated over 2 threads (stride 32); 64 registers per thread
   __align__(16) int acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
   __align__(16) signed char A_shared_v[4];
   __align__(16) signed char B_shared_frag[32];
-  __align__(16) int C_out[2];
+  __align__(16) int acc_stage_out[2];
+  __align__(16) int acc_stage_v[4];
+  __align__(16) int C_out[4];
   #pragma unroll
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0;
@@ -149,6 +152,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:336: T.copy
+  __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
   const int t0_7 = ((tid / 64) % 2);
   const int t1_5 = (tid % 4);
@@ -159,19 +163,31 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
     for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
       #pragma unroll
       for (int o1_2 = 0; o1_2 < 4; ++o1_2) {
-        if ((((((((by * 64) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32)) < 64) && ((((((bx * 64) + (t1_5 * 2)) + (o1_2 * 8)) + (t1_6 * 32)) + 2) <= 64))) {
-          #pragma unroll
-          for (int e_5 = 0; e_5 < 2; ++e_5) {
-            C_out[e_5] = acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1_2 * 4)) + e_5)];
-          }
-          *(uint2*)(&C[((((((by * 64) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32))) * 64 + ((((bx * 64) + (t1_5 * 2)) + (o1_2 * 8)) + (t1_6 * 32))]) = *(const uint2*)(&C_out[0]);
-        } else {
-          #pragma unroll
-          for (int e_5 = 0; e_5 < 2; ++e_5) {
-            if ((((((((by * 64) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32)) < 64) && ((((((bx * 64) + (t1_5 * 2)) + (o1_2 * 8)) + (t1_6 * 32)) + e_5) < 64))) {
-              C[((((((by * 64) + t0_6) + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32))) * 64 + (((((bx * 64) + (t1_5 * 2)) + (o1_2 * 8)) + (t1_6 * 32)) + e_5)] = acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1_2 * 4)) + e_5)];
-            }
-          }
+        #pragma unroll
+        for (int e_5 = 0; e_5 < 2; ++e_5) {
+          acc_stage_out[e_5] = acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1_2 * 4)) + e_5)];
+        }
+        *(uint2*)(&acc_stage[tl_swizzle((((((t0_6 + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32))) * 64 + (((t1_5 * 2) + (o1_2 * 8)) + (t1_6 * 32))) * 4, 8) / 4]) = *(const uint2*)(&acc_stage_out[0]);
+      }
+    }
+  }
+  __syncthreads();
+  const int t0_8 = ((tid / 16) % 8);
+  const int t1_7 = (tid % 16);
+  #pragma unroll
+  for (int o0_8 = 0; o0_8 < 8; ++o0_8) {
+    if ((((((by * 64) + t0_8) + (o0_8 * 8)) < 64) && ((((bx * 64) + (t1_7 * 4)) + 4) <= 64))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_8 + (o0_8 * 8))) * 64 + (t1_7 * 4)) * 4, 8) / 4]);
+      #pragma unroll
+      for (int e_6 = 0; e_6 < 4; ++e_6) {
+        C_out[e_6] = acc_stage_v[e_6];
+      }
+      *(uint4*)(&C[((((by * 64) + t0_8) + (o0_8 * 8))) * 64 + ((bx * 64) + (t1_7 * 4))]) = *(const uint4*)(&C_out[0]);
+    } else {
+      #pragma unroll
+      for (int e_6 = 0; e_6 < 4; ++e_6) {
+        if ((((((by * 64) + t0_8) + (o0_8 * 8)) < 64) && ((((bx * 64) + (t1_7 * 4)) + e_6) < 64))) {
+          C[((((by * 64) + t0_8) + (o0_8 * 8))) * 64 + (((bx * 64) + (t1_7 * 4)) + e_6)] = acc_stage[tl_swizzle((((t0_8 + (o0_8 * 8))) * 64 + ((t1_7 * 4) + e_6)) * 4, 8) / 4];
         }
       }
     }

@@ -48,6 +48,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   extern __shared__ __align__(16) unsigned char tl_smem[];
   tl_bf16* A_shared = (tl_bf16*)(tl_smem + 0);  // [3, 64, 32]
   tl_bf16* B_shared = (tl_bf16*)(tl_smem + 12288);  // [3, 64, 32]
+  tl_bf16* acc_stage = (tl_bf16*)(tl_smem + 24576);  // [64, 64]
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
   __align__(16) tl_bf16 A_v[8];
   __align__(16) tl_bf16 A_shared_out[8];
@@ -63,7 +64,9 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   __align__(16) tl_bf16 B_shared_out_2[8];
   __align__(16) tl_bf16 A_shared_frag[16];
   __align__(16) tl_bf16 B_shared_frag[16];
-  __align__(16) tl_bf16 C_out[2];
+  __align__(16) tl_bf16 acc_stage_out[2];
+  __align__(16) tl_bf16 acc_stage_v[8];
+  __align__(16) tl_bf16 C_out[8];
   #pragma unroll
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
@@ -231,6 +234,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:276: T.copy
+  __syncthreads();
   const int t0_12 = ((tid / 4) % 8);
   const int t0_13 = ((tid / 64) % 2);
   const int t1_12 = (tid % 4);
@@ -241,19 +245,31 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     for (int o0_13 = 0; o0_13 < 2; ++o0_13) {
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
-        if ((((((((by * 64) + t0_12) + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32)) < 33) && ((((((bx * 64) + (t1_12 * 2)) + (o1 * 8)) + (t1_13 * 32)) + 2) <= 200))) {
-          #pragma unroll
-          for (int e_12 = 0; e_12 < 2; ++e_12) {
-            C_out[e_12] = tl_to_bf16((float)(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + e_12)]));
-          }
-          *(unsigned int*)(&C[((((((by * 64) + t0_12) + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32))) * 200 + ((((bx * 64) + (t1_12 * 2)) + (o1 * 8)) + (t1_13 * 32))]) = *(const unsigned int*)(&C_out[0]);
-        } else {
-          #pragma unroll
-          for (int e_12 = 0; e_12 < 2; ++e_12) {
-            if ((((((((by * 64) + t0_12) + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32)) < 33) && ((((((bx * 64) + (t1_12 * 2)) + (o1 * 8)) + (t1_13 * 32)) + e_12) < 200))) {
-              C[((((((by * 64) + t0_12) + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32))) * 200 + (((((bx * 64) + (t1_12 * 2)) + (o1 * 8)) + (t1_13 * 32)) + e_12)] = tl_to_bf16((float)(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + e_12)]));
-            }
-          }
+        #pragma unroll
+        for (int e_12 = 0; e_12 < 2; ++e_12) {
+          acc_stage_out[e_12] = tl_to_bf16((float)(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + e_12)]));
+        }
+        *(unsigned int*)(&acc_stage[tl_swizzle((((((t0_12 + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32))) * 64 + (((t1_12 * 2) + (o1 * 8)) + (t1_13 * 32))) * 2, 7) / 2]) = *(const unsigned int*)(&acc_stage_out[0]);
+      }
+    }
+  }
+  __syncthreads();
+  const int t0_14 = ((tid / 8) % 16);
+  const int t1_14 = (tid % 8);
+  #pragma unroll
+  for (int o0_14 = 0; o0_14 < 4; ++o0_14) {
+    if ((((((by * 64) + t0_14) + (o0_14 * 16)) < 33) && ((((bx * 64) + (t1_14 * 8)) + 8) <= 200))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_14 + (o0_14 * 16))) * 64 + (t1_14 * 8)) * 2, 7) / 2]);
+      #pragma unroll
+      for (int e_13 = 0; e_13 < 8; ++e_13) {
+        C_out[e_13] = acc_stage_v[e_13];
+      }
+      *(uint4*)(&C[((((by * 64) + t0_14) + (o0_14 * 16))) * 200 + ((bx * 64) + (t1_14 * 8))]) = *(const uint4*)(&C_out[0]);
+    } else {
+      #pragma unroll
+      for (int e_13 = 0; e_13 < 8; ++e_13) {
+        if ((((((by * 64) + t0_14) + (o0_14 * 16)) < 33) && ((((bx * 64) + (t1_14 * 8)) + e_13) < 200))) {
+          C[((((by * 64) + t0_14) + (o0_14 * 16))) * 200 + (((bx * 64) + (t1_14 * 8)) + e_13)] = acc_stage[tl_swizzle((((t0_14 + (o0_14 * 16))) * 64 + ((t1_14 * 8) + e_13)) * 2, 7) / 2];
         }
       }
     }
