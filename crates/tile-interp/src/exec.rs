@@ -317,9 +317,23 @@ impl<'m> Interp<'m> {
                 self.tile_op_outside_parallel("T.reduce", *loc)?;
                 self.reduce(*kind, *src, *dst, *dim, *clear, *loc)?;
             }
-            Stmt::Gemm { a, b, c, transpose_a, transpose_b, clear_accum, loc, .. } => {
+            Stmt::Gemm { a, b, c, transpose_a, transpose_b, clear_accum, loc, a_stage, b_stage, .. } => {
                 self.tile_op_outside_parallel("T.gemm", *loc)?;
-                self.gemm(*a, *b, *c, *transpose_a, *transpose_b, *clear_accum, *loc)?;
+                // a multi-buffered operand (after inject_pipeline): the stage's 2-D tile
+                let stage = |st: &Option<Expr>| -> Result<usize, Diagnostic> {
+                    match st {
+                        Some(e) => match self.scalar(e, *loc)? {
+                            Val::I(v) if v >= 0 => Ok(v as usize),
+                            _ => Err(Diagnostic::error(
+                                "T.gemm stage index is not a non-negative integer",
+                                *loc,
+                            )),
+                        },
+                        None => Ok(0),
+                    }
+                };
+                let stages = (stage(a_stage)?, stage(b_stage)?);
+                self.gemm(*a, *b, *c, *transpose_a, *transpose_b, *clear_accum, stages, *loc)?;
             }
             Stmt::Parallel { vars, extents, body, loc, .. } => self.parallel(vars, extents, body, *loc)?,
             Stmt::For { var, start, extent, body, loc, .. } => {
@@ -350,6 +364,10 @@ impl<'m> Interp<'m> {
             Stmt::Print { what, msg, block, loc } => self.print(what, msg, block.as_deref(), ids, *loc)?,
             Stmt::DeviceAssert { cond, msg, loc } => self.device_assert(cond, msg, ids, *loc)?,
             Stmt::Sync | Stmt::Comment(_) => {}
+            // a pipelined loop after `inject_pipeline`: the copies issued ahead run where they
+            // are issued (into their stage buffers); waits and commits order nothing here
+            Stmt::Async { body } => self.exec(body, ids)?,
+            Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
             // thread-level statements (`let`, vector copies, warp-level matrix ops) are made
             // by the lowering and never appear in the tile-level programs run here
             _ => {
@@ -714,21 +732,32 @@ impl<'m> Interp<'m> {
         transpose_a: bool,
         transpose_b: bool,
         clear: bool,
+        (a_stage, b_stage): (usize, usize),
         loc: Loc,
     ) -> Result<(), Diagnostic> {
         let m = self.m;
         let (ab, bb, cb) = (m.buffer(a), m.buffer(b), m.buffer(c));
-        if ab.shape.len() != 2 || bb.shape.len() != 2 || cb.shape.len() != 2 {
+        // operands are 2-D tiles, or stages of a multi-buffered [stages, rows, cols] tile
+        let tile = |shape: &[i64]| shape[shape.len().saturating_sub(2)..].to_vec();
+        let (a_shape, b_shape) = (tile(&ab.shape), tile(&bb.shape));
+        if a_shape.len() != 2
+            || b_shape.len() != 2
+            || cb.shape.len() != 2
+            || ab.shape.len() > 3
+            || bb.shape.len() > 3
+        {
             return Err(Diagnostic::error("T.gemm operands must be 2-D", loc));
         }
-        let (rows, k_a) = if transpose_a { (ab.shape[1], ab.shape[0]) } else { (ab.shape[0], ab.shape[1]) };
-        let (k_b, cols) = if transpose_b { (bb.shape[1], bb.shape[0]) } else { (bb.shape[0], bb.shape[1]) };
+        let a_base = a_stage * (a_shape[0] * a_shape[1]) as usize;
+        let b_base = b_stage * (b_shape[0] * b_shape[1]) as usize;
+        let (rows, k_a) = if transpose_a { (a_shape[1], a_shape[0]) } else { (a_shape[0], a_shape[1]) };
+        let (k_b, cols) = if transpose_b { (b_shape[1], b_shape[0]) } else { (b_shape[0], b_shape[1]) };
         if k_a != k_b || cb.shape != [rows, cols] {
             return Err(Diagnostic::error("T.gemm operand shapes do not agree", loc));
         }
         let (rows, cols, k_a, k_b) = (rows as usize, cols as usize, k_a as usize, k_b as usize);
-        let a_at = |i: usize, k: usize| if transpose_a { k * rows + i } else { i * k_a + k };
-        let b_at = |k: usize, j: usize| if transpose_b { j * k_b + k } else { k * cols + j };
+        let a_at = |i: usize, k: usize| a_base + if transpose_a { k * rows + i } else { i * k_a + k };
+        let b_at = |k: usize, j: usize| b_base + if transpose_b { j * k_b + k } else { k * cols + j };
         // op(A) row by row and op(B) column by column, so the K loop reads both contiguously
         let a_rows: Vec<usize> =
             (0..rows).flat_map(|i| (0..k_a).map(move |k| (i, k))).map(|(i, k)| a_at(i, k)).collect();
