@@ -338,6 +338,23 @@ def matmul_reg_a(
     return matmul_reg_a
 
 
+def row_broadcast(M, N, W=64, block_M=8, threads=128):
+    """Y[i, j] = 2 * sum(A[i, :]) for j < W: a 1-D fragment read in a 2-D T.Parallel loop that
+    indexes no 2-D fragment (the loop runs on the fragment's threads)."""
+
+    @T.prim_func
+    def row_broadcast(A: T.Tensor((M, N), "float32"), Y: T.Tensor((M, W), "float32")):
+        with T.Kernel(T.ceildiv(M, block_M), threads=threads) as bx:
+            x = T.alloc_fragment((block_M, N), "float32")
+            s = T.alloc_fragment((block_M,), "float32")
+            T.copy(A[bx * block_M, 0], x)
+            T.reduce_sum(x, s, dim=1)
+            for i, j in T.Parallel(block_M, W):
+                Y[bx * block_M + i, j] = s[i] * 2.0
+
+    return row_broadcast
+
+
 # name -> (factory, kwargs) for the compile tests: every kernel at ragged sizes
 COMPILE_CASES = {
     "add_f16": (add, dict(M=1000, N=1000)),
@@ -386,6 +403,7 @@ COMPILE_CASES = {
     ),
     "article_matmul": (article_matmul, dict(M=1024, N=1024, K=1024)),
     "matmul_reg_a_f16": (matmul_reg_a, dict(M=100, N=70, K=100)),
+    "row_broadcast": (row_broadcast, dict(M=100, N=256)),
     "matmul_reg_a_int8": (
         matmul_reg_a,
         dict(M=64, N=64, K=128, dtype="int8", accum_dtype="int32", block_K=64, threads=128),

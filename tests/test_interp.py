@@ -14,6 +14,7 @@ import kernels  # noqa: E402
 from tilers.host import numpy_dtype  # noqa: E402
 
 RNG = np.random.default_rng(1234)
+ELF_MAGIC = b"\x7fELF"
 
 
 def randn(shape, dtype):
@@ -219,3 +220,13 @@ def test_matmul_with_a_in_registers(dtype):
         a, b = randn((M, K), dtype), randn((K, N), dtype)
         want = (2 * f64(a)) @ f64(b)
         assert np.abs(f64(k(a, b)) - want).max() <= 1e-2 * np.abs(want).max()
+
+
+def test_row_broadcast_of_a_reduced_fragment():
+    """Found by the program generator: Y[i, j] = s[i] in a loop with no 2-D fragment used to be
+    a layout conflict."""
+    k = tilers.compile(kernels.row_broadcast(100, 256), out_idx=[1])
+    a = randn((100, 256), "float32")
+    want = np.repeat(2 * f64(a).sum(1, keepdims=True), 64, axis=1)
+    assert np.allclose(k(a), want, rtol=1e-5, atol=1e-4)
+    assert tilers.compile(kernels.row_broadcast(100, 256), target="cuda:sm_90a").cubin[:4] == ELF_MAGIC

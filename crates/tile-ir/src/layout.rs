@@ -193,6 +193,11 @@ impl FragmentLayout {
         }
     }
 
+    /// Number the register digits densely, row-major over the elements a thread holds.
+    pub fn renumber_slots(&mut self) {
+        self.compact_slots_in_order(true);
+    }
+
     /// The layout of `reduce(src, dim)`'s result: `dim` removed, its threads replicated.
     pub fn reduced(&self, dim: usize) -> FragmentLayout {
         let mut out = self.clone();

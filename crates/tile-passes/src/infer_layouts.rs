@@ -268,11 +268,49 @@ fn propagate(m: &mut Module) -> bool {
     changed
 }
 
+/// A loop that indexes a laid-out fragment with only some of its variables (`Y[i, j] =
+/// acc[i]`) and no fragment with all of them: the fragment's threads run the loop, each over
+/// all values of the other variables (held in registers, at most 256 per dimension); threads
+/// that hold replicas of an element compute it too, and only the first of them writes.
+fn expanded_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -> Option<FragmentLayout> {
+    for (buf, idx, _) in fragment_accesses(m, body) {
+        let b = m.buffer(buf);
+        let (Some(fl), Some(dims)) = (&b.layout, loop_dims_of(&idx, vars)) else { continue };
+        if dims.len() == vars.len() || dims.iter().enumerate().any(|(k, d)| fl.extents[k] != extents[*d]) {
+            continue;
+        }
+        if (0..vars.len()).any(|d| !dims.contains(&d) && extents[d] > 256) {
+            continue;
+        }
+        let mut layout = FragmentLayout {
+            extents: extents.to_vec(),
+            dims: Vec::new(),
+            replicated: fl.replicated.clone(),
+            active_threads: fl.active_threads,
+        };
+        for (d, extent) in extents.iter().enumerate() {
+            match dims.iter().position(|x| *x == d) {
+                Some(k) => layout.dims.push(fl.dims[k].clone()),
+                None if *extent > 1 => layout.dims.push(vec![tile_ir::Digit {
+                    size: *extent,
+                    step: 1,
+                    source: tile_ir::Source::Slot(0),
+                }]),
+                None => layout.dims.push(vec![]),
+            }
+        }
+        layout.renumber_slots();
+        return Some(layout);
+    }
+    None
+}
+
 fn assign_loop_layouts(m: &Module, body: &mut [Stmt], threads: u32, diags: &mut Vec<Diagnostic>) {
     for s in body.iter_mut() {
         match s {
             Stmt::Parallel { vars, extents, body, loc, layout } => {
                 let l = anchor_layout(m, vars, extents, body)
+                    .or_else(|| expanded_layout(m, vars, extents, body))
                     .unwrap_or_else(|| FragmentLayout::blocked(extents, threads, min_elem_bytes(m, body)));
                 for (buf, idx, aloc) in fragment_accesses(m, body) {
                     if let Err(why) = compatible(m, buf, &idx, vars, &l) {
