@@ -172,3 +172,18 @@ def test_shifted_fragment_index_is_a_layout_error_not_a_wrong_read():
 
     with pytest.raises(tilers.TileError, match="layout conflict"):
         tilers.compile(shifted, target="cuda:sm_90a")
+
+
+def test_compiler_errors_carry_the_users_location():
+    @T.prim_func
+    def racy(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            for i, j in T.Parallel(64, 64):
+                B[i] = A[i, j]  # the race
+
+    with pytest.raises(tilers.TileError) as info:
+        tilers.compile(racy, target="cuda:sm_90a")
+    line = next(n for n, text in enumerate(open(__file__), 1) if "# the race" in text)
+    assert info.value.file == __file__
+    assert info.value.line == line
+    assert info.value.column > 0

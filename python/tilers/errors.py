@@ -67,3 +67,16 @@ def diagnostic_error(
     """A TileError whose message is the rendered diagnostic."""
     text = format_diagnostic(file, line, column, message, source_line, help)
     return TileError(text, file=file, line=line, column=column)
+
+
+def from_compiler(message: str) -> TileError:
+    """A TileError for a message rendered by the Rust core, with ``file``, ``line`` and
+    ``column`` taken from its first location line (``--> file:line:col``)."""
+    for text in message.splitlines():
+        text = text.strip()
+        if text.startswith("-->") or text.startswith("┌─"):
+            place = text.split(maxsplit=1)[1] if " " in text else ""
+            parts = place.rsplit(":", 2)
+            if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                return TileError(message, parts[0], int(parts[1]), int(parts[2]))
+    return TileError(message)

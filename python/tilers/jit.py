@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+from . import errors
 from ._trace import PrimFunc, trace
 from .errors import TileError
 
@@ -45,7 +46,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
         else:
             source, info_json = _compile_program(program_json, options_json)
     except _tilers.CompileError as err:
-        raise TileError(str(err)) from None
+        raise errors.from_compiler(str(err)) from None
     result = kernel.JITKernel(
         name=program["name"],
         program_json=program_json,
