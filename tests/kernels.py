@@ -338,6 +338,50 @@ def matmul_reg_a(
     return matmul_reg_a
 
 
+def matmul_reg_b(
+    M,
+    N,
+    K,
+    block_M=64,
+    block_N=64,
+    block_K=32,
+    num_stages=2,
+    threads=128,
+    dtype="float16",
+    accum_dtype="float32",
+    a_in_registers=False,
+):
+    """C = A @ (2 B) with the scaled B tile (and, optionally, A) computed element by element
+    into registers and fed to T.gemm from there."""
+    out_dtype = "int32" if dtype == "int8" else dtype
+
+    @T.prim_func
+    def matmul_reg_b(
+        A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), out_dtype)
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            A_frag = T.alloc_fragment((block_M, block_K), dtype)
+            B_shared = T.alloc_shared((block_K, block_N), dtype)
+            B_frag = T.alloc_fragment((block_K, block_N), dtype)
+            acc = T.alloc_fragment((block_M, block_N), accum_dtype)
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[by * block_M, ko * block_K], A_shared)
+                T.copy(B[ko * block_K, bx * block_N], B_shared)
+                for k, j in T.Parallel(block_K, block_N):
+                    B_frag[k, j] = B_shared[k, j] * 2
+                if a_in_registers:
+                    for i, k in T.Parallel(block_M, block_K):
+                        A_frag[i, k] = A_shared[i, k]
+                    T.gemm(A_frag, B_frag, acc)
+                else:
+                    T.gemm(A_shared, B_frag, acc)
+            T.copy(acc, C[by * block_M, bx * block_N])
+
+    return matmul_reg_b
+
+
 def row_broadcast(M, N, W=64, block_M=8, threads=128):
     """Y[i, j] = 2 * sum(A[i, :]) for j < W: a 1-D fragment read in a 2-D T.Parallel loop that
     indexes no 2-D fragment (the loop runs on the fragment's threads)."""
@@ -404,6 +448,15 @@ COMPILE_CASES = {
     "article_matmul": (article_matmul, dict(M=1024, N=1024, K=1024)),
     "matmul_reg_a_f16": (matmul_reg_a, dict(M=100, N=70, K=100)),
     "row_broadcast": (row_broadcast, dict(M=100, N=256)),
+    "matmul_reg_b_f16": (matmul_reg_b, dict(M=100, N=70, K=100)),
+    "matmul_reg_ab_bf16": (
+        matmul_reg_b,
+        dict(M=64, N=128, K=96, dtype="bfloat16", a_in_registers=True),
+    ),
+    "matmul_reg_b_int8": (
+        matmul_reg_b,
+        dict(M=64, N=64, K=128, dtype="int8", accum_dtype="int32", block_K=64),
+    ),
     "matmul_reg_a_int8": (
         matmul_reg_a,
         dict(M=64, N=64, K=128, dtype="int8", accum_dtype="int32", block_K=64, threads=128),

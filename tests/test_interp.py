@@ -230,3 +230,18 @@ def test_row_broadcast_of_a_reduced_fragment():
     want = np.repeat(2 * f64(a).sum(1, keepdims=True), 64, axis=1)
     assert np.allclose(k(a), want, rtol=1e-5, atol=1e-4)
     assert tilers.compile(kernels.row_broadcast(100, 256), target="cuda:sm_90a").cubin[:4] == ELF_MAGIC
+
+
+@pytest.mark.parametrize("case", ["matmul_reg_b_f16", "matmul_reg_ab_bf16", "matmul_reg_b_int8"])
+def test_matmul_with_b_in_registers(case):
+    factory, kw = kernels.COMPILE_CASES[case]
+    k = tilers.compile(factory(**kw), out_idx=[2])
+    M, N, K, dtype = kw["M"], kw["N"], kw["K"], kw.get("dtype", "float16")
+    if dtype == "int8":
+        a = RNG.integers(-128, 128, (M, K), dtype=np.int8)
+        b = RNG.integers(-60, 60, (K, N), dtype=np.int8)
+        assert (f64(k(a, b)) == f64(a) @ (2 * f64(b))).all()
+    else:
+        a, b = randn((M, K), dtype), randn((K, N), dtype)
+        want = f64(a) @ (2 * f64(b))
+        assert np.abs(f64(k(a, b)) - want).max() <= 1e-2 * np.abs(want).max()

@@ -321,3 +321,18 @@ def test_matmul_with_a_in_registers(dtype):
     got = kernel(a, b)
     _check_matmul(got, want, dtype, K)
     _check_matmul(got, interpreted(kernel, a, b).double(), dtype, K)
+
+
+@pytest.mark.parametrize("case", ["matmul_reg_b_f16", "matmul_reg_ab_bf16", "matmul_reg_b_int8"])
+def test_matmul_with_b_in_registers(case):
+    import torch
+
+    factory, kw = kernels.COMPILE_CASES[case]
+    kernel = tilers.compile(factory(**kw), out_idx=[2])
+    M, N, K, dtype = kw["M"], kw["N"], kw["K"], kw.get("dtype", "float16")
+    a, b, _ = _matmul_inputs(M, N, K, dtype, False, False)
+    if dtype == "int8":
+        b = (b // 2).to(torch.int8)
+    got = kernel(a, b)
+    _check_matmul(got, a.double() @ (2 * b.double()), dtype, K)
+    _check_matmul(got, interpreted(kernel, a, b).double(), dtype, K)

@@ -167,6 +167,35 @@ impl FragmentLayout {
         }
     }
 
+    /// The B-operand layout of `mma.sync` for a (k, n) tile in registers, per warp column of
+    /// a `warps_m × warps_n` grid (replicated over the warps of a column). Lane `l` of a 16×8
+    /// (fp16/bf16) or 32×8 (int8) piece holds column `l / 4`, rows `r (l % 4) + {0..r-1}` and
+    /// the same plus 8 (16 for int8), `r` elements per 32-bit register. Registers are ordered
+    /// `[ni][kk][k half][pair or quad]`: one k-step of one 8-column piece is 2 consecutive
+    /// 32-bit registers.
+    pub fn mma_operand_b(k: i64, n: i64, warps_m: i64, warps_n: i64, elem_bytes: u32) -> FragmentLayout {
+        let per_reg = 4 / elem_bytes as i64;
+        let kstep = 8 * per_reg;
+        let (ki, ni) = (k / kstep, n / warps_n / 8);
+        let rows = digits(&[
+            (per_reg, Source::Slot(1)),
+            (4, Source::Thread(1)),
+            (2, Source::Slot(per_reg)),
+            (ki, Source::Slot(2 * per_reg)),
+        ]);
+        let cols = digits(&[
+            (8, Source::Thread(4)),
+            (ni, Source::Slot(ki * 2 * per_reg)),
+            (warps_n, Source::Thread(32)),
+        ]);
+        FragmentLayout {
+            extents: vec![k, n],
+            dims: vec![rows, cols],
+            replicated: if warps_m > 1 { vec![(warps_m, 32 * warps_n)] } else { vec![] },
+            active_threads: 32 * warps_m * warps_n,
+        }
+    }
+
     /// Renumber slot digits densely: outer dimensions' slowest digits most significant
     /// (`by_dim`), or keeping the current order of strides.
     fn compact_slots_in_order(&mut self, by_dim: bool) {
@@ -417,6 +446,29 @@ mod tests {
         let l = FragmentLayout::mma_operand_a(64, 64, 2, 2, 2);
         assert_eq!(l.slots(), 2 * 4 * 8);
         assert_eq!(l.holders(&[0, 0]), vec![0, 32]);
+    }
+
+    #[test]
+    fn mma_operand_b_matches_the_ptx_fragment() {
+        // m16n8k16, fp16: b0,b1 (2(l%4)+{0,1}, l/4); b2,b3 rows + 8
+        let l = FragmentLayout::mma_operand_b(16, 8, 1, 1, 2);
+        for lane in 0..32 {
+            let (r, c) = (2 * (lane % 4), lane / 4);
+            for (slot, (i, j)) in [(r, c), (r + 1, c), (r + 8, c), (r + 9, c)].iter().enumerate() {
+                assert_eq!(l.locate(&[*i, *j]), (lane, slot as i64));
+            }
+        }
+        // m16n8k32, int8: b0 rows 4(l%4)+{0..3}, b1 rows + 16
+        let l = FragmentLayout::mma_operand_b(32, 8, 1, 1, 1);
+        for lane in 0..32 {
+            for reg in 0..2 {
+                for q in 0..4 {
+                    assert_eq!(l.locate(&[4 * (lane % 4) + q + reg * 16, lane / 4]), (lane, reg * 4 + q));
+                }
+            }
+        }
+        let l = FragmentLayout::mma_operand_b(64, 64, 2, 2, 2);
+        assert_eq!(l.holders(&[0, 0]), vec![0, 64]);
     }
 
     #[test]

@@ -142,11 +142,11 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     let mut diags = Vec::new();
     let mut accumulators = Vec::new();
     walk_stmts(&m.kernel.body, &mut |s| {
-        if let Stmt::Gemm { a, c, policy, loc, transpose_a, .. } = s {
-            accumulators.push((*c, *policy, *loc, *a, *transpose_a));
+        if let Stmt::Gemm { a, b, c, policy, loc, transpose_a, transpose_b, .. } = s {
+            accumulators.push((*c, *policy, *loc, *a, *transpose_a, *b, *transpose_b));
         }
     });
-    for (c, policy, loc, a, transpose_a) in accumulators {
+    for (c, policy, loc, a, transpose_a, b, transpose_b) in accumulators {
         let shape = m.buffer(c).shape.clone();
         match crate::gemm::warp_grid(policy, shape[0], shape[1], threads as i64 / 32) {
             Ok((wm, wn)) => {
@@ -158,6 +158,16 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
                         let la =
                             FragmentLayout::mma_operand_a(ab.shape[0], ab.shape[1], wm, wn, ab.dtype.bytes());
                         m.buffer_mut(a).layout = Some(la);
+                    }
+                }
+                // likewise a B operand in registers, stored (K, N)
+                let bb = m.buffer(b);
+                if bb.scope == Scope::Fragment && !transpose_b && bb.shape.len() == 2 {
+                    let kstep = 32 / bb.dtype.bytes() as i64;
+                    if bb.shape[0] % kstep == 0 && bb.shape[1] == shape[1] {
+                        let lb =
+                            FragmentLayout::mma_operand_b(bb.shape[0], bb.shape[1], wm, wn, bb.dtype.bytes());
+                        m.buffer_mut(b).layout = Some(lb);
                     }
                 }
                 let l = FragmentLayout::mma_accumulator(shape[0], shape[1], wm, wn);

@@ -1252,11 +1252,16 @@ impl Lowerer {
             );
             return vec![];
         }
-        if (!a_in_registers && ab.scope != Scope::Shared) || bb.scope != Scope::Shared {
+        let b_in_registers = bb.scope == Scope::Fragment;
+        if b_in_registers && (tb || bb.layout.is_none()) {
             self.diags.push(
-                Diagnostic::error("T.gemm with its B operand in registers is not supported yet", loc)
-                    .with_help("copy B into a shared tile (T.alloc_shared) and pass that"),
+                Diagnostic::error("T.gemm with a transposed B operand in registers is not supported", loc)
+                    .with_help("keep B in registers as a (K, N) fragment, or copy it into a shared tile"),
             );
+            return vec![];
+        }
+        if (!a_in_registers && ab.scope != Scope::Shared) || (!b_in_registers && bb.scope != Scope::Shared) {
+            self.diags.push(Diagnostic::bug("gemm operands are neither shared tiles nor fragments"));
             return vec![];
         }
         let Some(shape) = crate::gemm::mma_shape(ab.dtype) else {
@@ -1310,9 +1315,17 @@ impl Lowerer {
         } else {
             self.local_buffer(&format!("{}_frag", ab.name), ab.dtype, mi_count * a_elems)
         };
-        let b_regs = self.local_buffer(&format!("{}_frag", bb.name), bb.dtype, ni_count * b_elems);
+        let b_regs = if b_in_registers {
+            b
+        } else {
+            self.local_buffer(&format!("{}_frag", bb.name), bb.dtype, ni_count * b_elems)
+        };
         let at = self.m.sources.short(loc).unwrap_or_default();
-        let how = if a_in_registers {
+        let how = if a_in_registers && b_in_registers {
+            "A and B from registers"
+        } else if b_in_registers {
+            "A by ldmatrix, B from registers"
+        } else if a_in_registers {
             "A from registers, B by ldmatrix"
         } else if sixteen_bit || (!ta && tb) {
             "ldmatrix"
@@ -1397,82 +1410,100 @@ impl Lowerer {
         if !a_in_registers {
             step.push(unrolled(mi_var, mi_count, a_load));
         }
-        // B fragments: with an even number of 8-column pieces, one ldmatrix.x4 loads two of
-        // them (lanes 16-31 address the second), else ldmatrix.x2 per piece
-        let paired = ni_count % 2 == 0 && (tb || sixteen_bit);
-        if paired {
-            let nj_var = self.m.add_var("nj", VarKind::Loop, DType::I32);
-            let nj = Expr::var(nj_var, DType::I32);
-            let b_offset = mul(nj.clone(), i32c(2 * b_elems));
-            let n0 = add(mul(warp_n.clone(), i32c(tile_n)), mul(nj.clone(), i32c(16)));
-            let load = if tb {
-                // stored N x K: rows n0 + (lane / 16) * 8 + lane % 8, 16-byte chunk (lane / 8) % 2
-                let row = add(add(n0, mul(div(lane.clone(), 16), i32c(8))), rem(lane.clone(), 8));
-                let col = add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
-                let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
-                Stmt::Ldmatrix { dst: b_regs, dst_offset: b_offset, count: 4, trans: false, src: b, src_idx }
-            } else {
-                // stored K x N: rows k = kk * 16 + lane % 16, columns n0 + (lane / 16) * 8
-                let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
-                let col = add(n0, mul(div(lane.clone(), 16), i32c(8)));
-                let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(col)]);
-                Stmt::Ldmatrix { dst: b_regs, dst_offset: b_offset, count: 4, trans: true, src: b, src_idx }
-            };
-            step.push(unrolled(nj_var, ni_count / 2, vec![load]));
-        } else {
-            let ni_var = self.m.add_var("ni", VarKind::Loop, DType::I32);
-            let ni = Expr::var(ni_var, DType::I32);
-            let b_offset = mul(ni.clone(), i32c(b_elems));
-            let n0 = add(mul(warp_n.clone(), i32c(tile_n)), mul(ni.clone(), i32c(8)));
-            let b_load = if tb {
-                // stored N x K: rows n0 + lane % 8, 16-byte chunk (lane / 8) % 2
-                let row = add(n0.clone(), rem(lane.clone(), 8));
-                let col = add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
-                let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
-                vec![Stmt::Ldmatrix {
-                    dst: b_regs,
-                    dst_offset: b_offset,
-                    count: 2,
-                    trans: false,
-                    src: b,
-                    src_idx,
-                }]
-            } else if sixteen_bit {
-                let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
-                let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(n0.clone())]);
-                vec![Stmt::Ldmatrix {
-                    dst: b_regs,
-                    dst_offset: b_offset,
-                    count: 2,
-                    trans: true,
-                    src: b,
-                    src_idx,
-                }]
-            } else {
-                // int8 stored K x N: gather the m16n8k32 B fragment (register r, byte q)
-                let mut v = Vec::new();
-                for r in 0..2 {
-                    for q in 0..4 {
-                        let kc = add(
-                            add(mul(kk.clone(), i32c(32)), i32c(r * 16 + q)),
-                            mul(rem(lane.clone(), 4), i32c(4)),
-                        );
-                        let col = add(n0.clone(), div(lane.clone(), 4));
-                        v.push(Stmt::Store {
-                            buf: b_regs,
-                            idx: vec![simplify(add(b_offset.clone(), i32c(r * 4 + q)))],
-                            value: Expr::load(
-                                b,
-                                with_prefix(&b_prefix, vec![simplify(kc), simplify(col)]),
-                                bb.dtype,
-                            ),
-                            loc,
-                        });
+        if !b_in_registers {
+            // B fragments: with an even number of 8-column pieces, one ldmatrix.x4 loads two of
+            // them (lanes 16-31 address the second), else ldmatrix.x2 per piece
+            let paired = ni_count % 2 == 0 && (tb || sixteen_bit);
+            if paired {
+                let nj_var = self.m.add_var("nj", VarKind::Loop, DType::I32);
+                let nj = Expr::var(nj_var, DType::I32);
+                let b_offset = mul(nj.clone(), i32c(2 * b_elems));
+                let n0 = add(mul(warp_n.clone(), i32c(tile_n)), mul(nj.clone(), i32c(16)));
+                let load = if tb {
+                    // stored N x K: rows n0 + (lane / 16) * 8 + lane % 8, 16-byte chunk (lane / 8) % 2
+                    let row = add(add(n0, mul(div(lane.clone(), 16), i32c(8))), rem(lane.clone(), 8));
+                    let col =
+                        add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
+                    let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
+                    Stmt::Ldmatrix {
+                        dst: b_regs,
+                        dst_offset: b_offset,
+                        count: 4,
+                        trans: false,
+                        src: b,
+                        src_idx,
                     }
-                }
-                v
-            };
-            step.push(unrolled(ni_var, ni_count, b_load));
+                } else {
+                    // stored K x N: rows k = kk * 16 + lane % 16, columns n0 + (lane / 16) * 8
+                    let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
+                    let col = add(n0, mul(div(lane.clone(), 16), i32c(8)));
+                    let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(col)]);
+                    Stmt::Ldmatrix {
+                        dst: b_regs,
+                        dst_offset: b_offset,
+                        count: 4,
+                        trans: true,
+                        src: b,
+                        src_idx,
+                    }
+                };
+                step.push(unrolled(nj_var, ni_count / 2, vec![load]));
+            } else {
+                let ni_var = self.m.add_var("ni", VarKind::Loop, DType::I32);
+                let ni = Expr::var(ni_var, DType::I32);
+                let b_offset = mul(ni.clone(), i32c(b_elems));
+                let n0 = add(mul(warp_n.clone(), i32c(tile_n)), mul(ni.clone(), i32c(8)));
+                let b_load = if tb {
+                    // stored N x K: rows n0 + lane % 8, 16-byte chunk (lane / 8) % 2
+                    let row = add(n0.clone(), rem(lane.clone(), 8));
+                    let col =
+                        add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
+                    let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
+                    vec![Stmt::Ldmatrix {
+                        dst: b_regs,
+                        dst_offset: b_offset,
+                        count: 2,
+                        trans: false,
+                        src: b,
+                        src_idx,
+                    }]
+                } else if sixteen_bit {
+                    let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
+                    let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(n0.clone())]);
+                    vec![Stmt::Ldmatrix {
+                        dst: b_regs,
+                        dst_offset: b_offset,
+                        count: 2,
+                        trans: true,
+                        src: b,
+                        src_idx,
+                    }]
+                } else {
+                    // int8 stored K x N: gather the m16n8k32 B fragment (register r, byte q)
+                    let mut v = Vec::new();
+                    for r in 0..2 {
+                        for q in 0..4 {
+                            let kc = add(
+                                add(mul(kk.clone(), i32c(32)), i32c(r * 16 + q)),
+                                mul(rem(lane.clone(), 4), i32c(4)),
+                            );
+                            let col = add(n0.clone(), div(lane.clone(), 4));
+                            v.push(Stmt::Store {
+                                buf: b_regs,
+                                idx: vec![simplify(add(b_offset.clone(), i32c(r * 4 + q)))],
+                                value: Expr::load(
+                                    b,
+                                    with_prefix(&b_prefix, vec![simplify(kc), simplify(col)]),
+                                    bb.dtype,
+                                ),
+                                loc,
+                            });
+                        }
+                    }
+                    v
+                };
+                step.push(unrolled(ni_var, ni_count, b_load));
+            }
         }
         // the products, accumulator registers ordered [mi][ni][4]
         let mi2 = self.m.add_var("mi", VarKind::Loop, DType::I32);
@@ -1488,7 +1519,12 @@ impl Lowerer {
                 mul(mi2e.clone(), i32c(a_elems))
             },
             b: b_regs,
-            b_offset: mul(ni2e.clone(), i32c(b_elems)),
+            // registers of piece ni: per k-step 2 32-bit registers; the B fragment holds all k-steps
+            b_offset: if b_in_registers {
+                simplify(add(mul(ni2e.clone(), i32c((k / kstep) * b_elems)), mul(kk.clone(), i32c(b_elems))))
+            } else {
+                mul(ni2e.clone(), i32c(b_elems))
+            },
             c,
             c_offset: simplify(mul(add(mul(mi2e, i32c(ni_count)), ni2e), i32c(4))),
         };
