@@ -111,8 +111,8 @@ def main():
             kernel = case.compile(target="auto")
             inputs = case.make_inputs()
             stage = "gpu run"
-            args = [to_torch(torch, a) for a in inputs]
-            gpu_outs = case.collect(args, kernel(*args))
+            tensors = [to_torch(torch, a) for a in inputs]
+            gpu_outs = case.collect(tensors, kernel(*tensors))
             torch.cuda.synchronize()
             gpu_outs = [to_numpy(torch, t) for t in gpu_outs]
             stage = "check"

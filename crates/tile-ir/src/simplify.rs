@@ -107,6 +107,8 @@ fn fold_int(op: BinOp, a: i64, b: i64) -> Option<i64> {
         BinOp::BitAnd => a & b,
         BinOp::BitOr => a | b,
         BinOp::BitXor => a ^ b,
+        BinOp::Shl if (0..63).contains(&b) => a.wrapping_shl(b as u32),
+        BinOp::Shr if (0..63).contains(&b) => a >> b,
         _ => return None,
     })
 }

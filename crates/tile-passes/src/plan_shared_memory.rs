@@ -1,24 +1,148 @@
 //! Pass `plan_shared_memory`: place every shared buffer in the block's dynamic shared
-//! memory, 16-byte aligned, and check the total against the target's limit.
+//! memory and check the total against the target's limit.
 //!
 //! Requires: thread-level IR (lowering may add scratch buffers). Ensures: every shared
-//! buffer has `shared_offset`; the total fits the target, else a diagnostic naming each
-//! buffer and its bytes. Does not: reuse memory between buffers whose lifetimes do not
-//! overlap (liveness-based reuse comes with pipelined GEMMs, where it matters).
+//! buffer has `shared_offset`, 16-byte aligned (128 for swizzled tiles, so their bank
+//! pattern holds); two buffers share bytes only when their lifetimes (the span of top-level
+//! statements that use them) are separated by a `__syncthreads()`, with every `cp.async`
+//! into the earlier one waited for before it — the epilogue's staging tile of a pipelined
+//! GEMM reuses the operand tiles' memory. The total fits the target, else a diagnostic
+//! naming each buffer and its bytes. Does not: reuse memory inside a loop or split a
+//! statement's lifetime more finely than top-level statements.
 
 use crate::Ctx;
-use tile_ir::{Diagnostic, Module, Scope};
+use std::collections::BTreeSet;
+use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Module, Scope, Stmt};
 
 pub const ALIGN: u64 = 16;
 
-pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
-    let mut offset = 0u64;
-    for b in m.buffers.iter_mut().filter(|b| b.scope == Scope::Shared) {
-        offset = offset.div_ceil(ALIGN) * ALIGN;
-        b.shared_offset = Some(offset);
-        offset += b.bytes() as u64;
+/// Buffers a statement (with its children) reads or writes; `async_dst` collects those
+/// written by `cp.async`.
+fn uses(s: &Stmt, out: &mut BTreeSet<BufferId>, async_dst: &mut BTreeSet<BufferId>) {
+    walk_stmts(std::slice::from_ref(s), &mut |s| {
+        stmt_exprs(s, &mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Load { buf, .. } = x {
+                    out.insert(*buf);
+                }
+            })
+        });
+        match s {
+            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => {
+                out.insert(*buf);
+            }
+            Stmt::VecCopy { dst, src, .. } | Stmt::Ldmatrix { dst, src, .. } => {
+                out.insert(*dst);
+                out.insert(*src);
+            }
+            Stmt::AsyncCopy { dst, src, .. } => {
+                out.insert(*dst);
+                out.insert(*src);
+                async_dst.insert(*dst);
+            }
+            Stmt::Mma { a, b, c, .. } => {
+                out.extend([*a, *b, *c]);
+            }
+            // tile-level statements do not reach this pass; count their buffers anyway
+            Stmt::Copy { src, dst, .. } => {
+                out.extend([src.buf, dst.buf]);
+            }
+            Stmt::Fill { dst, .. } => {
+                out.insert(dst.buf);
+            }
+            Stmt::Reduce { src, dst, .. } => {
+                out.extend([*src, *dst]);
+            }
+            Stmt::Gemm { a, b, c, .. } => {
+                out.extend([*a, *b, *c]);
+            }
+            Stmt::Print { what: tile_ir::Printed::Tile(r), .. } => {
+                out.insert(r.buf);
+            }
+            _ => {}
+        }
+    });
+}
+
+/// Lifetimes `(first, last)` of the shared buffers in top-level statements, and whether
+/// two of them may share memory.
+struct Lifetimes {
+    span: Vec<Option<(usize, usize)>>,
+    async_dst: BTreeSet<BufferId>,
+    syncs: Vec<usize>,
+    waits_all: Vec<usize>,
+}
+
+impl Lifetimes {
+    fn of(m: &Module) -> Lifetimes {
+        let mut span = vec![None; m.buffers.len()];
+        let mut async_dst = BTreeSet::new();
+        let (mut syncs, mut waits_all) = (Vec::new(), Vec::new());
+        for (i, s) in m.kernel.body.iter().enumerate() {
+            match s {
+                Stmt::Sync => syncs.push(i),
+                Stmt::AsyncWait { pending: 0 } => waits_all.push(i),
+                _ => {}
+            }
+            let mut used = BTreeSet::new();
+            uses(s, &mut used, &mut async_dst);
+            for b in used {
+                let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
+                *e = Some(match *e {
+                    None => (i, i),
+                    Some((first, _)) => (first, i),
+                });
+            }
+        }
+        Lifetimes { span, async_dst, syncs, waits_all }
     }
-    let total = offset.div_ceil(ALIGN) * ALIGN;
+
+    /// `a` is dead, with every thread past its last use, before `b`'s first use.
+    fn before(&self, a: BufferId, b: BufferId) -> bool {
+        let (Some((_, last)), Some((first, _))) = (self.span[a.0 as usize], self.span[b.0 as usize]) else {
+            return false;
+        };
+        let Some(&sync) = self.syncs.iter().find(|&&s| s > last && s < first) else {
+            return false;
+        };
+        !self.async_dst.contains(&a) || self.waits_all.iter().any(|&w| w > last && w < sync)
+    }
+
+    fn disjoint(&self, a: BufferId, b: BufferId) -> bool {
+        self.before(a, b) || self.before(b, a)
+    }
+}
+
+pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let lifetimes = Lifetimes::of(&m);
+    // first fit, in declaration order: the lowest aligned offset that overlaps no placed
+    // buffer whose lifetime overlaps this one's
+    let mut placed: Vec<(BufferId, u64, u64)> = Vec::new();
+    let mut total = 0u64;
+    let shared: Vec<BufferId> =
+        (0..m.buffers.len() as u32).map(BufferId).filter(|b| m.buffer(*b).scope == Scope::Shared).collect();
+    for id in shared {
+        let b = m.buffer(id);
+        let align = if b.swizzle { 128 } else { ALIGN };
+        let size = b.bytes() as u64;
+        let mut busy: Vec<(u64, u64)> = placed
+            .iter()
+            .filter(|(other, _, _)| !lifetimes.disjoint(*other, id))
+            .map(|&(_, start, end)| (start, end))
+            .collect();
+        busy.sort();
+        let mut offset = 0u64;
+        for (start, end) in busy {
+            if offset + size <= start {
+                break;
+            }
+            offset = offset.max(end.div_ceil(align) * align);
+        }
+        m.buffer_mut(id).shared_offset = Some(offset);
+        placed.push((id, offset, offset + size));
+        total = total.max(offset + size);
+    }
+    let total = total.div_ceil(ALIGN) * ALIGN;
     if total > ctx.target.shared_limit {
         let list: Vec<String> = m
             .buffers

@@ -51,7 +51,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
   __align__(16) tl_bf16 B_v[8];
   __align__(16) tl_bf16 C_out[8];
   // kernels.py:34: T.copy
-  const int t0 = ((tid / 16) % 8);
+  const int t0 = (tid / 16);
   const int t1 = (tid % 16);
   #pragma unroll
   for (int o0 = 0; o0 < 4; ++o0) {
@@ -72,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
     }
   }
   // kernels.py:35: T.copy
-  const int t0_1 = ((tid / 16) % 8);
+  const int t0_1 = (tid / 16);
   const int t1_1 = (tid % 16);
   #pragma unroll
   for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
@@ -93,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
     }
   }
   // kernels.py:36: T.Parallel
-  const int t0_2 = ((tid / 16) % 8);
+  const int t0_2 = (tid / 16);
   const int t1_2 = (tid % 16);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
@@ -103,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(128) add_tiles_kernel(const tl_bf16
     }
   }
   // kernels.py:38: T.copy
-  const int t0_3 = ((tid / 16) % 8);
+  const int t0_3 = (tid / 16);
   const int t1_3 = (tid % 16);
   #pragma unroll
   for (int o0_3 = 0; o0_3 < 4; ++o0_3) {

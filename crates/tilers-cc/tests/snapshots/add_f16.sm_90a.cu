@@ -49,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(128) add_kernel(const tl_half* __re
   __align__(16) tl_half B_v[8];
   __align__(16) tl_half C_out[8];
   // kernels.py:16: T.Parallel
-  const int t0 = ((tid / 16) % 8);
+  const int t0 = (tid / 16);
   const int t1 = (tid % 16);
   #pragma unroll
   for (int o0 = 0; o0 < 4; ++o0) {

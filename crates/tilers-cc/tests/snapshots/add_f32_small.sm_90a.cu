@@ -46,7 +46,7 @@ extern "C" __global__ void __launch_bounds__(128) add_kernel(const float* __rest
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   // kernels.py:16: T.Parallel
-  const int t0 = ((tid / 32) % 4);
+  const int t0 = (tid / 32);
   const int t1 = (tid % 32);
   #pragma unroll
   for (int o0 = 0; o0 < 8; ++o0) {

@@ -49,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(128) add_kernel(const signed char* 
   __align__(16) signed char B_v[16];
   __align__(16) signed char C_out[16];
   // kernels.py:16: T.Parallel
-  const int t0 = ((tid / 8) % 16);
+  const int t0 = (tid / 8);
   const int t1 = (tid % 8);
   #pragma unroll
   for (int o0 = 0; o0 < 2; ++o0) {

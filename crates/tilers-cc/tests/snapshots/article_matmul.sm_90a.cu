@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* a_tile = (tl_half*)(tl_smem + 0);  // [3, 128, 32]
   tl_half* b_tile = (tl_half*)(tl_smem + 24576);  // [3, 32, 128]
-  tl_half* acc_stage = (tl_half*)(tl_smem + 49152);  // [128, 128]
+  tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [128, 128]
   __align__(16) float acc[64];  // fragment[128, 128] over 256 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 registers . 2 threads (stride 128), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 4 threads (stride 32); 64 registers per thread
   __align__(16) tl_half a_tile_frag[32];
   __align__(16) tl_half b_tile_frag[16];
@@ -61,35 +62,35 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   }
   if (true) {
     // kernels.py:296: T.copy (issued ahead by the pipeline)
-    const int t0 = ((tid / 4) % 64);
+    const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((0) * 4096 + ((t0 + (o0 * 64))) * 32 + (t1 * 8)) * 2, 7) / 2])), "l"(&A[(((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (((by * 128) + t0) + (o0 * 64)) : 0)) * 1024 + ((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (t1 * 8) : 0)]), "r"(((((((by * 128) + t0) + (o0 * 64)) < 1024) && ((t1 * 8) < 1024)) ? (tl_min(((t1 * (-8)) + 1024), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 2048)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((by * 128) + t0) + (o0 * 64))) * 1024 + (t1 * 8)]) : "memory");
     }
     // kernels.py:297: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 16) % 16);
+    const int t0_1 = (tid / 16);
     const int t1_1 = (tid % 16);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((0) * 4096 + ((t0_1 + (o0_1 * 16))) * 128 + (t1_1 * 8)) * 2, 8) / 2])), "l"(&B[(((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? (t0_1 + (o0_1 * 16)) : 0)) * 1024 + ((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? ((bx * 128) + (t1_1 * 8)) : 0)]), "r"(((((t0_1 + (o0_1 * 16)) < 1024) && (((bx * 128) + (t1_1 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_1 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_1 * 8) ^ ((t0_1 & 7) << 3)) * 2) + (t0_1 * 256)) + (o0_1 * 4096)) + 24576))), "l"(&B[((t0_1 + (o0_1 * 16))) * 1024 + ((bx * 128) + (t1_1 * 8))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   if (true) {
     // kernels.py:296: T.copy (issued ahead by the pipeline)
-    const int t0_2 = ((tid / 4) % 64);
+    const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((1) * 4096 + ((t0_2 + (o0_2 * 64))) * 32 + (t1_2 * 8)) * 2, 7) / 2])), "l"(&A[(((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? (((by * 128) + t0_2) + (o0_2 * 64)) : 0)) * 1024 + ((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? ((t1_2 * 8) + 32) : 0)]), "r"(((((((by * 128) + t0_2) + (o0_2 * 64)) < 1024) && (((t1_2 * 8) + 32) < 1024)) ? (tl_min(((t1_2 * (-8)) + 992), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 2048)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + 8192))), "l"(&A[((((by * 128) + t0_2) + (o0_2 * 64))) * 1024 + ((t1_2 * 8) + 32)]) : "memory");
     }
     // kernels.py:297: T.copy (issued ahead by the pipeline)
-    const int t0_3 = ((tid / 16) % 16);
+    const int t0_3 = (tid / 16);
     const int t1_3 = (tid % 16);
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((1) * 4096 + ((t0_3 + (o0_3 * 16))) * 128 + (t1_3 * 8)) * 2, 8) / 2])), "l"(&B[((((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? ((t0_3 + (o0_3 * 16)) + 32) : 0)) * 1024 + (((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? ((bx * 128) + (t1_3 * 8)) : 0)]), "r"((((((t0_3 + (o0_3 * 16)) + 32) < 1024) && (((bx * 128) + (t1_3 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_3 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_3 * 8) ^ ((t0_3 & 7) << 3)) * 2) + (t0_3 * 256)) + (o0_3 * 4096)) + 32768))), "l"(&B[(((t0_3 + (o0_3 * 16)) + 32)) * 1024 + ((bx * 128) + (t1_3 * 8))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -98,18 +99,18 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     __syncthreads();
     if (((ko + 2) < 32)) {
       // kernels.py:296: T.copy (issued ahead by the pipeline)
-      const int t0_4 = ((tid / 4) % 64);
+      const int t0_4 = (tid / 4);
       const int t1_4 = (tid % 4);
       #pragma unroll
       for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&a_tile[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_4 + (o0_4 * 64))) * 32 + (t1_4 * 8)) * 2, 7) / 2])), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (((by * 128) + t0_4) + (o0_4 * 64)) : 0)) * 1024 + ((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (((ko * 32) + (t1_4 * 8)) + 64) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 64)) < 1024) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1024)) ? (tl_min((((ko * (-32)) + (t1_4 * (-8))) + 960), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 2048)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)))), "l"(&A[((((by * 128) + t0_4) + (o0_4 * 64))) * 1024 + (((ko * 32) + (t1_4 * 8)) + 64)]) : "memory");
       }
       // kernels.py:297: T.copy (issued ahead by the pipeline)
-      const int t0_5 = ((tid / 16) % 16);
+      const int t0_5 = (tid / 16);
       const int t1_5 = (tid % 16);
       #pragma unroll
       for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&b_tile[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_5 + (o0_5 * 16))) * 128 + (t1_5 * 8)) * 2, 8) / 2])), "l"(&B[((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? ((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) : 0)) * 1024 + (((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? ((bx * 128) + (t1_5 * 8)) : 0)]), "r"((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 64) < 1024) && (((bx * 128) + (t1_5 * 8)) < 1024)) ? (tl_min((((bx * (-128)) + (t1_5 * (-8))) + 1024), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_5 * 8) ^ ((t0_5 & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)) + (t0_5 * 256)) + (o0_5 * 4096)) + 24576))), "l"(&B[(((((ko * 32) + t0_5) + (o0_5 * 16)) + 64)) * 1024 + ((bx * 128) + (t1_5 * 8))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -121,11 +122,11 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
-        { unsigned int* r = (unsigned int*)(&a_tile_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&a_tile[tl_swizzle((((ko % 3)) * 4096 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2, 7) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&a_tile_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 2048)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 8192))))); }
       }
       #pragma unroll
       for (int nj = 0; nj < 2; ++nj) {
-        { unsigned int* r = (unsigned int*)(&b_tile_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&b_tile[tl_swizzle((((ko % 3)) * 4096 + (((lane % 16) + (kk * 16))) * 128 + ((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16))) * 2, 8) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&b_tile_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((ko % 3) * 8192)) + ((lane % 16) * 256)) + (kk * 4096)) + 24576)))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
@@ -141,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   // kernels.py:299: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = ((tid / 128) % 2);
+  const int t0_7 = (tid / 128);
   const int t1_6 = (tid % 4);
   const int t1_7 = ((tid / 32) % 4);
   #pragma unroll
@@ -154,17 +155,17 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
         for (int e_6 = 0; e_6 < 2; ++e_6) {
           acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
         }
-        *(unsigned int*)(&acc_stage[tl_swizzle((((((t0_6 + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 128 + (((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32))) * 2, 8) / 2]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage[(((((t0_6 * 128) + (o0_6 * 1024)) + (o0_7 * 2048)) + (t0_7 * 8192)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_8 = ((tid / 16) % 16);
+  const int t0_8 = (tid / 16);
   const int t1_8 = (tid % 16);
   #pragma unroll
   for (int o0_8 = 0; o0_8 < 8; ++o0_8) {
-    if ((((((by * 128) + t0_8) + (o0_8 * 16)) < 1024) && ((((bx * 128) + (t1_8 * 8)) + 8) <= 1024))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_8 + (o0_8 * 16))) * 128 + (t1_8 * 8)) * 2, 8) / 2]);
+    if (true) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 2048)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
@@ -173,8 +174,8 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     } else {
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
-        if ((((((by * 128) + t0_8) + (o0_8 * 16)) < 1024) && ((((bx * 128) + (t1_8 * 8)) + e_7) < 1024))) {
-          C[((((by * 128) + t0_8) + (o0_8 * 16))) * 1024 + (((bx * 128) + (t1_8 * 8)) + e_7)] = acc_stage[tl_swizzle((((t0_8 + (o0_8 * 16))) * 128 + ((t1_8 * 8) + e_7)) * 2, 8) / 2];
+        if (true) {
+          C[((((by * 128) + t0_8) + (o0_8 * 16))) * 1024 + (((bx * 128) + (t1_8 * 8)) + e_7)] = acc_stage[(((t0_8 * 128) + (o0_8 * 2048)) + (((t1_8 * 8) + e_7) ^ ((t0_8 & 7) << 3)))];
         }
       }
     }

@@ -49,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(128) bias_gelu_kernel(const tl_bf16
   __align__(16) tl_bf16 bias_v[8];
   __align__(16) tl_bf16 Y_out[8];
   // kernels.py:52: T.Parallel
-  const int t0 = ((tid / 32) % 4);
+  const int t0 = (tid / 32);
   const int t1 = (tid % 32);
   #pragma unroll
   for (int o0 = 0; o0 < 4; ++o0) {

@@ -49,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(128) clamp_int8_kernel(const float*
   __align__(16) signed char Q_out[16];
   __align__(16) unsigned char P_out[16];
   // kernels.py:171: T.Parallel
-  const int t0 = ((tid / 8) % 16);
+  const int t0 = (tid / 8);
   const int t1 = (tid % 8);
   if (((((by * 16) + t0) < 100) && ((((bx * 128) + (t1 * 16)) + 16) <= 1000))) {
     *(uint4*)(&X_v[0]) = *(const uint4*)(&X[(((by * 16) + t0)) * 1000 + ((bx * 128) + (t1 * 16))]);

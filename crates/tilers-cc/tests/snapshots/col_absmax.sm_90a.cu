@@ -45,6 +45,7 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
   const int bx = blockIdx.x;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   float* acc_xwarp = (float*)(tl_smem + 0);  // [4, 128]
   __align__(16) float x[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers, dim1 = 4 registers . 16 threads (stride 1); 32 registers per thread
   __align__(16) float acc[4];  // fragment[64] over 128 threads: dim0 = 4 registers . 16 threads (stride 1); replicated over 8 threads (stride 16); 4 registers per thread
@@ -56,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
   }
   for (int k = 0; k < 16; ++k) {
     // kernels.py:127: T.copy
-    const int t0 = ((tid / 16) % 8);
+    const int t0 = (tid / 16);
     const int t1 = (tid % 16);
     #pragma unroll
     for (int o0 = 0; o0 < 8; ++o0) {
@@ -70,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
     for (int s_1 = 0; s_1 < 4; ++s_1) {
       acc_red[s_1] = 0.0f;
     }
-    const int t0_1 = ((tid / 16) % 8);
+    const int t0_1 = (tid / 16);
     const int t1_1 = (tid % 16);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 8; ++o0_1) {
@@ -84,14 +85,14 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
       acc_red[s_2] = fmaxf(acc_red[s_2], __shfl_xor_sync(0xffffffffu, acc_red[s_2], 16));
     }
     __syncthreads();
-    if ((tid < 128)) {
+    if (true) {
       #pragma unroll
       for (int s_3 = 0; s_3 < 4; ++s_3) {
         acc_xwarp[(s_3) * 128 + tid] = acc_red[s_3];
       }
     }
     __syncthreads();
-    if ((tid < 128)) {
+    if (true) {
       #pragma unroll
       for (int s_4 = 0; s_4 < 4; ++s_4) {
         acc_red[s_4] = fmaxf(fmaxf(fmaxf(fmaxf(0.0f, acc_xwarp[(s_4) * 128 + ((tid & (-97)) | 0)]), acc_xwarp[(s_4) * 128 + ((tid & (-97)) | 32)]), acc_xwarp[(s_4) * 128 + ((tid & (-97)) | 64)]), acc_xwarp[(s_4) * 128 + ((tid & (-97)) | 96)]);
@@ -107,7 +108,7 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
   const int t0_2 = (tid % 16);
   #pragma unroll
   for (int e_2 = 0; e_2 < 4; ++e_2) {
-    if ((((tid / 16) % 8) == 0)) {
+    if (((tid / 16) == 0)) {
       if (((((bx * 64) + (t0_2 * 4)) + e_2) < 999)) {
         C[(((bx * 64) + (t0_2 * 4)) + e_2)] = acc[e_2];
       }

@@ -47,6 +47,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   const int bz = blockIdx.z;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* q_stage = (tl_half*)(tl_smem + 0);  // [64, 64]
   __align__(16) float q[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers, dim1 = 4 registers . 16 threads (stride 1); 32 registers per thread
   __align__(16) float low[8];  // fragment[64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers; replicated over 16 threads (stride 1); 8 registers per thread
@@ -56,11 +57,11 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   __align__(16) tl_half q_stage_v[8];
   __align__(16) tl_half O_out[8];
   // kernels.py:223: T.copy
-  const int t0 = ((tid / 16) % 8);
+  const int t0 = (tid / 16);
   const int t1 = (tid % 16);
   #pragma unroll
   for (int o0 = 0; o0 < 8; ++o0) {
-    if (((((bz < 2) && ((((bx * 64) + t0) + (o0 * 8)) < 100)) && (by < 3)) && (((t1 * 4) + 4) <= 64))) {
+    if (((((bx * 64) + t0) + (o0 * 8)) < 100)) {
       *(uint2*)(&Q_v[0]) = *(const uint2*)(&Q[(bz) * 19200 + ((((bx * 64) + t0) + (o0 * 8))) * 192 + (by) * 64 + (t1 * 4)]);
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -69,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
     } else {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        q[(e + (o0 * 4))] = ((float)(((((bz < 2) && ((((bx * 64) + t0) + (o0 * 8)) < 100)) && (by < 3)) && (((t1 * 4) + e) < 64)) ? tl_float(Q[(bz) * 19200 + ((((bx * 64) + t0) + (o0 * 8))) * 192 + (by) * 64 + ((t1 * 4) + e)]) : 0.0f));
+        q[(e + (o0 * 4))] = ((float)(((((bx * 64) + t0) + (o0 * 8)) < 100) ? tl_float(Q[(bz) * 19200 + ((((bx * 64) + t0) + (o0 * 8))) * 192 + (by) * 64 + ((t1 * 4) + e)]) : 0.0f));
       }
     }
   }
@@ -78,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   for (int s = 0; s < 8; ++s) {
     low_red[s] = __int_as_float(0x7f800000);
   }
-  const int t0_1 = ((tid / 16) % 8);
+  const int t0_1 = (tid / 16);
   const int t1_1 = (tid % 16);
   #pragma unroll
   for (int o0_1 = 0; o0_1 < 8; ++o0_1) {
@@ -99,7 +100,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
     low[s_2] = low_red[s_2];
   }
   // kernels.py:225: T.Parallel
-  const int t0_2 = ((tid / 16) % 8);
+  const int t0_2 = (tid / 16);
   const int t1_2 = (tid % 16);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 8; ++o0_2) {
@@ -110,7 +111,7 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
   }
   // kernels.py:227: T.copy
   __syncthreads();
-  const int t0_3 = ((tid / 16) % 8);
+  const int t0_3 = (tid / 16);
   const int t1_3 = (tid % 16);
   #pragma unroll
   for (int o0_3 = 0; o0_3 < 8; ++o0_3) {
@@ -118,15 +119,15 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
     for (int e_3 = 0; e_3 < 4; ++e_3) {
       q_stage_out[e_3] = tl_to_half((float)(q[((o0_3 * 4) + e_3)]));
     }
-    *(uint2*)(&q_stage[tl_swizzle((((t0_3 + (o0_3 * 8))) * 64 + (t1_3 * 4)) * 2, 7) / 2]) = *(const uint2*)(&q_stage_out[0]);
+    *(uint2*)(&q_stage[(((t0_3 * 64) + (o0_3 * 512)) + ((t1_3 * 4) ^ ((t0_3 & 7) << 3)))]) = *(const uint2*)(&q_stage_out[0]);
   }
   __syncthreads();
-  const int t0_4 = ((tid / 8) % 16);
+  const int t0_4 = (tid / 8);
   const int t1_4 = (tid % 8);
   #pragma unroll
   for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
-    if (((((bz < 2) && ((((bx * 64) + t0_4) + (o0_4 * 16)) < 100)) && (by < 3)) && (((t1_4 * 8) + 8) <= 64))) {
-      *(uint4*)(&q_stage_v[0]) = *(const uint4*)(&q_stage[tl_swizzle((((t0_4 + (o0_4 * 16))) * 64 + (t1_4 * 8)) * 2, 7) / 2]);
+    if (((((bx * 64) + t0_4) + (o0_4 * 16)) < 100)) {
+      *(uint4*)(&q_stage_v[0]) = *(const uint4*)(&q_stage[(((t0_4 * 64) + (o0_4 * 1024)) + ((t1_4 * 8) ^ ((t0_4 & 7) << 3)))]);
       #pragma unroll
       for (int e_4 = 0; e_4 < 8; ++e_4) {
         O_out[e_4] = q_stage_v[e_4];
@@ -135,8 +136,8 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
     } else {
       #pragma unroll
       for (int e_4 = 0; e_4 < 8; ++e_4) {
-        if (((((bz < 2) && ((((bx * 64) + t0_4) + (o0_4 * 16)) < 100)) && (by < 3)) && (((t1_4 * 8) + e_4) < 64))) {
-          O[(bz) * 19200 + ((((bx * 64) + t0_4) + (o0_4 * 16))) * 192 + (by) * 64 + ((t1_4 * 8) + e_4)] = q_stage[tl_swizzle((((t0_4 + (o0_4 * 16))) * 64 + ((t1_4 * 8) + e_4)) * 2, 7) / 2];
+        if (((((bx * 64) + t0_4) + (o0_4 * 16)) < 100)) {
+          O[(bz) * 19200 + ((((bx * 64) + t0_4) + (o0_4 * 16))) * 192 + (by) * 64 + ((t1_4 * 8) + e_4)] = q_stage[(((t0_4 * 64) + (o0_4 * 1024)) + (((t1_4 * 8) + e_4) ^ ((t0_4 & 7) << 3)))];
         }
       }
     }

@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   signed char* A_shared = (signed char*)(tl_smem + 0);  // [3, 32, 64]
   signed char* B_shared = (signed char*)(tl_smem + 6144);  // [3, 32, 64]
-  int* acc_stage = (int*)(tl_smem + 12288);  // [64, 64]
+  int* acc_stage = (int*)(tl_smem + 0);  // [64, 64]
   __align__(16) int acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
   __align__(16) signed char A_shared_frag[32];
   __align__(16) signed char B_shared_frag[32];
@@ -66,38 +67,38 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   }
   if (true) {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
-    const int t0 = ((tid / 4) % 32);
+    const int t0 = (tid / 4);
     const int t1 = (tid % 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 2048 + (t0) * 64 + (t1 * 16)) * 1, 7) / 1])), "l"(&A[((((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? t0 : 0)) * 64 + (((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? ((by * 64) + (t1 * 16)) : 0)]), "r"((((t0 < 64) && (((by * 64) + (t1 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1 * (-16))) + 64), 16) : 0)) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (t1 * 16)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[(t0) * 64 + ((by * 64) + (t1 * 16))]) : "memory");
     // kernels.py:272: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 4) % 32);
+    const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 2048 + (t0_1) * 64 + (t1_1 * 16)) * 1, 7) / 1])), "l"(&B[((((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? t0_1 : 0)) * 64 + (((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? ((bx * 64) + (t1_1 * 16)) : 0)]), "r"((((t0_1 < 64) && (((bx * 64) + (t1_1 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_1 * (-16))) + 64), 16) : 0)) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_1 * 64) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 6144))), "l"(&B[(t0_1) * 64 + ((bx * 64) + (t1_1 * 16))]) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   if (true) {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
-    const int t0_2 = ((tid / 4) % 32);
+    const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 2048 + (t0_2) * 64 + (t1_2 * 16)) * 1, 7) / 1])), "l"(&A[(((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? (t0_2 + 32) : 0)) * 64 + ((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? ((by * 64) + (t1_2 * 16)) : 0)]), "r"(((((t0_2 + 32) < 64) && (((by * 64) + (t1_2 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1_2 * (-16))) + 64), 16) : 0)) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_2 * 64) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 2048))), "l"(&A[((t0_2 + 32)) * 64 + ((by * 64) + (t1_2 * 16))]) : "memory");
     // kernels.py:272: T.copy (issued ahead by the pipeline)
-    const int t0_3 = ((tid / 4) % 32);
+    const int t0_3 = (tid / 4);
     const int t1_3 = (tid % 4);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 2048 + (t0_3) * 64 + (t1_3 * 16)) * 1, 7) / 1])), "l"(&B[(((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? (t0_3 + 32) : 0)) * 64 + ((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? ((bx * 64) + (t1_3 * 16)) : 0)]), "r"(((((t0_3 + 32) < 64) && (((bx * 64) + (t1_3 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_3 * (-16))) + 64), 16) : 0)) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_3 * 64) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 8192))), "l"(&B[((t0_3 + 32)) * 64 + ((bx * 64) + (t1_3 * 16))]) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   for (int ko = 0; ko < 2; ++ko) {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
-    if (((ko + 2) < 2)) {
+    if (false) {
       // kernels.py:266: T.copy (issued ahead by the pipeline)
-      const int t0_4 = ((tid / 4) % 32);
+      const int t0_4 = (tid / 4);
       const int t1_4 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + (t0_4) * 64 + (t1_4 * 16)) * 1, 7) / 1])), "l"(&A[(((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? (((ko * 32) + t0_4) + 64) : 0)) * 64 + ((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? ((by * 64) + (t1_4 * 16)) : 0)]), "r"(((((((ko * 32) + t0_4) + 64) < 64) && (((by * 64) + (t1_4 * 16)) < 64)) ? tl_min((((by * (-64)) + (t1_4 * (-16))) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_4 * 64) + (t1_4 * 16)) ^ (((t0_4 >> 1) & 7) << 4)) + (((ko + 2) % 3) * 2048)))), "l"(&A[(0) * 64 + 0]), "r"(0) : "memory");
       // kernels.py:272: T.copy (issued ahead by the pipeline)
-      const int t0_5 = ((tid / 4) % 32);
+      const int t0_5 = (tid / 4);
       const int t1_5 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + (t0_5) * 64 + (t1_5 * 16)) * 1, 7) / 1])), "l"(&B[(((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? (((ko * 32) + t0_5) + 64) : 0)) * 64 + ((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? ((bx * 64) + (t1_5 * 16)) : 0)]), "r"(((((((ko * 32) + t0_5) + 64) < 64) && (((bx * 64) + (t1_5 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_5 * (-16))) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_5 * 64) + (t1_5 * 16)) ^ (((t0_5 >> 1) & 7) << 4)) + (((ko + 2) % 3) * 2048)) + 6144))), "l"(&B[(0) * 64 + 0]), "r"(0) : "memory");
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:273: T.gemm
@@ -108,33 +109,33 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     for (int kk = 0; kk < 1; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        A_shared_frag[(mi * 16)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 1)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 2)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 3)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 4)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 5)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 6)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 7)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 8)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 9)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 10)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 11)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_m * 32)) + (mi * 16))) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 12)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 13)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 14)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
-        A_shared_frag[((mi * 16) + 15)] = A_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + ((((lane / 4) + (warp_m * 32)) + (mi * 16)) + 8)) * 1, 7) / 1];
+        A_shared_frag[(mi * 16)] = A_shared[((ko * 2048) + ((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) ^ (((((lane % 4) * 4) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 1)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 64) ^ ((((((lane % 4) * 4) + 1) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 2)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 128) ^ ((((((lane % 4) * 4) + 2) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 3)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 192) ^ ((((((lane % 4) * 4) + 3) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 4)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 8) ^ (((((lane % 4) * 4) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 5)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 72) ^ ((((((lane % 4) * 4) + 1) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 6)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 136) ^ ((((((lane % 4) * 4) + 2) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 7)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 200) ^ ((((((lane % 4) * 4) + 3) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 8)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 1024) ^ (((((lane % 4) * 4) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 9)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 1088) ^ ((((((lane % 4) * 4) + 1) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 10)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 1152) ^ ((((((lane % 4) * 4) + 2) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 11)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 1216) ^ ((((((lane % 4) * 4) + 3) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 12)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 1032) ^ (((((lane % 4) * 4) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 13)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 1096) ^ ((((((lane % 4) * 4) + 1) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 14)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 1160) ^ ((((((lane % 4) * 4) + 2) >> 1) & 7) << 4)))];
+        A_shared_frag[((mi * 16) + 15)] = A_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_m * 32)) + (kk * 2048)) + (mi * 16)) + 1224) ^ ((((((lane % 4) * 4) + 3) >> 1) & 7) << 4)))];
       }
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        B_shared_frag[(ni * 8)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 1)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 2)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 3)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 4)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 5)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 6)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 7)] = B_shared[tl_swizzle((((ko % 3)) * 2048 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[(ni * 8)] = B_shared[((ko * 2048) + ((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) ^ (((((lane % 4) * 4) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 1)] = B_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 64) ^ ((((((lane % 4) * 4) + 1) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 2)] = B_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 128) ^ ((((((lane % 4) * 4) + 2) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 3)] = B_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 192) ^ ((((((lane % 4) * 4) + 3) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 4)] = B_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 1024) ^ (((((lane % 4) * 4) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 5)] = B_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 1088) ^ ((((((lane % 4) * 4) + 1) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 6)] = B_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 1152) ^ ((((((lane % 4) * 4) + 2) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 7)] = B_shared[((ko * 2048) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 1216) ^ ((((((lane % 4) * 4) + 3) >> 1) & 7) << 4)))];
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -150,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   // kernels.py:276: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = ((tid / 64) % 2);
+  const int t0_7 = (tid / 64);
   const int t1_6 = (tid % 4);
   const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
@@ -163,17 +164,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
         for (int e_6 = 0; e_6 < 2; ++e_6) {
           acc_stage_out[e_6] = acc[((((o0 * 2) + (o0_1 * 16)) + (o1 * 4)) + e_6)];
         }
-        *(uint2*)(&acc_stage[tl_swizzle((((((t0_6 + (o0 * 8)) + (o0_1 * 16)) + (t0_7 * 32))) * 64 + (((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32))) * 4, 8) / 4]) = *(const uint2*)(&acc_stage_out[0]);
+        *(uint2*)(&acc_stage[(((((t0_6 * 64) + (o0 * 512)) + (o0_1 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_8 = ((tid / 16) % 8);
+  const int t0_8 = (tid / 16);
   const int t1_8 = (tid % 16);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 8; ++o0_2) {
-    if ((((((by * 64) + t0_8) + (o0_2 * 8)) < 64) && ((((bx * 64) + (t1_8 * 4)) + 4) <= 64))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_8 + (o0_2 * 8))) * 64 + (t1_8 * 4)) * 4, 8) / 4]);
+    if (true) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_2 * 512)) + ((t1_8 * 4) ^ ((t0_8 & 7) << 2)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 4; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
@@ -182,8 +183,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     } else {
       #pragma unroll
       for (int e_7 = 0; e_7 < 4; ++e_7) {
-        if ((((((by * 64) + t0_8) + (o0_2 * 8)) < 64) && ((((bx * 64) + (t1_8 * 4)) + e_7) < 64))) {
-          C[((((by * 64) + t0_8) + (o0_2 * 8))) * 64 + (((bx * 64) + (t1_8 * 4)) + e_7)] = acc_stage[tl_swizzle((((t0_8 + (o0_2 * 8))) * 64 + ((t1_8 * 4) + e_7)) * 4, 8) / 4];
+        if (true) {
+          C[((((by * 64) + t0_8) + (o0_2 * 8))) * 64 + (((bx * 64) + (t1_8 * 4)) + e_7)] = acc_stage[(((t0_8 * 64) + (o0_2 * 512)) + (((t1_8 * 4) + e_7) ^ ((t0_8 & 7) << 2)))];
         }
       }
     }

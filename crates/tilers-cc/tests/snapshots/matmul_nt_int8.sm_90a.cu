@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   signed char* A_shared = (signed char*)(tl_smem + 0);  // [3, 128, 64]
   signed char* B_shared = (signed char*)(tl_smem + 24576);  // [3, 128, 64]
-  int* acc_stage = (int*)(tl_smem + 49152);  // [128, 128]
+  int* acc_stage = (int*)(tl_smem + 0);  // [128, 128]
   __align__(16) int acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 8 registers . 2 threads (stride 32); 128 registers per thread
   __align__(16) signed char A_shared_frag[64];
   __align__(16) signed char B_shared_frag[64];
@@ -66,55 +67,55 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   }
   if (true) {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
-    const int t0 = ((tid / 4) % 32);
+    const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 8192 + ((t0 + (o0 * 32))) * 64 + (t1 * 16)) * 1, 7) / 1])), "l"(&A[(((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + ((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? (t1 * 16) : 0)]), "r"(((((((by * 128) + t0) + (o0 * 32)) < 100) && ((t1 * 16) < 128)) ? tl_min(((t1 * (-16)) + 128), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t1 * 16) + (t0 * 64)) + (o0 * 2048)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[((((((by * 128) + t0) + (o0 * 32)) < 100) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + (((((by * 128) + t0) + (o0 * 32)) < 100) ? (t1 * 16) : 0)]), "r"((((((by * 128) + t0) + (o0 * 32)) < 100) ? 16 : 0)) : "memory");
     }
     // kernels.py:270: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 4) % 32);
+    const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 8192 + ((t0_1 + (o0_1 * 32))) * 64 + (t1_1 * 16)) * 1, 7) / 1])), "l"(&B[(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? (t1_1 * 16) : 0)]), "r"(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) && ((t1_1 * 16) < 128)) ? tl_min(((t1_1 * (-16)) + 128), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_1 * 64) + (o0_1 * 2048)) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 24576))), "l"(&B[((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + (((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? (t1_1 * 16) : 0)]), "r"((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? 16 : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   if (true) {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
-    const int t0_2 = ((tid / 4) % 32);
+    const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 8192 + ((t0_2 + (o0_2 * 32))) * 64 + (t1_2 * 16)) * 1, 7) / 1])), "l"(&A[(((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + ((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? ((t1_2 * 16) + 64) : 0)]), "r"(((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) && (((t1_2 * 16) + 64) < 128)) ? tl_min(((t1_2 * (-16)) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_2 * 64) + (o0_2 * 2048)) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 8192))), "l"(&A[((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + (((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? ((t1_2 * 16) + 64) : 0)]), "r"((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? 16 : 0)) : "memory");
     }
     // kernels.py:270: T.copy (issued ahead by the pipeline)
-    const int t0_3 = ((tid / 4) % 32);
+    const int t0_3 = (tid / 4);
     const int t1_3 = (tid % 4);
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 8192 + ((t0_3 + (o0_3 * 32))) * 64 + (t1_3 * 16)) * 1, 7) / 1])), "l"(&B[(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? ((t1_3 * 16) + 64) : 0)]), "r"(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) && (((t1_3 * 16) + 64) < 128)) ? tl_min(((t1_3 * (-16)) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_3 * 64) + (o0_3 * 2048)) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 32768))), "l"(&B[((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + (((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? ((t1_3 * 16) + 64) : 0)]), "r"((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? 16 : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   for (int ko = 0; ko < 2; ++ko) {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
-    if (((ko + 2) < 2)) {
+    if (false) {
       // kernels.py:268: T.copy (issued ahead by the pipeline)
-      const int t0_4 = ((tid / 4) % 32);
+      const int t0_4 = (tid / 4);
       const int t1_4 = (tid % 4);
       #pragma unroll
       for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 8192 + ((t0_4 + (o0_4 * 32))) * 64 + (t1_4 * 16)) * 1, 7) / 1])), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? (((by * 128) + t0_4) + (o0_4 * 32)) : 0)) * 128 + ((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? (((ko * 64) + (t1_4 * 16)) + 128) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 32)) < 100) && ((((ko * 64) + (t1_4 * 16)) + 128) < 128)) ? tl_min(((ko * (-64)) + (t1_4 * (-16))), 16) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_4 * 64) + (o0_4 * 2048)) + (t1_4 * 16)) ^ (((t0_4 >> 1) & 7) << 4)) + (((ko + 2) % 3) * 8192)))), "l"(&A[(0) * 128 + 0]), "r"(0) : "memory");
       }
       // kernels.py:270: T.copy (issued ahead by the pipeline)
-      const int t0_5 = ((tid / 4) % 32);
+      const int t0_5 = (tid / 4);
       const int t1_5 = (tid % 4);
       #pragma unroll
       for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 8192 + ((t0_5 + (o0_5 * 32))) * 64 + (t1_5 * 16)) * 1, 7) / 1])), "l"(&B[(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? (((bx * 128) + t0_5) + (o0_5 * 32)) : 0)) * 128 + ((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? (((ko * 64) + (t1_5 * 16)) + 128) : 0)]), "r"(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 64) + (t1_5 * 16)) + 128) < 128)) ? tl_min(((ko * (-64)) + (t1_5 * (-16))), 16) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_5 * 64) + (o0_5 * 2048)) + (t1_5 * 16)) ^ (((t0_5 >> 1) & 7) << 4)) + (((ko + 2) % 3) * 8192)) + 24576))), "l"(&B[(0) * 128 + 0]), "r"(0) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -126,11 +127,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 8192 + ((((lane % 16) + (warp_m * 64)) + (mi * 16))) * 64 + (((lane / 16) * 16) + (kk * 32))) * 1, 7) / 1]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((lane / 16) * 16) + ((lane % 16) * 64)) + (warp_m * 4096)) + (kk * 32)) + (mi * 1024)) ^ ((((lane % 16) >> 1) & 7) << 4)) + (ko * 8192))))); }
       }
       #pragma unroll
       for (int nj = 0; nj < 4; ++nj) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 8192 + ((((((lane / 16) * 8) + (lane % 8)) + (warp_n * 64)) + (nj * 16))) * 64 + ((((lane / 8) % 2) * 16) + (kk * 32))) * 1, 7) / 1]))); }
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 512) + (((lane / 8) % 2) * 16)) + ((lane % 8) * 64)) + (warp_n * 4096)) + (kk * 32)) + (nj * 1024)) ^ ((((((lane / 16) * 8) + (lane % 8)) >> 1) & 7) << 4)) + (ko * 8192)) + 24576)))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
@@ -146,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   // kernels.py:276: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = ((tid / 64) % 2);
+  const int t0_7 = (tid / 64);
   const int t1_6 = (tid % 4);
   const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
@@ -159,17 +160,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
         for (int e_6 = 0; e_6 < 2; ++e_6) {
           acc_stage_out[e_6] = acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + e_6)];
         }
-        *(uint2*)(&acc_stage[tl_swizzle((((((t0_6 + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 64))) * 128 + (((t1_6 * 2) + (o1 * 8)) + (t1_7 * 64))) * 4, 9) / 4]) = *(const uint2*)(&acc_stage_out[0]);
+        *(uint2*)(&acc_stage[(((((t0_6 * 128) + (o0_6 * 1024)) + (o0_7 * 2048)) + (t0_7 * 8192)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 64)) ^ ((t0_6 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_8 = ((tid / 32) % 4);
+  const int t0_8 = (tid / 32);
   const int t1_8 = (tid % 32);
   #pragma unroll
   for (int o0_8 = 0; o0_8 < 32; ++o0_8) {
     if ((((((by * 128) + t0_8) + (o0_8 * 4)) < 100) && ((((bx * 128) + (t1_8 * 4)) + 4) <= 100))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_8 + (o0_8 * 4))) * 128 + (t1_8 * 4)) * 4, 9) / 4]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 512)) + ((t1_8 * 4) ^ (((t0_8 + (o0_8 * 4)) & 7) << 2)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 4; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
@@ -179,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
       #pragma unroll
       for (int e_7 = 0; e_7 < 4; ++e_7) {
         if ((((((by * 128) + t0_8) + (o0_8 * 4)) < 100) && ((((bx * 128) + (t1_8 * 4)) + e_7) < 100))) {
-          C[((((by * 128) + t0_8) + (o0_8 * 4))) * 100 + (((bx * 128) + (t1_8 * 4)) + e_7)] = acc_stage[tl_swizzle((((t0_8 + (o0_8 * 4))) * 128 + ((t1_8 * 4) + e_7)) * 4, 9) / 4];
+          C[((((by * 128) + t0_8) + (o0_8 * 4))) * 100 + (((bx * 128) + (t1_8 * 4)) + e_7)] = acc_stage[(((t0_8 * 128) + (o0_8 * 512)) + (((t1_8 * 4) + e_7) ^ (((t0_8 + (o0_8 * 4)) & 7) << 2)))];
         }
       }
     }

@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   signed char* A_shared = (signed char*)(tl_smem + 0);  // [2, 64, 64]
   signed char* B_shared = (signed char*)(tl_smem + 8192);  // [2, 64, 64]
-  int* acc_stage = (int*)(tl_smem + 16384);  // [64, 64]
+  int* acc_stage = (int*)(tl_smem + 0);  // [64, 64]
   __align__(16) signed char A_frag[64];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 4 registers . 4 threads (stride 1) . 2 registers . 2 registers; replicated over 2 threads (stride 32); 64 registers per thread
   __align__(16) int acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
   __align__(16) signed char A_shared_v[4];
@@ -67,18 +68,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   }
   if (true) {
     // kernels.py:331: T.copy (issued ahead by the pipeline)
-    const int t0 = ((tid / 4) % 32);
+    const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[(0) * 4096 + ((t0 + (o0 * 32))) * 64 + (t1 * 16)])), "l"(&A[(((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 16) < 128)) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 128 + ((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 16) < 128)) ? (t1 * 16) : 0)]), "r"(((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 16) < 128)) ? tl_min(((t1 * (-16)) + 128), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (o0 * 2048)) + (t1 * 16)))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 128 + (t1 * 16)]) : "memory");
     }
     // kernels.py:332: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 4) % 32);
+    const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 4096 + ((t0_1 + (o0_1 * 32))) * 64 + (t1_1 * 16)) * 1, 7) / 1])), "l"(&B[(((((t0_1 + (o0_1 * 32)) < 128) && (((bx * 64) + (t1_1 * 16)) < 64)) ? (t0_1 + (o0_1 * 32)) : 0)) * 64 + ((((t0_1 + (o0_1 * 32)) < 128) && (((bx * 64) + (t1_1 * 16)) < 64)) ? ((bx * 64) + (t1_1 * 16)) : 0)]), "r"(((((t0_1 + (o0_1 * 32)) < 128) && (((bx * 64) + (t1_1 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_1 * (-16))) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_1 * 64) + (o0_1 * 2048)) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 32))) * 64 + ((bx * 64) + (t1_1 * 16))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -87,24 +88,24 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
     __syncthreads();
     if (((ko + 1) < 2)) {
       // kernels.py:331: T.copy (issued ahead by the pipeline)
-      const int t0_2 = ((tid / 4) % 32);
+      const int t0_2 = (tid / 4);
       const int t1_2 = (tid % 4);
       #pragma unroll
       for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[(((ko + 1) % 2)) * 4096 + ((t0_2 + (o0_2 * 32))) * 64 + (t1_2 * 16)])), "l"(&A[(((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 64) + (t1_2 * 16)) + 64) < 128)) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 128 + ((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 64) + (t1_2 * 16)) + 64) < 128)) ? (((ko * 64) + (t1_2 * 16)) + 64) : 0)]), "r"(((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 64) + (t1_2 * 16)) + 64) < 128)) ? tl_min((((ko * (-64)) + (t1_2 * (-16))) + 64), 16) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((ko * 4096) + (t0_2 * 64)) + (o0_2 * 2048)) + (t1_2 * 16)) + 4096))), "l"(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 128 + (((ko * 64) + (t1_2 * 16)) + 64)]) : "memory");
       }
       // kernels.py:332: T.copy (issued ahead by the pipeline)
-      const int t0_3 = ((tid / 4) % 32);
+      const int t0_3 = (tid / 4);
       const int t1_3 = (tid % 4);
       #pragma unroll
       for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 1) % 2)) * 4096 + ((t0_3 + (o0_3 * 32))) * 64 + (t1_3 * 16)) * 1, 7) / 1])), "l"(&B[((((((((ko * 64) + t0_3) + (o0_3 * 32)) + 64) < 128) && (((bx * 64) + (t1_3 * 16)) < 64)) ? ((((ko * 64) + t0_3) + (o0_3 * 32)) + 64) : 0)) * 64 + (((((((ko * 64) + t0_3) + (o0_3 * 32)) + 64) < 128) && (((bx * 64) + (t1_3 * 16)) < 64)) ? ((bx * 64) + (t1_3 * 16)) : 0)]), "r"((((((((ko * 64) + t0_3) + (o0_3 * 32)) + 64) < 128) && (((bx * 64) + (t1_3 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_3 * (-16))) + 64), 16) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_3 * 64) + (o0_3 * 2048)) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + (ko * 4096)) + 12288))), "l"(&B[(((((ko * 64) + t0_3) + (o0_3 * 32)) + 64)) * 64 + ((bx * 64) + (t1_3 * 16))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:333: T.Parallel
     const int t0_4 = ((tid / 4) % 8);
-    const int t0_5 = ((tid / 64) % 2);
+    const int t0_5 = (tid / 64);
     const int t1_4 = (tid % 4);
     #pragma unroll
     for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
@@ -114,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
         for (int o1 = 0; o1 < 2; ++o1) {
           #pragma unroll
           for (int o1_1 = 0; o1_1 < 2; ++o1_1) {
-            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[((ko % 2)) * 4096 + ((((t0_4 + (o0_4 * 8)) + (o0_5 * 16)) + (t0_5 * 32))) * 64 + (((t1_4 * 4) + (o1 * 16)) + (o1_1 * 32))]);
+            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[(ko) * 4096 + ((((t0_4 + (o0_4 * 8)) + (o0_5 * 16)) + (t0_5 * 32))) * 64 + (((t1_4 * 4) + (o1 * 16)) + (o1_1 * 32))]);
             #pragma unroll
             for (int e_4 = 0; e_4 < 4; ++e_4) {
               A_frag[(((((o0_4 * 4) + (o0_5 * 32)) + (o1 * 8)) + (o1_1 * 16)) + e_4)] = ((signed char)(A_shared_v[e_4] * 2));
@@ -131,14 +132,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int ni = 0; ni < 4; ++ni) {
-        B_shared_frag[(ni * 8)] = B_shared[tl_swizzle((((ko % 2)) * 4096 + ((((lane % 4) * 4) + (kk * 32))) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 1)] = B_shared[tl_swizzle((((ko % 2)) * 4096 + (((((lane % 4) * 4) + (kk * 32)) + 1)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 2)] = B_shared[tl_swizzle((((ko % 2)) * 4096 + (((((lane % 4) * 4) + (kk * 32)) + 2)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 3)] = B_shared[tl_swizzle((((ko % 2)) * 4096 + (((((lane % 4) * 4) + (kk * 32)) + 3)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 4)] = B_shared[tl_swizzle((((ko % 2)) * 4096 + (((((lane % 4) * 4) + (kk * 32)) + 16)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 5)] = B_shared[tl_swizzle((((ko % 2)) * 4096 + (((((lane % 4) * 4) + (kk * 32)) + 17)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 6)] = B_shared[tl_swizzle((((ko % 2)) * 4096 + (((((lane % 4) * 4) + (kk * 32)) + 18)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
-        B_shared_frag[((ni * 8) + 7)] = B_shared[tl_swizzle((((ko % 2)) * 4096 + (((((lane % 4) * 4) + (kk * 32)) + 19)) * 64 + (((lane / 4) + (warp_n * 32)) + (ni * 8))) * 1, 7) / 1];
+        B_shared_frag[(ni * 8)] = B_shared[((ko * 4096) + ((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) ^ (((((lane % 4) * 4) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 1)] = B_shared[((ko * 4096) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 64) ^ ((((((lane % 4) * 4) + 1) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 2)] = B_shared[((ko * 4096) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 128) ^ ((((((lane % 4) * 4) + 2) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 3)] = B_shared[((ko * 4096) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 192) ^ ((((((lane % 4) * 4) + 3) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 4)] = B_shared[((ko * 4096) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 1024) ^ (((((lane % 4) * 4) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 5)] = B_shared[((ko * 4096) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 1088) ^ ((((((lane % 4) * 4) + 1) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 6)] = B_shared[((ko * 4096) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 1152) ^ ((((((lane % 4) * 4) + 2) >> 1) & 7) << 4)))];
+        B_shared_frag[((ni * 8) + 7)] = B_shared[((ko * 4096) + (((((((lane / 4) + ((lane % 4) * 256)) + (warp_n * 32)) + (kk * 2048)) + (ni * 8)) + 1216) ^ ((((((lane % 4) * 4) + 3) >> 1) & 7) << 4)))];
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -154,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   // kernels.py:336: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = ((tid / 64) % 2);
+  const int t0_7 = (tid / 64);
   const int t1_5 = (tid % 4);
   const int t1_6 = ((tid / 32) % 2);
   #pragma unroll
@@ -167,17 +168,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
         for (int e_5 = 0; e_5 < 2; ++e_5) {
           acc_stage_out[e_5] = acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1_2 * 4)) + e_5)];
         }
-        *(uint2*)(&acc_stage[tl_swizzle((((((t0_6 + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32))) * 64 + (((t1_5 * 2) + (o1_2 * 8)) + (t1_6 * 32))) * 4, 8) / 4]) = *(const uint2*)(&acc_stage_out[0]);
+        *(uint2*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_5 * 2) + (o1_2 * 8)) + (t1_6 * 32)) ^ ((t0_6 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_8 = ((tid / 16) % 8);
+  const int t0_8 = (tid / 16);
   const int t1_7 = (tid % 16);
   #pragma unroll
   for (int o0_8 = 0; o0_8 < 8; ++o0_8) {
-    if ((((((by * 64) + t0_8) + (o0_8 * 8)) < 64) && ((((bx * 64) + (t1_7 * 4)) + 4) <= 64))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_8 + (o0_8 * 8))) * 64 + (t1_7 * 4)) * 4, 8) / 4]);
+    if (true) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 512)) + ((t1_7 * 4) ^ ((t0_8 & 7) << 2)))]);
       #pragma unroll
       for (int e_6 = 0; e_6 < 4; ++e_6) {
         C_out[e_6] = acc_stage_v[e_6];
@@ -186,8 +187,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
     } else {
       #pragma unroll
       for (int e_6 = 0; e_6 < 4; ++e_6) {
-        if ((((((by * 64) + t0_8) + (o0_8 * 8)) < 64) && ((((bx * 64) + (t1_7 * 4)) + e_6) < 64))) {
-          C[((((by * 64) + t0_8) + (o0_8 * 8))) * 64 + (((bx * 64) + (t1_7 * 4)) + e_6)] = acc_stage[tl_swizzle((((t0_8 + (o0_8 * 8))) * 64 + ((t1_7 * 4) + e_6)) * 4, 8) / 4];
+        if (true) {
+          C[((((by * 64) + t0_8) + (o0_8 * 8))) * 64 + (((bx * 64) + (t1_7 * 4)) + e_6)] = acc_stage[(((t0_8 * 64) + (o0_8 * 512)) + (((t1_7 * 4) + e_6) ^ ((t0_8 & 7) << 2)))];
         }
       }
     }

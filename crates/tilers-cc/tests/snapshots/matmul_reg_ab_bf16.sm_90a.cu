@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_bf16* A_shared = (tl_bf16*)(tl_smem + 0);  // [2, 64, 32]
   tl_bf16* B_shared = (tl_bf16*)(tl_smem + 8192);  // [2, 32, 64]
-  tl_bf16* acc_stage = (tl_bf16*)(tl_smem + 16384);  // [64, 64]
+  tl_bf16* acc_stage = (tl_bf16*)(tl_smem + 0);  // [64, 64]
   __align__(16) tl_bf16 A_frag[32];  // fragment[64, 32] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 2 registers . 2 registers; replicated over 2 threads (stride 32); 32 registers per thread
   __align__(16) tl_bf16 B_frag[32];  // fragment[32, 64] over 128 threads: dim0 = 2 registers . 4 threads (stride 1) . 2 registers . 2 registers, dim1 = 8 threads (stride 4) . 4 registers . 2 threads (stride 32); replicated over 2 threads (stride 64); 32 registers per thread
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
@@ -67,18 +68,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   }
   if (true) {
     // kernels.py:370: T.copy (issued ahead by the pipeline)
-    const int t0 = ((tid / 4) % 32);
+    const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[(0) * 2048 + ((t0 + (o0 * 32))) * 32 + (t1 * 8)])), "l"(&A[(((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 8) < 96)) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 96 + ((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 8) < 96)) ? (t1 * 8) : 0)]), "r"(((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 8) < 96)) ? (tl_min(((t1 * (-8)) + 96), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (o0 * 2048)) + (t1 * 16)))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 96 + (t1 * 8)]) : "memory");
     }
     // kernels.py:371: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 8) % 16);
+    const int t0_1 = (tid / 8);
     const int t1_1 = (tid % 8);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[(0) * 2048 + ((t0_1 + (o0_1 * 16))) * 64 + (t1_1 * 8)])), "l"(&B[(((((t0_1 + (o0_1 * 16)) < 96) && (((bx * 64) + (t1_1 * 8)) < 128)) ? (t0_1 + (o0_1 * 16)) : 0)) * 128 + ((((t0_1 + (o0_1 * 16)) < 96) && (((bx * 64) + (t1_1 * 8)) < 128)) ? ((bx * 64) + (t1_1 * 8)) : 0)]), "r"(((((t0_1 + (o0_1 * 16)) < 96) && (((bx * 64) + (t1_1 * 8)) < 128)) ? (tl_min((((bx * (-64)) + (t1_1 * (-8))) + 128), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_1 * 128) + (o0_1 * 2048)) + (t1_1 * 16)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 16))) * 128 + ((bx * 64) + (t1_1 * 8))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -87,18 +88,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
     __syncthreads();
     if (((ko + 1) < 3)) {
       // kernels.py:370: T.copy (issued ahead by the pipeline)
-      const int t0_2 = ((tid / 4) % 32);
+      const int t0_2 = (tid / 4);
       const int t1_2 = (tid % 4);
       #pragma unroll
       for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[(((ko + 1) % 2)) * 2048 + ((t0_2 + (o0_2 * 32))) * 32 + (t1_2 * 8)])), "l"(&A[(((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 32) + (t1_2 * 8)) + 32) < 96)) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 96 + ((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 32) + (t1_2 * 8)) + 32) < 96)) ? (((ko * 32) + (t1_2 * 8)) + 32) : 0)]), "r"(((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 32) + (t1_2 * 8)) + 32) < 96)) ? (tl_min((((ko * (-32)) + (t1_2 * (-8))) + 64), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((ko + 1) % 2) * 4096) + (t0_2 * 64)) + (o0_2 * 2048)) + (t1_2 * 16)))), "l"(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 96 + (((ko * 32) + (t1_2 * 8)) + 32)]) : "memory");
       }
       // kernels.py:371: T.copy (issued ahead by the pipeline)
-      const int t0_3 = ((tid / 8) % 16);
+      const int t0_3 = (tid / 8);
       const int t1_3 = (tid % 8);
       #pragma unroll
       for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[(((ko + 1) % 2)) * 2048 + ((t0_3 + (o0_3 * 16))) * 64 + (t1_3 * 8)])), "l"(&B[((((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 96) && (((bx * 64) + (t1_3 * 8)) < 128)) ? ((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) : 0)) * 128 + (((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 96) && (((bx * 64) + (t1_3 * 8)) < 128)) ? ((bx * 64) + (t1_3 * 8)) : 0)]), "r"((((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 96) && (((bx * 64) + (t1_3 * 8)) < 128)) ? (tl_min((((bx * (-64)) + (t1_3 * (-8))) + 128), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((ko + 1) % 2) * 4096) + (t0_3 * 128)) + (o0_3 * 2048)) + (t1_3 * 16)) + 8192))), "l"(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 128 + ((bx * 64) + (t1_3 * 8))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -121,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
     }
     // kernels.py:375: T.Parallel
     const int t0_5 = ((tid / 4) % 8);
-    const int t0_6 = ((tid / 64) % 2);
+    const int t0_6 = (tid / 64);
     const int t1_6 = (tid % 4);
     #pragma unroll
     for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
@@ -160,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   // kernels.py:380: T.copy
   __syncthreads();
   const int t0_7 = ((tid / 4) % 8);
-  const int t0_8 = ((tid / 64) % 2);
+  const int t0_8 = (tid / 64);
   const int t1_7 = (tid % 4);
   const int t1_8 = ((tid / 32) % 2);
   #pragma unroll
@@ -173,17 +174,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
         for (int e_6 = 0; e_6 < 2; ++e_6) {
           acc_stage_out[e_6] = tl_to_bf16((float)(acc[((((o0_9 * 2) + (o0_10 * 16)) + (o1_3 * 4)) + e_6)]));
         }
-        *(unsigned int*)(&acc_stage[tl_swizzle((((((t0_7 + (o0_9 * 8)) + (o0_10 * 16)) + (t0_8 * 32))) * 64 + (((t1_7 * 2) + (o1_3 * 8)) + (t1_8 * 32))) * 2, 7) / 2]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage[(((((t0_7 * 64) + (o0_9 * 512)) + (o0_10 * 1024)) + (t0_8 * 2048)) + ((((t1_7 * 2) + (o1_3 * 8)) + (t1_8 * 32)) ^ ((t0_7 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_9 = ((tid / 8) % 16);
+  const int t0_9 = (tid / 8);
   const int t1_9 = (tid % 8);
   #pragma unroll
   for (int o0_11 = 0; o0_11 < 4; ++o0_11) {
-    if ((((((by * 64) + t0_9) + (o0_11 * 16)) < 64) && ((((bx * 64) + (t1_9 * 8)) + 8) <= 128))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_9 + (o0_11 * 16))) * 64 + (t1_9 * 8)) * 2, 7) / 2]);
+    if (true) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_9 * 64) + (o0_11 * 1024)) + ((t1_9 * 8) ^ ((t0_9 & 7) << 3)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
@@ -192,8 +193,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
     } else {
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
-        if ((((((by * 64) + t0_9) + (o0_11 * 16)) < 64) && ((((bx * 64) + (t1_9 * 8)) + e_7) < 128))) {
-          C[((((by * 64) + t0_9) + (o0_11 * 16))) * 128 + (((bx * 64) + (t1_9 * 8)) + e_7)] = acc_stage[tl_swizzle((((t0_9 + (o0_11 * 16))) * 64 + ((t1_9 * 8) + e_7)) * 2, 7) / 2];
+        if (true) {
+          C[((((by * 64) + t0_9) + (o0_11 * 16))) * 128 + (((bx * 64) + (t1_9 * 8)) + e_7)] = acc_stage[(((t0_9 * 64) + (o0_11 * 1024)) + (((t1_9 * 8) + e_7) ^ ((t0_9 & 7) << 3)))];
         }
       }
     }

@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [2, 64, 32]
   tl_half* B_shared = (tl_half*)(tl_smem + 8192);  // [2, 32, 64]
-  tl_half* acc_stage = (tl_half*)(tl_smem + 16384);  // [64, 64]
+  tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [64, 64]
   __align__(16) tl_half A_frag[16];  // fragment[64, 32] over 128 threads: dim0 = 32 threads (stride 4) . 2 registers, dim1 = 8 registers . 4 threads (stride 1); 16 registers per thread
   __align__(16) tl_half B_frag[32];  // fragment[32, 64] over 128 threads: dim0 = 2 registers . 4 threads (stride 1) . 2 registers . 2 registers, dim1 = 8 threads (stride 4) . 4 registers . 2 threads (stride 32); replicated over 2 threads (stride 64); 32 registers per thread
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
@@ -75,31 +76,31 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
   }
   if (true) {
     // kernels.py:370: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 4) % 32);
+    const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      if ((((((by * 64) + t0_1) + (o0_1 * 32)) < 100) && (((t1_1 * 8) + 8) <= 100))) {
+      if (((((by * 64) + t0_1) + (o0_1 * 32)) < 100)) {
         *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + (t1_1 * 8)]);
         *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + 4)]);
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
           A_shared_out[e_1] = A_v[e_1];
         }
-        *(uint4*)(&A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)) * 2, 7) / 2]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + ((t1_1 * 8) + e_1)) * 2, 7) / 2] = tl_to_half(((((((by * 64) + t0_1) + (o0_1 * 32)) < 100) && (((t1_1 * 8) + e_1) < 100)) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
+          A_shared[(((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) + e_1) ^ (((t0_1 >> 1) & 7) << 3))] = tl_to_half((((((by * 64) + t0_1) + (o0_1 * 32)) < 100) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
         }
       }
     }
     // kernels.py:371: T.copy (issued ahead by the pipeline)
-    const int t0_3 = ((tid / 8) % 16);
+    const int t0_3 = (tid / 8);
     const int t1_3 = (tid % 8);
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-      if ((((t0_3 + (o0_3 * 16)) < 100) && ((((bx * 64) + (t1_3 * 8)) + 8) <= 70))) {
+      if (((((bx * 64) + (t1_3 * 8)) + 8) <= 70)) {
         *(unsigned int*)(&B_v[0]) = *(const unsigned int*)(&B[((t0_3 + (o0_3 * 16))) * 70 + ((bx * 64) + (t1_3 * 8))]);
         *(unsigned int*)(&B_v[2]) = *(const unsigned int*)(&B[((t0_3 + (o0_3 * 16))) * 70 + (((bx * 64) + (t1_3 * 8)) + 2)]);
         *(unsigned int*)(&B_v[4]) = *(const unsigned int*)(&B[((t0_3 + (o0_3 * 16))) * 70 + (((bx * 64) + (t1_3 * 8)) + 4)]);
@@ -112,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
       } else {
         #pragma unroll
         for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared[(0) * 2048 + ((t0_3 + (o0_3 * 16))) * 64 + ((t1_3 * 8) + e_3)] = tl_to_half(((((t0_3 + (o0_3 * 16)) < 100) && ((((bx * 64) + (t1_3 * 8)) + e_3) < 70)) ? tl_float(B[((t0_3 + (o0_3 * 16))) * 70 + (((bx * 64) + (t1_3 * 8)) + e_3)]) : 0.0f));
+          B_shared[(0) * 2048 + ((t0_3 + (o0_3 * 16))) * 64 + ((t1_3 * 8) + e_3)] = tl_to_half((((((bx * 64) + (t1_3 * 8)) + e_3) < 70) ? tl_float(B[((t0_3 + (o0_3 * 16))) * 70 + (((bx * 64) + (t1_3 * 8)) + e_3)]) : 0.0f));
         }
       }
     }
@@ -123,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
     __syncthreads();
     if (((ko + 1) < 4)) {
       // kernels.py:370: T.copy (issued ahead by the pipeline)
-      const int t0_5 = ((tid / 4) % 32);
+      const int t0_5 = (tid / 4);
       const int t1_5 = (tid % 4);
       #pragma unroll
       for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
@@ -134,16 +135,16 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
           for (int e_5 = 0; e_5 < 8; ++e_5) {
             A_shared_out_1[e_5] = A_v_1[e_5];
           }
-          *(uint4*)(&A_shared[tl_swizzle(((((ko + 1) % 2)) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + (t1_5 * 8)) * 2, 7) / 2]) = *(const uint4*)(&A_shared_out_1[0]);
+          *(uint4*)(&A_shared[((((ko + 1) % 2) * 2048) + ((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
         } else {
           #pragma unroll
           for (int e_5 = 0; e_5 < 8; ++e_5) {
-            A_shared[tl_swizzle(((((ko + 1) % 2)) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + ((t1_5 * 8) + e_5)) * 2, 7) / 2] = tl_to_half(((((((by * 64) + t0_5) + (o0_5 * 32)) < 100) && (((((ko * 32) + (t1_5 * 8)) + e_5) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((((ko * 32) + (t1_5 * 8)) + e_5) + 32)]) : 0.0f));
+            A_shared[((((ko + 1) % 2) * 2048) + (((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) + e_5) ^ (((t0_5 >> 1) & 7) << 3)))] = tl_to_half(((((((by * 64) + t0_5) + (o0_5 * 32)) < 100) && (((((ko * 32) + (t1_5 * 8)) + e_5) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((((ko * 32) + (t1_5 * 8)) + e_5) + 32)]) : 0.0f));
           }
         }
       }
       // kernels.py:371: T.copy (issued ahead by the pipeline)
-      const int t0_7 = ((tid / 8) % 16);
+      const int t0_7 = (tid / 8);
       const int t1_7 = (tid % 8);
       #pragma unroll
       for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
@@ -191,7 +192,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 2)) * 2048 + ((((lane % 16) + (warp_m * 32)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2, 7) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 1024)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 2) * 4096))))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -207,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
   // kernels.py:380: T.copy
   __syncthreads();
   const int t0_9 = ((tid / 4) % 8);
-  const int t0_10 = ((tid / 64) % 2);
+  const int t0_10 = (tid / 64);
   const int t1_10 = (tid % 4);
   const int t1_11 = ((tid / 32) % 2);
   #pragma unroll
@@ -220,17 +221,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
         for (int e_9 = 0; e_9 < 2; ++e_9) {
           acc_stage_out[e_9] = tl_to_half((float)(acc[((((o0_11 * 2) + (o0_12 * 16)) + (o1_1 * 4)) + e_9)]));
         }
-        *(unsigned int*)(&acc_stage[tl_swizzle((((((t0_9 + (o0_11 * 8)) + (o0_12 * 16)) + (t0_10 * 32))) * 64 + (((t1_10 * 2) + (o1_1 * 8)) + (t1_11 * 32))) * 2, 7) / 2]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage[(((((t0_9 * 64) + (o0_11 * 512)) + (o0_12 * 1024)) + (t0_10 * 2048)) + ((((t1_10 * 2) + (o1_1 * 8)) + (t1_11 * 32)) ^ ((t0_9 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_11 = ((tid / 8) % 16);
+  const int t0_11 = (tid / 8);
   const int t1_12 = (tid % 8);
   #pragma unroll
   for (int o0_13 = 0; o0_13 < 4; ++o0_13) {
     if ((((((by * 64) + t0_11) + (o0_13 * 16)) < 100) && ((((bx * 64) + (t1_12 * 8)) + 8) <= 70))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_11 + (o0_13 * 16))) * 64 + (t1_12 * 8)) * 2, 7) / 2]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_11 * 64) + (o0_13 * 1024)) + ((t1_12 * 8) ^ ((t0_11 & 7) << 3)))]);
       #pragma unroll
       for (int e_10 = 0; e_10 < 8; ++e_10) {
         C_out[e_10] = acc_stage_v[e_10];
@@ -243,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
       #pragma unroll
       for (int e_10 = 0; e_10 < 8; ++e_10) {
         if ((((((by * 64) + t0_11) + (o0_13 * 16)) < 100) && ((((bx * 64) + (t1_12 * 8)) + e_10) < 70))) {
-          C[((((by * 64) + t0_11) + (o0_13 * 16))) * 70 + (((bx * 64) + (t1_12 * 8)) + e_10)] = acc_stage[tl_swizzle((((t0_11 + (o0_13 * 16))) * 64 + ((t1_12 * 8) + e_10)) * 2, 7) / 2];
+          C[((((by * 64) + t0_11) + (o0_13 * 16))) * 70 + (((bx * 64) + (t1_12 * 8)) + e_10)] = acc_stage[(((t0_11 * 64) + (o0_13 * 1024)) + (((t1_12 * 8) + e_10) ^ ((t0_11 & 7) << 3)))];
         }
       }
     }

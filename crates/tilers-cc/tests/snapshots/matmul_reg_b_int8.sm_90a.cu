@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   signed char* A_shared = (signed char*)(tl_smem + 0);  // [2, 64, 64]
   signed char* B_shared = (signed char*)(tl_smem + 8192);  // [2, 64, 64]
-  int* acc_stage = (int*)(tl_smem + 16384);  // [64, 64]
+  int* acc_stage = (int*)(tl_smem + 0);  // [64, 64]
   __align__(16) signed char A_frag[32];  // fragment[64, 64] over 128 threads: dim0 = 32 threads (stride 4) . 2 registers, dim1 = 16 registers . 4 threads (stride 1); 32 registers per thread
   __align__(16) signed char B_frag[64];  // fragment[64, 64] over 128 threads: dim0 = 4 registers . 4 threads (stride 1) . 2 registers . 2 registers, dim1 = 8 threads (stride 4) . 4 registers . 2 threads (stride 32); replicated over 2 threads (stride 64); 64 registers per thread
   __align__(16) int acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
@@ -67,18 +68,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
   }
   if (true) {
     // kernels.py:370: T.copy (issued ahead by the pipeline)
-    const int t0 = ((tid / 4) % 32);
+    const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 4096 + ((t0 + (o0 * 32))) * 64 + (t1 * 16)) * 1, 7) / 1])), "l"(&A[(((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 16) < 128)) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 128 + ((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 16) < 128)) ? (t1 * 16) : 0)]), "r"(((((((by * 64) + t0) + (o0 * 32)) < 64) && ((t1 * 16) < 128)) ? tl_min(((t1 * (-16)) + 128), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0 * 64) + (o0 * 2048)) + (t1 * 16)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 128 + (t1 * 16)]) : "memory");
     }
     // kernels.py:371: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 4) % 32);
+    const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[(0) * 4096 + ((t0_1 + (o0_1 * 32))) * 64 + (t1_1 * 16)])), "l"(&B[(((((t0_1 + (o0_1 * 32)) < 128) && (((bx * 64) + (t1_1 * 16)) < 64)) ? (t0_1 + (o0_1 * 32)) : 0)) * 64 + ((((t0_1 + (o0_1 * 32)) < 128) && (((bx * 64) + (t1_1 * 16)) < 64)) ? ((bx * 64) + (t1_1 * 16)) : 0)]), "r"(((((t0_1 + (o0_1 * 32)) < 128) && (((bx * 64) + (t1_1 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_1 * (-16))) + 64), 16) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_1 * 64) + (o0_1 * 2048)) + (t1_1 * 16)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 32))) * 64 + ((bx * 64) + (t1_1 * 16))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -87,18 +88,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
     __syncthreads();
     if (((ko + 1) < 2)) {
       // kernels.py:370: T.copy (issued ahead by the pipeline)
-      const int t0_2 = ((tid / 4) % 32);
+      const int t0_2 = (tid / 4);
       const int t1_2 = (tid % 4);
       #pragma unroll
       for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 1) % 2)) * 4096 + ((t0_2 + (o0_2 * 32))) * 64 + (t1_2 * 16)) * 1, 7) / 1])), "l"(&A[(((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 64) + (t1_2 * 16)) + 64) < 128)) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 128 + ((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 64) + (t1_2 * 16)) + 64) < 128)) ? (((ko * 64) + (t1_2 * 16)) + 64) : 0)]), "r"(((((((by * 64) + t0_2) + (o0_2 * 32)) < 64) && ((((ko * 64) + (t1_2 * 16)) + 64) < 128)) ? tl_min((((ko * (-64)) + (t1_2 * (-16))) + 64), 16) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 64) + (o0_2 * 2048)) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + (ko * 4096)) + 4096))), "l"(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 128 + (((ko * 64) + (t1_2 * 16)) + 64)]) : "memory");
       }
       // kernels.py:371: T.copy (issued ahead by the pipeline)
-      const int t0_3 = ((tid / 4) % 32);
+      const int t0_3 = (tid / 4);
       const int t1_3 = (tid % 4);
       #pragma unroll
       for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[(((ko + 1) % 2)) * 4096 + ((t0_3 + (o0_3 * 32))) * 64 + (t1_3 * 16)])), "l"(&B[((((((((ko * 64) + t0_3) + (o0_3 * 32)) + 64) < 128) && (((bx * 64) + (t1_3 * 16)) < 64)) ? ((((ko * 64) + t0_3) + (o0_3 * 32)) + 64) : 0)) * 64 + (((((((ko * 64) + t0_3) + (o0_3 * 32)) + 64) < 128) && (((bx * 64) + (t1_3 * 16)) < 64)) ? ((bx * 64) + (t1_3 * 16)) : 0)]), "r"((((((((ko * 64) + t0_3) + (o0_3 * 32)) + 64) < 128) && (((bx * 64) + (t1_3 * 16)) < 64)) ? tl_min((((bx * (-64)) + (t1_3 * (-16))) + 64), 16) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((ko * 4096) + (t0_3 * 64)) + (o0_3 * 2048)) + (t1_3 * 16)) + 12288))), "l"(&B[(((((ko * 64) + t0_3) + (o0_3 * 32)) + 64)) * 64 + ((bx * 64) + (t1_3 * 16))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -114,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
         for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
           #pragma unroll
           for (int o1 = 0; o1 < 4; ++o1) {
-            B_frag[(((o0_4 + (o0_5 * 4)) + (o0_6 * 8)) + (o1 * 16))] = ((signed char)(B_shared[((ko % 2)) * 4096 + ((((o0_4 + (t0_4 * 4)) + (o0_5 * 16)) + (o0_6 * 32))) * 64 + ((t1_4 + (o1 * 8)) + (t1_5 * 32))] * 2));
+            B_frag[(((o0_4 + (o0_5 * 4)) + (o0_6 * 8)) + (o1 * 16))] = ((signed char)(B_shared[(ko) * 4096 + ((((o0_4 + (t0_4 * 4)) + (o0_5 * 16)) + (o0_6 * 32))) * 64 + ((t1_4 + (o1 * 8)) + (t1_5 * 32))] * 2));
           }
         }
       }
@@ -127,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 2)) * 4096 + ((((lane % 16) + (warp_m * 32)) + (mi * 16))) * 64 + (((lane / 16) * 16) + (kk * 32))) * 1, 7) / 1]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 16)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((lane / 16) * 16) + ((lane % 16) * 64)) + (warp_m * 2048)) + (kk * 32)) + (mi * 1024)) ^ ((((lane % 16) >> 1) & 7) << 4)) + (ko * 4096))))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -143,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
   // kernels.py:380: T.copy
   __syncthreads();
   const int t0_5 = ((tid / 4) % 8);
-  const int t0_6 = ((tid / 64) % 2);
+  const int t0_6 = (tid / 64);
   const int t1_6 = (tid % 4);
   const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
@@ -156,17 +157,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
         for (int e_5 = 0; e_5 < 2; ++e_5) {
           acc_stage_out[e_5] = acc[((((o0_7 * 2) + (o0_8 * 16)) + (o1_1 * 4)) + e_5)];
         }
-        *(uint2*)(&acc_stage[tl_swizzle((((((t0_5 + (o0_7 * 8)) + (o0_8 * 16)) + (t0_6 * 32))) * 64 + (((t1_6 * 2) + (o1_1 * 8)) + (t1_7 * 32))) * 4, 8) / 4]) = *(const uint2*)(&acc_stage_out[0]);
+        *(uint2*)(&acc_stage[(((((t0_5 * 64) + (o0_7 * 512)) + (o0_8 * 1024)) + (t0_6 * 2048)) + ((((t1_6 * 2) + (o1_1 * 8)) + (t1_7 * 32)) ^ ((t0_5 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_7 = ((tid / 16) % 8);
+  const int t0_7 = (tid / 16);
   const int t1_8 = (tid % 16);
   #pragma unroll
   for (int o0_9 = 0; o0_9 < 8; ++o0_9) {
-    if ((((((by * 64) + t0_7) + (o0_9 * 8)) < 64) && ((((bx * 64) + (t1_8 * 4)) + 4) <= 64))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_7 + (o0_9 * 8))) * 64 + (t1_8 * 4)) * 4, 8) / 4]);
+    if (true) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_7 * 64) + (o0_9 * 512)) + ((t1_8 * 4) ^ ((t0_7 & 7) << 2)))]);
       #pragma unroll
       for (int e_6 = 0; e_6 < 4; ++e_6) {
         C_out[e_6] = acc_stage_v[e_6];
@@ -175,8 +176,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
     } else {
       #pragma unroll
       for (int e_6 = 0; e_6 < 4; ++e_6) {
-        if ((((((by * 64) + t0_7) + (o0_9 * 8)) < 64) && ((((bx * 64) + (t1_8 * 4)) + e_6) < 64))) {
-          C[((((by * 64) + t0_7) + (o0_9 * 8))) * 64 + (((bx * 64) + (t1_8 * 4)) + e_6)] = acc_stage[tl_swizzle((((t0_7 + (o0_9 * 8))) * 64 + ((t1_8 * 4) + e_6)) * 4, 8) / 4];
+        if (true) {
+          C[((((by * 64) + t0_7) + (o0_9 * 8))) * 64 + (((bx * 64) + (t1_8 * 4)) + e_6)] = acc_stage[(((t0_7 * 64) + (o0_9 * 512)) + (((t1_8 * 4) + e_6) ^ ((t0_7 & 7) << 2)))];
         }
       }
     }

@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_bf16* A_shared = (tl_bf16*)(tl_smem + 0);  // [3, 64, 32]
   tl_bf16* B_shared = (tl_bf16*)(tl_smem + 12288);  // [3, 64, 32]
-  tl_bf16* acc_stage = (tl_bf16*)(tl_smem + 24576);  // [64, 64]
+  tl_bf16* acc_stage = (tl_bf16*)(tl_smem + 0);  // [64, 64]
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
   __align__(16) tl_bf16 A_v[8];
   __align__(16) tl_bf16 A_shared_out[8];
@@ -78,42 +79,42 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   }
   if (true) {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 4) % 32);
+    const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      if ((((((by * 64) + t0_1) + (o0_1 * 32)) < 33) && (((t1_1 * 8) + 8) <= 100))) {
+      if (((((by * 64) + t0_1) + (o0_1 * 32)) < 33)) {
         *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + (t1_1 * 8)]);
         *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + 4)]);
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
           A_shared_out[e_1] = A_v[e_1];
         }
-        *(uint4*)(&A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)) * 2, 7) / 2]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          A_shared[tl_swizzle(((0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + ((t1_1 * 8) + e_1)) * 2, 7) / 2] = tl_to_bf16(((((((by * 64) + t0_1) + (o0_1 * 32)) < 33) && (((t1_1 * 8) + e_1) < 100)) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
+          A_shared[(((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) + e_1) ^ (((t0_1 >> 1) & 7) << 3))] = tl_to_bf16((((((by * 64) + t0_1) + (o0_1 * 32)) < 33) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
         }
       }
     }
     // kernels.py:270: T.copy (issued ahead by the pipeline)
-    const int t0_3 = ((tid / 4) % 32);
+    const int t0_3 = (tid / 4);
     const int t1_3 = (tid % 4);
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-      if ((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) && (((t1_3 * 8) + 8) <= 100))) {
+      if (((((bx * 64) + t0_3) + (o0_3 * 32)) < 200)) {
         *(uint2*)(&B_v[0]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + (t1_3 * 8)]);
         *(uint2*)(&B_v[4]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + 4)]);
         #pragma unroll
         for (int e_3 = 0; e_3 < 8; ++e_3) {
           B_shared_out[e_3] = B_v[e_3];
         }
-        *(uint4*)(&B_shared[tl_swizzle(((0) * 2048 + ((t0_3 + (o0_3 * 32))) * 32 + (t1_3 * 8)) * 2, 7) / 2]) = *(const uint4*)(&B_shared_out[0]);
+        *(uint4*)(&B_shared[((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) ^ (((t0_3 >> 1) & 7) << 3))]) = *(const uint4*)(&B_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared[tl_swizzle(((0) * 2048 + ((t0_3 + (o0_3 * 32))) * 32 + ((t1_3 * 8) + e_3)) * 2, 7) / 2] = tl_to_bf16(((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) && (((t1_3 * 8) + e_3) < 100)) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + e_3)]) : 0.0f));
+          B_shared[(((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) + e_3) ^ (((t0_3 >> 1) & 7) << 3))] = tl_to_bf16((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + e_3)]) : 0.0f));
         }
       }
     }
@@ -121,42 +122,42 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   asm volatile("cp.async.commit_group;" ::: "memory");
   if (true) {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
-    const int t0_5 = ((tid / 4) % 32);
+    const int t0_5 = (tid / 4);
     const int t1_5 = (tid % 4);
     #pragma unroll
     for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-      if ((((((by * 64) + t0_5) + (o0_5 * 32)) < 33) && (((t1_5 * 8) + 40) <= 100))) {
+      if (((((by * 64) + t0_5) + (o0_5 * 32)) < 33)) {
         *(uint2*)(&A_v_1[0]) = *(const uint2*)(&A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((t1_5 * 8) + 32)]);
         *(uint2*)(&A_v_1[4]) = *(const uint2*)(&A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((t1_5 * 8) + 36)]);
         #pragma unroll
         for (int e_5 = 0; e_5 < 8; ++e_5) {
           A_shared_out_1[e_5] = A_v_1[e_5];
         }
-        *(uint4*)(&A_shared[tl_swizzle(((1) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + (t1_5 * 8)) * 2, 7) / 2]) = *(const uint4*)(&A_shared_out_1[0]);
+        *(uint4*)(&A_shared[(2048 + ((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
       } else {
         #pragma unroll
         for (int e_5 = 0; e_5 < 8; ++e_5) {
-          A_shared[tl_swizzle(((1) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + ((t1_5 * 8) + e_5)) * 2, 7) / 2] = tl_to_bf16(((((((by * 64) + t0_5) + (o0_5 * 32)) < 33) && ((((t1_5 * 8) + e_5) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + (((t1_5 * 8) + e_5) + 32)]) : 0.0f));
+          A_shared[(2048 + (((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) + e_5) ^ (((t0_5 >> 1) & 7) << 3)))] = tl_to_bf16((((((by * 64) + t0_5) + (o0_5 * 32)) < 33) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + (((t1_5 * 8) + e_5) + 32)]) : 0.0f));
         }
       }
     }
     // kernels.py:270: T.copy (issued ahead by the pipeline)
-    const int t0_7 = ((tid / 4) % 32);
+    const int t0_7 = (tid / 4);
     const int t1_7 = (tid % 4);
     #pragma unroll
     for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
-      if ((((((bx * 64) + t0_7) + (o0_7 * 32)) < 200) && (((t1_7 * 8) + 40) <= 100))) {
+      if (((((bx * 64) + t0_7) + (o0_7 * 32)) < 200)) {
         *(uint2*)(&B_v_1[0]) = *(const uint2*)(&B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + ((t1_7 * 8) + 32)]);
         *(uint2*)(&B_v_1[4]) = *(const uint2*)(&B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + ((t1_7 * 8) + 36)]);
         #pragma unroll
         for (int e_7 = 0; e_7 < 8; ++e_7) {
           B_shared_out_1[e_7] = B_v_1[e_7];
         }
-        *(uint4*)(&B_shared[tl_swizzle(((1) * 2048 + ((t0_7 + (o0_7 * 32))) * 32 + (t1_7 * 8)) * 2, 7) / 2]) = *(const uint4*)(&B_shared_out_1[0]);
+        *(uint4*)(&B_shared[(2048 + ((((t0_7 * 32) + (o0_7 * 1024)) + (t1_7 * 8)) ^ (((t0_7 >> 1) & 7) << 3)))]) = *(const uint4*)(&B_shared_out_1[0]);
       } else {
         #pragma unroll
         for (int e_7 = 0; e_7 < 8; ++e_7) {
-          B_shared[tl_swizzle(((1) * 2048 + ((t0_7 + (o0_7 * 32))) * 32 + ((t1_7 * 8) + e_7)) * 2, 7) / 2] = tl_to_bf16(((((((bx * 64) + t0_7) + (o0_7 * 32)) < 200) && ((((t1_7 * 8) + e_7) + 32) < 100)) ? tl_float(B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + (((t1_7 * 8) + e_7) + 32)]) : 0.0f));
+          B_shared[(2048 + (((((t0_7 * 32) + (o0_7 * 1024)) + (t1_7 * 8)) + e_7) ^ (((t0_7 >> 1) & 7) << 3)))] = tl_to_bf16((((((bx * 64) + t0_7) + (o0_7 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + (((t1_7 * 8) + e_7) + 32)]) : 0.0f));
         }
       }
     }
@@ -167,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     __syncthreads();
     if (((ko + 2) < 4)) {
       // kernels.py:268: T.copy (issued ahead by the pipeline)
-      const int t0_9 = ((tid / 4) % 32);
+      const int t0_9 = (tid / 4);
       const int t1_9 = (tid % 4);
       #pragma unroll
       for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
@@ -178,16 +179,16 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
           for (int e_9 = 0; e_9 < 8; ++e_9) {
             A_shared_out_2[e_9] = A_v_2[e_9];
           }
-          *(uint4*)(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_9 + (o0_9 * 32))) * 32 + (t1_9 * 8)) * 2, 7) / 2]) = *(const uint4*)(&A_shared_out_2[0]);
+          *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_9 * 32) + (o0_9 * 1024)) + (t1_9 * 8)) ^ (((t0_9 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
         } else {
           #pragma unroll
           for (int e_9 = 0; e_9 < 8; ++e_9) {
-            A_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_9 + (o0_9 * 32))) * 32 + ((t1_9 * 8) + e_9)) * 2, 7) / 2] = tl_to_bf16(((((((by * 64) + t0_9) + (o0_9 * 32)) < 33) && (((((ko * 32) + (t1_9 * 8)) + e_9) + 64) < 100)) ? tl_float(A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + ((((ko * 32) + (t1_9 * 8)) + e_9) + 64)]) : 0.0f));
+            A_shared[((((ko + 2) % 3) * 2048) + (((((t0_9 * 32) + (o0_9 * 1024)) + (t1_9 * 8)) + e_9) ^ (((t0_9 >> 1) & 7) << 3)))] = tl_to_bf16(((((((by * 64) + t0_9) + (o0_9 * 32)) < 33) && (((((ko * 32) + (t1_9 * 8)) + e_9) + 64) < 100)) ? tl_float(A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + ((((ko * 32) + (t1_9 * 8)) + e_9) + 64)]) : 0.0f));
           }
         }
       }
       // kernels.py:270: T.copy (issued ahead by the pipeline)
-      const int t0_11 = ((tid / 4) % 32);
+      const int t0_11 = (tid / 4);
       const int t1_11 = (tid % 4);
       #pragma unroll
       for (int o0_11 = 0; o0_11 < 2; ++o0_11) {
@@ -198,11 +199,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
           for (int e_11 = 0; e_11 < 8; ++e_11) {
             B_shared_out_2[e_11] = B_v_2[e_11];
           }
-          *(uint4*)(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_11 + (o0_11 * 32))) * 32 + (t1_11 * 8)) * 2, 7) / 2]) = *(const uint4*)(&B_shared_out_2[0]);
+          *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + ((((t0_11 * 32) + (o0_11 * 1024)) + (t1_11 * 8)) ^ (((t0_11 >> 1) & 7) << 3)))]) = *(const uint4*)(&B_shared_out_2[0]);
         } else {
           #pragma unroll
           for (int e_11 = 0; e_11 < 8; ++e_11) {
-            B_shared[tl_swizzle(((((ko + 2) % 3)) * 2048 + ((t0_11 + (o0_11 * 32))) * 32 + ((t1_11 * 8) + e_11)) * 2, 7) / 2] = tl_to_bf16(((((((bx * 64) + t0_11) + (o0_11 * 32)) < 200) && (((((ko * 32) + (t1_11 * 8)) + e_11) + 64) < 100)) ? tl_float(B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + ((((ko * 32) + (t1_11 * 8)) + e_11) + 64)]) : 0.0f));
+            B_shared[((((ko + 2) % 3) * 2048) + (((((t0_11 * 32) + (o0_11 * 1024)) + (t1_11 * 8)) + e_11) ^ (((t0_11 >> 1) & 7) << 3)))] = tl_to_bf16(((((((bx * 64) + t0_11) + (o0_11 * 32)) < 200) && (((((ko * 32) + (t1_11 * 8)) + e_11) + 64) < 100)) ? tl_float(B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + ((((ko * 32) + (t1_11 * 8)) + e_11) + 64)]) : 0.0f));
           }
         }
       }
@@ -216,11 +217,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 2048 + ((((lane % 16) + (warp_m * 32)) + (mi * 16))) * 32 + (((lane / 16) * 8) + (kk * 16))) * 2, 7) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 1024)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096))))); }
       }
       #pragma unroll
       for (int nj = 0; nj < 2; ++nj) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 2048 + ((((((lane / 16) * 8) + (lane % 8)) + (warp_n * 32)) + (nj * 16))) * 32 + ((((lane / 8) % 2) * 8) + (kk * 16))) * 2, 7) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((((lane / 16) * 256) + (((lane / 8) % 2) * 8)) + ((lane % 8) * 32)) + (warp_n * 1024)) + (kk * 16)) + (nj * 512)) ^ ((((((lane / 16) * 8) + (lane % 8)) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096)) + 12288)))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -236,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   // kernels.py:276: T.copy
   __syncthreads();
   const int t0_12 = ((tid / 4) % 8);
-  const int t0_13 = ((tid / 64) % 2);
+  const int t0_13 = (tid / 64);
   const int t1_12 = (tid % 4);
   const int t1_13 = ((tid / 32) % 2);
   #pragma unroll
@@ -249,17 +250,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         for (int e_12 = 0; e_12 < 2; ++e_12) {
           acc_stage_out[e_12] = tl_to_bf16((float)(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + e_12)]));
         }
-        *(unsigned int*)(&acc_stage[tl_swizzle((((((t0_12 + (o0_12 * 8)) + (o0_13 * 16)) + (t0_13 * 32))) * 64 + (((t1_12 * 2) + (o1 * 8)) + (t1_13 * 32))) * 2, 7) / 2]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage[(((((t0_12 * 64) + (o0_12 * 512)) + (o0_13 * 1024)) + (t0_13 * 2048)) + ((((t1_12 * 2) + (o1 * 8)) + (t1_13 * 32)) ^ ((t0_12 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_14 = ((tid / 8) % 16);
+  const int t0_14 = (tid / 8);
   const int t1_14 = (tid % 8);
   #pragma unroll
   for (int o0_14 = 0; o0_14 < 4; ++o0_14) {
     if ((((((by * 64) + t0_14) + (o0_14 * 16)) < 33) && ((((bx * 64) + (t1_14 * 8)) + 8) <= 200))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_14 + (o0_14 * 16))) * 64 + (t1_14 * 8)) * 2, 7) / 2]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_14 * 64) + (o0_14 * 1024)) + ((t1_14 * 8) ^ ((t0_14 & 7) << 3)))]);
       #pragma unroll
       for (int e_13 = 0; e_13 < 8; ++e_13) {
         C_out[e_13] = acc_stage_v[e_13];
@@ -269,7 +270,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
       #pragma unroll
       for (int e_13 = 0; e_13 < 8; ++e_13) {
         if ((((((by * 64) + t0_14) + (o0_14 * 16)) < 33) && ((((bx * 64) + (t1_14 * 8)) + e_13) < 200))) {
-          C[((((by * 64) + t0_14) + (o0_14 * 16))) * 200 + (((bx * 64) + (t1_14 * 8)) + e_13)] = acc_stage[tl_swizzle((((t0_14 + (o0_14 * 16))) * 64 + ((t1_14 * 8) + e_13)) * 2, 7) / 2];
+          C[((((by * 64) + t0_14) + (o0_14 * 16))) * 200 + (((bx * 64) + (t1_14 * 8)) + e_13)] = acc_stage[(((t0_14 * 64) + (o0_14 * 1024)) + (((t1_14 * 8) + e_13) ^ ((t0_14 & 7) << 3)))];
         }
       }
     }

@@ -46,9 +46,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [3, 32, 128]
   tl_half* B_shared = (tl_half*)(tl_smem + 24576);  // [3, 128, 32]
-  tl_half* acc_stage = (tl_half*)(tl_smem + 49152);  // [128, 128]
+  tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [128, 128]
   __align__(16) float acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 16 registers; 128 registers per thread
   __align__(16) tl_half A_shared_frag[16];
   __align__(16) tl_half B_shared_frag[64];
@@ -66,35 +67,35 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   }
   if (true) {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
-    const int t0 = ((tid / 16) % 8);
+    const int t0 = (tid / 16);
     const int t1 = (tid % 16);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((0) * 4096 + ((t0 + (o0 * 8))) * 128 + (t1 * 8)) * 2, 8) / 2])), "l"(&A[(((((t0 + (o0 * 8)) < 256) && (((by * 128) + (t1 * 8)) < 256)) ? (t0 + (o0 * 8)) : 0)) * 256 + ((((t0 + (o0 * 8)) < 256) && (((by * 128) + (t1 * 8)) < 256)) ? ((by * 128) + (t1 * 8)) : 0)]), "r"(((((t0 + (o0 * 8)) < 256) && (((by * 128) + (t1 * 8)) < 256)) ? (tl_min((((by * (-128)) + (t1 * (-8))) + 256), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) ^ ((t0 & 7) << 3)) * 2) + (t0 * 256)) + (o0 * 2048)))), "l"(&A[((t0 + (o0 * 8))) * 256 + ((by * 128) + (t1 * 8))]) : "memory");
     }
     // kernels.py:270: T.copy (issued ahead by the pipeline)
-    const int t0_1 = ((tid / 4) % 32);
+    const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((0) * 4096 + ((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)) * 2, 7) / 2])), "l"(&B[(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 256) && ((t1_1 * 8) < 256)) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 256 + ((((((bx * 128) + t0_1) + (o0_1 * 32)) < 256) && ((t1_1 * 8) < 256)) ? (t1_1 * 8) : 0)]), "r"(((((((bx * 128) + t0_1) + (o0_1 * 32)) < 256) && ((t1_1 * 8) < 256)) ? (tl_min(((t1_1 * (-8)) + 256), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3)) * 2) + 24576))), "l"(&B[((((bx * 128) + t0_1) + (o0_1 * 32))) * 256 + (t1_1 * 8)]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   if (true) {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
-    const int t0_2 = ((tid / 16) % 8);
+    const int t0_2 = (tid / 16);
     const int t1_2 = (tid % 16);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((1) * 4096 + ((t0_2 + (o0_2 * 8))) * 128 + (t1_2 * 8)) * 2, 8) / 2])), "l"(&A[((((((t0_2 + (o0_2 * 8)) + 32) < 256) && (((by * 128) + (t1_2 * 8)) < 256)) ? ((t0_2 + (o0_2 * 8)) + 32) : 0)) * 256 + (((((t0_2 + (o0_2 * 8)) + 32) < 256) && (((by * 128) + (t1_2 * 8)) < 256)) ? ((by * 128) + (t1_2 * 8)) : 0)]), "r"((((((t0_2 + (o0_2 * 8)) + 32) < 256) && (((by * 128) + (t1_2 * 8)) < 256)) ? (tl_min((((by * (-128)) + (t1_2 * (-8))) + 256), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_2 * 8) ^ ((t0_2 & 7) << 3)) * 2) + (t0_2 * 256)) + (o0_2 * 2048)) + 8192))), "l"(&A[(((t0_2 + (o0_2 * 8)) + 32)) * 256 + ((by * 128) + (t1_2 * 8))]) : "memory");
     }
     // kernels.py:270: T.copy (issued ahead by the pipeline)
-    const int t0_3 = ((tid / 4) % 32);
+    const int t0_3 = (tid / 4);
     const int t1_3 = (tid % 4);
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((1) * 4096 + ((t0_3 + (o0_3 * 32))) * 32 + (t1_3 * 8)) * 2, 7) / 2])), "l"(&B[(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 256) && (((t1_3 * 8) + 32) < 256)) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 256 + ((((((bx * 128) + t0_3) + (o0_3 * 32)) < 256) && (((t1_3 * 8) + 32) < 256)) ? ((t1_3 * 8) + 32) : 0)]), "r"(((((((bx * 128) + t0_3) + (o0_3 * 32)) < 256) && (((t1_3 * 8) + 32) < 256)) ? (tl_min(((t1_3 * (-8)) + 224), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) ^ (((t0_3 >> 1) & 7) << 3)) * 2) + 32768))), "l"(&B[((((bx * 128) + t0_3) + (o0_3 * 32))) * 256 + ((t1_3 * 8) + 32)]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -103,18 +104,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     __syncthreads();
     if (((ko + 2) < 8)) {
       // kernels.py:266: T.copy (issued ahead by the pipeline)
-      const int t0_4 = ((tid / 16) % 8);
+      const int t0_4 = (tid / 16);
       const int t1_4 = (tid % 16);
       #pragma unroll
       for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&A_shared[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_4 + (o0_4 * 8))) * 128 + (t1_4 * 8)) * 2, 8) / 2])), "l"(&A[((((((((ko * 32) + t0_4) + (o0_4 * 8)) + 64) < 256) && (((by * 128) + (t1_4 * 8)) < 256)) ? ((((ko * 32) + t0_4) + (o0_4 * 8)) + 64) : 0)) * 256 + (((((((ko * 32) + t0_4) + (o0_4 * 8)) + 64) < 256) && (((by * 128) + (t1_4 * 8)) < 256)) ? ((by * 128) + (t1_4 * 8)) : 0)]), "r"((((((((ko * 32) + t0_4) + (o0_4 * 8)) + 64) < 256) && (((by * 128) + (t1_4 * 8)) < 256)) ? (tl_min((((by * (-128)) + (t1_4 * (-8))) + 256), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_4 * 8) ^ ((t0_4 & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)) + (t0_4 * 256)) + (o0_4 * 2048)))), "l"(&A[(((((ko * 32) + t0_4) + (o0_4 * 8)) + 64)) * 256 + ((by * 128) + (t1_4 * 8))]) : "memory");
       }
       // kernels.py:270: T.copy (issued ahead by the pipeline)
-      const int t0_5 = ((tid / 4) % 32);
+      const int t0_5 = (tid / 4);
       const int t1_5 = (tid % 4);
       #pragma unroll
       for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_addr(&B_shared[tl_swizzle(((((ko + 2) % 3)) * 4096 + ((t0_5 + (o0_5 * 32))) * 32 + (t1_5 * 8)) * 2, 7) / 2])), "l"(&B[(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 256) && ((((ko * 32) + (t1_5 * 8)) + 64) < 256)) ? (((bx * 128) + t0_5) + (o0_5 * 32)) : 0)) * 256 + ((((((bx * 128) + t0_5) + (o0_5 * 32)) < 256) && ((((ko * 32) + (t1_5 * 8)) + 64) < 256)) ? (((ko * 32) + (t1_5 * 8)) + 64) : 0)]), "r"(((((((bx * 128) + t0_5) + (o0_5 * 32)) < 256) && ((((ko * 32) + (t1_5 * 8)) + 64) < 256)) ? (tl_min((((ko * (-32)) + (t1_5 * (-8))) + 192), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)) + 24576))), "l"(&B[((((bx * 128) + t0_5) + (o0_5 * 32))) * 256 + (((ko * 32) + (t1_5 * 8)) + 64)]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -126,11 +127,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&A_shared[tl_swizzle((((ko % 3)) * 4096 + (((((lane / 16) * 8) + (lane % 8)) + (kk * 16))) * 128 + (((((lane / 8) % 2) * 8) + (warp_m * 32)) + (mi * 16))) * 2, 8) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((((lane / 8) % 2) * 8) + (warp_m * 32)) + (mi * 16)) ^ (((lane % 8) & 7) << 3)) * 2) + ((lane / 16) * 2048)) + ((ko % 3) * 8192)) + ((lane % 8) * 256)) + (kk * 4096))))); }
       }
       #pragma unroll
       for (int nj = 0; nj < 8; ++nj) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_addr(&B_shared[tl_swizzle((((ko % 3)) * 4096 + ((((((lane / 16) * 8) + (lane % 8)) + (warp_n * 128)) + (nj * 16))) * 32 + ((((lane / 8) % 2) * 8) + (kk * 16))) * 2, 7) / 2]))); }
+        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((((lane / 16) * 256) + (((lane / 8) % 2) * 8)) + ((lane % 8) * 32)) + (warp_n * 4096)) + (kk * 16)) + (nj * 512)) ^ ((((((lane / 16) * 8) + (lane % 8)) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 8192)) + 24576)))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
@@ -146,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   // kernels.py:276: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = ((tid / 32) % 4);
+  const int t0_7 = (tid / 32);
   const int t1_6 = (tid % 4);
   #pragma unroll
   for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
@@ -158,17 +159,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
         for (int e_6 = 0; e_6 < 2; ++e_6) {
           acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 64)) + (o1 * 4)) + e_6)]));
         }
-        *(unsigned int*)(&acc_stage[tl_swizzle((((((t0_6 + (o0_6 * 8)) + (o0_7 * 16)) + (t0_7 * 32))) * 128 + ((t1_6 * 2) + (o1 * 8))) * 2, 8) / 2]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage[(((((t0_6 * 128) + (o0_6 * 1024)) + (o0_7 * 2048)) + (t0_7 * 4096)) + (((t1_6 * 2) + (o1 * 8)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_8 = ((tid / 16) % 8);
+  const int t0_8 = (tid / 16);
   const int t1_7 = (tid % 16);
   #pragma unroll
   for (int o0_8 = 0; o0_8 < 16; ++o0_8) {
-    if ((((((by * 128) + t0_8) + (o0_8 * 8)) < 256) && ((((bx * 128) + (t1_7 * 8)) + 8) <= 256))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[tl_swizzle((((t0_8 + (o0_8 * 8))) * 128 + (t1_7 * 8)) * 2, 8) / 2]);
+    if (true) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 1024)) + ((t1_7 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
@@ -177,8 +178,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     } else {
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
-        if ((((((by * 128) + t0_8) + (o0_8 * 8)) < 256) && ((((bx * 128) + (t1_7 * 8)) + e_7) < 256))) {
-          C[((((by * 128) + t0_8) + (o0_8 * 8))) * 256 + (((bx * 128) + (t1_7 * 8)) + e_7)] = acc_stage[tl_swizzle((((t0_8 + (o0_8 * 8))) * 128 + ((t1_7 * 8) + e_7)) * 2, 8) / 2];
+        if (true) {
+          C[((((by * 128) + t0_8) + (o0_8 * 8))) * 256 + (((bx * 128) + (t1_7 * 8)) + e_7)] = acc_stage[(((t0_8 * 128) + (o0_8 * 1024)) + (((t1_7 * 8) + e_7) ^ ((t0_8 & 7) << 3)))];
         }
       }
     }

@@ -45,17 +45,18 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
   const int bx = blockIdx.x;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   float* s_xwarp = (float*)(tl_smem + 0);  // [4, 128]
   __align__(16) float x[16];  // fragment[8, 256] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers, dim1 = 4 registers . 64 threads (stride 1); 16 registers per thread
   __align__(16) float s[4];  // fragment[8] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers; replicated over 64 threads (stride 1); 4 registers per thread
   __align__(16) float A_v[4];
   __align__(16) float s_red[4];
   // kernels.py:394: T.copy
-  const int t0 = ((tid / 64) % 2);
+  const int t0 = (tid / 64);
   const int t1 = (tid % 64);
   #pragma unroll
   for (int o0 = 0; o0 < 4; ++o0) {
-    if ((((((bx * 8) + t0) + (o0 * 2)) < 100) && (((t1 * 4) + 4) <= 256))) {
+    if (((((bx * 8) + t0) + (o0 * 2)) < 100)) {
       *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((bx * 8) + t0) + (o0 * 2))) * 256 + (t1 * 4)]);
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -64,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
     } else {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        x[((o0 * 4) + e)] = ((((((bx * 8) + t0) + (o0 * 2)) < 100) && (((t1 * 4) + e) < 256)) ? A[((((bx * 8) + t0) + (o0 * 2))) * 256 + ((t1 * 4) + e)] : 0.0f);
+        x[((o0 * 4) + e)] = (((((bx * 8) + t0) + (o0 * 2)) < 100) ? A[((((bx * 8) + t0) + (o0 * 2))) * 256 + ((t1 * 4) + e)] : 0.0f);
       }
     }
   }
@@ -73,7 +74,7 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
   for (int s_1 = 0; s_1 < 4; ++s_1) {
     s_red[s_1] = 0.0f;
   }
-  const int t0_1 = ((tid / 64) % 2);
+  const int t0_1 = (tid / 64);
   const int t1_1 = (tid % 64);
   #pragma unroll
   for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
@@ -91,14 +92,14 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
     s_red[s_2] = (s_red[s_2] + __shfl_xor_sync(0xffffffffu, s_red[s_2], 16));
   }
   __syncthreads();
-  if ((tid < 128)) {
+  if (true) {
     #pragma unroll
     for (int s_3 = 0; s_3 < 4; ++s_3) {
       s_xwarp[(s_3) * 128 + tid] = s_red[s_3];
     }
   }
   __syncthreads();
-  if ((tid < 128)) {
+  if (true) {
     #pragma unroll
     for (int s_4 = 0; s_4 < 4; ++s_4) {
       s_red[s_4] = ((0.0f + s_xwarp[(s_4) * 128 + ((tid & (-33)) | 0)]) + s_xwarp[(s_4) * 128 + ((tid & (-33)) | 32)]);
@@ -110,13 +111,13 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
     s[s_5] = s_red[s_5];
   }
   // kernels.py:396: T.Parallel
-  const int t0_2 = ((tid / 64) % 2);
+  const int t0_2 = (tid / 64);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
     #pragma unroll
     for (int e_2 = 0; e_2 < 64; ++e_2) {
       if (((tid % 64) == 0)) {
-        if ((((((bx * 8) + t0_2) + (o0_2 * 2)) < 100) && (e_2 < 64))) {
+        if (((((bx * 8) + t0_2) + (o0_2 * 2)) < 100)) {
           Y[((((bx * 8) + t0_2) + (o0_2 * 2))) * 64 + e_2] = (s[o0_2] * 2.0f);
         }
       }

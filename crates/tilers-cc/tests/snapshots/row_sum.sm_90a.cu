@@ -45,6 +45,7 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
   const int bx = blockIdx.x;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   float* acc_xwarp = (float*)(tl_smem + 0);  // [4, 128]
   __align__(16) float x[16];  // fragment[8, 256] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers, dim1 = 4 registers . 64 threads (stride 1); 16 registers per thread
   __align__(16) float acc[4];  // fragment[8] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers; replicated over 64 threads (stride 1); 4 registers per thread
@@ -57,7 +58,7 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
   }
   for (int k = 0; k < 4; ++k) {
     // kernels.py:110: T.copy
-    const int t0 = ((tid / 64) % 2);
+    const int t0 = (tid / 64);
     const int t1 = (tid % 64);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
@@ -79,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
     for (int s_1 = 0; s_1 < 4; ++s_1) {
       acc_red[s_1] = 0.0f;
     }
-    const int t0_1 = ((tid / 64) % 2);
+    const int t0_1 = (tid / 64);
     const int t1_1 = (tid % 64);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
@@ -97,14 +98,14 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
       acc_red[s_2] = (acc_red[s_2] + __shfl_xor_sync(0xffffffffu, acc_red[s_2], 16));
     }
     __syncthreads();
-    if ((tid < 128)) {
+    if (true) {
       #pragma unroll
       for (int s_3 = 0; s_3 < 4; ++s_3) {
         acc_xwarp[(s_3) * 128 + tid] = acc_red[s_3];
       }
     }
     __syncthreads();
-    if ((tid < 128)) {
+    if (true) {
       #pragma unroll
       for (int s_4 = 0; s_4 < 4; ++s_4) {
         acc_red[s_4] = ((0.0f + acc_xwarp[(s_4) * 128 + ((tid & (-33)) | 0)]) + acc_xwarp[(s_4) * 128 + ((tid & (-33)) | 32)]);
@@ -117,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
     }
   }
   // kernels.py:112: T.copy
-  const int t0_2 = ((tid / 64) % 2);
+  const int t0_2 = (tid / 64);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
     if (((tid % 64) == 0)) {

@@ -45,8 +45,9 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   const int bx = blockIdx.x;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   float* row_max_xwarp = (float*)(tl_smem + 0);  // [4, 128]
-  float* row_sum_xwarp = (float*)(tl_smem + 2048);  // [4, 128]
+  float* row_sum_xwarp = (float*)(tl_smem + 0);  // [4, 128]
   __align__(16) float x[32];  // fragment[4, 1024] over 128 threads: dim0 = 4 registers, dim1 = 4 registers . 128 threads (stride 1) . 2 registers; 32 registers per thread
   __align__(16) float row_max[4];  // fragment[4] over 128 threads: dim0 = 4 registers; replicated over 128 threads (stride 1); 4 registers per thread
   __align__(16) float row_sum[4];  // fragment[4] over 128 threads: dim0 = 4 registers; replicated over 128 threads (stride 1); 4 registers per thread
@@ -55,12 +56,12 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   __align__(16) float row_sum_red[4];
   __align__(16) float B_out[4];
   // kernels.py:74: T.copy
-  const int t1 = (tid % 128);
+  const int t1 = tid;
   #pragma unroll
   for (int o0 = 0; o0 < 4; ++o0) {
     #pragma unroll
     for (int o1 = 0; o1 < 2; ++o1) {
-      if (((((bx * 4) + o0) < 1001) && ((((o1 * 512) + (t1 * 4)) + 4) <= 1024))) {
+      if ((((bx * 4) + o0) < 1001)) {
         *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(((bx * 4) + o0)) * 1024 + ((o1 * 512) + (t1 * 4))]);
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -69,7 +70,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
       } else {
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          x[(((o1 * 4) + e) + (o0 * 8))] = (((((bx * 4) + o0) < 1001) && ((((o1 * 512) + e) + (t1 * 4)) < 1024)) ? A[(((bx * 4) + o0)) * 1024 + (((o1 * 512) + e) + (t1 * 4))] : __int_as_float(0xff800000));
+          x[(((o1 * 4) + e) + (o0 * 8))] = ((((bx * 4) + o0) < 1001) ? A[(((bx * 4) + o0)) * 1024 + (((o1 * 512) + e) + (t1 * 4))] : __int_as_float(0xff800000));
         }
       }
     }
@@ -79,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   for (int s = 0; s < 4; ++s) {
     row_max_red[s] = __int_as_float(0xff800000);
   }
-  const int t1_1 = (tid % 128);
+  const int t1_1 = tid;
   #pragma unroll
   for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
     #pragma unroll
@@ -99,14 +100,14 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 16));
   }
   __syncthreads();
-  if ((tid < 128)) {
+  if (true) {
     #pragma unroll
     for (int s_2 = 0; s_2 < 4; ++s_2) {
       row_max_xwarp[(s_2) * 128 + tid] = row_max_red[s_2];
     }
   }
   __syncthreads();
-  if ((tid < 128)) {
+  if (true) {
     #pragma unroll
     for (int s_3 = 0; s_3 < 4; ++s_3) {
       row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 0)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
@@ -118,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     row_max[s_4] = row_max_red[s_4];
   }
   // kernels.py:76: T.Parallel
-  const int t1_2 = (tid % 128);
+  const int t1_2 = tid;
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
     #pragma unroll
@@ -134,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   for (int s_5 = 0; s_5 < 4; ++s_5) {
     row_sum_red[s_5] = 0.0f;
   }
-  const int t1_3 = (tid % 128);
+  const int t1_3 = tid;
   #pragma unroll
   for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
     #pragma unroll
@@ -154,14 +155,14 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
   }
   __syncthreads();
-  if ((tid < 128)) {
+  if (true) {
     #pragma unroll
     for (int s_7 = 0; s_7 < 4; ++s_7) {
       row_sum_xwarp[(s_7) * 128 + tid] = row_sum_red[s_7];
     }
   }
   __syncthreads();
-  if ((tid < 128)) {
+  if (true) {
     #pragma unroll
     for (int s_8 = 0; s_8 < 4; ++s_8) {
       row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 0)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);
@@ -173,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     row_sum[s_9] = row_sum_red[s_9];
   }
   // kernels.py:79: T.Parallel
-  const int t1_4 = (tid % 128);
+  const int t1_4 = tid;
   #pragma unroll
   for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
     #pragma unroll
@@ -185,12 +186,12 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     }
   }
   // kernels.py:81: T.copy
-  const int t1_5 = (tid % 128);
+  const int t1_5 = tid;
   #pragma unroll
   for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
     #pragma unroll
     for (int o1_5 = 0; o1_5 < 2; ++o1_5) {
-      if (((((bx * 4) + o0_5) < 1001) && ((((t1_5 * 4) + (o1_5 * 512)) + 4) <= 1024))) {
+      if ((((bx * 4) + o0_5) < 1001)) {
         #pragma unroll
         for (int e_5 = 0; e_5 < 4; ++e_5) {
           B_out[e_5] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
@@ -199,7 +200,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
       } else {
         #pragma unroll
         for (int e_5 = 0; e_5 < 4; ++e_5) {
-          if (((((bx * 4) + o0_5) < 1001) && ((((t1_5 * 4) + (o1_5 * 512)) + e_5) < 1024))) {
+          if ((((bx * 4) + o0_5) < 1001)) {
             B[(((bx * 4) + o0_5)) * 1024 + (((t1_5 * 4) + (o1_5 * 512)) + e_5)] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
           }
         }

@@ -45,8 +45,9 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   const int bx = blockIdx.x;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   float* row_max_xwarp = (float*)(tl_smem + 0);  // [1, 256]
-  float* row_sum_xwarp = (float*)(tl_smem + 1024);  // [1, 256]
+  float* row_sum_xwarp = (float*)(tl_smem + 0);  // [1, 256]
   __align__(16) float x[16];  // fragment[1, 4096] over 256 threads: dim0 = 1, dim1 = 4 registers . 256 threads (stride 1) . 4 registers; 16 registers per thread
   __align__(16) float row_max[1];  // fragment[1] over 256 threads: dim0 = 1; replicated over 256 threads (stride 1); 1 registers per thread
   __align__(16) float row_sum[1];  // fragment[1] over 256 threads: dim0 = 1; replicated over 256 threads (stride 1); 1 registers per thread
@@ -55,10 +56,10 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   __align__(16) float row_sum_red[1];
   __align__(16) float B_out[4];
   // kernels.py:74: T.copy
-  const int t1 = (tid % 256);
+  const int t1 = tid;
   #pragma unroll
   for (int o1 = 0; o1 < 4; ++o1) {
-    if (((bx < 16) && ((((t1 * 4) + (o1 * 1024)) + 4) <= 4096))) {
+    if (true) {
       *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(bx) * 4096 + ((t1 * 4) + (o1 * 1024))]);
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -67,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     } else {
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        x[(e + (o1 * 4))] = (((bx < 16) && (((e + (t1 * 4)) + (o1 * 1024)) < 4096)) ? A[(bx) * 4096 + ((e + (t1 * 4)) + (o1 * 1024))] : __int_as_float(0xff800000));
+        x[(e + (o1 * 4))] = A[(bx) * 4096 + ((e + (t1 * 4)) + (o1 * 1024))];
       }
     }
   }
@@ -76,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   for (int s = 0; s < 1; ++s) {
     row_max_red[s] = __int_as_float(0xff800000);
   }
-  const int t1_1 = (tid % 256);
+  const int t1_1 = tid;
   #pragma unroll
   for (int o1_1 = 0; o1_1 < 4; ++o1_1) {
     #pragma unroll
@@ -93,14 +94,14 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 16));
   }
   __syncthreads();
-  if ((tid < 256)) {
+  if (true) {
     #pragma unroll
     for (int s_2 = 0; s_2 < 1; ++s_2) {
       row_max_xwarp[(s_2) * 256 + tid] = row_max_red[s_2];
     }
   }
   __syncthreads();
-  if ((tid < 256)) {
+  if (true) {
     #pragma unroll
     for (int s_3 = 0; s_3 < 1; ++s_3) {
       row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 0)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 32)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 64)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 96)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 128)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 160)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 192)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 224)]);
@@ -112,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_max[s_4] = row_max_red[s_4];
   }
   // kernels.py:76: T.Parallel
-  const int t1_2 = (tid % 256);
+  const int t1_2 = tid;
   #pragma unroll
   for (int o1_2 = 0; o1_2 < 4; ++o1_2) {
     #pragma unroll
@@ -125,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   for (int s_5 = 0; s_5 < 1; ++s_5) {
     row_sum_red[s_5] = 0.0f;
   }
-  const int t1_3 = (tid % 256);
+  const int t1_3 = tid;
   #pragma unroll
   for (int o1_3 = 0; o1_3 < 4; ++o1_3) {
     #pragma unroll
@@ -142,14 +143,14 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
   }
   __syncthreads();
-  if ((tid < 256)) {
+  if (true) {
     #pragma unroll
     for (int s_7 = 0; s_7 < 1; ++s_7) {
       row_sum_xwarp[(s_7) * 256 + tid] = row_sum_red[s_7];
     }
   }
   __syncthreads();
-  if ((tid < 256)) {
+  if (true) {
     #pragma unroll
     for (int s_8 = 0; s_8 < 1; ++s_8) {
       row_sum_red[s_8] = ((((((((0.0f + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 0)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 32)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 64)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 96)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 128)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 160)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 192)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 224)]);
@@ -161,7 +162,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_sum[s_9] = row_sum_red[s_9];
   }
   // kernels.py:79: T.Parallel
-  const int t1_4 = (tid % 256);
+  const int t1_4 = tid;
   #pragma unroll
   for (int o1_4 = 0; o1_4 < 4; ++o1_4) {
     #pragma unroll
@@ -170,10 +171,10 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     }
   }
   // kernels.py:81: T.copy
-  const int t1_5 = (tid % 256);
+  const int t1_5 = tid;
   #pragma unroll
   for (int o1_5 = 0; o1_5 < 4; ++o1_5) {
-    if (((bx < 16) && ((((t1_5 * 4) + (o1_5 * 1024)) + 4) <= 4096))) {
+    if (true) {
       #pragma unroll
       for (int e_5 = 0; e_5 < 4; ++e_5) {
         B_out[e_5] = x[((o1_5 * 4) + e_5)];
@@ -182,7 +183,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     } else {
       #pragma unroll
       for (int e_5 = 0; e_5 < 4; ++e_5) {
-        if (((bx < 16) && ((((t1_5 * 4) + (o1_5 * 1024)) + e_5) < 4096))) {
+        if (true) {
           B[(bx) * 4096 + (((t1_5 * 4) + (o1_5 * 1024)) + e_5)] = x[((o1_5 * 4) + e_5)];
         }
       }

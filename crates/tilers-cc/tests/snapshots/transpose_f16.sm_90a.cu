@@ -46,10 +46,11 @@ extern "C" __global__ void __launch_bounds__(128) transpose_kernel(const tl_half
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* tile = (tl_half*)(tl_smem + 0);  // [32, 32]
   __align__(16) tl_half tile_out[8];
   // kernels.py:93: T.copy
-  const int t0 = ((tid / 4) % 32);
+  const int t0 = (tid / 4);
   const int t1 = (tid % 4);
   #pragma unroll
   for (int e = 0; e < 8; ++e) {
@@ -58,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(128) transpose_kernel(const tl_half
   *(uint4*)(&tile[(t0) * 32 + (t1 * 8)]) = *(const uint4*)(&tile_out[0]);
   __syncthreads();
   // kernels.py:94: T.Parallel
-  const int t0_1 = ((tid / 4) % 32);
+  const int t0_1 = (tid / 4);
   const int t1_1 = (tid % 4);
   #pragma unroll
   for (int e_1 = 0; e_1 < 8; ++e_1) {

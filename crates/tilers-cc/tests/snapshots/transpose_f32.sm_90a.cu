@@ -46,12 +46,13 @@ extern "C" __global__ void __launch_bounds__(128) transpose_kernel(const float* 
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
+  [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   float* tile = (float*)(tl_smem + 0);  // [32, 32]
   __align__(16) float A_v[4];
   __align__(16) float tile_out[4];
   __align__(16) float B_out[4];
   // kernels.py:93: T.copy
-  const int t0 = ((tid / 8) % 16);
+  const int t0 = (tid / 8);
   const int t1 = (tid % 8);
   #pragma unroll
   for (int o0 = 0; o0 < 2; ++o0) {
@@ -71,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(128) transpose_kernel(const float* 
   }
   __syncthreads();
   // kernels.py:94: T.Parallel
-  const int t0_1 = ((tid / 8) % 16);
+  const int t0_1 = (tid / 8);
   const int t1_1 = (tid % 8);
   #pragma unroll
   for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
