@@ -196,6 +196,20 @@ def test_math_functions():
     assert (y[len(kernels.MATH_FUNCS) + 1] == torch.clamp_max(x, 0.5)).all()
 
 
+def test_sigmoid_of_large_negative_values():
+    """sigmoid(x) for x far below zero is exp(x) (a float32 subnormal near -100), not 0 from
+    1 / (1 + inf): found by the random program generator (tests/progen.py seed 230)."""
+    import torch
+
+    x = torch.tensor([-200.0, -103.0, -100.0, -88.0, -20.0, -1.0, 0.0, 1.0, 20.0, 100.0],
+                     device="cuda")
+    kernel = tilers.compile(kernels.math_zoo(x.numel()), out_idx=[1])
+    got = kernel(x)[kernels.MATH_FUNCS.index("sigmoid")].double()
+    want = torch.sigmoid(x.double()).float().double()  # the float32 nearest the true value
+    ulp = torch.finfo(torch.float32).smallest_normal * 2.0**-23
+    assert ((got - want).abs() <= 2e-7 * want + 2 * ulp).all(), (got, want)
+
+
 @pytest.mark.parametrize("B,S,H,D", [(2, 100, 3, 64), (1, 64, 1, 32)])
 def test_head_slices(B, S, H, D):
     kernel = tilers.compile(kernels.head_slices(B, S, H, D), out_idx=[1])

@@ -83,6 +83,9 @@ static __device__ __forceinline__ void tl_atomic_add(int* p, int v) { atomicAdd(
 static __device__ __forceinline__ void tl_atomic_add(unsigned int* p, unsigned int v) { atomicAdd(p, v); }
 static __device__ __forceinline__ void tl_atomic_add(long long* p, long long v) { atomicAdd((unsigned long long*)p, (unsigned long long)v); }
 static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_half h = tl_to_half(v); asm volatile("red.add.noftz.f16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// sigmoid without overflow: exp of -|x| only, so large negative x gives e / (1 + e), not 1 / inf
+static __device__ __forceinline__ float tl_sigmoidf(float x) { float e = expf(-fabsf(x)); float s = 1.0f / (1.0f + e); return x >= 0.0f ? s : e * s; }
+static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-fabs(x)); double s = 1.0 / (1.0 + e); return x >= 0.0 ? s : e * s; }
 // Shared tiles read by ldmatrix are swizzled: the 16-byte chunk c of a row lives at c ^ (row % 8)
 // (rows of 128 bytes or more; shorter rows count 128-byte lines instead of rows).
 static __device__ __forceinline__ int tl_swizzle(int byte_offset, int row_shift) { return byte_offset ^ (((byte_offset >> row_shift) & 7) << 4); }
@@ -715,9 +718,9 @@ impl<'a> Emitter<'a> {
                     UnOp::Ceil => f("ceil"),
                     UnOp::Sigmoid => {
                         if dbl {
-                            format!("(1.0 / (1.0 + exp(-{x})))")
+                            format!("tl_sigmoid({x})")
                         } else {
-                            format!("(1.0f / (1.0f + expf(-{x})))")
+                            format!("tl_sigmoidf({x})")
                         }
                     }
                 };

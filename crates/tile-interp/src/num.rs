@@ -261,7 +261,15 @@ pub(crate) fn float_unary(op: UnOp, x: f64, dt: DType) -> f64 {
         UnOp::Sqrt => x.sqrt(),
         UnOp::Rsqrt => 1.0 / x.sqrt(),
         UnOp::Tanh => x.tanh(),
-        UnOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
+        UnOp::Sigmoid => {
+            // exp of -|x| only: no overflow for large negative x
+            let e = (-x.abs()).exp();
+            if x >= 0.0 {
+                1.0 / (1.0 + e)
+            } else {
+                e / (1.0 + e)
+            }
+        }
         UnOp::Erf => libm::erf(x),
         UnOp::Sin => x.sin(),
         UnOp::Cos => x.cos(),
