@@ -52,6 +52,21 @@ def asserting(limit_line_marker=None, N=64, block=32):
     return main
 
 
+def shared_out_of_range(N=64):
+    """A kernel bug the compiler cannot see: a shared-memory index moved by a run-time
+    parameter; compute-sanitizer (with lineinfo) must name the marked line."""
+
+    @T.prim_func
+    def main(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32"), shift: T.int32):
+        with T.Kernel(1, threads=N) as bx:
+            s = T.alloc_shared((N,), "float32")
+            T.copy(A[bx * N], s)
+            for i in T.Parallel(N):
+                B[bx * N + i] = s[i + shift]  # SHARED_OUT_OF_RANGE
+
+    return main
+
+
 def run_interp(prim_func, *args):
     kernel = tilers.compile(prim_func, target="interp")
     return kernel(*args)

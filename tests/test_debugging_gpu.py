@@ -74,3 +74,40 @@ def test_lineinfo_kernel_runs():
         """
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_compute_sanitizer_names_the_users_line():
+    """With lineinfo=True, compute-sanitizer's report of a bad shared-memory read points at
+    the kernel's Python line (test_debugging.py, the SHARED_OUT_OF_RANGE line)."""
+    import shutil
+
+    sanitizer = shutil.which("compute-sanitizer") or "/usr/local/cuda/bin/compute-sanitizer"
+    if not os.path.exists(sanitizer):
+        pytest.skip("compute-sanitizer is not installed")
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.path.insert(0, {tests!r})
+        import torch, tilers
+        import test_debugging as d
+        k = tilers.compile(d.shared_out_of_range(), lineinfo=True)
+        a = torch.ones(64, device="cuda")
+        b = torch.zeros(64, device="cuda")
+        k(a, b, 1 << 20)
+        torch.cuda.synchronize()
+        """
+    ).format(tests=TESTS)
+    out = subprocess.run(
+        [sanitizer, "--tool", "memcheck", sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    report = out.stdout + out.stderr
+    sys.path.insert(0, TESTS)
+    import test_debugging as d
+
+    line = d.line_of("SHARED_OUT_OF_RANGE")
+    assert "Invalid __shared__ read" in report, report[-3000:]
+    assert f"test_debugging.py:{line}" in report, report[-3000:]

@@ -186,12 +186,16 @@ def test_math_functions():
     x = rand((N,), "float32", 11).abs() + 0.01  # positive: log and sqrt are defined
     y = kernel(x)
     for k, name in enumerate(kernels.MATH_FUNCS):
-        ref = {"sigmoid": torch.sigmoid, "rsqrt": torch.rsqrt, "exp2": torch.exp2}.get(name) or getattr(torch, name)
+        ref = {"sigmoid": torch.sigmoid, "rsqrt": torch.rsqrt, "exp2": torch.exp2}.get(
+            name
+        ) or getattr(torch, name)
         want = ref(x.double())
         # IEEE float math: a few ulp of float32 (absolute near the zeros of sin and cos)
         diff = (y[k].double() - want).abs()
         record((diff / want.abs().clamp_min(1e-3)).max().item())
-        assert (diff <= 4e-7 * want.abs() + 1e-6).all(), f"{name}: max error {diff.max().item():.3g}"
+        assert (diff <= 4e-7 * want.abs() + 1e-6).all(), (
+            f"{name}: max error {diff.max().item():.3g}"
+        )
     assert (y[len(kernels.MATH_FUNCS)] == torch.clamp_min(x, 0.5)).all()
     assert (y[len(kernels.MATH_FUNCS) + 1] == torch.clamp_max(x, 0.5)).all()
 
@@ -201,8 +205,9 @@ def test_sigmoid_of_large_negative_values():
     1 / (1 + inf): found by the random program generator (tests/progen.py seed 230)."""
     import torch
 
-    x = torch.tensor([-200.0, -103.0, -100.0, -88.0, -20.0, -1.0, 0.0, 1.0, 20.0, 100.0],
-                     device="cuda")
+    x = torch.tensor(
+        [-200.0, -103.0, -100.0, -88.0, -20.0, -1.0, 0.0, 1.0, 20.0, 100.0], device="cuda"
+    )
     kernel = tilers.compile(kernels.math_zoo(x.numel()), out_idx=[1])
     got = kernel(x)[kernels.MATH_FUNCS.index("sigmoid")].double()
     want = torch.sigmoid(x.double()).float().double()  # the float32 nearest the true value
@@ -241,7 +246,13 @@ class TestArgumentErrors:
         self.check(ValueError, "'B'.*64, 64.*64, 32", self.a, self.b[:, :32].contiguous(), self.c)
 
     def test_cpu_tensor(self):
-        self.check(ValueError, "host arrays \\(B\\) and GPU tensors \\(A, C\\)", self.a, self.b.cpu(), self.c)
+        self.check(
+            ValueError,
+            "host arrays \\(B\\) and GPU tensors \\(A, C\\)",
+            self.a,
+            self.b.cpu(),
+            self.c,
+        )
 
     def test_transposed_view(self):
         self.check(ValueError, "'A'.*contiguous", self.a.T, self.b, self.c)
@@ -255,8 +266,12 @@ def _matmul_inputs(M, N, K, dtype, trans_A, trans_B, seed=20):
 
     if dtype == "int8":
         g = torch.Generator(device="cuda").manual_seed(seed)
-        a = torch.randint(-128, 128, (K, M) if trans_A else (M, K), generator=g, device="cuda", dtype=torch.int8)
-        b = torch.randint(-128, 128, (N, K) if trans_B else (K, N), generator=g, device="cuda", dtype=torch.int8)
+        a = torch.randint(
+            -128, 128, (K, M) if trans_A else (M, K), generator=g, device="cuda", dtype=torch.int8
+        )
+        b = torch.randint(
+            -128, 128, (N, K) if trans_B else (K, N), generator=g, device="cuda", dtype=torch.int8
+        )
     else:
         a = rand((K, M) if trans_A else (M, K), dtype, seed)
         b = rand((N, K) if trans_B else (K, N), dtype, seed + 1)
@@ -276,10 +291,14 @@ def _check_matmul(got, want, dtype, K):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    "trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)]
+)
 @pytest.mark.parametrize("M,N,K", [(1000, 1000, 1000), (1, 64, 100), (7, 33, 17), (33, 200, 64)])
 def test_matmul(M, N, K, trans_A, trans_B, dtype):
-    kernel = tilers.compile(kernels.matmul(M, N, K, dtype=dtype, trans_A=trans_A, trans_B=trans_B), out_idx=[2])
+    kernel = tilers.compile(
+        kernels.matmul(M, N, K, dtype=dtype, trans_A=trans_A, trans_B=trans_B), out_idx=[2]
+    )
     a, b, want = _matmul_inputs(M, N, K, dtype, trans_A, trans_B)
     got = kernel(a, b)
     _check_matmul(got, want, dtype, K)
@@ -288,11 +307,15 @@ def test_matmul(M, N, K, trans_A, trans_B, dtype):
         _check_matmul(got, interpreted(kernel, a, b).double(), dtype, K)
 
 
-@pytest.mark.parametrize("trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    "trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)]
+)
 @pytest.mark.parametrize("M,N,K", [(100, 100, 128), (7, 33, 100)])
 def test_matmul_int8(M, N, K, trans_A, trans_B):
     kernel = tilers.compile(
-        kernels.matmul(M, N, K, dtype="int8", accum_dtype="int32", block_K=64, trans_A=trans_A, trans_B=trans_B),
+        kernels.matmul(
+            M, N, K, dtype="int8", accum_dtype="int32", block_K=64, trans_A=trans_A, trans_B=trans_B
+        ),
         out_idx=[2],
     )
     a, b, want = _matmul_inputs(M, N, K, "int8", trans_A, trans_B)
@@ -302,13 +325,16 @@ def test_matmul_int8(M, N, K, trans_A, trans_B):
 
 
 @pytest.mark.parametrize("policy", ["square", "full_row", "full_col"])
-@pytest.mark.parametrize("blocks", [(128, 128, 32, 128), (64, 128, 64, 256), (128, 64, 32, 128), (32, 32, 32, 128)])
+@pytest.mark.parametrize(
+    "blocks", [(128, 128, 32, 128), (64, 128, 64, 256), (128, 64, 32, 128), (32, 32, 32, 128)]
+)
 @pytest.mark.parametrize("stages", [1, 2, 3, 4])
 def test_matmul_configs(policy, blocks, stages):
     block_M, block_N, block_K, threads = blocks
     M, N, K = 257, 300, 333
     kernel = tilers.compile(
-        kernels.matmul(M, N, K, block_M, block_N, block_K, stages, threads, policy=policy), out_idx=[2]
+        kernels.matmul(M, N, K, block_M, block_N, block_K, stages, threads, policy=policy),
+        out_idx=[2],
     )
     a, b, want = _matmul_inputs(M, N, K, "float16", False, False)
     _check_matmul(kernel(a, b), want, "float16", K)

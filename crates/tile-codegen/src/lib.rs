@@ -448,6 +448,18 @@ impl<'a> Emitter<'a> {
                 self.depth -= 1;
                 self.line("}");
             }
+            Stmt::If { cond, then, otherwise, .. } if cond.as_int().is_some() => {
+                // decided at compile time (simplify proved it): only the branch that runs,
+                // in a block of its own for the scope of its declarations
+                let taken = if cond.as_int() != Some(0) { then } else { otherwise };
+                if !taken.is_empty() {
+                    self.line("{");
+                    self.depth += 1;
+                    self.stmts(taken)?;
+                    self.depth -= 1;
+                    self.line("}");
+                }
+            }
             Stmt::If { cond, then, otherwise, .. } => {
                 let c = self.expr(cond)?;
                 self.line(&format!("if ({c}) {{"));

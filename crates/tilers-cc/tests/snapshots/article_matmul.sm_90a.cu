@@ -63,7 +63,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   for (int s = 0; s < 64; ++s) {
     acc[s] = 0.0f;
   }
-  if (true) {
+  {
     // kernels.py:296: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
-  if (true) {
+  {
     // kernels.py:296: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
@@ -167,20 +167,13 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   const int t1_8 = (tid % 16);
   #pragma unroll
   for (int o0_8 = 0; o0_8 < 8; ++o0_8) {
-    if (true) {
+    {
       *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 2048)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
       }
       *(uint4*)(&C[((((by * 128) + t0_8) + (o0_8 * 16))) * 1024 + ((bx * 128) + (t1_8 * 8))]) = *(const uint4*)(&C_out[0]);
-    } else {
-      #pragma unroll
-      for (int e_7 = 0; e_7 < 8; ++e_7) {
-        if (true) {
-          C[((((by * 128) + t0_8) + (o0_8 * 16))) * 1024 + (((bx * 128) + (t1_8 * 8)) + e_7)] = acc_stage[(((t0_8 * 128) + (o0_8 * 2048)) + (((t1_8 * 8) + e_7) ^ ((t0_8 & 7) << 3)))];
-        }
-      }
     }
   }
 }

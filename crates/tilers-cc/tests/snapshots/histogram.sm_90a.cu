@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(128) histogram_kernel(const int* __
     #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if (((((bx * 256) + (t0 * 4)) + e) < 10000)) {
-        if (true) {
+        {
           tl_atomic_add(&H[tl_floormod((((((bx * 256) + (t0 * 4)) + e) < 10000) ? X[(((bx * 256) + (t0 * 4)) + e)] : 0), 64)], 1);
         }
       }

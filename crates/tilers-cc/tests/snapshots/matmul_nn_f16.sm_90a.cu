@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   for (int s_1 = 0; s_1 < 128; ++s_1) {
     acc[s_1] = 0.0f;
   }
-  if (true) {
+  {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
@@ -85,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
-  if (true) {
+  {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);

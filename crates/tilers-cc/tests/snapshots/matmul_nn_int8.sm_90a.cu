@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0;
   }
-  if (true) {
+  {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
@@ -79,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_1 * 64) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 6144))), "l"(&B[(t0_1) * 64 + ((bx * 64) + (t1_1 * 16))]) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
-  if (true) {
+  {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
@@ -93,16 +93,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int ko = 0; ko < 2; ++ko) {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
-    if (false) {
-      // kernels.py:266: T.copy (issued ahead by the pipeline)
-      const int t0_4 = (tid / 4);
-      const int t1_4 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_4 * 64) + (t1_4 * 16)) ^ (((t0_4 >> 1) & 7) << 4)) + (((ko + 2) % 3) * 2048)))), "l"(&A[(0) * 64 + 0]), "r"(0) : "memory");
-      // kernels.py:272: T.copy (issued ahead by the pipeline)
-      const int t0_5 = (tid / 4);
-      const int t1_5 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_5 * 64) + (t1_5 * 16)) ^ (((t0_5 >> 1) & 7) << 4)) + (((ko + 2) % 3) * 2048)) + 6144))), "l"(&B[(0) * 64 + 0]), "r"(0) : "memory");
-    }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:273: T.gemm
     const int lane = (tid % 32);
@@ -176,20 +166,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   const int t1_8 = (tid % 16);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 8; ++o0_2) {
-    if (true) {
+    {
       *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_2 * 512)) + ((t1_8 * 4) ^ ((t0_8 & 7) << 2)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 4; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
       }
       *(uint4*)(&C[((((by * 64) + t0_8) + (o0_2 * 8))) * 64 + ((bx * 64) + (t1_8 * 4))]) = *(const uint4*)(&C_out[0]);
-    } else {
-      #pragma unroll
-      for (int e_7 = 0; e_7 < 4; ++e_7) {
-        if (true) {
-          C[((((by * 64) + t0_8) + (o0_2 * 8))) * 64 + (((bx * 64) + (t1_8 * 4)) + e_7)] = acc_stage[(((t0_8 * 64) + (o0_2 * 512)) + (((t1_8 * 4) + e_7) ^ ((t0_8 & 7) << 2)))];
-        }
-      }
     }
   }
 }

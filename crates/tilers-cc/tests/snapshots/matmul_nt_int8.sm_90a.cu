@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int s_1 = 0; s_1 < 128; ++s_1) {
     acc[s_1] = 0;
   }
-  if (true) {
+  {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
@@ -85,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
-  if (true) {
+  {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
@@ -105,22 +105,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int ko = 0; ko < 2; ++ko) {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
-    if (false) {
-      // kernels.py:268: T.copy (issued ahead by the pipeline)
-      const int t0_4 = (tid / 4);
-      const int t1_4 = (tid % 4);
-      #pragma unroll
-      for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_4 * 64) + (o0_4 * 2048)) + (t1_4 * 16)) ^ (((t0_4 >> 1) & 7) << 4)) + (((ko + 2) % 3) * 8192)))), "l"(&A[(0) * 128 + 0]), "r"(0) : "memory");
-      }
-      // kernels.py:270: T.copy (issued ahead by the pipeline)
-      const int t0_5 = (tid / 4);
-      const int t1_5 = (tid % 4);
-      #pragma unroll
-      for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_5 * 64) + (o0_5 * 2048)) + (t1_5 * 16)) ^ (((t0_5 >> 1) & 7) << 4)) + (((ko + 2) % 3) * 8192)) + 24576))), "l"(&B[(0) * 128 + 0]), "r"(0) : "memory");
-      }
-    }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:273: T.gemm
     const int lane = (tid % 32);

@@ -69,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0.0f;
   }
-  if (true) {
+  {
     // kernels.py:370: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
@@ -186,20 +186,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   const int t1_9 = (tid % 8);
   #pragma unroll
   for (int o0_11 = 0; o0_11 < 4; ++o0_11) {
-    if (true) {
+    {
       *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_9 * 64) + (o0_11 * 1024)) + ((t1_9 * 8) ^ ((t0_9 & 7) << 3)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
       }
       *(uint4*)(&C[((((by * 64) + t0_9) + (o0_11 * 16))) * 128 + ((bx * 64) + (t1_9 * 8))]) = *(const uint4*)(&C_out[0]);
-    } else {
-      #pragma unroll
-      for (int e_7 = 0; e_7 < 8; ++e_7) {
-        if (true) {
-          C[((((by * 64) + t0_9) + (o0_11 * 16))) * 128 + (((bx * 64) + (t1_9 * 8)) + e_7)] = acc_stage[(((t0_9 * 64) + (o0_11 * 1024)) + (((t1_9 * 8) + e_7) ^ ((t0_9 & 7) << 3)))];
-        }
-      }
     }
   }
 }

@@ -77,7 +77,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0.0f;
   }
-  if (true) {
+  {
     // kernels.py:370: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);

@@ -69,7 +69,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0;
   }
-  if (true) {
+  {
     // kernels.py:370: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
@@ -169,20 +169,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const sign
   const int t1_8 = (tid % 16);
   #pragma unroll
   for (int o0_9 = 0; o0_9 < 8; ++o0_9) {
-    if (true) {
+    {
       *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_7 * 64) + (o0_9 * 512)) + ((t1_8 * 4) ^ ((t0_7 & 7) << 2)))]);
       #pragma unroll
       for (int e_6 = 0; e_6 < 4; ++e_6) {
         C_out[e_6] = acc_stage_v[e_6];
       }
       *(uint4*)(&C[((((by * 64) + t0_7) + (o0_9 * 8))) * 64 + ((bx * 64) + (t1_8 * 4))]) = *(const uint4*)(&C_out[0]);
-    } else {
-      #pragma unroll
-      for (int e_6 = 0; e_6 < 4; ++e_6) {
-        if (true) {
-          C[((((by * 64) + t0_7) + (o0_9 * 8))) * 64 + (((bx * 64) + (t1_8 * 4)) + e_6)] = acc_stage[(((t0_7 * 64) + (o0_9 * 512)) + (((t1_8 * 4) + e_6) ^ ((t0_7 & 7) << 2)))];
-        }
-      }
     }
   }
 }

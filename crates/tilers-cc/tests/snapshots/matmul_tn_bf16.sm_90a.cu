@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0.0f;
   }
-  if (true) {
+  {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
@@ -123,7 +123,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
-  if (true) {
+  {
     // kernels.py:268: T.copy (issued ahead by the pipeline)
     const int t0_5 = (tid / 4);
     const int t1_5 = (tid % 4);

@@ -68,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   for (int s_1 = 0; s_1 < 128; ++s_1) {
     acc[s_1] = 0.0f;
   }
-  if (true) {
+  {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 16);
     const int t1 = (tid % 16);
@@ -85,7 +85,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
-  if (true) {
+  {
     // kernels.py:266: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 16);
     const int t1_2 = (tid % 16);
@@ -171,20 +171,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   const int t1_7 = (tid % 16);
   #pragma unroll
   for (int o0_8 = 0; o0_8 < 16; ++o0_8) {
-    if (true) {
+    {
       *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 1024)) + ((t1_7 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
       for (int e_7 = 0; e_7 < 8; ++e_7) {
         C_out[e_7] = acc_stage_v[e_7];
       }
       *(uint4*)(&C[((((by * 128) + t0_8) + (o0_8 * 8))) * 256 + ((bx * 128) + (t1_7 * 8))]) = *(const uint4*)(&C_out[0]);
-    } else {
-      #pragma unroll
-      for (int e_7 = 0; e_7 < 8; ++e_7) {
-        if (true) {
-          C[((((by * 128) + t0_8) + (o0_8 * 8))) * 256 + (((bx * 128) + (t1_7 * 8)) + e_7)] = acc_stage[(((t0_8 * 128) + (o0_8 * 1024)) + (((t1_7 * 8) + e_7) ^ ((t0_8 & 7) << 3)))];
-        }
-      }
     }
   }
 }

@@ -95,14 +95,14 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
     s_red[s_2] = (s_red[s_2] + __shfl_xor_sync(0xffffffffu, s_red[s_2], 16));
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_3 = 0; s_3 < 4; ++s_3) {
       s_xwarp[(s_3) * 128 + tid] = s_red[s_3];
     }
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_4 = 0; s_4 < 4; ++s_4) {
       s_red[s_4] = ((0.0f + s_xwarp[(s_4) * 128 + ((tid & (-33)) | 0)]) + s_xwarp[(s_4) * 128 + ((tid & (-33)) | 32)]);

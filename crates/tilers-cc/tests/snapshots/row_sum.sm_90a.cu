@@ -101,14 +101,14 @@ extern "C" __global__ void __launch_bounds__(128) row_sum_kernel(const float* __
       acc_red[s_2] = (acc_red[s_2] + __shfl_xor_sync(0xffffffffu, acc_red[s_2], 16));
     }
     __syncthreads();
-    if (true) {
+    {
       #pragma unroll
       for (int s_3 = 0; s_3 < 4; ++s_3) {
         acc_xwarp[(s_3) * 128 + tid] = acc_red[s_3];
       }
     }
     __syncthreads();
-    if (true) {
+    {
       #pragma unroll
       for (int s_4 = 0; s_4 < 4; ++s_4) {
         acc_red[s_4] = ((0.0f + acc_xwarp[(s_4) * 128 + ((tid & (-33)) | 0)]) + acc_xwarp[(s_4) * 128 + ((tid & (-33)) | 32)]);

@@ -103,14 +103,14 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 16));
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_2 = 0; s_2 < 4; ++s_2) {
       row_max_xwarp[(s_2) * 128 + tid] = row_max_red[s_2];
     }
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_3 = 0; s_3 < 4; ++s_3) {
       row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 0)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
@@ -158,14 +158,14 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_7 = 0; s_7 < 4; ++s_7) {
       row_sum_xwarp[(s_7) * 128 + tid] = row_sum_red[s_7];
     }
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_8 = 0; s_8 < 4; ++s_8) {
       row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 0)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);

@@ -62,16 +62,11 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   const int t1 = tid;
   #pragma unroll
   for (int o1 = 0; o1 < 4; ++o1) {
-    if (true) {
+    {
       *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(bx) * 4096 + ((t1 * 4) + (o1 * 1024))]);
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         x[(e + (o1 * 4))] = A_v[e];
-      }
-    } else {
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        x[(e + (o1 * 4))] = A[(bx) * 4096 + ((e + (t1 * 4)) + (o1 * 1024))];
       }
     }
   }
@@ -97,14 +92,14 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 16));
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_2 = 0; s_2 < 1; ++s_2) {
       row_max_xwarp[(s_2) * 256 + tid] = row_max_red[s_2];
     }
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_3 = 0; s_3 < 1; ++s_3) {
       row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 0)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 32)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 64)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 96)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 128)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 160)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 192)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 224)]);
@@ -146,14 +141,14 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_7 = 0; s_7 < 1; ++s_7) {
       row_sum_xwarp[(s_7) * 256 + tid] = row_sum_red[s_7];
     }
   }
   __syncthreads();
-  if (true) {
+  {
     #pragma unroll
     for (int s_8 = 0; s_8 < 1; ++s_8) {
       row_sum_red[s_8] = ((((((((0.0f + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 0)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 32)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 64)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 96)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 128)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 160)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 192)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 224)]);
@@ -177,19 +172,12 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   const int t1_5 = tid;
   #pragma unroll
   for (int o1_5 = 0; o1_5 < 4; ++o1_5) {
-    if (true) {
+    {
       #pragma unroll
       for (int e_5 = 0; e_5 < 4; ++e_5) {
         B_out[e_5] = x[((o1_5 * 4) + e_5)];
       }
       *(uint4*)(&B[(bx) * 4096 + ((t1_5 * 4) + (o1_5 * 1024))]) = *(const uint4*)(&B_out[0]);
-    } else {
-      #pragma unroll
-      for (int e_5 = 0; e_5 < 4; ++e_5) {
-        if (true) {
-          B[(bx) * 4096 + (((t1_5 * 4) + (o1_5 * 1024)) + e_5)] = x[((o1_5 * 4) + e_5)];
-        }
-      }
     }
   }
 }
