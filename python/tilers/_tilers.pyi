@@ -37,3 +37,25 @@ def check_passes(program: str, options: str) -> str:
 
 def check(program: str) -> str:
     """Verify the program without generating code; KernelInfo JSON with its params."""
+
+def load_torch_shim(sample: object, tensor_types: tuple[type, ...]) -> str:
+    """Start reading tensors through torch's stable C shim (aoti_torch_*, already loaded with
+    torch); "" when in use, else why not. `sample`: a strided CPU tensor, not contiguous and
+    at an offset, which the shim must read as Python does."""
+
+def tensor_codes(tensor: object) -> tuple[int, int] | None:
+    """torch's (ScalarType, DeviceType) numbers of a plain tensor; None without the shim."""
+
+class Launcher:
+    """A prepared kernel's per-call path in one native call (see crates/tile-py/src/launcher.rs):
+    checks, pointers, `out_idx` outputs, grid, torch's current stream, cuLaunchKernel.
+    Arguments it does not accept go, untouched, to `fallback()` (a WeakMethod of
+    JITKernel._call_checked). `dry_run` stops short of the stream and the driver."""
+
+    def __init__(
+        self, spec_json: str, output_dtypes: list, empty_strided, stream_getter, fallback,
+        dry_run: bool = False,
+    ) -> None: ...
+    def add_device(self, device: int, function: int, context: int) -> None:
+        """The kernel as loaded on `device` (handles from load_function)."""
+    def __call__(self, *args, **kwargs): ...

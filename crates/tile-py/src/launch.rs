@@ -28,10 +28,10 @@ const MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
 /// Dynamic shared memory a kernel may use without opting in.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 /// Arguments packed on the stack; kernels with more use the heap.
-const STACK_ARGS: usize = 32;
+pub(crate) const STACK_ARGS: usize = 32;
 
 /// The driver entry points tilers uses, resolved once from libcuda.
-struct Driver {
+pub(crate) struct Driver {
     _library: Library,
     device_get_count: unsafe extern "C" fn(*mut c_int) -> CuResult,
     device_get: unsafe extern "C" fn(*mut c_int, c_int) -> CuResult,
@@ -109,7 +109,7 @@ fn open_driver() -> Result<Driver, String> {
 static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();
 
 /// The driver, opened and initialised on first use.
-fn driver() -> PyResult<&'static Driver> {
+pub(crate) fn driver() -> PyResult<&'static Driver> {
     match DRIVER.get_or_init(open_driver) {
         Ok(driver) => Ok(driver),
         Err(reason) => Err(PyRuntimeError::new_err(format!("no usable CUDA driver: {reason}"))),
@@ -330,14 +330,14 @@ struct Packed<'a> {
 
 /// Raw pointers that cross `allow_threads`; they point into the caller's stack frame,
 /// which outlives the closure.
-struct Launch {
-    function: usize,
-    context: usize,
-    grid: (u32, u32, u32),
-    block: (u32, u32, u32),
-    shared_bytes: u32,
-    stream: usize,
-    parameters: usize,
+pub(crate) struct Launch {
+    pub function: usize,
+    pub context: usize,
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_bytes: u32,
+    pub stream: usize,
+    pub parameters: usize,
 }
 
 fn fill(args: &Bound<'_, PyAny>, kinds: &[u8], packed: &mut Packed<'_>) -> PyResult<()> {
@@ -372,7 +372,7 @@ fn fill(args: &Bound<'_, PyAny>, kinds: &[u8], packed: &mut Packed<'_>) -> PyRes
     Ok(())
 }
 
-fn run(driver: &Driver, launch: Launch) -> PyResult<()> {
+pub(crate) fn run(driver: &Driver, launch: Launch) -> PyResult<()> {
     let context = launch.context as Handle;
     let pushed = !context.is_null() && driver.push_unless_current(context)?;
     let (gx, gy, gz) = launch.grid;

@@ -9,6 +9,8 @@ use tile_interp::Arg;
 use tilers_cc::{CompileError as DriverError, CompileOptions};
 
 mod launch;
+mod launcher;
+mod torch_shim;
 
 create_exception!(
     _tilers,
@@ -200,6 +202,9 @@ fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::device_name, m)?)?;
     m.add_function(wrap_pyfunction!(launch::load_function, m)?)?;
     m.add_function(wrap_pyfunction!(launch::launch, m)?)?;
+    m.add_function(wrap_pyfunction!(torch_shim::load_torch_shim, m)?)?;
+    m.add_function(wrap_pyfunction!(torch_shim::tensor_codes, m)?)?;
+    m.add_class::<launcher::Launcher>()?;
     m.add("CompileError", m.py().get_type::<CompileError>())?;
     m.add("InternalCompilerError", m.py().get_type::<InternalCompilerError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
