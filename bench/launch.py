@@ -1,5 +1,6 @@
 """Per-call launch overhead: tilers kernels of 3 and 16 tensor arguments beside torch.add, the
-bare native launch and the cuda-bindings launch, measured interleaved in one run.
+same kernels with the Python checks only (no native launcher), the bare native launch and the
+cuda-bindings launch, measured interleaved in one run.
 
 Each case is a kernel of one small block, so a call costs what the CPU spends issuing it:
 the time per call is the CPU time of `CALLS` back-to-back calls issued while the GPU is
@@ -122,6 +123,16 @@ def cuda_bindings_kernel(kernel):
     return copy
 
 
+def python_checks_kernel(kernel):
+    """A copy of `kernel` that never makes its native launcher: every call runs the checks
+    of JITKernel._call_checked in Python (the path before the launcher)."""
+    copy = JITKernel(kernel.name, kernel.program_json, kernel.source, kernel.info,
+                     kernel.target, kernel.out_idx)
+    copy._cubin = kernel.cubin
+    copy._launcher_problem = "benchmarked without the launcher"
+    return copy
+
+
 def bare_launch(kernel, args, kinds):
     """The native launch alone: pointers read by the extension, no argument checks."""
     import torch
@@ -160,12 +171,25 @@ def main():
     assert torch.equal(add_out(a, b), a + b)
     s16(*args16)
     torch.testing.assert_close(out16, sum(inputs16[1:], inputs16[0]), rtol=1e-2, atol=1e-2)
+    # the calls above armed the native launchers: later calls go through them
+    for kernel in (add, add_out, s16):
+        assert kernel._launcher is not None, kernel._launcher_problem
+    add(a, b, c)
+    assert torch.equal(c, a + b) and torch.equal(add_out(a, b), a + b)
+    out16.zero_()
+    s16(*args16)
+    torch.testing.assert_close(out16, sum(inputs16[1:], inputs16[0]), rtol=1e-2, atol=1e-2)
     old_add = cuda_bindings_kernel(add)
     old_s16 = cuda_bindings_kernel(s16)
-    c.zero_()
-    old_add(a, b, c)
-    torch.cuda.synchronize()
-    assert torch.equal(c, a + b)
+    checked_add = python_checks_kernel(add)
+    checked_s16 = python_checks_kernel(s16)
+    for kernel in (old_add, checked_add):
+        c.zero_()
+        kernel(a, b, c)
+        torch.cuda.synchronize()
+        assert torch.equal(c, a + b)
+    checked_s16(*args16)
+    assert checked_s16._launcher is None
 
     pointers = (a.data_ptr(), b.data_ptr(), c.data_ptr())
     fns = {
@@ -174,6 +198,8 @@ def main():
         "tilers add(a, b, c)": lambda: add(a, b, c),
         "tilers add(a, b) out_idx": lambda: add_out(a, b),
         "tilers sum16 (16 tensors)": lambda: s16(*args16),
+        "tilers add(a, b, c), Python checks": lambda: checked_add(a, b, c),
+        "tilers sum16, Python checks": lambda: checked_s16(*args16),
         "native launch, 3 pointers as ints": bare_launch(add, pointers, b"PPP"),
         "native launch, 3 tensors": bare_launch(add, (a, b, c), b"TTT"),
         "native launch, 16 tensors": bare_launch(s16, args16, b"T" * 16),
@@ -197,6 +223,10 @@ def main():
         "tilers 3 tensors / torch.add": ratio,
         "tilers 16 - 3 tensors (us)": growth,
         "native launch floor / torch.add": cpu["native launch, 3 pointers as ints"] / reference,
+        "Python checks, 3 tensors / torch.add": cpu["tilers add(a, b, c), Python checks"] / reference,
+        "Python checks, 16 - 3 tensors (us)": (
+            cpu["tilers sum16, Python checks"] - cpu["tilers add(a, b, c), Python checks"]
+        ),
         "target 3 tensors <= 0.5x torch.add": ratio <= 0.5,
         "target growth <= 2 us": growth <= 2.0,
         "calls per sample": CALLS,

@@ -250,6 +250,14 @@ def test_kernel_argument_count():
     )
 
 
+def test_kernel_arguments_by_keyword():
+    with pytest.raises(TypeError) as error:
+        make_add(out_idx=[2])(1, 2, n=3)
+    assert str(error.value) == (
+        "add() takes its arguments by position, not by keyword (n): call it as add(A, B, n)"
+    )
+
+
 def test_kernel_argument_count_message_with_one_output():
     info = add_info("sm_90a")
     info["params"] = info["params"][:3]

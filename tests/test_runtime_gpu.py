@@ -72,7 +72,9 @@ def device_arch():
     return runtime.device_arch(torch.cuda.current_device())
 
 
-def make_add(out_idx=None, arch=None) -> JITKernel:
+def make_add(out_idx=None, arch=None, armed=False) -> JITKernel:
+    """The add kernel; `armed`: after one good call, so that calls go through the native
+    launcher (the first call of a kernel always takes the Python checks)."""
     arch = arch or device_arch()
     info = {
         "name": "add", "entry": "add_kernel", "arch": arch,
@@ -84,7 +86,25 @@ def make_add(out_idx=None, arch=None) -> JITKernel:
                  {"const": 1}, {"const": 1}],
         "block": [256, 1, 1], "shared_bytes": 0, "report": [],
     }
-    return JITKernel("add", PROGRAM_JSON, ADD_SOURCE, info, f"cuda:{arch}", out_idx)
+    kernel = JITKernel("add", PROGRAM_JSON, ADD_SOURCE, info, f"cuda:{arch}", out_idx)
+    if armed:
+        a, b = inputs()
+        if out_idx:
+            kernel(a, b, N * N)
+        else:
+            kernel(a, b, torch.empty_like(a), N * N)
+        assert_armed(kernel)
+    return kernel
+
+
+def assert_armed(kernel):
+    assert kernel._launcher is not None, kernel._launcher_problem
+
+
+@pytest.fixture(params=["python checks", "launcher"])
+def armed(request):
+    """Run an error test on a fresh kernel and on one whose calls take the launcher."""
+    return request.param == "launcher"
 
 
 def inputs():
@@ -180,6 +200,8 @@ def test_every_scalar_dtype():
     out = kernel(*values)
     torch.cuda.synchronize()
     assert out.tolist() == [float(v) for v in values[:8]] + [1.0]
+    assert_armed(kernel)  # the same through the native launcher
+    assert kernel(*values).tolist() == [float(v) for v in values[:8]] + [1.0]
     assert kernel(*values[:8], False)[8].item() == -1.0
 
 
@@ -200,11 +222,107 @@ def test_shared_memory_over_48k():
     assert torch.equal(y, x.flip(1))
 
 
+# --- the native launcher: every call after the first one --------------------------------
+
+INPUTS16 = 15
+SUM16_SOURCE = (
+    "extern \"C\" __global__ void __launch_bounds__(256) sum16_kernel("
+    + ", ".join(f"const float* __restrict__ a{i}" for i in range(INPUTS16))
+    + ", float* __restrict__ out, int n) {\n"
+    + "  int i = blockIdx.x * 256 + threadIdx.x;\n"
+    + "  if (i < n) out[i] = " + " + ".join(f"a{i}[i]" for i in range(INPUTS16)) + ";\n}\n"
+)
+
+
+def make_sum16(out_idx=None):
+    info = {
+        "name": "sum16", "entry": "sum16_kernel", "arch": device_arch(),
+        "params": [tensor_param(f"A{i}", "float32", (N, N)) for i in range(INPUTS16)]
+        + [tensor_param("Out", "float32", (N, N)), scalar_param("n", "int32")],
+        "grid": [{"op": "ceildiv", "a": {"param": INPUTS16 + 1}, "b": {"const": 256}},
+                 {"const": 1}, {"const": 1}],
+        "block": [256, 1, 1], "shared_bytes": 0, "report": [],
+    }
+    return JITKernel("sum16", PROGRAM_JSON, SUM16_SOURCE, info, "auto", out_idx)
+
+
+def test_launcher_runs_later_calls():
+    kernel = make_add(armed=True)
+    for n in (N * N, 1234, 1):
+        a, b = inputs()
+        c = sentinel()
+        assert kernel(a, b, c, n) is None
+        torch.cuda.synchronize()
+        flat = c.view(-1)
+        assert torch.equal(flat[:n], (a + b).view(-1)[:n])
+        assert bool((flat[n:] == 7.0).all())
+    kernel = make_add(out_idx=[2], armed=True)
+    a, b = inputs()
+    c = kernel(torch.nn.Parameter(a, requires_grad=False), b, N * N)
+    torch.cuda.synchronize()
+    assert torch.equal(c, a + b)
+
+
+def test_launcher_follows_the_current_stream_and_graphs():
+    kernel = make_add(armed=True)
+    a, b = inputs()
+    c = sentinel()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(100_000_000)  # tens of ms: the launch queues behind it on `stream`
+        kernel(a, b, c, N * N)
+    # read at once on the default stream: the kernel has not run yet
+    assert bool((c == 7.0).all()), "the launch did not go to torch's current stream"
+    stream.synchronize()
+    assert torch.equal(c, a + b)
+
+    c = sentinel()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        kernel(a, b, c, N * N)
+    c.fill_(7.0)
+    a.copy_(torch.randn_like(a))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(c, a + b)
+
+
+def test_sixteen_tensors():
+    kernel = make_sum16()
+    args = [torch.randn(N, N, device="cuda") for _ in range(INPUTS16)]
+    out = torch.full((N, N), 7.0, device="cuda")
+    for _ in range(2):  # the first call arms the launcher, the second runs through it
+        out.fill_(7.0)
+        assert kernel(*args, out, N * N) is None
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, sum(args[1:], args[0]))
+    assert_armed(kernel)
+    out.fill_(7.0)
+    wrong = list(args)
+    wrong[12] = wrong[12].half()
+    with pytest.raises(ValueError, match="parameter 'A12': expected dtype float32, got torch.float16"):
+        kernel(*wrong, out, N * N)
+    wrong[12] = args[12].t()
+    with pytest.raises(ValueError, match="parameter 'A12': expected a contiguous tensor"):
+        kernel(*wrong, out, N * N)
+    with pytest.raises(TypeError, match="parameter 'A14'"):
+        kernel(*args[:14], 3.0, out, N * N)
+    torch.cuda.synchronize()
+    assert bool((out == 7.0).all()), "a rejected call wrote to the output"
+    outputs = make_sum16(out_idx=[INPUTS16])
+    for _ in range(2):
+        result = outputs(*args, N * N)
+    assert_armed(outputs)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(result, sum(args[1:], args[0]))
+
+
 # --- argument errors: the right error, naming the parameter, and no output touched ------
 
 
-def test_wrong_dtype():
-    kernel = make_add()
+def test_wrong_dtype(armed):
+    kernel = make_add(armed=armed)
     a, b = inputs()
     c = sentinel()
     with pytest.raises(ValueError) as error:
@@ -214,8 +332,8 @@ def test_wrong_dtype():
     assert_untouched(c)
 
 
-def test_wrong_shape():
-    kernel = make_add()
+def test_wrong_shape(armed):
+    kernel = make_add(armed=armed)
     a, b = inputs()
     c = sentinel()
     with pytest.raises(ValueError) as error:
@@ -225,8 +343,8 @@ def test_wrong_shape():
     assert_untouched(c)
 
 
-def test_cpu_tensor():
-    kernel = make_add()
+def test_cpu_tensor(armed):
+    kernel = make_add(armed=armed)
     a, b = inputs()
     c = sentinel()
     with pytest.raises(ValueError) as error:
@@ -238,8 +356,8 @@ def test_cpu_tensor():
     assert_untouched(c)
 
 
-def test_not_a_tensor():
-    kernel = make_add()
+def test_not_a_tensor(armed):
+    kernel = make_add(armed=armed)
     a, _ = inputs()
     c = sentinel()
     with pytest.raises(TypeError) as error:
@@ -250,8 +368,8 @@ def test_not_a_tensor():
     assert_untouched(c)
 
 
-def test_transposed_view():
-    kernel = make_add()
+def test_transposed_view(armed):
+    kernel = make_add(armed=armed)
     a, b = inputs()
     c = sentinel()
     with pytest.raises(ValueError) as error:
@@ -263,8 +381,8 @@ def test_transposed_view():
     assert_untouched(c)
 
 
-def test_misaligned_view():
-    kernel = make_add()
+def test_misaligned_view(armed):
+    kernel = make_add(armed=armed)
     a, _ = inputs()
     storage = torch.randn(N * N + 8, device="cuda", dtype=torch.float16)
     b = storage[1 : 1 + N * N].view(N, N)  # contiguous, but 2 bytes past 16-byte alignment
@@ -276,8 +394,8 @@ def test_misaligned_view():
     assert_untouched(c)
 
 
-def test_misaligned_output():
-    kernel = make_add()
+def test_misaligned_output(armed):
+    kernel = make_add(armed=armed)
     a, b = inputs()
     storage = torch.full((N * N + 8,), 7.0, device="cuda", dtype=torch.float16)
     c = storage[4 : 4 + N * N].view(N, N)  # 8 bytes past 16-byte alignment
@@ -286,20 +404,20 @@ def test_misaligned_output():
     assert_untouched(c)
 
 
-def test_wrong_argument_count():
-    kernel = make_add()
+def test_wrong_argument_count(armed):
+    kernel = make_add(armed=armed)
     a, b = inputs()
     c = sentinel()
     with pytest.raises(TypeError, match=r"add\(\) takes 4 tensor/scalar arguments .* but 3 were"):
         kernel(a, b, c)
     assert_untouched(c)
     with pytest.raises(TypeError, match=r"C is an output allocated by the kernel\) but 4 were"):
-        make_add(out_idx=[2])(a, b, c, N * N)
+        make_add(out_idx=[2], armed=armed)(a, b, c, N * N)
     assert_untouched(c)
 
 
-def test_scalar_errors():
-    kernel = make_add()
+def test_scalar_errors(armed):
+    kernel = make_add(armed=armed)
     a, b = inputs()
     c = sentinel()
     with pytest.raises(TypeError, match="parameter 'n'.*int.*float"):
@@ -311,8 +429,8 @@ def test_scalar_errors():
     assert_untouched(c)
 
 
-def test_error_before_allocation():
-    kernel = make_add(out_idx=[2])
+def test_error_before_allocation(armed):
+    kernel = make_add(out_idx=[2], armed=armed)
     a, b = inputs()
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
@@ -332,10 +450,10 @@ def test_other_arch_is_refused():
     assert_untouched(c)
 
 
-def test_tensors_on_two_devices():
+def test_tensors_on_two_devices(armed):
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
-    kernel = make_add()
+    kernel = make_add(armed=armed)
     a, b = inputs()
     c = sentinel()
     with pytest.raises(ValueError, match="parameter 'B'.*cuda:0.*cuda:1"):
@@ -346,9 +464,10 @@ def test_tensors_on_two_devices():
 def test_runs_on_second_device():
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
-    kernel = make_add(out_idx=[2])
+    kernel = make_add(out_idx=[2], armed=True)  # armed on device 0
     a, b = (t.to("cuda:1") for t in inputs())
-    c = kernel(a, b, N * N)
-    assert c.device == a.device
-    torch.cuda.synchronize(1)
-    assert torch.equal(c, a + b)
+    for _ in range(2):  # loads on device 1, then launches there through the launcher
+        c = kernel(a, b, N * N)
+        assert c.device == a.device
+        torch.cuda.synchronize(1)
+        assert torch.equal(c, a + b)

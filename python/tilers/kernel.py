@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import ctypes
+import json
 import math
 import numbers
+import operator
+import os
+import weakref
 
 from tilers import cache, host, runtime
 from tilers._trace import add_call_site
@@ -136,6 +140,10 @@ class JITKernel:
         # Filled on the first call (it imports torch): see _prepare.
         self._checks: list | None = None
         self._loaded: dict[int, runtime.LoadedKernel] = {}
+        # Made after the first launch that passed the Python checks: see _make_launcher.
+        self._launcher = None
+        self._launcher_problem: str | None = None
+        self._entry = self._call_checked
 
     def _normalize_out_idx(self, out_idx) -> list[int]:
         if out_idx is None:
@@ -283,7 +291,21 @@ class JITKernel:
 
     # --- calling ------------------------------------------------------------------------
 
-    def __call__(self, *args):
+    # kernel(*args) is self._entry(*args): _call_checked until the native launcher
+    # (crates/tile-py/src/launcher.rs) exists, then the launcher, which checks and launches
+    # in one call and passes whatever it does not accept on to _call_checked. A property
+    # rather than a method, so that the hot path runs no Python frame (~0.13 µs a call).
+    __call__ = property(operator.attrgetter("_entry"))
+
+    def _call_checked(self, *args, **kwargs):
+        """The call with every check in Python: the first call, and whatever the launcher
+        passes on (it raises the detailed error, or runs what the launcher does not take)."""
+        if kwargs:
+            inputs = ", ".join(self.params[i] for i in self._input_positions)
+            raise TypeError(
+                f"{self.name}() takes its arguments by position, not by keyword "
+                f"({', '.join(kwargs)}): call it as {self.name}({inputs})"
+            )
         if len(args) != len(self._input_positions):
             raise self._argument_count_error(len(args))
         if self._checks is None:
@@ -359,6 +381,8 @@ class JITKernel:
                 loaded.function_handle, loaded.context_handle, grid, self._block,
                 loaded.shared_bytes, stream, values, self._kinds,
             )
+            if self._launcher is None and self._launcher_problem is None:
+                self._make_launcher(args, device)
         else:
             runtime.launch(loaded, grid, self._block, stream, tuple(values), self._ctypes_types)
 
@@ -471,7 +495,61 @@ class JITKernel:
             device, self.cubin, self.entry, self.info.get("shared_bytes", 0)
         )
         self._loaded[device] = loaded
+        if self._launcher is not None:
+            self._launcher.add_device(device, loaded.function_handle, loaded.context_handle)
         return loaded
+
+    def _make_launcher(self, args, device: int, dry_run: bool = False) -> None:
+        """Build the native launcher from this call's arguments, which passed every check.
+
+        Why: checking arguments in Python costs ~0.6 µs per tensor, more than the launch
+        itself for a few tensors. The launcher reads tensors through torch's C shim
+        (crates/tile-py/src/torch_shim.rs); where that is unavailable, or the kernel's
+        grid reads a float, the Python checks stay the only path (`_launcher_problem`).
+        `dry_run` (benchmarks without a GPU): the launcher stops short of cuLaunchKernel.
+        """
+        self._launcher_problem = _launcher_unavailable(self)
+        if self._launcher_problem is not None:
+            return
+        from tilers import _tilers
+
+        torch = self._torch
+        first_tensor = next(
+            arg for arg, (_, dtype, *_) in zip(args, self._input_specs) if dtype is not None
+        )
+        codes = _tilers.tensor_codes(first_tensor)
+        if codes is None:  # a tensor subclass: try again on a later call
+            self._launcher_problem = None
+            return
+        _, device_type = codes
+        params = []
+        for check in self._checks:
+            if check.is_tensor:
+                params.append({
+                    "kind": "tensor", "dtype_code": _dtype_code(torch, check.torch_dtype),
+                    "shape": check.shape, "strides": check.strides, "align": check.align,
+                })
+            else:
+                params.append({"kind": "scalar", "pack": runtime.SCALAR_KINDS[check.ctype]})
+        spec = {
+            "params": params, "inputs": self._input_positions, "outputs": self.out_idx,
+            "grid": self.info["grid"], "block": self._block,
+            "shared_bytes": self.info.get("shared_bytes", 0), "device_type": device_type,
+            "devices": max(torch.cuda.device_count(), device + 1),
+        }
+        try:
+            launcher = _tilers.Launcher(
+                json.dumps(spec), [check.torch_dtype for check in self._output_checks],
+                torch.empty_strided, self._current_stream,
+                weakref.WeakMethod(self._call_checked), dry_run,
+            )
+        except ValueError as error:  # a grid of float parameters, over 32 parameters
+            self._launcher_problem = str(error)
+            return
+        for loaded_device, loaded in self._loaded.items():
+            launcher.add_device(loaded_device, loaded.function_handle, loaded.context_handle)
+        self._launcher = launcher
+        self._entry = launcher
 
     # --- error messages -----------------------------------------------------------------
 
@@ -536,6 +614,39 @@ class JITKernel:
                 f"parameter '{name}': expected strides {_tuple_text(param.strides)}, got "
                 f"strides {_tuple_text(strides)}"
             )
+
+
+# torch's ScalarType number of each torch dtype, read once through the shim.
+_dtype_codes: dict = {}
+
+# Why tensors cannot be read through torch's C shim in this process ("" when they can);
+# None until the first launcher asks.
+_shim_problem: str | None = None
+
+
+def _launcher_unavailable(kernel: JITKernel) -> str | None:
+    """Why `kernel` cannot have a native launcher, or None when it can."""
+    global _shim_problem
+    if os.environ.get("TILERS_FAST_LAUNCH", "1") == "0":
+        return "TILERS_FAST_LAUNCH=0"
+    if _shim_problem is None:
+        from tilers import _tilers
+
+        torch = kernel._torch
+        # not contiguous and at an offset, so the shim must get every field right
+        sample = torch.empty((3, 4, 5))[1:, ::2, 1:]
+        _shim_problem = _tilers.load_torch_shim(sample, (torch.Tensor, torch.nn.Parameter))
+    return f"torch's C shim is not usable: {_shim_problem}" if _shim_problem else None
+
+
+def _dtype_code(torch, dtype) -> int:
+    code = _dtype_codes.get(dtype)
+    if code is None:
+        from tilers import _tilers
+
+        code, _ = _tilers.tensor_codes(torch.empty(0, dtype=dtype))
+        _dtype_codes[dtype] = code
+    return code
 
 
 def _tuple_text(values) -> str:
