@@ -6,6 +6,7 @@ with its arguments untouched. GPU launches through it are in test_runtime_gpu.py
 """
 
 import json
+import sys
 import weakref
 
 import pytest
@@ -20,7 +21,9 @@ M, N = 8, 128
 def shim():
     sample = torch.empty((3, 4, 5))[1:, ::2, 1:]
     problem = _tilers.load_torch_shim(sample, (torch.Tensor, torch.nn.Parameter))
-    assert problem == ""
+    if not sys.platform.startswith("linux"):
+        pytest.skip(problem or "the shim is only used on Linux")
+    assert problem == ""  # a torch whose tensors the shim cannot read: launches go slow
 
 
 class Fallback:
