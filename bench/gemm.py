@@ -12,15 +12,17 @@ sys.path.insert(0, os.path.dirname(__file__))
 import kernels  # noqa: E402
 from common import interleaved, write_results  # noqa: E402
 
-CONFIGS = [  # block_M, block_N, block_K, stages, threads
-    (128, 128, 32, 3, 128),
-    (128, 256, 32, 3, 256),
-    (128, 256, 64, 3, 256),
-    (128, 128, 64, 4, 128),
-    (256, 128, 32, 3, 256),
-    (64, 128, 32, 3, 128),
-    (128, 256, 64, 4, 256),
-    (256, 128, 64, 3, 256),
+CONFIGS = [  # block_M, block_N, block_K, stages, threads, T.use_swizzle panel (0: none)
+    (128, 128, 32, 3, 128, 0),
+    (128, 256, 32, 3, 256, 0),
+    (128, 256, 64, 3, 256, 0),
+    (128, 128, 64, 4, 128, 0),
+    (256, 128, 32, 3, 256, 0),
+    (64, 128, 32, 3, 128, 0),
+    (128, 256, 64, 4, 256, 0),
+    (256, 128, 64, 3, 256, 0),
+    (128, 128, 32, 3, 128, 8),
+    (128, 256, 64, 3, 256, 8),
 ]
 ALL_SHAPES = [
     (1024, 1024, 1024),
@@ -148,24 +150,33 @@ def main():
                 c = torch.empty(M, N, device="cuda", dtype=tdt)
                 want = a.float() @ b_kn.float()
                 fns = {}
-                for bm, bn, bk, st, th in CONFIGS:
+                for bm, bn, bk, st, th, panel in CONFIGS:
+                    name = f"{bm}x{bn}x{bk} s{st} t{th}" + (f" p{panel}" if panel else "")
                     try:
                         k = tilers.compile(
                             kernels.matmul(
-                                M, N, K, bm, bn, bk, st, th, dtype=dtype, trans_B=trans_B
+                                M,
+                                N,
+                                K,
+                                bm,
+                                bn,
+                                bk,
+                                st,
+                                th,
+                                dtype=dtype,
+                                trans_B=trans_B,
+                                panel=panel,
                             )
                         )
                         k(a, b, c)
                         torch.cuda.synchronize()
                         err = ((c.float() - want).abs().max() / (want.abs().max() + 1)).item()
                         if err > 1e-2:
-                            print(f"config {bm}x{bn}x{bk} s{st} t{th} wrong: {err}")
+                            print(f"config {name} wrong: {err}")
                             continue
-                        fns[f"tilers {bm}x{bn}x{bk} s{st} t{th}"] = bind(k, a, b, c)
+                        fns[f"tilers {name}"] = bind(k, a, b, c)
                     except Exception as e:  # a config that does not compile or run is skipped
-                        print(
-                            f"config {bm}x{bn}x{bk} s{st} t{th} failed: {type(e).__name__}: {str(e)[:200]}"
-                        )
+                        print(f"config {name} failed: {type(e).__name__}: {str(e)[:200]}")
                 fns["cublas"] = lambda a=a, b_kn=b_kn: torch.matmul(a, b_kn)
                 if tri is not None:
                     ct = torch.empty_like(c)

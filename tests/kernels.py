@@ -243,9 +243,11 @@ def matmul(
     trans_A=False,
     trans_B=False,
     policy=T.GemmWarpPolicy.Square,
+    panel=0,
 ):
     """C = A @ B (A stored K x M when trans_A, B stored N x K when trans_B), the articles'
-    GEMM shape: operand tiles in shared memory, accumulator fragment, pipelined K loop."""
+    GEMM shape: operand tiles in shared memory, accumulator fragment, pipelined K loop
+    (blocks rasterized in panels of `panel` rows for L2 reuse when it is not 0)."""
     a_shape = (K, M) if trans_A else (M, K)
     b_shape = (N, K) if trans_B else (K, N)
     a_tile = (block_K, block_M) if trans_A else (block_M, block_K)
@@ -257,6 +259,7 @@ def matmul(
         A: T.Tensor(a_shape, dtype), B: T.Tensor(b_shape, dtype), C: T.Tensor((M, N), out_dtype)
     ):
         with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            T.use_swizzle(max(panel, 1), enable=panel > 0)
             A_shared = T.alloc_shared(a_tile, dtype)
             B_shared = T.alloc_shared(b_tile, dtype)
             acc = T.alloc_fragment((block_M, block_N), accum_dtype)
@@ -276,6 +279,34 @@ def matmul(
             T.copy(acc, C[by * block_M, bx * block_N])
 
     return matmul
+
+
+def matmul_rasterized(
+    M, N, K, panel=3, order="row", block_M=64, block_N=64, block_K=32, dtype="float16"
+):
+    """C = A @ B in float32 with the user controls of layout and block order:
+    T.use_swizzle(panel, order) and a float32 staging tile swizzled by T.annotate_layout."""
+
+    @T.prim_func
+    def matmul_rasterized(
+        A: T.Tensor((M, K), dtype), B: T.Tensor((K, N), dtype), C: T.Tensor((M, N), "float32")
+    ):
+        with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+            T.use_swizzle(panel, order=order)
+            A_s = T.alloc_shared((block_M, block_K), dtype)
+            B_s = T.alloc_shared((block_K, block_N), dtype)
+            C_s = T.alloc_shared((block_M, block_N), "float32")
+            T.annotate_layout({C_s: T.make_swizzled_layout(C_s)})
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=2):
+                T.copy(A[by * block_M, ko * block_K], A_s)
+                T.copy(B[ko * block_K, bx * block_N], B_s)
+                T.gemm(A_s, B_s, acc)
+            T.copy(acc, C_s)
+            T.copy(C_s, C[by * block_M, bx * block_N])
+
+    return matmul_rasterized
 
 
 def article_matmul(M, N, K, block_M=128, block_N=128, block_K=32):
@@ -402,6 +433,11 @@ def row_broadcast(M, N, W=64, block_M=8, threads=128):
 # name -> (factory, kwargs) for the compile tests: every kernel at ragged sizes
 COMPILE_CASES = {
     "add_f16": (add, dict(M=1000, N=1000)),
+    "matmul_rasterized_row": (matmul_rasterized, dict(M=200, N=330, K=72)),
+    "matmul_rasterized_col": (
+        matmul_rasterized,
+        dict(M=330, N=200, K=64, panel=2, order="col", dtype="bfloat16"),
+    ),
     "add_f32_small": (add, dict(M=7, N=33, dtype="float32")),
     "add_bf16_tiles": (add_tiles, dict(M=33, N=250, dtype="bfloat16")),
     "add_int8": (add, dict(M=65, N=100, dtype="int8")),

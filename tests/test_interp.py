@@ -48,7 +48,10 @@ def test_bias_gelu_bf16():
     assert np.allclose(f64(k(x, bias)), want, rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("M,N,kw", [(1001, 1024, {}), (64, 1000, {"tile_N": 1024}), (3, 100, {"block_M": 2, "tile_N": 128})])
+@pytest.mark.parametrize(
+    "M,N,kw",
+    [(1001, 1024, {}), (64, 1000, {"tile_N": 1024}), (3, 100, {"block_M": 2, "tile_N": 128})],
+)
 def test_softmax(M, N, kw):
     k = tilers.compile(kernels.softmax(M, N, **kw), out_idx=[1])
     x = randn((M, N), "float32") * 4
@@ -105,8 +108,11 @@ def test_math_functions():
     k = tilers.compile(kernels.math_zoo(1000), out_idx=[1])
     x = np.abs(randn((1000,), "float32")) + np.float32(0.01)
     y = k(x)
-    refs = {"sigmoid": lambda v: 1 / (1 + np.exp(-v)), "rsqrt": lambda v: 1 / np.sqrt(v),
-            "erf": np.vectorize(math.erf)}
+    refs = {
+        "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
+        "rsqrt": lambda v: 1 / np.sqrt(v),
+        "erf": np.vectorize(math.erf),
+    }
     for i, name in enumerate(kernels.MATH_FUNCS):
         want = refs.get(name, getattr(np, name, None))(f64(x))
         assert np.allclose(y[i], want, rtol=2e-7, atol=1e-7), name
@@ -119,14 +125,26 @@ def test_head_slices():
     assert np.allclose(f64(k(q)), want, rtol=1e-2, atol=1e-2)
 
 
-@pytest.mark.parametrize("trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)])
+@pytest.mark.parametrize(
+    "trans_A,trans_B", [(False, False), (False, True), (True, False), (True, True)]
+)
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "int8"])
 def test_matmul(dtype, trans_A, trans_B):
     M, N, K = 33, 70, 100
     accum = "int32" if dtype == "int8" else "float32"
     k = tilers.compile(
-        kernels.matmul(M, N, K, 64, 64, 64 if dtype == "int8" else 32, dtype=dtype, accum_dtype=accum,
-                       trans_A=trans_A, trans_B=trans_B),
+        kernels.matmul(
+            M,
+            N,
+            K,
+            64,
+            64,
+            64 if dtype == "int8" else 32,
+            dtype=dtype,
+            accum_dtype=accum,
+            trans_A=trans_A,
+            trans_B=trans_B,
+        ),
         out_idx=[2],
         target="interp",
     )
@@ -134,7 +152,10 @@ def test_matmul(dtype, trans_A, trans_B):
         a = RNG.integers(-128, 128, (K, M) if trans_A else (M, K), dtype=np.int8)
         b = RNG.integers(-128, 128, (N, K) if trans_B else (K, N), dtype=np.int8)
     else:
-        a, b = randn((K, M) if trans_A else (M, K), dtype), randn((N, K) if trans_B else (K, N), dtype)
+        a, b = (
+            randn((K, M) if trans_A else (M, K), dtype),
+            randn((N, K) if trans_B else (K, N), dtype),
+        )
     want = (f64(a).T if trans_A else f64(a)) @ (f64(b).T if trans_B else f64(b))
     got = f64(k(a, b))
     if dtype == "int8":
@@ -155,7 +176,9 @@ def test_mixing_host_and_gpu_is_refused_or_host_arrays_checked():
     a = np.zeros((8, 8), np.float16)
     with pytest.raises(ValueError, match="parameter 'B': expected dtype float16, got float32"):
         k(a, np.zeros((8, 8), np.float32))
-    with pytest.raises(ValueError, match="parameter 'A': expected shape \\(8, 8\\), got \\(8, 4\\)"):
+    with pytest.raises(
+        ValueError, match="parameter 'A': expected shape \\(8, 8\\), got \\(8, 4\\)"
+    ):
         k(np.zeros((8, 4), np.float16), a)
     with pytest.raises(ValueError, match="parameter 'A': expected a C-contiguous array"):
         k(np.zeros((8, 8), np.float16).T, a)
@@ -229,7 +252,24 @@ def test_row_broadcast_of_a_reduced_fragment():
     a = randn((100, 256), "float32")
     want = np.repeat(2 * f64(a).sum(1, keepdims=True), 64, axis=1)
     assert np.allclose(k(a), want, rtol=1e-5, atol=1e-4)
-    assert tilers.compile(kernels.row_broadcast(100, 256), target="cuda:sm_90a").cubin[:4] == ELF_MAGIC
+    assert (
+        tilers.compile(kernels.row_broadcast(100, 256), target="cuda:sm_90a").cubin[:4] == ELF_MAGIC
+    )
+
+
+@pytest.mark.parametrize("case", ["matmul_rasterized_row", "matmul_rasterized_col"])
+def test_rasterized_matmul_with_an_annotated_layout(case):
+    """T.use_swizzle and T.annotate_layout change where blocks run and how a tile is stored,
+    never the result; both show in the generated code and the IR."""
+    factory, kw = kernels.COMPILE_CASES[case]
+    k = tilers.compile(factory(**kw), out_idx=[2])
+    M, N, K, dtype = kw["M"], kw["N"], kw["K"], kw.get("dtype", "float16")
+    a, b = randn((M, K), dtype), randn((K, N), dtype)
+    want = f64(a) @ f64(b)
+    assert np.abs(f64(k(a, b)) - want).max() <= 1e-5 * np.abs(want).max()
+    gpu = tilers.compile(factory(**kw), target="cuda:sm_90a")
+    assert "T.use_swizzle" in gpu.source and "tl_block_x" in gpu.source
+    assert "C_s: float32[64, 64]" in gpu.report() and "swizzled" in gpu.ir("input")
 
 
 @pytest.mark.parametrize("case", ["matmul_reg_b_f16", "matmul_reg_ab_bf16", "matmul_reg_b_int8"])

@@ -363,6 +363,20 @@ def test_matmul_with_a_in_registers(dtype):
     _check_matmul(got, interpreted(kernel, a, b).double(), dtype, K)
 
 
+@pytest.mark.parametrize("case", ["matmul_rasterized_row", "matmul_rasterized_col"])
+@pytest.mark.parametrize("panel", [1, 3, 4, 100])
+def test_rasterized_matmul(case, panel):
+    """T.use_swizzle runs every (bx, by) exactly once, panels that do not divide the grid
+    included, and a T.annotate_layout-swizzled float32 tile round-trips."""
+    factory, kw = kernels.COMPILE_CASES[case]
+    kernel = tilers.compile(factory(**dict(kw, panel=panel)), out_idx=[2])
+    M, N, K, dtype = kw["M"], kw["N"], kw["K"], kw.get("dtype", "float16")
+    a, b, _ = _matmul_inputs(M, N, K, dtype, False, False)
+    got = kernel(a, b)
+    _check_matmul(got, a.double() @ b.double(), dtype, K)
+    _check_matmul(got, interpreted(kernel, a, b).double(), dtype, K)
+
+
 @pytest.mark.parametrize("case", ["matmul_reg_b_f16", "matmul_reg_ab_bf16", "matmul_reg_b_int8"])
 def test_matmul_with_b_in_registers(case):
     import torch

@@ -43,6 +43,24 @@ DTYPES = (
 _DTYPE_ALIASES = {"float": "float32", "half": "float16"}
 _INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "uint32": 32, "int64": 64}
 _FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+_DTYPE_BYTES = {
+    "bool": 1,
+    "int8": 1,
+    "uint8": 1,
+    "int16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "uint32": 4,
+    "float32": 4,
+    "int64": 8,
+    "float64": 8,
+}
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes of one element of a tilers dtype."""
+    return _DTYPE_BYTES[dtype]
 
 
 class DType(str):
@@ -520,7 +538,7 @@ class Buffer:
     ``A[i, j] = v`` records a store.
     """
 
-    __slots__ = ("dtype", "id", "loc", "name", "scope", "shape")
+    __slots__ = ("dtype", "id", "loc", "name", "scope", "shape", "swizzle")
 
     def __init__(self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc):
         self.id = id
@@ -529,6 +547,7 @@ class Buffer:
         self.dtype = dtype
         self.shape = shape
         self.loc = loc
+        self.swizzle = False  # T.annotate_layout({buf: T.make_swizzled_layout(buf)})
 
     def __getitem__(self, key) -> Load:
         return Load(self, key if isinstance(key, tuple) else (key,), capture())
@@ -548,7 +567,7 @@ class Buffer:
         builder.emit({"op": "store", "buf": self.id, "idx": idx, "value": stored.node()}, loc)
 
     def to_json(self, builder: Builder) -> dict:
-        return {
+        out = {
             "id": self.id,
             "name": self.name,
             "scope": self.scope,
@@ -556,6 +575,9 @@ class Buffer:
             "shape": list(self.shape),
             "loc": builder.json_loc(self.loc),
         }
+        if self.swizzle:
+            out["swizzle"] = True
+        return out
 
     def __repr__(self):
         return f"<buffer {self.name}: {self.scope} {self.dtype}{list(self.shape)}>"
@@ -747,6 +769,7 @@ class Builder:
         self.blocks: list[Block] = []
         self.kernel: dict | None = None
         self.kernel_opened = False
+        self.raster: dict | None = None  # T.use_swizzle
 
     def json_loc(self, loc: Loc) -> list:
         index = self.source_index.get(loc.file)

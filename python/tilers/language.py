@@ -22,6 +22,9 @@ from ._trace import (
 )
 
 __all__ = [
+    "annotate_layout",
+    "make_swizzled_layout",
+    "use_swizzle",
     "Buffer",
     "Else",
     "If",
@@ -172,6 +175,14 @@ class Kernel:
             "body": self.body,
             "loc": builder.json_loc(self.loc),
         }
+        if builder.raster is not None:
+            if len(self.grid) < 2:
+                raise user_error(
+                    "T.use_swizzle reorders a 2-D grid; this T.Kernel has one dimension",
+                    loc=builder.raster_loc,
+                    help="give T.Kernel two grid dimensions (bx, by), or drop T.use_swizzle",
+                )
+            builder.kernel["raster"] = builder.raster
         return False
 
 
@@ -202,6 +213,126 @@ def _alloc(scope: str, shape, dtype):
         )
     name = _trace.assigned_name(loc) or f"buf{len(builder.buffers)}"
     return builder.new_buffer(name, scope, normalize_dtype(dtype), dims, loc)
+
+
+def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
+    """Threadblock rasterization for L2 reuse: ``T.use_swizzle(panel_size=8)`` inside
+    ``T.Kernel``. Blocks are numbered panel by panel: consecutive blocks walk down
+    ``panel_size`` values of ``by`` before moving to the next ``bx`` (``order="col"``: along
+    ``panel_size`` values of ``bx``, then the next ``by``), so blocks running at the same time
+    share rows of A and columns of B in L2. Every ``(bx, by)`` still runs exactly once."""
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.use_swizzle", loc)
+    if not enable:
+        return
+    if (
+        isinstance(panel_size, builtins.bool)
+        or not isinstance(panel_size, int)
+        or not (1 <= panel_size <= 65535)
+    ):
+        raise user_error(
+            f"T.use_swizzle: panel_size must be a Python int from 1 to 65535, got {panel_size!r}",
+            loc=loc,
+            help="e.g. T.use_swizzle(panel_size=8)",
+        )
+    if order not in ("row", "col"):
+        raise user_error(
+            f'T.use_swizzle: order must be "row" or "col", got {order!r}',
+            loc=loc,
+            help='"row": blocks walk down panel_size values of by, then the next bx',
+        )
+    if builder.raster is not None:
+        raise user_error(
+            "T.use_swizzle is already set for this kernel",
+            loc=loc,
+            help="call it once, at the top of the T.Kernel block",
+        )
+    builder.raster = {"panel": panel_size, "order": order}
+    builder.raster_loc = loc
+
+
+class SwizzledLayout:
+    """The XOR swizzle of a shared tile (16-byte chunks permuted by row within 128-byte
+    lines), made by ``T.make_swizzled_layout(buf)`` for ``T.annotate_layout``."""
+
+    def __init__(self, buffer, loc):
+        self.buffer = buffer
+        self.loc = loc
+
+    def __repr__(self):
+        return f"<swizzled layout of {self.buffer.name}>"
+
+
+def make_swizzled_layout(buffer):
+    """The bank-conflict-free swizzled layout of a shared tile, for ``T.annotate_layout``."""
+    loc = capture()
+    if not isinstance(buffer, _trace.Buffer):
+        raise user_error(
+            f"T.make_swizzled_layout takes a buffer, got {type(buffer).__name__}",
+            loc=loc,
+            help="pass the tile itself: T.make_swizzled_layout(A_shared)",
+        )
+    return SwizzledLayout(buffer, loc)
+
+
+def annotate_layout(layouts: dict):
+    """Choose layouts instead of letting tilers infer them:
+    ``T.annotate_layout({A_shared: T.make_swizzled_layout(A_shared)})``. Shared tiles take
+    the swizzled layout (tiles that T.gemm reads are swizzled without asking); fragment
+    layouts come from the instructions that use them."""
+    loc = capture()
+    builder = current_builder()
+    require_kernel(builder, "T.annotate_layout", loc)
+    if not isinstance(layouts, dict):
+        raise user_error(
+            f"T.annotate_layout takes a dict {{buffer: layout}}, got {type(layouts).__name__}",
+            loc=loc,
+            help="e.g. T.annotate_layout({A_shared: T.make_swizzled_layout(A_shared)})",
+        )
+    for buffer, layout in layouts.items():
+        if not isinstance(buffer, _trace.Buffer):
+            raise user_error(
+                f"T.annotate_layout: keys must be buffers, got {type(buffer).__name__}",
+                loc=loc,
+                help="e.g. T.annotate_layout({A_shared: T.make_swizzled_layout(A_shared)})",
+            )
+        if not isinstance(layout, SwizzledLayout):
+            raise user_error(
+                f"T.annotate_layout: the layout of '{buffer.name}' must come from "
+                f"T.make_swizzled_layout, got {type(layout).__name__}",
+                loc=loc,
+                help="fragment layouts are inferred from the instructions that use them",
+            )
+        if layout.buffer is not buffer:
+            raise user_error(
+                f"T.annotate_layout: '{buffer.name}' is given the layout made for "
+                f"'{layout.buffer.name}'",
+                loc=loc,
+                help=f"use T.make_swizzled_layout({buffer.name})",
+            )
+        if buffer.scope != "shared":
+            raise user_error(
+                f"T.annotate_layout: '{buffer.name}' is a {buffer.scope} buffer; only shared "
+                "tiles can be swizzled",
+                loc=loc,
+                help="fragment layouts are inferred from the instructions that use them",
+            )
+        itemsize = _trace.dtype_bytes(buffer.dtype)
+        row_bytes = buffer.shape[-1] * itemsize
+        total = row_bytes
+        for d in buffer.shape[:-1]:
+            total *= d
+        if row_bytes % 16 or total % 128:
+            raise user_error(
+                f"T.annotate_layout: '{buffer.name}' {list(buffer.shape)} {buffer.dtype} cannot "
+                f"be swizzled: the swizzle permutes 16-byte chunks of 128-byte lines, and this "
+                f"tile is {total} bytes with {row_bytes}-byte rows",
+                loc=loc,
+                help="swizzle tiles whose rows are a multiple of 16 bytes and whose size is a "
+                "multiple of 128 bytes",
+            )
+        buffer.swizzle = True
 
 
 def alloc_shared(shape, dtype, scope=None):
@@ -317,7 +448,9 @@ class GemmWarpPolicy:
     FullCol = "full_col"
 
 
-def gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False):
+def gemm(
+    A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False
+):
     """C += A @ B on tiles: ``T.gemm(A_shared, B_shared, acc)``.
 
     A is (M, K) — (K, M) with ``transpose_A`` — and B is (K, N) — (N, K) with

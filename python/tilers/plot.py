@@ -60,19 +60,9 @@ def shared_banks(buffer: dict) -> np.ndarray:
 
 
 def _dtype_bytes(dtype: str) -> int:
-    return {
-        "bool": 1,
-        "int8": 1,
-        "uint8": 1,
-        "int16": 2,
-        "float16": 2,
-        "bfloat16": 2,
-        "int32": 4,
-        "uint32": 4,
-        "float32": 4,
-        "int64": 8,
-        "float64": 8,
-    }[dtype]
+    from ._trace import dtype_bytes
+
+    return dtype_bytes(dtype)
 
 
 def _last_two_dims(values: np.ndarray) -> tuple[np.ndarray, str]:

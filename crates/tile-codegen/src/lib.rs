@@ -296,12 +296,41 @@ impl<'a> Emitter<'a> {
             params.join(", ")
         );
         // block indices, thread index, shared memory, per-thread arrays
+        if let Some(r) = m.kernel.raster {
+            // T.use_swizzle: number the blocks panel by panel. Block l (in launch order) is in
+            // panel l / (panel * width); inside it, consecutive blocks walk down the panel's
+            // (up to `panel`) lines, then across: every (bx, by) exactly once.
+            let (across, along) = if r.by_rows { ("x", "y") } else { ("y", "x") };
+            self.line(&format!(
+                "// T.use_swizzle({}, order=\"{}\"): blocks run panel by panel for L2 reuse",
+                r.panel,
+                if r.by_rows { "row" } else { "col" }
+            ));
+            self.line("const int tl_block = blockIdx.y * gridDim.x + blockIdx.x;");
+            self.line(&format!("const int tl_per_panel = {} * gridDim.{across};", r.panel));
+            self.line("const int tl_panel = tl_block / tl_per_panel;");
+            self.line("const int tl_in_panel = tl_block % tl_per_panel;");
+            self.line(&format!(
+                "const int tl_lines = min({p}, (int)gridDim.{along} - tl_panel * {p});",
+                p = r.panel
+            ));
+            self.line(&format!("const int tl_block_{across} = tl_in_panel / tl_lines;"));
+            self.line(&format!(
+                "const int tl_block_{along} = tl_panel * {} + tl_in_panel % tl_lines;",
+                r.panel
+            ));
+        }
         for (i, v) in m.vars.iter().enumerate() {
             let id = VarId(i as u32);
             match v.kind {
                 VarKind::BlockIdx(axis) => {
                     let n = self.names.var(id);
-                    self.line(&format!("const int {n} = blockIdx.{};", ["x", "y", "z"][axis as usize]));
+                    let dim = ["x", "y", "z"][axis as usize];
+                    if m.kernel.raster.is_some() && axis < 2 {
+                        self.line(&format!("const int {n} = tl_block_{dim};"));
+                    } else {
+                        self.line(&format!("const int {n} = blockIdx.{dim};"));
+                    }
                 }
                 VarKind::ThreadIdx => {
                     let n = self.names.var(id);

@@ -13,7 +13,7 @@ fn module(threads: u32) -> Module {
         params: vec![],
         buffers: vec![],
         vars: vec![],
-        kernel: Kernel { grid: vec![Expr::int(1)], threads, body: vec![], loc: Loc::UNKNOWN },
+        kernel: Kernel { grid: vec![Expr::int(1)], threads, body: vec![], loc: Loc::UNKNOWN, raster: None },
         level: Level::Thread,
     };
     m.add_var("bx", VarKind::BlockIdx(0), DType::I32);

@@ -95,6 +95,18 @@ pub struct Kernel {
     pub threads: u32,
     pub body: Vec<Stmt>,
     pub loc: Loc,
+    /// `T.use_swizzle(panel)`: the order blocks are numbered in (the grid's blocks are the
+    /// same; which hardware block runs which `(bx, by)` changes, for L2 reuse).
+    pub raster: Option<Raster>,
+}
+
+/// Threadblock rasterization: consecutive blocks walk down a panel of `panel` rows of the
+/// grid (`by`), column after column (`bx`) — or, with `by_rows` false, along a panel of
+/// `panel` columns, row after row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Raster {
+    pub panel: u32,
+    pub by_rows: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

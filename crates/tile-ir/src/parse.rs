@@ -146,7 +146,7 @@ pub fn parse_program(text: &str) -> R<Module> {
     let mut buffers = Vec::new();
     for (i, b) in top.arr("buffers")?.iter().enumerate() {
         let path = format!("$.buffers[{i}]");
-        let o = Obj::new(b, &path, &["id", "name", "scope", "dtype", "shape", "loc"])?;
+        let o = Obj::new(b, &path, &["id", "name", "scope", "dtype", "shape", "loc", "swizzle"])?;
         if o.int("id")? != i as i64 {
             return err(&o.p("id"), format!("buffer ids must be 0, 1, 2, … in order; expected {i}"));
         }
@@ -181,7 +181,10 @@ pub fn parse_program(text: &str) -> R<Module> {
             loc: loc(o.opt("loc"), &o.p("loc"), n_sources)?,
             layout: None,
             shared_offset: None,
-            swizzle: false,
+            swizzle: match o.opt("swizzle") {
+                None => false,
+                Some(_) => o.bool("swizzle")?,
+            },
         });
     }
 
@@ -236,7 +239,7 @@ pub fn parse_program(text: &str) -> R<Module> {
         }
     }
 
-    let ko = Obj::new(top.get("kernel")?, "$.kernel", &["grid", "threads", "body", "loc"])?;
+    let ko = Obj::new(top.get("kernel")?, "$.kernel", &["grid", "threads", "body", "loc", "raster"])?;
     let mut grid = Vec::new();
     for (i, g) in ko.arr("grid")?.iter().enumerate() {
         grid.push(p.expr(g, &format!("$.kernel.grid[{i}]"), n_sources)?);
@@ -248,6 +251,25 @@ pub fn parse_program(text: &str) -> R<Module> {
     if threads <= 0 || threads > u32::MAX as i64 {
         return err("$.kernel.threads", format!("expected a positive thread count, got {threads}"));
     }
+    let raster = match ko.opt("raster") {
+        None | Some(Value::Null) => None,
+        Some(r) => {
+            let o = Obj::new(r, "$.kernel.raster", &["panel", "order"])?;
+            let panel = o.int("panel")?;
+            if !(1..=65535).contains(&panel) {
+                return err(&o.p("panel"), format!("expected a panel size from 1 to 65535, got {panel}"));
+            }
+            let by_rows = match o.str("order")? {
+                "row" => true,
+                "col" => false,
+                other => return err(&o.p("order"), format!("expected \"row\" or \"col\", got \"{other}\"")),
+            };
+            if grid.len() < 2 {
+                return err("$.kernel.raster", "block rasterization needs a grid of 2 or 3 dimensions");
+            }
+            Some(Raster { panel: panel as u32, by_rows })
+        }
+    };
     let body = p.stmts(ko.arr("body")?, "$.kernel.body", n_sources)?;
     let kloc = loc(ko.opt("loc"), "$.kernel.loc", n_sources)?;
     Ok(Module {
@@ -256,7 +278,7 @@ pub fn parse_program(text: &str) -> R<Module> {
         params,
         buffers,
         vars: p.vars,
-        kernel: Kernel { grid, threads: threads as u32, body, loc: kloc },
+        kernel: Kernel { grid, threads: threads as u32, body, loc: kloc, raster },
         level: Level::Tile,
     })
 }

@@ -96,9 +96,15 @@ impl Printer<'_> {
             Level::Tile => "tile",
             Level::Thread => "thread",
         };
+        let raster = match m.kernel.raster {
+            Some(r) => {
+                format!(" raster_panel={} raster_order={}", r.panel, if r.by_rows { "row" } else { "col" })
+            }
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "kernel {}({}) blocks({}) grid({}) threads={} level={} {{",
+            "kernel {}({}) blocks({}) grid({}) threads={}{raster} level={} {{",
             m.name,
             params.join(", "),
             blocks.join(", "),

@@ -155,10 +155,12 @@ pub fn program_json(m: &Module) -> Value {
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            with_loc(
-                json!({"id": i, "name": b.name, "scope": b.scope.name(), "dtype": b.dtype.name(), "shape": b.shape}),
-                b.loc,
-            )
+            let mut o =
+                json!({"id": i, "name": b.name, "scope": b.scope.name(), "dtype": b.dtype.name(), "shape": b.shape});
+            if b.swizzle {
+                o["swizzle"] = json!(true);
+            }
+            with_loc(o, b.loc)
         })
         .collect();
     let vars: Vec<Value> = m
@@ -178,6 +180,14 @@ pub fn program_json(m: &Module) -> Value {
             o
         })
         .collect();
+    let mut kernel = json!({
+        "grid": m.kernel.grid.iter().map(expr).collect::<Vec<_>>(),
+        "threads": m.kernel.threads,
+        "body": stmts(&m.kernel.body),
+    });
+    if let Some(r) = m.kernel.raster {
+        kernel["raster"] = json!({"panel": r.panel, "order": if r.by_rows { "row" } else { "col" }});
+    }
     json!({
         "version": crate::parse::FORMAT_VERSION,
         "name": m.name,
@@ -185,10 +195,6 @@ pub fn program_json(m: &Module) -> Value {
         "params": params,
         "buffers": buffers,
         "vars": vars,
-        "kernel": with_loc(json!({
-            "grid": m.kernel.grid.iter().map(expr).collect::<Vec<_>>(),
-            "threads": m.kernel.threads,
-            "body": stmts(&m.kernel.body),
-        }), m.kernel.loc),
+        "kernel": with_loc(kernel, m.kernel.loc),
     })
 }

@@ -629,6 +629,12 @@ impl Parser {
         self.m.kernel.grid = self.exprs_until(")")?;
         let threads = self.kv("threads")?;
         self.m.kernel.threads = threads.parse().map_err(|_| format!("bad thread count {threads}"))?;
+        if matches!(self.peek(), Some(Tok::Ident(w)) if w == "raster_panel") {
+            let panel = self.kv("raster_panel")?;
+            let panel = panel.parse().map_err(|_| format!("bad raster panel {panel}"))?;
+            let by_rows = self.kv("raster_order")? == "row";
+            self.m.kernel.raster = Some(Raster { panel, by_rows });
+        }
         if self.kv("level")? != "tile" {
             return Err("only tile-level IR can be read back".into());
         }
@@ -641,7 +647,11 @@ impl Parser {
             self.punct(":")?;
             let dtype = self.dtype()?;
             let shape = self.shape()?;
-            self.add_buffer(name, scope, dtype, shape);
+            let id = self.add_buffer(name, scope, dtype, shape);
+            if matches!(self.peek(), Some(Tok::Ident(w)) if w == "swizzled") {
+                self.pos += 1;
+                self.m.buffer_mut(id).swizzle = true;
+            }
         }
         let mut body = Vec::new();
         while !self.is_punct("}") {
@@ -665,7 +675,7 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
             params: vec![],
             buffers: vec![],
             vars: vec![],
-            kernel: Kernel { grid: vec![], threads: 0, body: vec![], loc: Loc::UNKNOWN },
+            kernel: Kernel { grid: vec![], threads: 0, body: vec![], loc: Loc::UNKNOWN, raster: None },
             level: Level::Tile,
         },
         vars: BTreeMap::new(),

@@ -240,6 +240,32 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
             .with_help("use at most 1024 threads (e.g. threads=256) and give each thread more elements"),
         );
     }
+    for b in m.buffers.iter().filter(|b| b.swizzle && m.level == Level::Tile) {
+        // the XOR swizzle permutes 16-byte chunks inside 128-byte lines: whole lines only
+        let row_bytes = b.shape.last().copied().unwrap_or(1) * b.dtype.bytes() as i64;
+        if b.scope != crate::Scope::Shared {
+            v.diags.push(
+                Diagnostic::error(
+                    format!("'{}' is not in shared memory; only shared tiles can be swizzled", b.name),
+                    b.loc,
+                )
+                .with_help(
+                    "fragment layouts come from the instructions that use them; annotate shared tiles only",
+                ),
+            );
+        } else if b.bytes() % 128 != 0 || row_bytes % 16 != 0 {
+            v.diags.push(
+                Diagnostic::error(
+                    format!(
+                        "'{}' {:?} {} cannot be swizzled: the swizzle permutes 16-byte chunks of 128-byte lines, and this tile is {} bytes with {}-byte rows",
+                        b.name, b.shape, b.dtype, b.bytes(), row_bytes
+                    ),
+                    b.loc,
+                )
+                .with_help("swizzle tiles whose rows are a multiple of 16 bytes and whose size is a multiple of 128 bytes"),
+            );
+        }
+    }
     for g in &m.kernel.grid {
         v.expr(g, m.kernel.loc);
         if !g.dtype().is_int() {

@@ -64,14 +64,14 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     acc[s] = 0.0f;
   }
   {
-    // kernels.py:296: T.copy (issued ahead by the pipeline)
+    // kernels.py:327: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 2048)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((by * 128) + t0) + (o0 * 64))) * 1024 + (t1 * 8)]) : "memory");
     }
-    // kernels.py:297: T.copy (issued ahead by the pipeline)
+    // kernels.py:328: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 16);
     const int t1_1 = (tid % 16);
     #pragma unroll
@@ -81,14 +81,14 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   {
-    // kernels.py:296: T.copy (issued ahead by the pipeline)
+    // kernels.py:327: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 2048)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + 8192))), "l"(&A[((((by * 128) + t0_2) + (o0_2 * 64))) * 1024 + ((t1_2 * 8) + 32)]) : "memory");
     }
-    // kernels.py:297: T.copy (issued ahead by the pipeline)
+    // kernels.py:328: T.copy (issued ahead by the pipeline)
     const int t0_3 = (tid / 16);
     const int t1_3 = (tid % 16);
     #pragma unroll
@@ -101,14 +101,14 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
     if (((ko + 2) < 32)) {
-      // kernels.py:296: T.copy (issued ahead by the pipeline)
+      // kernels.py:327: T.copy (issued ahead by the pipeline)
       const int t0_4 = (tid / 4);
       const int t1_4 = (tid % 4);
       #pragma unroll
       for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 2048)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)))), "l"(&A[((((by * 128) + t0_4) + (o0_4 * 64))) * 1024 + (((ko * 32) + (t1_4 * 8)) + 64)]) : "memory");
       }
-      // kernels.py:297: T.copy (issued ahead by the pipeline)
+      // kernels.py:328: T.copy (issued ahead by the pipeline)
       const int t0_5 = (tid / 16);
       const int t1_5 = (tid % 16);
       #pragma unroll
@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:298: T.gemm
+    // kernels.py:329: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 4);
     const int warp_n = ((tid / 32) % 4);
@@ -142,7 +142,7 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:299: T.copy
+  // kernels.py:330: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
   const int t0_7 = (tid / 128);

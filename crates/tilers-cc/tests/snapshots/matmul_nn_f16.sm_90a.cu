@@ -63,20 +63,20 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   for (int s = 0; s < 128; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:263: T.fill
+  // kernels.py:266: T.fill
   #pragma unroll
   for (int s_1 = 0; s_1 < 128; ++s_1) {
     acc[s_1] = 0.0f;
   }
   {
-    // kernels.py:268: T.copy (issued ahead by the pipeline)
+    // kernels.py:271: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 128) + t0) + (o0 * 32)) < 1000) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 1000 + (((((by * 128) + t0) + (o0 * 32)) < 1000) ? (t1 * 8) : 0)]), "r"((((((by * 128) + t0) + (o0 * 32)) < 1000) ? 16 : 0)) : "memory");
     }
-    // kernels.py:272: T.copy (issued ahead by the pipeline)
+    // kernels.py:275: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 16);
     const int t1_1 = (tid % 16);
     #pragma unroll
@@ -86,14 +86,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   {
-    // kernels.py:268: T.copy (issued ahead by the pipeline)
+    // kernels.py:271: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + 8192))), "l"(&A[((((((by * 128) + t0_2) + (o0_2 * 32)) < 1000) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 1000 + (((((by * 128) + t0_2) + (o0_2 * 32)) < 1000) ? ((t1_2 * 8) + 32) : 0)]), "r"((((((by * 128) + t0_2) + (o0_2 * 32)) < 1000) ? 16 : 0)) : "memory");
     }
-    // kernels.py:272: T.copy (issued ahead by the pipeline)
+    // kernels.py:275: T.copy (issued ahead by the pipeline)
     const int t0_3 = (tid / 16);
     const int t1_3 = (tid % 16);
     #pragma unroll
@@ -106,14 +106,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
     if (((ko + 2) < 32)) {
-      // kernels.py:268: T.copy (issued ahead by the pipeline)
+      // kernels.py:271: T.copy (issued ahead by the pipeline)
       const int t0_4 = (tid / 4);
       const int t1_4 = (tid % 4);
       #pragma unroll
       for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)))), "l"(&A[(((((((by * 128) + t0_4) + (o0_4 * 32)) < 1000) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1000)) ? (((by * 128) + t0_4) + (o0_4 * 32)) : 0)) * 1000 + ((((((by * 128) + t0_4) + (o0_4 * 32)) < 1000) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1000)) ? (((ko * 32) + (t1_4 * 8)) + 64) : 0)]), "r"(((((((by * 128) + t0_4) + (o0_4 * 32)) < 1000) && ((((ko * 32) + (t1_4 * 8)) + 64) < 1000)) ? (tl_min((((ko * (-32)) + (t1_4 * (-8))) + 936), 8) * 2) : 0)) : "memory");
       }
-      // kernels.py:272: T.copy (issued ahead by the pipeline)
+      // kernels.py:275: T.copy (issued ahead by the pipeline)
       const int t0_5 = (tid / 16);
       const int t1_5 = (tid % 16);
       #pragma unroll
@@ -122,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:273: T.gemm
+    // kernels.py:276: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
     const int warp_n = ((tid / 32) % 2);
@@ -147,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:276: T.copy
+  // kernels.py:279: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
   const int t0_7 = (tid / 64);

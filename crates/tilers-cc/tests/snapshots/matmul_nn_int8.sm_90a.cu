@@ -63,28 +63,28 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0;
   }
-  // kernels.py:263: T.fill
+  // kernels.py:266: T.fill
   #pragma unroll
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0;
   }
   {
-    // kernels.py:266: T.copy (issued ahead by the pipeline)
+    // kernels.py:269: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (t1 * 16)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[(t0) * 64 + ((by * 64) + (t1 * 16))]) : "memory");
-    // kernels.py:272: T.copy (issued ahead by the pipeline)
+    // kernels.py:275: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_1 * 64) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 6144))), "l"(&B[(t0_1) * 64 + ((bx * 64) + (t1_1 * 16))]) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   {
-    // kernels.py:266: T.copy (issued ahead by the pipeline)
+    // kernels.py:269: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_2 * 64) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 2048))), "l"(&A[((t0_2 + 32)) * 64 + ((by * 64) + (t1_2 * 16))]) : "memory");
-    // kernels.py:272: T.copy (issued ahead by the pipeline)
+    // kernels.py:275: T.copy (issued ahead by the pipeline)
     const int t0_3 = (tid / 4);
     const int t1_3 = (tid % 4);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_3 * 64) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 8192))), "l"(&B[((t0_3 + 32)) * 64 + ((bx * 64) + (t1_3 * 16))]) : "memory");
@@ -94,7 +94,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
     asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:273: T.gemm
+    // kernels.py:276: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
     const int warp_n = ((tid / 32) % 2);
@@ -141,7 +141,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:276: T.copy
+  // kernels.py:279: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
   const int t0_7 = (tid / 64);

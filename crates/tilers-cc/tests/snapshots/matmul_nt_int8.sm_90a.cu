@@ -63,20 +63,20 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int s = 0; s < 128; ++s) {
     acc[s] = 0;
   }
-  // kernels.py:263: T.fill
+  // kernels.py:266: T.fill
   #pragma unroll
   for (int s_1 = 0; s_1 < 128; ++s_1) {
     acc[s_1] = 0;
   }
   {
-    // kernels.py:268: T.copy (issued ahead by the pipeline)
+    // kernels.py:271: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t1 * 16) + (t0 * 64)) + (o0 * 2048)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[((((((by * 128) + t0) + (o0 * 32)) < 100) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + (((((by * 128) + t0) + (o0 * 32)) < 100) ? (t1 * 16) : 0)]), "r"((((((by * 128) + t0) + (o0 * 32)) < 100) ? 16 : 0)) : "memory");
     }
-    // kernels.py:270: T.copy (issued ahead by the pipeline)
+    // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
@@ -86,14 +86,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   {
-    // kernels.py:268: T.copy (issued ahead by the pipeline)
+    // kernels.py:271: T.copy (issued ahead by the pipeline)
     const int t0_2 = (tid / 4);
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_2 * 64) + (o0_2 * 2048)) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 8192))), "l"(&A[((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + (((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? ((t1_2 * 16) + 64) : 0)]), "r"((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? 16 : 0)) : "memory");
     }
-    // kernels.py:270: T.copy (issued ahead by the pipeline)
+    // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_3 = (tid / 4);
     const int t1_3 = (tid % 4);
     #pragma unroll
@@ -106,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
     asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:273: T.gemm
+    // kernels.py:276: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
     const int warp_n = ((tid / 32) % 2);
@@ -131,7 +131,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:276: T.copy
+  // kernels.py:279: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
   const int t0_7 = (tid / 64);

@@ -64,20 +64,20 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0;
   }
-  // kernels.py:329: T.fill
+  // kernels.py:360: T.fill
   #pragma unroll
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0;
   }
   {
-    // kernels.py:331: T.copy (issued ahead by the pipeline)
+    // kernels.py:362: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (o0 * 2048)) + (t1 * 16)))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 128 + (t1 * 16)]) : "memory");
     }
-    // kernels.py:332: T.copy (issued ahead by the pipeline)
+    // kernels.py:363: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
@@ -90,14 +90,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();
     if (((ko + 1) < 2)) {
-      // kernels.py:331: T.copy (issued ahead by the pipeline)
+      // kernels.py:362: T.copy (issued ahead by the pipeline)
       const int t0_2 = (tid / 4);
       const int t1_2 = (tid % 4);
       #pragma unroll
       for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((ko * 4096) + (t0_2 * 64)) + (o0_2 * 2048)) + (t1_2 * 16)) + 4096))), "l"(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 128 + (((ko * 64) + (t1_2 * 16)) + 64)]) : "memory");
       }
-      // kernels.py:332: T.copy (issued ahead by the pipeline)
+      // kernels.py:363: T.copy (issued ahead by the pipeline)
       const int t0_3 = (tid / 4);
       const int t1_3 = (tid % 4);
       #pragma unroll
@@ -106,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:333: T.Parallel
+    // kernels.py:364: T.Parallel
     const int t0_4 = ((tid / 4) % 8);
     const int t0_5 = (tid / 64);
     const int t1_4 = (tid % 4);
@@ -127,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
         }
       }
     }
-    // kernels.py:335: T.gemm
+    // kernels.py:366: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
     const int warp_n = ((tid / 32) % 2);
@@ -155,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:336: T.copy
+  // kernels.py:367: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
   const int t0_7 = (tid / 64);

@@ -72,13 +72,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:368: T.fill
+  // kernels.py:399: T.fill
   #pragma unroll
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0.0f;
   }
   {
-    // kernels.py:370: T.copy (issued ahead by the pipeline)
+    // kernels.py:401: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
@@ -98,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
         }
       }
     }
-    // kernels.py:371: T.copy (issued ahead by the pipeline)
+    // kernels.py:402: T.copy (issued ahead by the pipeline)
     const int t0_3 = (tid / 8);
     const int t1_3 = (tid % 8);
     #pragma unroll
@@ -126,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();
     if (((ko + 1) < 4)) {
-      // kernels.py:370: T.copy (issued ahead by the pipeline)
+      // kernels.py:401: T.copy (issued ahead by the pipeline)
       const int t0_5 = (tid / 4);
       const int t1_5 = (tid % 4);
       #pragma unroll
@@ -146,7 +146,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
           }
         }
       }
-      // kernels.py:371: T.copy (issued ahead by the pipeline)
+      // kernels.py:402: T.copy (issued ahead by the pipeline)
       const int t0_7 = (tid / 8);
       const int t1_7 = (tid % 8);
       #pragma unroll
@@ -170,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:372: T.Parallel
+    // kernels.py:403: T.Parallel
     const int t0_8 = (tid % 4);
     const int t1_8 = ((tid / 4) % 8);
     const int t1_9 = ((tid / 32) % 2);
@@ -187,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
         }
       }
     }
-    // kernels.py:379: T.gemm
+    // kernels.py:410: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
     const int warp_n = ((tid / 32) % 2);
@@ -208,7 +208,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:380: T.copy
+  // kernels.py:411: T.copy
   __syncthreads();
   const int t0_9 = ((tid / 4) % 8);
   const int t0_10 = (tid / 64);

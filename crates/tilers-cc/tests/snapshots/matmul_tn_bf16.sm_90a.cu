@@ -75,13 +75,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:263: T.fill
+  // kernels.py:266: T.fill
   #pragma unroll
   for (int s_1 = 0; s_1 < 32; ++s_1) {
     acc[s_1] = 0.0f;
   }
   {
-    // kernels.py:268: T.copy (issued ahead by the pipeline)
+    // kernels.py:271: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         }
       }
     }
-    // kernels.py:270: T.copy (issued ahead by the pipeline)
+    // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_3 = (tid / 4);
     const int t1_3 = (tid % 4);
     #pragma unroll
@@ -124,7 +124,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   {
-    // kernels.py:268: T.copy (issued ahead by the pipeline)
+    // kernels.py:271: T.copy (issued ahead by the pipeline)
     const int t0_5 = (tid / 4);
     const int t1_5 = (tid % 4);
     #pragma unroll
@@ -144,7 +144,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         }
       }
     }
-    // kernels.py:270: T.copy (issued ahead by the pipeline)
+    // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_7 = (tid / 4);
     const int t1_7 = (tid % 4);
     #pragma unroll
@@ -170,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
     if (((ko + 2) < 4)) {
-      // kernels.py:268: T.copy (issued ahead by the pipeline)
+      // kernels.py:271: T.copy (issued ahead by the pipeline)
       const int t0_9 = (tid / 4);
       const int t1_9 = (tid % 4);
       #pragma unroll
@@ -190,7 +190,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
           }
         }
       }
-      // kernels.py:270: T.copy (issued ahead by the pipeline)
+      // kernels.py:273: T.copy (issued ahead by the pipeline)
       const int t0_11 = (tid / 4);
       const int t1_11 = (tid % 4);
       #pragma unroll
@@ -212,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:273: T.gemm
+    // kernels.py:276: T.gemm
     const int lane = (tid % 32);
     const int warp_m = ((tid / 32) / 2);
     const int warp_n = ((tid / 32) % 2);
@@ -237,7 +237,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     }
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:276: T.copy
+  // kernels.py:279: T.copy
   __syncthreads();
   const int t0_12 = ((tid / 4) % 8);
   const int t0_13 = (tid / 64);

@@ -54,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
   __align__(16) float s[4];  // fragment[8] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers; replicated over 64 threads (stride 1); 4 registers per thread
   __align__(16) float A_v[4];
   __align__(16) float s_red[4];
-  // kernels.py:394: T.copy
+  // kernels.py:425: T.copy
   const int t0 = (tid / 64);
   const int t1 = (tid % 64);
   #pragma unroll
@@ -72,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
       }
     }
   }
-  // kernels.py:395: T.reduce_sum
+  // kernels.py:426: T.reduce_sum
   #pragma unroll
   for (int s_1 = 0; s_1 < 4; ++s_1) {
     s_red[s_1] = 0.0f;
@@ -113,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
   for (int s_5 = 0; s_5 < 4; ++s_5) {
     s[s_5] = s_red[s_5];
   }
-  // kernels.py:396: T.Parallel
+  // kernels.py:427: T.Parallel
   const int t0_2 = (tid / 64);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
