@@ -518,8 +518,9 @@ class JITKernel:
             (arg for arg, (_, dtype, *_) in zip(args, self._input_specs) if dtype is not None),
             None,
         )
-        if first_tensor is None:  # only scalars in: read the device type off an empty tensor
-            first_tensor = self._torch.empty(0, device=f"cuda:{device}")
+        if first_tensor is None:  # only scalars in: no tensor to take the device from
+            self._launcher_problem = "Launcher: the kernel takes no tensor argument"
+            return
         codes = _tilers.tensor_codes(first_tensor)
         if codes is None:  # a tensor subclass: try again on a later call
             self._launcher_problem = None
