@@ -48,7 +48,7 @@ def shared_banks(buffer: dict) -> np.ndarray:
     """The bank (0-31) of every element of a shared buffer, as an array of its shape.
 
     Banks are 4 bytes wide; a swizzled buffer stores the 16-byte chunk ``c`` of row ``r`` at
-    ``c ^ (r % 8)`` (tile-codegen's ``tl_swizzle``), measured from the buffer's offset.
+    ``c ^ (r % 8)`` (tile-codegen's ``shared_element_offset``), measured from the buffer's offset.
     """
     element_bytes = _dtype_bytes(buffer["dtype"])
     shape = buffer["shape"]

@@ -86,11 +86,8 @@ static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_h
 // sigmoid without overflow: exp of -|x| only, so large negative x gives e / (1 + e), not 1 / inf
 static __device__ __forceinline__ float tl_sigmoidf(float x) { float e = expf(-fabsf(x)); float s = 1.0f / (1.0f + e); return x >= 0.0f ? s : e * s; }
 static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-fabs(x)); double s = 1.0 / (1.0 + e); return x >= 0.0 ? s : e * s; }
-// Shared tiles read by ldmatrix are swizzled: the 16-byte chunk c of a row lives at c ^ (row % 8)
-// (rows of 128 bytes or more; shorter rows count 128-byte lines instead of rows).
-static __device__ __forceinline__ int tl_swizzle(int byte_offset, int row_shift) { return byte_offset ^ (((byte_offset >> row_shift) & 7) << 4); }
-// The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
-static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
+// Swizzled shared tiles store the 16-byte chunk c of a row at c ^ (row % 8) (rows of 128 bytes or
+// more; shorter rows count 128-byte lines instead of rows); their indices are written out that way.
 "#;
 
 const BF16_ATOMIC_SM90: &str = r#"static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
@@ -418,8 +415,7 @@ impl<'a> Emitter<'a> {
     fn shared_address(&mut self, buf: BufferId, idx: &[Expr]) -> Result<String, Diagnostic> {
         let b = self.m.buffer(buf);
         let (Some(base), Scope::Shared) = (b.shared_offset, b.scope) else {
-            let a = self.access(buf, idx)?;
-            return Ok(format!("tl_smem_addr(&{a})"));
+            return Err(Diagnostic::bug(format!("'{}' is not a placed shared buffer", b.name)));
         };
         let eb = b.dtype.bytes() as i64;
         let offset = shared_element_offset(b, idx);
@@ -845,8 +841,9 @@ fn c_string(text: &str) -> String {
 /// multiples of the swizzle period drop out of the key, so the key of an ldmatrix or cp.async
 /// address depends on the lane only and is computed once per thread.
 ///
-/// Equal to `tl_swizzle(flat * bytes, swizzle_shift(b)) / bytes` for every index inside the
-/// tile (tested); tiles whose size is not a multiple of the swizzle period use that form.
+/// Equal to the flat formula `s ^ (((s >> swizzle_shift(b)) & 7) << 4)` on the byte offset
+/// `s = flat * bytes` for every index inside the tile (tested); tiles whose size is not a
+/// multiple of the swizzle period use the flat formula itself.
 pub fn shared_element_offset(b: &Buffer, idx: &[Expr]) -> Expr {
     use tile_ir::simplify::{from_affine, simplify, to_affine};
     let i32c = |v: i64| Expr::int_of(v, DType::I32);
@@ -1024,7 +1021,7 @@ mod tests {
     }
 
     /// The decomposed swizzle of `shared_element_offset` equals the flat formula of
-    /// `tl_swizzle` for every element of every tested tile, with indices written the way the
+    /// the flat swizzle for every element of every tested tile, with indices written the way the
     /// lowering writes them (a variable part that is a multiple of 16 rows plus the rest).
     #[test]
     fn decomposed_swizzle_matches_flat_formula() {

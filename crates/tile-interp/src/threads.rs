@@ -12,7 +12,7 @@
 //!
 //! **Memory** is bytes, as on the GPU: global tensors are the arguments' bytes; shared
 //! buffers live at their planned `shared_offset` in one array of the block's shared
-//! memory, with the swizzle codegen applies (`tl_swizzle`); `local` buffers (register
+//! memory, with the swizzle codegen applies (`shared_element_offset`); `local` buffers (register
 //! arrays, fragments included) are per thread. Shared and local memory start filled with
 //! 0xFF (NaN as floats) so reads of never-written bytes show in the results.
 //!
@@ -124,7 +124,8 @@ pub fn swizzle_shift(b: &Buffer) -> u32 {
     63 - row_bytes.leading_zeros()
 }
 
-/// `tl_swizzle(byte_offset, shift)` of the generated code.
+/// The swizzled byte offset, in the flat form of the swizzle the generated code writes out
+/// (tile-codegen's `shared_element_offset`).
 fn swizzle(byte_offset: i64, shift: u32) -> i64 {
     byte_offset ^ (((byte_offset >> shift) & 7) << 4)
 }

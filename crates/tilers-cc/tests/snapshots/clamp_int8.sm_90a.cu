@@ -37,11 +37,8 @@ static __device__ __forceinline__ void tl_atomic_add(tl_half* p, float v) { tl_h
 // sigmoid without overflow: exp of -|x| only, so large negative x gives e / (1 + e), not 1 / inf
 static __device__ __forceinline__ float tl_sigmoidf(float x) { float e = expf(-fabsf(x)); float s = 1.0f / (1.0f + e); return x >= 0.0f ? s : e * s; }
 static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-fabs(x)); double s = 1.0 / (1.0 + e); return x >= 0.0 ? s : e * s; }
-// Shared tiles read by ldmatrix are swizzled: the 16-byte chunk c of a row lives at c ^ (row % 8)
-// (rows of 128 bytes or more; shorter rows count 128-byte lines instead of rows).
-static __device__ __forceinline__ int tl_swizzle(int byte_offset, int row_shift) { return byte_offset ^ (((byte_offset >> row_shift) & 7) << 4); }
-// The shared-memory address (state space .shared) of a generic pointer, for ldmatrix and cp.async.
-static __device__ __forceinline__ unsigned int tl_smem_addr(const void* p) { unsigned int a; asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p)); return a; }
+// Swizzled shared tiles store the 16-byte chunk c of a row at c ^ (row % 8) (rows of 128 bytes or
+// more; shorter rows count 128-byte lines instead of rows); their indices are written out that way.
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
 
 extern "C" __global__ void __launch_bounds__(128) clamp_int8_kernel(const float* __restrict__ X, signed char* __restrict__ Q, unsigned char* __restrict__ P) {
