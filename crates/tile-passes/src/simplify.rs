@@ -38,11 +38,6 @@ pub fn simplify(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>
     Ok(m)
 }
 
-/// Simplify statements without range knowledge (for passes that build thread-level code).
-pub fn stmts(v: Vec<Stmt>) -> Vec<Stmt> {
-    Ranges::default().stmts(v)
-}
-
 /// Closed intervals `[lo, hi]` of variables known so far.
 #[derive(Clone, Default)]
 struct Ranges {
