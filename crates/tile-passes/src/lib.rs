@@ -12,8 +12,10 @@ pub mod inject_pipeline;
 pub mod insert_syncs;
 pub mod lower_tile_ops;
 pub mod plan_shared_memory;
+mod ranges;
 pub mod simplify;
 pub mod verify;
+pub mod widen_indices;
 
 use tile_ir::{Diagnostic, Module};
 
@@ -87,6 +89,8 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("lower_tile_ops", lower_tile_ops::lower_tile_ops),
     // offsets of shared buffers in the block's dynamic shared memory
     ("plan_shared_memory", plan_shared_memory::plan_shared_memory),
+    // index arithmetic that could pass 2^31 (wide tensors, their guards) in 64 bits
+    ("widen_indices", widen_indices::widen_indices),
     // fold what lowering exposed
     ("simplify", simplify::simplify),
 ];
