@@ -266,6 +266,32 @@ def test_a_corrupt_record_is_ignored(tmp_cache):
     assert json.loads(path.read_text())["best"] == first.config  # rewritten whole
 
 
+@pytest.mark.parametrize("results", [
+    "not a list", [1, 2], [{"config": "x"}], [{"config": {}, "status": "fine"}],
+    [{"config": {}, "ms": "fast"}], [{"config": {}, "surprise": 1}], [{"config": {}, "round": 1.5}],
+])
+def test_a_record_with_malformed_results_is_searched_again(tmp_cache, results):
+    add = add_factory()
+    first = tuned(add).tune(256, 256)
+    (path,) = (tmp_cache / "tuning").iterdir()
+    record = json.loads(path.read_text())
+    record["results"] = results
+    path.write_text(json.dumps(record))
+    bench = FakeBench()
+    result = tuned(add, bench=bench).tune(256, 256)
+    assert bench.timed and not result.from_record and result.config == first.config
+
+
+def test_a_record_in_a_folder_others_can_write_is_not_used(tmp_cache):
+    add = add_factory()
+    tuned(add).tune(256, 256)
+    os.chmod(tmp_cache / "tuning", 0o777)
+    bench = FakeBench()
+    with pytest.warns(RuntimeWarning, match="not using the cache folder .*tuning"):
+        result = tuned(add, bench=bench).tune(256, 256)
+    assert bench.timed and not result.from_record
+
+
 def test_records_can_be_turned_off(tmp_cache):
     tuned(add_factory(), records=False).tune(256, 256)
     assert not (tmp_cache / "tuning").exists()

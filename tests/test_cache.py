@@ -242,3 +242,80 @@ def test_kernel_cubin_goes_through_the_cache(cache_dir):
     kernel = tilers.compile(kernels.add(64, 64), target="cuda:sm_90a")
     assert kernel.cubin.startswith(ELF_MAGIC)
     assert len(os.listdir(cache_dir / "cubins")) == 1
+
+
+# --- whose folder is it ----------------------------------------------------------------------
+
+
+def test_folders_and_files_are_private_to_the_user(tmp_path):
+    disk = cache.DiskCache(str(tmp_path / "a" / "b"), max_bytes=1 << 20)
+    assert disk.put("k", b"payload")
+    for folder in (tmp_path / "a", tmp_path / "a" / "b"):
+        assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert os.stat(disk.path("k")).st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757, 0o1777])
+def test_a_folder_others_can_write_is_not_read_from(tmp_path, mode):
+    folder = tmp_path / f"shared-{mode:o}"
+    disk = cache.DiskCache(str(folder), max_bytes=1 << 20)
+    assert disk.put("k", b"planted?")
+    os.chmod(folder, mode)
+    with pytest.warns(RuntimeWarning, match=f"not using the cache folder {folder}"):
+        assert disk.get("k") is None
+    assert not disk.put("other", b"x")  # nor written to
+    os.chmod(folder, 0o700)
+    assert disk.get("k") == b"planted?"
+
+
+def test_an_entry_others_can_write_is_not_read(tmp_path):
+    disk = cache.DiskCache(str(tmp_path / "d"), max_bytes=1 << 20)
+    disk.put("k", b"payload")
+    os.chmod(disk.path("k"), 0o666)
+    assert disk.get("k") is None
+
+
+def _owned_by_someone_else(path, monkeypatch):
+    """Make `path` look owned by another user: chown it (as root), or pretend to be someone
+    else (otherwise)."""
+    if os.geteuid() == 0:
+        os.chown(path, 4242, 4242)
+    else:
+        monkeypatch.setattr(cache.os, "getuid", lambda: os.geteuid() + 4242)
+
+
+def test_a_folder_or_entry_owned_by_another_user_is_not_read(tmp_path, monkeypatch):
+    disk = cache.DiskCache(str(tmp_path / "theirs"), max_bytes=1 << 20)
+    disk.put("k", b"payload")
+    _owned_by_someone_else(disk.path("k"), monkeypatch)
+    assert disk.get("k") is None
+    _owned_by_someone_else(tmp_path / "theirs", monkeypatch)
+    with pytest.warns(RuntimeWarning, match="owned by another user"):
+        assert disk.get("k") is None
+
+
+def test_a_cache_root_others_can_write_falls_back_to_compiling(cache_dir, monkeypatch):
+    cache.get_cubin(SOURCE, "sm_80", "copy")
+    cache.clear_memo()
+    os.chmod(cache_dir, 0o777)
+    before = dict(cache.stats)
+    with pytest.warns(RuntimeWarning, match=f"not using the cache folder {cache_dir}"):
+        cubin = cache.get_cubin(SOURCE, "sm_80", "copy")
+    assert cubin[:4] == ELF_MAGIC
+    assert cache.stats["nvrtc"] == before["nvrtc"] + 1 and cache.stats["disk"] == before["disk"]
+
+
+@pytest.mark.parametrize("text, value", [
+    ("1073741824", 1 << 30), ("1G", 1 << 30), ("1g", 1 << 30), ("512M", 512 << 20),
+    ("64KiB", 64 << 10), ("2GB", 2 << 30), ("1.5G", 3 << 29), ("100B", 100),
+])
+def test_the_size_cap_takes_suffixes(monkeypatch, text, value):
+    monkeypatch.setenv("TILERS_CACHE_MAX_BYTES", text)
+    assert cache.max_bytes() == value
+
+
+@pytest.mark.parametrize("text", ["lots", "1X", "-5", "G"])
+def test_a_bad_size_cap_names_the_variable(monkeypatch, text):
+    monkeypatch.setenv("TILERS_CACHE_MAX_BYTES", text)
+    with pytest.raises(ValueError, match=r"TILERS_CACHE_MAX_BYTES=.*expected a size in bytes"):
+        cache.max_bytes()

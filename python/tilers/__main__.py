@@ -7,10 +7,10 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib.util
-import json
+import os
 import sys
 
-from ._trace import PrimFunc, trace
+from ._trace import PrimFunc, program_json, trace
 from .errors import TileError
 from .jit import JitFunction
 
@@ -24,16 +24,26 @@ def parse_value(text: str):
 
 
 def load_object(target: str):
+    """The object FILE.py::NAME names; a one-line error (SystemExit) when there is none."""
     path, _, name = target.partition("::")
     if not name:
-        raise SystemExit(f"expected FILE.py::FUNC, got {target!r}")
+        raise SystemExit(f"tilers dump: expected FILE.py::FUNC, got {target!r}")
+    if not os.path.isfile(path):
+        raise SystemExit(f"tilers dump: no such file: {path}")
     spec = importlib.util.spec_from_file_location("__tilers_dump__", path)
-    if spec is None:
-        raise SystemExit(f"cannot load {path!r}")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"tilers dump: cannot load {path} as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return getattr(module, name)
+    spec.loader.exec_module(module)  # the user's code: its own errors keep their traceback
+    try:
+        return getattr(module, name)
+    except AttributeError:
+        kernels = sorted(
+            n for n, v in vars(module).items() if isinstance(v, (PrimFunc, JitFunction))
+        )
+        found = f"kernels there: {', '.join(kernels)}" if kernels else "it defines no kernel"
+        raise SystemExit(f"tilers dump: {path} has no {name!r} ({found})") from None
 
 
 def dump(args) -> None:
@@ -49,10 +59,12 @@ def dump(args) -> None:
         obj = obj.prim_func(*factory_args)
     if not isinstance(obj, PrimFunc):
         raise SystemExit(f"{args.target} is neither a @T.prim_func nor a @tilers.jit factory")
-    program = trace(obj, params)
-    with open(args.output, "w") as out:
-        json.dump(program, out, indent=1)
-        out.write("\n")
+    text = program_json(trace(obj, params))
+    try:
+        with open(args.output, "w", encoding="utf-8") as out:
+            out.write(text + "\n")
+    except OSError as error:
+        raise SystemExit(f"tilers dump: cannot write {args.output}: {error.strerror}") from None
 
 
 def problem_text(problem: dict) -> str:

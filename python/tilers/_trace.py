@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import linecache
 import math
 import os
@@ -1136,3 +1137,57 @@ def _tensor_shape(name: str, shape, loc: Loc) -> tuple:
             help="pass the sizes to tilers.compile, e.g. tilers.compile(func, M=1024, N=1024)",
         )
     return tuple(d.__index__() for d in dims)
+
+
+# ---------------------------------------------------------------------------------------
+# serialization
+# ---------------------------------------------------------------------------------------
+
+
+def program_json(program: dict) -> str:
+    """The program as compact JSON (docs/format.md), however deeply it nests.
+
+    ``json.dumps`` recurses once per level and stops at Python's recursion limit, which an
+    unrolled sum of a few thousand terms or a few hundred nested ``T.If`` reach; then the
+    same text is written without recursion (the output is identical, so caches agree)."""
+    try:
+        return json.dumps(program, separators=(",", ":"))
+    except RecursionError:
+        return _deep_json(program)
+
+
+def _deep_json(value) -> str:
+    """`json.dumps(value, separators=(",", ":"))` with an explicit stack instead of recursion."""
+    out = []
+    # each frame: (iterator over items, is_dict); a finished container pops its frame
+    stack = []
+
+    def open_value(v):
+        if isinstance(v, dict):
+            out.append("{")
+            stack.append((iter(v.items()), True, [True]))
+        elif isinstance(v, (list, tuple)):
+            out.append("[")
+            stack.append((iter(v), False, [True]))
+        else:
+            out.append(json.dumps(v))
+
+    open_value(value)
+    while stack:
+        items, is_dict, first = stack[-1]
+        item = next(items, _END)
+        if item is _END:
+            stack.pop()
+            out.append("}" if is_dict else "]")
+            continue
+        if not first[0]:
+            out.append(",")
+        first[0] = False
+        if is_dict:
+            key, item = item
+            out.append(json.dumps(str(key)) + ":")
+        open_value(item)
+    return "".join(out)
+
+
+_END = object()

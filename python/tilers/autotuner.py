@@ -221,20 +221,28 @@ class TuningRecords:
         return os.path.join(self.directory, f"{key}.json")
 
     def load(self, key: str) -> dict | None:
-        """The record for `key`, or None (also for an unreadable or malformed file)."""
+        """The record for `key`, or None (also for an unreadable or malformed file, and for
+        one in a folder other users can write: see tilers/cache.py)."""
+        from .cache import read_trusted
+
+        text = read_trusted(self.path(key))
+        if text is None:
+            return None
         try:
-            with open(self.path(key), encoding="utf-8") as file:
-                record = json.load(file)
-        except (OSError, ValueError):
+            record = json.loads(text)
+        except ValueError:
             return None
         if not _valid_record(record) or record["key"] != key:
             return None
         return record
 
-    def save(self, record: dict) -> str:
-        from .cache import atomic_write
+    def save(self, record: dict) -> str | None:
+        """Write the record; its path, or None where the folder is not trusted."""
+        from .cache import atomic_write, folder_trusted
 
         path = self.path(record["key"])
+        if not folder_trusted(self.directory):
+            return None
         atomic_write(path, (json.dumps(record, indent=1) + "\n").encode())
         return path
 
@@ -255,12 +263,37 @@ class TuningRecords:
 
 
 def _valid_record(record) -> bool:
+    """Whether a parsed file is a whole record: what tune() and `python -m tilers tuning` read
+    of it has the right types (anything else reads as no record, and the search runs)."""
     return (
         isinstance(record, dict)
         and record.get("version") == RECORD_VERSION
         and isinstance(record.get("key"), str)
         and isinstance(record.get("best"), dict)
-        and isinstance(record.get("ms"), (int, float))
+        and _is_time(record.get("ms"))
+        and isinstance(record.get("results", []), list)
+        and all(_valid_result(r) for r in record.get("results", []))
+    )
+
+
+def _is_time(value) -> bool:
+    return (
+        isinstance(value, (int, float)) and not isinstance(value, bool)
+        and math.isfinite(value) and value >= 0
+    )
+
+
+def _valid_result(result) -> bool:
+    """One entry of a record's `results`: the fields of ConfigResult, nothing else."""
+    fields = {field.name for field in dataclasses.fields(ConfigResult)}
+    return (
+        isinstance(result, dict)
+        and set(result) <= fields
+        and isinstance(result.get("config"), dict)
+        and result.get("status", "skipped") in STATUSES
+        and (result.get("ms") is None or _is_time(result.get("ms")))
+        and (result.get("error") is None or isinstance(result.get("error"), str))
+        and isinstance(result.get("round", 0), int) and not isinstance(result.get("round", 0), bool)
     )
 
 
@@ -719,7 +752,7 @@ class AutotunedFunction:
         profiler = self._profiler(kernel, state)
         if state.expected is None:
             state.expected = profiler.reference(self.ref_prog)
-        _poison_in_place_outputs(profiler)
+        # assert_allclose poisons every output first, allocated and in place alike
         profiler.assert_allclose(self.ref_prog, self.rtol, self.atol,
                                  args=profiler.inputs(), expected=state.expected)
 
@@ -743,24 +776,6 @@ class AutotunedFunction:
         else:
             profiler._inputs = state.profiler.inputs()
         return profiler
-
-
-def _poison_in_place_outputs(profiler) -> None:
-    """Fill outputs written in place with NaN (or the integer maximum), so that a config
-    that leaves elements unwritten cannot pass on an earlier config's results."""
-    if profiler.kernel.out_idx:
-        return
-    import torch
-
-    by_position = dict(zip(profiler.kernel._input_positions, profiler.inputs()))
-    for position in profiler.output_positions:
-        tensor = by_position[position]
-        if tensor.dtype.is_floating_point:
-            tensor.fill_(float("nan"))
-        elif tensor.dtype is torch.bool:
-            tensor.fill_(True)
-        else:
-            tensor.fill_(torch.iinfo(tensor.dtype).max)
 
 
 def _cpu_count() -> int:

@@ -8,7 +8,14 @@ by removing the least recently used files (a hit refreshes a file's modification
 
 Where: ``$TILERS_CACHE_DIR`` or ``~/.cache/tilers``; cubins in ``cubins/``, tuning
 records (tilers/autotuner.py) in ``tuning/``. The cap: ``$TILERS_CACHE_MAX_BYTES``
-(default 1 GiB); ``TILERS_CACHE=0`` turns the disk cache off (the memo stays).
+(bytes, or with a K/M/G/T suffix in powers of 1024; default 1G); ``TILERS_CACHE=0`` turns
+the disk cache off (the memo stays).
+
+A cubin from the cache runs on the GPU with the user's rights, so the cache trusts only
+what no other user could have put there, as ssh does with its keys: folders tilers creates
+are private (0700) and files 0600, and a folder or entry that another user owns, or that
+others can write, is neither read nor written (a one-time warning names it; kernels are
+compiled instead).
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ import functools
 import hashlib
 import json
 import os
+import re
 import struct
 import sys
 import threading
 import time
+import warnings
 import zlib
 
 DEFAULT_MAX_BYTES = 1 << 30
@@ -45,20 +54,112 @@ def disk_cache_enabled() -> bool:
     return os.environ.get("TILERS_CACHE", "1") != "0"
 
 
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
 def max_bytes() -> int:
     text = os.environ.get("TILERS_CACHE_MAX_BYTES")
-    return int(text) if text else DEFAULT_MAX_BYTES
+    return parse_size(text, "TILERS_CACHE_MAX_BYTES") if text else DEFAULT_MAX_BYTES
+
+
+def parse_size(text: str, name: str) -> int:
+    """Bytes from "1073741824", "512M", "1G", "1.5GiB" (K, M, G, T are powers of 1024)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", text)
+    if match is None:
+        raise ValueError(
+            f"{name}={text!r}: expected a size in bytes, such as 1073741824, 512M or 1G "
+            "(K, M, G and T are powers of 1024)"
+        )
+    return int(float(match[1]) * _SIZE_UNITS[match[2].lower()])
+
+
+# --- whose folder is it ------------------------------------------------------------------
+
+_warned_folders: set = set()
+
+
+def untrusted_reason(stat_result) -> str | None:
+    """Why a file or folder with this `os.stat` result may hold what another user put
+    there (owned by someone else, or writable by group or others), or None."""
+    if not hasattr(os, "getuid"):  # no POSIX owners (Windows): nothing to check
+        return None
+    if stat_result.st_uid not in (os.getuid(), 0):
+        return f"it is owned by another user (uid {stat_result.st_uid})"
+    if stat_result.st_mode & 0o022:
+        return f"other users can write it (mode {stat_result.st_mode & 0o777:o})"
+    return None
+
+
+def folder_trusted(folder: str, root: str | None = None) -> bool:
+    """Whether `folder` and each folder above it up to `root` (default: the cache root)
+    are the user's own and closed to other writers; a missing folder is trusted (tilers
+    creates it private). The first refusal of a folder warns once per process."""
+    root = os.path.abspath(root if root is not None else cache_dir())
+    path = os.path.abspath(folder)
+    while True:
+        try:
+            reason = untrusted_reason(os.stat(path))
+        except OSError:
+            reason = None
+        if reason is not None:
+            if path not in _warned_folders:
+                _warned_folders.add(path)
+                warnings.warn(
+                    f"tilers: not using the cache folder {path}: {reason}; kernels and "
+                    "tuning records found there could have been put there by someone else, "
+                    "so they are compiled and searched again instead (chmod go-w it, or "
+                    "point TILERS_CACHE_DIR at a folder of your own)",
+                    RuntimeWarning, stacklevel=3,
+                )
+            return False
+        if path == root or not path.startswith(root + os.sep):
+            return True
+        path = os.path.dirname(path)
+
+
+def make_private_dirs(folder: str) -> None:
+    """Create `folder` and the folders above it that are missing, each readable and
+    writable by the user alone (0700)."""
+    missing = []
+    path = os.path.abspath(folder)
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+
+
+def read_trusted(path: str) -> bytes | None:
+    """The bytes of `path`, if it and its folders are trusted (see folder_trusted)."""
+    if not folder_trusted(os.path.dirname(path)):
+        return None
+    try:
+        with open(path, "rb") as file:
+            # the file opened, not the name looked up: a swapped file is checked too
+            if untrusted_reason(os.fstat(file.fileno())) is not None:
+                return None
+            return file.read()
+    except OSError:
+        return None
 
 
 def atomic_write(path: str, data: bytes) -> None:
-    """Write `data` to `path` so that a reader sees the old file or the new one, never a mix."""
+    """Write `data` to `path` so that a reader sees the old file or the new one, never a mix.
+    The file is the user's alone (0600), its folders are created private (0700)."""
     directory = os.path.dirname(path) or "."
-    os.makedirs(directory, exist_ok=True)
+    make_private_dirs(directory)
     temporary = os.path.join(
         directory, f".tmp-{os.getpid()}-{threading.get_ident()}-{os.path.basename(path)}"
     )
     try:
-        with open(temporary, "wb") as file:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "wb") as file:
             file.write(data)
         os.replace(temporary, path)
     except BaseException:
@@ -87,10 +188,8 @@ class DiskCache:
 
     def get(self, key: str) -> bytes | None:
         path = self.path(key)
-        try:
-            with open(path, "rb") as file:
-                blob = file.read()
-        except OSError:
+        blob = read_trusted(path)
+        if blob is None:
             return None
         payload = _unwrap(blob)
         if payload is None:
@@ -105,7 +204,7 @@ class DiskCache:
     def put(self, key: str, payload: bytes) -> bool:
         """Store `payload`; False when it could not be written (or is over the cap)."""
         blob = _wrap(payload)
-        if len(blob) > self.max_bytes:
+        if len(blob) > self.max_bytes or not folder_trusted(self.directory):
             return False
         try:
             atomic_write(self.path(key), blob)
@@ -295,11 +394,10 @@ def nvrtc_version_for_key() -> str:
         return "{}.{}".format(*runtime.nvrtc_version())
     path = os.path.join(cache_dir(), "nvrtc-versions.json")
     try:
-        with open(path, encoding="utf-8") as file:
-            known = json.load(file)
+        known = json.loads(read_trusted(path) or b"{}")
         if not isinstance(known, dict):
             known = {}
-    except (OSError, ValueError):
+    except ValueError:
         known = {}
     version = known.get(fingerprint)
     if isinstance(version, str):
@@ -307,7 +405,8 @@ def nvrtc_version_for_key() -> str:
     version = "{}.{}".format(*runtime.nvrtc_version())
     known[fingerprint] = version
     try:
-        atomic_write(path, json.dumps(known, indent=1).encode())
+        if folder_trusted(cache_dir()):
+            atomic_write(path, json.dumps(known, indent=1).encode())
     except OSError:
         pass
     return version

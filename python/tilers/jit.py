@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 
 from . import errors
-from ._trace import PrimFunc, trace
+from ._trace import PrimFunc, program_json, trace
 from .errors import TileError
 
 
@@ -33,7 +33,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
         return prim_func.compiled[key]
 
     program = trace(prim_func, params)
-    program_json = json.dumps(program, sort_keys=False, separators=(",", ":"))
+    program_text = program_json(program)
 
     from . import _tilers, kernel, runtime
 
@@ -42,14 +42,14 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
     try:
         if target == "interp":
             # the interpreter runs the tile program: verify it, generate no GPU code
-            source, info_json = None, _tilers.check(program_json)
+            source, info_json = None, _tilers.check(program_text)
         else:
-            source, info_json = _compile_program(program_json, options_json)
+            source, info_json = _compile_program(program_text, options_json)
     except _tilers.CompileError as err:
         raise errors.from_compiler(str(err)) from None
     result = kernel.JITKernel(
         name=program["name"],
-        program_json=program_json,
+        program_json=program_text,
         source=source,
         info=json.loads(info_json),
         target=target,

@@ -144,6 +144,7 @@ class JITKernel:
         self._launcher = None
         self._launcher_problem: str | None = None
         self._entry = self._call_checked
+        self._outputs_given: JITKernel | None = None
 
     def _normalize_out_idx(self, out_idx) -> list[int]:
         if out_idx is None:
@@ -290,6 +291,21 @@ class JITKernel:
         return f"<JITKernel {self.name}({', '.join(parts)}) for {self.arch}>"
 
     # --- calling ------------------------------------------------------------------------
+
+    def _with_outputs_given(self) -> JITKernel:
+        """This kernel taking every parameter, its `out_idx` outputs too (written in place):
+        the profiler's checks pass outputs they filled with NaN themselves, so that an
+        element the kernel leaves unwritten cannot pass on a value left in reused memory."""
+        if not self.out_idx:
+            return self
+        if self._outputs_given is None:
+            sibling = JITKernel(
+                self.name, self.program_json, self.source, self.info, self.target, None,
+                lineinfo=self.lineinfo, fast_math=self.fast_math,
+            )
+            sibling._cubin = self._cubin
+            self._outputs_given = sibling
+        return self._outputs_given
 
     # kernel(*args) is self._entry(*args): _call_checked until the native launcher
     # (crates/tile-py/src/launcher.rs) exists, then the launcher, which checks and launches

@@ -226,6 +226,18 @@ class BenchResult:
 # the profiler of one kernel
 # ---------------------------------------------------------------------------------------
 
+
+def _poison(torch, tensor, pattern: int = 0) -> None:
+    """Fill `tensor` with a value a correct kernel overwrites (see Profiler.run_poisoned)."""
+    if tensor.dtype.is_floating_point:
+        tensor.fill_(float("nan"))
+    elif tensor.dtype is torch.bool:
+        tensor.fill_(pattern == 0)
+    else:
+        info = torch.iinfo(tensor.dtype)
+        tensor.fill_(info.max if pattern == 0 else info.min)
+
+
 SUPPLY_TYPES = ("auto", "normal", "uniform", "integer", "zero", "one")
 
 
@@ -314,6 +326,38 @@ class Profiler:
         by_position = dict(zip(self.kernel._input_positions, args))
         return [by_position[position] for position in self.output_positions]
 
+    def run_poisoned(self, args=None, pattern: int = 0) -> list:
+        """Run the kernel with each output first filled with a value it should never hold
+        (NaN for floats; for integers the largest value, or with `pattern=1` the smallest;
+        True, or False), so that every element the kernel leaves unwritten shows. Outputs
+        the kernel allocates (`out_idx`) are allocated here instead, poisoned, and passed
+        in place: torch's caching allocator would otherwise hand back memory that still
+        holds an earlier run's correct result."""
+        torch = _torch()
+        kernel = self.kernel
+        args = self.inputs() if args is None else list(args)
+        if not kernel.out_idx:
+            by_position = dict(zip(kernel._input_positions, args))
+            for position in self.output_positions:
+                _poison(torch, by_position[position], pattern)
+            return self.run(args)
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        full = [None] * len(kernel.params)
+        for position, arg in zip(kernel._input_positions, args):
+            full[position] = arg
+        outputs = []
+        for position in kernel.out_idx:
+            spec = kernel.info["params"][position]
+            output = torch.empty_strided(
+                tuple(spec["shape"]), tuple(spec["strides"]), dtype=getattr(torch, spec["dtype"]),
+                device=device if device is not None else "cuda",
+            )
+            _poison(torch, output, pattern)
+            full[position] = output
+            outputs.append(output)
+        kernel._with_outputs_given()(*full)
+        return outputs
+
     def reference_args(self, args) -> list:
         """The arguments `ref_prog` takes: the kernel's inputs, without in-place outputs."""
         if self.kernel.out_idx:
@@ -331,11 +375,18 @@ class Profiler:
     def assert_allclose(self, ref_prog, rtol=1e-2, atol=1e-2, args=None, expected=None) -> None:
         """Run the kernel and `ref_prog` on the same inputs; raise AssertionError where an
         output differs by more than ``atol + rtol * |expected|``, naming the output."""
-        torch = _torch()
         args = self.inputs() if args is None else list(args)
         if expected is None:
             expected = self.reference(ref_prog, args)
-        actual = self.run(args)
+        # outputs are poisoned first (run_poisoned); integer and bool outputs twice, with
+        # two patterns, since a reference may hold either value where the kernel wrote none
+        actual = self.run_poisoned(args)
+        self._compare(actual, expected, rtol, atol)
+        if any(not out.dtype.is_floating_point for out in actual):
+            self._compare(self.run_poisoned(args, pattern=1), expected, rtol, atol)
+
+    def _compare(self, actual, expected, rtol, atol) -> None:
+        torch = _torch()
         if len(actual) != len(expected):
             raise AssertionError(
                 f"{self.kernel.name} has {len(actual)} output(s) but the reference "

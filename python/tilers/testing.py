@@ -147,7 +147,7 @@ def _clip(text: str | None) -> str:
 
 
 def _program_json(target, params) -> str:
-    from ._trace import PrimFunc, trace
+    from ._trace import PrimFunc, program_json, trace
     from .jit import JitFunction
     from .kernel import JITKernel
 
@@ -161,7 +161,7 @@ def _program_json(target, params) -> str:
         target = target.prim_func(**params)
         params = {}
     if isinstance(target, PrimFunc):
-        return json.dumps(trace(target, params), separators=(",", ":"))
+        return program_json(trace(target, params))
     if isinstance(target, str):  # a serialized program
         return target
     raise TileError(

@@ -10,23 +10,35 @@ use serde_json::{Map, Value};
 
 pub const FORMAT_VERSION: i64 = 1;
 
+/// How deeply a program may nest (JSON levels: an operation inside an operation, a block
+/// inside a block). Far beyond what a person writes — an unrolled sum of 5,000 terms is
+/// about 5,000 levels, 500 nested `T.If`s about 1,500 — and within what the passes' recursion
+/// takes on the stack `tilers_cc::on_deep_stack` gives them.
+pub const MAX_NESTING: usize = 20_000;
+
 /// A malformed program: what is wrong and where in the document.
 #[derive(Clone, Debug, PartialEq)]
 pub struct FormatError {
     pub path: String,
     pub message: String,
+    /// A well-formed program past one of tilers' limits ([`MAX_NESTING`]): the message,
+    /// rendered at the user's line, to show instead.
+    pub limit: Option<String>,
 }
 
 impl std::fmt::Display for FormatError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "malformed tile program at {}: {}", self.path, self.message)
+        match &self.limit {
+            Some(text) => f.write_str(text),
+            None => write!(f, "malformed tile program at {}: {}", self.path, self.message),
+        }
     }
 }
 
 type R<T> = Result<T, FormatError>;
 
 fn err<T>(path: &str, message: impl Into<String>) -> R<T> {
-    Err(FormatError { path: path.to_string(), message: message.into() })
+    Err(FormatError { path: path.to_string(), message: message.into(), limit: None })
 }
 
 struct Obj<'a> {
@@ -109,9 +121,34 @@ fn loc(v: Option<&Value>, path: &str, n_sources: usize) -> R<Loc> {
     }
 }
 
+/// The depth of the first value found past [`MAX_NESTING`], with the innermost statement
+/// location ("loc") on its path. Walks with an explicit stack: the point is not to recurse.
+fn too_deep(root: &Value, n_sources: usize) -> Option<(usize, Loc)> {
+    let mut stack: Vec<(&Value, usize, Loc)> = vec![(root, 1, Loc::UNKNOWN)];
+    while let Some((v, depth, at)) = stack.pop() {
+        if depth > MAX_NESTING {
+            return Some((depth, at));
+        }
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|x| (x, depth + 1, at))),
+            Value::Object(map) => {
+                let here = loc(map.get("loc"), "", n_sources).ok().filter(|l| l.is_known()).unwrap_or(at);
+                stack.extend(map.values().map(|x| (x, depth + 1, here)));
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// Parse a serialized program (JSON text) into a tile-level module.
 pub fn parse_program(text: &str) -> R<Module> {
-    let root: Value = match serde_json::from_str(text) {
+    // serde_json's own limit (128 levels) is far below what legal programs reach; the
+    // nesting is bounded by MAX_NESTING below instead
+    let mut reader = serde_json::Deserializer::from_str(text);
+    reader.disable_recursion_limit();
+    let root = match serde::Deserialize::deserialize(&mut reader).and_then(|v: Value| reader.end().map(|_| v))
+    {
         Ok(v) => v,
         Err(e) => return err("$", format!("not valid JSON: {e}")),
     };
@@ -121,7 +158,8 @@ pub fn parse_program(text: &str) -> R<Module> {
         return err("$.version", format!("this tilers reads format version {FORMAT_VERSION}, got {version}"));
     }
     let name = top.str("name")?.to_string();
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+    // a Python identifier (letters of any script): codegen makes the C name from it
+    if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
         return err("$.name", format!("kernel name must be a non-empty identifier, got {name:?}"));
     }
 
@@ -142,6 +180,18 @@ pub fn parse_program(text: &str) -> R<Module> {
         sources.files.push(file);
     }
     let n_sources = sources.files.len();
+    if let Some((depth, at)) = too_deep(&root, n_sources) {
+        let diag = crate::diag::Diagnostic::error(
+            format!("this kernel nests {depth} levels deep (operations inside operations, blocks inside blocks); tilers accepts up to {MAX_NESTING}"),
+            at,
+        )
+        .with_help("split a long expression into steps (`s = s + x` in a T.serial loop, or partial sums) or flatten nested conditions with &");
+        return Err(FormatError {
+            path: "$".into(),
+            message: format!("nested more than {MAX_NESTING} levels deep"),
+            limit: Some(diag.render(&sources)),
+        });
+    }
 
     let mut buffers = Vec::new();
     for (i, b) in top.arr("buffers")?.iter().enumerate() {

@@ -6,7 +6,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use tile_interp::Arg;
-use tilers_cc::{CompileError as DriverError, CompileOptions};
+use tilers_cc::{on_deep_stack, CompileError as DriverError, CompileOptions};
 
 mod launch;
 mod launcher;
@@ -36,8 +36,10 @@ fn to_py(e: DriverError) -> PyErr {
 #[pyfunction]
 fn compile(py: Python<'_>, program: String, options: String) -> PyResult<(String, String)> {
     let result = py.allow_threads(move || {
-        let opts = CompileOptions::from_json(&options)?;
-        tilers_cc::compile(&program, &opts)
+        on_deep_stack(move || {
+            let opts = CompileOptions::from_json(&options)?;
+            tilers_cc::compile(&program, &opts)
+        })
     });
     let c = result.map_err(to_py)?;
     Ok((c.source, c.info))
@@ -47,12 +49,14 @@ fn compile(py: Python<'_>, program: String, options: String) -> PyResult<(String
 #[pyfunction]
 fn dump_ir(py: Python<'_>, program: String, options: String) -> PyResult<Vec<(String, String)>> {
     let result = py.allow_threads(move || {
-        let opts = CompileOptions::from_json(&options)?;
-        let mut dumps = Vec::new();
-        tilers_cc::compile_with(&program, &opts, &mut |pass, text| {
-            dumps.push((pass.to_string(), text.to_string()))
-        })?;
-        Ok(dumps)
+        on_deep_stack(move || {
+            let opts = CompileOptions::from_json(&options)?;
+            let mut dumps = Vec::new();
+            tilers_cc::compile_with(&program, &opts, &mut |pass, text| {
+                dumps.push((pass.to_string(), text.to_string()))
+            })?;
+            Ok(dumps)
+        })
     });
     result.map_err(to_py)
 }
@@ -83,7 +87,7 @@ fn interpret(
             )));
         }
     }
-    let result = py.allow_threads(move || tilers_cc::interpret(&program, converted));
+    let result = py.allow_threads(move || on_deep_stack(move || tilers_cc::interpret(&program, converted)));
     let out = result.map_err(to_py)?;
     Ok(out
         .into_iter()
@@ -97,7 +101,7 @@ fn interpret(
 /// check(program_json) -> kernel_info_json: verify without generating code (interpreter).
 #[pyfunction]
 fn check(py: Python<'_>, program: String) -> PyResult<String> {
-    py.allow_threads(move || tilers_cc::check(&program)).map_err(to_py)
+    py.allow_threads(move || on_deep_stack(move || tilers_cc::check(&program))).map_err(to_py)
 }
 
 /// layouts(program_json, options_json) -> JSON: where the lowered kernel keeps each
@@ -106,9 +110,11 @@ fn check(py: Python<'_>, program: String) -> PyResult<String> {
 #[pyfunction]
 fn layouts(py: Python<'_>, program: String, options: String) -> PyResult<String> {
     let result = py.allow_threads(move || {
-        let opts = CompileOptions::from_json(&options)?;
-        let compiled = tilers_cc::compile_with(&program, &opts, &mut |_, _| {})?;
-        Ok(buffer_layouts(&compiled.module).to_string())
+        on_deep_stack(move || {
+            let opts = CompileOptions::from_json(&options)?;
+            let compiled = tilers_cc::compile_with(&program, &opts, &mut |_, _| {})?;
+            Ok(buffer_layouts(&compiled.module).to_string())
+        })
     });
     result.map_err(to_py)
 }
@@ -174,9 +180,11 @@ fn buffer_layouts(m: &tile_ir::Module) -> serde_json::Value {
 #[pyfunction]
 fn check_passes(py: Python<'_>, program: String, options: String) -> PyResult<String> {
     let result = py.allow_threads(move || {
-        let opts = tilers_cc::passcheck::CheckOptions::from_json(&options)?;
-        let r = tilers_cc::passcheck::check_passes(&program, &opts)?;
-        Ok(r.to_json(&opts).to_string())
+        on_deep_stack(move || {
+            let opts = tilers_cc::passcheck::CheckOptions::from_json(&options)?;
+            let r = tilers_cc::passcheck::check_passes(&program, &opts)?;
+            Ok(r.to_json(&opts).to_string())
+        })
     });
     result.map_err(to_py)
 }

@@ -14,6 +14,29 @@ use tile_ir::diag::render_all;
 use tile_ir::Module;
 use tile_passes::{Ctx, Options, Target};
 
+/// The stack the compiler runs on ([`on_deep_stack`]). Its passes recurse once per level of
+/// nesting, up to `tile_ir::parse::MAX_NESTING` levels; the memory is reserved, and only
+/// the part a program's depth touches is used.
+pub const DEEP_STACK_BYTES: usize = 1 << 30;
+
+/// Run `work` on a thread with [`DEEP_STACK_BYTES`] of stack and wait for it: every entry
+/// point that parses, compiles, interprets or drops a program goes through here, so that a
+/// deeply nested (legal) program cannot overflow the caller's stack, whatever thread it is.
+pub fn on_deep_stack<T: Send>(work: impl FnOnce() -> T + Send) -> T {
+    let mut work = Some(work);
+    let slot = &mut work;
+    let joined = std::thread::scope(|scope| {
+        let thread = std::thread::Builder::new().name("tilers-compile".into()).stack_size(DEEP_STACK_BYTES);
+        thread.spawn_scoped(scope, move || (slot.take().expect("work runs once"))()).map(|h| h.join())
+    });
+    match joined {
+        Ok(Ok(value)) => value,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        // no thread to be had (a limit on threads or memory): run here, as deep as this stack goes
+        Err(_) => (work.take().expect("the thread did not start"))(),
+    }
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct CompileOptions {
     pub arch: String,
@@ -150,12 +173,21 @@ pub fn compile(program: &str, opts: &CompileOptions) -> Result<Compiled, Compile
     compile_with(program, opts, &mut dump)
 }
 
+/// A program the parser refused: malformed, or legal but past one of tilers' limits (then
+/// the message is at the user's line).
+pub fn format_error(e: tile_ir::parse::FormatError) -> CompileError {
+    match e.limit {
+        Some(text) => CompileError::User(text),
+        None => CompileError::Format(e.to_string()),
+    }
+}
+
 fn compile_inner(
     program: &str,
     opts: &CompileOptions,
     dump_module: &mut dyn FnMut(&str, &Module),
 ) -> Result<Compiled, CompileError> {
-    let module = tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
+    let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
     let target = Target::from_arch(&opts.arch).ok_or_else(|| {
         CompileError::Format(format!(
             "unsupported architecture '{}': expected sm_80 or newer, e.g. sm_90a",
@@ -184,7 +216,7 @@ fn compile_inner(
 /// Verify a serialized program without generating code (for the interpreter); returns a
 /// KernelInfo JSON whose `params` describe the arguments (no entry, grid or source).
 pub fn check(program: &str) -> Result<String, CompileError> {
-    let module = tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
+    let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
     let sources = module.sources.clone();
     let mut ctx = Ctx::new(Target::from_arch("sm_90a").expect("known arch"), Options::default());
     let module = tile_passes::verify::verify(module, &mut ctx)
@@ -210,8 +242,7 @@ pub fn interpret(
     mut args: Vec<tile_interp::Arg>,
 ) -> Result<Vec<tile_interp::Arg>, CompileError> {
     let result = catch_unwind(AssertUnwindSafe(move || -> Result<Vec<tile_interp::Arg>, CompileError> {
-        let module =
-            tile_ir::parse::parse_program(program).map_err(|e| CompileError::Format(e.to_string()))?;
+        let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
         let sources = module.sources.clone();
         let mut ctx = Ctx::new(Target::from_arch("sm_90a").expect("known arch"), Options::default());
         let user = |diags: Vec<tile_ir::Diagnostic>| CompileError::User(render_all(&diags, &sources));

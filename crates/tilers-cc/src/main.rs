@@ -11,6 +11,11 @@ use tilers_cc::{compile, CompileError, CompileOptions};
 const USAGE: &str = "usage: tilers-cc PROGRAM.json -o OUT_DIR [--arch sm_90a] [--dump-ir DIR] [--no-cubin]";
 
 fn main() -> ExitCode {
+    // a deeply nested program must not overflow the main thread's stack
+    tilers_cc::on_deep_stack(run)
+}
+
+fn run() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut input = None;
     let mut out_dir = None;
