@@ -1,6 +1,7 @@
 //! Snapshot tests: each program in tests/programs compiles to exactly the CUDA stored beside
-//! it (tests/snapshots/NAME.sm_90a.cu). `TILERS_BLESS=1` rewrites the snapshots; a refactor
-//! that changes no snapshot changed no kernel.
+//! it for both targets (tests/snapshots/NAME.sm_90a.cu, NAME.sm_80.cu) and to the same
+//! KernelInfo (NAME.sm_90a.json). `TILERS_BLESS=1` rewrites the snapshots; a refactor that
+//! changes no snapshot changed no kernel.
 
 use std::path::{Path, PathBuf};
 use tilers_cc::{compile, CompileOptions};
@@ -27,19 +28,26 @@ fn generated_cuda_matches_snapshots() {
     for p in &programs {
         let name = p.file_stem().unwrap().to_string_lossy().to_string();
         let text = std::fs::read_to_string(p).unwrap();
-        let opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
-        let compiled = compile(&text, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let snap = snap_dir.join(format!("{name}.sm_90a.cu"));
-        if bless {
-            std::fs::write(&snap, &compiled.source).unwrap();
-            continue;
+        for arch in ["sm_90a", "sm_80"] {
+            let opts = CompileOptions { arch: arch.into(), ..Default::default() };
+            let compiled = compile(&text, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let info: serde_json::Value = serde_json::from_str(&compiled.info).unwrap();
+            let info = serde_json::to_string_pretty(&info).unwrap() + "\n";
+            let mut outputs = vec![(format!("{name}.{arch}.cu"), compiled.source.clone())];
+            if arch == "sm_90a" {
+                outputs.push((format!("{name}.{arch}.json"), info));
+            }
+            for (file, got) in outputs {
+                let snap = snap_dir.join(&file);
+                if bless {
+                    std::fs::write(&snap, &got).unwrap();
+                } else if std::fs::read_to_string(&snap).unwrap_or_default() != got {
+                    mismatches.push(file);
+                }
+            }
+            // same input, same output, within one process too
+            assert_eq!(compile(&text, &opts).unwrap().source, compiled.source, "{name}: not deterministic");
         }
-        let want = std::fs::read_to_string(&snap).unwrap_or_default();
-        if want != compiled.source {
-            mismatches.push(name.clone());
-        }
-        // same input, same output, within one process too
-        assert_eq!(compile(&text, &opts).unwrap().source, compiled.source, "{name}: not deterministic");
     }
     assert!(
         mismatches.is_empty(),
