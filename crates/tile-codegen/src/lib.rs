@@ -252,8 +252,9 @@ impl<'a> Emitter<'a> {
             Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => {
                 written.insert(*buf);
             }
-            Stmt::VecCopy { dst, .. } => {
-                written.insert(*dst);
+            Stmt::Inst(i) => {
+                written
+                    .extend(i.accesses().iter().filter(|a| a.kind == inst::AccessKind::Write).map(|a| a.buf));
             }
             _ => {}
         });
@@ -509,7 +510,28 @@ impl<'a> Emitter<'a> {
                 let v = self.expr(value)?;
                 self.line(&format!("const {} {n} = {v};", value_type(value.dtype())));
             }
-            Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
+            Stmt::Inst(i) => self.inst(i)?,
+            Stmt::Comment(c) => self.line(&format!("// {c}")),
+            Stmt::SourceLine(_) => {}
+            Stmt::Copy(_)
+            | Stmt::Fill { .. }
+            | Stmt::Reduce(_)
+            | Stmt::Gemm(_)
+            | Stmt::Async { .. }
+            | Stmt::Parallel { .. }
+            | Stmt::Print { .. }
+            | Stmt::DeviceAssert { .. } => {
+                return Err(Diagnostic::bug("tile op left after lowering"));
+            }
+        }
+        Ok(())
+    }
+
+    /// One thread-level instruction (tile_ir::inst).
+    fn inst(&mut self, i: &Inst) -> Result<(), Diagnostic> {
+        let m = self.m;
+        match i {
+            Inst::VecCopy(inst::VecCopy { dst, dst_idx, src, src_idx, width }) => {
                 let bytes = *width * m.buffer(*src).dtype.bytes();
                 let ty = match bytes {
                     16 => "uint4",
@@ -522,7 +544,9 @@ impl<'a> Emitter<'a> {
                 let s = self.access(*src, src_idx)?;
                 self.line(&format!("*({ty}*)(&{d}) = *(const {ty}*)(&{s});"));
             }
-            Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => {
+            Inst::Ldmatrix(ld @ inst::Ldmatrix { dst, dst_offset, src, src_idx, .. }) => {
+                let (count, trans) = ld.form();
+                let (count, trans) = (&count, &trans);
                 let d = self.names.buffer(*dst);
                 let dst_offset = self.expr(dst_offset)?;
                 let a = self.shared_address(*src, src_idx)?;
@@ -535,25 +559,21 @@ impl<'a> Emitter<'a> {
                     outs.join(", ")
                 ));
             }
-            Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => {
+            Inst::Mma(inst::Mma { atom, a, a_offset, b, b_offset, c, c_offset }) => {
                 let (an, bn, cn) = (self.names.buffer(*a), self.names.buffer(*b), self.names.buffer(*c));
                 let (a_offset, b_offset, c_offset) =
                     (self.expr(a_offset)?, self.expr(b_offset)?, self.expr(c_offset)?);
-                let (kind, acc) = match (shape, m.buffer(*a).dtype) {
-                    (MmaShape::M16N8K16, DType::F16) => ("m16n8k16.row.col.f32.f16.f16.f32", "f"),
-                    (MmaShape::M16N8K16, DType::BF16) => ("m16n8k16.row.col.f32.bf16.bf16.f32", "f"),
-                    (MmaShape::M16N8K32, DType::I8) => ("m16n8k32.row.col.s32.s8.s8.s32", "r"),
-                    (s, dt) => return Err(Diagnostic::bug(format!("no mma {s:?} for {dt}"))),
-                };
+                let kind = atom.ptx;
+                let acc = if atom.acc.is_float() { "f" } else { "r" };
                 self.line(&format!(
                     "{{ const unsigned int* a = (const unsigned int*)(&{an}[{a_offset}]); const unsigned int* b = (const unsigned int*)(&{bn}[{b_offset}]); {} (&{cn}[{c_offset}]);",
                     if acc == "f" { "float* c =" } else { "int* c =" }
                 ));
                 self.line(&format!(
-                    "  asm volatile(\"mma.sync.aligned.{kind} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : \"+{acc}\"(c[0]), \"+{acc}\"(c[1]), \"+{acc}\"(c[2]), \"+{acc}\"(c[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])); }}"
+                    "  asm volatile(\"{kind} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : \"+{acc}\"(c[0]), \"+{acc}\"(c[1]), \"+{acc}\"(c[2]), \"+{acc}\"(c[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])); }}"
                 ));
             }
-            Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => {
+            Inst::AsyncCopy(inst::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes }) => {
                 let d = self.shared_address(*dst, dst_idx)?;
                 let s = self.access(*src, src_idx)?;
                 if src_bytes.as_int() == Some(16) {
@@ -568,31 +588,19 @@ impl<'a> Emitter<'a> {
                     ));
                 }
             }
-            Stmt::AsyncCommit => self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");"),
-            Stmt::AsyncWait { pending } => {
+            Inst::AsyncCommit(_) => self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");"),
+            Inst::AsyncWait(inst::AsyncWait { pending }) => {
                 self.line(&format!("asm volatile(\"cp.async.wait_group {pending};\" ::: \"memory\");"))
             }
-            Stmt::Sync => self.line("__syncthreads();"),
-            Stmt::Comment(c) => self.line(&format!("// {c}")),
-            Stmt::Printf { format, args } => {
+            Inst::Sync(_) => self.line("__syncthreads();"),
+            Inst::Trap(_) => self.line("__trap();"),
+            Inst::Printf(inst::Printf { format, args }) => {
                 let mut call = format!("printf({}", c_string(format));
                 for a in args {
                     call.push_str(", ");
                     call.push_str(&self.expr(a)?);
                 }
                 self.line(&format!("{call});"));
-            }
-            Stmt::Trap => self.line("__trap();"),
-            Stmt::SourceLine(_) => {}
-            Stmt::Copy { .. }
-            | Stmt::Fill { .. }
-            | Stmt::Reduce { .. }
-            | Stmt::Gemm { .. }
-            | Stmt::Async { .. }
-            | Stmt::Parallel { .. }
-            | Stmt::Print { .. }
-            | Stmt::DeviceAssert { .. } => {
-                return Err(Diagnostic::bug("tile op left after lowering"));
             }
         }
         Ok(())

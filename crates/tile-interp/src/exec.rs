@@ -305,7 +305,7 @@ impl<'m> Interp<'m> {
                     self.mem[buf.0 as usize].set(o, new);
                 }
             }
-            Stmt::Copy { src, dst, pad, loc } => {
+            Stmt::Copy(CopyOp { src, dst, pad, loc, .. }) => {
                 self.tile_op_outside_parallel("T.copy", *loc)?;
                 self.copy(src, dst, pad.as_ref(), *loc)?;
             }
@@ -313,11 +313,22 @@ impl<'m> Interp<'m> {
                 self.tile_op_outside_parallel("T.fill", *loc)?;
                 self.fill(dst, value, *loc)?;
             }
-            Stmt::Reduce { kind, src, dst, dim, clear, loc } => {
+            Stmt::Reduce(ReduceOp { kind, src, dst, dim, clear, loc }) => {
                 self.tile_op_outside_parallel("T.reduce", *loc)?;
                 self.reduce(*kind, *src, *dst, *dim, *clear, *loc)?;
             }
-            Stmt::Gemm { a, b, c, transpose_a, transpose_b, clear_accum, loc, a_stage, b_stage, .. } => {
+            Stmt::Gemm(GemmOp {
+                a,
+                b,
+                c,
+                transpose_a,
+                transpose_b,
+                clear_accum,
+                loc,
+                a_stage,
+                b_stage,
+                ..
+            }) => {
                 self.tile_op_outside_parallel("T.gemm", *loc)?;
                 // a multi-buffered operand (after inject_pipeline): the stage's 2-D tile
                 let stage = |st: &Option<Expr>| -> Result<usize, Diagnostic> {
@@ -363,11 +374,16 @@ impl<'m> Interp<'m> {
             }
             Stmt::Print { what, msg, block, loc } => self.print(what, msg, block.as_deref(), ids, *loc)?,
             Stmt::DeviceAssert { cond, msg, loc } => self.device_assert(cond, msg, ids, *loc)?,
-            Stmt::Sync | Stmt::Comment(_) => {}
+            Stmt::Comment(_) => {}
             // a pipelined loop after `inject_pipeline`: the copies issued ahead run where they
-            // are issued (into their stage buffers); waits and commits order nothing here
+            // are issued (into their stage buffers); barriers, waits and commits order nothing
+            // here (the interpreter runs a block's tile ops one after another)
             Stmt::Async { body } => self.exec(body, ids)?,
-            Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            Stmt::Inst(i)
+                if {
+                    let e = i.effects();
+                    e.barrier || e.commits || e.waits_for.is_some()
+                } => {}
             // thread-level statements (`let`, vector copies, warp-level matrix ops) are made
             // by the lowering and never appear in the tile-level programs run here
             _ => {

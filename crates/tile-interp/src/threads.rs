@@ -32,7 +32,9 @@
 
 use crate::num::{self, OpError, Val};
 use crate::Arg;
-use tile_ir::{BinOp, Buffer, BufferId, DType, Diagnostic, Expr, Loc, MmaShape, Module, Param, Scope, Stmt};
+use tile_ir::{
+    inst, BinOp, Buffer, BufferId, DType, Diagnostic, Expr, Inst, Loc, MmaAtom, Module, Param, Scope, Stmt,
+};
 use tile_ir::{Level, UnOp, VarKind};
 
 /// What to run.
@@ -801,7 +803,19 @@ impl<'m> Machine<'m> {
                 self.stmts(then, &yes)?;
                 self.stmts(otherwise, &no)?;
             }
-            Stmt::Sync => {
+            Stmt::Inst(i) => self.inst(i, active)?,
+            Stmt::SourceLine(_) => {}
+            // copy, fill, reduce, gemm, parallel, async, print, device_assert
+            _ => return Err(self.err("tile op left after lowering")),
+        }
+        Ok(())
+    }
+
+    /// One thread-level instruction, executed by the active threads in lockstep.
+    fn inst(&mut self, i: &Inst, active: &[u32]) -> Result<(), Diagnostic> {
+        let m = self.m;
+        match i {
+            Inst::Sync(_) => {
                 if active.len() != self.threads {
                     return Err(self.err(format!(
                         "deadlock: barrier reached by threads {} of {} (the others never arrive)",
@@ -811,7 +825,7 @@ impl<'m> Machine<'m> {
                 }
                 self.epoch += 1;
             }
-            Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
+            Inst::VecCopy(inst::VecCopy { dst, dst_idx, src, src_idx, width }) => {
                 let (db, sb) = (m.buffer(*dst), m.buffer(*src));
                 let bytes = *width as usize * sb.dtype.bytes() as usize;
                 if db.dtype.bytes() != sb.dtype.bytes() {
@@ -838,7 +852,7 @@ impl<'m> Machine<'m> {
                     self.count_banks(&format!("vector store {}", db.name), active, &to, bytes);
                 }
             }
-            Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => {
+            Inst::AsyncCopy(inst::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes }) => {
                 let (db, sb) = (m.buffer(*dst), m.buffer(*src));
                 if self.space(*dst) != Space::Shared || self.space(*src) != Space::Global {
                     return Err(self.err("cp.async must copy from global to shared memory"));
@@ -876,14 +890,14 @@ impl<'m> Machine<'m> {
                 }
                 self.count_banks(&format!("cp.async {}", db.name), active, &to, 16);
             }
-            Stmt::AsyncCommit => {
+            Inst::AsyncCommit(_) => {
                 for &t in active {
                     let a = &mut self.asyncs[t as usize];
                     let group = std::mem::take(&mut a.open);
                     a.groups.push_back(group);
                 }
             }
-            Stmt::AsyncWait { pending } => {
+            Inst::AsyncWait(inst::AsyncWait { pending }) => {
                 for &t in active {
                     while self.asyncs[t as usize].groups.len() > *pending as usize {
                         let group = self.asyncs[t as usize].groups.pop_front().expect("a group");
@@ -897,17 +911,21 @@ impl<'m> Machine<'m> {
                     }
                 }
             }
-            Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => {
-                self.ldmatrix(active, *dst, dst_offset, *count, *trans, *src, src_idx)?;
+            Inst::Ldmatrix(ld) => {
+                let (count, trans) = ld.form();
+                self.ldmatrix(active, ld.dst, &ld.dst_offset, count, trans, ld.src, &ld.src_idx)?;
             }
-            Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => {
-                self.mma(active, *shape, (*a, a_offset), (*b, b_offset), (*c, c_offset))?;
+            Inst::Mma(mma) => {
+                self.mma(
+                    active,
+                    mma.atom,
+                    (mma.a, &mma.a_offset),
+                    (mma.b, &mma.b_offset),
+                    (mma.c, &mma.c_offset),
+                )?;
             }
-            Stmt::Printf { .. } => {}
-            Stmt::SourceLine(_) => {}
-            Stmt::Trap => return Err(self.err(format!("__trap() by threads {}", ranges(active)))),
-            // copy, fill, reduce, gemm, parallel, async, print, device_assert
-            _ => return Err(self.err("tile op left after lowering")),
+            Inst::Printf(_) => {}
+            Inst::Trap(_) => return Err(self.err(format!("__trap() by threads {}", ranges(active)))),
         }
         Ok(())
     }
@@ -996,12 +1014,13 @@ impl<'m> Machine<'m> {
         Ok(())
     }
 
-    /// `mma.sync.aligned.m16n8k{16,32}.row.col` for each warp, with the PTX ISA's fragment
-    /// layouts (lane l: group g = l / 4, thread-in-group q = l % 4).
+    /// One tensor-core `mma` of `atom` for each warp: each lane's fragments are read and
+    /// written with the atom's fragment layouts (tile_ir::target: lane, element → row,
+    /// column), the products summed exactly and rounded to the accumulator's type.
     fn mma(
         &mut self,
         active: &[u32],
-        shape: MmaShape,
+        atom: &MmaAtom,
         (a, a_offset): (BufferId, &Expr),
         (b, b_offset): (BufferId, &Expr),
         (c, c_offset): (BufferId, &Expr),
@@ -1009,89 +1028,61 @@ impl<'m> Machine<'m> {
         self.full_warps(active, "mma")?;
         let m = self.m;
         let (adt, bdt, cdt) = (m.buffer(a).dtype, m.buffer(b).dtype, m.buffer(c).dtype);
-        let ok = match shape {
-            MmaShape::M16N8K16 => matches!(adt, DType::F16 | DType::BF16) && bdt == adt && cdt == DType::F32,
-            MmaShape::M16N8K32 => adt == DType::I8 && bdt == DType::I8 && cdt == DType::I32,
-        };
-        if !ok {
-            return Err(self.err(format!("no mma {shape:?} for {adt} x {bdt} -> {cdt}")));
+        if (adt, bdt, cdt) != (atom.a, atom.b, atom.acc) {
+            return Err(self.err(format!("{atom} on {adt} x {bdt} -> {cdt} registers")));
         }
-        let ar = self.register_offsets(a, a_offset, active, 16, "mma A")?;
-        let br = self.register_offsets(b, b_offset, active, 8, "mma B")?;
-        let cr = self.register_offsets(c, c_offset, active, 16, "mma C")?;
-        let k = shape.k() as usize;
+        let (ea, eb, ec) = (atom.a_layout.elements(), atom.b_layout.elements(), atom.c_layout.elements());
+        let (sa, sb, sc) = (adt.bytes() as usize, bdt.bytes() as usize, cdt.bytes() as usize);
+        let ar = self.register_offsets(a, a_offset, active, ea as usize * sa, "mma A")?;
+        let br = self.register_offsets(b, b_offset, active, eb as usize * sb, "mma B")?;
+        let cr = self.register_offsets(c, c_offset, active, ec as usize * sc, "mma C")?;
+        let (rows, cols, k) = (atom.m as usize, atom.n as usize, atom.k as usize);
         for (w, warp) in active.chunks(32).enumerate() {
-            let mut am = vec![0f64; 16 * k];
-            let mut bm = vec![0f64; k * 8];
-            let mut cm = [0f64; 16 * 8];
-            let mut ci = [0i64; 16 * 8];
+            let mut am = vec![0f64; rows * k];
+            let mut bm = vec![0f64; k * cols];
+            let mut cm = vec![Val::I(0); rows * cols];
             for (l, &t) in warp.iter().enumerate() {
                 let j = w * 32 + l;
-                let (g, q) = (l / 4, l % 4);
-                let mut ab = [0u8; 16];
-                let mut bb = [0u8; 8];
-                let mut cb = [0u8; 16];
-                ab.copy_from_slice(&self.bytes(a, t)[ar[j]..ar[j] + 16]);
-                bb.copy_from_slice(&self.bytes(b, t)[br[j]..br[j] + 8]);
-                cb.copy_from_slice(&self.bytes(c, t)[cr[j]..cr[j] + 16]);
-                match shape {
-                    MmaShape::M16N8K16 => {
-                        let h = |bytes: &[u8], e: usize| read_val(&bytes[2 * e..2 * e + 2], adt).as_f64();
-                        for e in 0..8 {
-                            // a_e: rows g (e % 4 < 2) or g + 8, columns 2q + e % 2 (+8 for e >= 4)
-                            let row = g + if (e / 2) % 2 == 1 { 8 } else { 0 };
-                            let col = 2 * q + e % 2 + if e >= 4 { 8 } else { 0 };
-                            am[row * k + col] = h(&ab, e);
-                        }
-                        for e in 0..4 {
-                            let row = 2 * q + e % 2 + if e >= 2 { 8 } else { 0 };
-                            bm[row * 8 + g] = h(&bb, e);
-                        }
-                    }
-                    MmaShape::M16N8K32 => {
-                        for (e, &x) in ab.iter().enumerate() {
-                            let row = g + if (e / 4) % 2 == 1 { 8 } else { 0 };
-                            let col = 4 * q + e % 4 + if e >= 8 { 16 } else { 0 };
-                            am[row * k + col] = x as i8 as f64;
-                        }
-                        for (e, &x) in bb.iter().enumerate() {
-                            let row = 4 * q + e % 4 + if e >= 4 { 16 } else { 0 };
-                            bm[row * 8 + g] = x as i8 as f64;
-                        }
-                    }
+                for e in 0..ea {
+                    let (r, col) = atom.a_layout.coord(l as i64, e);
+                    let at = ar[j] + e as usize * sa;
+                    am[r as usize * k + col as usize] =
+                        read_val(&self.bytes(a, t)[at..at + sa], adt).as_f64();
                 }
-                for e in 0..4 {
-                    let (row, col) = (g + if e >= 2 { 8 } else { 0 }, 2 * q + e % 2);
-                    match read_val(&cb[4 * e..4 * e + 4], cdt) {
-                        Val::F(x) => cm[row * 8 + col] = x,
-                        Val::I(x) => ci[row * 8 + col] = x,
-                    }
+                for e in 0..eb {
+                    let (r, col) = atom.b_layout.coord(l as i64, e);
+                    let at = br[j] + e as usize * sb;
+                    bm[r as usize * cols + col as usize] =
+                        read_val(&self.bytes(b, t)[at..at + sb], bdt).as_f64();
+                }
+                for e in 0..ec {
+                    let (r, col) = atom.c_layout.coord(l as i64, e);
+                    let at = cr[j] + e as usize * sc;
+                    cm[r as usize * cols + col as usize] = read_val(&self.bytes(c, t)[at..at + sc], cdt);
                 }
             }
-            let mut d = [Val::I(0); 16 * 8];
-            for row in 0..16 {
-                for col in 0..8 {
-                    let mut sum = 0f64;
-                    let mut isum = 0i64;
-                    for kk in 0..k {
-                        let p = am[row * k + kk] * bm[kk * 8 + col];
-                        sum += p;
-                        isum += p as i64;
-                    }
-                    d[row * 8 + col] = if cdt == DType::F32 {
-                        Val::F((cm[row * 8 + col] + sum) as f32 as f64)
-                    } else {
-                        Val::I((ci[row * 8 + col] as i32).wrapping_add(isum as i32) as i64)
+            let mut d = vec![Val::I(0); rows * cols];
+            for row in 0..rows {
+                for col in 0..cols {
+                    let sum: f64 = (0..k).map(|kk| am[row * k + kk] * bm[kk * cols + col]).sum();
+                    d[row * cols + col] = match cm[row * cols + col] {
+                        // fp32 accumulation: the exact sum, rounded once
+                        Val::F(x) => Val::F((x + sum) as f32 as f64),
+                        // int32 accumulation wraps
+                        Val::I(x) => Val::I((x as i32).wrapping_add(sum as i64 as i32) as i64),
                     };
                 }
             }
             for (l, &t) in warp.iter().enumerate() {
                 let j = w * 32 + l;
-                let (g, q) = (l / 4, l % 4);
-                for e in 0..4 {
-                    let (row, col) = (g + if e >= 2 { 8 } else { 0 }, 2 * q + e % 2);
-                    let at = cr[j] + 4 * e;
-                    write_val(&mut self.bytes_mut(c, t)[at..at + 4], cdt, d[row * 8 + col]);
+                for e in 0..ec {
+                    let (r, col) = atom.c_layout.coord(l as i64, e);
+                    let at = cr[j] + e as usize * sc;
+                    write_val(
+                        &mut self.bytes_mut(c, t)[at..at + sc],
+                        cdt,
+                        d[r as usize * cols + col as usize],
+                    );
                 }
             }
         }

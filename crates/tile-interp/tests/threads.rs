@@ -104,32 +104,30 @@ fn ldmatrix_and_mma_compute_a_matrix_product() {
             loc: Loc::UNKNOWN,
         });
     }
-    body.push(Stmt::Sync);
-    body.push(Stmt::Ldmatrix {
+    body.push(Stmt::inst(inst::Sync));
+    body.push(Stmt::inst(inst::Ldmatrix {
+        atom: CopyAtom::ldmatrix(4, false),
         dst: a_r,
         dst_offset: int(0),
-        count: 4,
-        trans: false,
         src: a_s,
         src_idx: vec![rem(tid.clone(), 16), mul(div(tid.clone(), 16), int(8))],
-    });
-    body.push(Stmt::Ldmatrix {
+    }));
+    body.push(Stmt::inst(inst::Ldmatrix {
+        atom: CopyAtom::ldmatrix(2, true),
         dst: b_r,
         dst_offset: int(0),
-        count: 2,
-        trans: true,
         src: b_s,
         src_idx: vec![rem(tid.clone(), 16), int(0)],
-    });
-    body.push(Stmt::Mma {
-        shape: MmaShape::M16N8K16,
+    }));
+    body.push(Stmt::inst(inst::Mma {
+        atom: Target::default_gpu().mma_atom(DType::F16).unwrap(),
         a: a_r,
         a_offset: int(0),
         b: b_r,
         b_offset: int(0),
         c: acc,
         c_offset: int(0),
-    });
+    }));
     for e in 0..4 {
         let row = add(div(tid.clone(), 4), int(8 * (e / 2)));
         let col = add(mul(rem(tid.clone(), 4), int(2)), int(e % 2));
@@ -196,8 +194,13 @@ fn a_misaligned_vector_load_is_reported() {
     let src = buffer(&mut m, "X", Scope::Global, DType::F32, &[32, 8]);
     let reg = buffer(&mut m, "r", Scope::Local, DType::F32, &[4]);
     let tid = Expr::var(m.thread_idx(), DType::I32);
-    m.kernel.body =
-        vec![Stmt::VecCopy { dst: reg, dst_idx: vec![int(0)], src, src_idx: vec![tid, int(2)], width: 4 }];
+    m.kernel.body = vec![Stmt::inst(inst::VecCopy {
+        dst: reg,
+        dst_idx: vec![int(0)],
+        src,
+        src_idx: vec![tid, int(2)],
+        width: 4,
+    })];
     let mut args = vec![Arg::Tensor(vec![0; 4 * 256])];
     let e = run(&m, &mut args).unwrap_err();
     assert!(e.message.contains("not aligned"), "{}", e.message);
@@ -209,7 +212,7 @@ fn a_barrier_inside_a_thread_condition_is_a_deadlock() {
     let tid = Expr::var(m.thread_idx(), DType::I32);
     m.kernel.body = vec![Stmt::If {
         cond: Expr::binary(BinOp::Lt, tid, int(32)),
-        then: vec![Stmt::Sync],
+        then: vec![Stmt::inst(inst::Sync)],
         otherwise: vec![],
         loc: Loc::UNKNOWN,
     }];

@@ -1,7 +1,9 @@
 //! IR node types: the module, buffers, variables, expressions and statements.
 
 use crate::diag::{Loc, SourceTable};
+use crate::inst::{Inst, Instruction};
 use crate::layout::FragmentLayout;
+use crate::target::MmaAtom;
 use crate::types::{DType, Scope};
 use std::fmt;
 
@@ -491,24 +493,6 @@ pub enum ForKind {
     Pipelined { stages: u32 },
 }
 
-/// The `mma.sync` instruction shapes tilers emits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MmaShape {
-    /// fp16 or bf16 inputs, fp32 accumulator.
-    M16N8K16,
-    /// int8 inputs, int32 accumulator.
-    M16N8K32,
-}
-
-impl MmaShape {
-    pub fn k(self) -> i64 {
-        match self {
-            MmaShape::M16N8K16 => 16,
-            MmaShape::M16N8K32 => 32,
-        }
-    }
-}
-
 /// How `gemm` spreads warps over the output tile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WarpPolicy {
@@ -555,6 +539,96 @@ pub enum Printed {
     Tile(Region),
 }
 
+/// `T.copy(src, dst)`: elements of `src` to `dst`, converted to `dst`'s dtype; reads past a
+/// global tensor's edge give `pad` (zero when absent), writes past it are dropped.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CopyOp {
+    pub src: Region,
+    pub dst: Region,
+    pub pad: Option<Expr>,
+    pub loc: Loc,
+    /// Set by `select_instructions`.
+    pub inst: Option<CopyInst>,
+}
+
+/// How a `T.copy` is carried out (`select_instructions`' choice; the lowering follows it).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CopyInst {
+    /// By the block's threads over the anchor's layout: vector accesses (up to 16 bytes)
+    /// where contiguous and aligned, a guarded scalar path at ragged edges.
+    Threads,
+    /// One 16-byte `cp.async` per thread and chunk, zero-filled past the edge (a pipelined
+    /// global → shared copy: issued ahead, waited for by the pipeline).
+    CpAsync,
+    /// A fragment whose threads hold less than 16 contiguous bytes of a row (an mma
+    /// accumulator) is written to a swizzled shared tile and from there to global memory in
+    /// 16-byte vectors along rows.
+    Staged,
+}
+
+/// `T.reduce_*(src, dst, dim)`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReduceOp {
+    pub kind: ReduceKind,
+    pub src: BufferId,
+    pub dst: BufferId,
+    pub dim: usize,
+    pub clear: bool,
+    pub loc: Loc,
+}
+
+/// `c (+)= op(a) @ op(b)`: a is (M, K) or (K, M) transposed, b (K, N) or (N, K), c (M, N).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmOp {
+    pub a: BufferId,
+    pub b: BufferId,
+    pub c: BufferId,
+    pub transpose_a: bool,
+    pub transpose_b: bool,
+    pub policy: WarpPolicy,
+    pub clear_accum: bool,
+    pub loc: Loc,
+    /// Set by `inject_pipeline`: the operand is one stage of a multi-buffered tile (its
+    /// buffer has a leading stage dimension) selected by this index.
+    pub a_stage: Option<Expr>,
+    pub b_stage: Option<Expr>,
+    /// Set by `select_instructions`.
+    pub inst: Option<GemmInst>,
+}
+
+/// The tensor-core instruction of a `T.gemm` and how its operands reach it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmInst {
+    pub atom: &'static MmaAtom,
+    /// The warp grid over the output tile (`warps_m × warps_n`, row-major).
+    pub warps_m: i64,
+    pub warps_n: i64,
+    pub a: OperandSource,
+    pub b: OperandSource,
+}
+
+/// Where a gemm operand's fragments come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperandSource {
+    /// A fragment already in the mma operand layout.
+    Registers,
+    /// `ldmatrix` (transposing when the tile is stored the other way) from shared memory.
+    Ldmatrix,
+    /// Element by element from shared memory (8-bit tiles stored the other way, which
+    /// `ldmatrix` cannot transpose).
+    Gather,
+}
+
+impl OperandSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            OperandSource::Registers => "registers",
+            OperandSource::Ldmatrix => "ldmatrix",
+            OperandSource::Gather => "gather",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Stmt {
     Store {
@@ -569,40 +643,14 @@ pub enum Stmt {
         value: Expr,
         loc: Loc,
     },
-    Copy {
-        src: Region,
-        dst: Region,
-        pad: Option<Expr>,
-        loc: Loc,
-    },
+    Copy(CopyOp),
     Fill {
         dst: Region,
         value: Expr,
         loc: Loc,
     },
-    Reduce {
-        kind: ReduceKind,
-        src: BufferId,
-        dst: BufferId,
-        dim: usize,
-        clear: bool,
-        loc: Loc,
-    },
-    /// `c (+)= op(a) @ op(b)`: a is (M, K) or (K, M) transposed, b (K, N) or (N, K), c (M, N).
-    Gemm {
-        a: BufferId,
-        b: BufferId,
-        c: BufferId,
-        transpose_a: bool,
-        transpose_b: bool,
-        policy: WarpPolicy,
-        clear_accum: bool,
-        loc: Loc,
-        /// Set by `inject_pipeline`: the operand is one stage of a multi-buffered tile
-        /// (its buffer has a leading stage dimension) selected by this index.
-        a_stage: Option<Expr>,
-        b_stage: Option<Expr>,
-    },
+    Reduce(ReduceOp),
+    Gemm(GemmOp),
     /// `layout` (set by `infer_layouts`) says which thread runs which iteration.
     Parallel {
         vars: Vec<VarId>,
@@ -641,74 +689,21 @@ pub enum Stmt {
         msg: String,
         loc: Loc,
     },
+    /// Copies issued ahead by `inject_pipeline` into one stage of a multi-buffered shared
+    /// tile; ordered by the `async_commit` / `async_wait` and barriers it places, so
+    /// `insert_syncs` leaves them alone.
+    Async {
+        body: Vec<Stmt>,
+    },
     /// Thread level: bind a per-thread scalar.
     Let {
         var: VarId,
         value: Expr,
     },
-    /// Thread level: copy `width` contiguous elements (one vector access on each side).
-    VecCopy {
-        dst: BufferId,
-        dst_idx: Vec<Expr>,
-        src: BufferId,
-        src_idx: Vec<Expr>,
-        width: u32,
-    },
-    /// Thread level: `ldmatrix.sync.aligned.m8n8.x{count}[.trans].shared.b16`: this lane
-    /// gives the address of row `src_idx` of shared `src`; the warp receives `count` 32-bit
-    /// registers per lane, written to `dst[dst_offset..]` (16-bit elements, two per register).
-    Ldmatrix {
-        dst: BufferId,
-        dst_offset: Expr,
-        count: u32,
-        trans: bool,
-        src: BufferId,
-        src_idx: Vec<Expr>,
-    },
-    /// Thread level: one warp-wide `mma.sync.aligned.{shape}.row.col` on register arrays:
-    /// `c[c_offset..] += a[a_offset..] * b[b_offset..]` with the PTX fragment layouts.
-    Mma {
-        shape: MmaShape,
-        a: BufferId,
-        a_offset: Expr,
-        b: BufferId,
-        b_offset: Expr,
-        c: BufferId,
-        c_offset: Expr,
-    },
-    /// Copies issued asynchronously (`cp.async` where possible) into one stage of a
-    /// multi-buffered shared tile; ordered by `AsyncCommit` / `AsyncWait` and barriers that
-    /// `inject_pipeline` places, so `insert_syncs` leaves them alone.
-    Async {
-        body: Vec<Stmt>,
-    },
-    /// Close the group of asynchronous copies issued since the last commit.
-    AsyncCommit,
-    /// Wait until at most `pending` committed groups are still in flight.
-    AsyncWait {
-        pending: u32,
-    },
-    /// Thread level: `cp.async.cg.shared.global` of 16 bytes: `src_bytes` of them read from
-    /// `src` (0 to 16; the rest zero-filled).
-    AsyncCopy {
-        dst: BufferId,
-        dst_idx: Vec<Expr>,
-        src: BufferId,
-        src_idx: Vec<Expr>,
-        src_bytes: Expr,
-    },
-    /// Thread level: `__syncthreads()`.
-    Sync,
+    /// Thread level: an instruction (see [`crate::inst`]).
+    Inst(Inst),
     /// Thread level: a comment for the reader of the generated code.
     Comment(String),
-    /// Thread level: CUDA `printf(format, args...)`. `format` holds the C conversions
-    /// (`%d`, `%lld`, `%u`, `%g`, `%%`) matching the args' dtypes (see [`printf_conversion`]).
-    Printf {
-        format: String,
-        args: Vec<Expr>,
-    },
-    /// Thread level: `__trap()`, stopping the kernel with an error.
-    Trap,
     /// Thread level: the code that follows implements the user's statement at this
     /// location (made with `lineinfo`, emitted as a `#line` directive).
     SourceLine(Loc),
@@ -719,15 +714,15 @@ impl Stmt {
         match self {
             Stmt::Store { loc, .. }
             | Stmt::AtomicAdd { loc, .. }
-            | Stmt::Copy { loc, .. }
             | Stmt::Fill { loc, .. }
-            | Stmt::Reduce { loc, .. }
-            | Stmt::Gemm { loc, .. }
             | Stmt::Parallel { loc, .. }
             | Stmt::For { loc, .. }
             | Stmt::If { loc, .. }
             | Stmt::Print { loc, .. }
             | Stmt::DeviceAssert { loc, .. } => *loc,
+            Stmt::Copy(op) => op.loc,
+            Stmt::Reduce(op) => op.loc,
+            Stmt::Gemm(op) => op.loc,
             _ => Loc::UNKNOWN,
         }
     }
@@ -739,6 +734,10 @@ impl Stmt {
             Stmt::Async { body } => vec![body],
             _ => vec![],
         }
+    }
+    /// A thread-level instruction as a statement.
+    pub fn inst(i: impl Into<Inst>) -> Stmt {
+        Stmt::Inst(i.into())
     }
 }
 
@@ -752,33 +751,35 @@ pub fn walk_stmts(stmts: &[Stmt], f: &mut dyn FnMut(&Stmt)) {
     }
 }
 
-/// Visit every expression directly held by a statement (not those of child statements).
-pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
-    let region = |r: &Region, f: &mut dyn FnMut(&Expr)| {
-        for d in &r.dims {
-            match d {
-                RegionDim::Index(e) | RegionDim::Origin(e) => f(e),
-                RegionDim::Slice { start, stop } => {
-                    f(start);
-                    f(stop);
-                }
+/// The expressions of a region, in order.
+pub fn region_exprs(r: &Region) -> Vec<&Expr> {
+    let mut out = Vec::new();
+    for d in &r.dims {
+        match d {
+            RegionDim::Index(e) | RegionDim::Origin(e) => out.push(e),
+            RegionDim::Slice { start, stop } => {
+                out.push(start);
+                out.push(stop);
             }
         }
-    };
+    }
+    out
+}
+
+/// Visit every expression directly held by a statement (not those of child statements).
+pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
     match s {
         Stmt::Store { idx, value, .. } | Stmt::AtomicAdd { idx, value, .. } => {
             idx.iter().for_each(&mut *f);
             f(value);
         }
-        Stmt::Copy { src, dst, pad, .. } => {
-            region(src, f);
-            region(dst, f);
-            if let Some(p) = pad {
-                f(p);
-            }
+        Stmt::Copy(op) => {
+            region_exprs(&op.src).into_iter().for_each(&mut *f);
+            region_exprs(&op.dst).into_iter().for_each(&mut *f);
+            op.pad.iter().for_each(&mut *f);
         }
         Stmt::Fill { dst, value, .. } => {
-            region(dst, f);
+            region_exprs(dst).into_iter().for_each(&mut *f);
             f(value);
         }
         Stmt::For { start, extent, .. } => {
@@ -787,39 +788,17 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
         }
         Stmt::If { cond, .. } => f(cond),
         Stmt::Print { what: Printed::Value(e), .. } | Stmt::DeviceAssert { cond: e, .. } => f(e),
-        Stmt::Print { what: Printed::Tile(r), .. } => region(r, f),
-        Stmt::Printf { args, .. } => args.iter().for_each(&mut *f),
+        Stmt::Print { what: Printed::Tile(r), .. } => region_exprs(r).into_iter().for_each(&mut *f),
         Stmt::Let { value, .. } => f(value),
-        Stmt::VecCopy { dst_idx, src_idx, .. } => {
-            dst_idx.iter().for_each(&mut *f);
-            src_idx.iter().for_each(&mut *f);
+        Stmt::Gemm(op) => {
+            op.a_stage.iter().for_each(&mut *f);
+            op.b_stage.iter().for_each(&mut *f);
         }
-        Stmt::Ldmatrix { dst_offset, src_idx, .. } => {
-            f(dst_offset);
-            src_idx.iter().for_each(&mut *f);
-        }
-        Stmt::Mma { a_offset, b_offset, c_offset, .. } => {
-            f(a_offset);
-            f(b_offset);
-            f(c_offset);
-        }
-        Stmt::Gemm { a_stage, b_stage, .. } => {
-            a_stage.iter().for_each(&mut *f);
-            b_stage.iter().for_each(&mut *f);
-        }
-        Stmt::AsyncCopy { dst_idx, src_idx, src_bytes, .. } => {
-            dst_idx.iter().for_each(&mut *f);
-            src_idx.iter().for_each(&mut *f);
-            f(src_bytes);
-        }
-        Stmt::Reduce { .. }
+        Stmt::Inst(i) => i.exprs().into_iter().for_each(&mut *f),
+        Stmt::Reduce(_)
         | Stmt::Parallel { .. }
         | Stmt::Async { .. }
-        | Stmt::AsyncCommit
-        | Stmt::AsyncWait { .. }
-        | Stmt::Sync
         | Stmt::Comment(_)
-        | Stmt::Trap
         | Stmt::SourceLine(_) => {}
     }
 }
@@ -830,10 +809,9 @@ impl fmt::Display for BufferId {
     }
 }
 
-/// Rebuild a statement with `f` applied to every expression in it, child statements
-/// included (bottom-up within each expression, see [`Expr::map`]).
-pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
-    let region = |r: Region, f: &mut dyn FnMut(Expr) -> Expr| Region {
+/// `r` with `f` applied to every expression in it.
+pub fn map_region(r: Region, f: &mut dyn FnMut(Expr) -> Expr) -> Region {
+    Region {
         dims: r
             .dims
             .into_iter()
@@ -846,7 +824,12 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
             })
             .collect(),
         ..r
-    };
+    }
+}
+
+/// Rebuild a statement with `f` applied to every expression in it, child statements
+/// included (bottom-up within each expression, see [`Expr::map`]).
+pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
     let exprs =
         |v: Vec<Expr>, f: &mut dyn FnMut(Expr) -> Expr| v.into_iter().map(|e| e.map(f)).collect::<Vec<_>>();
     let stmts = |v: Vec<Stmt>, f: &mut dyn FnMut(Expr) -> Expr| {
@@ -859,24 +842,18 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
         Stmt::AtomicAdd { buf, idx, value, loc } => {
             Stmt::AtomicAdd { buf, idx: exprs(idx, f), value: value.map(f), loc }
         }
-        Stmt::Copy { src, dst, pad, loc } => {
-            Stmt::Copy { src: region(src, f), dst: region(dst, f), pad: pad.map(|p| p.map(f)), loc }
-        }
-        Stmt::Fill { dst, value, loc } => Stmt::Fill { dst: region(dst, f), value: value.map(f), loc },
-        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, loc, a_stage, b_stage } => {
-            Stmt::Gemm {
-                a,
-                b,
-                c,
-                transpose_a,
-                transpose_b,
-                policy,
-                clear_accum,
-                loc,
-                a_stage: a_stage.map(|e| e.map(f)),
-                b_stage: b_stage.map(|e| e.map(f)),
-            }
-        }
+        Stmt::Copy(op) => Stmt::Copy(CopyOp {
+            src: map_region(op.src, f),
+            dst: map_region(op.dst, f),
+            pad: op.pad.map(|p| p.map(f)),
+            ..op
+        }),
+        Stmt::Fill { dst, value, loc } => Stmt::Fill { dst: map_region(dst, f), value: value.map(f), loc },
+        Stmt::Gemm(op) => Stmt::Gemm(GemmOp {
+            a_stage: op.a_stage.map(|e| e.map(f)),
+            b_stage: op.b_stage.map(|e| e.map(f)),
+            ..op
+        }),
         Stmt::Parallel { vars, extents, body, loc, layout } => {
             Stmt::Parallel { vars, extents, body: stmts(body, f), loc, layout }
         }
@@ -890,47 +867,14 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
         Stmt::Print { what, msg, block, loc } => {
             let what = match what {
                 Printed::Value(e) => Printed::Value(e.map(f)),
-                Printed::Tile(r) => Printed::Tile(region(r, f)),
+                Printed::Tile(r) => Printed::Tile(map_region(r, f)),
             };
             Stmt::Print { what, msg, block, loc }
         }
         Stmt::DeviceAssert { cond, msg, loc } => Stmt::DeviceAssert { cond: cond.map(f), msg, loc },
-        Stmt::Printf { format, args } => Stmt::Printf { format, args: exprs(args, f) },
         Stmt::Let { var, value } => Stmt::Let { var, value: value.map(f) },
-        Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
-            Stmt::VecCopy { dst, dst_idx: exprs(dst_idx, f), src, src_idx: exprs(src_idx, f), width }
-        }
-        Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => Stmt::AsyncCopy {
-            dst,
-            dst_idx: exprs(dst_idx, f),
-            src,
-            src_idx: exprs(src_idx, f),
-            src_bytes: src_bytes.map(f),
-        },
-        Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => Stmt::Ldmatrix {
-            dst,
-            dst_offset: dst_offset.map(f),
-            count,
-            trans,
-            src,
-            src_idx: exprs(src_idx, f),
-        },
-        Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => Stmt::Mma {
-            shape,
-            a,
-            a_offset: a_offset.map(f),
-            b,
-            b_offset: b_offset.map(f),
-            c,
-            c_offset: c_offset.map(f),
-        },
-        other @ (Stmt::Reduce { .. }
-        | Stmt::AsyncCommit
-        | Stmt::AsyncWait { .. }
-        | Stmt::Sync
-        | Stmt::Comment(_)
-        | Stmt::Trap
-        | Stmt::SourceLine(_)) => other,
+        Stmt::Inst(i) => Stmt::Inst(i.map_exprs(&mut |e| e.map(f))),
+        other @ (Stmt::Reduce(_) | Stmt::Comment(_) | Stmt::SourceLine(_)) => other,
     }
 }
 

@@ -28,17 +28,21 @@
 //! Evaluation order is program order; expressions have no side effects.
 
 pub mod diag;
+pub mod inst;
 pub mod ir;
 pub mod layout;
 pub mod parse;
 pub mod print;
 pub mod serialize;
 pub mod simplify;
+pub mod target;
 pub mod text;
 pub mod types;
 pub mod verify;
 
 pub use diag::{Diagnostic, Diagnostics, Loc, SourceTable};
+pub use inst::{Inst, Instruction};
 pub use ir::*;
 pub use layout::{Digit, FragmentLayout, Source};
+pub use target::{CopyAtom, MmaAtom, Target};
 pub use types::{DType, Scope};

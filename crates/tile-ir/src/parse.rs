@@ -497,12 +497,13 @@ impl Parser {
                     Some(p) => Some(self.expr(p, &o.p("pad"), ns)?),
                     None => None,
                 };
-                Stmt::Copy {
+                Stmt::Copy(CopyOp {
                     src: self.region(o.get("src")?, &o.p("src"), ns)?,
                     dst: self.region(o.get("dst")?, &o.p("dst"), ns)?,
                     pad,
                     loc: l(&o)?,
-                }
+                    inst: None,
+                })
             }
             "fill" => {
                 let o = Obj::new(v, path, &["op", "dst", "value", "loc"])?;
@@ -525,14 +526,14 @@ impl Parser {
                 if dim < 0 {
                     return err(&o.p("dim"), "expected a non-negative dimension");
                 }
-                Stmt::Reduce {
+                Stmt::Reduce(ReduceOp {
                     kind,
                     src: self.buffer_id(o.get("src")?, &o.p("src"))?,
                     dst: self.buffer_id(o.get("dst")?, &o.p("dst"))?,
                     dim: dim as usize,
                     clear: o.bool("clear")?,
                     loc: l(&o)?,
-                }
+                })
             }
             "gemm" => {
                 let o = Obj::new(
@@ -546,7 +547,7 @@ impl Parser {
                     "full_col" => WarpPolicy::FullCol,
                     p => return err(&o.p("policy"), format!("unknown warp policy '{p}'")),
                 };
-                Stmt::Gemm {
+                Stmt::Gemm(GemmOp {
                     a: self.buffer_id(o.get("a")?, &o.p("a"))?,
                     b: self.buffer_id(o.get("b")?, &o.p("b"))?,
                     c: self.buffer_id(o.get("c")?, &o.p("c"))?,
@@ -557,7 +558,8 @@ impl Parser {
                     loc: l(&o)?,
                     a_stage: None,
                     b_stage: None,
-                }
+                    inst: None,
+                })
             }
             "parallel" => {
                 let o = Obj::new(v, path, &["op", "vars", "extents", "body", "loc"])?;

@@ -1,6 +1,7 @@
 //! The text form of the IR, for dumps (`TILERS_DUMP_IR`) and tests; [`crate::text`] reads
 //! the tile-level form back. Names are made unique (`%i`, `%i.1`) so the text is unambiguous.
 
+use crate::inst::{Instruction, TextNames};
 use crate::ir::*;
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -181,38 +182,58 @@ impl Printer<'_> {
                     self.expr(value)
                 );
             }
-            Stmt::Copy { src, dst, pad: p, .. } => {
-                let padding = p.as_ref().map(|p| format!(" pad={}", self.expr(p))).unwrap_or_default();
-                let _ = writeln!(out, "{pad}copy {} -> {}{padding}{lc}", self.region(src), self.region(dst));
+            Stmt::Copy(op) => {
+                let padding = op.pad.as_ref().map(|p| format!(" pad={}", self.expr(p))).unwrap_or_default();
+                let inst = op.inst.map(|i| format!(" by {}", copy_inst_text(i))).unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "{pad}copy {} -> {}{padding}{inst}{lc}",
+                    self.region(&op.src),
+                    self.region(&op.dst)
+                );
             }
             Stmt::Fill { dst, value, .. } => {
                 let _ = writeln!(out, "{pad}fill {}, {}{lc}", self.region(dst), self.expr(value));
             }
-            Stmt::Reduce { kind, src, dst, dim, clear, .. } => {
+            Stmt::Reduce(op) => {
                 let _ = writeln!(
                     out,
-                    "{pad}reduce_{} {} -> {} dim={dim} clear={clear}{lc}",
-                    kind.name(),
-                    self.buf_name(*src),
-                    self.buf_name(*dst)
+                    "{pad}reduce_{} {} -> {} dim={} clear={}{lc}",
+                    op.kind.name(),
+                    self.buf_name(op.src),
+                    self.buf_name(op.dst),
+                    op.dim,
+                    op.clear
                 );
             }
-            Stmt::Gemm {
-                a, b, c, transpose_a, transpose_b, policy, clear_accum, a_stage, b_stage, ..
-            } => {
+            Stmt::Gemm(op) => {
                 let stage =
                     |s: &Option<Expr>| s.as_ref().map(|e| format!("[{}]", self.expr(e))).unwrap_or_default();
+                let inst = op
+                    .inst
+                    .map(|i| {
+                        format!(
+                            " by {} warps={}x{} a={} b={}",
+                            i.atom.name,
+                            i.warps_m,
+                            i.warps_n,
+                            i.a.name(),
+                            i.b.name()
+                        )
+                    })
+                    .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "{pad}gemm {}{}{} x {}{}{} -> {} policy={} clear_accum={clear_accum}{lc}",
-                    self.buf_name(*a),
-                    stage(a_stage),
-                    if *transpose_a { "^T" } else { "" },
-                    self.buf_name(*b),
-                    stage(b_stage),
-                    if *transpose_b { "^T" } else { "" },
-                    self.buf_name(*c),
-                    policy.name()
+                    "{pad}gemm {}{}{} x {}{}{} -> {} policy={} clear_accum={}{inst}{lc}",
+                    self.buf_name(op.a),
+                    stage(&op.a_stage),
+                    if op.transpose_a { "^T" } else { "" },
+                    self.buf_name(op.b),
+                    stage(&op.b_stage),
+                    if op.transpose_b { "^T" } else { "" },
+                    self.buf_name(op.c),
+                    op.policy.name(),
+                    op.clear_accum
                 );
             }
             Stmt::Parallel { vars, extents, body, layout, .. } => {
@@ -264,13 +285,6 @@ impl Printer<'_> {
             Stmt::DeviceAssert { cond, msg, .. } => {
                 let _ = writeln!(out, "{pad}assert {}, {msg:?}{lc}", self.expr(cond));
             }
-            Stmt::Printf { format, args } => {
-                let args: Vec<String> = args.iter().map(|a| format!(", {}", self.expr(a))).collect();
-                let _ = writeln!(out, "{pad}printf({format:?}{})", args.concat());
-            }
-            Stmt::Trap => {
-                let _ = writeln!(out, "{pad}trap");
-            }
             Stmt::SourceLine(loc) => {
                 let at = self.m.sources.short(*loc).unwrap_or_else(|| "?".into());
                 let _ = writeln!(out, "{pad}line {at}");
@@ -278,63 +292,13 @@ impl Printer<'_> {
             Stmt::Let { var, value } => {
                 let _ = writeln!(out, "{pad}let %{} = {}", self.var_name(*var), self.expr(value));
             }
-            Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
-                let _ = writeln!(
-                    out,
-                    "{pad}vec{width} {}[{}] <- {}[{}]",
-                    self.buf_name(*dst),
-                    self.idx(dst_idx),
-                    self.buf_name(*src),
-                    self.idx(src_idx)
-                );
-            }
-            Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => {
-                let _ = writeln!(
-                    out,
-                    "{pad}ldmatrix.x{count}{} {}[{}..] <- {}[{}]",
-                    if *trans { ".trans" } else { "" },
-                    self.buf_name(*dst),
-                    self.expr(dst_offset),
-                    self.buf_name(*src),
-                    self.idx(src_idx)
-                );
-            }
-            Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => {
-                let _ = writeln!(
-                    out,
-                    "{pad}mma.{shape:?} {}[{}..] += {}[{}..] * {}[{}..]",
-                    self.buf_name(*c),
-                    self.expr(c_offset),
-                    self.buf_name(*a),
-                    self.expr(a_offset),
-                    self.buf_name(*b),
-                    self.expr(b_offset)
-                );
+            Stmt::Inst(i) => {
+                let _ = writeln!(out, "{pad}{}", i.text(self));
             }
             Stmt::Async { body } => {
                 let _ = writeln!(out, "{pad}async {{");
                 self.stmts(body, depth + 1, out);
                 let _ = writeln!(out, "{pad}}}");
-            }
-            Stmt::AsyncCommit => {
-                let _ = writeln!(out, "{pad}async_commit");
-            }
-            Stmt::AsyncWait { pending } => {
-                let _ = writeln!(out, "{pad}async_wait {pending}");
-            }
-            Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => {
-                let _ = writeln!(
-                    out,
-                    "{pad}cp.async16 {}[{}] <- {}[{}] ({} bytes)",
-                    self.buf_name(*dst),
-                    self.idx(dst_idx),
-                    self.buf_name(*src),
-                    self.idx(src_idx),
-                    self.expr(src_bytes)
-                );
-            }
-            Stmt::Sync => {
-                let _ = writeln!(out, "{pad}sync");
             }
             Stmt::Comment(c) => {
                 let _ = writeln!(out, "{pad}// {c}");
@@ -342,7 +306,7 @@ impl Printer<'_> {
         }
     }
 
-    fn expr(&self, e: &Expr) -> String {
+    fn expr_text(&self, e: &Expr) -> String {
         match e {
             Expr::Const { value, dtype } => match value {
                 ConstValue::Int(i) if *dtype == crate::DType::I32 => format!("{i}"),
@@ -362,5 +326,23 @@ impl Printer<'_> {
             }
             Expr::ShflXor { a, mask, .. } => format!("shfl_xor({}, {mask})", self.expr(a)),
         }
+    }
+}
+
+impl TextNames for Printer<'_> {
+    fn buffer(&self, b: BufferId) -> String {
+        self.buf_name(b)
+    }
+    fn expr(&self, e: &Expr) -> String {
+        self.expr_text(e)
+    }
+}
+
+/// How a copy is carried out, as the text IR writes it (`by cp.async`).
+pub fn copy_inst_text(i: CopyInst) -> String {
+    match i {
+        CopyInst::Threads => "threads".into(),
+        CopyInst::CpAsync => "cp.async".into(),
+        CopyInst::Staged => "staged".into(),
     }
 }

@@ -72,16 +72,16 @@ fn stmt(s: &Stmt) -> Option<Value> {
             let op = if matches!(s, Stmt::Store { .. }) { "store" } else { "atomic_add" };
             json!({"op": op, "buf": buf.0, "idx": idx.iter().map(expr).collect::<Vec<_>>(), "value": expr(value)})
         }
-        Stmt::Copy { src, dst, pad, .. } => {
-            json!({"op": "copy", "src": region(src), "dst": region(dst), "pad": pad.as_ref().map(expr)})
+        Stmt::Copy(op) => {
+            json!({"op": "copy", "src": region(&op.src), "dst": region(&op.dst), "pad": op.pad.as_ref().map(expr)})
         }
         Stmt::Fill { dst, value, .. } => json!({"op": "fill", "dst": region(dst), "value": expr(value)}),
-        Stmt::Reduce { kind, src, dst, dim, clear, .. } => {
-            json!({"op": "reduce", "kind": kind.name(), "src": src.0, "dst": dst.0, "dim": dim, "clear": clear})
-        }
-        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, .. } => json!({
-            "op": "gemm", "a": a.0, "b": b.0, "c": c.0, "transpose_a": transpose_a, "transpose_b": transpose_b,
-            "policy": policy.name(), "clear_accum": clear_accum
+        Stmt::Reduce(op) => json!({
+            "op": "reduce", "kind": op.kind.name(), "src": op.src.0, "dst": op.dst.0, "dim": op.dim, "clear": op.clear
+        }),
+        Stmt::Gemm(op) => json!({
+            "op": "gemm", "a": op.a.0, "b": op.b.0, "c": op.c.0, "transpose_a": op.transpose_a,
+            "transpose_b": op.transpose_b, "policy": op.policy.name(), "clear_accum": op.clear_accum
         }),
         Stmt::Parallel { vars, extents, body, .. } => json!({
             "op": "parallel", "vars": vars.iter().map(|v| v.0).collect::<Vec<_>>(), "extents": extents, "body": stmts(body)
@@ -116,17 +116,9 @@ fn stmt(s: &Stmt) -> Option<Value> {
             json!({"op": "device_assert", "cond": expr(cond), "msg": msg})
         }
         // thread-level statements are not part of the serialized format
-        Stmt::Printf { .. } | Stmt::Trap | Stmt::SourceLine(_) => return None,
-        Stmt::Let { .. }
-        | Stmt::VecCopy { .. }
-        | Stmt::Ldmatrix { .. }
-        | Stmt::Async { .. }
-        | Stmt::AsyncCommit
-        | Stmt::AsyncWait { .. }
-        | Stmt::AsyncCopy { .. }
-        | Stmt::Mma { .. }
-        | Stmt::Sync
-        | Stmt::Comment(_) => return None,
+        Stmt::Let { .. } | Stmt::Async { .. } | Stmt::Inst(_) | Stmt::Comment(_) | Stmt::SourceLine(_) => {
+            return None
+        }
     };
     Some(with_loc(v, s.loc()))
 }

@@ -3,6 +3,7 @@
 //! directly. Thread-level statements are not read; locations are not kept.
 
 use crate::diag::{Loc, SourceTable};
+use crate::inst;
 use crate::ir::*;
 use crate::types::{DType, Scope};
 use std::collections::BTreeMap;
@@ -384,7 +385,7 @@ impl Parser {
                 } else {
                     None
                 };
-                Ok(Stmt::Copy { src, dst, pad, loc })
+                Ok(Stmt::Copy(CopyOp { src, dst, pad, loc, inst: None }))
             }
             "fill" => {
                 self.pos += 1;
@@ -414,7 +415,7 @@ impl Parser {
                 let dst = self.buffer()?;
                 let dim = self.kv("dim")?.parse().map_err(|_| format!("line {}: bad dim", self.line()))?;
                 let clear = self.kv("clear")? == "true";
-                Ok(Stmt::Reduce { kind, src, dst, dim, clear, loc })
+                Ok(Stmt::Reduce(ReduceOp { kind, src, dst, dim, clear, loc }))
             }
             "gemm" => {
                 self.pos += 1;
@@ -446,7 +447,7 @@ impl Parser {
                     p => return Err(format!("line {}: unknown policy {p}", self.line())),
                 };
                 let clear_accum = self.kv("clear_accum")? == "true";
-                Ok(Stmt::Gemm {
+                Ok(Stmt::Gemm(GemmOp {
                     a,
                     b,
                     c,
@@ -457,7 +458,8 @@ impl Parser {
                     loc,
                     a_stage,
                     b_stage,
-                })
+                    inst: None,
+                }))
             }
             "parallel" => {
                 self.pos += 1;
@@ -558,7 +560,7 @@ impl Parser {
             }
             "sync" => {
                 self.pos += 1;
-                Ok(Stmt::Sync)
+                Ok(Stmt::inst(inst::Sync))
             }
             "async" => {
                 self.pos += 1;
@@ -566,11 +568,11 @@ impl Parser {
             }
             "async_commit" => {
                 self.pos += 1;
-                Ok(Stmt::AsyncCommit)
+                Ok(Stmt::inst(inst::AsyncCommit))
             }
             "async_wait" => {
                 self.pos += 1;
-                Ok(Stmt::AsyncWait { pending: self.int()? as u32 })
+                Ok(Stmt::inst(inst::AsyncWait { pending: self.int()? as u32 }))
             }
             _ => {
                 let buf = self.buffer()?;

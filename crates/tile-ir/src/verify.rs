@@ -17,6 +17,7 @@
 //!   its `block=` names a block of the grid; `device_assert` takes a `bool` condition.
 
 use crate::diag::{Diagnostic, Loc};
+use crate::inst::Instruction;
 use crate::ir::*;
 use crate::simplify::simplify;
 use crate::types::{DType, Scope};
@@ -525,7 +526,7 @@ impl<'a> Verifier<'a> {
         match s {
             Stmt::Store { buf, idx, value, loc } => self.store_target(*buf, idx, value, *loc, false),
             Stmt::AtomicAdd { buf, idx, value, loc } => self.store_target(*buf, idx, value, *loc, true),
-            Stmt::Copy { src, dst, pad, loc } => {
+            Stmt::Copy(CopyOp { src, dst, pad, loc, .. }) => {
                 self.region(src);
                 self.region(dst);
                 if let Some(p) = pad {
@@ -563,7 +564,7 @@ impl<'a> Verifier<'a> {
                     Err(d) => self.diags.push(d),
                 }
             }
-            Stmt::Reduce { src, dst, dim, loc, .. } => {
+            Stmt::Reduce(ReduceOp { src, dst, dim, loc, .. }) => {
                 let (sb, db) = (m.buffer(*src), m.buffer(*dst));
                 if self.in_parallel.is_some() {
                     self.tile_op_in_parallel("T.reduce", *loc);
@@ -623,7 +624,7 @@ impl<'a> Verifier<'a> {
                     );
                 }
             }
-            Stmt::Gemm { a, b, c, transpose_a, transpose_b, loc, .. } => {
+            Stmt::Gemm(GemmOp { a, b, c, transpose_a, transpose_b, loc, .. }) => {
                 self.gemm(*a, *b, *c, *transpose_a, *transpose_b, *loc)
             }
             Stmt::Parallel { vars, extents, body, loc, .. } => {
@@ -693,17 +694,16 @@ impl<'a> Verifier<'a> {
             }
             Stmt::Print { what, block, loc, .. } => self.print(what, block.as_deref(), *loc),
             Stmt::DeviceAssert { cond, loc, .. } => self.device_assert(cond, *loc),
-            Stmt::Printf { .. } | Stmt::Trap | Stmt::SourceLine(_) => {
-                self.err("internal: thread-level statement in tile-level IR".into(), Loc::UNKNOWN);
-            }
-            // barriers are placed by insert_syncs, which runs on tile-level IR
-            Stmt::Sync | Stmt::Comment(_) | Stmt::AsyncCommit | Stmt::AsyncWait { .. } => {}
+            // barriers and the pipeline's commits and waits are placed by insert_syncs and
+            // inject_pipeline, which run on tile-level IR
+            Stmt::Inst(i)
+                if {
+                    let e = i.effects();
+                    e.barrier || e.commits || e.waits_for.is_some()
+                } => {}
+            Stmt::Comment(_) => {}
             Stmt::Async { body } => self.stmts(body),
-            Stmt::Let { .. }
-            | Stmt::VecCopy { .. }
-            | Stmt::Ldmatrix { .. }
-            | Stmt::Mma { .. }
-            | Stmt::AsyncCopy { .. } => {
+            Stmt::Let { .. } | Stmt::Inst(_) | Stmt::SourceLine(_) => {
                 self.err("internal: thread-level statement in tile-level IR".into(), Loc::UNKNOWN);
             }
         }

@@ -1,7 +1,7 @@
-//! What the passes agree on about `T.gemm`: the warp grid over the output tile and the
-//! instruction shape.
+//! What the passes agree on about `T.gemm`: the warp grid over the output tile, and the
+//! instruction plan (`plan`) that `select_instructions` records and the lowering follows.
 
-use tile_ir::{DType, MmaShape, WarpPolicy};
+use tile_ir::{GemmInst, GemmOp, Module, OperandSource, Scope, Target, WarpPolicy};
 
 /// Split `warps` into a `warps_m × warps_n` grid over an `m × n` tile so each warp's tile is
 /// a whole number of 16×8 mma pieces: `FullRow` stacks warps along M, `FullCol` along N,
@@ -31,13 +31,34 @@ pub fn warp_grid(policy: WarpPolicy, m: i64, n: i64, warps: i64) -> Result<(i64,
     })
 }
 
-/// The `mma.sync` shape for an operand dtype.
-pub fn mma_shape(dtype: DType) -> Option<MmaShape> {
-    match dtype {
-        DType::F16 | DType::BF16 => Some(MmaShape::M16N8K16),
-        DType::I8 => Some(MmaShape::M16N8K32),
-        _ => None,
-    }
+/// The instruction of a gemm on `target`: the mma atom of its operand dtype, the warp grid,
+/// and where each operand's fragments come from. Err: why there is none (a user error).
+pub fn plan(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, String> {
+    let (ab, bb, cb) = (m.buffer(op.a), m.buffer(op.b), m.buffer(op.c));
+    let atom = target
+        .mma_atom(ab.dtype)
+        .ok_or_else(|| format!("no tensor-core instruction for {} operands on {target}", ab.dtype))?;
+    let (warps_m, warps_n) = warp_grid(
+        op.policy,
+        cb.shape[0],
+        cb.shape[1],
+        m.kernel.threads as i64 / target.limits.warp_size as i64,
+    )?;
+    let sixteen_bit = ab.dtype.bytes() == 2;
+    let source = |scope: Scope, transposed: bool| match scope {
+        Scope::Fragment => OperandSource::Registers,
+        // ldmatrix transposes 16-bit tiles only; 8-bit tiles stored the other way are gathered
+        _ if sixteen_bit || !transposed => OperandSource::Ldmatrix,
+        _ => OperandSource::Gather,
+    };
+    Ok(GemmInst {
+        atom,
+        warps_m,
+        warps_n,
+        a: source(ab.scope, op.transpose_a),
+        // B is "col" in mma: stored (N, K) it reads straight, stored (K, N) it is transposed
+        b: source(bb.scope, !op.transpose_b),
+    })
 }
 
 #[cfg(test)]

@@ -113,19 +113,19 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         };
         match s {
             Stmt::Store { buf, .. } => see(*buf),
-            Stmt::Copy { src, dst, .. } => {
-                see(src.buf);
-                see(dst.buf);
+            Stmt::Copy(op) => {
+                see(op.src.buf);
+                see(op.dst.buf);
             }
             Stmt::Fill { dst, .. } => see(dst.buf),
-            Stmt::Reduce { src, dst, .. } => {
-                see(*src);
-                see(*dst);
+            Stmt::Reduce(op) => {
+                see(op.src);
+                see(op.dst);
             }
-            Stmt::Gemm { a, b, c, .. } => {
-                see(*c);
-                see(*a);
-                see(*b);
+            Stmt::Gemm(op) => {
+                see(op.c);
+                see(op.a);
+                see(op.b);
             }
             _ => {}
         }
@@ -142,8 +142,8 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     let mut diags = Vec::new();
     let mut accumulators = Vec::new();
     walk_stmts(&m.kernel.body, &mut |s| {
-        if let Stmt::Gemm { a, b, c, policy, loc, transpose_a, transpose_b, .. } = s {
-            accumulators.push((*c, *policy, *loc, *a, *transpose_a, *b, *transpose_b));
+        if let Stmt::Gemm(op) = s {
+            accumulators.push((op.c, op.policy, op.loc, op.a, op.transpose_a, op.b, op.transpose_b));
         }
     });
     for (c, policy, loc, a, transpose_a, b, transpose_b) in accumulators {
@@ -195,8 +195,8 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         // a reduction's result takes its layout from the source: default the sources first
         let mut reduce_results = std::collections::BTreeSet::new();
         walk_stmts(&m.kernel.body, &mut |s| {
-            if let Stmt::Reduce { dst, .. } = s {
-                reduce_results.insert(*dst);
+            if let Stmt::Reduce(op) = s {
+                reduce_results.insert(op.dst);
             }
         });
         let unassigned = |b: &&tile_ir::Buffer| b.scope == Scope::Fragment && b.layout.is_none();
@@ -245,10 +245,10 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
 fn propagate(m: &mut Module) -> bool {
     let mut assign: Vec<(BufferId, FragmentLayout)> = Vec::new();
     walk_stmts(&m.kernel.body, &mut |s| match s {
-        Stmt::Reduce { src, dst, dim, .. } => {
-            if let (Some(l), None) = (&m.buffer(*src).layout, &m.buffer(*dst).layout) {
-                let r = l.reduced(*dim);
-                assign.push((*dst, r));
+        Stmt::Reduce(op) => {
+            if let (Some(l), None) = (&m.buffer(op.src).layout, &m.buffer(op.dst).layout) {
+                let r = l.reduced(op.dim);
+                assign.push((op.dst, r));
             }
         }
         Stmt::Parallel { vars, extents, body, .. } => {

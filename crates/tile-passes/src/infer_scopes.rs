@@ -14,9 +14,9 @@ pub fn infer_scopes(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnost
     let mut operands = BTreeSet::new();
     let mut stored = BTreeSet::<BufferId>::new();
     walk_stmts(&m.kernel.body, &mut |s| match s {
-        Stmt::Gemm { a, b, .. } => {
-            operands.insert(*a);
-            operands.insert(*b);
+        Stmt::Gemm(op) => {
+            operands.insert(op.a);
+            operands.insert(op.b);
         }
         Stmt::Store { buf, .. } => {
             stored.insert(*buf);

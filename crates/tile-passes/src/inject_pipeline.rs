@@ -14,8 +14,8 @@
 //! The barrier after the wait both publishes iteration `i`'s data and proves every thread
 //! finished iteration `i − 1`, whose stage is refilled next. Loops of fewer stages, or with
 //! no producers (or tiles also written by other statements), run as serial loops, and the
-//! lowering report says why. Does not: choose instructions (a producer whose copy cannot
-//! use `cp.async` is lowered as an ordinary copy, which the same barriers order).
+//! lowering report says why. Does not: choose instructions (`select_instructions` gave each
+//! producer `cp.async` or, where it cannot, an ordinary copy, which the same barriers order).
 
 use crate::Ctx;
 use std::collections::BTreeSet;
@@ -54,7 +54,7 @@ fn shared_writes(m: &Module, s: &Stmt, out: &mut BTreeSet<BufferId>) {
     walk_stmts(std::slice::from_ref(s), &mut |st| {
         let target = match st {
             Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => Some(*buf),
-            Stmt::Copy { dst, .. } | Stmt::Fill { dst, .. } => Some(dst.buf),
+            Stmt::Copy(CopyOp { dst, .. }) | Stmt::Fill { dst, .. } => Some(dst.buf),
             _ => None,
         };
         if let Some(b) = target {
@@ -63,6 +63,30 @@ fn shared_writes(m: &Module, s: &Stmt, out: &mut BTreeSet<BufferId>) {
             }
         }
     });
+}
+
+/// The producers of a pipelined loop's body (their positions): copies from global into a
+/// shared tile that nothing else in the body writes, the first copy into each tile.
+/// `select_instructions` gives them `cp.async` where it can, this pass runs them ahead.
+pub fn producers(m: &Module, body: &[Stmt]) -> BTreeSet<usize> {
+    let is_candidate = |s: &Stmt| {
+        matches!(s, Stmt::Copy(CopyOp { src, dst, .. })
+            if m.buffer(src.buf).scope == Scope::Global && m.buffer(dst.buf).scope == Scope::Shared)
+    };
+    let mut others_write = BTreeSet::new();
+    for s in body.iter().filter(|s| !is_candidate(s)) {
+        shared_writes(m, s, &mut others_write);
+    }
+    let mut tiles = BTreeSet::new();
+    let mut out = BTreeSet::new();
+    for (k, s) in body.iter().enumerate() {
+        if let Stmt::Copy(op) = s {
+            if is_candidate(s) && !others_write.contains(&op.dst.buf) && tiles.insert(op.dst.buf) {
+                out.insert(k);
+            }
+        }
+    }
+    out
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -91,23 +115,14 @@ fn pipeline(
         ctx.report.push(format!("{at}: T.Pipelined(num_stages={stages}) runs as a serial loop"));
         return serial(body);
     }
-    // producers: copies from global into a shared tile that nothing else in the body writes
-    let is_candidate = |s: &Stmt| {
-        matches!(s, Stmt::Copy { src, dst, .. }
-            if m.buffer(src.buf).scope == Scope::Global && m.buffer(dst.buf).scope == Scope::Shared)
-    };
-    let mut others_write = BTreeSet::new();
-    for s in body.iter().filter(|s| !is_candidate(s)) {
-        shared_writes(m, s, &mut others_write);
-    }
+    let producer_at = producers(m, &body);
     let mut tiles = BTreeSet::new();
     let mut producers = Vec::new();
     let mut consumers = Vec::new();
-    for s in body {
+    for (k, s) in body.into_iter().enumerate() {
         match &s {
-            Stmt::Copy { dst, .. }
-                if is_candidate(&s) && !others_write.contains(&dst.buf) && tiles.insert(dst.buf) =>
-            {
+            Stmt::Copy(op) if producer_at.contains(&k) => {
+                tiles.insert(op.dst.buf);
                 producers.push(s)
             }
             _ => consumers.push(s),
@@ -148,9 +163,9 @@ fn pipeline(
                     other => other,
                 });
                 match p {
-                    Stmt::Copy { src, mut dst, pad, loc } => {
-                        dst.dims.insert(0, RegionDim::Index(stage_of(j.clone())));
-                        Stmt::Copy { src, dst, pad, loc }
+                    Stmt::Copy(mut op) => {
+                        op.dst.dims.insert(0, RegionDim::Index(stage_of(j.clone())));
+                        Stmt::Copy(op)
                     }
                     other => other,
                 }
@@ -171,14 +186,14 @@ fn pipeline(
     let mut out = Vec::new();
     for p in 0..s - 1 {
         out.push(issue(Expr::int(p)));
-        out.push(Stmt::AsyncCommit);
+        out.push(Stmt::inst(inst::AsyncCommit));
     }
-    let mut loop_body = vec![Stmt::AsyncWait { pending: stages - 2 }, Stmt::Sync];
+    let mut loop_body = vec![Stmt::inst(inst::AsyncWait { pending: stages - 2 }), Stmt::inst(inst::Sync)];
     loop_body.push(issue(simplify::simplify(Expr::binary(BinOp::Add, i, Expr::int(s - 1)))));
-    loop_body.push(Stmt::AsyncCommit);
+    loop_body.push(Stmt::inst(inst::AsyncCommit));
     loop_body.extend(consumers);
     out.push(Stmt::For { var, start, extent, kind: ForKind::Serial, body: loop_body, loc });
-    out.push(Stmt::AsyncWait { pending: 0 });
+    out.push(Stmt::inst(inst::AsyncWait { pending: 0 }));
     out
 }
 
@@ -201,24 +216,15 @@ fn select_stage(s: Stmt, tiles: &BTreeSet<BufferId>, stage: &Expr) -> Stmt {
     };
     let body = |b: Vec<Stmt>| b.into_iter().map(|x| select_stage(x, tiles, stage)).collect::<Vec<_>>();
     match s {
-        Stmt::Copy { src, dst, pad, loc } => {
-            Stmt::Copy { src: region(src), dst: region(dst), pad: pad.map(loads), loc }
+        Stmt::Copy(op) => {
+            Stmt::Copy(CopyOp { src: region(op.src), dst: region(op.dst), pad: op.pad.map(loads), ..op })
         }
         Stmt::Fill { dst, value, loc } => Stmt::Fill { dst: region(dst), value: loads(value), loc },
-        Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, loc, a_stage, b_stage } => {
-            Stmt::Gemm {
-                a,
-                b,
-                c,
-                transpose_a,
-                transpose_b,
-                policy,
-                clear_accum,
-                loc,
-                a_stage: if tiles.contains(&a) { Some(stage.clone()) } else { a_stage },
-                b_stage: if tiles.contains(&b) { Some(stage.clone()) } else { b_stage },
-            }
-        }
+        Stmt::Gemm(op) => Stmt::Gemm(GemmOp {
+            a_stage: if tiles.contains(&op.a) { Some(stage.clone()) } else { op.a_stage },
+            b_stage: if tiles.contains(&op.b) { Some(stage.clone()) } else { op.b_stage },
+            ..op
+        }),
         Stmt::Parallel { vars, extents, body: b, loc, layout } => {
             Stmt::Parallel { vars, extents, body: body(b), loc, layout }
         }

@@ -11,7 +11,10 @@
 
 use crate::Ctx;
 use std::collections::BTreeSet;
-use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Module, Printed, Scope, Stmt};
+use tile_ir::inst::{self, AccessKind};
+use tile_ir::{
+    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Instruction, Module, Printed, Scope, Stmt,
+};
 
 #[derive(Clone, Default, PartialEq)]
 struct Pending {
@@ -36,19 +39,28 @@ fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
             Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } if shared(*buf) => {
                 writes.insert(*buf);
             }
-            Stmt::Copy { src, dst, .. } => {
-                if shared(src.buf) {
-                    reads.insert(src.buf);
+            Stmt::Copy(op) => {
+                if shared(op.src.buf) {
+                    reads.insert(op.src.buf);
                 }
-                if shared(dst.buf) {
-                    writes.insert(dst.buf);
+                if shared(op.dst.buf) {
+                    writes.insert(op.dst.buf);
                 }
             }
             Stmt::Fill { dst, .. } if shared(dst.buf) => {
                 writes.insert(dst.buf);
             }
-            Stmt::Gemm { a, b, .. } => {
-                reads.extend([*a, *b].into_iter().filter(|x| shared(*x)));
+            Stmt::Gemm(op) => {
+                reads.extend([op.a, op.b].into_iter().filter(|x| shared(*x)));
+            }
+            // an instruction says what it reads and writes
+            Stmt::Inst(i) => {
+                for a in i.accesses().into_iter().filter(|a| shared(a.buf)) {
+                    match a.kind {
+                        AccessKind::Read => reads.insert(a.buf),
+                        AccessKind::Write => writes.insert(a.buf),
+                    };
+                }
             }
             Stmt::Print { what: Printed::Tile(r), .. } if shared(r.buf) => {
                 reads.insert(r.buf);
@@ -101,23 +113,26 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
                     &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: otherwise.clone(), loc },
                 );
                 if hazard(pending, &r, &w) {
-                    out.push(Stmt::Sync);
+                    out.push(Stmt::inst(inst::Sync));
                     *pending = Pending::default();
                 }
                 pending.reads.extend(r);
                 pending.writes.extend(w);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
-            Stmt::Sync => {
+            Stmt::Inst(i) if i.effects().barrier => {
                 *pending = Pending::default();
-                out.push(Stmt::Sync);
+                out.push(Stmt::Inst(i));
             }
             // ordered by the pipeline's own waits and barriers
-            s @ (Stmt::Async { .. } | Stmt::AsyncCommit | Stmt::AsyncWait { .. }) => out.push(s),
+            Stmt::Inst(i) if i.effects().commits || i.effects().waits_for.is_some() => {
+                out.push(Stmt::Inst(i))
+            }
+            s @ Stmt::Async { .. } => out.push(s),
             other => {
                 let (r, w) = accesses(m, &other);
                 if hazard(pending, &r, &w) {
-                    out.push(Stmt::Sync);
+                    out.push(Stmt::inst(inst::Sync));
                     *pending = Pending::default();
                 }
                 pending.reads.extend(r);

@@ -10,44 +10,19 @@ pub mod infer_layouts;
 pub mod infer_scopes;
 pub mod inject_pipeline;
 pub mod insert_syncs;
-pub mod lower_tile_ops;
+pub mod lower;
+pub mod plan_pipeline;
 pub mod plan_shared_memory;
+pub mod plan_warp_roles;
 mod ranges;
+pub mod select_instructions;
 pub mod simplify;
 pub mod verify;
 pub mod widen_indices;
 
 use tile_ir::{Diagnostic, Module};
 
-/// What the code is compiled for.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Target {
-    /// `sm_80`, `sm_90a`, …
-    pub arch: String,
-    /// Compute capability as a number: 80, 90, …
-    pub sm: u32,
-    /// Shared memory one block may use, in bytes (with the opt-in above 48 KiB).
-    pub shared_limit: u64,
-    pub max_threads: u32,
-}
-
-impl Target {
-    pub fn from_arch(arch: &str) -> Option<Target> {
-        let digits: String = arch.strip_prefix("sm_")?.chars().take_while(|c| c.is_ascii_digit()).collect();
-        let sm: u32 = digits.parse().ok()?;
-        if sm < 70 {
-            return None;
-        }
-        let shared_limit = match sm {
-            80 | 87 => 163 * 1024,
-            86 | 89 => 99 * 1024,
-            90..=99 => 227 * 1024,
-            100..=109 => 227 * 1024,
-            _ => 99 * 1024,
-        };
-        Some(Target { arch: arch.to_string(), sm, shared_limit, max_threads: 1024 })
-    }
-}
+pub use tile_ir::Target;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Options {
@@ -79,14 +54,20 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("simplify", simplify::simplify),
     // gemm operand tiles filled by copies live in shared memory
     ("infer_scopes", infer_scopes::infer_scopes),
-    // who holds which element of each fragment; which thread runs which parallel iteration
+    // producer and consumer warps, register budgets (Hopper; nothing yet)
+    ("plan_warp_roles", plan_warp_roles::plan_warp_roles),
+    // who holds which element of each fragment (gemm layouts from the atoms); which thread runs which parallel iteration
     ("infer_layouts", infer_layouts::infer_layouts),
+    // per gemm and copy, the instruction from the target's tables, and why not a faster one
+    ("select_instructions", select_instructions::select_instructions),
+    // stages and order of pipelined loops (mbarrier pipelines on Hopper; nothing yet)
+    ("plan_pipeline", plan_pipeline::plan_pipeline),
     // T.Pipelined: global->shared copies run stages-1 iterations ahead into multi-buffered tiles
     ("inject_pipeline", inject_pipeline::inject_pipeline),
     // barriers between tile ops that share a shared-memory buffer
     ("insert_syncs", insert_syncs::insert_syncs),
-    // tile ops to per-thread code: vector accesses, bounds guards, shuffles
-    ("lower_tile_ops", lower_tile_ops::lower_tile_ops),
+    // tile ops to per-thread code by their chosen instructions: vector accesses, bounds guards, shuffles
+    ("lower_tile_ops", lower::lower_tile_ops),
     // offsets of shared buffers in the block's dynamic shared memory
     ("plan_shared_memory", plan_shared_memory::plan_shared_memory),
     // index arithmetic that could pass 2^31 (wide tensors, their guards) in 64 bits
@@ -102,6 +83,19 @@ pub fn pass_names() -> Vec<&'static str> {
 
 /// Receives (pass name, module) after each pass.
 pub type DumpFn<'a> = dyn FnMut(&str, &Module) + 'a;
+
+/// Run the pipeline from its start through the first pass named `last` (`"verify"`: the
+/// checks of a tile program; `"simplify"`: the tile-level program whose meaning the reference
+/// interpreter defines).
+pub fn run_through(mut m: Module, ctx: &mut Ctx, last: &str) -> Result<Module, Vec<Diagnostic>> {
+    for (name, pass) in PIPELINE {
+        m = pass(m, ctx)?;
+        if *name == last {
+            return Ok(m);
+        }
+    }
+    Err(vec![Diagnostic::bug(format!("no pass named '{last}' in the pipeline"))])
+}
 
 /// Run the whole pipeline; `dump` sees the IR after each pass.
 pub fn run(

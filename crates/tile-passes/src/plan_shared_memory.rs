@@ -12,7 +12,8 @@
 
 use crate::Ctx;
 use std::collections::BTreeSet;
-use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Module, Scope, Stmt};
+use tile_ir::inst::AccessKind;
+use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Instruction, Module, Scope, Stmt};
 
 pub const ALIGN: u64 = 16;
 
@@ -31,30 +32,26 @@ fn uses(s: &Stmt, out: &mut BTreeSet<BufferId>, async_dst: &mut BTreeSet<BufferI
             Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => {
                 out.insert(*buf);
             }
-            Stmt::VecCopy { dst, src, .. } | Stmt::Ldmatrix { dst, src, .. } => {
-                out.insert(*dst);
-                out.insert(*src);
-            }
-            Stmt::AsyncCopy { dst, src, .. } => {
-                out.insert(*dst);
-                out.insert(*src);
-                async_dst.insert(*dst);
-            }
-            Stmt::Mma { a, b, c, .. } => {
-                out.extend([*a, *b, *c]);
+            Stmt::Inst(i) => {
+                for a in i.accesses() {
+                    out.insert(a.buf);
+                    if a.kind == AccessKind::Write && i.effects().asynchronous {
+                        async_dst.insert(a.buf);
+                    }
+                }
             }
             // tile-level statements do not reach this pass; count their buffers anyway
-            Stmt::Copy { src, dst, .. } => {
-                out.extend([src.buf, dst.buf]);
+            Stmt::Copy(op) => {
+                out.extend([op.src.buf, op.dst.buf]);
             }
             Stmt::Fill { dst, .. } => {
                 out.insert(dst.buf);
             }
-            Stmt::Reduce { src, dst, .. } => {
-                out.extend([*src, *dst]);
+            Stmt::Reduce(op) => {
+                out.extend([op.src, op.dst]);
             }
-            Stmt::Gemm { a, b, c, .. } => {
-                out.extend([*a, *b, *c]);
+            Stmt::Gemm(op) => {
+                out.extend([op.a, op.b, op.c]);
             }
             Stmt::Print { what: tile_ir::Printed::Tile(r), .. } => {
                 out.insert(r.buf);
@@ -79,10 +76,14 @@ impl Lifetimes {
         let mut async_dst = BTreeSet::new();
         let (mut syncs, mut waits_all) = (Vec::new(), Vec::new());
         for (i, s) in m.kernel.body.iter().enumerate() {
-            match s {
-                Stmt::Sync => syncs.push(i),
-                Stmt::AsyncWait { pending: 0 } => waits_all.push(i),
-                _ => {}
+            if let Stmt::Inst(inst) = s {
+                let e = inst.effects();
+                if e.barrier {
+                    syncs.push(i);
+                }
+                if e.waits_for == Some(0) {
+                    waits_all.push(i);
+                }
             }
             let mut used = BTreeSet::new();
             uses(s, &mut used, &mut async_dst);
@@ -143,7 +144,7 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         total = total.max(offset + size);
     }
     let total = total.div_ceil(ALIGN) * ALIGN;
-    if total > ctx.target.shared_limit {
+    if total > ctx.target.limits.shared_bytes {
         let list: Vec<String> = m
             .buffers
             .iter()
@@ -155,7 +156,7 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         return Err(vec![Diagnostic::error(
             format!(
                 "the kernel needs {total} bytes of shared memory, above the {} bytes a block may use on {}: {}",
-                ctx.target.shared_limit,
+                ctx.target.limits.shared_bytes,
                 ctx.target.arch,
                 list.join("; ")
             ),

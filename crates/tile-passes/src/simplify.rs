@@ -14,7 +14,9 @@
 use crate::ranges::Ranges;
 use crate::Ctx;
 use tile_ir::simplify::simplify as simplify_expr;
-use tile_ir::{BinOp, Diagnostic, Expr, Module, Printed, Region, RegionDim, Stmt};
+use tile_ir::{
+    BinOp, CopyOp, Diagnostic, Expr, GemmOp, Instruction, Module, Printed, Region, RegionDim, Stmt,
+};
 
 pub fn simplify(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     m.kernel.grid = m.kernel.grid.into_iter().map(simplify_expr).collect();
@@ -127,29 +129,20 @@ impl Ranges {
             Stmt::AtomicAdd { buf, idx, value, loc } => {
                 Stmt::AtomicAdd { buf, idx: self.exprs(idx), value: self.expr(value), loc }
             }
-            Stmt::Copy { src, dst, pad, loc } => Stmt::Copy {
-                src: self.region(src),
-                dst: self.region(dst),
-                pad: pad.map(|p| self.expr(p)),
-                loc,
-            },
+            Stmt::Copy(op) => Stmt::Copy(CopyOp {
+                src: self.region(op.src),
+                dst: self.region(op.dst),
+                pad: op.pad.map(|p| self.expr(p)),
+                ..op
+            }),
             Stmt::Fill { dst, value, loc } => {
                 Stmt::Fill { dst: self.region(dst), value: self.expr(value), loc }
             }
-            Stmt::Gemm { a, b, c, transpose_a, transpose_b, policy, clear_accum, loc, a_stage, b_stage } => {
-                Stmt::Gemm {
-                    a,
-                    b,
-                    c,
-                    transpose_a,
-                    transpose_b,
-                    policy,
-                    clear_accum,
-                    loc,
-                    a_stage: a_stage.map(|e| self.expr(e)),
-                    b_stage: b_stage.map(|e| self.expr(e)),
-                }
-            }
+            Stmt::Gemm(op) => Stmt::Gemm(GemmOp {
+                a_stage: op.a_stage.map(|e| self.expr(e)),
+                b_stage: op.b_stage.map(|e| self.expr(e)),
+                ..op
+            }),
             Stmt::Parallel { vars, extents, body, loc, layout } => {
                 let mut inner = self.clone();
                 Stmt::Parallel { vars, extents, body: inner.stmts(body), loc, layout }
@@ -180,7 +173,6 @@ impl Ranges {
                 Stmt::Print { what, msg, block, loc }
             }
             Stmt::DeviceAssert { cond, msg, loc } => Stmt::DeviceAssert { cond: self.expr(cond), msg, loc },
-            Stmt::Printf { format, args } => Stmt::Printf { format, args: self.exprs(args) },
             Stmt::Let { var, value } => {
                 let value = self.expr(value);
                 if let Some((lo, hi)) = self.range(&value) {
@@ -188,34 +180,8 @@ impl Ranges {
                 }
                 Stmt::Let { var, value }
             }
-            Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => {
-                Stmt::VecCopy { dst, dst_idx: self.exprs(dst_idx), src, src_idx: self.exprs(src_idx), width }
-            }
-            Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => Stmt::Ldmatrix {
-                dst,
-                dst_offset: self.expr(dst_offset),
-                count,
-                trans,
-                src,
-                src_idx: self.exprs(src_idx),
-            },
-            Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => Stmt::Mma {
-                shape,
-                a,
-                a_offset: self.expr(a_offset),
-                b,
-                b_offset: self.expr(b_offset),
-                c,
-                c_offset: self.expr(c_offset),
-            },
+            Stmt::Inst(i) => Stmt::Inst(i.map_exprs(&mut |e| self.expr(e))),
             Stmt::Async { body } => Stmt::Async { body: self.stmts(body) },
-            Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => Stmt::AsyncCopy {
-                dst,
-                dst_idx: self.exprs(dst_idx),
-                src,
-                src_idx: self.exprs(src_idx),
-                src_bytes: self.expr(src_bytes),
-            },
             other => other,
         }
     }

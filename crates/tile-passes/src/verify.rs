@@ -8,11 +8,11 @@ use tile_ir::{Diagnostic, Module};
 
 pub fn verify(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     tile_ir::verify::verify(&m)?;
-    if m.kernel.threads > ctx.target.max_threads {
+    if m.kernel.threads > ctx.target.limits.max_threads {
         return Err(vec![Diagnostic::error(
             format!(
                 "threads={} is above the {} threads a block may have on {}",
-                m.kernel.threads, ctx.target.max_threads, ctx.target.arch
+                m.kernel.threads, ctx.target.limits.max_threads, ctx.target.arch
             ),
             m.kernel.loc,
         )]);

@@ -22,7 +22,10 @@
 use crate::ranges::{dtype_bounds, Ranges};
 use crate::Ctx;
 use std::collections::HashSet;
-use tile_ir::{BinOp, ConstValue, DType, Diagnostic, Expr, Module, Scope, Stmt, UnOp, VarId};
+use tile_ir::inst::Index;
+use tile_ir::{
+    BinOp, ConstValue, DType, Diagnostic, Expr, Inst, Instruction, Module, Scope, Stmt, UnOp, VarId,
+};
 
 pub fn widen_indices(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     let wide: HashSet<u32> = m
@@ -166,6 +169,44 @@ impl Widen {
         }
     }
 
+    /// An instruction's expressions by their role: indices of its accesses (int64 all the way
+    /// down for wide tensors), everything else a value.
+    fn inst(&self, i: Inst) -> Inst {
+        #[derive(Clone, Copy)]
+        enum Role {
+            WideIndex,
+            Index,
+            Value,
+        }
+        let roles: Vec<Role> = {
+            let accesses = i.accesses();
+            i.exprs()
+                .into_iter()
+                .map(|e| {
+                    let access = accesses.iter().find(|a| match a.index {
+                        Index::Element(idx) => idx.iter().any(|x| std::ptr::eq(x, e)),
+                        Index::Registers(_) => false,
+                    });
+                    match access {
+                        Some(a) if self.wide.contains(&a.buf.0) => Role::WideIndex,
+                        Some(_) => Role::Index,
+                        None => Role::Value,
+                    }
+                })
+                .collect()
+        };
+        let mut k = 0;
+        i.map_exprs(&mut |e| {
+            let role = roles[k];
+            k += 1;
+            match role {
+                Role::WideIndex => force64(self.widen(e)),
+                Role::Index => self.widen(e),
+                Role::Value => self.value(e),
+            }
+        })
+    }
+
     fn stmts(&mut self, v: Vec<Stmt>) -> Vec<Stmt> {
         v.into_iter().map(|s| self.stmt(s)).collect()
     }
@@ -186,28 +227,7 @@ impl Widen {
             Stmt::AtomicAdd { buf, idx, value, loc } => {
                 Stmt::AtomicAdd { idx: self.index(buf.0, idx), value: self.value(value), buf, loc }
             }
-            Stmt::VecCopy { dst, dst_idx, src, src_idx, width } => Stmt::VecCopy {
-                dst_idx: self.index(dst.0, dst_idx),
-                src_idx: self.index(src.0, src_idx),
-                dst,
-                src,
-                width,
-            },
-            Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes } => Stmt::AsyncCopy {
-                dst_idx: self.index(dst.0, dst_idx),
-                src_idx: self.index(src.0, src_idx),
-                src_bytes: self.value(src_bytes),
-                dst,
-                src,
-            },
-            Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx } => Stmt::Ldmatrix {
-                dst_offset: self.value(dst_offset),
-                src_idx: self.index(src.0, src_idx),
-                dst,
-                count,
-                trans,
-                src,
-            },
+            Stmt::Inst(i) => Stmt::Inst(self.inst(i)),
             Stmt::Let { var, value } => {
                 let value = self.widen(value);
                 if value.dtype() == DType::I64 && !self.retyped.contains(&var) {
@@ -247,18 +267,6 @@ impl Widen {
                 Stmt::Async { body }
             }
             Stmt::DeviceAssert { cond, msg, loc } => Stmt::DeviceAssert { cond: self.widen(cond), msg, loc },
-            Stmt::Printf { format, args } => {
-                Stmt::Printf { args: args.into_iter().map(|a| self.value(a)).collect(), format }
-            }
-            Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } => Stmt::Mma {
-                a_offset: self.value(a_offset),
-                b_offset: self.value(b_offset),
-                c_offset: self.value(c_offset),
-                shape,
-                a,
-                b,
-                c,
-            },
             // tile-level statements do not remain after lowering; the rest hold no expression
             other => other,
         }
@@ -331,7 +339,7 @@ mod tests {
     }
 
     fn run(m: Module) -> Module {
-        let mut ctx = Ctx::new(crate::Target::from_arch("sm_90a").unwrap(), Default::default());
+        let mut ctx = Ctx::new(crate::Target::default_gpu(), Default::default());
         widen_indices(m, &mut ctx).unwrap()
     }
 

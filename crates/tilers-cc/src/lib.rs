@@ -54,7 +54,7 @@ impl CompileOptions {
         let Some(o) = v.as_object() else {
             return Err(CompileError::Format("options must be a JSON object".into()));
         };
-        let mut opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
+        let mut opts = CompileOptions { arch: tile_ir::target::DEFAULT_ARCH.into(), ..Default::default() };
         for (k, val) in o {
             match k.as_str() {
                 "arch" => {
@@ -188,12 +188,7 @@ fn compile_inner(
     dump_module: &mut dyn FnMut(&str, &Module),
 ) -> Result<Compiled, CompileError> {
     let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
-    let target = Target::from_arch(&opts.arch).ok_or_else(|| {
-        CompileError::Format(format!(
-            "unsupported architecture '{}': expected sm_80 or newer, e.g. sm_90a",
-            opts.arch
-        ))
-    })?;
+    let target = Target::parse(&opts.arch).map_err(CompileError::Format)?;
     let mut ctx = Ctx::new(target.clone(), Options { lineinfo: opts.lineinfo, fast_math: opts.fast_math });
     let sources = module.sources.clone();
     let lowered = tile_passes::run(module, &mut ctx, Some(dump_module)).map_err(|diags| {
@@ -218,8 +213,8 @@ fn compile_inner(
 pub fn check(program: &str) -> Result<String, CompileError> {
     let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
     let sources = module.sources.clone();
-    let mut ctx = Ctx::new(Target::from_arch("sm_90a").expect("known arch"), Options::default());
-    let module = tile_passes::verify::verify(module, &mut ctx)
+    let mut ctx = Ctx::new(Target::default_gpu(), Options::default());
+    let module = tile_passes::run_through(module, &mut ctx, "verify")
         .map_err(|d| CompileError::User(render_all(&d, &sources)))?;
     Ok(serde_json::json!({
         "name": module.name,
@@ -244,10 +239,9 @@ pub fn interpret(
     let result = catch_unwind(AssertUnwindSafe(move || -> Result<Vec<tile_interp::Arg>, CompileError> {
         let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
         let sources = module.sources.clone();
-        let mut ctx = Ctx::new(Target::from_arch("sm_90a").expect("known arch"), Options::default());
+        let mut ctx = Ctx::new(Target::default_gpu(), Options::default());
         let user = |diags: Vec<tile_ir::Diagnostic>| CompileError::User(render_all(&diags, &sources));
-        let module = tile_passes::verify::verify(module, &mut ctx).map_err(user)?;
-        let module = tile_passes::simplify::simplify(module, &mut ctx).map_err(user)?;
+        let module = tile_passes::run_through(module, &mut ctx, "simplify").map_err(user)?;
         tile_interp::run(&module, &mut args).map_err(|d| CompileError::User(d.render(&sources)))?;
         Ok(args)
     }));

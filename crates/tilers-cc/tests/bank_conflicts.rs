@@ -102,8 +102,9 @@ fn collect(
                 collect(m, then, env, tid_var, warp, swizzle, out);
                 collect(m, otherwise, env, tid_var, warp, swizzle, out);
             }
-            Stmt::Ldmatrix { src, src_idx, count, .. } => {
-                let lanes = (*count as i64) * 8;
+            Stmt::Inst(Inst::Ldmatrix(ld)) => {
+                let (src, src_idx) = (&ld.src, &ld.src_idx);
+                let lanes = (ld.form().0 as i64) * 8;
                 let addrs: Vec<i64> = (0..lanes)
                     .map(|lane| {
                         let mut e = env.clone();
@@ -116,7 +117,7 @@ fn collect(
                     phases: addrs.chunks(8).map(|c| c.to_vec()).collect(),
                 });
             }
-            Stmt::AsyncCopy { dst, dst_idx, .. } => {
+            Stmt::Inst(Inst::AsyncCopy(inst::AsyncCopy { dst, dst_idx, .. })) => {
                 let addrs: Vec<i64> = (0..32)
                     .map(|lane| {
                         let mut e = env.clone();

@@ -179,7 +179,7 @@ fn caught(r: &Reference, m: &Module, expect: &str) {
 }
 
 fn is_sync(s: &Stmt) -> bool {
-    matches!(s, Stmt::Sync)
+    matches!(s, Stmt::Inst(Inst::Sync(_)))
 }
 
 #[test]
@@ -197,16 +197,23 @@ fn mutation_missing_barrier_after_async_wait() {
 
 #[test]
 fn mutation_missing_async_wait() {
-    let (r, m) =
-        mutated("matmul_nn_f16", &|s| matches!(s, Stmt::AsyncWait { pending: 1 }), 0, &mut |_| vec![]);
+    let (r, m) = mutated(
+        "matmul_nn_f16",
+        &|s| matches!(s, Stmt::Inst(Inst::AsyncWait(inst::AsyncWait { pending: 1 }))),
+        0,
+        &mut |_| vec![],
+    );
     caught(&r, &m, "in flight");
 }
 
 #[test]
 fn mutation_async_wait_too_lax() {
-    let (r, m) = mutated("matmul_nn_f16", &|s| matches!(s, Stmt::AsyncWait { pending: 1 }), 0, &mut |_| {
-        vec![Stmt::AsyncWait { pending: 2 }]
-    });
+    let (r, m) = mutated(
+        "matmul_nn_f16",
+        &|s| matches!(s, Stmt::Inst(Inst::AsyncWait(inst::AsyncWait { pending: 1 }))),
+        0,
+        &mut |_| vec![Stmt::inst(inst::AsyncWait { pending: 2 })],
+    );
     caught(&r, &m, "in flight");
 }
 
@@ -226,36 +233,38 @@ fn mutation_barrier_under_a_thread_condition_deadlocks() {
 
 #[test]
 fn mutation_ldmatrix_row_off_by_one() {
-    let (r, m) =
-        mutated("matmul_nn_f16", &|s| matches!(s, Stmt::Ldmatrix { trans: false, .. }), 0, &mut |s| {
-            let Stmt::Ldmatrix { dst, dst_offset, count, trans, src, mut src_idx } = s else {
-                unreachable!()
-            };
-            let row = src_idx.len() - 2;
-            src_idx[row] = Expr::binary(BinOp::Add, src_idx[row].clone(), Expr::int(1));
-            vec![Stmt::Ldmatrix { dst, dst_offset, count, trans, src, src_idx }]
-        });
+    let (r, m) = mutated(
+        "matmul_nn_f16",
+        &|s| matches!(s, Stmt::Inst(Inst::Ldmatrix(ld)) if !ld.form().1),
+        0,
+        &mut |s| {
+            let Stmt::Inst(Inst::Ldmatrix(mut ld)) = s else { unreachable!() };
+            let row = ld.src_idx.len() - 2;
+            ld.src_idx[row] = Expr::binary(BinOp::Add, ld.src_idx[row].clone(), Expr::int(1));
+            vec![Stmt::inst(ld)]
+        },
+    );
     // either a mismatch or an index out of range: both are reports
     assert!(check(&r, &m).is_err(), "the mutation went unnoticed");
 }
 
 #[test]
 fn mutation_mma_accumulator_offset() {
-    let (r, m) = mutated("matmul_nn_f16", &|s| matches!(s, Stmt::Mma { .. }), 0, &mut |s| {
-        let Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } = s else { unreachable!() };
+    let (r, m) = mutated("matmul_nn_f16", &|s| matches!(s, Stmt::Inst(Inst::Mma(_))), 0, &mut |s| {
+        let Stmt::Inst(Inst::Mma(mut mma)) = s else { unreachable!() };
         // the neighbouring n8 tile's registers: wrong columns accumulate
-        let c_offset = Expr::binary(BinOp::BitXor, c_offset, Expr::int(4));
-        vec![Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset }]
+        mma.c_offset = Expr::binary(BinOp::BitXor, mma.c_offset, Expr::int(4));
+        vec![Stmt::inst(mma)]
     });
     caught(&r, &m, "differ");
 }
 
 #[test]
 fn mutation_int8_mma_b_operand_offset() {
-    let (r, m) = mutated("matmul_nn_int8", &|s| matches!(s, Stmt::Mma { .. }), 0, &mut |s| {
-        let Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset } = s else { unreachable!() };
-        let b_offset = Expr::binary(BinOp::BitXor, b_offset, Expr::int(8));
-        vec![Stmt::Mma { shape, a, a_offset, b, b_offset, c, c_offset }]
+    let (r, m) = mutated("matmul_nn_int8", &|s| matches!(s, Stmt::Inst(Inst::Mma(_))), 0, &mut |s| {
+        let Stmt::Inst(Inst::Mma(mut mma)) = s else { unreachable!() };
+        mma.b_offset = Expr::binary(BinOp::BitXor, mma.b_offset, Expr::int(8));
+        vec![Stmt::inst(mma)]
     });
     // wrong registers (a mismatch) or registers past the array (an error)
     caught(&r, &m, "");
@@ -288,11 +297,12 @@ fn mutation_cp_async_without_zero_fill() {
     let stages = stages(&program_text("matmul_nn_f16"));
     let r = reference(&stages, 7);
     let mut m = final_module(&stages);
-    let guarded = |s: &Stmt| matches!(s, Stmt::AsyncCopy { src_bytes, .. } if src_bytes.as_int() != Some(16));
+    let guarded = |s: &Stmt| matches!(s, Stmt::Inst(Inst::AsyncCopy(c)) if c.src_bytes.as_int() != Some(16));
     let mut count = 0;
     while mutate_nth(&mut m.kernel.body, &guarded, &mut 0, &mut |s| {
-        let Stmt::AsyncCopy { dst, dst_idx, src, src_idx, .. } = s else { unreachable!() };
-        vec![Stmt::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes: Expr::int(16) }]
+        let Stmt::Inst(Inst::AsyncCopy(mut c)) = s else { unreachable!() };
+        c.src_bytes = Expr::int(16);
+        vec![Stmt::inst(c)]
     }) {
         count += 1;
     }
@@ -331,18 +341,21 @@ fn mutation_swizzle_dropped_on_one_side() {
     let stages = stages(&program_text("matmul_nn_f16"));
     let r = reference(&stages, 5);
     let mut m = final_module(&stages);
-    let Some(Stmt::Ldmatrix { src, .. }) = find(&m.kernel.body, &|s| matches!(s, Stmt::Ldmatrix { .. }))
+    let Some(Stmt::Inst(Inst::Ldmatrix(ld))) =
+        find(&m.kernel.body, &|s| matches!(s, Stmt::Inst(Inst::Ldmatrix(_))))
     else {
         panic!("no ldmatrix")
     };
+    let src = ld.src;
     let mut alias = m.buffer(src).clone();
     alias.swizzle = false;
     alias.name.push_str("_plain");
     let alias = m.add_buffer(alias);
     let mut n = 0;
-    mutate_nth(&mut m.kernel.body, &|s| matches!(s, Stmt::Ldmatrix { .. }), &mut n, &mut |s| {
-        let Stmt::Ldmatrix { dst, dst_offset, count, trans, src_idx, .. } = s else { unreachable!() };
-        vec![Stmt::Ldmatrix { dst, dst_offset, count, trans, src: alias, src_idx }]
+    mutate_nth(&mut m.kernel.body, &|s| matches!(s, Stmt::Inst(Inst::Ldmatrix(_))), &mut n, &mut |s| {
+        let Stmt::Inst(Inst::Ldmatrix(mut ld)) = s else { unreachable!() };
+        ld.src = alias;
+        vec![Stmt::inst(ld)]
     });
     caught(&r, &m, "differ");
 }

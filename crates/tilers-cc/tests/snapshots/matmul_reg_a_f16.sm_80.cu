@@ -86,44 +86,44 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
   }
   {
     // kernels.py:362: T.copy (issued ahead by the pipeline)
-    const int t0_1 = (tid / 4);
-    const int t1_1 = (tid % 4);
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
     #pragma unroll
-    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      if (((((by * 64) + t0_1) + (o0_1 * 32)) < 100)) {
-        *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + (t1_1 * 8)]);
-        *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + 4)]);
+    for (int o0 = 0; o0 < 2; ++o0) {
+      if (((((by * 64) + t0) + (o0 * 32)) < 100)) {
+        *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0) + (o0 * 32))) * 100 + (t1 * 8)]);
+        *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + 4)]);
         #pragma unroll
-        for (int e_1 = 0; e_1 < 8; ++e_1) {
-          A_shared_out[e_1] = A_v[e_1];
+        for (int e = 0; e < 8; ++e) {
+          A_shared_out[e] = A_v[e];
         }
-        *(uint4*)(&A_shared[(0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + (t1_1 * 8)]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[(0) * 2048 + ((t0 + (o0 * 32))) * 32 + (t1 * 8)]) = *(const uint4*)(&A_shared_out[0]);
       } else {
         #pragma unroll
-        for (int e_1 = 0; e_1 < 8; ++e_1) {
-          A_shared[(0) * 2048 + ((t0_1 + (o0_1 * 32))) * 32 + ((t1_1 * 8) + e_1)] = tl_to_half((((((by * 64) + t0_1) + (o0_1 * 32)) < 100) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
+        for (int e = 0; e < 8; ++e) {
+          A_shared[(0) * 2048 + ((t0 + (o0 * 32))) * 32 + ((t1 * 8) + e)] = tl_to_half((((((by * 64) + t0) + (o0 * 32)) < 100) ? tl_float(A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + e)]) : 0.0f));
         }
       }
     }
     // kernels.py:363: T.copy (issued ahead by the pipeline)
-    const int t0_3 = (tid / 8);
-    const int t1_3 = (tid % 8);
+    const int t0_1 = (tid / 8);
+    const int t1_1 = (tid % 8);
     #pragma unroll
-    for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-      if (((((bx * 64) + (t1_3 * 8)) + 8) <= 70)) {
-        *(unsigned int*)(&B_v[0]) = *(const unsigned int*)(&B[((t0_3 + (o0_3 * 16))) * 70 + ((bx * 64) + (t1_3 * 8))]);
-        *(unsigned int*)(&B_v[2]) = *(const unsigned int*)(&B[((t0_3 + (o0_3 * 16))) * 70 + (((bx * 64) + (t1_3 * 8)) + 2)]);
-        *(unsigned int*)(&B_v[4]) = *(const unsigned int*)(&B[((t0_3 + (o0_3 * 16))) * 70 + (((bx * 64) + (t1_3 * 8)) + 4)]);
-        *(unsigned int*)(&B_v[6]) = *(const unsigned int*)(&B[((t0_3 + (o0_3 * 16))) * 70 + (((bx * 64) + (t1_3 * 8)) + 6)]);
+    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+      if (((((bx * 64) + (t1_1 * 8)) + 8) <= 70)) {
+        *(unsigned int*)(&B_v[0]) = *(const unsigned int*)(&B[((t0_1 + (o0_1 * 16))) * 70 + ((bx * 64) + (t1_1 * 8))]);
+        *(unsigned int*)(&B_v[2]) = *(const unsigned int*)(&B[((t0_1 + (o0_1 * 16))) * 70 + (((bx * 64) + (t1_1 * 8)) + 2)]);
+        *(unsigned int*)(&B_v[4]) = *(const unsigned int*)(&B[((t0_1 + (o0_1 * 16))) * 70 + (((bx * 64) + (t1_1 * 8)) + 4)]);
+        *(unsigned int*)(&B_v[6]) = *(const unsigned int*)(&B[((t0_1 + (o0_1 * 16))) * 70 + (((bx * 64) + (t1_1 * 8)) + 6)]);
         #pragma unroll
-        for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared_out[e_3] = B_v[e_3];
+        for (int e_1 = 0; e_1 < 8; ++e_1) {
+          B_shared_out[e_1] = B_v[e_1];
         }
-        *(uint4*)(&B_shared[(((t0_3 * 64) + (o0_3 * 1024)) + ((t1_3 * 8) ^ ((t0_3 & 7) << 3)))]) = *(const uint4*)(&B_shared_out[0]);
+        *(uint4*)(&B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_1 & 7) << 3)))]) = *(const uint4*)(&B_shared_out[0]);
       } else {
         #pragma unroll
-        for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared[(((t0_3 * 64) + (o0_3 * 1024)) + (((t1_3 * 8) + e_3) ^ ((t0_3 & 7) << 3)))] = tl_to_half((((((bx * 64) + (t1_3 * 8)) + e_3) < 70) ? tl_float(B[((t0_3 + (o0_3 * 16))) * 70 + (((bx * 64) + (t1_3 * 8)) + e_3)]) : 0.0f));
+        for (int e_1 = 0; e_1 < 8; ++e_1) {
+          B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + (((t1_1 * 8) + e_1) ^ ((t0_1 & 7) << 3)))] = tl_to_half((((((bx * 64) + (t1_1 * 8)) + e_1) < 70) ? tl_float(B[((t0_1 + (o0_1 * 16))) * 70 + (((bx * 64) + (t1_1 * 8)) + e_1)]) : 0.0f));
         }
       }
     }
@@ -134,65 +134,65 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
     __syncthreads();
     if (((ko + 1) < 4)) {
       // kernels.py:362: T.copy (issued ahead by the pipeline)
-      const int t0_5 = (tid / 4);
-      const int t1_5 = (tid % 4);
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
       #pragma unroll
-      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-        if ((((((by * 64) + t0_5) + (o0_5 * 32)) < 100) && ((((ko * 32) + (t1_5 * 8)) + 40) <= 100))) {
-          *(uint2*)(&A_v_1[0]) = *(const uint2*)(&A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + (((ko * 32) + (t1_5 * 8)) + 32)]);
-          *(uint2*)(&A_v_1[4]) = *(const uint2*)(&A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + (((ko * 32) + (t1_5 * 8)) + 36)]);
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        if ((((((by * 64) + t0_2) + (o0_2 * 32)) < 100) && ((((ko * 32) + (t1_2 * 8)) + 40) <= 100))) {
+          *(uint2*)(&A_v_1[0]) = *(const uint2*)(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + (((ko * 32) + (t1_2 * 8)) + 32)]);
+          *(uint2*)(&A_v_1[4]) = *(const uint2*)(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + (((ko * 32) + (t1_2 * 8)) + 36)]);
           #pragma unroll
-          for (int e_5 = 0; e_5 < 8; ++e_5) {
-            A_shared_out_1[e_5] = A_v_1[e_5];
+          for (int e_2 = 0; e_2 < 8; ++e_2) {
+            A_shared_out_1[e_2] = A_v_1[e_2];
           }
-          *(uint4*)(&A_shared[(((ko + 1) % 2)) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + (t1_5 * 8)]) = *(const uint4*)(&A_shared_out_1[0]);
+          *(uint4*)(&A_shared[(((ko + 1) % 2)) * 2048 + ((t0_2 + (o0_2 * 32))) * 32 + (t1_2 * 8)]) = *(const uint4*)(&A_shared_out_1[0]);
         } else {
           #pragma unroll
-          for (int e_5 = 0; e_5 < 8; ++e_5) {
-            A_shared[(((ko + 1) % 2)) * 2048 + ((t0_5 + (o0_5 * 32))) * 32 + ((t1_5 * 8) + e_5)] = tl_to_half(((((((by * 64) + t0_5) + (o0_5 * 32)) < 100) && (((((ko * 32) + (t1_5 * 8)) + e_5) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((((ko * 32) + (t1_5 * 8)) + e_5) + 32)]) : 0.0f));
+          for (int e_2 = 0; e_2 < 8; ++e_2) {
+            A_shared[(((ko + 1) % 2)) * 2048 + ((t0_2 + (o0_2 * 32))) * 32 + ((t1_2 * 8) + e_2)] = tl_to_half(((((((by * 64) + t0_2) + (o0_2 * 32)) < 100) && (((((ko * 32) + (t1_2 * 8)) + e_2) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + ((((ko * 32) + (t1_2 * 8)) + e_2) + 32)]) : 0.0f));
           }
         }
       }
       // kernels.py:363: T.copy (issued ahead by the pipeline)
-      const int t0_7 = (tid / 8);
-      const int t1_7 = (tid % 8);
+      const int t0_3 = (tid / 8);
+      const int t1_3 = (tid % 8);
       #pragma unroll
-      for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
-        if (((((((ko * 32) + t0_7) + (o0_7 * 16)) + 32) < 100) && ((((bx * 64) + (t1_7 * 8)) + 8) <= 70))) {
-          *(unsigned int*)(&B_v_1[0]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_7) + (o0_7 * 16)) + 32)) * 70 + ((bx * 64) + (t1_7 * 8))]);
-          *(unsigned int*)(&B_v_1[2]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_7) + (o0_7 * 16)) + 32)) * 70 + (((bx * 64) + (t1_7 * 8)) + 2)]);
-          *(unsigned int*)(&B_v_1[4]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_7) + (o0_7 * 16)) + 32)) * 70 + (((bx * 64) + (t1_7 * 8)) + 4)]);
-          *(unsigned int*)(&B_v_1[6]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_7) + (o0_7 * 16)) + 32)) * 70 + (((bx * 64) + (t1_7 * 8)) + 6)]);
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        if (((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 100) && ((((bx * 64) + (t1_3 * 8)) + 8) <= 70))) {
+          *(unsigned int*)(&B_v_1[0]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 70 + ((bx * 64) + (t1_3 * 8))]);
+          *(unsigned int*)(&B_v_1[2]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 70 + (((bx * 64) + (t1_3 * 8)) + 2)]);
+          *(unsigned int*)(&B_v_1[4]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 70 + (((bx * 64) + (t1_3 * 8)) + 4)]);
+          *(unsigned int*)(&B_v_1[6]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 70 + (((bx * 64) + (t1_3 * 8)) + 6)]);
           #pragma unroll
-          for (int e_7 = 0; e_7 < 8; ++e_7) {
-            B_shared_out_1[e_7] = B_v_1[e_7];
+          for (int e_3 = 0; e_3 < 8; ++e_3) {
+            B_shared_out_1[e_3] = B_v_1[e_3];
           }
-          *(uint4*)(&B_shared[((((ko + 1) % 2) * 2048) + (((t0_7 * 64) + (o0_7 * 1024)) + ((t1_7 * 8) ^ ((t0_7 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
+          *(uint4*)(&B_shared[((((ko + 1) % 2) * 2048) + (((t0_3 * 64) + (o0_3 * 1024)) + ((t1_3 * 8) ^ ((t0_3 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
         } else {
           #pragma unroll
-          for (int e_7 = 0; e_7 < 8; ++e_7) {
-            B_shared[((((ko + 1) % 2) * 2048) + (((t0_7 * 64) + (o0_7 * 1024)) + (((t1_7 * 8) + e_7) ^ ((t0_7 & 7) << 3))))] = tl_to_half((((((((ko * 32) + t0_7) + (o0_7 * 16)) + 32) < 100) && ((((bx * 64) + (t1_7 * 8)) + e_7) < 70)) ? tl_float(B[(((((ko * 32) + t0_7) + (o0_7 * 16)) + 32)) * 70 + (((bx * 64) + (t1_7 * 8)) + e_7)]) : 0.0f));
+          for (int e_3 = 0; e_3 < 8; ++e_3) {
+            B_shared[((((ko + 1) % 2) * 2048) + (((t0_3 * 64) + (o0_3 * 1024)) + (((t1_3 * 8) + e_3) ^ ((t0_3 & 7) << 3))))] = tl_to_half((((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 100) && ((((bx * 64) + (t1_3 * 8)) + e_3) < 70)) ? tl_float(B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 70 + (((bx * 64) + (t1_3 * 8)) + e_3)]) : 0.0f));
           }
         }
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:364: T.Parallel
-    const int t0_8 = ((tid / 4) % 8);
-    const int t0_9 = (tid / 64);
-    const int t1_8 = (tid % 4);
+    const int t0_4 = ((tid / 4) % 8);
+    const int t0_5 = (tid / 64);
+    const int t1_4 = (tid % 4);
     #pragma unroll
-    for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
+    for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
       #pragma unroll
-      for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
+      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
         #pragma unroll
         for (int o1 = 0; o1 < 2; ++o1) {
           #pragma unroll
           for (int o1_1 = 0; o1_1 < 2; ++o1_1) {
-            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[((ko % 2)) * 2048 + ((((t0_8 + (o0_8 * 8)) + (o0_9 * 16)) + (t0_9 * 32))) * 32 + (((t1_8 * 2) + (o1 * 8)) + (o1_1 * 16))]);
+            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[((ko % 2)) * 2048 + ((((t0_4 + (o0_4 * 8)) + (o0_5 * 16)) + (t0_5 * 32))) * 32 + (((t1_4 * 2) + (o1 * 8)) + (o1_1 * 16))]);
             #pragma unroll
-            for (int e_8 = 0; e_8 < 2; ++e_8) {
-              A_frag[(((((o0_8 * 2) + (o0_9 * 16)) + (o1 * 4)) + (o1_1 * 8)) + e_8)] = tl_to_half((tl_float(A_shared_v[e_8]) * 2.0f));
+            for (int e_4 = 0; e_4 < 2; ++e_4) {
+              A_frag[(((((o0_4 * 2) + (o0_5 * 16)) + (o1 * 4)) + (o1_1 * 8)) + e_4)] = tl_to_half((tl_float(A_shared_v[e_4]) * 2.0f));
             }
           }
         }
@@ -221,44 +221,44 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:367: T.copy
   __syncthreads();
-  const int t0_10 = ((tid / 4) % 8);
-  const int t0_11 = (tid / 64);
-  const int t1_9 = (tid % 4);
-  const int t1_10 = ((tid / 32) % 2);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = (tid / 64);
+  const int t1_5 = (tid % 4);
+  const int t1_6 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_10 = 0; o0_10 < 2; ++o0_10) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int o0_11 = 0; o0_11 < 2; ++o0_11) {
+    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
       #pragma unroll
       for (int o1_2 = 0; o1_2 < 4; ++o1_2) {
         #pragma unroll
-        for (int e_9 = 0; e_9 < 2; ++e_9) {
-          acc_stage_out[e_9] = tl_to_half((float)(acc[((((o0_10 * 2) + (o0_11 * 16)) + (o1_2 * 4)) + e_9)]));
+        for (int e_5 = 0; e_5 < 2; ++e_5) {
+          acc_stage_out[e_5] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1_2 * 4)) + e_5)]));
         }
-        *(unsigned int*)(&acc_stage[(((((t0_10 * 64) + (o0_10 * 512)) + (o0_11 * 1024)) + (t0_11 * 2048)) + ((((t1_9 * 2) + (o1_2 * 8)) + (t1_10 * 32)) ^ ((t0_10 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_5 * 2) + (o1_2 * 8)) + (t1_6 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_12 = (tid / 8);
-  const int t1_11 = (tid % 8);
+  const int t0_8 = (tid / 8);
+  const int t1_7 = (tid % 8);
   #pragma unroll
-  for (int o0_12 = 0; o0_12 < 4; ++o0_12) {
-    if ((((((by * 64) + t0_12) + (o0_12 * 16)) < 100) && ((((bx * 64) + (t1_11 * 8)) + 8) <= 70))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_12 * 64) + (o0_12 * 1024)) + ((t1_11 * 8) ^ ((t0_12 & 7) << 3)))]);
+  for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
+    if ((((((by * 64) + t0_8) + (o0_8 * 16)) < 100) && ((((bx * 64) + (t1_7 * 8)) + 8) <= 70))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_7 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
-      for (int e_10 = 0; e_10 < 8; ++e_10) {
-        C_out[e_10] = acc_stage_v[e_10];
+      for (int e_6 = 0; e_6 < 8; ++e_6) {
+        C_out[e_6] = acc_stage_v[e_6];
       }
-      *(unsigned int*)(&C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + ((bx * 64) + (t1_11 * 8))]) = *(const unsigned int*)(&C_out[0]);
-      *(unsigned int*)(&C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + (((bx * 64) + (t1_11 * 8)) + 2)]) = *(const unsigned int*)(&C_out[2]);
-      *(unsigned int*)(&C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + (((bx * 64) + (t1_11 * 8)) + 4)]) = *(const unsigned int*)(&C_out[4]);
-      *(unsigned int*)(&C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + (((bx * 64) + (t1_11 * 8)) + 6)]) = *(const unsigned int*)(&C_out[6]);
+      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + ((bx * 64) + (t1_7 * 8))]) = *(const unsigned int*)(&C_out[0]);
+      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + (((bx * 64) + (t1_7 * 8)) + 2)]) = *(const unsigned int*)(&C_out[2]);
+      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + (((bx * 64) + (t1_7 * 8)) + 4)]) = *(const unsigned int*)(&C_out[4]);
+      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + (((bx * 64) + (t1_7 * 8)) + 6)]) = *(const unsigned int*)(&C_out[6]);
     } else {
       #pragma unroll
-      for (int e_10 = 0; e_10 < 8; ++e_10) {
-        if ((((((by * 64) + t0_12) + (o0_12 * 16)) < 100) && ((((bx * 64) + (t1_11 * 8)) + e_10) < 70))) {
-          C[((((by * 64) + t0_12) + (o0_12 * 16))) * 70 + (((bx * 64) + (t1_11 * 8)) + e_10)] = acc_stage[(((t0_12 * 64) + (o0_12 * 1024)) + (((t1_11 * 8) + e_10) ^ ((t0_12 & 7) << 3)))];
+      for (int e_6 = 0; e_6 < 8; ++e_6) {
+        if ((((((by * 64) + t0_8) + (o0_8 * 16)) < 100) && ((((bx * 64) + (t1_7 * 8)) + e_6) < 70))) {
+          C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + (((bx * 64) + (t1_7 * 8)) + e_6)] = acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + (((t1_7 * 8) + e_6) ^ ((t0_8 & 7) << 3)))];
         }
       }
     }

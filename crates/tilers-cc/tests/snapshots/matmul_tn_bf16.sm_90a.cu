@@ -79,22 +79,65 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   }
   {
     // kernels.py:271: T.copy (issued ahead by the pipeline)
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 2; ++o0) {
+      if (((((by * 64) + t0) + (o0 * 32)) < 33)) {
+        *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0) + (o0 * 32))) * 100 + (t1 * 8)]);
+        *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + 4)]);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          A_shared_out[e] = A_v[e];
+        }
+        *(uint4*)(&A_shared[((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+      } else {
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          A_shared[(((((t1 * 8) + e) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3))] = tl_to_bf16((((((by * 64) + t0) + (o0 * 32)) < 33) ? tl_float(A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + e)]) : 0.0f));
+        }
+      }
+    }
+    // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      if (((((by * 64) + t0_1) + (o0_1 * 32)) < 33)) {
-        *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + (t1_1 * 8)]);
-        *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + 4)]);
+      if (((((bx * 64) + t0_1) + (o0_1 * 32)) < 200)) {
+        *(uint2*)(&B_v[0]) = *(const uint2*)(&B[((((bx * 64) + t0_1) + (o0_1 * 32))) * 100 + (t1_1 * 8)]);
+        *(uint2*)(&B_v[4]) = *(const uint2*)(&B[((((bx * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + 4)]);
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          A_shared_out[e_1] = A_v[e_1];
+          B_shared_out[e_1] = B_v[e_1];
         }
-        *(uint4*)(&A_shared[((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&B_shared[((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3))]) = *(const uint4*)(&B_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          A_shared[(((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) + e_1) ^ (((t0_1 >> 1) & 7) << 3))] = tl_to_bf16((((((by * 64) + t0_1) + (o0_1 * 32)) < 33) ? tl_float(A[((((by * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
+          B_shared[(((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) + e_1) ^ (((t0_1 >> 1) & 7) << 3))] = tl_to_bf16((((((bx * 64) + t0_1) + (o0_1 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
+        }
+      }
+    }
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  {
+    // kernels.py:271: T.copy (issued ahead by the pipeline)
+    const int t0_2 = (tid / 4);
+    const int t1_2 = (tid % 4);
+    #pragma unroll
+    for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+      if (((((by * 64) + t0_2) + (o0_2 * 32)) < 33)) {
+        *(uint2*)(&A_v_1[0]) = *(const uint2*)(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + ((t1_2 * 8) + 32)]);
+        *(uint2*)(&A_v_1[4]) = *(const uint2*)(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + ((t1_2 * 8) + 36)]);
+        #pragma unroll
+        for (int e_2 = 0; e_2 < 8; ++e_2) {
+          A_shared_out_1[e_2] = A_v_1[e_2];
+        }
+        *(uint4*)(&A_shared[(2048 + ((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
+      } else {
+        #pragma unroll
+        for (int e_2 = 0; e_2 < 8; ++e_2) {
+          A_shared[(2048 + (((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) + e_2) ^ (((t0_2 >> 1) & 7) << 3)))] = tl_to_bf16((((((by * 64) + t0_2) + (o0_2 * 32)) < 33) ? tl_float(A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + (((t1_2 * 8) + e_2) + 32)]) : 0.0f));
         }
       }
     }
@@ -104,60 +147,17 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
       if (((((bx * 64) + t0_3) + (o0_3 * 32)) < 200)) {
-        *(uint2*)(&B_v[0]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + (t1_3 * 8)]);
-        *(uint2*)(&B_v[4]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + 4)]);
+        *(uint2*)(&B_v_1[0]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + 32)]);
+        *(uint2*)(&B_v_1[4]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + 36)]);
         #pragma unroll
         for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared_out[e_3] = B_v[e_3];
+          B_shared_out_1[e_3] = B_v_1[e_3];
         }
-        *(uint4*)(&B_shared[((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) ^ (((t0_3 >> 1) & 7) << 3))]) = *(const uint4*)(&B_shared_out[0]);
+        *(uint4*)(&B_shared[(2048 + ((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) ^ (((t0_3 >> 1) & 7) << 3)))]) = *(const uint4*)(&B_shared_out_1[0]);
       } else {
         #pragma unroll
         for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared[(((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) + e_3) ^ (((t0_3 >> 1) & 7) << 3))] = tl_to_bf16((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + e_3)]) : 0.0f));
-        }
-      }
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  {
-    // kernels.py:271: T.copy (issued ahead by the pipeline)
-    const int t0_5 = (tid / 4);
-    const int t1_5 = (tid % 4);
-    #pragma unroll
-    for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-      if (((((by * 64) + t0_5) + (o0_5 * 32)) < 33)) {
-        *(uint2*)(&A_v_1[0]) = *(const uint2*)(&A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((t1_5 * 8) + 32)]);
-        *(uint2*)(&A_v_1[4]) = *(const uint2*)(&A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + ((t1_5 * 8) + 36)]);
-        #pragma unroll
-        for (int e_5 = 0; e_5 < 8; ++e_5) {
-          A_shared_out_1[e_5] = A_v_1[e_5];
-        }
-        *(uint4*)(&A_shared[(2048 + ((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
-      } else {
-        #pragma unroll
-        for (int e_5 = 0; e_5 < 8; ++e_5) {
-          A_shared[(2048 + (((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) + e_5) ^ (((t0_5 >> 1) & 7) << 3)))] = tl_to_bf16((((((by * 64) + t0_5) + (o0_5 * 32)) < 33) ? tl_float(A[((((by * 64) + t0_5) + (o0_5 * 32))) * 100 + (((t1_5 * 8) + e_5) + 32)]) : 0.0f));
-        }
-      }
-    }
-    // kernels.py:273: T.copy (issued ahead by the pipeline)
-    const int t0_7 = (tid / 4);
-    const int t1_7 = (tid % 4);
-    #pragma unroll
-    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
-      if (((((bx * 64) + t0_7) + (o0_7 * 32)) < 200)) {
-        *(uint2*)(&B_v_1[0]) = *(const uint2*)(&B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + ((t1_7 * 8) + 32)]);
-        *(uint2*)(&B_v_1[4]) = *(const uint2*)(&B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + ((t1_7 * 8) + 36)]);
-        #pragma unroll
-        for (int e_7 = 0; e_7 < 8; ++e_7) {
-          B_shared_out_1[e_7] = B_v_1[e_7];
-        }
-        *(uint4*)(&B_shared[(2048 + ((((t0_7 * 32) + (o0_7 * 1024)) + (t1_7 * 8)) ^ (((t0_7 >> 1) & 7) << 3)))]) = *(const uint4*)(&B_shared_out_1[0]);
-      } else {
-        #pragma unroll
-        for (int e_7 = 0; e_7 < 8; ++e_7) {
-          B_shared[(2048 + (((((t0_7 * 32) + (o0_7 * 1024)) + (t1_7 * 8)) + e_7) ^ (((t0_7 >> 1) & 7) << 3)))] = tl_to_bf16((((((bx * 64) + t0_7) + (o0_7 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_7) + (o0_7 * 32))) * 100 + (((t1_7 * 8) + e_7) + 32)]) : 0.0f));
+          B_shared[(2048 + (((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) + e_3) ^ (((t0_3 >> 1) & 7) << 3)))] = tl_to_bf16((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + (((t1_3 * 8) + e_3) + 32)]) : 0.0f));
         }
       }
     }
@@ -168,42 +168,42 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     __syncthreads();
     if (((ko + 2) < 4)) {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
-      const int t0_9 = (tid / 4);
-      const int t1_9 = (tid % 4);
+      const int t0_4 = (tid / 4);
+      const int t1_4 = (tid % 4);
       #pragma unroll
-      for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
-        if ((((((by * 64) + t0_9) + (o0_9 * 32)) < 33) && ((((ko * 32) + (t1_9 * 8)) + 72) <= 100))) {
-          *(uint2*)(&A_v_2[0]) = *(const uint2*)(&A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + (((ko * 32) + (t1_9 * 8)) + 64)]);
-          *(uint2*)(&A_v_2[4]) = *(const uint2*)(&A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + (((ko * 32) + (t1_9 * 8)) + 68)]);
+      for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+        if ((((((by * 64) + t0_4) + (o0_4 * 32)) < 33) && ((((ko * 32) + (t1_4 * 8)) + 72) <= 100))) {
+          *(uint2*)(&A_v_2[0]) = *(const uint2*)(&A[((((by * 64) + t0_4) + (o0_4 * 32))) * 100 + (((ko * 32) + (t1_4 * 8)) + 64)]);
+          *(uint2*)(&A_v_2[4]) = *(const uint2*)(&A[((((by * 64) + t0_4) + (o0_4 * 32))) * 100 + (((ko * 32) + (t1_4 * 8)) + 68)]);
           #pragma unroll
-          for (int e_9 = 0; e_9 < 8; ++e_9) {
-            A_shared_out_2[e_9] = A_v_2[e_9];
+          for (int e_4 = 0; e_4 < 8; ++e_4) {
+            A_shared_out_2[e_4] = A_v_2[e_4];
           }
-          *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_9 * 32) + (o0_9 * 1024)) + (t1_9 * 8)) ^ (((t0_9 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
+          *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
         } else {
           #pragma unroll
-          for (int e_9 = 0; e_9 < 8; ++e_9) {
-            A_shared[((((ko + 2) % 3) * 2048) + (((((t0_9 * 32) + (o0_9 * 1024)) + (t1_9 * 8)) + e_9) ^ (((t0_9 >> 1) & 7) << 3)))] = tl_to_bf16(((((((by * 64) + t0_9) + (o0_9 * 32)) < 33) && (((((ko * 32) + (t1_9 * 8)) + e_9) + 64) < 100)) ? tl_float(A[((((by * 64) + t0_9) + (o0_9 * 32))) * 100 + ((((ko * 32) + (t1_9 * 8)) + e_9) + 64)]) : 0.0f));
+          for (int e_4 = 0; e_4 < 8; ++e_4) {
+            A_shared[((((ko + 2) % 3) * 2048) + (((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) + e_4) ^ (((t0_4 >> 1) & 7) << 3)))] = tl_to_bf16(((((((by * 64) + t0_4) + (o0_4 * 32)) < 33) && (((((ko * 32) + (t1_4 * 8)) + e_4) + 64) < 100)) ? tl_float(A[((((by * 64) + t0_4) + (o0_4 * 32))) * 100 + ((((ko * 32) + (t1_4 * 8)) + e_4) + 64)]) : 0.0f));
           }
         }
       }
       // kernels.py:273: T.copy (issued ahead by the pipeline)
-      const int t0_11 = (tid / 4);
-      const int t1_11 = (tid % 4);
+      const int t0_5 = (tid / 4);
+      const int t1_5 = (tid % 4);
       #pragma unroll
-      for (int o0_11 = 0; o0_11 < 2; ++o0_11) {
-        if ((((((bx * 64) + t0_11) + (o0_11 * 32)) < 200) && ((((ko * 32) + (t1_11 * 8)) + 72) <= 100))) {
-          *(uint2*)(&B_v_2[0]) = *(const uint2*)(&B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + (((ko * 32) + (t1_11 * 8)) + 64)]);
-          *(uint2*)(&B_v_2[4]) = *(const uint2*)(&B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + (((ko * 32) + (t1_11 * 8)) + 68)]);
+      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+        if ((((((bx * 64) + t0_5) + (o0_5 * 32)) < 200) && ((((ko * 32) + (t1_5 * 8)) + 72) <= 100))) {
+          *(uint2*)(&B_v_2[0]) = *(const uint2*)(&B[((((bx * 64) + t0_5) + (o0_5 * 32))) * 100 + (((ko * 32) + (t1_5 * 8)) + 64)]);
+          *(uint2*)(&B_v_2[4]) = *(const uint2*)(&B[((((bx * 64) + t0_5) + (o0_5 * 32))) * 100 + (((ko * 32) + (t1_5 * 8)) + 68)]);
           #pragma unroll
-          for (int e_11 = 0; e_11 < 8; ++e_11) {
-            B_shared_out_2[e_11] = B_v_2[e_11];
+          for (int e_5 = 0; e_5 < 8; ++e_5) {
+            B_shared_out_2[e_5] = B_v_2[e_5];
           }
-          *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + ((((t0_11 * 32) + (o0_11 * 1024)) + (t1_11 * 8)) ^ (((t0_11 >> 1) & 7) << 3)))]) = *(const uint4*)(&B_shared_out_2[0]);
+          *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + ((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)))]) = *(const uint4*)(&B_shared_out_2[0]);
         } else {
           #pragma unroll
-          for (int e_11 = 0; e_11 < 8; ++e_11) {
-            B_shared[((((ko + 2) % 3) * 2048) + (((((t0_11 * 32) + (o0_11 * 1024)) + (t1_11 * 8)) + e_11) ^ (((t0_11 >> 1) & 7) << 3)))] = tl_to_bf16(((((((bx * 64) + t0_11) + (o0_11 * 32)) < 200) && (((((ko * 32) + (t1_11 * 8)) + e_11) + 64) < 100)) ? tl_float(B[((((bx * 64) + t0_11) + (o0_11 * 32))) * 100 + ((((ko * 32) + (t1_11 * 8)) + e_11) + 64)]) : 0.0f));
+          for (int e_5 = 0; e_5 < 8; ++e_5) {
+            B_shared[((((ko + 2) % 3) * 2048) + (((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) + e_5) ^ (((t0_5 >> 1) & 7) << 3)))] = tl_to_bf16(((((((bx * 64) + t0_5) + (o0_5 * 32)) < 200) && (((((ko * 32) + (t1_5 * 8)) + e_5) + 64) < 100)) ? tl_float(B[((((bx * 64) + t0_5) + (o0_5 * 32))) * 100 + ((((ko * 32) + (t1_5 * 8)) + e_5) + 64)]) : 0.0f));
           }
         }
       }
@@ -236,41 +236,41 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:279: T.copy
   __syncthreads();
-  const int t0_12 = ((tid / 4) % 8);
-  const int t0_13 = (tid / 64);
-  const int t1_12 = (tid % 4);
-  const int t1_13 = ((tid / 32) % 2);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = (tid / 64);
+  const int t1_6 = (tid % 4);
+  const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_12 = 0; o0_12 < 2; ++o0_12) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int o0_13 = 0; o0_13 < 2; ++o0_13) {
+    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
         #pragma unroll
-        for (int e_12 = 0; e_12 < 2; ++e_12) {
-          acc_stage_out[e_12] = tl_to_bf16((float)(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + e_12)]));
+        for (int e_6 = 0; e_6 < 2; ++e_6) {
+          acc_stage_out[e_6] = tl_to_bf16((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
         }
-        *(unsigned int*)(&acc_stage[(((((t0_12 * 64) + (o0_12 * 512)) + (o0_13 * 1024)) + (t0_13 * 2048)) + ((((t1_12 * 2) + (o1 * 8)) + (t1_13 * 32)) ^ ((t0_12 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_14 = (tid / 8);
-  const int t1_14 = (tid % 8);
+  const int t0_8 = (tid / 8);
+  const int t1_8 = (tid % 8);
   #pragma unroll
-  for (int o0_14 = 0; o0_14 < 4; ++o0_14) {
-    if ((((((by * 64) + t0_14) + (o0_14 * 16)) < 33) && ((((bx * 64) + (t1_14 * 8)) + 8) <= 200))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_14 * 64) + (o0_14 * 1024)) + ((t1_14 * 8) ^ ((t0_14 & 7) << 3)))]);
+  for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
+    if ((((((by * 64) + t0_8) + (o0_8 * 16)) < 33) && ((((bx * 64) + (t1_8 * 8)) + 8) <= 200))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
-      for (int e_13 = 0; e_13 < 8; ++e_13) {
-        C_out[e_13] = acc_stage_v[e_13];
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        C_out[e_7] = acc_stage_v[e_7];
       }
-      *(uint4*)(&C[((((by * 64) + t0_14) + (o0_14 * 16))) * 200 + ((bx * 64) + (t1_14 * 8))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 200 + ((bx * 64) + (t1_8 * 8))]) = *(const uint4*)(&C_out[0]);
     } else {
       #pragma unroll
-      for (int e_13 = 0; e_13 < 8; ++e_13) {
-        if ((((((by * 64) + t0_14) + (o0_14 * 16)) < 33) && ((((bx * 64) + (t1_14 * 8)) + e_13) < 200))) {
-          C[((((by * 64) + t0_14) + (o0_14 * 16))) * 200 + (((bx * 64) + (t1_14 * 8)) + e_13)] = acc_stage[(((t0_14 * 64) + (o0_14 * 1024)) + (((t1_14 * 8) + e_13) ^ ((t0_14 & 7) << 3)))];
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        if ((((((by * 64) + t0_8) + (o0_8 * 16)) < 33) && ((((bx * 64) + (t1_8 * 8)) + e_7) < 200))) {
+          C[((((by * 64) + t0_8) + (o0_8 * 16))) * 200 + (((bx * 64) + (t1_8 * 8)) + e_7)] = acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + (((t1_8 * 8) + e_7) ^ ((t0_8 & 7) << 3)))];
         }
       }
     }

@@ -13,7 +13,10 @@
 //! kernel.py:12: device assert failed: i < n (block (3, 0, 0), thread 17; i=5)
 //! ```
 
+use super::guards::and;
+use super::threads::element_at;
 use super::*;
+use tile_ir::verify::{resolve_region, ResolvedRegion};
 
 /// The printf conversions of the block index, at the start of every message.
 const BLOCK: &str = "[block (%d, %d, %d)]";
@@ -109,7 +112,7 @@ impl Lowerer {
                 let format = format!("{}: {}\n", prefix(msg), printf_conversion(value.dtype()));
                 let mut args = self.block_coords.clone();
                 args.push(value);
-                let body = self.guard_globals(vec![Stmt::Printf { format, args }]);
+                let body = self.guard_globals(vec![Stmt::inst(inst::Printf { format, args })]);
                 let who = match only {
                     Some(c) => and(Some(self.is_thread0()), c),
                     None => Some(self.is_thread0()),
@@ -130,7 +133,7 @@ impl Lowerer {
                 } else {
                     format!(", region of shape {:?}", rr.shape())
                 };
-                let header = Stmt::Printf {
+                let header = Stmt::inst(inst::Printf {
                     format: format!(
                         "{}: {} {} {}{:?}{region}\n",
                         prefix(msg),
@@ -140,7 +143,7 @@ impl Lowerer {
                         b.shape
                     ),
                     args: self.block_coords.clone(),
-                };
+                });
                 let body = if b.scope == Scope::Fragment {
                     let mut body = Self::only_if(Some(self.is_thread0()), vec![header], loc);
                     body.extend(self.print_fragment(rr.buf, msg, loc));
@@ -198,7 +201,7 @@ impl Lowerer {
                 idx.push(at(k));
                 args.push(Expr::load(r.buf, idx, b.dtype));
             }
-            lines.push(Stmt::Printf { format, args });
+            lines.push(Stmt::inst(inst::Printf { format, args }));
         }
         let mut body = self.guard_globals(lines);
         for (v, n) in loops.into_iter().rev() {
@@ -238,7 +241,7 @@ impl Lowerer {
             let mut args = coords.clone();
             args.extend(el.index.iter().cloned());
             args.push(Expr::load(buf, vec![slot], b.dtype));
-            let line = Stmt::Printf { format: format.clone(), args };
+            let line = Stmt::inst(inst::Printf { format: format.clone(), args });
             if width > 1 {
                 vec![Stmt::For {
                     var: lane_var,
@@ -284,7 +287,7 @@ impl Lowerer {
         let mut args = self.block_coords.clone();
         args.push(self.tid());
         args.extend(index);
-        vec![Stmt::Printf { format, args }, Stmt::Trap]
+        vec![Stmt::inst(inst::Printf { format, args }), Stmt::inst(inst::Trap)]
     }
 
     /// `T.print` of a value in one iteration of a parallel loop.
@@ -302,7 +305,7 @@ impl Lowerer {
         let mut args = self.block_coords.clone();
         args.extend(indices);
         args.push(value);
-        let printf = Stmt::Printf { format, args };
+        let printf = Stmt::inst(inst::Printf { format, args });
         match self.block_filter(block) {
             Some(c) => Stmt::If { cond: c, then: vec![printf], otherwise: vec![], loc },
             None => printf,

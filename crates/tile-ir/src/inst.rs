@@ -1,0 +1,455 @@
+//! Thread-level instructions: what the lowering emits below the tile ops, one payload type
+//! per instruction, held by [`Stmt::Inst`](crate::Stmt::Inst).
+//!
+//! Every instruction implements [`Instruction`]: its expressions (for simplification,
+//! substitution and verification), the buffers it reads and writes, its effects on
+//! asynchronous state and barriers (what `insert_syncs`, `plan_shared_memory` and the
+//! verifier reason with), and its text form. Generic passes go through that trait and never
+//! match on the variants; only the back end's emitters and the interpreter's models do.
+//!
+//! Adding an instruction: its atom in `target.rs` (if it is one), a payload struct here
+//! with its `Instruction` impl, one line in the `instructions!` list, its emitter in
+//! tile-codegen, its model in tile-interp, and the lowering that makes it.
+
+use crate::ir::{BufferId, Expr};
+use crate::target::{CopyAtom, MmaAtom};
+
+/// How an instruction reaches a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessKind {
+    Read,
+    Write,
+}
+
+/// Which elements an access touches.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Index<'a> {
+    /// An element (or the first of a vector) by its indices.
+    Element(&'a [Expr]),
+    /// Register arrays addressed by a flat element offset (mma fragments).
+    Registers(&'a Expr),
+}
+
+/// One buffer access of an instruction.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Access<'a> {
+    pub buf: BufferId,
+    pub kind: AccessKind,
+    pub index: Index<'a>,
+    /// Elements from the index on (a vector width, a 16-byte row).
+    pub elements: i64,
+}
+
+/// What an instruction does beyond its accesses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    /// Orders the block's shared memory (`__syncthreads`).
+    pub barrier: bool,
+    /// Its writes land later, at a wait (`cp.async`).
+    pub asynchronous: bool,
+    /// Closes the group of asynchronous copies issued so far.
+    pub commits: bool,
+    /// Waits until at most this many committed groups are in flight.
+    pub waits_for: Option<u32>,
+    /// Executed by a whole warp together (every lane must reach it).
+    pub warp_collective: bool,
+    /// Stops the kernel.
+    pub traps: bool,
+    /// Has an effect outside memory (a printed line).
+    pub observable: bool,
+}
+
+/// Names and expressions as the text IR prints them (implemented by the printer).
+pub trait TextNames {
+    fn buffer(&self, b: BufferId) -> String;
+    fn expr(&self, e: &Expr) -> String;
+    fn exprs(&self, es: &[Expr]) -> String {
+        es.iter().map(|e| self.expr(e)).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// What every thread-level instruction tells the generic passes.
+pub trait Instruction {
+    /// Every expression it holds, in a fixed order (the order `map_exprs` visits them in,
+    /// so a pass can give each a role from `accesses` first).
+    fn exprs(&self) -> Vec<&Expr>;
+    /// Rebuild with `f` applied to each expression it holds, whole (pass `|e| e.map(g)` to
+    /// rewrite every node).
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self
+    where
+        Self: Sized;
+    fn accesses(&self) -> Vec<Access<'_>>;
+    fn effects(&self) -> Effects {
+        Effects::default()
+    }
+    /// One line of text IR (without indentation).
+    fn text(&self, names: &dyn TextNames) -> String;
+}
+
+fn map_all(v: Vec<Expr>, f: &mut dyn FnMut(Expr) -> Expr) -> Vec<Expr> {
+    v.into_iter().map(f).collect()
+}
+
+/// Copy `width` contiguous elements: one vector access on each side (up to 16 bytes).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VecCopy {
+    pub dst: BufferId,
+    pub dst_idx: Vec<Expr>,
+    pub src: BufferId,
+    pub src_idx: Vec<Expr>,
+    pub width: u32,
+}
+
+impl Instruction for VecCopy {
+    fn exprs(&self) -> Vec<&Expr> {
+        self.dst_idx.iter().chain(&self.src_idx).collect()
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        VecCopy { dst_idx: map_all(self.dst_idx, f), src_idx: map_all(self.src_idx, f), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        let n = self.width as i64;
+        vec![
+            Access {
+                buf: self.src,
+                kind: AccessKind::Read,
+                index: Index::Element(&self.src_idx),
+                elements: n,
+            },
+            Access {
+                buf: self.dst,
+                kind: AccessKind::Write,
+                index: Index::Element(&self.dst_idx),
+                elements: n,
+            },
+        ]
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!(
+            "vec{} {}[{}] <- {}[{}]",
+            self.width,
+            t.buffer(self.dst),
+            t.exprs(&self.dst_idx),
+            t.buffer(self.src),
+            t.exprs(&self.src_idx)
+        )
+    }
+}
+
+/// `ldmatrix`: this lane gives the address of row `src_idx` of shared `src`; the warp
+/// receives the atom's `count` 32-bit registers per lane, written to `dst[dst_offset..]`
+/// (16-bit elements, two per register).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ldmatrix {
+    pub atom: &'static CopyAtom,
+    pub dst: BufferId,
+    pub dst_offset: Expr,
+    pub src: BufferId,
+    pub src_idx: Vec<Expr>,
+}
+
+impl Ldmatrix {
+    /// (matrices, transposed) of the atom.
+    pub fn form(&self) -> (u32, bool) {
+        match self.atom.kind {
+            crate::target::CopyKind::Ldmatrix { count, trans } => (count, trans),
+            _ => unreachable!("an ldmatrix holds an ldmatrix atom"),
+        }
+    }
+}
+
+impl Instruction for Ldmatrix {
+    fn exprs(&self) -> Vec<&Expr> {
+        std::iter::once(&self.dst_offset).chain(&self.src_idx).collect()
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        Ldmatrix { dst_offset: f(self.dst_offset), src_idx: map_all(self.src_idx, f), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        let (count, _) = self.form();
+        vec![
+            Access {
+                buf: self.src,
+                kind: AccessKind::Read,
+                index: Index::Element(&self.src_idx),
+                elements: 8,
+            },
+            Access {
+                buf: self.dst,
+                kind: AccessKind::Write,
+                index: Index::Registers(&self.dst_offset),
+                elements: 2 * count as i64,
+            },
+        ]
+    }
+    fn effects(&self) -> Effects {
+        Effects { warp_collective: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!(
+            "{} {}[{}..] <- {}[{}]",
+            self.atom.name,
+            t.buffer(self.dst),
+            t.expr(&self.dst_offset),
+            t.buffer(self.src),
+            t.exprs(&self.src_idx)
+        )
+    }
+}
+
+/// One warp-wide tensor-core `mma` on register arrays: `c[c_offset..] += a[a_offset..] *
+/// b[b_offset..]` with the atom's fragment layouts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mma {
+    pub atom: &'static MmaAtom,
+    pub a: BufferId,
+    pub a_offset: Expr,
+    pub b: BufferId,
+    pub b_offset: Expr,
+    pub c: BufferId,
+    pub c_offset: Expr,
+}
+
+impl Instruction for Mma {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![&self.a_offset, &self.b_offset, &self.c_offset]
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        Mma { a_offset: f(self.a_offset), b_offset: f(self.b_offset), c_offset: f(self.c_offset), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        let regs =
+            |buf, kind, offset, elements| Access { buf, kind, index: Index::Registers(offset), elements };
+        let c = self.atom.c_layout.elements();
+        vec![
+            regs(self.a, AccessKind::Read, &self.a_offset, self.atom.a_layout.elements()),
+            regs(self.b, AccessKind::Read, &self.b_offset, self.atom.b_layout.elements()),
+            regs(self.c, AccessKind::Read, &self.c_offset, c),
+            regs(self.c, AccessKind::Write, &self.c_offset, c),
+        ]
+    }
+    fn effects(&self) -> Effects {
+        Effects { warp_collective: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!(
+            "{} {}[{}..] += {}[{}..] * {}[{}..]",
+            self.atom.name,
+            t.buffer(self.c),
+            t.expr(&self.c_offset),
+            t.buffer(self.a),
+            t.expr(&self.a_offset),
+            t.buffer(self.b),
+            t.expr(&self.b_offset)
+        )
+    }
+}
+
+/// `cp.async.cg.shared.global` of 16 bytes: `src_bytes` of them read from `src` (0 to 16; the
+/// rest zero-filled); the bytes land in `dst` at the wait that completes its group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AsyncCopy {
+    pub dst: BufferId,
+    pub dst_idx: Vec<Expr>,
+    pub src: BufferId,
+    pub src_idx: Vec<Expr>,
+    pub src_bytes: Expr,
+}
+
+impl Instruction for AsyncCopy {
+    fn exprs(&self) -> Vec<&Expr> {
+        self.dst_idx.iter().chain(&self.src_idx).chain(std::iter::once(&self.src_bytes)).collect()
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        AsyncCopy {
+            dst_idx: map_all(self.dst_idx, f),
+            src_idx: map_all(self.src_idx, f),
+            src_bytes: f(self.src_bytes),
+            ..self
+        }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![
+            Access {
+                buf: self.src,
+                kind: AccessKind::Read,
+                index: Index::Element(&self.src_idx),
+                elements: 0,
+            },
+            Access {
+                buf: self.dst,
+                kind: AccessKind::Write,
+                index: Index::Element(&self.dst_idx),
+                elements: 0,
+            },
+        ]
+    }
+    fn effects(&self) -> Effects {
+        Effects { asynchronous: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!(
+            "cp.async16 {}[{}] <- {}[{}] ({} bytes)",
+            t.buffer(self.dst),
+            t.exprs(&self.dst_idx),
+            t.buffer(self.src),
+            t.exprs(&self.src_idx),
+            t.expr(&self.src_bytes)
+        )
+    }
+}
+
+/// Close the group of asynchronous copies issued since the last commit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AsyncCommit;
+
+impl Instruction for AsyncCommit {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { commits: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        "async_commit".into()
+    }
+}
+
+/// Wait until at most `pending` committed groups are still in flight.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AsyncWait {
+    pub pending: u32,
+}
+
+impl Instruction for AsyncWait {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { waits_for: Some(self.pending), ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        format!("async_wait {}", self.pending)
+    }
+}
+
+/// `__syncthreads()`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sync;
+
+impl Instruction for Sync {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { barrier: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        "sync".into()
+    }
+}
+
+/// CUDA `printf(format, args...)`. `format` holds the C conversions (`%d`, `%lld`, `%u`,
+/// `%g`, `%%`) matching the args' dtypes (see [`crate::ir::printf_conversion`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Printf {
+    pub format: String,
+    pub args: Vec<Expr>,
+}
+
+impl Instruction for Printf {
+    fn exprs(&self) -> Vec<&Expr> {
+        self.args.iter().collect()
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        Printf { args: map_all(self.args, f), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { observable: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        let args: Vec<String> = self.args.iter().map(|a| format!(", {}", t.expr(a))).collect();
+        format!("printf({:?}{})", self.format, args.concat())
+    }
+}
+
+/// `__trap()`: stops the kernel with an error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trap;
+
+impl Instruction for Trap {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { traps: true, observable: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        "trap".into()
+    }
+}
+
+macro_rules! instructions {
+    ($($variant:ident),* $(,)?) => {
+        /// A thread-level instruction (see the module doc).
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum Inst {
+            $($variant($variant)),*
+        }
+
+        impl Instruction for Inst {
+            fn exprs(&self) -> Vec<&Expr> {
+                match self { $(Inst::$variant(i) => i.exprs()),* }
+            }
+            fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+                match self { $(Inst::$variant(i) => Inst::$variant(i.map_exprs(f))),* }
+            }
+            fn accesses(&self) -> Vec<Access<'_>> {
+                match self { $(Inst::$variant(i) => i.accesses()),* }
+            }
+            fn effects(&self) -> Effects {
+                match self { $(Inst::$variant(i) => i.effects()),* }
+            }
+            fn text(&self, names: &dyn TextNames) -> String {
+                match self { $(Inst::$variant(i) => i.text(names)),* }
+            }
+        }
+
+        $(
+            impl From<$variant> for Inst {
+                fn from(i: $variant) -> Inst {
+                    Inst::$variant(i)
+                }
+            }
+        )*
+    };
+}
+
+instructions!(VecCopy, Ldmatrix, Mma, AsyncCopy, AsyncCommit, AsyncWait, Sync, Printf, Trap);

@@ -1,0 +1,236 @@
+//! `T.copy` by its chosen instruction (`CopyOp::inst`): by the threads over the anchor's
+//! layout, by `cp.async` (pipelined producers), or staged through a swizzled shared tile
+//! (fragments whose threads hold less than 16 contiguous bytes of a row).
+//!
+//! Requires: a copy with its instruction (`select_instructions`), layouts on fragments.
+//! Ensures: per-thread code; a `cp.async` reads only bytes inside the tensor and zero-fills
+//! the rest; staged copies are bracketed by barriers.
+//! Does not: choose between them (`select_instructions` did and reported why).
+
+use super::add;
+use super::guards::{and, in_range};
+use super::threads::element_at;
+use super::{i32c, is_zero, strip_cast, Lowerer};
+use tile_ir::simplify::{known_multiple, simplify, to_affine};
+use tile_ir::verify::{resolve_copy, ResolvedRegion};
+use tile_ir::*;
+
+impl Lowerer {
+    pub(super) fn copy(&mut self, op: &CopyOp) -> Vec<Stmt> {
+        let (src, dst, loc) = (&op.src, &op.dst, op.loc);
+        let pad = op.pad.clone();
+        let inst = op.inst.unwrap_or(CopyInst::Threads);
+        let (s, d) = match resolve_copy(&self.m, src, dst, loc) {
+            Ok(x) => x,
+            Err(e) => {
+                self.diags.push(e);
+                return vec![];
+            }
+        };
+        let (sb, db) = (self.m.buffer(s.buf).clone(), self.m.buffer(d.buf).clone());
+        if inst == CopyInst::Staged {
+            return self.staged_store(op);
+        }
+        if sb.scope == Scope::Local || db.scope == Scope::Local {
+            self.diags
+                .push(Diagnostic::error("T.copy to or from a local buffer is not supported", loc).with_help(
+                "local buffers are per thread; copy into a fragment, or assign elements in a T.Parallel loop",
+            ));
+            return vec![];
+        }
+        // the side whose layout decides the thread mapping
+        let anchor = if sb.scope == Scope::Fragment {
+            &s
+        } else if db.scope == Scope::Fragment || sb.scope == Scope::Global {
+            &d
+        } else {
+            &s
+        };
+        for (side, b) in [(&s, &sb), (&d, &db)] {
+            if b.scope == Scope::Fragment
+                && (side.extents != b.shape
+                    || side.starts.iter().any(|e| simplify(e.clone()).as_int() != Some(0)))
+            {
+                self.diags.push(Diagnostic::error(
+                    format!(
+                        "T.copy of part of fragment '{}' is not supported; copy the whole fragment",
+                        b.name
+                    ),
+                    loc,
+                ));
+                return vec![];
+            }
+        }
+        let loop_shape = anchor.shape();
+        let vars: Vec<VarId> = (0..loop_shape.len())
+            .map(|k| self.m.add_var(&format!("c{k}"), VarKind::Loop, DType::I32))
+            .collect();
+        let index_side = |r: &ResolvedRegion| -> Vec<Expr> {
+            // non-unit kept dims of r consume non-unit loop dims in order
+            let mut loop_dims = (0..loop_shape.len()).filter(|k| loop_shape[*k] != 1);
+            (0..r.extents.len())
+                .map(|d| {
+                    let start = r.starts[d].clone();
+                    if r.kept[d] && r.extents[d] != 1 {
+                        let k = loop_dims.next().expect("copy shapes agree");
+                        let v = Expr::var(vars[k], DType::I32);
+                        simplify(add(start.clone(), Expr::cast(v, start.dtype())))
+                    } else {
+                        start
+                    }
+                })
+                .collect()
+        };
+        let src_idx = index_side(&s);
+        let dst_idx = index_side(&d);
+        let pad = pad.map(|p| Box::new(Expr::cast(p, sb.dtype)));
+        let load = Expr::Load { buf: s.buf, idx: src_idx, dtype: sb.dtype, loc, oob: pad };
+        let store = Stmt::Store { buf: d.buf, idx: dst_idx, value: Expr::cast(load, db.dtype), loc };
+        let layout = match (sb.layout.as_ref(), db.layout.as_ref()) {
+            (Some(a), Some(b)) if a != b => {
+                self.diags.push(
+                    Diagnostic::error(
+                        format!(
+                            "layout conflict: T.copy between fragments '{}' and '{}' laid out differently",
+                            sb.name, db.name
+                        ),
+                        loc,
+                    )
+                    .with_label(sb.loc, format!("'{}' is {a}", sb.name))
+                    .with_label(db.loc, format!("'{}' is {b}", db.name)),
+                );
+                return vec![];
+            }
+            (Some(a), _) => a.clone(),
+            (_, Some(b)) => b.clone(),
+            _ => FragmentLayout::blocked(
+                &loop_shape,
+                self.m.kernel.threads,
+                sb.dtype.bytes().min(db.dtype.bytes()),
+            ),
+        };
+        if inst == CopyInst::CpAsync {
+            return match self.async_copy(&vars, &store, &layout) {
+                Ok(code) => code,
+                Err(why) => {
+                    let what = format!("T.copy {} -> {}", sb.name, db.name);
+                    self.diags.push(Diagnostic::bug(format!(
+                        "select_instructions chose cp.async for {what}, but {why}"
+                    )));
+                    vec![]
+                }
+            };
+        }
+        self.parallel(&vars, &loop_shape, &[store], &layout, loc)
+    }
+
+    /// A fragment stored to global memory through a swizzled shared tile, so that the global
+    /// writes are 16-byte vectors along rows (coalesced); `select_instructions` chose it
+    /// (mma accumulators hold pairs of a row per thread) and checked the shared memory.
+    pub(super) fn staged_store(&mut self, op: &CopyOp) -> Vec<Stmt> {
+        let (sb, db) = (self.m.buffer(op.src.buf).clone(), self.m.buffer(op.dst.buf).clone());
+        let stage = self.m.add_buffer(Buffer {
+            name: format!("{}_stage", sb.name),
+            scope: Scope::Shared,
+            dtype: db.dtype,
+            shape: sb.shape.clone(),
+            loc: op.loc,
+            layout: None,
+            shared_offset: None,
+            swizzle: true,
+        });
+        let whole = Region { buf: stage, dims: vec![], loc: op.loc };
+        let threads = |src: Region, dst: Region, pad: Option<Expr>| CopyOp {
+            src,
+            dst,
+            pad,
+            loc: op.loc,
+            inst: Some(CopyInst::Threads),
+        };
+        let mut code = vec![Stmt::inst(inst::Sync)];
+        code.extend(self.copy(&threads(op.src.clone(), whole.clone(), None)));
+        code.push(Stmt::inst(inst::Sync));
+        code.extend(self.copy(&threads(whole, op.dst.clone(), op.pad.clone())));
+        code
+    }
+
+    /// A global→shared copy as one 16-byte `cp.async` per vector chunk, reading only the
+    /// bytes inside the tensor and zero-filling the rest. Err says why it cannot be.
+    pub(super) fn async_copy(
+        &mut self,
+        vars: &[VarId],
+        store: &Stmt,
+        l: &FragmentLayout,
+    ) -> Result<Vec<Stmt>, String> {
+        let Stmt::Store { buf: dst, value, .. } = store else { return Err("not a plain copy".into()) };
+        let Expr::Load { buf: src, oob, .. } = strip_cast(value) else {
+            return Err("not a plain copy".into());
+        };
+        let (sb, db) = (self.m.buffer(*src).clone(), self.m.buffer(*dst).clone());
+        if sb.dtype != db.dtype {
+            return Err(format!("it converts {} to {}", sb.dtype, db.dtype));
+        }
+        if oob.as_ref().is_some_and(|p| !is_zero(p)) {
+            return Err("its pad value is not 0 (cp.async can only zero-fill)".into());
+        }
+        let width = l.vector_width();
+        let eb = sb.dtype.bytes() as i64;
+        if width * eb != 16 {
+            return Err(format!(
+                "the tile's rows do not split into 16-byte vectors ({width} elements of {eb} bytes)"
+            ));
+        }
+        let mut failure = None;
+        let (dst, src) = (*dst, *src);
+        let code = self.for_each_chunk(l, &mut |lw, values, base| {
+            let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
+            let el = element_at(values, base, lane_var, width);
+            let Some(Stmt::Store { idx: dst_idx, value, .. }) = lw.instantiate(std::slice::from_ref(store), vars, &el).pop() else {
+                failure = Some("internal: copy body".to_string());
+                return vec![];
+            };
+            let Expr::Load { idx: src_idx, .. } = strip_cast(&value).clone() else {
+                failure = Some("internal: copy body".to_string());
+                return vec![];
+            };
+            let zero = i32c(0);
+            let at_lane0 = |idx: &[Expr]| idx.iter().map(|i| simplify(i.clone().substitute(lane_var, &zero))).collect::<Vec<_>>();
+            for (b, idx) in [(&sb, &src_idx), (&db, &dst_idx)] {
+                let n = idx.len();
+                let last = to_affine(&idx[n - 1]);
+                let lane_key = format!("{:?}", Expr::var(lane_var, DType::I32));
+                let contiguous = last.terms.get(&lane_key).map(|(c, _)| *c) == Some(1)
+                    && idx[..n - 1].iter().all(|i| !i.uses_var(lane_var));
+                let first = at_lane0(idx);
+                let aligned = known_multiple(&first[n - 1], width) && b.strides()[..n - 1].iter().all(|s| s % width == 0);
+                if !contiguous || !aligned {
+                    failure = Some(format!("'{}' is not read/written in aligned 16-byte vectors (a row length not a multiple of {width}?)", b.name));
+                    return vec![];
+                }
+            }
+            let (s0, d0) = (at_lane0(&src_idx), at_lane0(&dst_idx));
+            let n = s0.len();
+            let mut valid = None;
+            for (i, extent) in s0.iter().zip(&sb.shape).take(n - 1) {
+                valid = and(valid, in_range(i, *extent, &|e| lw.non_negative(e)));
+            }
+            let last = s0[n - 1].clone();
+            if !lw.non_negative(&last) {
+                valid = and(valid, Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, last.dtype())));
+            }
+            let extent = Expr::int_of(sb.shape[n - 1], last.dtype());
+            valid = and(valid, Expr::binary(BinOp::Lt, last.clone(), extent.clone()));
+            let valid = simplify(valid.expect("at least one condition"));
+            let remaining = Expr::binary(BinOp::Min, Expr::binary(BinOp::Sub, extent, last.clone()), Expr::int_of(width, last.dtype()));
+            let bytes = Expr::cast(Expr::binary(BinOp::Mul, remaining, Expr::int_of(eb, last.dtype())), DType::I32);
+            let src_bytes = simplify(Expr::select(valid.clone(), bytes, i32c(0)));
+            // a safe address even when nothing is read
+            let safe: Vec<Expr> = s0.iter().map(|i| simplify(Expr::select(valid.clone(), i.clone(), Expr::int_of(0, i.dtype())))).collect();
+            vec![Stmt::inst(inst::AsyncCopy { dst, dst_idx: d0, src, src_idx: safe, src_bytes })]
+        });
+        match failure {
+            Some(why) => Err(why),
+            None => Ok(code),
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Bounds handling of global accesses: every load past a tensor's edge reads its pad value
+//! (zero by default), every store past it is dropped.
+//!
+//! Requires: thread-level statements whose indices are final (after instantiation).
+//! Ensures: each global `Load` is a `select(in bounds, load, pad)`, each global store sits
+//! in an `if (in bounds)`; conditions that are true by construction are left out.
+//! Does not: prove anything from ranges (the final `simplify` folds what ranges decide).
+
+use super::Lowerer;
+use tile_ir::simplify::simplify;
+use tile_ir::*;
+
+pub(super) fn and(a: Option<Expr>, b: Expr) -> Option<Expr> {
+    // flatten b and skip conjuncts that are already there (guards repeat across accesses)
+    if let Expr::Binary { op: BinOp::And, a: x, b: y, .. } = b {
+        return and(and(a, *x), *y);
+    }
+    if b.as_int() == Some(1) {
+        return a;
+    }
+    let Some(a) = a else { return Some(b) };
+    let key = format!("{b:?}");
+    let mut present = false;
+    let mut stack = vec![&a];
+    while let Some(e) = stack.pop() {
+        if format!("{e:?}") == key {
+            present = true;
+            break;
+        }
+        if let Expr::Binary { op: BinOp::And, a: x, b: y, .. } = e {
+            stack.push(x);
+            stack.push(y);
+        }
+    }
+    Some(if present { a } else { Expr::binary(BinOp::And, a, b) })
+}
+
+/// `0 <= i < n` for an index of any integer type; the lower bound is left out when `i`
+/// cannot be negative.
+pub(super) fn in_range(i: &Expr, n: i64, non_negative: &dyn Fn(&Expr) -> bool) -> Expr {
+    let dt = i.dtype();
+    if let Some(c) = simplify(i.clone()).as_int() {
+        return Expr::bool(c >= 0 && c < n);
+    }
+    let hi = Expr::binary(BinOp::Lt, i.clone(), Expr::int_of(n, dt));
+    if non_negative(i) {
+        return hi;
+    }
+    let lo = Expr::binary(BinOp::Ge, i.clone(), Expr::int_of(0, dt));
+    Expr::binary(BinOp::And, lo, hi)
+}
+
+impl Lowerer {
+    /// Is `e` non-negative for every value its variables can take?
+    pub(super) fn non_negative(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Const { value: ConstValue::Int(v), .. } => *v >= 0,
+            Expr::Var { id, .. } => {
+                id.0 >= self.user_vars
+                    || self.non_negative_vars.contains(id)
+                    || matches!(self.m.var(*id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
+            }
+            Expr::Binary {
+                op: BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::Max | BinOp::BitAnd,
+                a,
+                b,
+                ..
+            } => self.non_negative(a) && self.non_negative(b),
+            Expr::Binary { op: BinOp::FloorDiv | BinOp::FloorMod, a, b, .. } => {
+                self.non_negative(a) && b.as_int().is_some_and(|v| v > 0)
+            }
+            Expr::Cast { a, dtype } => {
+                let widening = a.dtype().bytes() < dtype.bytes()
+                    || (a.dtype().is_signed() && a.dtype().bytes() == dtype.bytes());
+                dtype.is_int() && a.dtype().is_int() && widening && self.non_negative(a)
+            }
+            _ => false,
+        }
+    }
+
+    /// Bounds-check every global access of thread-level statements: loads past the edge
+    /// read their `oob` value (zero by default), stores past it are dropped.
+    pub(super) fn guard_globals(&self, body: Vec<Stmt>) -> Vec<Stmt> {
+        let guard_expr = |e: Expr| self.guard_loads(e);
+        let mut out = Vec::new();
+        for s in body {
+            match s {
+                Stmt::Store { buf, idx, value, loc } => {
+                    let value = guard_expr(value);
+                    let idx: Vec<Expr> = idx.into_iter().map(guard_expr).collect();
+                    out.push(self.guard_store(Stmt::Store { buf, idx, value, loc }));
+                }
+                Stmt::AtomicAdd { buf, idx, value, loc } => {
+                    let value = guard_expr(value);
+                    let idx: Vec<Expr> = idx.into_iter().map(guard_expr).collect();
+                    out.push(self.guard_store(Stmt::AtomicAdd { buf, idx, value, loc }));
+                }
+                Stmt::If { cond, then, otherwise, loc } => out.push(Stmt::If {
+                    cond: guard_expr(cond),
+                    then: self.guard_globals(then),
+                    otherwise: self.guard_globals(otherwise),
+                    loc,
+                }),
+                Stmt::For { var, start, extent, kind, body, loc } => out.push(Stmt::For {
+                    var,
+                    start: guard_expr(start),
+                    extent: guard_expr(extent),
+                    kind,
+                    body: self.guard_globals(body),
+                    loc,
+                }),
+                Stmt::Let { var, value } => out.push(Stmt::Let { var, value: guard_expr(value) }),
+                Stmt::Inst(Inst::Printf(p)) => {
+                    let args = p.args.into_iter().map(guard_expr).collect();
+                    out.push(Stmt::inst(inst::Printf { format: p.format, args }))
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    }
+
+    /// `e` with every global load bounds-checked: past the edge it reads its `oob` value
+    /// (zero by default).
+    pub(super) fn guard_loads(&self, e: Expr) -> Expr {
+        let m = &self.m;
+        let non_negative = |e: &Expr| self.non_negative(e);
+        e.map(&mut |x| match x {
+            Expr::Load { buf, idx, dtype, loc, oob } if m.buffer(buf).scope == Scope::Global => {
+                let shape = &m.buffer(buf).shape;
+                let mut cond = None;
+                for (d, i) in idx.iter().enumerate() {
+                    cond = and(cond, in_range(i, shape[d], &non_negative));
+                }
+                let fallback = match oob {
+                    Some(o) => Expr::cast(*o, dtype),
+                    None => {
+                        if dtype.is_float() {
+                            Expr::Const { value: ConstValue::Float(0.0), dtype }
+                        } else {
+                            Expr::int_of(0, dtype)
+                        }
+                    }
+                };
+                let load = Expr::Load { buf, idx, dtype, loc, oob: None };
+                match cond.map(simplify) {
+                    Some(c) if c.as_int() == Some(1) => load,
+                    Some(c) => Expr::select(c, load, fallback),
+                    None => load,
+                }
+            }
+            other => other,
+        })
+    }
+
+    pub(super) fn guard_store(&self, s: Stmt) -> Stmt {
+        let (Stmt::Store { buf, idx, loc, .. } | Stmt::AtomicAdd { buf, idx, loc, .. }) = &s else {
+            return s;
+        };
+        let b = self.m.buffer(*buf);
+        if b.scope != Scope::Global {
+            return s;
+        }
+        let mut cond = None;
+        for (d, i) in idx.iter().enumerate() {
+            cond = and(cond, in_range(i, b.shape[d], &|e| self.non_negative(e)));
+        }
+        match cond.map(simplify) {
+            Some(c) if c.as_int() == Some(1) => s,
+            Some(c) => {
+                let loc = *loc;
+                Stmt::If { cond: c, then: vec![s], otherwise: vec![], loc }
+            }
+            None => s,
+        }
+    }
+}

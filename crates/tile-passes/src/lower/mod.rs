@@ -1,0 +1,304 @@
+//! Pass `lower_tile_ops`: tile ops to per-thread code, one file per op family.
+//!
+//! Requires: tile-level IR with layouts (`infer_layouts`), instructions chosen
+//! (`select_instructions`: `CopyOp::inst`, `GemmOp::inst`) and barriers (`insert_syncs`).
+//! Ensures: thread-level IR. Fragments are per-thread register arrays (scope `local`, shape
+//! `[slots]`); `parallel` loops, copies and fills are per-thread loops over register slots
+//! (`threads.rs`), with 16-byte vector accesses where the data is contiguous and aligned
+//! and a guarded scalar path at ragged edges (`vector.rs`); copies follow their chosen
+//! instruction (`copy.rs`); reductions fold registers, then warp shuffles, then shared
+//! memory across warps (`reduce.rs`); gemms become their atom's instructions
+//! (`gemm/`); every global access is bounds-checked (`guards.rs`: loads past the edge read
+//! the pad value, stores past it are dropped), so nothing is ever written out of bounds;
+//! stores outside parallel loops to global or shared memory are made by thread 0; `print`
+//! and `device_assert` become `printf` and `__trap` (`debug.rs`); with `lineinfo`, each
+//! tile op is preceded by a `SourceLine` naming the user's line.
+//! Does not: choose instructions (`select_instructions` did), place shared buffers
+//! (`plan_shared_memory`), or widen index arithmetic (`widen_indices`).
+//!
+//! Where a new lowering goes: a new copy instruction beside `copy.rs` (a TMA copy in
+//! `copy/tma.rs` once copy grows a folder), a new tensor-core family in `gemm/` (`wgmma.rs`
+//! beside `mma_sync.rs`).
+
+mod copy;
+mod debug;
+mod fill;
+mod gemm;
+mod guards;
+mod reduce;
+mod threads;
+mod vector;
+
+use crate::Ctx;
+use tile_ir::simplify::simplify;
+use tile_ir::*;
+
+pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let mut non_negative_vars = std::collections::BTreeSet::new();
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::For { var, start, .. } = s {
+            if start.as_int().is_some_and(|v| v >= 0) {
+                non_negative_vars.insert(*var);
+            }
+        }
+    });
+    let user_vars = m.vars.len() as u32;
+    let mut lw = Lowerer {
+        non_negative_vars,
+        user_vars,
+        m,
+        diags: Vec::new(),
+        report: Vec::new(),
+        tid: VarId(0),
+        lineinfo: ctx.options.lineinfo,
+        block_coords: Vec::new(),
+    };
+    lw.tid = lw.m.thread_idx();
+    lw.block_coords = debug::block_coords(&mut lw.m);
+    let body = std::mem::take(&mut lw.m.kernel.body);
+    // gemm accumulators start at zero, so `T.gemm` into a never-cleared accumulator (the
+    // articles' GEMM) sums from 0
+    let mut accumulators = std::collections::BTreeSet::new();
+    walk_stmts(&body, &mut |s| {
+        if let Stmt::Gemm(op) = s {
+            accumulators.insert(op.c);
+        }
+    });
+    let mut prologue = Vec::new();
+    for c in accumulators {
+        let b = lw.m.buffer(c).clone();
+        let zero = if b.dtype.is_float() {
+            Expr::Const { value: ConstValue::Float(0.0), dtype: b.dtype }
+        } else {
+            Expr::int_of(0, b.dtype)
+        };
+        let s = lw.m.add_var("s", VarKind::Loop, DType::I32);
+        let slots = b.layout.as_ref().map(|l| l.slots()).unwrap_or(0);
+        prologue.push(unrolled(
+            s,
+            slots,
+            vec![Stmt::Store { buf: c, idx: vec![Expr::var(s, DType::I32)], value: zero, loc: b.loc }],
+        ));
+    }
+    let mut body = lw.block(body);
+    prologue.append(&mut body);
+    let body = prologue;
+    let Lowerer { mut m, diags, report, .. } = lw;
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+    m.kernel.body = body;
+    for b in m.buffers.iter_mut() {
+        if b.scope == Scope::Fragment {
+            let slots = b.layout.as_ref().map(|l| l.slots()).unwrap_or(1);
+            b.scope = Scope::Local;
+            b.shape = vec![slots];
+        }
+    }
+    m.level = Level::Thread;
+    ctx.report.extend(report);
+    Ok(m)
+}
+
+/// Builds the code of one vector chunk from (digit values, first index) per dimension.
+type ChunkBuilder<'a> = dyn FnMut(&mut Lowerer, &[Vec<Expr>], &[Expr]) -> Vec<Stmt> + 'a;
+
+struct Lowerer {
+    /// User loop variables that start at a non-negative constant.
+    non_negative_vars: std::collections::BTreeSet<VarId>,
+    /// Variables with ids from here on were made by this pass (thread coordinates, loop
+    /// counters from 0): never negative.
+    user_vars: u32,
+    m: Module,
+    diags: Vec<Diagnostic>,
+    report: Vec<String>,
+    tid: VarId,
+    /// Precede each tile op with a `SourceLine` (`#line` directives in the CUDA).
+    lineinfo: bool,
+    /// `blockIdx.{x,y,z}` for printed messages (empty when nothing prints).
+    block_coords: Vec<Expr>,
+}
+
+/// Where the current element sits: per loop dimension, the value of each layout digit
+/// (loop variables, thread coordinates, the vector lane) and the resulting index.
+struct Element {
+    values: Vec<Vec<Expr>>,
+    index: Vec<Expr>,
+}
+
+pub(super) fn i32c(v: i64) -> Expr {
+    Expr::int(v)
+}
+
+pub(super) fn add(a: Expr, b: Expr) -> Expr {
+    Expr::binary(BinOp::Add, a, b)
+}
+
+pub(super) fn mul(a: Expr, b: Expr) -> Expr {
+    Expr::binary(BinOp::Mul, a, b)
+}
+
+pub(super) fn div(a: Expr, b: i64) -> Expr {
+    Expr::binary(BinOp::FloorDiv, a, i32c(b))
+}
+
+pub(super) fn rem(a: Expr, b: i64) -> Expr {
+    Expr::binary(BinOp::FloorMod, a, i32c(b))
+}
+
+pub(super) fn unrolled(var: VarId, extent: i64, body: Vec<Stmt>) -> Stmt {
+    Stmt::For { var, start: i32c(0), extent: i32c(extent), kind: ForKind::Unroll, body, loc: Loc::UNKNOWN }
+}
+
+pub(super) fn strip_cast(e: &Expr) -> &Expr {
+    match e {
+        Expr::Cast { a, .. } => strip_cast(a),
+        other => other,
+    }
+}
+
+pub(super) fn is_zero(e: &Expr) -> bool {
+    match e {
+        Expr::Const { value: ConstValue::Int(0), .. } => true,
+        Expr::Const { value: ConstValue::Float(f), .. } => *f == 0.0 && f.is_sign_positive(),
+        Expr::Cast { a, .. } => is_zero(a),
+        _ => false,
+    }
+}
+
+pub(super) fn substitute_stmt(s: Stmt, v: VarId, with: &Expr) -> Stmt {
+    let e = |x: Expr| simplify(x.substitute(v, with));
+    let es = |xs: Vec<Expr>| xs.into_iter().map(|x| simplify(x.substitute(v, with))).collect::<Vec<_>>();
+    let ss = |xs: Vec<Stmt>| xs.into_iter().map(|x| substitute_stmt(x, v, with)).collect::<Vec<_>>();
+    match s {
+        Stmt::Store { buf, idx, value, loc } => Stmt::Store { buf, idx: es(idx), value: e(value), loc },
+        Stmt::AtomicAdd { buf, idx, value, loc } => {
+            Stmt::AtomicAdd { buf, idx: es(idx), value: e(value), loc }
+        }
+        Stmt::If { cond, then, otherwise, loc } => {
+            Stmt::If { cond: e(cond), then: ss(then), otherwise: ss(otherwise), loc }
+        }
+        Stmt::For { var, start, extent, kind, body, loc } => {
+            Stmt::For { var, start: e(start), extent: e(extent), kind, body: ss(body), loc }
+        }
+        Stmt::Let { var, value } => Stmt::Let { var, value: e(value) },
+        Stmt::Inst(i) => Stmt::Inst(i.map_exprs(&mut |x| e(x))),
+        other => other,
+    }
+}
+
+impl Lowerer {
+    pub(super) fn temp(&mut self, name: &str, value: Expr) -> (Stmt, Expr) {
+        let dt = value.dtype();
+        let v = self.m.add_var(name, VarKind::Temp, dt);
+        (Stmt::Let { var: v, value }, Expr::var(v, dt))
+    }
+
+    pub(super) fn local_buffer(&mut self, name: &str, dtype: DType, n: i64) -> BufferId {
+        self.m.add_buffer(Buffer {
+            name: name.to_string(),
+            scope: Scope::Local,
+            dtype,
+            shape: vec![n],
+            loc: Loc::UNKNOWN,
+            layout: None,
+            shared_offset: None,
+            swizzle: false,
+        })
+    }
+
+    pub(super) fn tid(&self) -> Expr {
+        Expr::var(self.tid, DType::I32)
+    }
+
+    pub(super) fn comment(&self, what: &str, loc: Loc) -> Stmt {
+        match self.m.sources.short(loc) {
+            Some(s) => Stmt::Comment(format!("{s}: {what}")),
+            None => Stmt::Comment(what.to_string()),
+        }
+    }
+
+    /// Lower statements that run once per block.
+    pub(super) fn block(&mut self, body: Vec<Stmt>) -> Vec<Stmt> {
+        let mut out = Vec::new();
+        for s in body {
+            if self.lineinfo && s.loc().is_known() {
+                out.push(Stmt::SourceLine(s.loc()));
+            }
+            match s {
+                Stmt::Parallel { vars, extents, body, loc, layout } => {
+                    out.push(self.comment("T.Parallel", loc));
+                    let l = layout.expect("infer_layouts gives every parallel loop a layout");
+                    out.extend(self.parallel(&vars, &extents, &body, &l, loc));
+                }
+                Stmt::Copy(op) => {
+                    out.push(self.comment("T.copy", op.loc));
+                    out.extend(self.copy(&op));
+                }
+                Stmt::Fill { dst, value, loc } => {
+                    out.push(self.comment("T.fill", loc));
+                    out.extend(self.fill(&dst, value, loc));
+                }
+                Stmt::Reduce(op) => {
+                    out.push(self.comment(&format!("T.reduce_{}", op.kind.name()), op.loc));
+                    out.extend(self.reduce(&op));
+                }
+                Stmt::Async { body } => {
+                    for st in body {
+                        if let Stmt::Copy(op) = st {
+                            out.push(self.comment("T.copy (issued ahead by the pipeline)", op.loc));
+                            out.extend(self.copy(&op));
+                        }
+                    }
+                }
+                Stmt::Gemm(op) => {
+                    out.push(self.comment("T.gemm", op.loc));
+                    out.extend(self.gemm(&op));
+                }
+                Stmt::For { var, start, extent, kind, body, loc } => {
+                    let kind = match kind {
+                        ForKind::Pipelined { stages } => {
+                            let at = self.m.sources.short(loc).unwrap_or_default();
+                            self.report.push(format!(
+                                "{at}: T.Pipelined(num_stages={stages}) runs as a serial loop: this loop has no asynchronous copies to overlap"
+                            ));
+                            ForKind::Serial
+                        }
+                        k => k,
+                    };
+                    let body = self.block(body);
+                    out.push(Stmt::For { var, start, extent, kind, body, loc });
+                }
+                Stmt::If { cond, then, otherwise, loc } => {
+                    let then = self.block(then);
+                    let otherwise = self.block(otherwise);
+                    // a condition reading a global tensor past its edge reads zero, as
+                    // at tile level
+                    out.push(Stmt::If { cond: self.guard_loads(cond), then, otherwise, loc });
+                }
+                Stmt::Print { what, msg, block, loc } => {
+                    out.push(self.comment("T.print", loc));
+                    out.extend(self.print_once(what, &msg, block.as_deref(), loc));
+                }
+                Stmt::DeviceAssert { cond, msg, loc } => {
+                    out.push(self.comment("T.device_assert", loc));
+                    out.extend(self.assert_once(cond, &msg, loc));
+                }
+                Stmt::Store { buf, idx, value, loc } | Stmt::AtomicAdd { buf, idx, value, loc }
+                    if self.m.buffer(buf).scope == Scope::Local =>
+                {
+                    out.push(Stmt::Store { buf, idx, value, loc });
+                }
+                s @ (Stmt::Store { .. } | Stmt::AtomicAdd { .. }) => {
+                    // once per block: thread 0 writes
+                    let loc = s.loc();
+                    let guarded = self.guard_globals(vec![s]);
+                    let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
+                    out.push(Stmt::If { cond: one, then: guarded, otherwise: vec![], loc });
+                }
+                other => out.push(other),
+            }
+        }
+        out
+    }
+}

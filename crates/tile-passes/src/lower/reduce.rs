@@ -1,0 +1,259 @@
+//! `T.reduce_*`: each thread folds its registers, then warp shuffles (`shfl.xor`) combine
+//! across the lanes that hold a row, then shared memory across warps.
+//!
+//! Requires: source and destination fragments whose layouts agree (the destination's is
+//! the source's reduced layout).
+//! Ensures: every holder of a result element holds the reduction (replicas agree);
+//! fp16/bf16 accumulate in float32.
+//! Does not: use `redux.sync` (32-bit integer reductions could, on sm_80+).
+
+use super::threads::element_at;
+use super::{i32c, substitute_stmt, Lowerer};
+use tile_ir::simplify::simplify;
+use tile_ir::*;
+
+pub(super) fn identity(kind: ReduceKind, dt: DType) -> Expr {
+    let f = |v: f64| Expr::Const { value: ConstValue::Float(v), dtype: dt };
+    let i = |v: i64| Expr::int_of(v, dt);
+    match (kind, dt.is_float()) {
+        (ReduceKind::Sum | ReduceKind::AbsMax, true) => f(0.0),
+        (ReduceKind::Sum | ReduceKind::AbsMax, false) => i(0),
+        (ReduceKind::Max, true) => f(f64::NEG_INFINITY),
+        (ReduceKind::Min, true) => f(f64::INFINITY),
+        (ReduceKind::Max, false) => i(match dt {
+            DType::I8 => i8::MIN as i64,
+            DType::I16 => i16::MIN as i64,
+            DType::I32 => i32::MIN as i64,
+            DType::I64 => i64::MIN,
+            _ => 0,
+        }),
+        (ReduceKind::Min, false) => i(match dt {
+            DType::I8 => i8::MAX as i64,
+            DType::U8 => u8::MAX as i64,
+            DType::I16 => i16::MAX as i64,
+            DType::I32 => i32::MAX as i64,
+            DType::U32 => u32::MAX as i64,
+            _ => i64::MAX,
+        }),
+    }
+}
+
+pub(super) fn combine(kind: ReduceKind, acc: Expr, x: Expr) -> Expr {
+    match kind {
+        ReduceKind::Sum => Expr::binary(BinOp::Add, acc, x),
+        ReduceKind::Max | ReduceKind::AbsMax => Expr::binary(BinOp::Max, acc, x),
+        ReduceKind::Min => Expr::binary(BinOp::Min, acc, x),
+    }
+}
+
+impl Lowerer {
+    pub(super) fn reduce(&mut self, op: &ReduceOp) -> Vec<Stmt> {
+        let ReduceOp { kind, src, dst, dim, clear, loc } = *op;
+        let sb = self.m.buffer(src).clone();
+        let db = self.m.buffer(dst).clone();
+        let (Some(sl), Some(dl)) = (sb.layout.clone(), db.layout.clone()) else {
+            self.diags.push(Diagnostic::bug("reduction operands without layouts"));
+            return vec![];
+        };
+        let expect = sl.reduced(dim);
+        if expect != dl {
+            self.diags.push(
+                Diagnostic::error(
+                    format!("layout conflict: '{}' cannot hold the reduction of '{}'", db.name, sb.name),
+                    loc,
+                )
+                .with_label(db.loc, format!("'{}' is {dl}", db.name))
+                .with_label(sb.loc, format!("reducing '{}' ({sl}) over dim {dim} needs {expect}", sb.name))
+                .with_help("give the result its own fragment, first written by this reduction"),
+            );
+            return vec![];
+        }
+        let acc_dt = if sb.dtype.is_float() && sb.dtype.bytes() < 4 { DType::F32 } else { sb.dtype };
+        let dst_slots = dl.slots();
+        let partial = self.local_buffer(&format!("{}_red", db.name), acc_dt, dst_slots);
+        let reduced_threads = sl.thread_digits(dim);
+        let mut out = vec![Stmt::For {
+            var: self.m.add_var("s", VarKind::Loop, DType::I32),
+            start: i32c(0),
+            extent: i32c(dst_slots),
+            kind: ForKind::Unroll,
+            body: vec![],
+            loc,
+        }];
+        // initialise partials to the identity (threads holding nothing keep it)
+        if let Stmt::For { var, body, .. } = &mut out[0] {
+            *body = vec![Stmt::Store {
+                buf: partial,
+                idx: vec![Expr::var(*var, DType::I32)],
+                value: identity(kind, acc_dt),
+                loc,
+            }];
+        }
+        // fold this thread's elements: a parallel walk over the source layout
+        let keep: Vec<usize> = (0..sl.dims.len()).filter(|d| *d != dim).collect();
+        let n = sl.dims.len();
+        let width = sl.vector_width();
+        let body = self.for_each_chunk(&sl, &mut |lw, values, base| {
+            let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
+            let el = element_at(values, base, lane_var, width);
+            let src_slot = lw.slot(src, &(0..n).collect::<Vec<_>>(), &el);
+            let dst_slot =
+                if db.shape == [1] && keep.is_empty() { i32c(0) } else { lw.slot(dst, &keep, &el) };
+            let mut x = Expr::cast(Expr::load(src, vec![src_slot], sb.dtype), acc_dt);
+            if kind == ReduceKind::AbsMax {
+                x = Expr::unary(UnOp::Abs, x);
+            }
+            let cur = Expr::load(partial, vec![dst_slot.clone()], acc_dt);
+            let st = Stmt::Store { buf: partial, idx: vec![dst_slot], value: combine(kind, cur, x), loc };
+            if width > 1 {
+                vec![Stmt::For {
+                    var: lane_var,
+                    start: i32c(0),
+                    extent: i32c(width),
+                    kind: ForKind::Unroll,
+                    body: vec![st],
+                    loc,
+                }]
+            } else {
+                vec![substitute_stmt(st, lane_var, &i32c(0))]
+            }
+        });
+        out.extend(body);
+        // across threads: shuffles within a warp, shared memory across warps
+        let mut warp_masks = Vec::new();
+        let mut block_masks = Vec::new();
+        for &(size, stride) in &reduced_threads {
+            let mut k = 1;
+            while k < size {
+                let mask = stride * k;
+                if mask < 32 {
+                    warp_masks.push(mask as u32);
+                } else {
+                    block_masks.push(mask);
+                }
+                k *= 2;
+            }
+        }
+        let slot_var = self.m.add_var("s", VarKind::Loop, DType::I32);
+        let slot = Expr::var(slot_var, DType::I32);
+        if !warp_masks.is_empty() {
+            let mut st = Vec::new();
+            for mask in &warp_masks {
+                let cur = Expr::load(partial, vec![slot.clone()], acc_dt);
+                let other = Expr::ShflXor { a: Box::new(cur.clone()), mask: *mask, dtype: acc_dt };
+                st.push(Stmt::Store {
+                    buf: partial,
+                    idx: vec![slot.clone()],
+                    value: combine(kind, cur, other),
+                    loc,
+                });
+            }
+            out.push(Stmt::For {
+                var: slot_var,
+                start: i32c(0),
+                extent: i32c(dst_slots),
+                kind: ForKind::Unroll,
+                body: st,
+                loc,
+            });
+            self.report.push(format!(
+                "{}: reduce_{} over {} threads: warp shuffles (xor {:?})",
+                self.m.sources.short(loc).unwrap_or_default(),
+                kind.name(),
+                reduced_threads.iter().map(|(size, _)| size).product::<i64>(),
+                warp_masks
+            ));
+        }
+        if !block_masks.is_empty() {
+            let active = sl.active_threads;
+            let scratch = self.m.add_buffer(Buffer {
+                name: format!("{}_xwarp", db.name),
+                scope: Scope::Shared,
+                dtype: acc_dt,
+                shape: vec![dst_slots, active],
+                loc,
+                layout: None,
+                shared_offset: None,
+                swizzle: false,
+            });
+            let is_active = Expr::binary(BinOp::Lt, self.tid(), i32c(active));
+            let s1 = self.m.add_var("s", VarKind::Loop, DType::I32);
+            let s1e = Expr::var(s1, DType::I32);
+            out.push(Stmt::inst(inst::Sync));
+            out.push(Stmt::If {
+                cond: is_active.clone(),
+                then: vec![Stmt::For {
+                    var: s1,
+                    start: i32c(0),
+                    extent: i32c(dst_slots),
+                    kind: ForKind::Unroll,
+                    body: vec![Stmt::Store {
+                        buf: scratch,
+                        idx: vec![s1e.clone(), self.tid()],
+                        value: Expr::load(partial, vec![s1e.clone()], acc_dt),
+                        loc,
+                    }],
+                    loc,
+                }],
+                otherwise: vec![],
+                loc,
+            });
+            out.push(Stmt::inst(inst::Sync));
+            // combine the partials of every thread that differs only in the cross-warp bits
+            let all_bits: i64 = block_masks.iter().sum();
+            let base = Expr::binary(BinOp::BitAnd, self.tid(), i32c(!all_bits));
+            let s2 = self.m.add_var("s", VarKind::Loop, DType::I32);
+            let s2e = Expr::var(s2, DType::I32);
+            let mut fold = identity(kind, acc_dt);
+            for subset in 0..(1i64 << block_masks.len()) {
+                let offset: i64 = block_masks
+                    .iter()
+                    .enumerate()
+                    .filter(|(b, _)| subset >> b & 1 == 1)
+                    .map(|(_, m)| m)
+                    .sum();
+                let member = simplify(Expr::binary(BinOp::BitOr, base.clone(), i32c(offset)));
+                fold = combine(kind, fold, Expr::load(scratch, vec![s2e.clone(), member], acc_dt));
+            }
+            out.push(Stmt::If {
+                cond: is_active,
+                then: vec![Stmt::For {
+                    var: s2,
+                    start: i32c(0),
+                    extent: i32c(dst_slots),
+                    kind: ForKind::Unroll,
+                    body: vec![Stmt::Store { buf: partial, idx: vec![s2e], value: fold, loc }],
+                    loc,
+                }],
+                otherwise: vec![],
+                loc,
+            });
+            out.push(Stmt::inst(inst::Sync));
+            self.report.push(format!(
+                "{}: reduce_{} across warps through shared memory ({} bytes)",
+                self.m.sources.short(loc).unwrap_or_default(),
+                kind.name(),
+                dst_slots * active * acc_dt.bytes() as i64
+            ));
+        }
+        // write the result
+        let s3 = self.m.add_var("s", VarKind::Loop, DType::I32);
+        let s3e = Expr::var(s3, DType::I32);
+        let result = Expr::load(partial, vec![s3e.clone()], acc_dt);
+        let value = if clear {
+            Expr::cast(result, db.dtype)
+        } else {
+            let old = Expr::cast(Expr::load(dst, vec![s3e.clone()], db.dtype), acc_dt);
+            Expr::cast(combine(kind, old, result), db.dtype)
+        };
+        out.push(Stmt::For {
+            var: s3,
+            start: i32c(0),
+            extent: i32c(dst_slots),
+            kind: ForKind::Unroll,
+            body: vec![Stmt::Store { buf: dst, idx: vec![s3e], value, loc }],
+            loc,
+        });
+        out
+    }
+}

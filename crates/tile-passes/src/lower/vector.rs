@@ -1,0 +1,204 @@
+//! Vector accesses: contiguous, aligned global and shared accesses of a chunk become
+//! loads and stores of up to 16 bytes, taken only when the whole chunk is in bounds.
+//!
+//! Requires: one chunk's statements (element stores), instantiated with a lane variable.
+//! Ensures: the vector form, the condition under which it runs, a line for the report.
+//! Does not: handle the ragged edge (the scalar path does).
+
+use super::guards::{and, in_range};
+use super::{add, i32c, Lowerer};
+use tile_ir::simplify::{known_multiple, simplify, to_affine};
+use tile_ir::*;
+
+/// The vector form of a chunk: code, the condition under which it runs, a report line.
+pub(super) type VectorChunk = (Vec<Stmt>, Option<Expr>, String);
+
+impl Lowerer {
+    /// Vector form of one chunk: contiguous global/shared accesses become vector loads and
+    /// stores of up to 16 bytes. Returns the code, the condition under which the whole chunk
+    /// is in bounds (None: always), and a line for the report.
+    pub(super) fn vectorize(&mut self, body: &[Stmt], lane: VarId, width: i64) -> Option<VectorChunk> {
+        struct Access {
+            key: String,
+            buf: BufferId,
+            idx0: Vec<Expr>,
+            w: i64,
+            temp: BufferId,
+        }
+        let mut loads: Vec<Access> = Vec::new();
+        let mut stores: Vec<Access> = Vec::new();
+        let mut cond: Option<Expr> = None;
+        let zero = i32c(0);
+        // can `buf[idx]` (idx depending on the lane) be read as vectors of w lanes?
+        let vector_width = |m: &Module, buf: BufferId, idx: &[Expr]| -> Option<(Vec<Expr>, i64)> {
+            let b = m.buffer(buf);
+            if !matches!(b.scope, Scope::Global | Scope::Shared) {
+                return None;
+            }
+            let n = idx.len();
+            if idx[..n - 1].iter().any(|i| i.uses_var(lane)) {
+                return None;
+            }
+            let last = to_affine(&idx[n - 1]);
+            let lane_key = format!("{:?}", Expr::var(lane, DType::I32));
+            let coeff = last.terms.get(&lane_key).map(|(c, _)| *c).unwrap_or(0);
+            let rest_uses_lane = last.terms.iter().any(|(k, (_, e))| *k != lane_key && e.uses_var(lane));
+            if coeff != 1 || rest_uses_lane {
+                return None;
+            }
+            let idx0: Vec<Expr> = idx.iter().map(|i| simplify(i.clone().substitute(lane, &zero))).collect();
+            let strides = b.strides();
+            let mut w = width;
+            while w > 1
+                && (w * b.dtype.bytes() as i64 > 16
+                    || !known_multiple(&idx0[n - 1], w)
+                    || strides[..n - 1].iter().any(|s| s % w != 0)
+                    || (b.scope == Scope::Shared && b.bytes() % 16 != 0 && w * (b.dtype.bytes() as i64) > 4))
+            {
+                w /= 2;
+            }
+            (w > 1).then_some((idx0, w))
+        };
+        // collect vectorizable loads
+        let mut candidates: Vec<(String, BufferId, Vec<Expr>)> = Vec::new();
+        for s in body {
+            let Stmt::Store { idx, value, .. } = s else {
+                return None;
+            };
+            for e in idx.iter().chain(std::iter::once(value)) {
+                e.walk(&mut |x| {
+                    if let Expr::Load { buf, idx, .. } = x {
+                        candidates.push((format!("{:?}", (buf, idx)), *buf, idx.clone()));
+                    }
+                });
+            }
+        }
+        for (key, buf, idx) in candidates {
+            if loads.iter().any(|a| a.key == key) {
+                continue;
+            }
+            if let Some((idx0, w)) = vector_width(&self.m, buf, &idx) {
+                let dt = self.m.buffer(buf).dtype;
+                let name = format!("{}_v", self.m.buffer(buf).name);
+                let temp = self.local_buffer(&name, dt, width);
+                loads.push(Access { key, buf, idx0, w, temp });
+            }
+        }
+        for s in body {
+            if let Stmt::Store { buf, idx, .. } = s {
+                if let Some((idx0, w)) = vector_width(&self.m, *buf, idx) {
+                    let dt = self.m.buffer(*buf).dtype;
+                    let name = format!("{}_out", self.m.buffer(*buf).name);
+                    let temp = self.local_buffer(&name, dt, width);
+                    stores.push(Access { key: format!("{:?}", (buf, idx)), buf: *buf, idx0, w, temp });
+                }
+            }
+        }
+        if loads.is_empty() && stores.is_empty() {
+            return None;
+        }
+        // the chunk takes the vector path only when every vector access is fully in bounds
+        for a in loads.iter().chain(stores.iter()) {
+            let b = self.m.buffer(a.buf);
+            if b.scope != Scope::Global {
+                continue;
+            }
+            let n = a.idx0.len();
+            for d in 0..n - 1 {
+                cond = and(cond, in_range(&a.idx0[d], b.shape[d], &|e| self.non_negative(e)));
+            }
+            let last = &a.idx0[n - 1];
+            let dt = last.dtype();
+            if !self.non_negative(last) {
+                cond = and(cond, Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, dt)));
+            }
+            cond = and(
+                cond,
+                Expr::binary(
+                    BinOp::Le,
+                    simplify(add(last.clone(), Expr::int_of(width, dt))),
+                    Expr::int_of(b.shape[n - 1], dt),
+                ),
+            );
+        }
+        let mut out = Vec::new();
+        let vec_copies = |a: &Access, load: bool| -> Vec<Stmt> {
+            let n = a.idx0.len();
+            (0..width / a.w)
+                .map(|k| {
+                    let mut idx = a.idx0.clone();
+                    idx[n - 1] = simplify(add(idx[n - 1].clone(), Expr::int_of(k * a.w, idx[n - 1].dtype())));
+                    if load {
+                        Stmt::inst(inst::VecCopy {
+                            dst: a.temp,
+                            dst_idx: vec![i32c(k * a.w)],
+                            src: a.buf,
+                            src_idx: idx,
+                            width: a.w as u32,
+                        })
+                    } else {
+                        Stmt::inst(inst::VecCopy {
+                            dst: a.buf,
+                            dst_idx: idx,
+                            src: a.temp,
+                            src_idx: vec![i32c(k * a.w)],
+                            width: a.w as u32,
+                        })
+                    }
+                })
+                .collect()
+        };
+        for a in &loads {
+            out.extend(vec_copies(a, true));
+        }
+        let lane_e = Expr::var(lane, DType::I32);
+        let replace = |e: Expr| -> Expr {
+            e.map(&mut |x| match x {
+                Expr::Load { buf, idx, dtype, loc, oob } => {
+                    let key = format!("{:?}", (&buf, &idx));
+                    match loads.iter().find(|a| a.key == key) {
+                        Some(a) => Expr::load(a.temp, vec![lane_e.clone()], dtype),
+                        None => Expr::Load { buf, idx, dtype, loc, oob },
+                    }
+                }
+                other => other,
+            })
+        };
+        let mut lane_body = Vec::new();
+        for s in body {
+            let Stmt::Store { buf, idx, value, loc } = s.clone() else { unreachable!() };
+            let key = format!("{:?}", (&buf, &idx));
+            let value = replace(value);
+            match stores.iter().find(|a| a.key == key) {
+                Some(a) => lane_body.push(Stmt::Store { buf: a.temp, idx: vec![lane_e.clone()], value, loc }),
+                None => lane_body.push(Stmt::Store { buf, idx, value, loc }),
+            }
+        }
+        let lane_body = self.guard_globals(lane_body);
+        out.push(Stmt::For {
+            var: lane,
+            start: i32c(0),
+            extent: i32c(width),
+            kind: ForKind::Unroll,
+            body: lane_body,
+            loc: Loc::UNKNOWN,
+        });
+        for a in &stores {
+            out.extend(vec_copies(a, false));
+        }
+        let describe = |a: &Access| {
+            format!(
+                "{} x{} ({} bytes)",
+                self.m.buffer(a.buf).name,
+                a.w,
+                a.w * self.m.buffer(a.buf).dtype.bytes() as i64
+            )
+        };
+        let desc = format!(
+            "vector loads [{}], vector stores [{}]",
+            loads.iter().map(describe).collect::<Vec<_>>().join(", "),
+            stores.iter().map(describe).collect::<Vec<_>>().join(", ")
+        );
+        Some((out, cond.map(simplify), desc))
+    }
+}

@@ -1,0 +1,328 @@
+//! Pass `select_instructions`: choose, from the target's tables, how every `T.gemm` and
+//! `T.copy` is carried out, and record it in the IR (`GemmOp::inst`, `CopyOp::inst`), with
+//! a line in the lowering report — and the reason when a faster choice was not possible.
+//!
+//! Requires: tile-level IR with layouts (`infer_layouts`; a gemm's accumulator layout is its
+//! atom's, from the same `gemm::plan`), before `inject_pipeline`.
+//! Ensures:
+//! - every gemm has a `GemmInst`: the mma atom of its dtype on the target, the warp grid,
+//!   where each operand comes from; its shared operand tiles read by `ldmatrix` are swizzled
+//!   (16-byte chunks XOR line % 8) when their rows allow; a gemm no instruction can run is a
+//!   diagnostic at the user's line;
+//! - every copy has a `CopyInst`: the producers of a pipelined loop (`inject_pipeline::
+//!   producers`) take `cp.async` when their dtypes match, their pad is zero and both sides
+//!   are 16-byte vectors, else they stay synchronous and the report says why; a 2-D fragment
+//!   whose threads hold less than 16 contiguous bytes of a row (mma accumulators) is staged
+//!   through a swizzled shared tile when shared memory allows; everything else runs on the
+//!   threads.
+//!
+//! Does not: change layouts, statements or shapes (multi-buffering is `inject_pipeline`'s),
+//! or choose reductions' instructions (they have one strategy: shuffles, then shared memory).
+//!
+//! It runs after `infer_layouts`, not before as DESIGN.md orders it, because a copy's choice
+//! (staging) depends on the fragment's layout; a gemm's layout comes from the atom table
+//! through `gemm::plan`, the same function this pass records, so the two agree.
+
+use crate::{gemm, inject_pipeline, Ctx};
+use tile_ir::simplify::{known_multiple, simplify};
+use tile_ir::verify::resolve_copy;
+use tile_ir::*;
+
+pub fn select_instructions(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let mut s = Selector {
+        target: ctx.target.clone(),
+        report: Vec::new(),
+        diags: Vec::new(),
+        shared_used: pipelined_shared_bytes(&m),
+    };
+    let body = std::mem::take(&mut m.kernel.body);
+    m.kernel.body = s.stmts(&mut m, body);
+    if !s.diags.is_empty() {
+        return Err(s.diags);
+    }
+    ctx.report.extend(s.report);
+    Ok(m)
+}
+
+struct Selector {
+    target: Target,
+    report: Vec<String>,
+    diags: Vec<Diagnostic>,
+    /// Shared bytes the block will hold when lowering reaches the statement at hand:
+    /// every shared tile (multi-buffered producers counted with all their stages), the
+    /// staging tiles and reduction scratch chosen before it, 16 bytes of alignment each.
+    shared_used: u64,
+}
+
+/// Shared bytes of every shared buffer, producer tiles of pipelined loops with their stages.
+fn pipelined_shared_bytes(m: &Module) -> u64 {
+    let mut stages_of = std::collections::BTreeMap::new();
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::For { kind: ForKind::Pipelined { stages }, body, .. } = s {
+            if *stages >= 2 {
+                for k in inject_pipeline::producers(m, body) {
+                    if let Stmt::Copy(op) = &body[k] {
+                        stages_of.insert(op.dst.buf, *stages as u64);
+                    }
+                }
+            }
+        }
+    });
+    m.buffers
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.scope == Scope::Shared)
+        .map(|(i, b)| b.bytes() as u64 * stages_of.get(&BufferId(i as u32)).copied().unwrap_or(1) + 16)
+        .sum()
+}
+
+impl Selector {
+    fn stmts(&mut self, m: &mut Module, body: Vec<Stmt>) -> Vec<Stmt> {
+        body.into_iter().map(|s| self.stmt(m, s)).collect()
+    }
+
+    fn stmt(&mut self, m: &mut Module, s: Stmt) -> Stmt {
+        match s {
+            Stmt::For { var, start, extent, kind: kind @ ForKind::Pipelined { stages }, body, loc } => {
+                let producers =
+                    if stages >= 2 { inject_pipeline::producers(m, &body) } else { Default::default() };
+                let body = body
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, st)| match st {
+                        Stmt::Copy(op) if producers.contains(&k) => Stmt::Copy(self.producer(m, op)),
+                        other => self.stmt(m, other),
+                    })
+                    .collect();
+                Stmt::For { var, start, extent, kind, body, loc }
+            }
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                let body = self.stmts(m, body);
+                Stmt::For { var, start, extent, kind, body, loc }
+            }
+            Stmt::If { cond, then, otherwise, loc } => {
+                let then = self.stmts(m, then);
+                let otherwise = self.stmts(m, otherwise);
+                Stmt::If { cond, then, otherwise, loc }
+            }
+            Stmt::Copy(op) => Stmt::Copy(self.copy(m, op)),
+            Stmt::Gemm(op) => Stmt::Gemm(self.gemm(m, op)),
+            Stmt::Reduce(op) => {
+                self.shared_used += reduction_scratch(m, &op).map(|b| b + 16).unwrap_or(0);
+                Stmt::Reduce(op)
+            }
+            other => other,
+        }
+    }
+
+    fn at(m: &Module, loc: Loc) -> String {
+        m.sources.short(loc).unwrap_or_default()
+    }
+
+    /// A pipeline producer: `cp.async` where it can be.
+    fn producer(&mut self, m: &Module, mut op: CopyOp) -> CopyOp {
+        let (sn, dn) = (&m.buffer(op.src.buf).name, &m.buffer(op.dst.buf).name);
+        let at = Self::at(m, op.loc);
+        match cp_async_fit(m, &op, m.kernel.threads) {
+            Ok(()) => {
+                self.report
+                    .push(format!("{at}: T.copy {sn} -> {dn}: cp.async 16 bytes, zero-filled past the edge"));
+                op.inst = Some(CopyInst::CpAsync);
+            }
+            Err(why) => {
+                self.report.push(format!("{at}: T.copy {sn} -> {dn} is synchronous, not cp.async: {why}"));
+                op.inst = Some(CopyInst::Threads);
+            }
+        }
+        op
+    }
+
+    fn copy(&mut self, m: &Module, mut op: CopyOp) -> CopyOp {
+        op.inst = Some(CopyInst::Threads);
+        if let Some(stage_bytes) = staged_bytes(m, &op) {
+            if self.shared_used + stage_bytes <= self.target.limits.shared_bytes {
+                let (sn, dn) = (&m.buffer(op.src.buf).name, &m.buffer(op.dst.buf).name);
+                self.report.push(format!(
+                    "{}: T.copy {sn} -> {dn} staged through shared memory ({stage_bytes} bytes, swizzled) for 16-byte stores",
+                    Self::at(m, op.loc)
+                ));
+                self.shared_used += stage_bytes + 16;
+                op.inst = Some(CopyInst::Staged);
+            }
+        }
+        op
+    }
+
+    fn gemm(&mut self, m: &mut Module, mut op: GemmOp) -> GemmOp {
+        let loc = op.loc;
+        let plan = match gemm::plan(m, &op, &self.target) {
+            Ok(p) => p,
+            Err(why) => {
+                self.diags.push(Diagnostic::error(format!("T.gemm: {why}"), loc));
+                return op;
+            }
+        };
+        let (ab, bb, cb) = (m.buffer(op.a).clone(), m.buffer(op.b).clone(), m.buffer(op.c).clone());
+        // A or B may live in registers (a fragment written element by element) in the mma
+        // operand layout infer_layouts gave it
+        if plan.a == OperandSource::Registers && (op.transpose_a || ab.layout.is_none()) {
+            self.diags.push(
+                Diagnostic::error("T.gemm with a transposed A operand in registers is not supported", loc)
+                    .with_help("keep A in registers as an (M, K) fragment, or copy it into a shared tile"),
+            );
+            return op;
+        }
+        if plan.b == OperandSource::Registers && (op.transpose_b || bb.layout.is_none()) {
+            self.diags.push(
+                Diagnostic::error("T.gemm with a transposed B operand in registers is not supported", loc)
+                    .with_help("keep B in registers as a (K, N) fragment, or copy it into a shared tile"),
+            );
+            return op;
+        }
+        let shared_or_registers = |b: &Buffer| matches!(b.scope, Scope::Shared | Scope::Fragment);
+        if !shared_or_registers(&ab) || !shared_or_registers(&bb) {
+            self.diags.push(Diagnostic::bug("gemm operands are neither shared tiles nor fragments"));
+            return op;
+        }
+        let (tile_a, tile_b) = (&ab.shape[ab.shape.len() - 2..], &bb.shape[bb.shape.len() - 2..]);
+        let (mm, n) = (cb.shape[0], cb.shape[1]);
+        let k = if op.transpose_a { tile_a[0] } else { tile_a[1] };
+        let kstep = plan.atom.k;
+        if k % kstep != 0 {
+            self.diags.push(
+                Diagnostic::error(
+                    format!("T.gemm: K={k} is not a multiple of {kstep}, the K of one {} tensor-core step", ab.dtype),
+                    loc,
+                )
+                .with_help(format!(
+                    "use block_K a multiple of {kstep}; a ragged K is handled by the copies (they pad with zeros)"
+                )),
+            );
+            return op;
+        }
+        // swizzle the operand tiles so ldmatrix reads 8 rows from 8 distinct bank groups
+        for (id, tile) in [(op.a, tile_a), (op.b, tile_b)] {
+            let buf = m.buffer(id);
+            if buf.scope != Scope::Shared {
+                continue;
+            }
+            let row_bytes = tile[1] * buf.dtype.bytes() as i64;
+            let power_of_two = row_bytes >= 16 && row_bytes & (row_bytes - 1) == 0;
+            let tile_bytes = tile[0] * row_bytes;
+            if power_of_two && tile_bytes % 128 == 0 && !buf.swizzle {
+                self.report.push(format!(
+                    "{}: shared tile '{}' swizzled (16-byte chunks XOR line % 8)",
+                    Self::at(m, buf.loc),
+                    buf.name
+                ));
+                m.buffer_mut(id).swizzle = true;
+            }
+        }
+        let (a_reg, b_reg) = (plan.a == OperandSource::Registers, plan.b == OperandSource::Registers);
+        let how = if a_reg && b_reg {
+            "A and B from registers"
+        } else if b_reg {
+            "A by ldmatrix, B from registers"
+        } else if a_reg {
+            "A from registers, B by ldmatrix"
+        } else if plan.a != OperandSource::Gather && plan.b != OperandSource::Gather {
+            "ldmatrix"
+        } else {
+            "ldmatrix and element gathers"
+        };
+        let family = match plan.atom.scope {
+            target::ThreadScope::Warpgroup => "wgmma",
+            _ => "mma.sync",
+        };
+        self.report.push(format!(
+            "{}: T.gemm {mm}x{n}x{k} {}: {family}.M{}N{}K{}, {}x{} warps of {}x{}, operands by {how}",
+            Self::at(m, loc),
+            ab.dtype,
+            plan.atom.m,
+            plan.atom.n,
+            plan.atom.k,
+            plan.warps_m,
+            plan.warps_n,
+            mm / plan.warps_m,
+            n / plan.warps_n,
+        ));
+        op.inst = Some(plan);
+        op
+    }
+}
+
+/// Why a pipelined global → shared copy cannot be one 16-byte `cp.async` per thread and
+/// chunk (the lowering's blocked layout over the destination tile), or Ok.
+fn cp_async_fit(m: &Module, op: &CopyOp, threads: u32) -> Result<(), String> {
+    let (s, d) = resolve_copy(m, &op.src, &op.dst, op.loc).map_err(|e| e.message)?;
+    let (sb, db) = (m.buffer(s.buf), m.buffer(d.buf));
+    if sb.dtype != db.dtype {
+        return Err(format!("it converts {} to {}", sb.dtype, db.dtype));
+    }
+    let zero_pad = |p: &Expr| match simplify(p.clone()) {
+        Expr::Const { value: ConstValue::Int(0), .. } => true,
+        Expr::Const { value: ConstValue::Float(f), .. } => f == 0.0 && f.is_sign_positive(),
+        _ => false,
+    };
+    if op.pad.as_ref().is_some_and(|p| !zero_pad(p)) {
+        return Err("its pad value is not 0 (cp.async can only zero-fill)".into());
+    }
+    let layout = FragmentLayout::blocked(&d.shape(), threads, sb.dtype.bytes().min(db.dtype.bytes()));
+    let width = layout.vector_width();
+    let eb = sb.dtype.bytes() as i64;
+    if width * eb != 16 {
+        return Err(format!(
+            "the tile's rows do not split into 16-byte vectors ({width} elements of {eb} bytes)"
+        ));
+    }
+    for (b, r) in [(sb, &s), (db, &d)] {
+        let n = b.shape.len();
+        // the vector runs along the last dimension, from an aligned start
+        let contiguous = r.kept[n - 1] && r.extents[n - 1] != 1;
+        let aligned = known_multiple(&simplify(r.starts[n - 1].clone()), width)
+            && b.strides()[..n - 1].iter().all(|s| s % width == 0);
+        if !contiguous || !aligned {
+            return Err(format!(
+                "'{}' is not read/written in aligned 16-byte vectors (a row length not a multiple of {width}?)",
+                b.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The bytes of the shared tile a fragment → global copy is staged through, when it should
+/// be: a whole 2-D fragment whose threads hold less than 16 contiguous bytes of a row, with
+/// rows a power of two of at least 16 bytes (so the tile swizzles).
+fn staged_bytes(m: &Module, op: &CopyOp) -> Option<u64> {
+    let (sb, db) = (m.buffer(op.src.buf), m.buffer(op.dst.buf));
+    let layout = sb.layout.as_ref()?;
+    if sb.scope != Scope::Fragment
+        || db.scope != Scope::Global
+        || sb.shape.len() != 2
+        || !op.src.dims.is_empty()
+    {
+        return None;
+    }
+    let eb = db.dtype.bytes() as i64;
+    let row_bytes = sb.shape[1] * eb;
+    if layout.vector_width() * eb >= 16 || row_bytes < 16 || row_bytes & (row_bytes - 1) != 0 {
+        return None;
+    }
+    Some((sb.num_elements() * eb) as u64)
+}
+
+/// The shared scratch a reduction across warps takes (lower/reduce.rs), if it takes any.
+fn reduction_scratch(m: &Module, op: &ReduceOp) -> Option<u64> {
+    let (sb, db) = (m.buffer(op.src), m.buffer(op.dst));
+    let (sl, dl) = (sb.layout.as_ref()?, db.layout.as_ref()?);
+    // the butterfly's masks stride * 1, 2, 4, … below size: those of 32 or more cross warps
+    let masks = sl.thread_digits(op.dim).into_iter().flat_map(|(size, stride)| {
+        std::iter::successors(Some(1i64), |k| Some(k * 2))
+            .take_while(move |k| *k < size)
+            .map(move |k| stride * k)
+    });
+    let across_warps = masks.into_iter().any(|mask| mask >= 32);
+    let acc = if sb.dtype.is_float() && sb.dtype.bytes() < 4 { DType::F32 } else { sb.dtype };
+    across_warps.then(|| (dl.slots() * sl.active_threads * acc.bytes() as i64) as u64)
+}
