@@ -1,4 +1,4 @@
-"""The public surface of ``tilers.language``: the DSL's names and nothing else."""
+"""The public surface of ``tilers.language``: the DSL's names only, each with a docstring."""
 
 import tilers.language as T
 
@@ -36,3 +36,11 @@ def test_all_is_the_dsl():
     namespace = {}
     exec("from tilers.language import *", namespace)
     assert set(namespace) - {"__builtins__"} == DSL
+
+
+def test_every_dsl_name_has_a_docstring_with_an_example():
+    undocumented = [name for name in sorted(DSL) if not (getattr(T, name).__doc__ or "").strip()]
+    assert undocumented == []
+    # STYLE.md: a tiny example each, user code such as ``T.exp(x)``
+    without_example = [name for name in sorted(DSL) if "T." not in getattr(T, name).__doc__]
+    assert without_example == []

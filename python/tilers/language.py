@@ -252,7 +252,8 @@ class _SwizzledLayout:
 
 
 def make_swizzled_layout(buffer):
-    """The bank-conflict-free swizzled layout of a shared tile, for ``T.annotate_layout``."""
+    """The bank-conflict-free swizzled layout of a shared tile, for ``T.annotate_layout``:
+    ``T.annotate_layout({A_s: T.make_swizzled_layout(A_s)})``."""
     loc = _trace.capture()
     if not isinstance(buffer, _trace.Buffer):
         raise _trace.user_error(
@@ -433,7 +434,10 @@ def reduce_absmax(src, dst, dim=-1, clear=True):
 
 
 class GemmWarpPolicy:
-    """How T.gemm spreads the block's warps over the output tile (TileLang's names)."""
+    """How T.gemm spreads the block's warps over the output tile (TileLang's names):
+    ``T.gemm(A_s, B_s, acc, policy=T.GemmWarpPolicy.FullRow)``. ``FullRow`` stacks the warps
+    along M, ``FullCol`` along N; ``Square`` (the default) keeps each warp's tile closest to
+    square."""
 
     Square = "square"
     FullRow = "full_row"
@@ -639,7 +643,8 @@ class If:
 
 
 class Else:
-    """The other branch of the ``with T.If(cond):`` block just before it."""
+    """The other branch of the ``with T.If(cond):`` block just before it:
+    ``with T.If(i < n): ...`` then ``with T.Else(): ...``."""
 
     def __init__(self):
         self.loc = _trace.capture()
@@ -684,62 +689,62 @@ def min(a, b):
 
 
 def abs(x):
-    """``|x|``."""
+    """``|x|``: ``T.abs(A[i] - B[i])``."""
     return _trace.unary("abs", x)
 
 
 def exp(x):
-    """``e**x``."""
+    """``e**x``: ``T.exp(x - row_max[i])``."""
     return _trace.unary("exp", x)
 
 
 def exp2(x):
-    """``2**x``."""
+    """``2**x``: ``T.exp2(x * 1.44269504)``."""
     return _trace.unary("exp2", x)
 
 
 def log(x):
-    """The natural logarithm."""
+    """The natural logarithm: ``T.log(row_sum[i])``."""
     return _trace.unary("log", x)
 
 
 def log2(x):
-    """The base-2 logarithm."""
+    """The base-2 logarithm: ``T.log2(x)``."""
     return _trace.unary("log2", x)
 
 
 def sqrt(x):
-    """The square root."""
+    """The square root: ``T.sqrt(var[i] + 1e-5)``."""
     return _trace.unary("sqrt", x)
 
 
 def rsqrt(x):
-    """``1 / sqrt(x)``."""
+    """``1 / sqrt(x)``: ``T.rsqrt(var[i] + 1e-5)``."""
     return _trace.unary("rsqrt", x)
 
 
 def tanh(x):
-    """The hyperbolic tangent."""
+    """The hyperbolic tangent: ``T.tanh(x)``."""
     return _trace.unary("tanh", x)
 
 
 def sigmoid(x):
-    """``1 / (1 + exp(-x))``."""
+    """``1 / (1 + exp(-x))``: ``x * T.sigmoid(x)`` is SiLU."""
     return _trace.unary("sigmoid", x)
 
 
 def erf(x):
-    """The error function."""
+    """The error function: ``0.5 * x * (1 + T.erf(x * 0.70710678))`` is GELU."""
     return _trace.unary("erf", x)
 
 
 def sin(x):
-    """The sine."""
+    """The sine: ``T.sin(angle[i])``."""
     return _trace.unary("sin", x)
 
 
 def cos(x):
-    """The cosine."""
+    """The cosine: ``T.cos(angle[i])``."""
     return _trace.unary("cos", x)
 
 
