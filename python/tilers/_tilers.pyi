@@ -1,4 +1,34 @@
-"""The Rust extension: the whole seam between Python and the compiler core."""
+"""The Rust extension: the whole seam between Python and the compiler core.
+
+`python -m mypy.stubtest tilers._tilers` (in scripts/test) checks this file against the
+module `crates/tile-py/src/lib.rs` builds. Driver handles (contexts, modules, functions,
+streams) cross the seam as plain ints, the values cuda-bindings' `int(handle)` gives.
+"""
+
+from collections.abc import Callable
+from typing import Any, final
+
+__all__ = [
+    "compile",
+    "dump_ir",
+    "pass_names",
+    "layouts",
+    "interpret",
+    "check",
+    "check_passes",
+    "driver_status",
+    "driver_version",
+    "device_attribute",
+    "device_name",
+    "load_function",
+    "launch",
+    "load_torch_shim",
+    "tensor_codes",
+    "Launcher",
+    "CompileError",
+    "InternalCompilerError",
+    "__version__",
+]
 
 __version__: str
 
@@ -8,12 +38,17 @@ class CompileError(Exception):
 class InternalCompilerError(CompileError):
     """A bug in tilers; the message says where the reproducer (the program JSON) was saved."""
 
+# ---- the compiler (the GIL is released while it runs)
+
 def compile(program: str, options: str) -> tuple[str, str]:
     """Serialized program (docs/format.md) and options JSON ({"arch", "lineinfo",
-    "fast_math", "dump_ir"}) -> (CUDA source, KernelInfo JSON). Releases the GIL."""
+    "fast_math", "dump_ir"}) -> (CUDA source, KernelInfo JSON)."""
 
 def dump_ir(program: str, options: str) -> list[tuple[str, str]]:
     """The text IR after every pass: [("input", ...), ("verify", ...), ...]."""
+
+def pass_names() -> list[str]:
+    """The lowering pipeline, in order."""
 
 def layouts(program: str, options: str) -> str:
     """JSON {"threads", "buffers": [...]}: each fragment of the lowered kernel with its layout
@@ -21,12 +56,12 @@ def layouts(program: str, options: str) -> str:
     "active_threads", "slots", "text"}) and each shared buffer with its "offset", "bytes"
     and "swizzle"."""
 
-def pass_names() -> list[str]:
-    """The lowering pipeline, in order."""
-
 def interpret(program: str, args: list[bytes | int | float], options: str) -> list[bytes | None]:
     """Run the program on host data with the reference interpreter; tensors are passed and
     returned as their row-major bytes (None is returned for scalars)."""
+
+def check(program: str) -> str:
+    """Verify the program without generating code; KernelInfo JSON with its params."""
 
 def check_passes(program: str, options: str) -> str:
     """Run the program after every pass on seeded random inputs (tile-level stages on the
@@ -35,8 +70,44 @@ def check_passes(program: str, options: str) -> str:
     {"name", "ok", "first_failure", "stages": [{"pass", "level", "status", "message",
     "seconds", "mismatch"?}], "ir_before", "ir_after"}."""
 
-def check(program: str) -> str:
-    """Verify the program without generating code; KernelInfo JSON with its params."""
+# ---- the CUDA driver (libcuda is opened on first use; without one these raise
+# RuntimeError("no usable CUDA driver: ..."), except driver_status, which reports it)
+
+def driver_status() -> tuple[int, str]:
+    """(device count, reason): how many CUDA devices are usable, and why none is ("" when
+    some are)."""
+
+def driver_version() -> int:
+    """cuDriverGetVersion, e.g. 13000 for CUDA 13.0."""
+
+def device_attribute(device: int, attribute: int) -> int:
+    """cuDeviceGetAttribute of a device ordinal (a CUdevice_attribute number)."""
+
+def device_name(device: int) -> str:
+    """cuDeviceGetName of a device ordinal, e.g. "NVIDIA H200"."""
+
+def load_function(device: int, cubin: bytes, entry: str, shared_bytes: int) -> tuple[int, int, int]:
+    """Load `cubin` into the device's primary context and look up `entry` -> (context,
+    module, function); raises the function's dynamic shared memory limit past 48 KiB when
+    `shared_bytes` needs it. Releases the GIL."""
+
+def launch(
+    function: int,
+    context: int,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared_bytes: int,
+    stream: int,
+    args: tuple[object, ...] | list[object],
+    kinds: bytes,
+) -> None:
+    """cuLaunchKernel on `stream` (0: the legacy default stream), `context` made current
+    unless it is (0: the current one). `kinds` has one byte per argument: `T` a tensor
+    (its data_ptr()), `P` a device pointer int, or a scalar: `?` bool, `b`/`B` int8/uint8,
+    `h` int16, `i`/`I` int32/uint32, `q` int64, `f` float32, `d` float64. Never
+    synchronizes; releases the GIL around the driver call."""
+
+# ---- torch (the launcher reads tensors through torch's stable C shim)
 
 def load_torch_shim(sample: object, tensor_types: tuple[type, ...]) -> str:
     """Start reading tensors through torch's stable C shim (aoti_torch_*, already loaded with
@@ -46,16 +117,24 @@ def load_torch_shim(sample: object, tensor_types: tuple[type, ...]) -> str:
 def tensor_codes(tensor: object) -> tuple[int, int] | None:
     """torch's (ScalarType, DeviceType) numbers of a plain tensor; None without the shim."""
 
+@final
 class Launcher:
     """A prepared kernel's per-call path in one native call (see crates/tile-py/src/launcher.rs):
     checks, pointers, `out_idx` outputs, grid, torch's current stream, cuLaunchKernel.
     Arguments it does not accept go, untouched, to `fallback()` (a WeakMethod of
     JITKernel._call_checked). `dry_run` stops short of the stream and the driver."""
 
-    def __init__(
-        self, spec_json: str, output_dtypes: list, empty_strided, stream_getter, fallback,
+    def __new__(
+        cls,
+        spec_json: str,
+        output_dtypes: list[Any],
+        empty_strided: Callable[..., Any],
+        stream_getter: Callable[[int], int],
+        fallback: Callable[[], Callable[..., Any] | None],
         dry_run: bool = False,
-    ) -> None: ...
+    ) -> Launcher: ...
     def add_device(self, device: int, function: int, context: int) -> None:
         """The kernel as loaded on `device` (handles from load_function)."""
-    def __call__(self, *args, **kwargs): ...
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Launch and return the outputs (None, one tensor or a tuple), or what `fallback`
+        returns for arguments the launcher declines."""

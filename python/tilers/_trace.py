@@ -247,7 +247,8 @@ def _fits(value: int, dtype: str) -> bool:
 
 
 def cast(value, dtype) -> Expr:
-    """``value`` converted to ``dtype``; constants of int or bool dtype fold."""
+    """``value`` converted to ``dtype``: ``T.cast(acc[i, j], "float16")``; constants of int or
+    bool dtype fold."""
     dtype = normalize_dtype(dtype)
     expr = literal(value, dtype)
     if expr.dtype == dtype:

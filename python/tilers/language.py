@@ -1,25 +1,12 @@
 """The tile language, used as ``import tilers.language as T`` (TileLang-compatible names)."""
 
-from __future__ import annotations
-
-import builtins
+# No `from __future__ import annotations`: it would leave `annotations` in dir(T). Every
+# helper below is reached through `_trace.` or `_builtins.` for the same reason: the
+# module's public names are the DSL's, and nothing else.
+import builtins as _builtins
 
 from . import _trace
-from ._trace import (
-    DType,
-    Expr,
-    Load,
-    PrimFunc,
-    TensorType,
-    capture,
-    cast,
-    current_builder,
-    literal,
-    normalize_dtype,
-    region,
-    require_kernel,
-    user_error,
-)
+from ._trace import cast
 
 __all__ = [
     "annotate_layout",
@@ -85,35 +72,35 @@ __all__ = [
 
 # dtypes: strings that also work as scalar-parameter annotations (`n: T.int32`) and as
 # converters (`T.float32(1.0)`).
-bool = DType("bool")
-int8 = DType("int8")
-uint8 = DType("uint8")
-int16 = DType("int16")
-int32 = DType("int32")
-uint32 = DType("uint32")
-int64 = DType("int64")
-float16 = DType("float16")
-bfloat16 = DType("bfloat16")
-float32 = DType("float32")
-float64 = DType("float64")
+bool = _trace.DType("bool")
+int8 = _trace.DType("int8")
+uint8 = _trace.DType("uint8")
+int16 = _trace.DType("int16")
+int32 = _trace.DType("int32")
+uint32 = _trace.DType("uint32")
+int64 = _trace.DType("int64")
+float16 = _trace.DType("float16")
+bfloat16 = _trace.DType("bfloat16")
+float32 = _trace.DType("float32")
+float64 = _trace.DType("float64")
 
 
 # ----------------------------------------------------------------------------------------
 # functions and parameters
 
 
-def prim_func(func) -> PrimFunc:
+def prim_func(func) -> _trace.PrimFunc:
     """Mark a function as a tile kernel; it is traced when compiled.
 
     >>> @T.prim_func
     ... def add(A: T.Tensor((1024,), "float16"), B: T.Tensor((1024,), "float16")): ...
     """
-    return PrimFunc(func)
+    return _trace.PrimFunc(func)
 
 
-def Tensor(shape, dtype="float32") -> TensorType:
+def Tensor(shape, dtype="float32") -> _trace.TensorType:
     """The annotation of a tensor parameter: ``A: T.Tensor((M, N), "float16")``."""
-    return TensorType(shape, dtype)
+    return _trace.TensorType(shape, dtype)
 
 
 Buffer = Tensor
@@ -130,9 +117,9 @@ class Kernel:
     """
 
     def __init__(self, *grid, threads=128):
-        self.loc = capture()
+        self.loc = _trace.capture()
         if not 1 <= len(grid) <= 3:
-            raise user_error(
+            raise _trace.user_error(
                 f"T.Kernel takes 1 to 3 grid dimensions, got {len(grid)}",
                 loc=self.loc,
                 help="fold extra dimensions into one, e.g. T.Kernel(nx * ny, nz)",
@@ -140,8 +127,8 @@ class Kernel:
         self.grid = [_grid_node(g, self.loc) for g in grid]
         if threads is None:
             threads = 128
-        if not isinstance(threads, int) or isinstance(threads, builtins.bool) or threads <= 0:
-            raise user_error(
+        if not isinstance(threads, int) or isinstance(threads, _builtins.bool) or threads <= 0:
+            raise _trace.user_error(
                 f"threads must be a positive int, got {threads!r}",
                 loc=self.loc,
                 help="pass a Python int, a multiple of 32 such as threads=128",
@@ -149,9 +136,9 @@ class Kernel:
         self.threads = threads
 
     def __enter__(self):
-        builder = current_builder()
+        builder = _trace.current_builder()
         if builder.kernel_opened:
-            raise user_error(
+            raise _trace.user_error(
                 "a prim_func has exactly one T.Kernel",
                 loc=self.loc,
                 help="put all of the kernel's statements in one T.Kernel block",
@@ -167,7 +154,7 @@ class Kernel:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             return False
-        builder = current_builder()
+        builder = _trace.current_builder()
         builder.close_block(self.body)
         builder.kernel = {
             "grid": self.grid,
@@ -177,7 +164,7 @@ class Kernel:
         }
         if builder.raster is not None:
             if len(self.grid) < 2:
-                raise user_error(
+                raise _trace.user_error(
                     "T.use_swizzle reorders a 2-D grid; this T.Kernel has one dimension",
                     loc=builder.raster_loc,
                     help="give T.Kernel two grid dimensions (bx, by), or drop T.use_swizzle",
@@ -187,9 +174,9 @@ class Kernel:
 
 
 def _grid_node(value, loc) -> dict:
-    expr = literal(value)
+    expr = _trace.literal(value)
     if not _trace.is_int(expr.dtype):
-        raise user_error(
+        raise _trace.user_error(
             f"a grid dimension must be an integer, got {expr.dtype}",
             loc=loc,
             help="compute the grid with integers, e.g. T.ceildiv(N, block_N)",
@@ -198,52 +185,52 @@ def _grid_node(value, loc) -> dict:
 
 
 def _alloc(scope: str, shape, dtype):
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, f"T.alloc_{scope}", loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, f"T.alloc_{scope}", loc)
     dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
     if not dims or not all(
-        isinstance(d, int) and not isinstance(d, builtins.bool) and d > 0 for d in dims
+        isinstance(d, int) and not isinstance(d, _builtins.bool) and d > 0 for d in dims
     ):
-        raise user_error(
+        raise _trace.user_error(
             f"a {scope} buffer's shape must be positive Python ints, got {dims!r}",
             loc=loc,
             help="tile sizes are fixed when the kernel is compiled: pass them to "
             "tilers.compile (e.g. block_M=64), not as kernel arguments",
         )
     name = _trace.assigned_name(loc) or f"buf{len(builder.buffers)}"
-    return builder.new_buffer(name, scope, normalize_dtype(dtype), dims, loc)
+    return builder.new_buffer(name, scope, _trace.normalize_dtype(dtype), dims, loc)
 
 
-def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
+def use_swizzle(panel_size: int = 10, order: str = "row", enable: _builtins.bool = True):
     """Threadblock rasterization for L2 reuse: ``T.use_swizzle(panel_size=8)`` inside
     ``T.Kernel``. Blocks are numbered panel by panel: consecutive blocks walk down
     ``panel_size`` values of ``by`` before moving to the next ``bx`` (``order="col"``: along
     ``panel_size`` values of ``bx``, then the next ``by``), so blocks running at the same time
     share rows of A and columns of B in L2. Every ``(bx, by)`` still runs exactly once."""
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.use_swizzle", loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.use_swizzle", loc)
     if not enable:
         return
     if (
-        isinstance(panel_size, builtins.bool)
+        isinstance(panel_size, _builtins.bool)
         or not isinstance(panel_size, int)
         or not (1 <= panel_size <= 65535)
     ):
-        raise user_error(
+        raise _trace.user_error(
             f"T.use_swizzle: panel_size must be a Python int from 1 to 65535, got {panel_size!r}",
             loc=loc,
             help="e.g. T.use_swizzle(panel_size=8)",
         )
     if order not in ("row", "col"):
-        raise user_error(
+        raise _trace.user_error(
             f'T.use_swizzle: order must be "row" or "col", got {order!r}',
             loc=loc,
             help='"row": blocks walk down panel_size values of by, then the next bx',
         )
     if builder.raster is not None:
-        raise user_error(
+        raise _trace.user_error(
             "T.use_swizzle is already set for this kernel",
             loc=loc,
             help="call it once, at the top of the T.Kernel block",
@@ -252,7 +239,7 @@ def use_swizzle(panel_size: int = 10, order: str = "row", enable: bool = True):
     builder.raster_loc = loc
 
 
-class SwizzledLayout:
+class _SwizzledLayout:
     """The XOR swizzle of a shared tile (16-byte chunks permuted by row within 128-byte
     lines), made by ``T.make_swizzled_layout(buf)`` for ``T.annotate_layout``."""
 
@@ -265,15 +252,16 @@ class SwizzledLayout:
 
 
 def make_swizzled_layout(buffer):
-    """The bank-conflict-free swizzled layout of a shared tile, for ``T.annotate_layout``."""
-    loc = capture()
+    """The bank-conflict-free swizzled layout of a shared tile, for ``T.annotate_layout``:
+    ``T.annotate_layout({A_s: T.make_swizzled_layout(A_s)})``."""
+    loc = _trace.capture()
     if not isinstance(buffer, _trace.Buffer):
-        raise user_error(
+        raise _trace.user_error(
             f"T.make_swizzled_layout takes a buffer, got {type(buffer).__name__}",
             loc=loc,
             help="pass the tile itself: T.make_swizzled_layout(A_shared)",
         )
-    return SwizzledLayout(buffer, loc)
+    return _SwizzledLayout(buffer, loc)
 
 
 def annotate_layout(layouts: dict):
@@ -281,38 +269,38 @@ def annotate_layout(layouts: dict):
     ``T.annotate_layout({A_shared: T.make_swizzled_layout(A_shared)})``. Shared tiles take
     the swizzled layout (tiles that T.gemm reads are swizzled without asking); fragment
     layouts come from the instructions that use them."""
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.annotate_layout", loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.annotate_layout", loc)
     if not isinstance(layouts, dict):
-        raise user_error(
+        raise _trace.user_error(
             f"T.annotate_layout takes a dict {{buffer: layout}}, got {type(layouts).__name__}",
             loc=loc,
             help="e.g. T.annotate_layout({A_shared: T.make_swizzled_layout(A_shared)})",
         )
     for buffer, layout in layouts.items():
         if not isinstance(buffer, _trace.Buffer):
-            raise user_error(
+            raise _trace.user_error(
                 f"T.annotate_layout: keys must be buffers, got {type(buffer).__name__}",
                 loc=loc,
                 help="e.g. T.annotate_layout({A_shared: T.make_swizzled_layout(A_shared)})",
             )
-        if not isinstance(layout, SwizzledLayout):
-            raise user_error(
+        if not isinstance(layout, _SwizzledLayout):
+            raise _trace.user_error(
                 f"T.annotate_layout: the layout of '{buffer.name}' must come from "
                 f"T.make_swizzled_layout, got {type(layout).__name__}",
                 loc=loc,
                 help="fragment layouts are inferred from the instructions that use them",
             )
         if layout.buffer is not buffer:
-            raise user_error(
+            raise _trace.user_error(
                 f"T.annotate_layout: '{buffer.name}' is given the layout made for "
                 f"'{layout.buffer.name}'",
                 loc=loc,
                 help=f"use T.make_swizzled_layout({buffer.name})",
             )
         if buffer.scope != "shared":
-            raise user_error(
+            raise _trace.user_error(
                 f"T.annotate_layout: '{buffer.name}' is a {buffer.scope} buffer; only shared "
                 "tiles can be swizzled",
                 loc=loc,
@@ -324,7 +312,7 @@ def annotate_layout(layouts: dict):
         for d in buffer.shape[:-1]:
             total *= d
         if row_bytes % 16 or total % 128:
-            raise user_error(
+            raise _trace.user_error(
                 f"T.annotate_layout: '{buffer.name}' {list(buffer.shape)} {buffer.dtype} cannot "
                 f"be swizzled: the swizzle permutes 16-byte chunks of 128-byte lines, and this "
                 f"tile is {total} bytes with {row_bytes}-byte rows",
@@ -360,27 +348,32 @@ def copy(src, dst, pad=None):
     ``pad`` is the value read past the end of a global tensor (0 by default),
     e.g. ``pad=-T.infinity("float32")`` before a max.
     """
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.copy", loc)
-    src_region = region(src, dst, loc)
-    dst_region = region(dst, src, loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.copy", loc)
+    src_region = _trace.region(src, dst, loc)
+    dst_region = _trace.region(dst, src, loc)
     pad_node = None
     if pad is not None:
         dtype = builder.buffers[src_region["buf"]].dtype
-        pad_node = cast(literal(pad, dtype), dtype).node()
+        pad_node = cast(_trace.literal(pad, dtype), dtype).node()
     builder.emit({"op": "copy", "src": src_region, "dst": dst_region, "pad": pad_node}, loc)
 
 
 def fill(dst, value):
     """Set every element of a buffer or region: ``T.fill(acc, 0)``, ``T.fill(A_s[0:16, :], 1)``."""
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.fill", loc)
-    dst_region = region(dst, None, loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.fill", loc)
+    dst_region = _trace.region(dst, None, loc)
     dtype = builder.buffers[dst_region["buf"]].dtype
     builder.emit(
-        {"op": "fill", "dst": dst_region, "value": cast(literal(value, dtype), dtype).node()}, loc
+        {
+            "op": "fill",
+            "dst": dst_region,
+            "value": cast(_trace.literal(value, dtype), dtype).node(),
+        },
+        loc,
     )
 
 
@@ -389,20 +382,20 @@ def clear(dst):
     fill(dst, 0)
 
 
-def _reduce(kind: str, src, dst, dim: int, clear: builtins.bool):
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, f"T.reduce_{kind}", loc)
+def _reduce(kind: str, src, dst, dim: int, clear: _builtins.bool):
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, f"T.reduce_{kind}", loc)
     for what, operand in (("source", src), ("destination", dst)):
         if not isinstance(operand, _trace.Buffer):
-            raise user_error(
+            raise _trace.user_error(
                 f"the {what} of T.reduce_{kind} must be a whole buffer",
                 loc=loc,
                 help="reduce a fragment, e.g. T.reduce_max(scores, row_max, dim=1)",
             )
     rank = len(src.shape)
     if not isinstance(dim, int) or not -rank <= dim < rank:
-        raise user_error(
+        raise _trace.user_error(
             f"dim={dim!r} is out of range for '{src.name}' with {rank} dimensions",
             loc=loc,
             help=f"use a dimension from 0 to {rank - 1} (or -1 for the last)",
@@ -414,7 +407,7 @@ def _reduce(kind: str, src, dst, dim: int, clear: builtins.bool):
             "src": src.id,
             "dst": dst.id,
             "dim": dim % rank,
-            "clear": builtins.bool(clear),
+            "clear": _builtins.bool(clear),
         },
         loc,
     )
@@ -441,7 +434,10 @@ def reduce_absmax(src, dst, dim=-1, clear=True):
 
 
 class GemmWarpPolicy:
-    """How T.gemm spreads the block's warps over the output tile (TileLang's names)."""
+    """How T.gemm spreads the block's warps over the output tile (TileLang's names):
+    ``T.gemm(A_s, B_s, acc, policy=T.GemmWarpPolicy.FullRow)``. ``FullRow`` stacks the warps
+    along M, ``FullCol`` along N; ``Square`` (the default) keeps each warp's tile closest to
+    square."""
 
     Square = "square"
     FullRow = "full_row"
@@ -458,18 +454,18 @@ def gemm(
     bfloat16 inputs accumulate in float32, int8 inputs in int32. ``clear_accum=True``
     overwrites C instead of adding to it.
     """
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.gemm", loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.gemm", loc)
     for what, operand in (("A", A), ("B", B), ("C", C)):
         if not isinstance(operand, _trace.Buffer):
-            raise user_error(
+            raise _trace.user_error(
                 f"operand {what} of T.gemm must be a whole buffer (a shared or fragment tile)",
                 loc=loc,
                 help="allocate tiles with T.alloc_shared / T.alloc_fragment and copy into them",
             )
     if policy not in (GemmWarpPolicy.Square, GemmWarpPolicy.FullRow, GemmWarpPolicy.FullCol):
-        raise user_error(
+        raise _trace.user_error(
             f"policy={policy!r} is not a T.GemmWarpPolicy (Square, FullRow or FullCol)",
             loc=loc,
             help="pass policy=T.GemmWarpPolicy.Square, .FullRow or .FullCol",
@@ -480,10 +476,10 @@ def gemm(
             "a": A.id,
             "b": B.id,
             "c": C.id,
-            "transpose_a": builtins.bool(transpose_A),
-            "transpose_b": builtins.bool(transpose_B),
+            "transpose_a": _builtins.bool(transpose_A),
+            "transpose_b": _builtins.bool(transpose_B),
             "policy": policy,
-            "clear_accum": builtins.bool(clear_accum),
+            "clear_accum": _builtins.bool(clear_accum),
         },
         loc,
     )
@@ -491,11 +487,11 @@ def gemm(
 
 def atomic_add(dst, value):
     """Atomically add to one element: ``T.atomic_add(C[i, j], acc[i, j])``."""
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.atomic_add", loc)
-    if not isinstance(dst, Load) or dst.has_slices():
-        raise user_error(
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.atomic_add", loc)
+    if not isinstance(dst, _trace.Load) or dst.has_slices():
+        raise _trace.user_error(
             "T.atomic_add needs one element such as C[i, j]",
             loc=loc,
             help="add element by element inside a T.Parallel loop: T.atomic_add(C[i, j], v)",
@@ -507,7 +503,7 @@ def atomic_add(dst, value):
             "op": "atomic_add",
             "buf": dst.buffer.id,
             "idx": idx,
-            "value": cast(literal(value, dtype), dtype).node(),
+            "value": cast(_trace.literal(value, dtype), dtype).node(),
         },
         loc,
     )
@@ -519,18 +515,18 @@ def atomic_add(dst, value):
 
 def Parallel(*extents):
     """Element-wise loops the compiler maps onto threads: ``for i, j in T.Parallel(bM, bN):``."""
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.Parallel", loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.Parallel", loc)
     if not 1 <= len(extents) <= 4:
-        raise user_error(
+        raise _trace.user_error(
             f"T.Parallel takes 1 to 4 extents, got {len(extents)}",
             loc=loc,
             help="loop over at most four dimensions, e.g. T.Parallel(block_M, block_N)",
         )
     for extent in extents:
-        if not isinstance(extent, int) or isinstance(extent, builtins.bool) or extent <= 0:
-            raise user_error(
+        if not isinstance(extent, int) or isinstance(extent, _builtins.bool) or extent <= 0:
+            raise _trace.user_error(
                 f"T.Parallel extents must be positive Python ints, got {extent!r}",
                 loc=loc,
                 help="use T.serial for a loop with a traced extent",
@@ -557,9 +553,9 @@ def _parallel_body(builder, loop_vars, extents, loc):
 
 
 def _for_loop(kind: str, start, stop, stages, what: str):
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, what, loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, what, loc)
     if stop is None:
         start, stop = 0, start
     extent = stop if isinstance(start, int) and start == 0 else stop - start
@@ -587,9 +583,9 @@ def _for_body(builder, var, stmt, loc, what):
 
 
 def _loop_bound(value, loc, what) -> dict:
-    expr = literal(value)
+    expr = _trace.literal(value)
     if not _trace.is_int(expr.dtype):
-        raise user_error(
+        raise _trace.user_error(
             f"{what} bounds must be integers, got {expr.dtype}",
             loc=loc,
             help='convert the bound with T.cast(x, "int32")',
@@ -610,7 +606,7 @@ def unroll(start, stop=None):
 def Pipelined(start, stop=None, num_stages=0):
     """A loop whose copies are software-pipelined: ``for k in T.Pipelined(n, num_stages=3):``."""
     if not isinstance(num_stages, int) or num_stages < 0:
-        raise user_error(
+        raise _trace.user_error(
             f"num_stages must be a non-negative int, got {num_stages!r}",
             help="use num_stages=2 or 3 to overlap copies with compute, or 0 for none",
         )
@@ -621,24 +617,24 @@ class If:
     """Statements run when ``cond`` holds: ``with T.If(i < n): ...``; follow with ``T.Else()``."""
 
     def __init__(self, cond):
-        self.loc = capture()
-        self.cond = literal(cond)
+        self.loc = _trace.capture()
+        self.cond = _trace.literal(cond)
         if self.cond.dtype != "bool":
-            raise user_error(
+            raise _trace.user_error(
                 f"T.If needs a bool condition, got {self.cond.dtype}",
                 loc=self.loc,
                 help="use a comparison, e.g. T.If(i < n)",
             )
 
     def __enter__(self):
-        builder = current_builder()
-        require_kernel(builder, "T.If", self.loc)
+        builder = _trace.current_builder()
+        _trace.require_kernel(builder, "T.If", self.loc)
         self.body = builder.open_block("T.If", self.loc)
 
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             return False
-        builder = current_builder()
+        builder = _trace.current_builder()
         builder.close_block(self.body)
         builder.emit(
             {"op": "if", "cond": self.cond.node(), "then": self.body, "else": []}, self.loc
@@ -647,17 +643,18 @@ class If:
 
 
 class Else:
-    """The other branch of the ``with T.If(cond):`` block just before it."""
+    """The other branch of the ``with T.If(cond):`` block just before it:
+    ``with T.If(i < n): ...`` then ``with T.Else(): ...``."""
 
     def __init__(self):
-        self.loc = capture()
+        self.loc = _trace.capture()
 
     def __enter__(self):
-        builder = current_builder()
-        require_kernel(builder, "T.Else", self.loc)
+        builder = _trace.current_builder()
+        _trace.require_kernel(builder, "T.Else", self.loc)
         siblings = builder.blocks[-1].body
         if not siblings or siblings[-1]["op"] != "if" or siblings[-1]["else"]:
-            raise user_error(
+            raise _trace.user_error(
                 "`with T.Else():` must directly follow a `with T.If(...):` block",
                 loc=self.loc,
                 help="place it right after the T.If block it belongs to, at the same indentation",
@@ -668,7 +665,7 @@ class Else:
     def __exit__(self, exc_type, exc, tb):
         if exc_type is not None:
             return False
-        current_builder().close_block(self.body)
+        _trace.current_builder().close_block(self.body)
         self.target["else"] = self.body
         return False
 
@@ -679,75 +676,75 @@ class Else:
 
 def max(a, b):
     """The larger of two values: ``T.max(x, 0.0)``."""
-    if not isinstance(a, Expr) and not isinstance(b, Expr):
-        return builtins.max(a, b)
+    if not isinstance(a, _trace.Expr) and not isinstance(b, _trace.Expr):
+        return _builtins.max(a, b)
     return _trace.binary("max", a, b)
 
 
 def min(a, b):
     """The smaller of two values: ``T.min(x, y)``."""
-    if not isinstance(a, Expr) and not isinstance(b, Expr):
-        return builtins.min(a, b)
+    if not isinstance(a, _trace.Expr) and not isinstance(b, _trace.Expr):
+        return _builtins.min(a, b)
     return _trace.binary("min", a, b)
 
 
 def abs(x):
-    """``|x|``."""
+    """``|x|``: ``T.abs(A[i] - B[i])``."""
     return _trace.unary("abs", x)
 
 
 def exp(x):
-    """``e**x``."""
+    """``e**x``: ``T.exp(x - row_max[i])``."""
     return _trace.unary("exp", x)
 
 
 def exp2(x):
-    """``2**x``."""
+    """``2**x``: ``T.exp2(x * 1.44269504)``."""
     return _trace.unary("exp2", x)
 
 
 def log(x):
-    """The natural logarithm."""
+    """The natural logarithm: ``T.log(row_sum[i])``."""
     return _trace.unary("log", x)
 
 
 def log2(x):
-    """The base-2 logarithm."""
+    """The base-2 logarithm: ``T.log2(x)``."""
     return _trace.unary("log2", x)
 
 
 def sqrt(x):
-    """The square root."""
+    """The square root: ``T.sqrt(var[i] + 1e-5)``."""
     return _trace.unary("sqrt", x)
 
 
 def rsqrt(x):
-    """``1 / sqrt(x)``."""
+    """``1 / sqrt(x)``: ``T.rsqrt(var[i] + 1e-5)``."""
     return _trace.unary("rsqrt", x)
 
 
 def tanh(x):
-    """The hyperbolic tangent."""
+    """The hyperbolic tangent: ``T.tanh(x)``."""
     return _trace.unary("tanh", x)
 
 
 def sigmoid(x):
-    """``1 / (1 + exp(-x))``."""
+    """``1 / (1 + exp(-x))``: ``x * T.sigmoid(x)`` is SiLU."""
     return _trace.unary("sigmoid", x)
 
 
 def erf(x):
-    """The error function."""
+    """The error function: ``0.5 * x * (1 + T.erf(x * 0.70710678))`` is GELU."""
     return _trace.unary("erf", x)
 
 
 def sin(x):
-    """The sine."""
+    """The sine: ``T.sin(angle[i])``."""
     return _trace.unary("sin", x)
 
 
 def cos(x):
-    """The cosine."""
+    """The cosine: ``T.cos(angle[i])``."""
     return _trace.unary("cos", x)
 
 
@@ -763,16 +760,16 @@ def ceil(x):
 
 def if_then_else(cond, a, b):
     """``a`` where ``cond`` holds, else ``b``: ``T.if_then_else(i < n, A[i], 0.0)``."""
-    if not isinstance(cond, Expr):
+    if not isinstance(cond, _trace.Expr):
         return a if cond else b
     return _trace.select(cond, a, b)
 
 
 def infinity(dtype):
     """Positive infinity of a float dtype: ``pad=-T.infinity("float32")``."""
-    dtype = normalize_dtype(dtype)
+    dtype = _trace.normalize_dtype(dtype)
     if not _trace.is_float(dtype):
-        raise user_error(
+        raise _trace.user_error(
             f"T.infinity needs a float dtype, got {dtype}",
             help='use a float dtype such as T.infinity("float32")',
         )
@@ -799,19 +796,19 @@ def print(value, msg="", block=None):
     is ``printf``; on the interpreter it writes to stdout:
     ``[block (0, 1, 0)] x: 3.5``.
     """
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.print", loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.print", loc)
     if not isinstance(msg, str):
-        raise user_error(
+        raise _trace.user_error(
             f"the message of T.print must be a str, got {type(msg).__name__}",
             loc=loc,
             help='pass a string literal, e.g. T.print(x, "x")',
         )
-    if isinstance(value, _trace.Buffer) or (isinstance(value, Load) and value.has_slices()):
-        what = {"tile": region(value, None, loc)}
+    if isinstance(value, _trace.Buffer) or (isinstance(value, _trace.Load) and value.has_slices()):
+        what = {"tile": _trace.region(value, None, loc)}
     else:
-        what = {"value": literal(value).node()}
+        what = {"value": _trace.literal(value).node()}
     stmt = {"op": "print", **what, "msg": msg}
     if block is not None:
         stmt["block"] = _print_block(block, loc)
@@ -821,10 +818,10 @@ def print(value, msg="", block=None):
 def _print_block(block, loc) -> list:
     coords = list(block) if isinstance(block, (tuple, list)) else [block]
     ok = 1 <= len(coords) <= 3 and all(
-        isinstance(c, int) and not isinstance(c, builtins.bool) and c >= 0 for c in coords
+        isinstance(c, int) and not isinstance(c, _builtins.bool) and c >= 0 for c in coords
     )
     if not ok:
-        raise user_error(
+        raise _trace.user_error(
             f"block={block!r} must be 1 to 3 non-negative Python ints",
             loc=loc,
             help="name one block of the grid, e.g. block=(0, 1); leave it out to print from every block",
@@ -839,18 +836,18 @@ def device_assert(cond, msg=""):
     GPU a failure prints the file, line and message and traps (the launch fails); on the
     interpreter it raises ``TileError`` naming this line and the block.
     """
-    loc = capture()
-    builder = current_builder()
-    require_kernel(builder, "T.device_assert", loc)
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.device_assert", loc)
     if not isinstance(msg, str):
-        raise user_error(
+        raise _trace.user_error(
             f"the message of T.device_assert must be a str, got {type(msg).__name__}",
             loc=loc,
             help='pass a string literal, e.g. T.device_assert(i < n, "i out of range")',
         )
-    condition = literal(cond)
+    condition = _trace.literal(cond)
     if condition.dtype != "bool":
-        raise user_error(
+        raise _trace.user_error(
             f"T.device_assert needs a bool condition, got {condition.dtype}",
             loc=loc,
             help="use a comparison, e.g. T.device_assert(x >= 0)",

@@ -1,0 +1,46 @@
+"""The public surface of ``tilers.language``: the DSL's names only, each with a docstring."""
+
+import tilers.language as T
+
+# The DSL, as users write it after `T.`. A new DSL name is added here on purpose; a helper
+# that shows up here by accident (an import, a module-level function) should be `_private`.
+DSL = {
+    # dtypes
+    "bool", "int8", "uint8", "int16", "int32", "uint32", "int64",
+    "float16", "bfloat16", "float32", "float64",
+    # functions, parameters and the kernel
+    "prim_func", "Tensor", "Buffer", "Kernel",
+    # buffers and layouts
+    "alloc_shared", "alloc_fragment", "alloc_local",
+    "annotate_layout", "make_swizzled_layout", "use_swizzle",
+    # tile operations
+    "copy", "fill", "clear", "gemm", "GemmWarpPolicy", "atomic_add",
+    "reduce_max", "reduce_min", "reduce_sum", "reduce_absmax",
+    # control flow
+    "Parallel", "serial", "unroll", "Pipelined", "If", "Else",
+    # scalar math
+    "cast", "max", "min", "abs", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "tanh",
+    "sigmoid", "erf", "sin", "cos", "floor", "ceil", "if_then_else", "infinity", "ceildiv",
+    # debugging
+    "print", "device_assert",
+}  # fmt: skip
+
+
+def test_dir_shows_the_dsl_only():
+    assert {name for name in dir(T) if not name.startswith("_")} == DSL
+
+
+def test_all_is_the_dsl():
+    assert len(T.__all__) == len(set(T.__all__))
+    assert set(T.__all__) == DSL
+    namespace = {}
+    exec("from tilers.language import *", namespace)
+    assert set(namespace) - {"__builtins__"} == DSL
+
+
+def test_every_dsl_name_has_a_docstring_with_an_example():
+    undocumented = [name for name in sorted(DSL) if not (getattr(T, name).__doc__ or "").strip()]
+    assert undocumented == []
+    # STYLE.md: a tiny example each, user code such as ``T.exp(x)``
+    without_example = [name for name in sorted(DSL) if "T." not in getattr(T, name).__doc__]
+    assert without_example == []
