@@ -918,7 +918,7 @@ def test_report_names_the_instructions_of_a_gemm(gemm):
     assert "ldmatrix" in report
     assert "cp.async 16 bytes" in report
     assert "T.Pipelined(num_stages=3)" in report
-    assert "A_shared: float16[3, 128, 32], 24576 bytes at offset 0, swizzled" in report
+    assert "A_shared: float16[3, 128, 32], 24576 bytes at offset 0, swizzle<3,4,3>" in report
     # the operand stages (49152 bytes); the epilogue's staging tile (32768 bytes) reuses
     # their memory once the main loop is done
     assert "shared memory (49152 bytes)" in report
@@ -1015,14 +1015,15 @@ def test_fragment_owners_follow_the_mma_fragment(gemm):
 def test_shared_banks_of_a_swizzled_tile():
     from tilers import plot
 
-    tile = {"dtype": "float16", "shape": [64, 64], "offset": 0, "swizzle": False}
+    tile = {"dtype": "float16", "shape": [64, 64], "offset": 0, "swizzle": None}
+    lines = {"bits": 3, "base": 4, "shift": 3}  # tilers' swizzle: 128-byte lines
     # 128-byte rows: without the swizzle, one column lies in one bank (an 8-way conflict
     # for ldmatrix, which reads 16 bytes of 8 rows)
     assert set(plot.shared_banks(tile)[0:8, 0]) == {0}
-    swizzled = plot.shared_banks(dict(tile, swizzle=True))
+    swizzled = plot.shared_banks(dict(tile, swizzle=lines))
     assert sorted(swizzled[0:8, 0] // 4) == list(range(8))
     # 64-byte rows count 128-byte lines: rows 0-7 still reach 8 distinct 16-byte bank groups
-    short = plot.shared_banks({"dtype": "float16", "shape": [16, 32], "offset": 0, "swizzle": True})
+    short = plot.shared_banks({"dtype": "float16", "shape": [16, 32], "offset": 0, "swizzle": lines})
     assert sorted(short[0:8, 0] // 4) == list(range(8))
 
 

@@ -269,7 +269,7 @@ def test_rasterized_matmul_with_an_annotated_layout(case):
     assert np.abs(f64(k(a, b)) - want).max() <= 1e-5 * np.abs(want).max()
     gpu = tilers.compile(factory(**kw), target="cuda:sm_90a")
     assert "T.use_swizzle" in gpu.source and "tl_block_x" in gpu.source
-    assert "C_s: float32[64, 64]" in gpu.report() and "swizzled" in gpu.ir("input")
+    assert "C_s: float32[64, 64]" in gpu.report() and "C_s: float32[64, 64] swizzle<3,4,4>" in gpu.ir("input")
 
 
 @pytest.mark.parametrize("case", ["matmul_reg_b_f16", "matmul_reg_ab_bf16", "matmul_reg_b_int8"])

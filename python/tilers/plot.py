@@ -37,24 +37,21 @@ def fragment_owners(layout: dict) -> tuple[np.ndarray, np.ndarray]:
     return thread, slot
 
 
-def swizzle_shift(shape: list, element_bytes: int) -> int:
-    """log2 of the unit whose index permutes 16-byte chunks: the row, or a 128-byte line
-    when rows are shorter (tile-codegen's ``swizzle_shift``)."""
-    row_bytes = max(shape[-1] * element_bytes, 128)
-    return row_bytes.bit_length() - 1
-
-
 def shared_banks(buffer: dict) -> np.ndarray:
     """The bank (0-31) of every element of a shared buffer, as an array of its shape.
 
-    Banks are 4 bytes wide; a swizzled buffer stores the 16-byte chunk ``c`` of row ``r`` at
-    ``c ^ (r % 8)`` (tile-codegen's ``shared_element_offset``), measured from the buffer's offset.
+    Banks are 4 bytes wide; a swizzled buffer's byte offsets go through its swizzle functor
+    ``<bits, base, shift>`` (tile_ir::Swizzle: the ``bits`` bits from ``base`` XOR the
+    ``bits`` bits ``shift`` above them), measured from the buffer's offset.
     """
     element_bytes = _dtype_bytes(buffer["dtype"])
     shape = buffer["shape"]
     byte = np.arange(int(np.prod(shape)), dtype=np.int64) * element_bytes
-    if buffer["swizzle"]:
-        byte = byte ^ (((byte >> swizzle_shift(shape, element_bytes)) & 7) << 4)
+    swizzle = buffer["swizzle"]
+    if swizzle:
+        mask = (1 << swizzle["bits"]) - 1
+        line = swizzle["base"] + swizzle["shift"]
+        byte = byte ^ (((byte >> line) & mask) << swizzle["base"])
     address = (buffer["offset"] or 0) + byte
     return ((address // BANK_BYTES) % BANKS).reshape(shape)
 

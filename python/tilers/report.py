@@ -84,7 +84,7 @@ def format_report(info: dict, layouts: dict | None, resources: dict | None) -> s
             lines.append("")
             lines.append(f"shared memory ({shared_bytes} bytes):")
             for b in shared:
-                swizzle = ", swizzled" if b["swizzle"] else ""
+                swizzle = f", {b['swizzle']['text']}" if b["swizzle"] else ""
                 where = f"  ({b['source']})" if b.get("source") else ""
                 lines.append(
                     f"  {b['name']}: {b['dtype']}{b['shape']}, {b['bytes']} bytes at offset "
@@ -123,10 +123,7 @@ def format_layouts(layouts: dict) -> str:
             lines.append(head)
             text = f"  {b['bytes']} bytes at offset {b['offset']}"
             if b["swizzle"]:
-                text += (
-                    "; swizzled: 16-byte chunk c of row r stored at c ^ (r % 8) "
-                    "(128-byte lines for shorter rows)"
-                )
+                text += f"; {b['layout_text']}"
             lines.append(text)
     return "\n".join(lines)
 

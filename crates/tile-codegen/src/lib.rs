@@ -404,8 +404,8 @@ impl<'a> Emitter<'a> {
             terms.push(t);
         }
         let flat = if terms.is_empty() { "0".to_string() } else { terms.join(" + ") };
-        if b.swizzle {
-            let offset = self.expr(&shared_element_offset(b, idx))?;
+        if b.swizzle.is_some() {
+            let offset = self.expr(&SharedLayout::of(b).offset(idx))?;
             return Ok(format!("{}[{offset}]", self.names.buffer(buf)));
         }
         Ok(format!("{}[{}]", self.names.buffer(buf), flat))
@@ -419,7 +419,7 @@ impl<'a> Emitter<'a> {
             return Err(Diagnostic::bug(format!("'{}' is not a placed shared buffer", b.name)));
         };
         let eb = b.dtype.bytes() as i64;
-        let offset = shared_element_offset(b, idx);
+        let offset = SharedLayout::of(b).offset(idx);
         let bytes = tile_ir::simplify::simplify(Expr::binary(
             BinOp::Add,
             Expr::binary(BinOp::Mul, offset, Expr::int_of(eb, DType::I32)),
@@ -842,77 +842,6 @@ fn c_string(text: &str) -> String {
     out
 }
 
-/// The element offset of `idx` in the shared tile `b`, its swizzle (if any) applied, written
-/// so that the C compiler can take it apart: leading (stage) dimensions and the row add, and
-/// the XOR touches only the column (or, for rows shorter than 128 bytes, the offset inside a
-/// 128-byte line) with a key computed from the row's low bits alone. Row terms that are
-/// multiples of the swizzle period drop out of the key, so the key of an ldmatrix or cp.async
-/// address depends on the lane only and is computed once per thread.
-///
-/// Equal to the flat formula `s ^ (((s >> swizzle_shift(b)) & 7) << 4)` on the byte offset
-/// `s = flat * bytes` for every index inside the tile (tested); tiles whose size is not a
-/// multiple of the swizzle period use the flat formula itself.
-pub fn shared_element_offset(b: &Buffer, idx: &[Expr]) -> Expr {
-    use tile_ir::simplify::{from_affine, simplify, to_affine};
-    let i32c = |v: i64| Expr::int_of(v, DType::I32);
-    let as_i32 =
-        |e: &Expr| if e.dtype() == DType::I32 { e.clone() } else { Expr::cast(e.clone(), DType::I32) };
-    let strides = b.strides();
-    let flat_of = |dims: std::ops::Range<usize>| {
-        dims.fold(i32c(0), |acc, d| {
-            Expr::binary(BinOp::Add, acc, Expr::binary(BinOp::Mul, as_i32(&idx[d]), i32c(strides[d])))
-        })
-    };
-    let n = idx.len();
-    if !b.swizzle {
-        return simplify(flat_of(0..n));
-    }
-    let eb = b.dtype.bytes() as i64;
-    let shift = swizzle_shift(b) as i64;
-    let log2 = |v: i64| 63 - (v as u64).leading_zeros() as i64;
-    let row_elems = b.shape[n - 1];
-    let row_bytes = row_elems * eb;
-    let tile_bytes = if n >= 2 { b.shape[n - 2] * row_bytes } else { 0 };
-    if n < 2 || eb > 16 || tile_bytes % (8 << shift) != 0 {
-        // the general form: XOR bits 4-6 of the byte offset with the 128-byte line's bits
-        let bytes = simplify(Expr::binary(BinOp::Mul, flat_of(0..n), i32c(eb)));
-        let key = Expr::binary(BinOp::BitAnd, Expr::binary(BinOp::Shr, bytes.clone(), i32c(shift)), i32c(7));
-        let swizzled = Expr::binary(BinOp::BitXor, bytes, Expr::binary(BinOp::Shl, key, i32c(4)));
-        return Expr::binary(BinOp::Shr, swizzled, i32c(log2(eb)));
-    }
-    // the key: bits [k, k + 3) of the row, k = 0 for rows of 128 bytes or more, else the
-    // number of rows per 128-byte line; terms that are multiples of 8 << k do not reach them
-    let k = if row_bytes >= 128 { 0 } else { 7 - log2(row_bytes) };
-    let mut row = to_affine(&simplify(as_i32(&idx[n - 2])));
-    row.terms.retain(|_, (c, _)| c.rem_euclid(8 << k) != 0);
-    row.constant = row.constant.rem_euclid(8 << k);
-    let row_low = from_affine(&row, DType::I32);
-    let key = if k == 0 { row_low } else { Expr::binary(BinOp::Shr, row_low, i32c(k)) };
-    let key = Expr::binary(BinOp::BitAnd, key, i32c(7));
-    // the chunk is 16 bytes: the key moves element offsets by multiples of 16 / eb
-    let key = Expr::binary(BinOp::Shl, key, i32c(4 - log2(eb)));
-    let lead = simplify(flat_of(0..n - 2));
-    let row_offset = simplify(Expr::binary(BinOp::Mul, as_i32(&idx[n - 2]), i32c(row_elems)));
-    let col = simplify(as_i32(&idx[n - 1]));
-    let tile = if row_bytes >= 128 {
-        Expr::binary(BinOp::Add, row_offset, Expr::binary(BinOp::BitXor, col, key))
-    } else {
-        Expr::binary(BinOp::BitXor, simplify(Expr::binary(BinOp::Add, row_offset, col)), key)
-    };
-    if lead.as_int() == Some(0) {
-        tile
-    } else {
-        Expr::binary(BinOp::Add, lead, tile)
-    }
-}
-
-/// log2 of the unit whose index permutes a row's 16-byte chunks: the row, or a 128-byte line
-/// when rows are shorter (see `Buffer::swizzle`).
-pub fn swizzle_shift(b: &Buffer) -> u32 {
-    let row_bytes = (b.shape.last().copied().unwrap_or(1) * b.dtype.bytes() as i64).max(128) as u64;
-    63 - row_bytes.leading_zeros()
-}
-
 /// Is `s` one parenthesized group, `(...)`, with nothing after its closing parenthesis?
 fn encloses(s: &str) -> bool {
     let mut depth = 0;
@@ -1026,73 +955,5 @@ mod tests {
         assert_eq!(round_f16(2049.0), 2048.0); // tie to even
         assert_eq!(round_f16(2051.0), 2052.0);
         assert_eq!(round_bf16(1.003_906_3), 1.0); // tie to even
-    }
-
-    /// The decomposed swizzle of `shared_element_offset` equals the flat formula of
-    /// the flat swizzle for every element of every tested tile, with indices written the way the
-    /// lowering writes them (a variable part that is a multiple of 16 rows plus the rest).
-    #[test]
-    fn decomposed_swizzle_matches_flat_formula() {
-        let tl_swizzle = |bytes: i64, shift: u32| bytes ^ (((bytes >> shift) & 7) << 4);
-        let cases: &[(&[i64], DType)] = &[
-            (&[3, 128, 64], DType::F16),
-            (&[64, 256], DType::F16),
-            (&[2, 128, 32], DType::F16),
-            (&[32, 16], DType::F16),
-            (&[2, 64, 64], DType::I8),
-            (&[32, 128], DType::I8),
-            (&[16, 32], DType::F32),
-            (&[4, 16], DType::F16), // 128 bytes: not a whole swizzle period, the general form
-            (&[2, 4, 64], DType::F16),
-        ];
-        let (v, w) = (VarId(0), VarId(1));
-        let i32v = |id| Expr::var(id, DType::I32);
-        for (shape, dtype) in cases {
-            let buf = Buffer {
-                name: "t".into(),
-                scope: Scope::Shared,
-                dtype: *dtype,
-                shape: shape.to_vec(),
-                loc: Loc::UNKNOWN,
-                layout: None,
-                shared_offset: Some(0),
-                swizzle: true,
-            };
-            let n = shape.len();
-            let (rows, cols) = (shape[n - 2], shape[n - 1]);
-            let stages = if n == 3 { shape[0] } else { 1 };
-            let eb = dtype.bytes() as i64;
-            let shift = swizzle_shift(&buf);
-            for stage in 0..stages {
-                for r in 0..rows {
-                    for c in 0..cols {
-                        // row = 16 * v + (r mod 16), column = 8 * w + (c mod 8)
-                        let row = Expr::binary(
-                            BinOp::Add,
-                            Expr::binary(BinOp::Mul, i32v(v), Expr::int_of(16, DType::I32)),
-                            Expr::int_of(r % 16, DType::I32),
-                        );
-                        let col = Expr::binary(
-                            BinOp::Add,
-                            Expr::binary(BinOp::Mul, i32v(w), Expr::int_of(8, DType::I32)),
-                            Expr::int_of(c % 8, DType::I32),
-                        );
-                        let mut idx = vec![row, col];
-                        if n == 3 {
-                            idx.insert(0, Expr::int_of(stage, DType::I32));
-                        }
-                        let e = shared_element_offset(&buf, &idx).map(&mut |x| match x {
-                            Expr::Var { id, .. } if id == v => Expr::int_of(r / 16, DType::I32),
-                            Expr::Var { id, .. } if id == w => Expr::int_of(c / 8, DType::I32),
-                            other => other,
-                        });
-                        let got = tile_ir::simplify::simplify(e).as_int();
-                        let flat = (stage * rows + r) * cols + c;
-                        let want = tl_swizzle(flat * eb, shift) / eb;
-                        assert_eq!(got, Some(want), "{shape:?} {dtype} [{stage}, {r}, {c}]");
-                    }
-                }
-            }
-        }
     }
 }

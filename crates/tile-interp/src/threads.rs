@@ -12,7 +12,7 @@
 //!
 //! **Memory** is bytes, as on the GPU: global tensors are the arguments' bytes; shared
 //! buffers live at their planned `shared_offset` in one array of the block's shared
-//! memory, with the swizzle codegen applies (`shared_element_offset`); `local` buffers (register
+//! memory, at the offsets of their layout (`SharedLayout::offset`, as the generated code); `local` buffers (register
 //! arrays, fragments included) are per thread. Shared and local memory start filled with
 //! 0xFF (NaN as floats) so reads of never-written bytes show in the results.
 //!
@@ -33,7 +33,8 @@
 use crate::num::{self, OpError, Val};
 use crate::Arg;
 use tile_ir::{
-    inst, BinOp, Buffer, BufferId, DType, Diagnostic, Expr, Inst, Loc, MmaAtom, Module, Param, Scope, Stmt,
+    inst, BinOp, BufferId, DType, Diagnostic, Expr, Inst, Loc, MmaAtom, Module, Param, Scope, SharedLayout,
+    Stmt,
 };
 use tile_ir::{Level, UnOp, VarKind};
 
@@ -117,19 +118,6 @@ pub fn run_with(m: &Module, args: &mut [Arg], opts: &Options) -> Result<Report, 
 
 fn error(msg: impl Into<String>) -> Diagnostic {
     Diagnostic::error(msg, Loc::UNKNOWN)
-}
-
-/// log2 of the unit whose index permutes a shared row's 16-byte chunks (mirrors
-/// `tile_codegen::swizzle_shift`, which `tilers-cc/tests/pass_check.rs` checks it against).
-pub fn swizzle_shift(b: &Buffer) -> u32 {
-    let row_bytes = (b.shape.last().copied().unwrap_or(1) * b.dtype.bytes() as i64).max(128) as u64;
-    63 - row_bytes.leading_zeros()
-}
-
-/// The swizzled byte offset, in the flat form of the swizzle the generated code writes out
-/// (tile-codegen's `shared_element_offset`).
-fn swizzle(byte_offset: i64, shift: u32) -> i64 {
-    byte_offset ^ (((byte_offset >> shift) & 7) << 4)
 }
 
 fn read_val(bytes: &[u8], dt: DType) -> Val {
@@ -257,6 +245,9 @@ struct Machine<'m> {
     context: String,
     blocks_run: usize,
     banks: std::collections::BTreeMap<String, BankConflicts>,
+    /// The swizzled offset expression (`SharedLayout::offset`) of each access to a swizzled
+    /// tile, by the address of its index list: built once, evaluated per access.
+    swizzled: std::collections::HashMap<usize, Expr>,
 }
 
 type Col = Vec<Val>;
@@ -297,6 +288,7 @@ impl<'m> Machine<'m> {
             context: String::new(),
             blocks_run: 0,
             banks: Default::default(),
+            swizzled: Default::default(),
         })
     }
 
@@ -584,6 +576,22 @@ impl<'m> Machine<'m> {
         }
         let eb = b.dtype.bytes() as i64;
         let vec_bytes = width as i64 * eb;
+        // a swizzled tile: the element offsets the generated code computes, from the one
+        // definition of its layout
+        let swizzled = if b.swizzle.is_some() {
+            let key = idx.as_ptr() as usize;
+            let offset = match self.swizzled.get(&key) {
+                Some(e) => e.clone(),
+                None => {
+                    let e = SharedLayout::of(b).offset(idx);
+                    self.swizzled.insert(key, e.clone());
+                    e
+                }
+            };
+            Some(self.eval(&offset, active)?.iter().map(|v| v.as_i64()).collect::<Vec<_>>())
+        } else {
+            None
+        };
         let mut out = Vec::with_capacity(active.len());
         for (k, &f) in flat.iter().enumerate() {
             if f + width as i64 > b.num_elements() {
@@ -595,8 +603,8 @@ impl<'m> Machine<'m> {
                 )));
             }
             let mut byte = f * eb;
-            if b.swizzle {
-                byte = swizzle(byte, swizzle_shift(b));
+            if let Some(offsets) = &swizzled {
+                byte = offsets[k] * eb;
             }
             if let Some(off) = b.shared_offset {
                 byte += off as i64;

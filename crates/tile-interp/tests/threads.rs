@@ -29,7 +29,7 @@ fn buffer(m: &mut Module, name: &str, scope: Scope, dtype: DType, shape: &[i64])
         loc: Loc::UNKNOWN,
         layout: None,
         shared_offset: None,
-        swizzle: false,
+        swizzle: None,
     });
     if scope == Scope::Global {
         m.params.push(Param::Tensor { name: name.into(), buffer: id });

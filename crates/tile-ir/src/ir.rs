@@ -26,11 +26,9 @@ pub struct Buffer {
     pub layout: Option<FragmentLayout>,
     /// Byte offset in the block's shared memory (set by `plan_shared_memory`).
     pub shared_offset: Option<u64>,
-    /// Shared memory only: the 16-byte chunks of each row are permuted, chunk `c` of row `r`
-    /// stored at `c ^ (r % 8)` (rows shorter than 128 bytes count 128-byte lines instead),
-    /// so that eight rows read at one column (ldmatrix) or written along a row (vector
-    /// stores) fall in distinct banks. Rows must be a power of two of at least 16 bytes.
-    pub swizzle: bool,
+    /// Shared memory only: the swizzle of the tile's byte offsets (see
+    /// [`crate::shared_layout`]; its layout is [`crate::SharedLayout::of`] this buffer).
+    pub swizzle: Option<crate::shared_layout::Swizzle>,
 }
 
 impl Buffer {

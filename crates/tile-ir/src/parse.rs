@@ -5,6 +5,7 @@
 
 use crate::diag::{Loc, SourceFile, SourceTable};
 use crate::ir::*;
+use crate::shared_layout::Swizzle;
 use crate::types::{DType, Scope};
 use serde_json::{Map, Value};
 
@@ -223,18 +224,35 @@ pub fn parse_program(text: &str) -> R<Module> {
         if shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)).is_none_or(|n| n > 1 << 50) {
             return err(&o.p("shape"), format!("{shape:?} has more than 2^50 elements"));
         }
+        let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
+        let swizzle = match o.opt("swizzle") {
+            None => None,
+            Some(Value::Bool(false)) => None,
+            // tilers' swizzle for the tile's rows (T.make_swizzled_layout)
+            Some(Value::Bool(true)) => {
+                let row_bytes = shape.last().copied().unwrap_or(1) * dt.bytes() as i64;
+                Some(Swizzle::chunks_of_rows(row_bytes))
+            }
+            Some(s) => {
+                let so = Obj::new(s, &o.p("swizzle"), &["bits", "base", "shift"])?;
+                let field = |k: &str| -> R<u32> {
+                    match so.int(k)? {
+                        v @ 0..=16 => Ok(v as u32),
+                        v => err(&so.p(k), format!("expected 0 to 16, got {v}")),
+                    }
+                };
+                Some(Swizzle::new(field("bits")?, field("base")?, field("shift")?))
+            }
+        };
         buffers.push(Buffer {
             name: o.str("name")?.to_string(),
             scope,
-            dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
+            dtype: dt,
             shape,
             loc: loc(o.opt("loc"), &o.p("loc"), n_sources)?,
             layout: None,
             shared_offset: None,
-            swizzle: match o.opt("swizzle") {
-                None => false,
-                Some(_) => o.bool("swizzle")?,
-            },
+            swizzle,
         });
     }
 

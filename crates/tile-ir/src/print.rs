@@ -122,8 +122,8 @@ impl Printer<'_> {
             if let Some(off) = b.shared_offset {
                 let _ = write!(out, " at smem+{off}");
             }
-            if b.swizzle {
-                let _ = write!(out, " swizzled");
+            if let Some(s) = b.swizzle {
+                let _ = write!(out, " {s}");
             }
             if let Some(l) = &b.layout {
                 let _ = write!(out, "  // {l}");

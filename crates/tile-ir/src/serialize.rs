@@ -149,8 +149,13 @@ pub fn program_json(m: &Module) -> Value {
         .map(|(i, b)| {
             let mut o =
                 json!({"id": i, "name": b.name, "scope": b.scope.name(), "dtype": b.dtype.name(), "shape": b.shape});
-            if b.swizzle {
-                o["swizzle"] = json!(true);
+            if let Some(s) = b.swizzle {
+                let row_bytes = b.shape.last().copied().unwrap_or(1) * b.dtype.bytes() as i64;
+                o["swizzle"] = if s == crate::Swizzle::chunks_of_rows(row_bytes) {
+                    json!(true)
+                } else {
+                    json!({"bits": s.bits, "base": s.base, "shift": s.shift})
+                };
             }
             with_loc(o, b.loc)
         })

@@ -231,7 +231,7 @@ impl Parser {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
-            swizzle: false,
+            swizzle: None,
         });
         self.buffers.insert(name, id);
         id
@@ -650,9 +650,16 @@ impl Parser {
             let dtype = self.dtype()?;
             let shape = self.shape()?;
             let id = self.add_buffer(name, scope, dtype, shape);
-            if matches!(self.peek(), Some(Tok::Ident(w)) if w == "swizzled") {
+            if matches!(self.peek(), Some(Tok::Ident(w)) if w == "swizzle") {
                 self.pos += 1;
-                self.m.buffer_mut(id).swizzle = true;
+                self.punct("<")?;
+                let bits = self.int()? as u32;
+                self.punct(",")?;
+                let base = self.int()? as u32;
+                self.punct(",")?;
+                let shift = self.int()? as u32;
+                self.punct(">")?;
+                self.m.buffer_mut(id).swizzle = Some(crate::Swizzle::new(bits, base, shift));
             }
         }
         let mut body = Vec::new();

@@ -241,7 +241,7 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
             .with_help("use at most 1024 threads (e.g. threads=256) and give each thread more elements"),
         );
     }
-    for b in m.buffers.iter().filter(|b| b.swizzle && m.level == Level::Tile) {
+    for b in m.buffers.iter().filter(|b| b.swizzle.is_some() && m.level == Level::Tile) {
         // the XOR swizzle permutes 16-byte chunks inside 128-byte lines: whole lines only
         let row_bytes = b.shape.last().copied().unwrap_or(1) * b.dtype.bytes() as i64;
         if b.scope != crate::Scope::Shared {

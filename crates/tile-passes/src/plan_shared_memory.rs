@@ -124,7 +124,9 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         (0..m.buffers.len() as u32).map(BufferId).filter(|b| m.buffer(*b).scope == Scope::Shared).collect();
     for id in shared {
         let b = m.buffer(id);
-        let align = if b.swizzle { 128 } else { ALIGN };
+        // 128 bytes keep the XOR pattern on the banks; TMA and wgmma, which swizzle physical
+        // addresses, will need the swizzle's period (Swizzle::period)
+        let align = if b.swizzle.is_some() { 128 } else { ALIGN };
         let size = b.bytes() as u64;
         let mut busy: Vec<(u64, u64)> = placed
             .iter()

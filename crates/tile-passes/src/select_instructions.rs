@@ -209,13 +209,13 @@ impl Selector {
             let row_bytes = tile[1] * buf.dtype.bytes() as i64;
             let power_of_two = row_bytes >= 16 && row_bytes & (row_bytes - 1) == 0;
             let tile_bytes = tile[0] * row_bytes;
-            if power_of_two && tile_bytes % 128 == 0 && !buf.swizzle {
+            if power_of_two && tile_bytes % 128 == 0 && buf.swizzle.is_none() {
                 self.report.push(format!(
                     "{}: shared tile '{}' swizzled (16-byte chunks XOR line % 8)",
                     Self::at(m, buf.loc),
                     buf.name
                 ));
-                m.buffer_mut(id).swizzle = true;
+                m.buffer_mut(id).swizzle = Some(Swizzle::chunks_of_rows(row_bytes));
             }
         }
         let (a_reg, b_reg) = (plan.a == OperandSource::Registers, plan.b == OperandSource::Registers);

@@ -301,7 +301,7 @@ mod tests {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
-            swizzle: false,
+            swizzle: None,
         };
         let vars = vec![
             Var { name: "bx".into(), kind: VarKind::BlockIdx(0), dtype: DType::I32 },

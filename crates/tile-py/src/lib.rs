@@ -163,7 +163,14 @@ fn buffer_layouts(m: &tile_ir::Module) -> serde_json::Value {
                 });
             }
             (Scope::Shared, _) => {
-                entry["swizzle"] = json!(b.swizzle);
+                // the swizzle functor of the tile's byte offsets (tile_ir::Swizzle), or null
+                entry["swizzle"] = match b.swizzle {
+                    Some(s) => {
+                        json!({"bits": s.bits, "base": s.base, "shift": s.shift, "text": s.to_string()})
+                    }
+                    None => json!(null),
+                };
+                entry["layout_text"] = json!(tile_ir::SharedLayout::of(b).to_string());
                 entry["offset"] = json!(b.shared_offset);
                 entry["bytes"] = json!(b.bytes());
             }

@@ -63,8 +63,8 @@ fn address(m: &Module, buf: BufferId, idx: &[Expr], env: &BTreeMap<VarId, i64>, 
     let b = m.buffer(buf);
     let flat: i64 = idx.iter().zip(b.strides()).map(|(i, s)| eval(i, env) * s).sum();
     let mut bytes = flat * b.dtype.bytes() as i64;
-    if swizzle && b.swizzle {
-        bytes ^= ((bytes >> tile_codegen::swizzle_shift(b)) & 7) << 4;
+    if let (true, Some(s)) = (swizzle, b.swizzle) {
+        bytes = s.apply(bytes);
     }
     b.shared_offset.unwrap() as i64 + bytes
 }

@@ -99,20 +99,6 @@ fn the_checker_names_the_first_pass_that_changed_the_answer() {
     assert_eq!(v["ok"], serde_json::json!(false));
 }
 
-#[test]
-fn swizzle_shift_matches_codegen() {
-    for name in fixture_names() {
-        let m = final_module(&stages(&program_text(&name)));
-        for b in m.buffers.iter().filter(|b| b.scope == Scope::Shared) {
-            assert_eq!(threads::swizzle_shift(b), tile_codegen_shift(b), "{name}: {}", b.name);
-        }
-    }
-}
-
-fn tile_codegen_shift(b: &Buffer) -> u32 {
-    tile_codegen::swizzle_shift(b)
-}
-
 // ------------------------------------------------------------------ mutations
 
 /// Rebuild `stmts`, letting `f` replace the `n`-th statement (pre-order) that `pick`
@@ -348,7 +334,7 @@ fn mutation_swizzle_dropped_on_one_side() {
     };
     let src = ld.src;
     let mut alias = m.buffer(src).clone();
-    alias.swizzle = false;
+    alias.swizzle = None;
     alias.name.push_str("_plain");
     let alias = m.add_buffer(alias);
     let mut n = 0;
@@ -390,7 +376,7 @@ fn swizzled_gemm_tiles_are_read_and_written_without_bank_conflicts() {
     // the same tiles unswizzled: ldmatrix's eight rows of one column share banks
     let mut plain = m.clone();
     for b in &mut plain.buffers {
-        b.swizzle = false;
+        b.swizzle = None;
     }
     let mut args = random_args(&plain, 8);
     let report = threads::run_with(&plain, &mut args, &opts).unwrap();

@@ -137,7 +137,7 @@ impl Lowerer {
             loc: op.loc,
             layout: None,
             shared_offset: None,
-            swizzle: true,
+            swizzle: Some(Swizzle::chunks_of_rows(sb.shape[1] * db.dtype.bytes() as i64)),
         });
         let whole = Region { buf: stage, dims: vec![], loc: op.loc };
         let threads = |src: Region, dst: Region, pad: Option<Expr>| CopyOp {

@@ -203,7 +203,7 @@ impl Lowerer {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
-            swizzle: false,
+            swizzle: None,
         })
     }
 

@@ -174,7 +174,7 @@ impl Lowerer {
                 loc,
                 layout: None,
                 shared_offset: None,
-                swizzle: false,
+                swizzle: None,
             });
             let is_active = Expr::binary(BinOp::Lt, self.tid(), i32c(active));
             let s1 = self.m.add_var("s", VarKind::Loop, DType::I32);
