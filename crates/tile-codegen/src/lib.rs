@@ -137,40 +137,13 @@ fn round_to(v: f64, dt: DType) -> f64 {
         DType::F32 | DType::F16 | DType::BF16 => {
             let f = v as f32;
             match dt {
-                DType::BF16 => round_bf16(f) as f64,
-                DType::F16 => round_f16(f) as f64,
+                DType::BF16 => tile_ir::arith::round_bf16(f) as f64,
+                DType::F16 => tile_ir::arith::round_f16(f) as f64,
                 _ => f as f64,
             }
         }
         _ => v,
     }
-}
-
-fn round_bf16(f: f32) -> f32 {
-    if f.is_nan() {
-        return f;
-    }
-    let bits = f.to_bits();
-    let lsb = (bits >> 16) & 1;
-    let rounded = bits.wrapping_add(0x7fff + lsb) & 0xffff_0000;
-    f32::from_bits(rounded)
-}
-
-fn round_f16(f: f32) -> f32 {
-    if !f.is_finite() {
-        return f;
-    }
-    let a = f.abs();
-    if a >= 65520.0 {
-        return f32::INFINITY.copysign(f);
-    }
-    // spacing of f16 values around a: 2^(e-10) for normals, 2^-24 for subnormals
-    let e = if a < 6.103_515_6e-5 { -14 } else { (a.log2().floor() as i32).max(-14) };
-    let ulp = 2f64.powi(e - 10);
-    let q = (a as f64) / ulp;
-    let r = q.round();
-    let r = if (q - q.floor() - 0.5).abs() < 1e-12 && (r as i64) % 2 == 1 { r - 1.0 } else { r };
-    ((r * ulp) as f32).copysign(f)
 }
 
 fn float_literal(v: f64, dt: DType) -> String {
@@ -200,21 +173,9 @@ fn float_literal(v: f64, dt: DType) -> String {
 
 /// Is the expression non-negative whatever its variables' values (indices, thread ids)?
 fn non_negative(m: &Module, known: &std::collections::BTreeSet<VarId>, e: &Expr) -> bool {
-    let non_negative = |e: &Expr| non_negative(m, known, e);
-    match e {
-        Expr::Const { value: ConstValue::Int(v), .. } => *v >= 0,
-        Expr::Var { id, .. } => {
-            known.contains(id) || matches!(m.var(*id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
-        }
-        Expr::Binary {
-            op: BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::Max | BinOp::BitAnd, a, b, ..
-        } => non_negative(a) && non_negative(b),
-        Expr::Binary { op: BinOp::FloorDiv | BinOp::FloorMod, a, b, .. } => {
-            non_negative(a) && b.as_int().is_some_and(|v| v > 0)
-        }
-        Expr::Cast { a, .. } => a.dtype().is_int() && non_negative(a),
-        _ => false,
-    }
+    tile_ir::simplify::non_negative(e, &|id| {
+        known.contains(&id) || matches!(m.var(id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
+    })
 }
 
 struct Emitter<'a> {
@@ -940,20 +901,4 @@ fn kernel_info(
         "shared_bytes": shared.div_ceil(16) * 16,
         "report": report,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn f16_rounding_matches_ieee() {
-        assert_eq!(round_f16(0.1), 0.099975586);
-        assert_eq!(round_f16(1.0), 1.0);
-        assert_eq!(round_f16(65504.0), 65504.0);
-        assert_eq!(round_f16(70000.0), f32::INFINITY);
-        assert_eq!(round_f16(2049.0), 2048.0); // tie to even
-        assert_eq!(round_f16(2051.0), 2052.0);
-        assert_eq!(round_bf16(1.003_906_3), 1.0); // tie to even
-    }
 }

@@ -27,6 +27,7 @@
 //!
 //! Evaluation order is program order; expressions have no side effects.
 
+pub mod arith;
 pub mod diag;
 pub mod inst;
 pub mod ir;

@@ -1,6 +1,7 @@
 //! Expression simplification: constant folding and affine normalization of integer
 //! index arithmetic (so `(i + 1) * 64 - i * 64` is known to be `64`).
 
+use crate::arith::{floor_div as floordiv, floor_mod};
 use crate::ir::*;
 use crate::types::DType;
 use std::collections::BTreeMap;
@@ -78,22 +79,13 @@ pub fn from_affine(a: &Affine, dtype: DType) -> Expr {
     }
 }
 
-fn floordiv(a: i64, b: i64) -> i64 {
-    let q = a / b;
-    if (a % b != 0) && ((a < 0) != (b < 0)) {
-        q - 1
-    } else {
-        q
-    }
-}
-
 fn fold_int(op: BinOp, a: i64, b: i64) -> Option<i64> {
     Some(match op {
         BinOp::Add => a.wrapping_add(b),
         BinOp::Sub => a.wrapping_sub(b),
         BinOp::Mul => a.wrapping_mul(b),
         BinOp::FloorDiv if b != 0 => floordiv(a, b),
-        BinOp::FloorMod if b != 0 => a - floordiv(a, b) * b,
+        BinOp::FloorMod if b != 0 => floor_mod(a, b),
         BinOp::Max => a.max(b),
         BinOp::Min => a.min(b),
         BinOp::Eq => (a == b) as i64,
@@ -174,6 +166,30 @@ fn atom_multiple(e: &Expr, k: i64) -> bool {
     match e {
         Expr::Binary { op: BinOp::Mul, a, b, .. } => known_multiple(a, k) || known_multiple(b, k),
         Expr::Cast { a, .. } => known_multiple(a, k),
+        _ => false,
+    }
+}
+
+/// Is `e` non-negative for every value its variables can take, given which variables are
+/// (`var`)? Sums, products, min/max and masks of non-negative values are; so are floor
+/// division and modulo by a positive constant, and integer casts that widen (or keep the
+/// width of a signed value): a narrowing cast may wrap.
+pub fn non_negative(e: &Expr, var: &dyn Fn(VarId) -> bool) -> bool {
+    let rec = |x: &Expr| non_negative(x, var);
+    match e {
+        Expr::Const { value: ConstValue::Int(v), .. } => *v >= 0,
+        Expr::Var { id, .. } => var(*id),
+        Expr::Binary {
+            op: BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::Max | BinOp::BitAnd, a, b, ..
+        } => rec(a) && rec(b),
+        Expr::Binary { op: BinOp::FloorDiv | BinOp::FloorMod, a, b, .. } => {
+            rec(a) && b.as_int().is_some_and(|v| v > 0)
+        }
+        Expr::Cast { a, dtype } => {
+            let widening = a.dtype().bytes() < dtype.bytes()
+                || (a.dtype().is_signed() && a.dtype().bytes() == dtype.bytes());
+            dtype.is_int() && a.dtype().is_int() && widening && rec(a)
+        }
         _ => false,
     }
 }

@@ -20,6 +20,10 @@ pub const DEFAULT_ARCH: &str = "sm_90a";
 /// The oldest architecture tilers emits code for (`ldmatrix`, `cp.async`, bf16 `mma.sync`).
 pub const MIN_SM: u32 = 80;
 
+/// The portable path's architecture: what the pass checker lowers for by default, since
+/// every later GPU runs its instructions.
+pub const PORTABLE_ARCH: &str = "sm_80";
+
 /// What an architecture can do, as flags the passes ask (`target.caps.wgmma`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Caps {

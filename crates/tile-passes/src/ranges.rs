@@ -24,10 +24,7 @@ pub(crate) fn dtype_bounds(dt: DType) -> Option<(i64, i64)> {
     })
 }
 
-/// Floor of `a / b` for a positive `b`.
-fn floor_div(a: i64, b: i64) -> i64 {
-    a.div_euclid(b)
-}
+use tile_ir::arith::floor_div;
 
 impl Ranges {
     /// Block indices over the grid (where it is constant) and the thread index over the block.

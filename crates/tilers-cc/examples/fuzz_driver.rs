@@ -118,7 +118,7 @@ pub fn fuzz(limit: Duration, max_runs: u64, seed: u64) -> Outcome {
         .collect();
     programs.sort_by_key(|p| p["name"].to_string());
     let mut rng = Rng(seed | 1);
-    let opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
+    let opts = CompileOptions { arch: tile_ir::target::DEFAULT_ARCH.into(), ..Default::default() };
     let mut out = Outcome::default();
     let start = Instant::now();
     while start.elapsed() < limit && out.runs < max_runs {

@@ -19,7 +19,7 @@ fn run() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut input = None;
     let mut out_dir = None;
-    let mut opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
+    let mut opts = CompileOptions { arch: tile_ir::target::DEFAULT_ARCH.into(), ..Default::default() };
     let mut want_cubin = true;
     let mut i = 0;
     while i < args.len() {

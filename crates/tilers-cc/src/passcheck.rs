@@ -38,7 +38,7 @@ pub struct CheckOptions {
 impl Default for CheckOptions {
     fn default() -> Self {
         CheckOptions {
-            compile: CompileOptions { arch: "sm_80".into(), ..Default::default() },
+            compile: CompileOptions { arch: tile_ir::target::PORTABLE_ARCH.into(), ..Default::default() },
             seed: 0,
             blocks: Blocks::Edges,
         }

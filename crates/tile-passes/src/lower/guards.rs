@@ -53,29 +53,11 @@ pub(super) fn in_range(i: &Expr, n: i64, non_negative: &dyn Fn(&Expr) -> bool) -
 impl Lowerer {
     /// Is `e` non-negative for every value its variables can take?
     pub(super) fn non_negative(&self, e: &Expr) -> bool {
-        match e {
-            Expr::Const { value: ConstValue::Int(v), .. } => *v >= 0,
-            Expr::Var { id, .. } => {
-                id.0 >= self.user_vars
-                    || self.non_negative_vars.contains(id)
-                    || matches!(self.m.var(*id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
-            }
-            Expr::Binary {
-                op: BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::Max | BinOp::BitAnd,
-                a,
-                b,
-                ..
-            } => self.non_negative(a) && self.non_negative(b),
-            Expr::Binary { op: BinOp::FloorDiv | BinOp::FloorMod, a, b, .. } => {
-                self.non_negative(a) && b.as_int().is_some_and(|v| v > 0)
-            }
-            Expr::Cast { a, dtype } => {
-                let widening = a.dtype().bytes() < dtype.bytes()
-                    || (a.dtype().is_signed() && a.dtype().bytes() == dtype.bytes());
-                dtype.is_int() && a.dtype().is_int() && widening && self.non_negative(a)
-            }
-            _ => false,
-        }
+        tile_ir::simplify::non_negative(e, &|id| {
+            id.0 >= self.user_vars
+                || self.non_negative_vars.contains(&id)
+                || matches!(self.m.var(id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
+        })
     }
 
     /// Bounds-check every global access of thread-level statements: loads past the edge
