@@ -268,7 +268,7 @@ def test_rasterized_matmul_with_an_annotated_layout(case):
     want = f64(a) @ f64(b)
     assert np.abs(f64(k(a, b)) - want).max() <= 1e-5 * np.abs(want).max()
     gpu = tilers.compile(factory(**kw), target="cuda:sm_90a")
-    assert "T.use_swizzle" in gpu.source and "tl_block_x" in gpu.source
+    assert "T.use_swizzle" in gpu.source and "raster_block" in gpu.source
     assert "C_s: float32[64, 64]" in gpu.report() and "C_s: float32[64, 64] swizzle<3,4,4>" in gpu.ir("input")
 
 

@@ -174,7 +174,8 @@ fn float_literal(v: f64, dt: DType) -> String {
 /// Is the expression non-negative whatever its variables' values (indices, thread ids)?
 fn non_negative(m: &Module, known: &std::collections::BTreeSet<VarId>, e: &Expr) -> bool {
     tile_ir::simplify::non_negative(e, &|id| {
-        known.contains(&id) || matches!(m.var(id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
+        known.contains(&id)
+            || matches!(m.var(id).kind, VarKind::BlockIdx(_) | VarKind::LaunchIdx(_) | VarKind::ThreadIdx)
     })
 }
 
@@ -254,42 +255,24 @@ impl<'a> Emitter<'a> {
             entry,
             params.join(", ")
         );
-        // block indices, thread index, shared memory, per-thread arrays
-        if let Some(r) = m.kernel.raster {
-            // T.use_swizzle: number the blocks panel by panel. Block l (in launch order) is in
-            // panel l / (panel * width); inside it, consecutive blocks walk down the panel's
-            // (up to `panel`) lines, then across: every (bx, by) exactly once.
-            let (across, along) = if r.by_rows { ("x", "y") } else { ("y", "x") };
-            self.line(&format!(
-                "// T.use_swizzle({}, order=\"{}\"): blocks run panel by panel for L2 reuse",
-                r.panel,
-                if r.by_rows { "row" } else { "col" }
-            ));
-            self.line("const int tl_block = blockIdx.y * gridDim.x + blockIdx.x;");
-            self.line(&format!("const int tl_per_panel = {} * gridDim.{across};", r.panel));
-            self.line("const int tl_panel = tl_block / tl_per_panel;");
-            self.line("const int tl_in_panel = tl_block % tl_per_panel;");
-            self.line(&format!(
-                "const int tl_lines = min({p}, (int)gridDim.{along} - tl_panel * {p});",
-                p = r.panel
-            ));
-            self.line(&format!("const int tl_block_{across} = tl_in_panel / tl_lines;"));
-            self.line(&format!(
-                "const int tl_block_{along} = tl_panel * {} + tl_in_panel % tl_lines;",
-                r.panel
-            ));
-        }
+        // block indices (but those a let binds: `rasterize`), thread index, shared memory,
+        // per-thread arrays
+        let bound_by_let: std::collections::BTreeSet<VarId> = m
+            .kernel
+            .body
+            .iter()
+            .filter_map(|s| match s {
+                Stmt::Let { var, .. } => Some(*var),
+                _ => None,
+            })
+            .collect();
         for (i, v) in m.vars.iter().enumerate() {
             let id = VarId(i as u32);
             match v.kind {
-                VarKind::BlockIdx(axis) => {
+                VarKind::BlockIdx(axis) | VarKind::LaunchIdx(axis) if !bound_by_let.contains(&id) => {
                     let n = self.names.var(id);
                     let dim = ["x", "y", "z"][axis as usize];
-                    if m.kernel.raster.is_some() && axis < 2 {
-                        self.line(&format!("const int {n} = tl_block_{dim};"));
-                    } else {
-                        self.line(&format!("const int {n} = blockIdx.{dim};"));
-                    }
+                    self.line(&format!("const int {n} = blockIdx.{dim};"));
                 }
                 VarKind::ThreadIdx => {
                     let n = self.names.var(id);
@@ -642,8 +625,9 @@ impl<'a> Emitter<'a> {
                     BinOp::Mul => infix("*"),
                     BinOp::Div => infix("/"),
                     BinOp::FloorDiv | BinOp::FloorMod if operand.is_int() => {
+                        // C's / and % are Python's on non-negative operands
                         let plain = non_negative(m, &self.non_negative, a)
-                            && b.as_int().is_some_and(|c| c > 0)
+                            && (b.as_int().is_some_and(|c| c > 0) || non_negative(m, &self.non_negative, b))
                             || !operand.is_signed();
                         match (op, plain) {
                             (BinOp::FloorDiv, true) => infix("/"),

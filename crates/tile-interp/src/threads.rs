@@ -248,6 +248,8 @@ struct Machine<'m> {
     /// The swizzled offset expression (`SharedLayout::offset`) of each access to a swizzled
     /// tile, by the address of its index list: built once, evaluated per access.
     swizzled: std::collections::HashMap<usize, Expr>,
+    /// Variables some `let` binds, by id.
+    let_bound: Vec<bool>,
 }
 
 type Col = Vec<Val>;
@@ -289,6 +291,15 @@ impl<'m> Machine<'m> {
             blocks_run: 0,
             banks: Default::default(),
             swizzled: Default::default(),
+            let_bound: {
+                let mut bound = vec![false; m.vars.len()];
+                tile_ir::walk_stmts(&m.kernel.body, &mut |s| {
+                    if let Stmt::Let { var, .. } = s {
+                        bound[var.0 as usize] = true;
+                    }
+                });
+                bound
+            },
         })
     }
 
@@ -337,7 +348,14 @@ impl<'m> Machine<'m> {
         self.block = block;
         for (i, v) in self.m.vars.iter().enumerate() {
             match v.kind {
-                VarKind::BlockIdx(axis) => self.uniform[i] = Some(Val::I(block[axis as usize])),
+                // a block index a let binds (`rasterize`) is unbound until the let runs
+                VarKind::BlockIdx(_) if self.let_bound[i] => {
+                    self.uniform[i] = None;
+                    self.bound[i] = false;
+                }
+                VarKind::BlockIdx(axis) | VarKind::LaunchIdx(axis) => {
+                    self.uniform[i] = Some(Val::I(block[axis as usize]))
+                }
                 VarKind::ThreadIdx => {
                     for t in 0..self.threads {
                         self.env[i * self.threads + t] = Val::I(t as i64);

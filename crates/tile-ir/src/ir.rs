@@ -50,8 +50,12 @@ impl Buffer {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum VarKind {
-    /// `blockIdx.{x,y,z}`.
+    /// The block's coordinate along grid axis 0, 1, 2 (`bx`, `by`, `bz`): `blockIdx.{x,y,z}`,
+    /// or, when `rasterize` renumbers the blocks, bound by a `let` from the launch indices.
     BlockIdx(u8),
+    /// Thread level: `blockIdx.{x,y,z}` as launched, when the block order differs from the
+    /// user's (`rasterize`).
+    LaunchIdx(u8),
     /// `threadIdx.x` (thread level only).
     ThreadIdx,
     /// Bound by a loop.

@@ -171,19 +171,22 @@ fn atom_multiple(e: &Expr, k: i64) -> bool {
 }
 
 /// Is `e` non-negative for every value its variables can take, given which variables are
-/// (`var`)? Sums, products, min/max and masks of non-negative values are; so are floor
-/// division and modulo by a positive constant, and integer casts that widen (or keep the
+/// (`var`)? Sums, products, minima and masks of non-negative values are, and maxima with a
+/// non-negative side; so are floor division and modulo of a non-negative value by a
+/// positive constant or a non-negative value, and integer casts that widen (or keep the
 /// width of a signed value): a narrowing cast may wrap.
 pub fn non_negative(e: &Expr, var: &dyn Fn(VarId) -> bool) -> bool {
     let rec = |x: &Expr| non_negative(x, var);
     match e {
         Expr::Const { value: ConstValue::Int(v), .. } => *v >= 0,
         Expr::Var { id, .. } => var(*id),
-        Expr::Binary {
-            op: BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::Max | BinOp::BitAnd, a, b, ..
-        } => rec(a) && rec(b),
+        Expr::Binary { op: BinOp::Add | BinOp::Mul | BinOp::Min | BinOp::BitAnd, a, b, .. } => {
+            rec(a) && rec(b)
+        }
+        Expr::Binary { op: BinOp::Max, a, b, .. } => rec(a) || rec(b),
+        // by zero, both are undefined: a non-negative divisor is taken as positive
         Expr::Binary { op: BinOp::FloorDiv | BinOp::FloorMod, a, b, .. } => {
-            rec(a) && b.as_int().is_some_and(|v| v > 0)
+            rec(a) && (b.as_int().is_some_and(|v| v > 0) || rec(b))
         }
         Expr::Cast { a, dtype } => {
             let widening = a.dtype().bytes() < dtype.bytes()

@@ -15,6 +15,7 @@ pub mod plan_pipeline;
 pub mod plan_shared_memory;
 pub mod plan_warp_roles;
 mod ranges;
+pub mod rasterize;
 pub mod select_instructions;
 pub mod simplify;
 pub mod verify;
@@ -74,6 +75,8 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("widen_indices", widen_indices::widen_indices),
     // fold what lowering exposed
     ("simplify", simplify::simplify),
+    // T.use_swizzle: the blocks numbered panel by panel, as lets of the block indices
+    ("rasterize", rasterize::rasterize),
 ];
 
 /// Names of the passes, in order (`tilers` prints this list).

@@ -33,7 +33,7 @@ impl Ranges {
         for (i, v) in m.vars.iter().enumerate() {
             let id = VarId(i as u32);
             match v.kind {
-                VarKind::BlockIdx(axis) => {
+                VarKind::BlockIdx(axis) | VarKind::LaunchIdx(axis) => {
                     if let Some(n) = m.kernel.grid.get(axis as usize).and_then(|e| e.as_int()) {
                         ranges.set(id, 0, n - 1);
                     }

@@ -297,8 +297,12 @@ pub fn few_blocks(mut m: Module) -> Module {
             cond = Expr::binary(BinOp::And, cond, any);
         }
     }
-    let body = std::mem::take(&mut m.kernel.body);
-    m.kernel.body = vec![Stmt::If { cond, then: body, otherwise: vec![], loc: Loc::UNKNOWN }];
+    // the lets that bind renumbered block indices (`rasterize`) come first
+    let mut body = std::mem::take(&mut m.kernel.body);
+    let lets = body.iter().take_while(|s| matches!(s, Stmt::Let { .. } | Stmt::Comment(_))).count();
+    let rest = body.split_off(lets);
+    body.push(Stmt::If { cond, then: rest, otherwise: vec![], loc: Loc::UNKNOWN });
+    m.kernel.body = body;
     m
 }
 

@@ -56,7 +56,10 @@ impl Lowerer {
         tile_ir::simplify::non_negative(e, &|id| {
             id.0 >= self.user_vars
                 || self.non_negative_vars.contains(&id)
-                || matches!(self.m.var(id).kind, VarKind::BlockIdx(_) | VarKind::ThreadIdx)
+                || matches!(
+                    self.m.var(id).kind,
+                    VarKind::BlockIdx(_) | VarKind::LaunchIdx(_) | VarKind::ThreadIdx
+                )
         })
     }
 

@@ -52,17 +52,9 @@ static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) {
 }
 
 extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const tl_bf16* __restrict__ A, const tl_bf16* __restrict__ B, float* __restrict__ C) {
-  // T.use_swizzle(2, order="col"): blocks run panel by panel for L2 reuse
-  const int tl_block = blockIdx.y * gridDim.x + blockIdx.x;
-  const int tl_per_panel = 2 * gridDim.y;
-  const int tl_panel = tl_block / tl_per_panel;
-  const int tl_in_panel = tl_block % tl_per_panel;
-  const int tl_lines = min(2, (int)gridDim.x - tl_panel * 2);
-  const int tl_block_y = tl_in_panel / tl_lines;
-  const int tl_block_x = tl_panel * 2 + tl_in_panel % tl_lines;
-  const int bx = tl_block_x;
-  const int by = tl_block_y;
   const int tid = threadIdx.x;
+  const int launch_x = blockIdx.x;
+  const int launch_y = blockIdx.y;
   extern __shared__ __align__(16) unsigned char tl_smem[];
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_bf16* A_s = (tl_bf16*)(tl_smem + 0);  // [2, 64, 32]
@@ -74,6 +66,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   __align__(16) float C_s_out[2];
   __align__(16) float C_s_v[4];
   __align__(16) float C_out[4];
+  // T.use_swizzle(2, order="col"): blocks run panel by panel for L2 reuse
+  const int raster_block = (launch_x + (launch_y * 4));
+  const int raster_per_panel = 12;
+  const int raster_panel = (raster_block / raster_per_panel);
+  const int raster_in_panel = (raster_block % raster_per_panel);
+  const int raster_lines = tl_max(tl_min(2, ((raster_panel * (-2)) + 4)), 1);
+  const int bx = ((raster_in_panel % raster_lines) + (raster_panel * 2));
+  const int by = (raster_in_panel / raster_lines);
   #pragma unroll
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;

@@ -42,17 +42,9 @@ static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
 
 extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, float* __restrict__ C) {
-  // T.use_swizzle(3, order="row"): blocks run panel by panel for L2 reuse
-  const int tl_block = blockIdx.y * gridDim.x + blockIdx.x;
-  const int tl_per_panel = 3 * gridDim.x;
-  const int tl_panel = tl_block / tl_per_panel;
-  const int tl_in_panel = tl_block % tl_per_panel;
-  const int tl_lines = min(3, (int)gridDim.y - tl_panel * 3);
-  const int tl_block_x = tl_in_panel / tl_lines;
-  const int tl_block_y = tl_panel * 3 + tl_in_panel % tl_lines;
-  const int bx = tl_block_x;
-  const int by = tl_block_y;
   const int tid = threadIdx.x;
+  const int launch_x = blockIdx.x;
+  const int launch_y = blockIdx.y;
   extern __shared__ __align__(16) unsigned char tl_smem[];
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* A_s = (tl_half*)(tl_smem + 0);  // [2, 64, 32]
@@ -68,6 +60,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   __align__(16) float C_s_out[2];
   __align__(16) float C_s_v[4];
   __align__(16) float C_out[4];
+  // T.use_swizzle(3, order="row"): blocks run panel by panel for L2 reuse
+  const int raster_block = (launch_x + (launch_y * 6));
+  const int raster_per_panel = 18;
+  const int raster_panel = (raster_block / raster_per_panel);
+  const int raster_in_panel = (raster_block % raster_per_panel);
+  const int raster_lines = tl_max(tl_min(3, ((raster_panel * (-3)) + 4)), 1);
+  const int bx = (raster_in_panel / raster_lines);
+  const int by = ((raster_in_panel % raster_lines) + (raster_panel * 3));
   #pragma unroll
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
