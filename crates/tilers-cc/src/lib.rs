@@ -205,28 +205,19 @@ fn compile_inner(
         tile_ir::diag::Severity::Bug => CompileError::Internal { message: d.message, reproducer: None },
         _ => CompileError::User(d.render(&sources)),
     })?;
-    Ok(Compiled { source: kernel.source, info: kernel.info.to_string(), module: lowered })
+    Ok(Compiled { source: kernel.source, info: kernel.info.to_json(), module: lowered })
 }
 
-/// Verify a serialized program without generating code (for the interpreter); returns a
-/// KernelInfo JSON whose `params` describe the arguments (no entry, grid or source).
+/// Verify a serialized program without generating code (for the interpreter); returns its
+/// KernelInfo JSON ([`tile_codegen::KernelInfo::for_interpreter`]: the parameters and the
+/// block; no entry, grid or source).
 pub fn check(program: &str) -> Result<String, CompileError> {
     let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
     let sources = module.sources.clone();
     let mut ctx = Ctx::new(Target::default_gpu(), Options::default());
     let module = tile_passes::run_through(module, &mut ctx, "verify")
         .map_err(|d| CompileError::User(render_all(&d, &sources)))?;
-    Ok(serde_json::json!({
-        "name": module.name,
-        "entry": null,
-        "arch": "interp",
-        "params": tile_codegen::param_info(&module),
-        "grid": [],
-        "block": [module.kernel.threads, 1, 1],
-        "shared_bytes": 0,
-        "report": [],
-    })
-    .to_string())
+    Ok(tile_codegen::KernelInfo::for_interpreter(&module).to_json())
 }
 
 /// Run a serialized program on host buffers with the reference interpreter, after the
