@@ -11,7 +11,7 @@ import os
 import weakref
 
 from tilers import cache, host, runtime
-from tilers._trace import add_call_site
+from tilers._source import add_call_site
 
 # Every dtype of docs/format.md, by the name of its torch dtype (the same names).
 TORCH_DTYPE_NAMES = (
