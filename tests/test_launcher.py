@@ -19,10 +19,10 @@ from tilers import _tilers
 from tilers.errors import TileError
 from tilers.kernel import JITKernel
 
-torch = pytest.importorskip("torch")
-
 sys.path.insert(0, os.path.dirname(__file__))
 import kernels
+
+torch = pytest.importorskip("torch")
 
 M, N = 8, 128
 

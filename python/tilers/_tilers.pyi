@@ -10,9 +10,8 @@ from typing import Any, final
 
 __all__ = [
     "compile",
-    "dump_ir",
+    "inspect",
     "pass_names",
-    "layouts",
     "interpret",
     "check",
     "check_passes",
@@ -42,19 +41,18 @@ class InternalCompilerError(CompileError):
 
 def compile(program: str, options: str) -> tuple[str, str]:
     """Serialized program (docs/format.md) and options JSON ({"arch", "lineinfo",
-    "fast_math", "dump_ir"}) -> (CUDA source, KernelInfo JSON)."""
+    "fast_math", "dump_ir", "keep_ir"}) -> (CUDA source, KernelInfo JSON)."""
 
-def dump_ir(program: str, options: str) -> list[tuple[str, str]]:
-    """The text IR after every pass: [("input", ...), ("verify", ...), ...]."""
+def inspect(program: str, options: str) -> tuple[str, list[tuple[str, str]] | None, str]:
+    """Compile as `compile` does with these options -> (CUDA source, the text IR after
+    every pass [("input", ...), ("verify", ...), ...] with "keep_ir": true, else None,
+    layouts JSON {"threads", "buffers": [...]}: each fragment of the lowered kernel with its
+    layout ({"extents", "dims": [[{"size", "step", "thread" | "slot"}, ...]], "replicated",
+    "active_threads", "slots", "text"}) and each shared buffer with its "offset", "bytes"
+    and "swizzle"). What kernel.ir() and kernel.layouts() show."""
 
 def pass_names() -> list[str]:
     """The lowering pipeline, in order."""
-
-def layouts(program: str, options: str) -> str:
-    """JSON {"threads", "buffers": [...]}: each fragment of the lowered kernel with its layout
-    ({"extents", "dims": [[{"size", "step", "thread" | "slot"}, ...]], "replicated",
-    "active_threads", "slots", "text"}) and each shared buffer with its "offset", "bytes"
-    and "swizzle"."""
 
 def interpret(program: str, args: list[bytes | int | float], options: str) -> list[bytes | None]:
     """Run the program on host data with the reference interpreter; tensors are passed and

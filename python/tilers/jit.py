@@ -39,7 +39,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
     from . import _tilers, kernel, runtime
 
     arch = runtime.resolve_target(target)
-    options_json = json.dumps({"arch": arch, "lineinfo": bool(lineinfo), "fast_math": False})
+    options_json = kernel.compile_options(arch, lineinfo, fast_math=False)
     try:
         if target == "interp":
             # the interpreter runs the tile program: verify it, generate no GPU code

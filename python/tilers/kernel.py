@@ -36,6 +36,15 @@ def contiguous_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def compile_options(arch: str, lineinfo: bool, fast_math: bool, keep_ir: bool = False) -> str:
+    """The options JSON of `_tilers.compile` (docs/format.md): one place, so that a kernel
+    compiled again for kernel.ir() / kernel.layouts() is compiled exactly as it was."""
+    options = {"arch": arch, "lineinfo": bool(lineinfo), "fast_math": bool(fast_math)}
+    if keep_ir:
+        options["keep_ir"] = True
+    return json.dumps(options)
+
+
 def normalize_out_idx(out_idx, kernel_name: str, params: list[dict]) -> list[int]:
     """``out_idx`` (an int, a list of them or None) as non-negative positions in KernelInfo's
     ``params``; negative ones count from the end. Only tensors can be outputs."""
@@ -162,7 +171,8 @@ class JITKernel:
         self.out_idx = normalize_out_idx(out_idx, name, info["params"])
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
         self._cubin: bytes | None = None
-        # kernel.ir() and kernel.layouts() compile again for their data, once
+        # kernel.ir() and kernel.layouts(): the kernel compiled again with its own options,
+        # on request (see _inspect)
         self._ir_dumps: dict[str, str] | None = None
         self._layouts: dict | None = None
         # Made on the first GPU call (it imports torch): see _prepare.
@@ -202,9 +212,26 @@ class JITKernel:
 
     # --- what the compiler made of it (tilers/report.py, tilers/plot.py) -----------------
 
-    def _lowering_arch(self) -> str:
+    def compile_options(self, keep_ir: bool = False) -> str:
+        """The options JSON this kernel was compiled with (`_tilers.compile`)."""
         # a kernel for the interpreter has no lowering of its own: show the default target's
-        return self.arch if self.source is not None else "sm_90a"
+        arch = self.arch if self.source is not None else runtime.DEFAULT_ARCH
+        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir)
+
+    def _inspect(self, keep_ir: bool) -> None:
+        """Compile the program again with this kernel's options, for its layouts and, with
+        `keep_ir`, the IR after every pass (kept only on request: memory per kernel)."""
+        from tilers import _tilers, report
+
+        source, stages, layouts = _tilers.inspect(self.program_json, self.compile_options(keep_ir))
+        if self.source is not None and source != self.source:
+            raise RuntimeError(
+                f"kernel '{self.name}': compiling it again gave different CUDA; this is a "
+                "tilers bug (the compiler must be deterministic), please report it"
+            )
+        self._layouts = json.loads(layouts)
+        if stages is not None:
+            self._ir_dumps = report.ir_dumps(stages)
 
     def report(self) -> str:
         """What each tile op became: instructions (mma.sync, ldmatrix, cp.async or why not),
@@ -225,11 +252,14 @@ class JITKernel:
 
     def ir(self, which: str | None = None):
         """The text IR after a pass: ``kernel.ir("after:lower_tile_ops")``; with no argument,
-        the names of the passes (a pass that runs twice is "simplify#2" the second time)."""
+        the names of the passes (a pass that runs twice is "simplify#2" the second time).
+
+        This kernel's own compilation (its target, lineinfo and fast_math), run again on the
+        first call with every pass's IR kept, and memoized on the kernel."""
         from tilers import report
 
         if self._ir_dumps is None:
-            self._ir_dumps = report.ir_dumps(self.program_json, self._lowering_arch())
+            self._inspect(keep_ir=True)
         if which is None:
             return list(self._ir_dumps)
         return report.select_ir(self._ir_dumps, which)
@@ -259,9 +289,7 @@ class JITKernel:
 
     def _layout_data(self) -> dict:
         if self._layouts is None:
-            from tilers import report
-
-            self._layouts = report.layout_data(self.program_json, self._lowering_arch())
+            self._inspect(keep_ir=False)
         return self._layouts
 
     # --- profiling (tilers/profiler.py) ---------------------------------------------------
