@@ -177,7 +177,7 @@ class JITKernel:
         self._layouts: dict | None = None
         # Made on the first GPU call (it imports torch): see _prepare.
         self._launcher = None
-        self._checks: list | None = None
+        self._input_checks: tuple = ()
         self._dry_run = False
         self._loaded: dict[int, runtime.LoadedKernel] = {}
         self._entry = self._first_call
@@ -481,7 +481,6 @@ class JITKernel:
                 checks.append(_TensorParam(index, spec, torch))
             else:
                 checks.append(_ScalarParam(index, spec))
-        self._checks = checks
         self._input_checks = tuple(checks[position] for position in self._input_positions)
         self._device_type = "cpu" if dry_run else "cuda"
         self._launcher = _tilers.Launcher(
