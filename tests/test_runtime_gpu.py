@@ -332,6 +332,27 @@ def test_sixteen_tensors():
     torch.testing.assert_close(result, sum(args[1:], args[0]))
 
 
+def test_grid_of_a_float_parameter():
+    """T.ceildiv(T.int32(x), 256) blocks: the launcher truncates the float as the kernel does."""
+    import tilers
+    import tilers.language as T
+
+    @T.prim_func
+    def fill(X: T.Tensor((1024,), "float32"), x: T.float32):
+        with T.Kernel(T.ceildiv(T.int32(x), 256), threads=128) as bx:
+            for i in T.Parallel(256):
+                X[bx * 256 + i] = x
+
+    kernel = tilers.compile(fill)
+    for _ in range(2):  # the first call prepares the kernel, the second is the launcher alone
+        x = torch.full((1024,), 7.0, device="cuda")
+        kernel(x, 300.5)  # two blocks
+        torch.cuda.synchronize()
+        assert bool((x[:512] == 300.5).all()) and bool((x[512:] == 7.0).all())
+    with pytest.raises(ValueError, match=r"grid dimension x is 0 \(from scalar parameter x=0.5\)"):
+        kernel(x, 0.5)
+
+
 # --- argument errors: the right error, naming the parameter, and no output touched ------
 
 
