@@ -103,7 +103,7 @@ def child(subject: str, preload_nvrtc: bool) -> dict:
 
     # the Rust core alone, and tracing alone (medians of repeated calls)
     program_json = kernel.program_json
-    options = json.dumps({"arch": kernel.arch, "lineinfo": False, "fast_math": False})
+    options = kernel.compile_options()
     rust, traces = [], []
     for _ in range(7):
         t = time.perf_counter()

@@ -1,6 +1,6 @@
 """Per-call launch overhead: tilers kernels of 3 and 16 tensor arguments beside torch.add, the
-same kernels with the Python checks only (no native launcher), the bare native launch and the
-cuda-bindings launch, measured interleaved in one run.
+same kernels with the Python checks before the native launch (TILERS_FAST_LAUNCH=0), and the
+bare native launch, measured interleaved in one run.
 
 Each case is a kernel of one small block, so a call costs what the CPU spends issuing it:
 the time per call is the CPU time of `CALLS` back-to-back calls issued while the GPU is
@@ -16,7 +16,7 @@ import time
 
 import tilers
 import tilers.language as T
-from tilers import _tilers, runtime
+from tilers import _tilers
 from tilers.kernel import JITKernel
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
@@ -104,32 +104,14 @@ def getter_costs(tensor, loops=20000):
     return costs
 
 
-def cuda_bindings_kernel(kernel):
-    """A copy of `kernel` that loads and launches through cuda-bindings (the old path)."""
-    saved = runtime._native_module
-    runtime._native_module = False
-    try:
-        copy = JITKernel(kernel.name, kernel.program_json, kernel.source, kernel.info,
-                         kernel.target, kernel.out_idx)
-        copy._cubin = kernel.cubin
-        cached = dict(runtime._loaded_kernels)
-        runtime._loaded_kernels.clear()  # load a cuda-bindings module, not the native one
-        copy._prepare(())
-        copy._load(0)
-        runtime._loaded_kernels.clear()
-        runtime._loaded_kernels.update(cached)
-    finally:
-        runtime._native_module = saved
-    return copy
-
-
 def python_checks_kernel(kernel):
-    """A copy of `kernel` that never makes its native launcher: every call runs the checks
-    of JITKernel._call_checked in Python (the path before the launcher)."""
+    """A copy of `kernel` whose every call runs the Python checks before the native launch
+    (what TILERS_FAST_LAUNCH=0 does)."""
     copy = JITKernel(kernel.name, kernel.program_json, kernel.source, kernel.info,
                      kernel.target, kernel.out_idx)
     copy._cubin = kernel.cubin
-    copy._launcher_problem = "benchmarked without the launcher"
+    copy._prepare()
+    copy._entry = copy._checked_call
     return copy
 
 
@@ -138,8 +120,8 @@ def bare_launch(kernel, args, kinds):
     import torch
 
     loaded = kernel._loaded[0]
-    grid = kernel._grid
-    block = kernel._block
+    grid = tuple(dim["const"] for dim in kernel.info["grid"])  # a constant grid
+    block = tuple(kernel.info["block"])
     stream = torch.cuda.current_stream().cuda_stream
     values = tuple(args)
     launch = _tilers.launch
@@ -171,25 +153,21 @@ def main():
     assert torch.equal(add_out(a, b), a + b)
     s16(*args16)
     torch.testing.assert_close(out16, sum(inputs16[1:], inputs16[0]), rtol=1e-2, atol=1e-2)
-    # the calls above armed the native launchers: later calls go through them
+    # the calls above prepared the kernels: every call is their native launcher
     for kernel in (add, add_out, s16):
-        assert kernel._launcher is not None, kernel._launcher_problem
+        assert kernel._entry is kernel._launcher, kernel
     add(a, b, c)
     assert torch.equal(c, a + b) and torch.equal(add_out(a, b), a + b)
     out16.zero_()
     s16(*args16)
     torch.testing.assert_close(out16, sum(inputs16[1:], inputs16[0]), rtol=1e-2, atol=1e-2)
-    old_add = cuda_bindings_kernel(add)
-    old_s16 = cuda_bindings_kernel(s16)
     checked_add = python_checks_kernel(add)
     checked_s16 = python_checks_kernel(s16)
-    for kernel in (old_add, checked_add):
-        c.zero_()
-        kernel(a, b, c)
-        torch.cuda.synchronize()
-        assert torch.equal(c, a + b)
+    c.zero_()
+    checked_add(a, b, c)
+    torch.cuda.synchronize()
+    assert torch.equal(c, a + b)
     checked_s16(*args16)
-    assert checked_s16._launcher is None
 
     pointers = (a.data_ptr(), b.data_ptr(), c.data_ptr())
     fns = {
@@ -203,8 +181,6 @@ def main():
         "native launch, 3 pointers as ints": bare_launch(add, pointers, b"PPP"),
         "native launch, 3 tensors": bare_launch(add, (a, b, c), b"TTT"),
         "native launch, 16 tensors": bare_launch(s16, args16, b"T" * 16),
-        "cuda-bindings add(a, b, c)": lambda: old_add(a, b, c),
-        "cuda-bindings sum16": lambda: old_s16(*args16),
     }
     cpu = cpu_interleaved(fns)
     reference = cpu["torch.add(a, b, out=c)"]

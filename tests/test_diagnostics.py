@@ -2,6 +2,7 @@
 
 import difflib
 import inspect
+import json
 import os
 import re
 import sys
@@ -970,6 +971,41 @@ def test_ir_after_each_pass(gemm):
         gemm.ir("after:lower")
 
 
+def test_ir_and_layouts_are_the_compiled_kernel(monkeypatch):
+    """kernel.ir() / kernel.layouts() compile again with the kernel's own target and options
+    (lineinfo here), check that the CUDA is the kernel's, and keep the per-pass IR only once
+    ir() is asked for."""
+    import kernels
+    from tilers import _tilers
+
+    calls = []
+    compile_again = _tilers.inspect
+    monkeypatch.setattr(
+        _tilers, "inspect", lambda *args: calls.append(args) or compile_again(*args)
+    )
+    kernel = tilers.compile(kernels.add_tiles(64, 256), target="cuda:sm_80", lineinfo=True)
+    assert kernel._ir_dumps is None and calls == []  # nothing kept for a kernel by default
+    assert "fragment a: float16[32, 128]" in kernel.layouts()
+    assert kernel._ir_dumps is None  # the layouts alone keep no IR
+    assert json.loads(calls[-1][1]) == {"arch": "sm_80", "lineinfo": True, "fast_math": False}
+    assert "line kernels.py:" in kernel.ir("after:lower_tile_ops")  # lineinfo's markers
+    assert json.loads(calls[-1][1])["keep_ir"] is True and len(calls) == 2
+    kernel.ir("input")
+    kernel.layouts()
+    assert len(calls) == 2  # memoized on the kernel
+    plain = tilers.compile(kernels.add_tiles(64, 256), target="cuda:sm_80")
+    assert "line kernels.py:" not in plain.ir("after:lower_tile_ops")
+
+
+def test_ir_of_a_kernel_that_changed_is_refused(gemm):
+    import copy
+
+    kernel = copy.copy(gemm)
+    kernel.source, kernel._ir_dumps, kernel._layouts = gemm.source + "// edited\n", None, None
+    with pytest.raises(RuntimeError, match="compiling it again gave different CUDA"):
+        kernel.ir()
+
+
 def test_dump_ir_environment_variable_writes_every_pass(gemm, tmp_path, monkeypatch):
     from tilers import _tilers
 
@@ -998,7 +1034,7 @@ def test_fragment_owners_follow_the_mma_fragment(gemm):
 
     acc = next(
         b
-        for b in tilers.report.layout_data(gemm.program_json, "sm_90a")["buffers"]
+        for b in gemm._layout_data()["buffers"]
         if b["name"] == "acc"
     )
     thread, slot = plot.fragment_owners(acc["layout"])

@@ -1,4 +1,7 @@
-"""Runtime tests that need no GPU: targets, NVRTC, grids, and JITKernel's CPU-side behavior."""
+"""Runtime tests that need no GPU: targets, NVRTC, and JITKernel's CPU-side behavior.
+
+The grid evaluator is KernelInfo's (crates/tile-codegen/src/kernel_info.rs, tested there and
+through the launcher in test_launcher.py)."""
 
 import json
 import os
@@ -31,16 +34,16 @@ add_kernel(const half_bits* __restrict__ A, const half_bits* __restrict__ B,
 
 def add_info(arch: str) -> dict:
     tensor = {"kind": "tensor", "dtype": "float16", "shape": [1000, 1000],
-              "strides": [1000, 1], "align": 16}
+              "strides": [1000, 1], "align": 16, "written": False}
     ceildiv_n = {"op": "ceildiv", "a": {"param": 3}, "b": {"const": 256}}
     return {
         "name": "add", "entry": "add_kernel", "arch": arch,
         "params": [
-            dict(tensor, name="A"), dict(tensor, name="B"), dict(tensor, name="C"),
+            dict(tensor, name="A"), dict(tensor, name="B"), dict(tensor, name="C", written=True),
             {"kind": "scalar", "name": "n", "dtype": "int32"},
         ],
-        "grid": [ceildiv_n, {"const": 1}, {"const": 1}], "block": [256, 1, 1],
-        "shared_bytes": 0, "report": [],
+        "grid": [ceildiv_n, {"const": 1}, {"const": 1}], "threads": 256, "block": [256, 1, 1],
+        "shared_bytes": 0, "shared_opt_in": False, "report": [],
     }
 
 
@@ -140,62 +143,6 @@ def test_nvrtc_compile_error_is_tile_error_with_log():
     assert "broken.cu" in message
 
 
-# --- eval_grid ---------------------------------------------------------------------------
-
-
-def const(value):
-    return {"const": value}
-
-
-def param(index):
-    return {"param": index}
-
-
-def op(name, a, b):
-    return {"op": name, "a": a, "b": b}
-
-
-def test_eval_grid_constants():
-    assert runtime.eval_grid([const(4), const(2), const(1)], []) == (4, 2, 1)
-
-
-def test_eval_grid_ops():
-    args = [None, 1000, 7]  # parameter 0 is a tensor
-    grid = [
-        op("ceildiv", param(1), const(128)),
-        op("floordiv", param(1), const(128)),
-        op("max",
-           op("min", param(2), const(3)),
-           op("sub", op("mul", param(2), const(2)), op("add", const(1), const(12)))),
-    ]
-    assert runtime.eval_grid(grid, args) == (8, 7, 3)
-    assert runtime.eval_grid(grid, {1: 1024, 2: 7}) == (8, 8, 3)
-
-
-def test_eval_grid_non_positive_names_parameter():
-    grid = [op("ceildiv", param(1), const(128)), const(1), const(1)]
-    with pytest.raises(ValueError) as error:
-        runtime.eval_grid(grid, [None, 0], param_names=["A", "n"])
-    message = str(error.value)
-    assert "grid dimension x is 0" in message
-    assert "n=0" in message
-
-
-def test_eval_grid_limits():
-    with pytest.raises(ValueError, match="65535"):
-        runtime.eval_grid([const(1), param(0), const(1)], [65536], param_names=["m"])
-    with pytest.raises(ValueError, match="2147483647"):
-        runtime.eval_grid([param(0), const(1), const(1)], [2**31], param_names=["m"])
-    assert runtime.eval_grid([param(0), const(65535), const(65535)], [2**31 - 1]) == (
-        2**31 - 1, 65535, 65535)
-
-
-def test_eval_grid_division_by_zero():
-    with pytest.raises(ValueError, match="divides by zero.*block=0"):
-        runtime.eval_grid([op("floordiv", const(8), param(0)), const(1), const(1)], [0],
-                          param_names=["block"])
-
-
 # --- JITKernel without a GPU -------------------------------------------------------------
 
 
@@ -229,9 +176,9 @@ def test_kernel_repr():
 
 def test_kernel_out_idx_checked():
     assert make_add(out_idx=[-2]).out_idx == [2]
-    with pytest.raises(ValueError, match="out_idx.*scalar parameter 'n'"):
+    with pytest.raises(TileError, match="out_idx 3 names scalar parameter 'n'"):
         make_add(out_idx=[3])
-    with pytest.raises(ValueError, match="out_idx.*7"):
+    with pytest.raises(TileError, match=r"out_idx 7 is out of range: add has 4 parameters \(A, B, C, n\)"):
         make_add(out_idx=[7])
 
 

@@ -54,14 +54,14 @@ reverse_kernel(const float* __restrict__ x, float* __restrict__ y) {
 PROGRAM_JSON = json.dumps({"version": 1, "name": "test"})
 
 
-def tensor_param(name, dtype, shape, align=16):
+def tensor_param(name, dtype, shape, align=16, written=False):
     strides = []
     step = 1
     for extent in reversed(shape):
         strides.append(step)
         step *= extent
     return {"kind": "tensor", "name": name, "dtype": dtype, "shape": list(shape),
-            "strides": strides[::-1], "align": align}
+            "strides": strides[::-1], "align": align, "written": written}
 
 
 def scalar_param(name, dtype):
@@ -73,18 +73,18 @@ def device_arch():
 
 
 def make_add(out_idx=None, arch=None, armed=False) -> JITKernel:
-    """The add kernel; `armed`: after one good call, so that calls go through the native
-    launcher (the first call of a kernel always takes the Python checks)."""
+    """The add kernel; `armed`: after one good call, so that calls go straight to the
+    native launcher (the first call of a kernel prepares it: torch, the launcher)."""
     arch = arch or device_arch()
     info = {
         "name": "add", "entry": "add_kernel", "arch": arch,
         "params": [
             tensor_param("A", "float16", (N, N)), tensor_param("B", "float16", (N, N)),
-            tensor_param("C", "float16", (N, N)), scalar_param("n", "int32"),
+            tensor_param("C", "float16", (N, N), written=True), scalar_param("n", "int32"),
         ],
         "grid": [{"op": "ceildiv", "a": {"param": 3}, "b": {"const": 256}},
                  {"const": 1}, {"const": 1}],
-        "block": [256, 1, 1], "shared_bytes": 0, "report": [],
+        "threads": 256, "block": [256, 1, 1], "shared_bytes": 0, "shared_opt_in": False,
     }
     kernel = JITKernel("add", PROGRAM_JSON, ADD_SOURCE, info, f"cuda:{arch}", out_idx)
     if armed:
@@ -98,7 +98,7 @@ def make_add(out_idx=None, arch=None, armed=False) -> JITKernel:
 
 
 def assert_armed(kernel):
-    assert kernel._launcher is not None, kernel._launcher_problem
+    assert kernel._launcher is not None and kernel._entry is kernel._launcher
 
 
 @pytest.fixture(params=["python checks", "launcher"])
@@ -191,19 +191,25 @@ def test_every_scalar_dtype():
     names = ["a", "b", "c", "d", "e", "f", "g", "h", "flag"]
     info = {
         "name": "scalars", "entry": "scalars_kernel", "arch": device_arch(),
-        "params": [tensor_param("out", "float64", (9,), align=8)]
+        "params": [tensor_param("out", "float64", (9,), align=8, written=True)]
         + [scalar_param(name, dtype) for name, dtype in zip(names, dtypes)],
-        "grid": [{"const": 1}] * 3, "block": [1, 1, 1], "shared_bytes": 0, "report": [],
+        "grid": [{"const": 1}] * 3, "threads": 1, "block": [1, 1, 1], "shared_bytes": 0,
+        "shared_opt_in": False,
     }
     kernel = JITKernel("scalars", PROGRAM_JSON, SCALARS_SOURCE, info, "auto", [0])
     values = (-100, 200, -30000, -(2**31), 2**32 - 1, -(2**40) - 3, 1.5, 2.0**-30, True)
     out = kernel(*values)
     torch.cuda.synchronize()
     assert out.tolist() == [float(v) for v in values[:8]] + [1.0]
-    # no tensor input to read the device from: such kernels keep the Python checks
-    assert kernel._launcher is None and "no tensor argument" in kernel._launcher_problem
+    # no tensor input to read the device from: the launcher takes torch's current device
+    assert_armed(kernel)
     assert kernel(*values).tolist() == [float(v) for v in values[:8]] + [1.0]
     assert kernel(*values[:8], False)[8].item() == -1.0
+    with pytest.raises(OverflowError, match="parameter 'a': 1000 does not fit in int8"):
+        kernel(1000, *values[1:])
+    if torch.cuda.device_count() > 1:
+        with torch.cuda.device(1):
+            assert kernel(*values).device == torch.device("cuda:1")
 
 
 def test_shared_memory_over_48k():
@@ -212,9 +218,9 @@ def test_shared_memory_over_48k():
     info = {
         "name": "reverse", "entry": "reverse_kernel", "arch": device_arch(),
         "params": [tensor_param("x", "float32", (blocks, count)),
-                   tensor_param("y", "float32", (blocks, count))],
-        "grid": [{"const": blocks}, {"const": 1}, {"const": 1}], "block": [256, 1, 1],
-        "shared_bytes": SHARED_BYTES, "report": [],
+                   tensor_param("y", "float32", (blocks, count), written=True)],
+        "grid": [{"const": blocks}, {"const": 1}, {"const": 1}], "threads": 256,
+        "block": [256, 1, 1], "shared_bytes": SHARED_BYTES, "shared_opt_in": True,
     }
     kernel = JITKernel("reverse", PROGRAM_JSON, SHARED_SOURCE, info, "auto", [1])
     x = torch.randn(blocks, count, device="cuda")
@@ -239,10 +245,10 @@ def make_sum16(out_idx=None):
     info = {
         "name": "sum16", "entry": "sum16_kernel", "arch": device_arch(),
         "params": [tensor_param(f"A{i}", "float32", (N, N)) for i in range(INPUTS16)]
-        + [tensor_param("Out", "float32", (N, N)), scalar_param("n", "int32")],
+        + [tensor_param("Out", "float32", (N, N), written=True), scalar_param("n", "int32")],
         "grid": [{"op": "ceildiv", "a": {"param": INPUTS16 + 1}, "b": {"const": 256}},
                  {"const": 1}, {"const": 1}],
-        "block": [256, 1, 1], "shared_bytes": 0, "report": [],
+        "threads": 256, "block": [256, 1, 1], "shared_bytes": 0, "shared_opt_in": False,
     }
     return JITKernel("sum16", PROGRAM_JSON, SUM16_SOURCE, info, "auto", out_idx)
 
@@ -324,6 +330,27 @@ def test_sixteen_tensors():
     assert_armed(outputs)
     torch.cuda.synchronize()
     torch.testing.assert_close(result, sum(args[1:], args[0]))
+
+
+def test_grid_of_a_float_parameter():
+    """T.ceildiv(T.int32(x), 256) blocks: the launcher truncates the float as the kernel does."""
+    import tilers
+    import tilers.language as T
+
+    @T.prim_func
+    def fill(X: T.Tensor((1024,), "float32"), x: T.float32):
+        with T.Kernel(T.ceildiv(T.int32(x), 256), threads=128) as bx:
+            for i in T.Parallel(256):
+                X[bx * 256 + i] = x
+
+    kernel = tilers.compile(fill)
+    for _ in range(2):  # the first call prepares the kernel, the second is the launcher alone
+        x = torch.full((1024,), 7.0, device="cuda")
+        kernel(x, 300.5)  # two blocks
+        torch.cuda.synchronize()
+        assert bool((x[:512] == 300.5).all()) and bool((x[512:] == 7.0).all())
+    with pytest.raises(ValueError, match=r"grid dimension x is 0 \(from scalar parameter x=0.5\)"):
+        kernel(x, 0.5)
 
 
 # --- argument errors: the right error, naming the parameter, and no output touched ------

@@ -10,9 +10,8 @@ from typing import Any, final
 
 __all__ = [
     "compile",
-    "dump_ir",
+    "inspect",
     "pass_names",
-    "layouts",
     "interpret",
     "check",
     "check_passes",
@@ -42,19 +41,18 @@ class InternalCompilerError(CompileError):
 
 def compile(program: str, options: str) -> tuple[str, str]:
     """Serialized program (docs/format.md) and options JSON ({"arch", "lineinfo",
-    "fast_math", "dump_ir"}) -> (CUDA source, KernelInfo JSON)."""
+    "fast_math", "dump_ir", "keep_ir"}) -> (CUDA source, KernelInfo JSON)."""
 
-def dump_ir(program: str, options: str) -> list[tuple[str, str]]:
-    """The text IR after every pass: [("input", ...), ("verify", ...), ...]."""
+def inspect(program: str, options: str) -> tuple[str, list[tuple[str, str]] | None, str]:
+    """Compile as `compile` does with these options -> (CUDA source, the text IR after
+    every pass [("input", ...), ("verify", ...), ...] with "keep_ir": true, else None,
+    layouts JSON {"threads", "buffers": [...]}: each fragment of the lowered kernel with its
+    layout ({"extents", "dims": [[{"size", "step", "thread" | "slot"}, ...]], "replicated",
+    "active_threads", "slots", "text"}) and each shared buffer with its "offset", "bytes"
+    and "swizzle"). What kernel.ir() and kernel.layouts() show."""
 
 def pass_names() -> list[str]:
     """The lowering pipeline, in order."""
-
-def layouts(program: str, options: str) -> str:
-    """JSON {"threads", "buffers": [...]}: each fragment of the lowered kernel with its layout
-    ({"extents", "dims": [[{"size", "step", "thread" | "slot"}, ...]], "replicated",
-    "active_threads", "slots", "text"}) and each shared buffer with its "offset", "bytes"
-    and "swizzle"."""
 
 def interpret(program: str, args: list[bytes | int | float], options: str) -> list[bytes | None]:
     """Run the program on host data with the reference interpreter; tensors are passed and
@@ -105,36 +103,42 @@ def launch(
     unless it is (0: the current one). `kinds` has one byte per argument: `T` a tensor
     (its data_ptr()), `P` a device pointer int, or a scalar: `?` bool, `b`/`B` int8/uint8,
     `h` int16, `i`/`I` int32/uint32, `q` int64, `f` float32, `d` float64. Never
-    synchronizes; releases the GIL around the driver call."""
+    synchronizes; releases the GIL around the driver call. For tests and benchmarks:
+    kernels launch through `Launcher`."""
 
 # ---- torch (the launcher reads tensors through torch's stable C shim)
 
-def load_torch_shim(sample: object, tensor_types: tuple[type, ...]) -> str:
-    """Start reading tensors through torch's stable C shim (aoti_torch_*, already loaded with
-    torch); "" when in use, else why not. `sample`: a strided CPU tensor, not contiguous and
-    at an offset, which the shim must read as Python does."""
+def load_torch_shim(torch: Any) -> str:
+    """Start reading tensors of the `torch` module through torch's stable C shim
+    (aoti_torch_*, already loaded with torch); "" when in use, else why not. The launcher
+    does this itself."""
 
 def tensor_codes(tensor: object) -> tuple[int, int] | None:
-    """torch's (ScalarType, DeviceType) numbers of a plain tensor; None without the shim."""
+    """torch's (ScalarType, DeviceType) numbers of a tensor; None without the shim."""
 
 @final
 class Launcher:
-    """A prepared kernel's per-call path in one native call (see crates/tile-py/src/launcher.rs):
-    checks, pointers, `out_idx` outputs, grid, torch's current stream, cuLaunchKernel.
-    Arguments it does not accept go, untouched, to `fallback()` (a WeakMethod of
-    JITKernel._call_checked). `dry_run` stops short of the stream and the driver."""
+    """Every GPU call of a kernel in one native call, the one place that accepts or declines
+    a call (see crates/tile-py/src/launcher.rs): argument checks against the KernelInfo,
+    the grid, loading on a device met for the first time (`load(device) -> (function,
+    context)`), `out_idx` outputs, torch's current stream, cuLaunchKernel. A call it
+    declines goes, untouched, to `fallback` (a WeakMethod of JITKernel._declined), which
+    explains it. `dry_run`: CPU tensors stand for CUDA tensors and the driver is not called
+    (tests without a GPU); `torch_shim=False` reads tensors through Python attributes."""
 
     def __new__(
         cls,
-        spec_json: str,
-        output_dtypes: list[Any],
-        empty_strided: Callable[..., Any],
-        stream_getter: Callable[[int], int],
+        info_json: str,
+        out_idx: list[int],
+        torch: Any,
+        load: Callable[[], Callable[[int], tuple[int, int]] | None],
         fallback: Callable[[], Callable[..., Any] | None],
         dry_run: bool = False,
+        torch_shim: bool = True,
     ) -> Launcher: ...
-    def add_device(self, device: int, function: int, context: int) -> None:
-        """The kernel as loaded on `device` (handles from load_function)."""
+    @property
+    def tensor_reader(self) -> str:
+        """How tensors are read: "torch's C shim", or "Python attributes (why)"."""
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Launch and return the outputs (None, one tensor or a tuple), or what `fallback`
-        returns for arguments the launcher declines."""
+        returns for a call the launcher declines."""

@@ -23,9 +23,10 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
         raise TileError(f"tilers.compile expects a @T.prim_func, got {type(prim_func).__name__}")
     import json
 
-    out_indices = normalize_out_idx(out_idx, prim_func)
+    # out_idx is checked and normalized once, against the compiled parameters (JITKernel)
+    out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
     try:
-        key = (tuple(sorted(params.items())), tuple(out_indices), target, bool(lineinfo))
+        key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo))
         hash(key)
     except TypeError:  # an unhashable parameter value: compile without the memo
         key = None
@@ -38,7 +39,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
     from . import _tilers, kernel, runtime
 
     arch = runtime.resolve_target(target)
-    options_json = json.dumps({"arch": arch, "lineinfo": bool(lineinfo), "fast_math": False})
+    options_json = kernel.compile_options(arch, lineinfo, fast_math=False)
     try:
         if target == "interp":
             # the interpreter runs the tile program: verify it, generate no GPU code
@@ -53,7 +54,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
         source=source,
         info=json.loads(info_json),
         target=target,
-        out_idx=out_indices,
+        out_idx=out_idx,
         lineinfo=bool(lineinfo),
     )
     if key is not None:
@@ -79,22 +80,6 @@ def _compile_program(program_json: str, options_json: str) -> tuple[str, str]:
             _compiled_programs.clear()
         _compiled_programs[key] = compiled
     return compiled
-
-
-def normalize_out_idx(out_idx, prim_func: PrimFunc) -> list:
-    """``out_idx`` as a list of non-negative parameter positions (negative ones count from the end)."""
-    if out_idx is None:
-        return []
-    indices = [out_idx] if isinstance(out_idx, int) else list(out_idx)
-    count = prim_func.func.__code__.co_argcount
-    normalized = []
-    for index in indices:
-        if not isinstance(index, int) or not -count <= index < count:
-            raise TileError(
-                f"out_idx {index!r} is out of range: {prim_func.__name__} has {count} parameters"
-            )
-        normalized.append(index % count)
-    return normalized
 
 
 class JitFunction:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import numbers
@@ -11,15 +10,20 @@ import os
 import weakref
 
 from tilers import cache, host, runtime
-from tilers._trace import add_call_site
-
-# Every dtype of docs/format.md, by the name of its torch dtype (the same names).
-TORCH_DTYPE_NAMES = (
-    "bool", "int8", "uint8", "int16", "int32", "uint32", "int64",
-    "float16", "bfloat16", "float32", "float64",
-)
+from tilers._source import add_call_site
+from tilers.errors import TileError
 
 FLOAT32_MAX = 3.4028234663852886e38
+
+# The range of each integer dtype a scalar parameter can have.
+INTEGER_RANGES = {
+    "int8": (-(2**7), 2**7 - 1),
+    "uint8": (0, 2**8 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "uint32": (0, 2**32 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+}
 
 
 def contiguous_strides(shape) -> tuple[int, ...]:
@@ -32,8 +36,42 @@ def contiguous_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def compile_options(arch: str, lineinfo: bool, fast_math: bool, keep_ir: bool = False) -> str:
+    """The options JSON of `_tilers.compile` (docs/format.md): one place, so that a kernel
+    compiled again for kernel.ir() / kernel.layouts() is compiled exactly as it was."""
+    options = {"arch": arch, "lineinfo": bool(lineinfo), "fast_math": bool(fast_math)}
+    if keep_ir:
+        options["keep_ir"] = True
+    return json.dumps(options)
+
+
+def normalize_out_idx(out_idx, kernel_name: str, params: list[dict]) -> list[int]:
+    """``out_idx`` (an int, a list of them or None) as non-negative positions in KernelInfo's
+    ``params``; negative ones count from the end. Only tensors can be outputs."""
+    if out_idx is None:
+        return []
+    indices = [out_idx] if isinstance(out_idx, int) else list(out_idx)
+    count = len(params)
+    names = ", ".join(p["name"] for p in params)
+    positions = []
+    for index in indices:
+        if isinstance(index, bool) or not isinstance(index, int) or not -count <= index < count:
+            raise TileError(
+                f"out_idx {index!r} is out of range: {kernel_name} has {count} parameters "
+                f"({names})"
+            )
+        position = index % count
+        if params[position]["kind"] != "tensor":
+            raise TileError(
+                f"out_idx {index} names scalar parameter '{params[position]['name']}'; only "
+                "tensors can be outputs"
+            )
+        positions.append(position)
+    return positions
+
+
 class _TensorParam:
-    """What a tensor argument must be, precomputed once so that a call only compares."""
+    """What a tensor argument must be, for the Python checks that explain a declined call."""
 
     is_tensor = True
 
@@ -59,8 +97,7 @@ class _ScalarParam:
         self.index = index
         self.name = spec["name"]
         self.dtype = spec["dtype"]
-        self.ctype = runtime.SCALAR_CTYPES[spec["dtype"]]
-        self.range = runtime.INTEGER_RANGES.get(spec["dtype"])
+        self.range = INTEGER_RANGES.get(spec["dtype"])
 
     def check(self, value):
         """Return `value` if it fits this parameter; raise TypeError/OverflowError if not."""
@@ -116,7 +153,7 @@ class JITKernel:
         source: str,
         info: dict,
         target: str,
-        out_idx: list[int] | None,
+        out_idx,
         *,
         lineinfo: bool = False,
         fast_math: bool = False,
@@ -131,42 +168,20 @@ class JITKernel:
         self.lineinfo = lineinfo
         self.fast_math = fast_math
         self.params = [spec["name"] for spec in info["params"]]
-        self.out_idx = self._normalize_out_idx(out_idx)
+        self.out_idx = normalize_out_idx(out_idx, name, info["params"])
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
         self._cubin: bytes | None = None
-        # kernel.ir() and kernel.layouts() compile again for their data, once
+        # kernel.ir() and kernel.layouts(): the kernel compiled again with its own options,
+        # on request (see _inspect)
         self._ir_dumps: dict[str, str] | None = None
         self._layouts: dict | None = None
-        # Filled on the first call (it imports torch): see _prepare.
-        self._checks: list | None = None
-        self._loaded: dict[int, runtime.LoadedKernel] = {}
-        # Made after the first launch that passed the Python checks: see _make_launcher.
+        # Made on the first GPU call (it imports torch): see _prepare.
         self._launcher = None
-        self._launcher_problem: str | None = None
-        self._entry = self._call_checked
+        self._input_checks: tuple = ()
+        self._dry_run = False
+        self._loaded: dict[int, runtime.LoadedKernel] = {}
+        self._entry = self._first_call
         self._outputs_given: JITKernel | None = None
-
-    def _normalize_out_idx(self, out_idx) -> list[int]:
-        if out_idx is None:
-            return []
-        if isinstance(out_idx, int):
-            out_idx = [out_idx]
-        count = len(self.params)
-        positions = []
-        for index in out_idx:
-            if not -count <= index < count:
-                raise ValueError(
-                    f"parameter 'out_idx': {index} is not a parameter index of {self.name} "
-                    f"({count} parameters: {', '.join(self.params)})"
-                )
-            position = index % count
-            if self.info["params"][position]["kind"] != "tensor":
-                raise ValueError(
-                    f"parameter 'out_idx': {index} names scalar parameter "
-                    f"'{self.params[position]}'; only tensors can be outputs"
-                )
-            positions.append(position)
-        return positions
 
     # --- what the kernel is -------------------------------------------------------------
 
@@ -197,9 +212,26 @@ class JITKernel:
 
     # --- what the compiler made of it (tilers/report.py, tilers/plot.py) -----------------
 
-    def _lowering_arch(self) -> str:
+    def compile_options(self, keep_ir: bool = False) -> str:
+        """The options JSON this kernel was compiled with (`_tilers.compile`)."""
         # a kernel for the interpreter has no lowering of its own: show the default target's
-        return self.arch if self.source is not None else "sm_90a"
+        arch = self.arch if self.source is not None else runtime.DEFAULT_ARCH
+        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir)
+
+    def _inspect(self, keep_ir: bool) -> None:
+        """Compile the program again with this kernel's options, for its layouts and, with
+        `keep_ir`, the IR after every pass (kept only on request: memory per kernel)."""
+        from tilers import _tilers, report
+
+        source, stages, layouts = _tilers.inspect(self.program_json, self.compile_options(keep_ir))
+        if self.source is not None and source != self.source:
+            raise RuntimeError(
+                f"kernel '{self.name}': compiling it again gave different CUDA; this is a "
+                "tilers bug (the compiler must be deterministic), please report it"
+            )
+        self._layouts = json.loads(layouts)
+        if stages is not None:
+            self._ir_dumps = report.ir_dumps(stages)
 
     def report(self) -> str:
         """What each tile op became: instructions (mma.sync, ldmatrix, cp.async or why not),
@@ -220,11 +252,14 @@ class JITKernel:
 
     def ir(self, which: str | None = None):
         """The text IR after a pass: ``kernel.ir("after:lower_tile_ops")``; with no argument,
-        the names of the passes (a pass that runs twice is "simplify#2" the second time)."""
+        the names of the passes (a pass that runs twice is "simplify#2" the second time).
+
+        This kernel's own compilation (its target, lineinfo and fast_math), run again on the
+        first call with every pass's IR kept, and memoized on the kernel."""
         from tilers import report
 
         if self._ir_dumps is None:
-            self._ir_dumps = report.ir_dumps(self.program_json, self._lowering_arch())
+            self._inspect(keep_ir=True)
         if which is None:
             return list(self._ir_dumps)
         return report.select_ir(self._ir_dumps, which)
@@ -254,9 +289,7 @@ class JITKernel:
 
     def _layout_data(self) -> dict:
         if self._layouts is None:
-            from tilers import report
-
-            self._layouts = report.layout_data(self.program_json, self._lowering_arch())
+            self._inspect(keep_ir=False)
         return self._layouts
 
     # --- profiling (tilers/profiler.py) ---------------------------------------------------
@@ -307,15 +340,44 @@ class JITKernel:
             self._outputs_given = sibling
         return self._outputs_given
 
-    # kernel(*args) is self._entry(*args): _call_checked until the native launcher
-    # (crates/tile-py/src/launcher.rs) exists, then the launcher, which checks and launches
-    # in one call and passes whatever it does not accept on to _call_checked. A property
-    # rather than a method, so that the hot path runs no Python frame (~0.13 µs a call).
+    # kernel(*args) is self._entry(*args): _first_call until the kernel is prepared, then
+    # the native launcher (crates/tile-py/src/launcher.rs), which checks and launches in
+    # one call and passes the calls it declines to _declined. A property rather than a
+    # method, so that the hot path runs no Python frame (~0.13 µs a call).
     __call__ = property(operator.attrgetter("_entry"))
 
-    def _call_checked(self, *args, **kwargs):
-        """The call with every check in Python: the first call, and whatever the launcher
-        passes on (it raises the detailed error, or runs what the launcher does not take)."""
+    def _first_call(self, *args, **kwargs):
+        """Calls before the kernel is prepared: host arrays run on the interpreter; a GPU
+        call prepares the kernel (torch, the launcher) and is the launcher's first."""
+        self._check_call_form(args, kwargs)
+        if self._runs_on_host(args):
+            return host.call(self, args, self._check_scalar)
+        self._prepare()
+        return self._entry(*args)
+
+    def _checked_call(self, *args, **kwargs):
+        """Every call with TILERS_FAST_LAUNCH=0 (a debugging switch): the Python checks,
+        then the native launch."""
+        self._check_call_form(args, kwargs)
+        if self._runs_on_host(args):
+            return host.call(self, args, self._check_scalar)
+        self._check_arguments(args)
+        return self._launcher(*args)
+
+    def _declined(self, *args, **kwargs):
+        """A call the launcher declined, untouched: host arrays run on the interpreter;
+        anything else is a wrong argument, which the Python checks name."""
+        self._check_call_form(args, kwargs)
+        if self._runs_on_host(args):
+            return host.call(self, args, self._check_scalar)
+        self._check_arguments(args)
+        raise RuntimeError(
+            f"kernel '{self.name}': the native launcher declined a call whose arguments "
+            "pass the Python checks; this is a tilers bug, please report it with the "
+            "arguments' types, dtypes, shapes, strides and devices"
+        )
+
+    def _check_call_form(self, args, kwargs) -> None:
         if kwargs:
             inputs = ", ".join(self.params[i] for i in self._input_positions)
             raise TypeError(
@@ -324,44 +386,24 @@ class JITKernel:
             )
         if len(args) != len(self._input_positions):
             raise self._argument_count_error(len(args))
-        if self._checks is None:
-            # First call (or target="interp"): host arrays go to the interpreter. Later
-            # calls take the GPU path and divert only when a tensor check fails.
-            if self._runs_on_host(args):
-                return host.call(self, args, self._check_scalar)
-            self._prepare(args)
-        tensor_type = self._tensor_type
-        one_device = self._one_device
 
-        # Validate every argument before allocating or launching anything.
-        values = list(self._values)
+    def _check_arguments(self, args) -> None:
+        """Raise the error that names what is wrong with a call's arguments (the
+        parameter, what it needs and what it got); return when nothing is."""
         device = None
-        for (index, torch_dtype, shape, strides, align, param), arg in zip(self._input_specs, args):
-            if torch_dtype is None:  # a scalar
-                values[index] = param.check(arg)
+        for param, arg in zip(self._input_checks, args):
+            if not param.is_tensor:
+                param.check(arg)
                 continue
-            if not (
-                isinstance(arg, tensor_type)
-                and arg.is_cuda
-                and arg.dtype is torch_dtype
-                and arg.shape == shape
-                and arg.stride() == strides
-            ):
-                if self._runs_on_host(args):
-                    return host.call(self, args, self._check_scalar)
-                self._diagnose_tensor(param, arg)
+            self._diagnose_tensor(param, arg)
             pointer = arg.data_ptr()
-            if pointer % align:
+            if pointer % param.align:
                 raise ValueError(
                     f"parameter '{param.name}': the kernel assumes a {param.align}-byte aligned "
                     f"data pointer, but this one is {pointer % param.align} bytes past a "
                     f"multiple of {param.align} (a view that starts at an offset, such as "
                     f"x[1:]?) — pass {param.name}.clone()"
                 )
-            values[index] = pointer
-            if one_device:  # every CUDA tensor is on device 0
-                device = 0
-                continue
             arg_device = arg.get_device()
             if device is None:
                 device = arg_device
@@ -372,45 +414,13 @@ class JITKernel:
                     f"'{first_tensor}', got a tensor on cuda:{arg_device}"
                 )
 
-        grid = self._grid
-        if grid is None:
-            grid = self._grid_of(values)
-        if device is None:
-            device = self._torch.cuda.current_device()
-        loaded = self._loaded.get(device)
-        if loaded is None:
-            loaded = self._load(device)
-
-        outputs = []
-        if self.out_idx:
-            empty_strided = self._torch.empty_strided
-            for param in self._output_checks:
-                output = empty_strided(
-                    param.shape, param.strides, dtype=param.torch_dtype, device=device
-                )
-                values[param.index] = output.data_ptr()
-                outputs.append(output)
-
-        stream = self._current_stream(device)
-        if loaded.native:
-            self._native_launch(
-                loaded.function_handle, loaded.context_handle, grid, self._block,
-                loaded.shared_bytes, stream, values, self._kinds,
-            )
-            if self._launcher is None and self._launcher_problem is None:
-                self._make_launcher(args, device)
-        else:
-            runtime.launch(loaded, grid, self._block, stream, tuple(values), self._ctypes_types)
-
-        if not outputs:
-            return None
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
-
     def _runs_on_host(self, args) -> bool:
         """Whether this call goes to the interpreter: host arrays, or target="interp".
 
         Mixing host arrays and GPU tensors in one call is an error naming both sides.
         """
+        if self._dry_run:  # CPU tensors stand for GPU tensors
+            return False
         on_host, on_gpu = [], []
         for position, arg in zip(self._input_positions, args):
             if host.is_host_array(arg):
@@ -439,64 +449,56 @@ class JITKernel:
     def _check_scalar(self, position: int, value):
         return _ScalarParam(position, self.info["params"][position]).check(value)
 
-    def _prepare(self, args) -> None:
-        """First call: refuse what cannot run here, import torch, precompute the checks."""
-        count, reason = runtime.gpu_probe()
-        if count == 0:
-            raise RuntimeError(
-                f"kernel '{self.name}' was compiled for {self.arch} with no GPU to run it: "
-                f"{reason}. kernel.source and kernel.cubin are still available; call it with "
-                "host (numpy) arrays to run it on the tilers interpreter."
-            )
+    def _prepare(self, dry_run: bool = False) -> None:
+        """The first GPU call: refuse what cannot run here, import torch, make the launcher.
+
+        `dry_run` (tests without a GPU): CPU tensors stand for CUDA tensors, and the
+        launcher stops short of the driver.
+        """
+        if not dry_run:
+            count, reason = runtime.gpu_probe()
+            if count == 0:
+                raise RuntimeError(
+                    f"kernel '{self.name}' was compiled for {self.arch} with no GPU to run it: "
+                    f"{reason}. kernel.source and kernel.cubin are still available; call it with "
+                    "host (numpy) arrays to run it on the tilers interpreter."
+                )
         try:
             import torch
         except ImportError as error:
             raise RuntimeError(
                 f"kernel '{self.name}': launching on the GPU needs torch (pip install torch)"
             ) from error
-        torch.cuda.init()
+        if not dry_run:
+            torch.cuda.init()
+        from tilers import _tilers
+
+        self._torch = torch
+        self._dry_run = dry_run
         checks = []
         for index, spec in enumerate(self.info["params"]):
             if spec["kind"] == "tensor":
                 checks.append(_TensorParam(index, spec, torch))
             else:
                 checks.append(_ScalarParam(index, spec))
-        self._ctypes_types = tuple(
-            ctypes.c_void_p if check.is_tensor else check.ctype for check in checks
+        self._input_checks = tuple(checks[position] for position in self._input_positions)
+        self._device_type = "cpu" if dry_run else "cuda"
+        self._launcher = _tilers.Launcher(
+            json.dumps(self.info), self.out_idx, torch,
+            weakref.WeakMethod(self._load_function), weakref.WeakMethod(self._declined),
+            dry_run=dry_run,
         )
-        # the fast path's precomputed pieces: the checks of the inputs and outputs in
-        # call order, the argument kinds of _tilers.launch, the tensor type
-        # (index, torch dtype or None for a scalar, shape, strides, align, check): unpacked
-        # per argument, cheaper than reading the check's attributes
-        self._input_specs = tuple(
-            (check.index, check.torch_dtype, check.shape, check.strides, check.align, check)
-            if check.is_tensor else (check.index, None, None, None, 1, check)
-            for check in (checks[position] for position in self._input_positions)
-        )
-        self._output_checks = tuple(checks[position] for position in self.out_idx)
-        self._values = (None,) * len(checks)
-        self._kinds = bytes(
-            ord("P") if check.is_tensor else ord(runtime.SCALAR_KINDS[check.ctype])
-            for check in checks
-        )
-        native = runtime.native()
-        self._native_launch = native.launch if native is not None else None
-        self._tensor_type = torch.Tensor
-        self._one_device = torch.cuda.device_count() == 1
-        self._block = tuple(self.info["block"])
-        uses_params = any(runtime.grid_params(gexpr) for gexpr in self.info["grid"])
-        self._grid = None if uses_params else runtime.eval_grid(self.info["grid"], [])
-        self._grid_of = runtime.grid_evaluator(self.info["grid"], self.params)
-        # torch's private raw-stream getter returns the handle as an int and costs a
-        # fraction of torch.cuda.current_stream(device).cuda_stream; keep the public
-        # route for a torch without it.
-        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if raw_stream is not None:
-            self._current_stream = raw_stream
+        if os.environ.get("TILERS_FAST_LAUNCH", "1") == "0":
+            self._entry = self._checked_call
         else:
-            self._current_stream = lambda device: torch.cuda.current_stream(device).cuda_stream
-        self._torch = torch
-        self._checks = checks
+            self._entry = self._launcher
+
+    def _load_function(self, device: int) -> tuple[int, int]:
+        """The launcher's `load`: (function, context) of the kernel loaded on `device`."""
+        if self._dry_run:
+            return 0, 0
+        loaded = self._loaded.get(device) or self._load(device)
+        return loaded.function_handle, loaded.context_handle
 
     def _load(self, device: int) -> runtime.LoadedKernel:
         """Check that this device can run the cubin, then load it there (once per device)."""
@@ -507,69 +509,9 @@ class JITKernel:
                 f"cuda:{device}, an {runtime.device_name(device)} ({device_arch}), which "
                 f"cannot run it: compile with target=\"auto\" or target=\"cuda:{device_arch}\""
             )
-        loaded = runtime.load_kernel(
-            device, self.cubin, self.entry, self.info.get("shared_bytes", 0)
-        )
+        loaded = runtime.load_kernel(device, self.cubin, self.entry, self.info["shared_bytes"])
         self._loaded[device] = loaded
-        if self._launcher is not None:
-            self._launcher.add_device(device, loaded.function_handle, loaded.context_handle)
         return loaded
-
-    def _make_launcher(self, args, device: int, dry_run: bool = False) -> None:
-        """Build the native launcher from this call's arguments, which passed every check.
-
-        Why: checking arguments in Python costs ~0.6 µs per tensor, more than the launch
-        itself for a few tensors. The launcher reads tensors through torch's C shim
-        (crates/tile-py/src/torch_shim.rs); where that is unavailable, or the kernel's
-        grid reads a float, the Python checks stay the only path (`_launcher_problem`).
-        `dry_run` (benchmarks without a GPU): the launcher stops short of cuLaunchKernel.
-        """
-        self._launcher_problem = _launcher_unavailable(self)
-        if self._launcher_problem is not None:
-            return
-        from tilers import _tilers
-
-        torch = self._torch
-        first_tensor = next(
-            (arg for arg, (_, dtype, *_) in zip(args, self._input_specs) if dtype is not None),
-            None,
-        )
-        if first_tensor is None:  # only scalars in: no tensor to take the device from
-            self._launcher_problem = "Launcher: the kernel takes no tensor argument"
-            return
-        codes = _tilers.tensor_codes(first_tensor)
-        if codes is None:  # a tensor subclass: try again on a later call
-            self._launcher_problem = None
-            return
-        _, device_type = codes
-        params = []
-        for check in self._checks:
-            if check.is_tensor:
-                params.append({
-                    "kind": "tensor", "dtype_code": _dtype_code(torch, check.torch_dtype),
-                    "shape": check.shape, "strides": check.strides, "align": check.align,
-                })
-            else:
-                params.append({"kind": "scalar", "pack": runtime.SCALAR_KINDS[check.ctype]})
-        spec = {
-            "params": params, "inputs": self._input_positions, "outputs": self.out_idx,
-            "grid": self.info["grid"], "block": self._block,
-            "shared_bytes": self.info.get("shared_bytes", 0), "device_type": device_type,
-            "devices": max(torch.cuda.device_count(), device + 1),
-        }
-        try:
-            launcher = _tilers.Launcher(
-                json.dumps(spec), [check.torch_dtype for check in self._output_checks],
-                torch.empty_strided, self._current_stream,
-                weakref.WeakMethod(self._call_checked), dry_run,
-            )
-        except ValueError as error:  # a grid of float parameters, over 32 parameters
-            self._launcher_problem = str(error)
-            return
-        for loaded_device, loaded in self._loaded.items():
-            launcher.add_device(loaded_device, loaded.function_handle, loaded.context_handle)
-        self._launcher = launcher
-        self._entry = launcher
 
     # --- error messages -----------------------------------------------------------------
 
@@ -603,7 +545,7 @@ class JITKernel:
             raise TypeError(
                 f"parameter '{name}': expected {param.describe()}, got {_type_text(arg)}"
             )
-        if not arg.is_cuda:
+        if arg.device.type != self._device_type:
             raise ValueError(
                 f"parameter '{name}': expected a CUDA tensor, got a tensor on {arg.device} "
                 f"(move it with {name}.cuda(), or pass every tensor on the host to run on the "
@@ -634,39 +576,6 @@ class JITKernel:
                 f"parameter '{name}': expected strides {_tuple_text(param.strides)}, got "
                 f"strides {_tuple_text(strides)}"
             )
-
-
-# torch's ScalarType number of each torch dtype, read once through the shim.
-_dtype_codes: dict = {}
-
-# Why tensors cannot be read through torch's C shim in this process ("" when they can);
-# None until the first launcher asks.
-_shim_problem: str | None = None
-
-
-def _launcher_unavailable(kernel: JITKernel) -> str | None:
-    """Why `kernel` cannot have a native launcher, or None when it can."""
-    global _shim_problem
-    if os.environ.get("TILERS_FAST_LAUNCH", "1") == "0":
-        return "TILERS_FAST_LAUNCH=0"
-    if _shim_problem is None:
-        from tilers import _tilers
-
-        torch = kernel._torch
-        # not contiguous and at an offset, so the shim must get every field right
-        sample = torch.empty((3, 4, 5))[1:, ::2, 1:]
-        _shim_problem = _tilers.load_torch_shim(sample, (torch.Tensor, torch.nn.Parameter))
-    return f"torch's C shim is not usable: {_shim_problem}" if _shim_problem else None
-
-
-def _dtype_code(torch, dtype) -> int:
-    code = _dtype_codes.get(dtype)
-    if code is None:
-        from tilers import _tilers
-
-        code, _ = _tilers.tensor_codes(torch.empty(0, dtype=dtype))
-        _dtype_codes[dtype] = code
-    return code
 
 
 def _tuple_text(values) -> str:

@@ -13,7 +13,7 @@ LABELED_CELLS = 1024
 def fragment_owners(layout: dict) -> tuple[np.ndarray, np.ndarray]:
     """(thread, register slot) of every element of a fragment, as arrays of its shape.
 
-    ``layout`` is an entry of ``_tilers.layouts``: each dimension's index is a mixed-radix
+    ``layout`` is a buffer's entry of the layouts ``_tilers.inspect`` returns: each dimension's index is a mixed-radix
     number whose digits come from the thread or the slot (``FragmentLayout::locate``); for
     a replicated layout, the lowest thread holding the element.
     """
@@ -119,7 +119,7 @@ def shared_panels(buffer: dict) -> list:
 
 
 def plot_layout(buffer: dict, path) -> None:
-    """Draw one buffer of ``_tilers.layouts`` into a PNG (or any format matplotlib writes)."""
+    """Draw one buffer of the layouts (``_tilers.inspect``) into a PNG (or any format matplotlib writes)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 
@@ -10,20 +9,11 @@ import struct
 _LOCATED = re.compile(r"^(?P<where>[^\s:]+:\d+): (?P<what>.*)$")
 
 
-def layout_data(program_json: str, arch: str) -> dict:
-    """The lowered kernel's on-chip buffers and their layouts (``_tilers.layouts``)."""
-    from . import _tilers
-
-    return json.loads(_tilers.layouts(program_json, json.dumps({"arch": arch})))
-
-
-def ir_dumps(program_json: str, arch: str) -> dict[str, str]:
-    """The text IR after each pass, by name: "input", "verify", ...; a pass that runs again
-    is named "simplify#2" the second time."""
-    from . import _tilers
-
+def ir_dumps(stages: list[tuple[str, str]]) -> dict[str, str]:
+    """The text IR after each pass (``_tilers.inspect``), by name: "input", "verify", ...; a
+    pass that runs again is named "simplify#2" the second time."""
     dumps: dict[str, str] = {}
-    for name, text in _tilers.dump_ir(program_json, json.dumps({"arch": arch})):
+    for name, text in stages:
         key, count = name, 1
         while key in dumps:
             count += 1

@@ -8,17 +8,18 @@
 //! With `lineinfo`, every line of a tile op's code is preceded by `#line N "file.py"`, so
 //! that the debug line table (compute-sanitizer, ncu, cuda-gdb) points at the user's line.
 
+pub mod kernel_info;
 mod names;
 
+pub use kernel_info::{param_info, KernelInfo};
 use names::Namer;
-use serde_json::{json, Value};
 use std::fmt::Write;
 use tile_ir::*;
 
 pub struct CudaKernel {
     pub source: String,
-    /// KernelInfo (docs/format.md) as JSON.
-    pub info: Value,
+    /// The launch recipe (docs/format.md).
+    pub info: KernelInfo,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -44,7 +45,7 @@ pub fn emit_cuda(m: &Module, opts: &CodegenOptions, report: &[String]) -> Result
     };
     let entry = format!("{}_kernel", e.names.kernel_name(&m.name));
     let source = e.kernel(&entry)?;
-    let info = kernel_info(m, opts, &entry, report)?;
+    let info = kernel_info::kernel_info(m, &opts.arch, &entry, report)?;
     Ok(CudaKernel { source, info })
 }
 
@@ -803,86 +804,4 @@ fn encloses(s: &str) -> bool {
         }
     }
     false
-}
-
-fn gexpr(m: &Module, e: &Expr) -> Result<Value, Diagnostic> {
-    let bad = || {
-        Diagnostic::error(
-            "a grid dimension must be computed from constants and scalar parameters",
-            m.kernel.loc,
-        )
-        .with_help("e.g. T.Kernel(T.ceildiv(n, 128), threads=128) with n: T.int32")
-    };
-    Ok(match e {
-        Expr::Const { value: ConstValue::Int(v), .. } => json!({ "const": v }),
-        Expr::Var { id, .. } => {
-            let i = m
-                .params
-                .iter()
-                .position(|p| matches!(p, Param::Scalar { var, .. } if var == id))
-                .ok_or_else(bad)?;
-            json!({ "param": i })
-        }
-        Expr::Cast { a, dtype } if dtype.is_int() && a.dtype().is_int() => gexpr(m, a)?,
-        Expr::Binary { op, a, b, .. } => {
-            let name = match op {
-                BinOp::Add => "add",
-                BinOp::Sub => "sub",
-                BinOp::Mul => "mul",
-                BinOp::FloorDiv => "floordiv",
-                BinOp::Min => "min",
-                BinOp::Max => "max",
-                _ => return Err(bad()),
-            };
-            json!({ "op": name, "a": gexpr(m, a)?, "b": gexpr(m, b)? })
-        }
-        _ => return Err(bad()),
-    })
-}
-
-/// KernelInfo's description of the parameters: dtype, shape, strides, assumed alignment.
-pub fn param_info(m: &Module) -> Vec<Value> {
-    m.params
-        .iter()
-        .map(|p| match p {
-            Param::Tensor { name, buffer } => {
-                let b = m.buffer(*buffer);
-                json!({"kind": "tensor", "name": name, "dtype": b.dtype.name(), "shape": b.shape, "strides": b.strides(), "align": 16})
-            }
-            Param::Scalar { name, var } => json!({"kind": "scalar", "name": name, "dtype": m.var(*var).dtype.name()}),
-        })
-        .collect()
-}
-
-fn kernel_info(
-    m: &Module,
-    opts: &CodegenOptions,
-    entry: &str,
-    report: &[String],
-) -> Result<Value, Diagnostic> {
-    let params = param_info(m);
-    let mut grid = Vec::new();
-    for g in &m.kernel.grid {
-        grid.push(gexpr(m, g)?);
-    }
-    while grid.len() < 3 {
-        grid.push(json!({"const": 1}));
-    }
-    let shared: u64 = m
-        .buffers
-        .iter()
-        .filter(|b| b.scope == Scope::Shared)
-        .map(|b| b.shared_offset.unwrap_or(0) + b.bytes() as u64)
-        .max()
-        .unwrap_or(0);
-    Ok(json!({
-        "name": m.name,
-        "entry": entry,
-        "arch": opts.arch,
-        "params": params,
-        "grid": grid,
-        "block": [m.kernel.threads, 1, 1],
-        "shared_bytes": shared.div_ceil(16) * 16,
-        "report": report,
-    }))
 }

@@ -18,6 +18,9 @@ use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 use std::ptr::null_mut;
 use std::sync::{Mutex, OnceLock};
+// Dynamic shared memory a kernel may use without opting in: KernelInfo's `shared_opt_in`
+// is `shared_bytes` over it.
+use tile_codegen::kernel_info::DEFAULT_SHARED_LIMIT;
 
 type CuResult = c_int;
 type Handle = *mut c_void;
@@ -25,8 +28,6 @@ type Handle = *mut c_void;
 const CUDA_SUCCESS: CuResult = 0;
 /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 const MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
-/// Dynamic shared memory a kernel may use without opting in.
-const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 /// Arguments packed on the stack; kernels with more use the heap.
 pub(crate) const STACK_ARGS: usize = 32;
 

@@ -1,33 +1,45 @@
-//! `Launcher`: a prepared kernel's whole per-call path in one native call.
+//! `Launcher`: every GPU call of a kernel, checked and launched in one native call — the
+//! one place that accepts or declines a call.
 //!
-//! `kernel(*args)` is `launcher(*args)` once the launcher exists (`JITKernel.__call__`).
-//! It checks each argument as the Python checks do (exact tensor type, CUDA, dtype, shape,
-//! strides, alignment, one device; scalar types and ranges), reads the pointers through
-//! torch's C shim (`torch_shim.rs`), allocates the `out_idx` outputs, evaluates the grid,
-//! gets torch's current stream and calls `cuLaunchKernel`. It decides nothing it is
-//! unsure of: for any argument it does not accept, before anything is allocated or
-//! launched, it passes the call on to `JITKernel._call_checked`, whose Python checks raise
-//! the detailed error (or accept what this path does not cover: host arrays, tensor
-//! subclasses, strides that differ only along extent-1 dimensions, numpy scalars, a
-//! device not loaded yet).
+//! `kernel(*args)` is `launcher(*args)` once the kernel is prepared (`JITKernel.__call__`).
+//! From the kernel's KernelInfo (`tile_codegen::KernelInfo`, read back as that type) it
+//! checks each argument (a torch tensor, subclasses included, on a CUDA device, of the
+//! parameter's dtype, shape and strides, aligned, all on one device; scalars of the right
+//! kind and range), evaluates the grid (`KernelInfo::launch_grid`, the only grid
+//! evaluator), loads the kernel on a device it has not met (through the kernel's `load`),
+//! allocates the `out_idx` outputs, gets torch's current stream and calls `cuLaunchKernel`.
+//!
+//! A call it declines — an argument that is not what the parameter needs — goes, before
+//! anything is loaded, allocated or launched, to the kernel's `fallback`
+//! (`JITKernel._declined`): host arrays run on the interpreter there, and anything else is
+//! explained by the Python checks with the detailed error naming the parameter, the
+//! expected and the received value. A grid out of CUDA's limits is an error raised here.
+//!
+//! Tensors are read through torch's C shim (`torch_shim.rs`, ~30 ns a tensor) or, where
+//! that is not usable, through their Python attributes (`t.dtype`, `t.shape`, ...: ~0.6 µs
+//! a tensor, the same checks). A tensor subclass (`torch.nn.Parameter`, ...) is read as
+//! its base tensor: the data, dtype, shape and strides of the C++ tensor it holds.
 
 use crate::launch::{driver, run, Driver, Launch, STACK_ARGS};
-use crate::torch_shim::{shim, TorchShim};
+use crate::torch_shim::{self, TorchShim};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple};
-use serde_json::Value;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple, PyType};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::OnceLock;
+use tile_codegen::kernel_info::{GridExpr, KernelInfo, ParamInfo, ScalarValue};
 
-/// CUDA's grid limits (runtime.MAX_GRID_X, MAX_GRID_YZ).
-const MAX_GRID: [i64; 3] = [(1 << 31) - 1, 65535, 65535];
 const FLOAT32_MAX: f64 = f32::MAX as f64;
 
-/// What a tensor argument must be; `dtype` is torch's ScalarType number (`tensor_codes`).
+/// What a tensor argument must be.
 struct TensorSpec {
-    dtype: i32,
+    /// torch's dtype object (`torch.float16`): outputs are allocated with it, and the
+    /// attribute reader compares it.
+    dtype: PyObject,
+    /// torch's ScalarType number of `dtype`, compared by the shim reader.
+    dtype_code: i32,
     shape: Vec<i64>,
     strides: Vec<i64>,
     align: u64,
@@ -35,381 +47,458 @@ struct TensorSpec {
 
 enum Param {
     Tensor(TensorSpec),
-    /// `kind` is the packing letter of `_tilers.launch` (`?`, `b`, `B`, `h`, `i`, `I`, `q`, `f`, `d`).
+    /// `kind` is how the value is packed: `?` bool, `b`/`B` int8/uint8, `h` int16,
+    /// `i`/`I` int32/uint32, `q` int64, `f` float32, `d` float64.
     Scalar {
         kind: u8,
     },
-}
-
-#[derive(Clone, Copy)]
-enum GridOp {
-    Add,
-    Sub,
-    Mul,
-    FloorDiv,
-    CeilDiv,
-    Min,
-    Max,
-}
-
-/// A grid expression of KernelInfo (docs/format.md) over integer scalar parameters.
-enum GridExpr {
-    Const(i64),
-    Param(usize),
-    Op(GridOp, Box<GridExpr>, Box<GridExpr>),
 }
 
 struct Output {
     param: usize,
     shape: Py<PyTuple>,
     strides: Py<PyTuple>,
-    dtype: PyObject,
 }
 
-/// Launcher(spec_json, output_dtypes, empty_strided, stream_getter, fallback, dry_run=False)
+/// How tensors are read.
+enum Reader {
+    /// torch's C shim; `device_type` is the DeviceType number of the tensors a call takes.
+    Shim { shim: &'static TorchShim, device_type: i32 },
+    /// Python attributes, because the shim is not usable (`why`).
+    Attributes { why: String },
+}
+
+/// torch's current stream of a device.
+enum StreamGetter {
+    /// `torch._C._cuda_getCurrentRawStream(device)`: the handle as an int.
+    Raw(PyObject),
+    /// `torch.cuda.current_stream(device).cuda_stream`, where the raw getter is missing.
+    Public(PyObject),
+}
+
+/// Launcher(info_json, out_idx, torch, load, fallback, dry_run=False, torch_shim=True)
 ///
-/// `spec_json`: {"params": [{"kind": "tensor", "dtype_code", "shape", "strides", "align"} |
-/// {"kind": "scalar", "pack": letter}], "inputs": [param index per call argument],
-/// "outputs": [param index per output], "grid": [3 gexprs], "block": [x, y, z],
-/// "shared_bytes", "device_type": torch's CUDA DeviceType number, "devices": device count}.
-/// `output_dtypes`: the torch dtype of each output; `empty_strided`: torch.empty_strided;
-/// `stream_getter(device)`: torch's raw current stream, used when the shim has none.
-/// `fallback`: a `weakref.WeakMethod` of the Python path, called with the arguments the
-/// launcher declines (weak: the kernel holds the launcher).
-/// `dry_run` does everything but ask for the stream and call cuLaunchKernel (benchmarks
-/// of the CPU side without a GPU). Functions are added per device with `add_device`.
+/// `info_json`: the kernel's KernelInfo; `out_idx`: the parameters the launcher allocates
+/// and returns (the call passes the others, in order); `torch`: the torch module.
+/// `load` and `fallback` are `weakref.WeakMethod`s of the kernel (weak: the kernel holds
+/// the launcher): `load(device) -> (function, context)` loads the kernel on a device the
+/// first time a call runs there; `fallback(*args, **kwargs)` gets the calls declined.
+/// `dry_run` (tests without a GPU): CPU tensors stand for CUDA tensors, outputs are
+/// allocated on the CPU, and the call stops short of the stream and the driver.
+/// `torch_shim=False` reads tensors through their Python attributes.
 #[pyclass(module = "tilers._tilers", frozen)]
 pub struct Launcher {
+    info: KernelInfo,
     params: Vec<Param>,
     inputs: Vec<usize>,
     outputs: Vec<Output>,
-    grid: [GridExpr; 3],
-    block: (u32, u32, u32),
-    shared_bytes: u32,
-    device_type: i32,
+    reader: Reader,
+    /// `torch.device.type` of the tensors a call takes: "cuda" ("cpu" in a dry run).
+    device_type_name: &'static str,
+    tensor_type: Py<PyType>,
+    integral: PyObject,
+    real: PyObject,
+    empty_strided: PyObject,
+    /// None in a dry run.
+    current_stream: Option<StreamGetter>,
+    /// `torch.cuda.current_device`, for calls without a tensor argument; None in a dry run.
+    current_device: Option<PyObject>,
     /// (function, context) per device ordinal, once loaded there.
     functions: Vec<OnceLock<(usize, usize)>>,
-    empty_strided: PyObject,
-    stream_getter: PyObject,
+    load: PyObject,
     fallback: PyObject,
     driver: Option<&'static Driver>,
 }
 
-fn spec_error(what: &str) -> PyErr {
-    PyValueError::new_err(format!("Launcher: bad spec ({what})"))
+fn info_error(what: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(format!("Launcher: {what}"))
 }
 
-fn int_list(value: &Value, what: &str) -> PyResult<Vec<i64>> {
-    value
-        .as_array()
-        .ok_or_else(|| spec_error(what))?
-        .iter()
-        .map(|v| v.as_i64().ok_or_else(|| spec_error(what)))
-        .collect()
-}
-
-fn parse_param(value: &Value) -> PyResult<Param> {
-    let field = |name: &str| value.get(name).ok_or_else(|| spec_error(name));
-    match value.get("kind").and_then(Value::as_str) {
-        Some("tensor") => Ok(Param::Tensor(TensorSpec {
-            dtype: field("dtype_code")?.as_i64().ok_or_else(|| spec_error("dtype_code"))? as i32,
-            shape: int_list(field("shape")?, "shape")?,
-            strides: int_list(field("strides")?, "strides")?,
-            align: field("align")?.as_u64().filter(|&a| a > 0).ok_or_else(|| spec_error("align"))?,
-        })),
-        Some("scalar") => {
-            let pack = field("pack")?.as_str().ok_or_else(|| spec_error("pack"))?;
-            match pack.as_bytes() {
-                [kind @ (b'?' | b'b' | b'B' | b'h' | b'i' | b'I' | b'q' | b'f' | b'd')] => {
-                    Ok(Param::Scalar { kind: *kind })
-                }
-                _ => Err(spec_error("pack")),
-            }
-        }
-        _ => Err(spec_error("kind")),
-    }
-}
-
-fn parse_grid(value: &Value, params: &[Param]) -> PyResult<GridExpr> {
-    if let Some(constant) = value.get("const") {
-        return Ok(GridExpr::Const(constant.as_i64().ok_or_else(|| spec_error("grid const"))?));
-    }
-    if let Some(param) = value.get("param") {
-        let index = param.as_u64().ok_or_else(|| spec_error("grid param"))? as usize;
-        return match params.get(index) {
-            Some(Param::Scalar { kind }) if !matches!(kind, b'f' | b'd') => Ok(GridExpr::Param(index)),
-            _ => Err(PyValueError::new_err(format!(
-                "Launcher: the grid reads parameter {index}, which is not an integer scalar"
-            ))),
-        };
-    }
-    let op = match value.get("op").and_then(Value::as_str) {
-        Some("add") => GridOp::Add,
-        Some("sub") => GridOp::Sub,
-        Some("mul") => GridOp::Mul,
-        Some("floordiv") => GridOp::FloorDiv,
-        Some("ceildiv") => GridOp::CeilDiv,
-        Some("min") => GridOp::Min,
-        Some("max") => GridOp::Max,
-        _ => return Err(spec_error("grid op")),
-    };
-    let operand = |name: &str| parse_grid(value.get(name).ok_or_else(|| spec_error("grid operand"))?, params);
-    Ok(GridExpr::Op(op, Box::new(operand("a")?), Box::new(operand("b")?)))
-}
-
-/// Python's `a // b` (rounding towards negative infinity); None where Python raises or
-/// the value leaves i64 (Python then computes it and reports the error).
-fn floor_div(a: i64, b: i64) -> Option<i64> {
-    let quotient = a.checked_div(b)?;
-    if a % b != 0 && ((a < 0) != (b < 0)) {
-        quotient.checked_sub(1)
-    } else {
-        Some(quotient)
-    }
-}
-
-impl GridExpr {
-    /// The value over the call's packed slots (integer scalars hold their i64 bits).
-    fn eval(&self, slots: &[u64]) -> Option<i64> {
-        match self {
-            GridExpr::Const(value) => Some(*value),
-            GridExpr::Param(index) => Some(slots[*index] as i64),
-            GridExpr::Op(op, a, b) => {
-                let (a, b) = (a.eval(slots)?, b.eval(slots)?);
-                match op {
-                    GridOp::Add => a.checked_add(b),
-                    GridOp::Sub => a.checked_sub(b),
-                    GridOp::Mul => a.checked_mul(b),
-                    GridOp::FloorDiv => floor_div(a, b),
-                    GridOp::CeilDiv => floor_div(a.checked_neg()?, b)?.checked_neg(),
-                    GridOp::Min => Some(a.min(b)),
-                    GridOp::Max => Some(a.max(b)),
-                }
-            }
-        }
-    }
-}
-
-/// The slot of a scalar argument, or None when Python must check it: only exact bools,
-/// ints and floats are taken here (an int param accepts a bool or a numpy integer in
-/// Python; those go there).
-fn scalar_slot(arg: &Bound<'_, PyAny>, kind: u8) -> Option<u64> {
-    match kind {
-        b'?' => arg.downcast_exact::<PyBool>().ok().map(|b| b.is_true() as u64),
-        b'f' | b'd' => {
-            let value = if let Ok(float) = arg.downcast_exact::<PyFloat>() {
-                float.value()
-            } else if arg.is_exact_instance_of::<PyInt>() {
-                arg.extract::<f64>().ok()?
-            } else {
-                return None;
-            };
-            if kind == b'd' {
-                return Some(value.to_bits());
-            }
-            if value.is_finite() && value.abs() > FLOAT32_MAX {
-                return None;
-            }
-            Some((value as f32).to_bits() as u64)
-        }
+/// The packing of a scalar parameter of `dtype`.
+fn scalar_kind(name: &str, dtype: &str) -> PyResult<u8> {
+    Ok(match dtype {
+        "bool" => b'?',
+        "int8" => b'b',
+        "uint8" => b'B',
+        "int16" => b'h',
+        "int32" => b'i',
+        "uint32" => b'I',
+        "int64" => b'q',
+        "float32" => b'f',
+        "float64" => b'd',
         _ => {
-            if !arg.is_exact_instance_of::<PyInt>() {
-                return None;
-            }
-            let value = arg.extract::<i64>().ok()?;
-            let (low, high) = match kind {
-                b'b' => (i8::MIN as i64, i8::MAX as i64),
-                b'B' => (0, u8::MAX as i64),
-                b'h' => (i16::MIN as i64, i16::MAX as i64),
-                b'i' => (i32::MIN as i64, i32::MAX as i64),
-                b'I' => (0, u32::MAX as i64),
-                _ => (i64::MIN, i64::MAX),
-            };
-            // Little-endian: the low bytes of the i64 are the narrow value's bytes.
-            (low..=high).contains(&value).then_some(value as u64)
+            return Err(info_error(format!("scalar parameter '{name}' of {dtype} cannot be passed by value")))
+        }
+    })
+}
+
+/// Strides equal, except along extents of 1, where a stride is never used (as in Python).
+fn strides_match(strides: &[i64], spec: &TensorSpec) -> bool {
+    strides.len() == spec.strides.len()
+        && strides
+            .iter()
+            .zip(&spec.strides)
+            .zip(&spec.shape)
+            .all(|((got, want), extent)| got == want || *extent == 1)
+}
+
+/// Every scalar parameter a grid expression reads, checked to be one.
+fn check_grid_params(expr: &GridExpr, params: &[Param]) -> PyResult<()> {
+    for index in expr.params() {
+        if !matches!(params.get(index), Some(Param::Scalar { .. })) {
+            return Err(info_error(format!("the grid reads parameter {index}, which is not a scalar")));
         }
     }
+    Ok(())
 }
 
 impl Launcher {
-    /// Check one tensor argument against its parameter; its data pointer if it passes.
+    /// The slot of a scalar argument, or None when it does not fit the parameter. Exact
+    /// bools, ints and floats are read directly; other numbers as Python's checks take
+    /// them (`numbers.Integral` through `__index__`, `numbers.Real` through `__float__`).
+    fn scalar_slot(&self, arg: &Bound<'_, PyAny>, kind: u8) -> Option<u64> {
+        let py = arg.py();
+        match kind {
+            b'?' => arg.downcast_exact::<PyBool>().ok().map(|b| b.is_true() as u64),
+            b'f' | b'd' => {
+                let value = if let Ok(float) = arg.downcast_exact::<PyFloat>() {
+                    float.value()
+                } else if arg.is_exact_instance_of::<PyInt>() || arg.is_instance(self.real.bind(py)).ok()? {
+                    arg.extract::<f64>().ok()?
+                } else {
+                    return None;
+                };
+                if kind == b'd' {
+                    return Some(value.to_bits());
+                }
+                if value.is_finite() && value.abs() > FLOAT32_MAX {
+                    return None;
+                }
+                Some((value as f32).to_bits() as u64)
+            }
+            _ => {
+                if !arg.is_exact_instance_of::<PyInt>() && !arg.is_instance(self.integral.bind(py)).ok()? {
+                    return None;
+                }
+                let value = arg.extract::<i64>().ok()?;
+                let (low, high) = match kind {
+                    b'b' => (i8::MIN as i64, i8::MAX as i64),
+                    b'B' => (0, u8::MAX as i64),
+                    b'h' => (i16::MIN as i64, i16::MAX as i64),
+                    b'i' => (i32::MIN as i64, i32::MAX as i64),
+                    b'I' => (0, u32::MAX as i64),
+                    _ => (i64::MIN, i64::MAX),
+                };
+                // Little-endian: the low bytes of the i64 are the narrow value's bytes.
+                (low..=high).contains(&value).then_some(value as u64)
+            }
+        }
+    }
+
+    /// What the grid reads of scalar parameter `param`, from its packed slot: the value
+    /// the kernel receives (a float32 rounded to float32).
+    fn scalar_value(&self, param: usize, slot: u64) -> ScalarValue {
+        match self.params[param] {
+            Param::Scalar { kind: b'f' } => ScalarValue::Float(f32::from_bits(slot as u32) as f64),
+            Param::Scalar { kind: b'd' } => ScalarValue::Float(f64::from_bits(slot)),
+            _ => ScalarValue::Int(slot as i64),
+        }
+    }
+
+    /// A tensor argument's data pointer and device index, read through the shim, or None
+    /// when it is not what `spec` needs.
     #[inline]
-    fn tensor_slot(
+    fn read_by_shim(
         &self,
         shim: &TorchShim,
+        device_type: i32,
         arg: &Bound<'_, PyAny>,
         spec: &TensorSpec,
-        device: &mut i32,
-    ) -> Option<u64> {
-        if !shim.is_plain_tensor(arg) {
+    ) -> Option<(u64, i32)> {
+        if !shim.is_tensor(arg) {
             return None;
         }
         let fields = shim.fields(arg)?;
-        // a stride along an extent of 1 is never used, so it may be anything (as in Python)
-        let strides_match = fields.strides.len() == spec.strides.len()
-            && fields
-                .strides
-                .iter()
-                .zip(&spec.strides)
-                .zip(&spec.shape)
-                .all(|((got, want), extent)| got == want || *extent == 1);
-        if fields.dtype != spec.dtype
-            || fields.device_type != self.device_type
-            || fields.sizes != spec.shape
-            || !strides_match
-            || fields.data % spec.align != 0
-        {
-            return None;
-        }
-        if *device < 0 {
-            *device = fields.device_index;
-        } else if fields.device_index != *device {
-            return None;
-        }
-        Some(fields.data)
+        let fits = fields.dtype == spec.dtype_code
+            && fields.device_type == device_type
+            && fields.sizes == spec.shape
+            && strides_match(fields.strides, spec);
+        fits.then_some((fields.data, fields.device_index))
     }
 
-    fn grid(&self, slots: &[u64]) -> Option<(u32, u32, u32)> {
-        let mut dims = [0u32; 3];
-        for ((dim, expr), limit) in dims.iter_mut().zip(&self.grid).zip(MAX_GRID) {
-            let value = expr.eval(slots)?;
-            if !(1..=limit).contains(&value) {
-                return None;
-            }
-            *dim = value as u32;
+    /// The same through Python attributes (`isinstance`, `dtype`, `device`, `shape`,
+    /// `stride()`, `data_ptr()`, `get_device()`).
+    fn read_by_attributes(&self, arg: &Bound<'_, PyAny>, spec: &TensorSpec) -> PyResult<Option<(u64, i32)>> {
+        let py = arg.py();
+        if !arg.is_instance(self.tensor_type.bind(py))? || !arg.getattr(intern!(py, "dtype"))?.is(&spec.dtype)
+        {
+            return Ok(None);
         }
-        Some((dims[0], dims[1], dims[2]))
+        let device_type = arg.getattr(intern!(py, "device"))?.getattr(intern!(py, "type"))?;
+        if !device_type.eq(self.device_type_name)? {
+            return Ok(None);
+        }
+        let shape: Vec<i64> = arg.getattr(intern!(py, "shape"))?.extract()?;
+        let strides: Vec<i64> = arg.call_method0(intern!(py, "stride"))?.extract()?;
+        if shape != spec.shape || !strides_match(&strides, spec) {
+            return Ok(None);
+        }
+        let data: u64 = arg.call_method0(intern!(py, "data_ptr"))?.extract()?;
+        let device: i32 = arg.call_method0(intern!(py, "get_device"))?.extract()?;
+        Ok(Some((data, device)))
+    }
+
+    /// Check one tensor argument against its parameter; its data pointer if it passes.
+    #[inline]
+    fn tensor_slot(&self, arg: &Bound<'_, PyAny>, spec: &TensorSpec, device: &mut i32) -> Option<u64> {
+        let (data, index) = match &self.reader {
+            Reader::Shim { shim, device_type } => self.read_by_shim(shim, *device_type, arg, spec)?,
+            Reader::Attributes { .. } => self.read_by_attributes(arg, spec).ok()??,
+        };
+        if data % spec.align != 0 {
+            return None;
+        }
+        if *device == i32::MIN {
+            *device = index;
+        } else if index != *device {
+            return None;
+        }
+        Some(data)
+    }
+
+    /// The data pointer of a tensor the launcher allocated.
+    fn data_pointer(&self, tensor: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let read = match &self.reader {
+            Reader::Shim { shim, .. } => shim.fields(tensor).map(|fields| fields.data),
+            Reader::Attributes { .. } => {
+                Some(tensor.call_method0(intern!(tensor.py(), "data_ptr"))?.extract()?)
+            }
+        };
+        read.ok_or_else(|| {
+            PyRuntimeError::new_err("torch.empty_strided returned a tensor the launcher cannot read")
+        })
     }
 
     /// Allocate the outputs on `device`; their pointers go into `slots`.
-    fn allocate(
-        &self,
-        py: Python<'_>,
-        shim: &TorchShim,
-        device: i32,
-        slots: &mut [u64],
-    ) -> PyResult<Vec<PyObject>> {
+    fn allocate(&self, py: Python<'_>, device: i32, slots: &mut [u64]) -> PyResult<Vec<PyObject>> {
         let mut outputs = Vec::with_capacity(self.outputs.len());
         for output in &self.outputs {
+            let Param::Tensor(spec) = &self.params[output.param] else { unreachable!("outputs are tensors") };
             let kwargs = PyDict::new(py);
-            kwargs.set_item(pyo3::intern!(py, "dtype"), output.dtype.bind(py))?;
-            kwargs.set_item(pyo3::intern!(py, "device"), device)?;
+            kwargs.set_item(intern!(py, "dtype"), spec.dtype.bind(py))?;
+            if self.driver.is_some() {
+                kwargs.set_item(intern!(py, "device"), device)?;
+            }
             let tensor = self
                 .empty_strided
                 .bind(py)
                 .call((output.shape.bind(py), output.strides.bind(py)), Some(&kwargs))?;
-            let fields =
-                shim.is_plain_tensor(&tensor).then(|| shim.fields(&tensor)).flatten().ok_or_else(|| {
-                    PyRuntimeError::new_err("torch.empty_strided returned a tensor the launcher cannot read")
-                })?;
-            slots[output.param] = fields.data;
+            slots[output.param] = self.data_pointer(&tensor)?;
             outputs.push(tensor.unbind());
         }
         Ok(outputs)
     }
 
-    fn stream(&self, py: Python<'_>, shim: &TorchShim, device: i32) -> PyResult<usize> {
-        match shim.current_stream(device) {
-            Some(stream) => Ok(stream),
-            None => self.stream_getter.bind(py).call1((device,))?.extract(),
+    /// The kernel's function on `device`, loaded there on first use.
+    fn function(&self, py: Python<'_>, device: i32) -> PyResult<(usize, usize)> {
+        let slot = usize::try_from(device)
+            .ok()
+            .and_then(|d| self.functions.get(d))
+            .ok_or_else(|| PyRuntimeError::new_err(format!("Launcher: no CUDA device {device}")))?;
+        if let Some(&loaded) = slot.get() {
+            return Ok(loaded);
         }
+        let load = self.load.bind(py).call0()?;
+        if load.is_none() {
+            return Err(PyRuntimeError::new_err("the kernel of this launcher was deleted"));
+        }
+        let loaded: (usize, usize) = load.call1((device,))?.extract()?;
+        let _ = slot.set(loaded);
+        Ok(loaded)
+    }
+
+    /// The device of a call without tensor arguments: torch's current device.
+    fn current_device(&self, py: Python<'_>) -> PyResult<i32> {
+        match &self.current_device {
+            Some(getter) => getter.bind(py).call0()?.extract(),
+            None => Ok(0),
+        }
+    }
+
+    fn stream(&self, py: Python<'_>, device: i32) -> PyResult<usize> {
+        if let Reader::Shim { shim, .. } = &self.reader {
+            if let Some(stream) = shim.current_stream(device) {
+                return Ok(stream);
+            }
+        }
+        match &self.current_stream {
+            Some(StreamGetter::Raw(getter)) => getter.bind(py).call1((device,))?.extract(),
+            Some(StreamGetter::Public(getter)) => {
+                getter.bind(py).call1((device,))?.getattr(intern!(py, "cuda_stream"))?.extract()
+            }
+            None => Ok(0),
+        }
+    }
+
+    /// The grid error of a call, with the values as the call gave them.
+    fn grid_error(&self, error: tile_codegen::kernel_info::GridError, args: &Bound<'_, PyTuple>) -> PyErr {
+        // as Python writes the value the call gave: 0, 2.5
+        let value_text = |param: usize| -> String {
+            let Some(arg) = self.inputs.iter().position(|&p| p == param).and_then(|i| args.get_item(i).ok())
+            else {
+                return "?".into();
+            };
+            let text = match self.params[param] {
+                Param::Scalar { kind: b'f' | b'd' } => {
+                    arg.extract::<f64>().and_then(|v| Ok(PyFloat::new(arg.py(), v).repr()?.to_string()))
+                }
+                _ => arg.extract::<i64>().map(|v| v.to_string()),
+            };
+            text.unwrap_or_else(|_| "?".into())
+        };
+        PyValueError::new_err(error.message(&self.info, &value_text))
+    }
+
+    fn decline(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<PyObject> {
+        let method = self.fallback.bind(py).call0()?;
+        if method.is_none() {
+            return Err(PyRuntimeError::new_err("the kernel of this launcher was deleted"));
+        }
+        Ok(method.call(args, kwargs)?.unbind())
     }
 }
 
 #[pymethods]
 impl Launcher {
     #[new]
-    #[pyo3(signature = (spec_json, output_dtypes, empty_strided, stream_getter, fallback, dry_run=false))]
+    #[pyo3(signature = (info_json, out_idx, torch, load, fallback, dry_run=false, torch_shim=true))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
-        spec_json: &str,
-        output_dtypes: Vec<PyObject>,
-        empty_strided: PyObject,
-        stream_getter: PyObject,
+        info_json: &str,
+        out_idx: Vec<usize>,
+        torch: &Bound<'_, PyAny>,
+        load: PyObject,
         fallback: PyObject,
         dry_run: bool,
+        torch_shim: bool,
     ) -> PyResult<Self> {
-        let spec: Value = serde_json::from_str(spec_json).map_err(|e| spec_error(&e.to_string()))?;
-        let field = |name: &str| spec.get(name).ok_or_else(|| spec_error(name));
-        let params = field("params")?
-            .as_array()
-            .ok_or_else(|| spec_error("params"))?
-            .iter()
-            .map(parse_param)
-            .collect::<PyResult<Vec<_>>>()?;
-        let index_list = |name: &str| -> PyResult<Vec<usize>> {
-            let list = int_list(field(name)?, name)?;
-            list.into_iter()
-                .map(|i| {
-                    usize::try_from(i).ok().filter(|&i| i < params.len()).ok_or_else(|| spec_error(name))
-                })
-                .collect()
+        let info: KernelInfo =
+            serde_json::from_str(info_json).map_err(|e| info_error(format!("not a KernelInfo ({e})")))?;
+        if info.entry.is_none() {
+            return Err(info_error(format!(
+                "kernel '{}' has no GPU code (compiled for the interpreter)",
+                info.name
+            )));
+        }
+        if !info.tensor_maps.is_empty() || info.cluster != [1, 1, 1] {
+            return Err(info_error(format!(
+                "kernel '{}' needs tensor maps or a thread-block cluster, which this launcher does not set up yet",
+                info.name
+            )));
+        }
+        let reader = match (torch_shim, torch_shim::load(torch)) {
+            (true, Ok(shim)) => {
+                let device_type = if dry_run { shim.device_type_cpu } else { shim.device_type_cuda };
+                Reader::Shim { shim, device_type }
+            }
+            (true, Err(why)) => Reader::Attributes { why: format!("torch's C shim is not usable: {why}") },
+            (false, _) => Reader::Attributes { why: "torch_shim=False".into() },
         };
-        let inputs = index_list("inputs")?;
-        let output_params = index_list("outputs")?;
-        if output_params.len() != output_dtypes.len() {
-            return Err(spec_error("one dtype per output"));
+        let mut params = Vec::with_capacity(info.params.len());
+        for param in &info.params {
+            params.push(match param {
+                ParamInfo::Tensor { dtype, shape, strides, align, .. } => {
+                    let dtype = torch.getattr(dtype.as_str())?;
+                    let dtype_code = match &reader {
+                        Reader::Shim { shim, .. } => shim.dtype_code(torch, &dtype)?,
+                        Reader::Attributes { .. } => -1,
+                    };
+                    if *align == 0 {
+                        return Err(info_error(format!(
+                            "parameter '{}' has an alignment of 0",
+                            param.name()
+                        )));
+                    }
+                    Param::Tensor(TensorSpec {
+                        dtype: dtype.unbind(),
+                        dtype_code,
+                        shape: shape.clone(),
+                        strides: strides.clone(),
+                        align: *align,
+                    })
+                }
+                ParamInfo::Scalar { name, dtype } => Param::Scalar { kind: scalar_kind(name, dtype)? },
+            });
         }
-        if params.len() > STACK_ARGS {
-            return Err(PyValueError::new_err(format!("Launcher: more than {STACK_ARGS} parameters")));
-        }
-        if !inputs.iter().any(|&i| matches!(params[i], Param::Tensor(_))) {
-            // the device comes from the tensors; with none, Python asks torch for it
-            return Err(PyValueError::new_err("Launcher: the kernel takes no tensor argument"));
-        }
-        let mut outputs = Vec::new();
-        for (param, dtype) in output_params.into_iter().zip(output_dtypes) {
-            let Param::Tensor(TensorSpec { shape, strides, .. }) = &params[param] else {
-                return Err(spec_error("an output that is not a tensor"));
+        let mut outputs = Vec::with_capacity(out_idx.len());
+        for &param in &out_idx {
+            let Some(Param::Tensor(TensorSpec { shape, strides, .. })) = params.get(param) else {
+                return Err(info_error(format!("out_idx {param} is not a tensor parameter")));
             };
             outputs.push(Output {
                 param,
                 shape: PyTuple::new(py, shape)?.unbind(),
                 strides: PyTuple::new(py, strides)?.unbind(),
-                dtype,
             });
         }
-        let grid_list =
-            field("grid")?.as_array().filter(|g| g.len() == 3).ok_or_else(|| spec_error("grid"))?;
-        let grid = [
-            parse_grid(&grid_list[0], &params)?,
-            parse_grid(&grid_list[1], &params)?,
-            parse_grid(&grid_list[2], &params)?,
-        ];
-        let block = int_list(field("block")?, "block")?;
-        let block = match block.as_slice() {
-            [x, y, z] => (*x as u32, *y as u32, *z as u32),
-            _ => return Err(spec_error("block")),
+        let inputs = (0..params.len()).filter(|i| !out_idx.contains(i)).collect();
+        if info.grid.len() != 3 {
+            return Err(info_error("the grid must have three dimensions"));
+        }
+        for expr in &info.grid {
+            check_grid_params(expr, &params)?;
+        }
+        let cuda = torch.getattr("cuda")?;
+        let (devices, current_stream, current_device) = if dry_run {
+            (1, None, None)
+        } else {
+            let devices: usize = cuda.call_method0("device_count")?.extract()?;
+            // torch's private raw-stream getter returns the handle as an int, at a
+            // fraction of the cost of torch.cuda.current_stream(device).cuda_stream
+            let stream = match torch.getattr("_C")?.getattr("_cuda_getCurrentRawStream") {
+                Ok(raw) => StreamGetter::Raw(raw.unbind()),
+                Err(_) => StreamGetter::Public(cuda.getattr("current_stream")?.unbind()),
+            };
+            (devices, Some(stream), Some(cuda.getattr("current_device")?.unbind()))
         };
-        let devices = field("devices")?.as_u64().ok_or_else(|| spec_error("devices"))? as usize;
+        let numbers = py.import("numbers")?;
         Ok(Launcher {
+            info,
             params,
             inputs,
             outputs,
-            grid,
-            block,
-            shared_bytes: field("shared_bytes")?.as_u64().ok_or_else(|| spec_error("shared_bytes"))? as u32,
-            device_type: field("device_type")?.as_i64().ok_or_else(|| spec_error("device_type"))? as i32,
+            reader,
+            device_type_name: if dry_run { "cpu" } else { "cuda" },
+            tensor_type: torch.getattr("Tensor")?.downcast_into::<PyType>()?.unbind(),
+            integral: numbers.getattr("Integral")?.unbind(),
+            real: numbers.getattr("Real")?.unbind(),
+            empty_strided: torch.getattr("empty_strided")?.unbind(),
+            current_stream,
+            current_device,
             functions: (0..devices).map(|_| OnceLock::new()).collect(),
-            empty_strided,
-            stream_getter,
+            load,
             fallback,
             driver: if dry_run { None } else { Some(driver()?) },
         })
     }
 
-    /// add_device(device, function, context): the kernel as loaded on `device`.
-    fn add_device(&self, device: usize, function: usize, context: usize) -> PyResult<()> {
-        let slot = self
-            .functions
-            .get(device)
-            .ok_or_else(|| PyValueError::new_err(format!("Launcher: no device {device}")))?;
-        let _ = slot.set((function, context));
-        Ok(())
+    /// How this launcher reads tensors: "torch's C shim", or "Python attributes (why)".
+    #[getter]
+    fn tensor_reader(&self) -> String {
+        match &self.reader {
+            Reader::Shim { .. } => "torch's C shim".into(),
+            Reader::Attributes { why } => format!("Python attributes ({why})"),
+        }
     }
 
     /// launcher(*args): launch and return the outputs (None, one tensor or a tuple), or
-    /// what the Python path returns for arguments the launcher declines.
+    /// what the fallback returns for a call the launcher declines.
     #[pyo3(signature = (*args, **kwargs))]
     fn __call__(
         &self,
@@ -417,60 +506,67 @@ impl Launcher {
         args: &Bound<'_, PyTuple>,
         kwargs: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<PyObject> {
-        let decline = || -> PyResult<PyObject> {
-            let method = self.fallback.bind(py).call0()?;
-            if method.is_none() {
-                return Err(PyRuntimeError::new_err("the kernel of this launcher was deleted"));
-            }
-            Ok(method.call(args, kwargs)?.unbind())
-        };
-        let Some(shim) = shim() else { return decline() };
         if args.len() != self.inputs.len() || kwargs.is_some_and(|k| !k.is_empty()) {
-            return decline();
+            return self.decline(py, args, kwargs);
         }
-        let mut slots = [0u64; STACK_ARGS];
-        let mut device = -1;
+        let count = self.params.len();
+        let mut stack_slots = [0u64; STACK_ARGS];
+        let mut heap_slots = Vec::new();
+        let slots: &mut [u64] = if count <= STACK_ARGS {
+            &mut stack_slots[..count]
+        } else {
+            heap_slots.resize(count, 0);
+            &mut heap_slots
+        };
+        let mut device = i32::MIN;
         for (arg, &param) in args.iter().zip(&self.inputs) {
             let slot = match &self.params[param] {
-                Param::Tensor(spec) => self.tensor_slot(shim, &arg, spec, &mut device),
-                Param::Scalar { kind } => scalar_slot(&arg, *kind),
+                Param::Tensor(spec) => self.tensor_slot(&arg, spec, &mut device),
+                Param::Scalar { kind } => self.scalar_slot(&arg, *kind),
             };
             match slot {
                 Some(slot) => slots[param] = slot,
-                None => return decline(),
+                None => return self.decline(py, args, kwargs),
             }
         }
-        if self.driver.is_none() {
-            // dry run: the benchmarks' CPU tensors are on device -1
-            device = device.max(0);
-        }
-        let Some(&(function, context)) =
-            usize::try_from(device).ok().and_then(|d| self.functions.get(d)).and_then(OnceLock::get)
-        else {
-            return decline();
+        let device = match device {
+            i32::MIN => self.current_device(py)?,
+            // a dry run's CPU tensors are on device -1
+            _ if self.driver.is_none() => 0,
+            device => device,
         };
-        let Some(grid) = self.grid(&slots) else { return decline() };
+        let grid = self
+            .info
+            .launch_grid(&|i| self.scalar_value(i, slots[i]))
+            .map_err(|e| self.grid_error(e, args))?;
+        let (function, context) = self.function(py, device)?;
 
-        let outputs = self.allocate(py, shim, device, &mut slots)?;
-        let count = self.params.len();
-        let mut pointers = [null_mut::<c_void>(); STACK_ARGS];
-        for (pointer, slot) in pointers.iter_mut().zip(slots.iter_mut()).take(count) {
+        let outputs = self.allocate(py, device, slots)?;
+        let mut stack_pointers = [null_mut::<c_void>(); STACK_ARGS];
+        let mut heap_pointers = Vec::new();
+        let pointers: &mut [*mut c_void] = if count <= STACK_ARGS {
+            &mut stack_pointers[..count]
+        } else {
+            heap_pointers.resize(count, null_mut());
+            &mut heap_pointers
+        };
+        for (pointer, slot) in pointers.iter_mut().zip(slots.iter_mut()) {
             *pointer = (slot as *mut u64).cast();
         }
         if let Some(driver) = self.driver {
             let launch = Launch {
                 function,
                 context,
-                grid,
-                block: self.block,
-                shared_bytes: self.shared_bytes,
-                stream: self.stream(py, shim, device)?,
+                grid: (grid[0], grid[1], grid[2]),
+                block: (self.info.block[0], self.info.block[1], self.info.block[2]),
+                shared_bytes: self.info.shared_bytes,
+                stream: self.stream(py, device)?,
                 parameters: pointers.as_mut_ptr() as usize,
             };
             py.allow_threads(move || run(driver, launch))?;
         } else {
             // dry run: the GIL round trip of a real launch, no driver call
-            let first = pointers[0] as usize;
+            let first = pointers.first().map_or(0, |p| *p as usize);
             py.allow_threads(move || std::hint::black_box(first));
         }
         Ok(match outputs.len() {

@@ -45,17 +45,26 @@ fn compile(py: Python<'_>, program: String, options: String) -> PyResult<(String
     Ok((c.source, c.info))
 }
 
-/// dump_ir(program_json, options_json) -> [(pass_name, ir_text)], the IR after every pass.
+/// inspect(program_json, options_json) -> (cuda_source, ir, layouts_json): compile as
+/// `compile` does with these options and return what `kernel.ir()` and `kernel.layouts()`
+/// show: the text IR after every pass (`[(pass_name, ir_text)]`, with `"keep_ir": true` in
+/// the options, else None) and where the lowered kernel keeps each on-chip buffer (per
+/// fragment its layout digits, `tile_ir::FragmentLayout`; per shared buffer its byte
+/// offset and whether it is swizzled). The source lets the caller check that this is the
+/// kernel it compiled.
 #[pyfunction]
-fn dump_ir(py: Python<'_>, program: String, options: String) -> PyResult<Vec<(String, String)>> {
+#[allow(clippy::type_complexity)]
+fn inspect(
+    py: Python<'_>,
+    program: String,
+    options: String,
+) -> PyResult<(String, Option<Vec<(String, String)>>, String)> {
     let result = py.allow_threads(move || {
         on_deep_stack(move || {
             let opts = CompileOptions::from_json(&options)?;
-            let mut dumps = Vec::new();
-            tilers_cc::compile_with(&program, &opts, &mut |pass, text| {
-                dumps.push((pass.to_string(), text.to_string()))
-            })?;
-            Ok(dumps)
+            let compiled = tilers_cc::compile(&program, &opts)?;
+            let ir = opts.keep_ir.then_some(compiled.ir);
+            Ok((compiled.source, ir, buffer_layouts(&compiled.module).to_string()))
         })
     });
     result.map_err(to_py)
@@ -102,21 +111,6 @@ fn interpret(
 #[pyfunction]
 fn check(py: Python<'_>, program: String) -> PyResult<String> {
     py.allow_threads(move || on_deep_stack(move || tilers_cc::check(&program))).map_err(to_py)
-}
-
-/// layouts(program_json, options_json) -> JSON: where the lowered kernel keeps each
-/// on-chip buffer. Per fragment, its layout digits (`tile_ir::FragmentLayout`); per shared
-/// buffer, its byte offset and whether it is swizzled (`tile_ir::Buffer::swizzle`).
-#[pyfunction]
-fn layouts(py: Python<'_>, program: String, options: String) -> PyResult<String> {
-    let result = py.allow_threads(move || {
-        on_deep_stack(move || {
-            let opts = CompileOptions::from_json(&options)?;
-            let compiled = tilers_cc::compile_with(&program, &opts, &mut |_, _| {})?;
-            Ok(buffer_layouts(&compiled.module).to_string())
-        })
-    });
-    result.map_err(to_py)
 }
 
 fn buffer_layouts(m: &tile_ir::Module) -> serde_json::Value {
@@ -205,9 +199,8 @@ fn pass_names() -> Vec<&'static str> {
 #[pymodule]
 fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
-    m.add_function(wrap_pyfunction!(dump_ir, m)?)?;
+    m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(pass_names, m)?)?;
-    m.add_function(wrap_pyfunction!(layouts, m)?)?;
     m.add_function(wrap_pyfunction!(interpret, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(check_passes, m)?)?;

@@ -9,14 +9,16 @@
 //!
 //! The shim takes an `at::Tensor*`. A Python tensor (`THPVariable`) holds its `at::Tensor`
 //! right after the object header (torch 2.11; older versions wrap it in a `MaybeOwned`,
-//! one word further). [`load_torch_shim`] finds which by comparing the word there with
-//! `t._cdata` (the TensorImpl address torch itself reports) and checks the shim's answers
-//! against Python's for a sample tensor; when anything disagrees, or a library or symbol
-//! is missing, the shim is not used and every launch takes the Python checks.
+//! one word further). [`load`] finds which by comparing the word there with `t._cdata`
+//! (the TensorImpl address torch itself reports) and checks the shim's answers against
+//! Python's for a sample tensor and for a `torch.nn.Parameter` of it (a subclass instance
+//! starts with the same `THPVariable`, so subclasses are read the same way, as their base
+//! tensor). When anything disagrees, or a library or symbol is missing, the launcher reads
+//! tensors through their Python attributes instead (`launcher.rs`).
 
 use libloading::Library;
 use pyo3::prelude::*;
-use pyo3::types::{PyTuple, PyType};
+use pyo3::types::{PyDict, PySlice, PyType};
 use std::ffi::{c_int, c_void};
 use std::sync::OnceLock;
 
@@ -46,9 +48,11 @@ pub struct TorchShim {
     current_cuda_stream: Option<unsafe extern "C" fn(i32, *mut *mut c_void) -> ShimError>,
     /// Byte offset of the `at::Tensor` inside a `THPVariable`.
     tensor_offset: usize,
-    /// `torch.Tensor` and `torch.nn.Parameter`: the exact types read through the shim.
-    /// Other subclasses may override what a launch reads, so they take the Python checks.
-    tensor_types: Vec<Py<PyType>>,
+    /// `torch.Tensor`: its instances, and those of its subclasses, are read by the shim.
+    tensor_type: Py<PyType>,
+    /// torch's DeviceType numbers of CUDA and of the CPU.
+    pub device_type_cuda: i32,
+    pub device_type_cpu: i32,
 }
 
 // SAFETY: the shim functions are thread-safe readers; the libraries stay loaded.
@@ -65,29 +69,57 @@ pub struct TensorFields<'a> {
     pub strides: &'a [i64],
 }
 
-static SHIM: OnceLock<TorchShim> = OnceLock::new();
+/// The shim, or why it is not usable: decided by the first [`load`].
+static SHIM: OnceLock<Result<TorchShim, String>> = OnceLock::new();
 
-/// The shim, once [`load_torch_shim`] has accepted it.
-pub fn shim() -> Option<&'static TorchShim> {
-    SHIM.get()
+/// The shim, reading tensors of the `torch` module given; the first call decides, once
+/// per process, whether it is usable (else: why not).
+pub fn load(torch: &Bound<'_, PyAny>) -> Result<&'static TorchShim, &'static str> {
+    if SHIM.get().is_none() {
+        // Not get_or_init: the check calls into Python, which may let another thread in
+        // to decide too; the first answer stays.
+        let _ = SHIM.set(open_shim(torch));
+    }
+    match SHIM.get() {
+        Some(Ok(shim)) => Ok(shim),
+        Some(Err(reason)) => Err(reason),
+        None => Err("the torch shim was not loaded"),
+    }
 }
 
 impl TorchShim {
-    /// Whether `object`'s type is one whose fields the shim reads.
+    /// Whether `object` is a `torch.Tensor` (of a subclass too), whose fields the shim reads.
     #[inline]
-    pub fn is_plain_tensor(&self, object: &Bound<'_, PyAny>) -> bool {
-        // SAFETY: reads the type pointer of a live object.
-        let kind = unsafe { pyo3::ffi::Py_TYPE(object.as_ptr()) }.cast::<pyo3::ffi::PyObject>();
-        self.tensor_types.iter().any(|t| t.as_ptr() == kind)
+    pub fn is_tensor(&self, object: &Bound<'_, PyAny>) -> bool {
+        let tensor = self.tensor_type.as_ptr().cast::<pyo3::ffi::PyTypeObject>();
+        // SAFETY: reads the type of a live object; PyType_IsSubtype only reads the MRO.
+        unsafe {
+            let kind = pyo3::ffi::Py_TYPE(object.as_ptr());
+            kind == tensor || pyo3::ffi::PyType_IsSubtype(kind, tensor) != 0
+        }
     }
 
-    /// The fields of a tensor whose type passed [`Self::is_plain_tensor`]; None when torch
-    /// reports an error (a tensor without storage or strides, for example).
+    /// torch's ScalarType number of a torch dtype (`torch.float16`).
+    pub fn dtype_code(&self, torch: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> PyResult<i32> {
+        let py = torch.py();
+        let kwargs = PyDict::new(py);
+        kwargs.set_item("dtype", dtype)?;
+        let sample = torch.call_method("empty", (0,), Some(&kwargs))?;
+        let fields = self.fields(&sample).ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err(format!(
+                "the torch shim cannot read a tensor of {dtype}"
+            ))
+        })?;
+        Ok(fields.dtype)
+    }
+
+    /// The fields of a tensor that passed [`Self::is_tensor`]; None when torch reports an
+    /// error (a tensor without storage or strides, for example).
     ///
     /// The slices point into the tensor, which the caller's reference keeps alive.
     #[inline]
     pub fn fields<'a>(&self, tensor: &'a Bound<'_, PyAny>) -> Option<TensorFields<'a>> {
-        // SAFETY: `tensor` is a THPVariable (its exact type was checked), whose
+        // SAFETY: `tensor` is a THPVariable (its type is torch.Tensor or a subclass), whose
         // `at::Tensor` sits at `tensor_offset` (checked at load); each call writes one value.
         unsafe {
             let handle: TensorHandle = tensor.as_ptr().cast::<u8>().add(self.tensor_offset).cast();
@@ -145,7 +177,11 @@ fn open_loaded(name: &str) -> Result<Library, String> {
     Err(format!("{name}: the torch shim is only looked for on Linux"))
 }
 
-fn open_shim(sample: &Bound<'_, PyAny>, tensor_types: &Bound<'_, PyTuple>) -> Result<TorchShim, String> {
+fn open_shim(torch: &Bound<'_, PyAny>) -> Result<TorchShim, String> {
+    if !cfg!(target_os = "linux") {
+        return Err("the torch shim is only looked for on Linux".into());
+    }
+    let error = |e: PyErr| e.to_string();
     let cpu_library = open_loaded("libtorch_cpu.so")?;
     macro_rules! symbol {
         ($library:expr, $name:literal) => {
@@ -159,10 +195,10 @@ fn open_shim(sample: &Bound<'_, PyAny>, tensor_types: &Bound<'_, PyTuple>) -> Re
         // SAFETY: as declared in shim.h.
         unsafe { library.get(b"aoti_torch_get_current_cuda_stream\0") }.ok().map(|s| *s)
     });
-    let types = tensor_types
-        .iter()
-        .map(|t| t.downcast_into::<PyType>().map(|t| t.unbind()).map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
+    let device_type_cuda: unsafe extern "C" fn() -> i32 = symbol!(cpu_library, "aoti_torch_device_type_cuda");
+    let device_type_cpu: unsafe extern "C" fn() -> i32 = symbol!(cpu_library, "aoti_torch_device_type_cpu");
+    let tensor_type =
+        torch.getattr("Tensor").and_then(|t| Ok(t.downcast_into::<PyType>()?)).map_err(error)?;
     let mut shim = TorchShim {
         get_data_ptr: symbol!(cpu_library, "aoti_torch_get_data_ptr"),
         get_dim: symbol!(cpu_library, "aoti_torch_get_dim"),
@@ -173,15 +209,28 @@ fn open_shim(sample: &Bound<'_, PyAny>, tensor_types: &Bound<'_, PyTuple>) -> Re
         get_device_index: symbol!(cpu_library, "aoti_torch_get_device_index"),
         current_cuda_stream,
         tensor_offset: 0,
-        tensor_types: types,
+        tensor_type: tensor_type.unbind(),
+        // SAFETY: functions without arguments returning constants.
+        device_type_cuda: unsafe { device_type_cuda() },
+        device_type_cpu: unsafe { device_type_cpu() },
         _cpu_library: cpu_library,
         _cuda_library: cuda_library,
     };
-    if !shim.is_plain_tensor(sample) {
+    // torch.empty((3, 4, 5))[1:, ::2, 1:]: not contiguous and at an offset, so the shim
+    // must get every field right
+    let py = torch.py();
+    let slices = (PySlice::new(py, 1, 3, 1), PySlice::new(py, 0, 4, 2), PySlice::new(py, 1, 5, 1));
+    let sample = torch.call_method1("empty", ((3, 4, 5),)).and_then(|t| t.get_item(slices)).map_err(error)?;
+    if !shim.is_tensor(&sample) {
         return Err("the sample is not a torch.Tensor".into());
     }
-    shim.tensor_offset = tensor_offset(sample)?;
-    check_sample(&shim, sample)?;
+    shim.tensor_offset = tensor_offset(&sample)?;
+    check_sample(&shim, &sample)?;
+    // a subclass instance: the same THPVariable, so the same offset
+    let parameter = torch.getattr("nn").and_then(|nn| nn.getattr("Parameter")).map_err(error)?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("requires_grad", false).map_err(error)?;
+    check_sample(&shim, &parameter.call((&sample,), Some(&kwargs)).map_err(error)?)?;
     Ok(shim)
 }
 
@@ -223,25 +272,14 @@ fn check_sample(shim: &TorchShim, sample: &Bound<'_, PyAny>) -> Result<(), Strin
     Ok(())
 }
 
-/// load_torch_shim(sample, tensor_types) -> str: start reading tensors through torch's C
-/// shim; "" when it is in use, else why not. `sample` is a strided tensor that is not
-/// contiguous and starts at an offset, whose fields the shim must read as Python does;
-/// `tensor_types` are the exact types to read this way (torch.Tensor, torch.nn.Parameter).
-/// torch must be imported (its libraries are found among those already loaded).
+/// load_torch_shim(torch) -> str: start reading tensors through torch's C shim (the
+/// launcher does this itself); "" when it is in use, else why not. torch must be imported
+/// (its libraries are found among those already loaded).
 #[pyfunction]
-pub fn load_torch_shim(sample: &Bound<'_, PyAny>, tensor_types: &Bound<'_, PyTuple>) -> String {
-    if SHIM.get().is_some() {
-        return String::new();
-    }
-    if !cfg!(target_os = "linux") {
-        return "the torch shim is only looked for on Linux".into();
-    }
-    match open_shim(sample, tensor_types) {
-        Ok(shim) => {
-            let _ = SHIM.set(shim);
-            String::new()
-        }
-        Err(reason) => reason,
+pub fn load_torch_shim(torch: &Bound<'_, PyAny>) -> String {
+    match load(torch) {
+        Ok(_) => String::new(),
+        Err(reason) => reason.to_string(),
     }
 }
 
@@ -249,8 +287,8 @@ pub fn load_torch_shim(sample: &Bound<'_, PyAny>, tensor_types: &Bound<'_, PyTup
 /// ScalarType and DeviceType, as the launcher compares them (None without the shim).
 #[pyfunction]
 pub fn tensor_codes(tensor: &Bound<'_, PyAny>) -> Option<(i32, i32)> {
-    let shim = shim()?;
-    if !shim.is_plain_tensor(tensor) {
+    let Some(Ok(shim)) = SHIM.get() else { return None };
+    if !shim.is_tensor(tensor) {
         return None;
     }
     shim.fields(tensor).map(|fields| (fields.dtype, fields.device_type))

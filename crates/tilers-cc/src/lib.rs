@@ -44,10 +44,14 @@ pub struct CompileOptions {
     pub fast_math: bool,
     /// Write the IR after every pass here (`TILERS_DUMP_IR`).
     pub dump_dir: Option<PathBuf>,
+    /// Keep the text IR after every pass in [`Compiled::ir`] (`kernel.ir()`; memory per
+    /// kernel, so only on request).
+    pub keep_ir: bool,
 }
 
 impl CompileOptions {
-    /// Parse `{"arch": "sm_90a", "lineinfo": false, "fast_math": false, "dump_ir": null}`.
+    /// Parse `{"arch": "sm_90a", "lineinfo": false, "fast_math": false, "dump_ir": null,
+    /// "keep_ir": false}`.
     pub fn from_json(text: &str) -> Result<CompileOptions, CompileError> {
         let v: Value = serde_json::from_str(text)
             .map_err(|e| CompileError::Format(format!("options are not valid JSON: {e}")))?;
@@ -66,6 +70,7 @@ impl CompileOptions {
                 "lineinfo" => opts.lineinfo = val.as_bool().unwrap_or(false),
                 "fast_math" => opts.fast_math = val.as_bool().unwrap_or(false),
                 "dump_ir" => opts.dump_dir = val.as_str().map(PathBuf::from),
+                "keep_ir" => opts.keep_ir = val.as_bool().unwrap_or(false),
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }
@@ -108,6 +113,8 @@ pub struct Compiled {
     /// KernelInfo JSON text.
     pub info: String,
     pub module: Module,
+    /// (pass, text IR after it), `input` first: with [`CompileOptions::keep_ir`] only.
+    pub ir: Vec<(String, String)>,
 }
 
 fn save_reproducer(program: &str) -> Option<PathBuf> {
@@ -160,17 +167,25 @@ fn compile_guarded(
     }
 }
 
+/// Compile a serialized program: the IR after every pass goes to `opts.dump_dir` (or
+/// `TILERS_DUMP_IR`) as files, and into [`Compiled::ir`] with `opts.keep_ir`.
 pub fn compile(program: &str, opts: &CompileOptions) -> Result<Compiled, CompileError> {
     let dump_dir = opts.dump_dir.clone().or_else(|| std::env::var_os("TILERS_DUMP_IR").map(PathBuf::from));
     let mut index = 0;
+    let mut kept = Vec::new();
     let mut dump = |pass: &str, text: &str| {
         if let Some(dir) = &dump_dir {
             let _ = std::fs::create_dir_all(dir);
             let _ = std::fs::write(dir.join(format!("{index:02}-{pass}.tir")), text);
             index += 1;
         }
+        if opts.keep_ir {
+            kept.push((pass.to_string(), text.to_string()));
+        }
     };
-    compile_with(program, opts, &mut dump)
+    let mut compiled = compile_with(program, opts, &mut dump)?;
+    compiled.ir = kept;
+    Ok(compiled)
 }
 
 /// A program the parser refused: malformed, or legal but past one of tilers' limits (then
@@ -205,28 +220,19 @@ fn compile_inner(
         tile_ir::diag::Severity::Bug => CompileError::Internal { message: d.message, reproducer: None },
         _ => CompileError::User(d.render(&sources)),
     })?;
-    Ok(Compiled { source: kernel.source, info: kernel.info.to_string(), module: lowered })
+    Ok(Compiled { source: kernel.source, info: kernel.info.to_json(), module: lowered, ir: Vec::new() })
 }
 
-/// Verify a serialized program without generating code (for the interpreter); returns a
-/// KernelInfo JSON whose `params` describe the arguments (no entry, grid or source).
+/// Verify a serialized program without generating code (for the interpreter); returns its
+/// KernelInfo JSON ([`tile_codegen::KernelInfo::for_interpreter`]: the parameters and the
+/// block; no entry, grid or source).
 pub fn check(program: &str) -> Result<String, CompileError> {
     let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
     let sources = module.sources.clone();
     let mut ctx = Ctx::new(Target::default_gpu(), Options::default());
     let module = tile_passes::run_through(module, &mut ctx, "verify")
         .map_err(|d| CompileError::User(render_all(&d, &sources)))?;
-    Ok(serde_json::json!({
-        "name": module.name,
-        "entry": null,
-        "arch": "interp",
-        "params": tile_codegen::param_info(&module),
-        "grid": [],
-        "block": [module.kernel.threads, 1, 1],
-        "shared_bytes": 0,
-        "report": [],
-    })
-    .to_string())
+    Ok(tile_codegen::KernelInfo::for_interpreter(&module).to_json())
 }
 
 /// Run a serialized program on host buffers with the reference interpreter, after the

@@ -66,3 +66,22 @@ fn every_program_compiles_for_sm_80_too() {
         assert_eq!(info["arch"], "sm_80");
     }
 }
+
+/// `check` (the interpreter's verification, tile-level IR) gives the same KernelInfo type
+/// as `compile`, with the same parameters: which tensors a kernel writes is found alike in
+/// the tile-level program and in the lowered one.
+#[test]
+fn check_describes_the_parameters_as_compile_does() {
+    use tile_codegen::KernelInfo;
+    for p in programs() {
+        let text = std::fs::read_to_string(&p).unwrap();
+        let checked: KernelInfo = serde_json::from_str(&tilers_cc::check(&text).unwrap()).unwrap();
+        let opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
+        let compiled: KernelInfo = serde_json::from_str(&compile(&text, &opts).unwrap().info).unwrap();
+        assert_eq!(checked.params, compiled.params, "{}", p.display());
+        assert_eq!(
+            (checked.entry, checked.arch.as_str(), checked.threads),
+            (None, "interp", compiled.threads)
+        );
+    }
+}

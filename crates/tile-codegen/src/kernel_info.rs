@@ -1,0 +1,556 @@
+//! KernelInfo: the launch recipe of a compiled kernel, the one contract between the
+//! compiler and whoever launches it (the native launcher of `tile-py`, `tilers-cc`'s
+//! output, docs/format.md).
+//!
+//! It says what to launch (entry, required architecture, block actually launched, cluster
+//! dims, dynamic shared memory), what every argument must be (dtype, shape, strides,
+//! assumed alignment, and whether the kernel writes it), how many blocks a call runs (grid
+//! expressions of the scalar parameters, evaluated by [`KernelInfo::launch_grid`], the
+//! only grid evaluator), which tensor maps a call must encode, and the lowering report.
+//! It is made once, here, from the lowered module, and serialized as JSON.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use tile_ir::*;
+
+/// Dynamic shared memory a kernel may use without opting in (`cuFuncSetAttribute`).
+pub const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
+
+/// CUDA's limits on the grid, per dimension.
+pub const MAX_GRID: [i64; 3] = [(1 << 31) - 1, 65535, 65535];
+
+/// Everything needed to launch one compiled kernel (docs/format.md).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KernelInfo {
+    /// The user's kernel (the prim_func).
+    pub name: String,
+    /// The `extern "C" __global__` function; None for a program only verified for the
+    /// interpreter ([`KernelInfo::for_interpreter`]).
+    pub entry: Option<String>,
+    /// The architecture the code needs, e.g. "sm_90a" ("interp" for the interpreter).
+    pub arch: String,
+    /// The kernel's parameters, in the order of its CUDA parameters.
+    pub params: Vec<ParamInfo>,
+    /// Blocks per dimension, three expressions of the scalar parameters (none for the
+    /// interpreter).
+    pub grid: Vec<GridExpr>,
+    /// `threads=` of `T.Kernel`: the threads the user's code is written for.
+    pub threads: u32,
+    /// The block actually launched: `threads` today; more once the compiler adds
+    /// producer warps.
+    pub block: [u32; 3],
+    /// Thread-block cluster dims (`[1, 1, 1]`: no cluster).
+    #[serde(default = "no_cluster")]
+    pub cluster: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_bytes: u32,
+    /// Whether `shared_bytes` is over [`DEFAULT_SHARED_LIMIT`], so that the function's
+    /// limit must be raised before it launches.
+    pub shared_opt_in: bool,
+    /// TMA descriptors to encode for every call, from the tensors passed.
+    #[serde(default)]
+    pub tensor_maps: Vec<TensorMap>,
+    /// What each tile op became (instructions, widths, stages, shared memory).
+    #[serde(default)]
+    pub report: Vec<String>,
+}
+
+fn no_cluster() -> [u32; 3] {
+    [1, 1, 1]
+}
+
+/// One kernel parameter: a tensor (passed as a pointer to its data) or a scalar (by value).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum ParamInfo {
+    Tensor {
+        name: String,
+        dtype: String,
+        shape: Vec<i64>,
+        /// In elements.
+        strides: Vec<i64>,
+        /// The byte alignment the kernel assumes for the data pointer.
+        align: u64,
+        /// Whether the kernel writes the tensor (an output, written in place).
+        written: bool,
+    },
+    Scalar {
+        name: String,
+        dtype: String,
+    },
+}
+
+impl ParamInfo {
+    pub fn name(&self) -> &str {
+        match self {
+            ParamInfo::Tensor { name, .. } | ParamInfo::Scalar { name, .. } => name,
+        }
+    }
+    pub fn dtype(&self) -> &str {
+        match self {
+            ParamInfo::Tensor { dtype, .. } | ParamInfo::Scalar { dtype, .. } => dtype,
+        }
+    }
+}
+
+/// A grid dimension: `{"const": 4}`, `{"param": i}` (scalar parameter number i; a float
+/// parameter counts as its value truncated toward zero) or `{"op", "a", "b"}`, with
+/// Python's meaning of each operation (`floordiv` rounds toward negative infinity).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum GridExpr {
+    Const {
+        #[serde(rename = "const")]
+        value: i64,
+    },
+    Param {
+        param: usize,
+    },
+    Op {
+        op: GridOp,
+        a: Box<GridExpr>,
+        b: Box<GridExpr>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GridOp {
+    Add,
+    Sub,
+    Mul,
+    FloorDiv,
+    CeilDiv,
+    Min,
+    Max,
+}
+
+/// A TMA descriptor the launcher encodes for each call (`cuTensorMapEncodeTiled`) from the
+/// tensor passed as parameter `param`, and passes as a `__grid_constant__` parameter.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TensorMap {
+    /// Index into `params` of the tensor the map describes.
+    pub param: usize,
+    /// The box (tile) one copy moves, in elements per dimension, outermost first.
+    #[serde(rename = "box")]
+    pub box_shape: Vec<u32>,
+    /// The shared-memory swizzle in bytes: 0 (none), 32, 64 or 128.
+    pub swizzle: u32,
+}
+
+/// What the grid reads of one scalar argument, as the kernel receives it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ScalarValue {
+    Int(i64),
+    Float(f64),
+}
+
+/// Why a grid expression has no value for a call.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum GridProblem {
+    /// `floordiv` or `ceildiv` by zero.
+    DividesByZero,
+    /// A float parameter that is infinite or NaN.
+    NotFinite,
+    /// The value, or None where it is too large to compute.
+    OutOfRange(Option<i128>),
+}
+
+/// A grid dimension of one call that CUDA cannot launch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridError {
+    /// 0, 1 or 2 (x, y, z).
+    pub axis: usize,
+    pub problem: GridProblem,
+    /// The scalar parameters the dimension reads, in order of first use.
+    pub params: Vec<usize>,
+}
+
+impl GridError {
+    /// "grid dimension x is 0 (from scalar parameter n=0): every grid dimension must be at
+    /// least 1"; `value_text(i)` writes the value given for parameter i.
+    pub fn message(&self, info: &KernelInfo, value_text: &dyn Fn(usize) -> String) -> String {
+        let axis = ["x", "y", "z"][self.axis];
+        let source = if self.params.is_empty() {
+            String::new()
+        } else {
+            let parts: Vec<String> = self
+                .params
+                .iter()
+                .map(|&i| {
+                    let name = info.params.get(i).map_or("?", ParamInfo::name);
+                    format!("{name}={}", value_text(i))
+                })
+                .collect();
+            let plural = if parts.len() > 1 { "s" } else { "" };
+            format!(" (from scalar parameter{plural} {})", parts.join(", "))
+        };
+        let limit = MAX_GRID[self.axis];
+        match self.problem {
+            GridProblem::DividesByZero => format!("grid dimension {axis} divides by zero{source}"),
+            GridProblem::NotFinite => format!(
+                "grid dimension {axis} reads a float that is not finite{source}: it has no number of blocks"
+            ),
+            GridProblem::OutOfRange(Some(value)) if value < 1 => {
+                format!("grid dimension {axis} is {value}{source}: every grid dimension must be at least 1")
+            }
+            GridProblem::OutOfRange(Some(value)) => {
+                format!("grid dimension {axis} is {value}{source}: over the CUDA limit of {limit} blocks")
+            }
+            GridProblem::OutOfRange(None) => {
+                format!("grid dimension {axis} overflows{source}: over the CUDA limit of {limit} blocks")
+            }
+        }
+    }
+}
+
+/// Python's `a // b`; None when `b` is 0 or the quotient overflows.
+fn floor_div(a: i128, b: i128) -> Option<i128> {
+    let quotient = a.checked_div(b)?;
+    if a % b != 0 && ((a < 0) != (b < 0)) {
+        quotient.checked_sub(1)
+    } else {
+        Some(quotient)
+    }
+}
+
+impl GridExpr {
+    /// The value for a call whose scalar parameter i is `value(i)`.
+    pub fn eval(&self, value: &dyn Fn(usize) -> ScalarValue) -> Result<i128, GridProblem> {
+        let overflow = GridProblem::OutOfRange(None);
+        match self {
+            GridExpr::Const { value } => Ok(*value as i128),
+            GridExpr::Param { param } => match value(*param) {
+                ScalarValue::Int(v) => Ok(v as i128),
+                ScalarValue::Float(v) if !v.is_finite() => Err(GridProblem::NotFinite),
+                // i128 holds every integer below 1.7e38
+                ScalarValue::Float(v) if v.abs() < 1e38 => Ok(v.trunc() as i128),
+                ScalarValue::Float(_) => Err(overflow),
+            },
+            GridExpr::Op { op, a, b } => {
+                let (a, b) = (a.eval(value)?, b.eval(value)?);
+                let divisor = |b: i128| if b == 0 { Err(GridProblem::DividesByZero) } else { Ok(b) };
+                match op {
+                    GridOp::Add => a.checked_add(b).ok_or(overflow),
+                    GridOp::Sub => a.checked_sub(b).ok_or(overflow),
+                    GridOp::Mul => a.checked_mul(b).ok_or(overflow),
+                    GridOp::FloorDiv => floor_div(a, divisor(b)?).ok_or(overflow),
+                    GridOp::CeilDiv => floor_div(a.checked_neg().ok_or(overflow)?, divisor(b)?)
+                        .and_then(i128::checked_neg)
+                        .ok_or(overflow),
+                    GridOp::Min => Ok(a.min(b)),
+                    GridOp::Max => Ok(a.max(b)),
+                }
+            }
+        }
+    }
+
+    /// The scalar parameters the expression reads, in order of first use.
+    pub fn params(&self) -> Vec<usize> {
+        fn visit(e: &GridExpr, out: &mut Vec<usize>) {
+            match e {
+                GridExpr::Const { .. } => {}
+                GridExpr::Param { param } => {
+                    if !out.contains(param) {
+                        out.push(*param)
+                    }
+                }
+                GridExpr::Op { a, b, .. } => {
+                    visit(a, out);
+                    visit(b, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        visit(self, &mut out);
+        out
+    }
+}
+
+impl KernelInfo {
+    /// The grid of one call whose scalar parameter i is `value(i)`: three dimensions
+    /// within CUDA's limits, or the first that is not.
+    pub fn launch_grid(&self, value: &dyn Fn(usize) -> ScalarValue) -> Result<[u32; 3], GridError> {
+        let mut dims = [1u32; 3];
+        for (axis, expr) in self.grid.iter().enumerate().take(3) {
+            let problem = match expr.eval(value) {
+                Ok(v) if (1..=MAX_GRID[axis] as i128).contains(&v) => {
+                    dims[axis] = v as u32;
+                    continue;
+                }
+                Ok(v) => GridProblem::OutOfRange(Some(v)),
+                Err(problem) => problem,
+            };
+            return Err(GridError { axis, problem, params: expr.params() });
+        }
+        Ok(dims)
+    }
+
+    /// The KernelInfo of a verified tile-level program run by the interpreter: its
+    /// parameters and block; no entry, grid or shared memory (nothing is generated).
+    pub fn for_interpreter(m: &Module) -> KernelInfo {
+        KernelInfo {
+            name: m.name.clone(),
+            entry: None,
+            arch: "interp".into(),
+            params: param_info(m),
+            grid: Vec::new(),
+            threads: m.kernel.threads,
+            block: [m.kernel.threads, 1, 1],
+            cluster: no_cluster(),
+            shared_bytes: 0,
+            shared_opt_in: false,
+            tensor_maps: Vec::new(),
+            report: Vec::new(),
+        }
+    }
+
+    /// JSON text (docs/format.md).
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("KernelInfo serializes")
+    }
+}
+
+fn gexpr(m: &Module, e: &Expr) -> Result<GridExpr, Diagnostic> {
+    let bad = || {
+        Diagnostic::error(
+            "a grid dimension must be computed from constants and scalar parameters",
+            m.kernel.loc,
+        )
+        .with_help("e.g. T.Kernel(T.ceildiv(n, 128), threads=128) with n: T.int32")
+    };
+    let scalar_param = |id: &VarId| {
+        m.params.iter().position(|p| matches!(p, Param::Scalar { var, .. } if var == id)).ok_or_else(bad)
+    };
+    Ok(match e {
+        Expr::Const { value: ConstValue::Int(v), .. } => GridExpr::Const { value: *v },
+        Expr::Var { id, .. } => GridExpr::Param { param: scalar_param(id)? },
+        Expr::Cast { a, dtype } if dtype.is_int() && a.dtype().is_int() => gexpr(m, a)?,
+        // `T.int32(x)` of a float parameter: truncated toward zero, as the launcher does
+        Expr::Cast { a, dtype } if dtype.is_int() => match a.as_ref() {
+            Expr::Var { id, .. } if a.dtype().is_float() => GridExpr::Param { param: scalar_param(id)? },
+            _ => return Err(bad()),
+        },
+        Expr::Binary { op, a, b, .. } => {
+            let op = match op {
+                BinOp::Add => GridOp::Add,
+                BinOp::Sub => GridOp::Sub,
+                BinOp::Mul => GridOp::Mul,
+                BinOp::FloorDiv => GridOp::FloorDiv,
+                BinOp::Min => GridOp::Min,
+                BinOp::Max => GridOp::Max,
+                _ => return Err(bad()),
+            };
+            GridExpr::Op { op, a: Box::new(gexpr(m, a)?), b: Box::new(gexpr(m, b)?) }
+        }
+        _ => return Err(bad()),
+    })
+}
+
+/// The buffers a statement writes, at either level of the IR: tile ops by their
+/// destination, thread-level instructions by the accesses they declare.
+fn destinations(s: &Stmt) -> Vec<BufferId> {
+    match s {
+        Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => vec![*buf],
+        Stmt::Copy(op) => vec![op.dst.buf],
+        Stmt::Fill { dst, .. } => vec![dst.buf],
+        Stmt::Reduce(op) => vec![op.dst],
+        Stmt::Gemm(op) => vec![op.c],
+        Stmt::Inst(i) => i
+            .accesses()
+            .iter()
+            .filter(|a| a.kind == tile_ir::inst::AccessKind::Write)
+            .map(|a| a.buf)
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every buffer some statement of the kernel writes.
+fn written_buffers(m: &Module) -> BTreeSet<BufferId> {
+    let mut written = BTreeSet::new();
+    walk_stmts(&m.kernel.body, &mut |s| written.extend(destinations(s)));
+    written
+}
+
+/// KernelInfo's description of the parameters: dtype, shape, strides, assumed alignment,
+/// and whether the kernel writes the tensor.
+pub fn param_info(m: &Module) -> Vec<ParamInfo> {
+    let written = written_buffers(m);
+    m.params
+        .iter()
+        .map(|p| match p {
+            Param::Tensor { name, buffer } => {
+                let b = m.buffer(*buffer);
+                ParamInfo::Tensor {
+                    name: name.clone(),
+                    dtype: b.dtype.name().into(),
+                    shape: b.shape.clone(),
+                    strides: b.strides(),
+                    align: 16,
+                    written: written.contains(buffer),
+                }
+            }
+            Param::Scalar { name, var } => {
+                ParamInfo::Scalar { name: name.clone(), dtype: m.var(*var).dtype.name().into() }
+            }
+        })
+        .collect()
+}
+
+/// The launch recipe of a lowered (thread-level) module whose `__global__` function is
+/// `entry`.
+pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Result<KernelInfo, Diagnostic> {
+    let mut grid = m.kernel.grid.iter().map(|g| gexpr(m, g)).collect::<Result<Vec<_>, _>>()?;
+    while grid.len() < 3 {
+        grid.push(GridExpr::Const { value: 1 });
+    }
+    let shared: u64 = m
+        .buffers
+        .iter()
+        .filter(|b| b.scope == Scope::Shared)
+        .map(|b| b.shared_offset.unwrap_or(0) + b.bytes() as u64)
+        .max()
+        .unwrap_or(0);
+    let shared_bytes = u32::try_from(shared.div_ceil(16) * 16)
+        .map_err(|_| Diagnostic::bug(format!("{shared} bytes of shared memory passed the planner")))?;
+    Ok(KernelInfo {
+        name: m.name.clone(),
+        entry: Some(entry.to_string()),
+        arch: arch.to_string(),
+        params: param_info(m),
+        grid,
+        threads: m.kernel.threads,
+        block: [m.kernel.threads, 1, 1],
+        cluster: no_cluster(),
+        shared_bytes,
+        shared_opt_in: shared_bytes > DEFAULT_SHARED_LIMIT,
+        tensor_maps: Vec::new(),
+        report: report.to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn c(value: i64) -> GridExpr {
+        GridExpr::Const { value }
+    }
+    fn p(param: usize) -> GridExpr {
+        GridExpr::Param { param }
+    }
+    fn op(op: GridOp, a: GridExpr, b: GridExpr) -> GridExpr {
+        GridExpr::Op { op, a: Box::new(a), b: Box::new(b) }
+    }
+
+    fn info(grid: Vec<GridExpr>, scalars: &[(&str, &str)]) -> KernelInfo {
+        let mut params = vec![ParamInfo::Tensor {
+            name: "A".into(),
+            dtype: "float16".into(),
+            shape: vec![8],
+            strides: vec![1],
+            align: 16,
+            written: true,
+        }];
+        params.extend(
+            scalars
+                .iter()
+                .map(|(name, dtype)| ParamInfo::Scalar { name: name.to_string(), dtype: dtype.to_string() }),
+        );
+        KernelInfo {
+            name: "k".into(),
+            entry: Some("k_kernel".into()),
+            arch: "sm_90a".into(),
+            params,
+            grid,
+            threads: 128,
+            block: [128, 1, 1],
+            cluster: [1, 1, 1],
+            shared_bytes: 0,
+            shared_opt_in: false,
+            tensor_maps: vec![],
+            report: vec![],
+        }
+    }
+
+    fn ints(values: &[i64]) -> impl Fn(usize) -> ScalarValue + '_ {
+        move |i| ScalarValue::Int(values[i])
+    }
+
+    fn message(info: &KernelInfo, values: &[i64]) -> String {
+        let error = info.launch_grid(&ints(values)).unwrap_err();
+        error.message(info, &|i| values[i].to_string())
+    }
+
+    #[test]
+    fn grid_operations_follow_python() {
+        let grid = vec![
+            op(GridOp::CeilDiv, p(1), c(128)),
+            op(GridOp::FloorDiv, p(1), c(128)),
+            op(GridOp::Max, op(GridOp::Min, p(2), c(3)), op(GridOp::Sub, op(GridOp::Mul, p(2), c(2)), c(13))),
+        ];
+        let k = info(grid, &[("n", "int32"), ("m", "int32")]);
+        assert_eq!(k.launch_grid(&ints(&[0, 1000, 7])), Ok([8, 7, 3]));
+        assert_eq!(k.launch_grid(&ints(&[0, 1024, 7])), Ok([8, 8, 3]));
+        // floor division rounds toward negative infinity; ceildiv is -(-a // b)
+        let e = |a: i64, b: i64| op(GridOp::FloorDiv, c(a), c(b)).eval(&ints(&[])).unwrap();
+        assert_eq!((e(-7, 3), e(-7, -3), e(7, -3), e(7, 3)), (-3, 2, -3, 2));
+        assert_eq!(op(GridOp::CeilDiv, c(9), c(4)).eval(&ints(&[])), Ok(3));
+        assert_eq!(op(GridOp::CeilDiv, c(-9), c(4)).eval(&ints(&[])), Ok(-2));
+    }
+
+    #[test]
+    fn grid_errors_name_the_parameters() {
+        let k = info(vec![op(GridOp::CeilDiv, p(1), c(128)), c(1), c(1)], &[("n", "int32")]);
+        assert_eq!(
+            message(&k, &[0, 0]),
+            "grid dimension x is 0 (from scalar parameter n=0): every grid dimension must be at least 1"
+        );
+        let k = info(vec![c(1), op(GridOp::Add, p(1), p(2)), c(1)], &[("m", "int64"), ("n", "int64")]);
+        assert_eq!(
+            message(&k, &[0, 65000, 536]),
+            "grid dimension y is 65536 (from scalar parameters m=65000, n=536): over the CUDA limit of 65535 blocks"
+        );
+        let k = info(vec![p(1), c(65535), c(65535)], &[("m", "int64")]);
+        assert_eq!(k.launch_grid(&ints(&[0, (1 << 31) - 1])), Ok([(1 << 31) - 1, 65535, 65535]));
+        assert!(message(&k, &[0, 1 << 31]).ends_with("over the CUDA limit of 2147483647 blocks"));
+        let k = info(vec![op(GridOp::FloorDiv, c(8), p(1)), c(1), c(1)], &[("block", "int32")]);
+        assert_eq!(message(&k, &[0, 0]), "grid dimension x divides by zero (from scalar parameter block=0)");
+        let k = info(vec![op(GridOp::Mul, p(1), op(GridOp::Mul, p(1), p(1))), c(1), c(1)], &[("n", "int64")]);
+        assert!(
+            message(&k, &[0, i64::MAX]).starts_with("grid dimension x overflows (from scalar parameter n=")
+        );
+        let k = info(vec![c(0), c(1), c(1)], &[]);
+        assert_eq!(message(&k, &[0]), "grid dimension x is 0: every grid dimension must be at least 1");
+    }
+
+    #[test]
+    fn float_parameters_are_truncated() {
+        let k = info(vec![op(GridOp::CeilDiv, p(1), c(4)), c(1), c(1)], &[("x", "float32")]);
+        let floats = |v: f64| move |_: usize| ScalarValue::Float(v);
+        assert_eq!(k.launch_grid(&floats(9.9)), Ok([3, 1, 1]));
+        assert_eq!(k.launch_grid(&floats(-0.5)).unwrap_err().problem, GridProblem::OutOfRange(Some(0)));
+        assert_eq!(k.launch_grid(&floats(f64::NAN)).unwrap_err().problem, GridProblem::NotFinite);
+        assert_eq!(k.launch_grid(&floats(1e300)).unwrap_err().problem, GridProblem::OutOfRange(None));
+    }
+
+    #[test]
+    fn json_round_trip_and_defaults() {
+        let k = info(vec![op(GridOp::CeilDiv, p(1), c(128)), c(1), c(1)], &[("n", "int32")]);
+        let text = k.to_json();
+        assert!(text.contains(
+            r#""grid":[{"op":"ceildiv","a":{"param":1},"b":{"const":128}},{"const":1},{"const":1}]"#
+        ));
+        assert!(text.contains(r#"{"kind":"scalar","name":"n","dtype":"int32"}"#));
+        assert_eq!(serde_json::from_str::<KernelInfo>(&text).unwrap(), k);
+        // cluster, tensor maps and the report may be left out of a hand-written KernelInfo
+        let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for field in ["cluster", "tensor_maps", "report"] {
+            value.as_object_mut().unwrap().remove(field);
+        }
+        assert_eq!(serde_json::from_value::<KernelInfo>(value).unwrap(), k);
+        let map = TensorMap { param: 0, box_shape: vec![64, 64], swizzle: 128 };
+        assert_eq!(serde_json::to_string(&map).unwrap(), r#"{"param":0,"box":[64,64],"swizzle":128}"#);
+    }
+}
