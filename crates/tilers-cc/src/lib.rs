@@ -214,12 +214,12 @@ fn compile_inner(
             CompileError::User(render_all(&diags, &sources))
         }
     })?;
-    let cg =
-        tile_codegen::CodegenOptions { arch: target.arch.clone(), sm: target.sm, lineinfo: opts.lineinfo };
-    let kernel = tile_codegen::emit_cuda(&lowered, &cg, &ctx.report).map_err(|d| match d.severity {
-        tile_ir::diag::Severity::Bug => CompileError::Internal { message: d.message, reproducer: None },
-        _ => CompileError::User(d.render(&sources)),
-    })?;
+    let cg = tile_codegen::CodegenOptions { lineinfo: opts.lineinfo };
+    let kernel =
+        tile_codegen::emit_cuda(&lowered, &target, &cg, &ctx.report).map_err(|d| match d.severity {
+            tile_ir::diag::Severity::Bug => CompileError::Internal { message: d.message, reproducer: None },
+            _ => CompileError::User(d.render(&sources)),
+        })?;
     Ok(Compiled { source: kernel.source, info: kernel.info.to_json(), module: lowered, ir: Vec::new() })
 }
 

@@ -1,0 +1,39 @@
+//! Memory instructions: vector copies (one reinterpreted load and store of up to 16 bytes)
+//! and `cp.async` (16 bytes, zero-filled past `src_bytes`; plain when proven in bounds).
+
+use super::super::Emitter;
+use tile_ir::*;
+
+impl Emitter<'_> {
+    pub(super) fn vec_copy(&mut self, i: &inst::VecCopy) -> Result<(), Diagnostic> {
+        let bytes = i.width * self.m.buffer(i.src).dtype.bytes();
+        let ty = match bytes {
+            16 => "uint4",
+            8 => "uint2",
+            4 => "unsigned int",
+            2 => "unsigned short",
+            _ => return Err(Diagnostic::bug(format!("vector access of {bytes} bytes"))),
+        };
+        let d = self.access(i.dst, &i.dst_idx)?;
+        let s = self.access(i.src, &i.src_idx)?;
+        self.line(&format!("*({ty}*)(&{d}) = *(const {ty}*)(&{s});"));
+        Ok(())
+    }
+
+    pub(super) fn async_copy(&mut self, i: &inst::AsyncCopy) -> Result<(), Diagnostic> {
+        let d = self.shared_address(i.dst, &i.dst_idx)?;
+        let s = self.access(i.src, &i.src_idx)?;
+        if i.src_bytes.as_int() == Some(16) {
+            // proven inside the tensor: no source size, no zero-fill
+            self.line(&format!(
+                "asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"({d}), \"l\"(&{s}) : \"memory\");"
+            ));
+        } else {
+            let n = self.expr(&i.src_bytes)?;
+            self.line(&format!(
+                "asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"({d}), \"l\"(&{s}), \"r\"({n}) : \"memory\");"
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,40 @@
+//! Emitters of the thread-level instructions (tile_ir::inst), one file per family: memory
+//! (vector copies, `cp.async` and its groups, barriers), the `mma.sync` family
+//! (`ldmatrix`, `mma`), debugging (`printf`, `trap`). A new instruction adds its emitter
+//! here; a `wgmma.rs`, `tma.rs` and `mbarrier.rs` go beside these.
+
+mod debug;
+mod memory;
+mod mma_sync;
+
+use super::Emitter;
+use tile_ir::*;
+
+impl Emitter<'_> {
+    /// One thread-level instruction.
+    pub(super) fn inst(&mut self, i: &Inst) -> Result<(), Diagnostic> {
+        match i {
+            Inst::VecCopy(x) => self.vec_copy(x),
+            Inst::AsyncCopy(x) => self.async_copy(x),
+            Inst::AsyncCommit(_) => {
+                self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
+                Ok(())
+            }
+            Inst::AsyncWait(x) => {
+                self.line(&format!("asm volatile(\"cp.async.wait_group {};\" ::: \"memory\");", x.pending));
+                Ok(())
+            }
+            Inst::Sync(_) => {
+                self.line("__syncthreads();");
+                Ok(())
+            }
+            Inst::Ldmatrix(x) => self.ldmatrix(x),
+            Inst::Mma(x) => self.mma(x),
+            Inst::Printf(x) => self.printf(x),
+            Inst::Trap(_) => {
+                self.line("__trap();");
+                Ok(())
+            }
+        }
+    }
+}
