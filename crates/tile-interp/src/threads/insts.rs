@@ -1,0 +1,126 @@
+//! The thread-level instructions (tile_ir::inst), one model each: vector copies, `cp.async`
+//! groups landing at their waits, barriers (a deadlock when not all threads arrive), the
+//! matrix instructions (`matrix.rs`), `printf` and `trap`.
+
+use super::*;
+
+impl Machine<'_> {
+    /// One thread-level instruction, executed by the active threads in lockstep.
+    pub(super) fn inst(&mut self, i: &Inst, active: &[u32]) -> Result<(), Diagnostic> {
+        let m = self.m;
+        match i {
+            Inst::Sync(_) => {
+                if active.len() != self.threads {
+                    return Err(self.err(format!(
+                        "deadlock: barrier reached by threads {} of {} (the others never arrive)",
+                        ranges(active),
+                        self.threads
+                    )));
+                }
+                self.epoch += 1;
+            }
+            Inst::VecCopy(inst::VecCopy { dst, dst_idx, src, src_idx, width }) => {
+                let (db, sb) = (m.buffer(*dst), m.buffer(*src));
+                let bytes = *width as usize * sb.dtype.bytes() as usize;
+                if db.dtype.bytes() != sb.dtype.bytes() {
+                    return Err(self.err(format!("vector copy between {} and {}", sb.dtype, db.dtype)));
+                }
+                let from = self.addresses(*src, src_idx, active, *width as usize, "vector load")?;
+                let to = self.addresses(*dst, dst_idx, active, *width as usize, "vector store")?;
+                let (ss, ds) = (self.space(*src) == Space::Shared, self.space(*dst) == Space::Shared);
+                for (k, &t) in active.iter().enumerate() {
+                    if ss {
+                        self.track_read(t, from[k], bytes)?;
+                    }
+                    let mut data = [0u8; 16];
+                    data[..bytes].copy_from_slice(&self.bytes(*src, t)[from[k]..from[k] + bytes]);
+                    if ds {
+                        self.track_write(t, to[k], bytes)?;
+                    }
+                    self.bytes_mut(*dst, t)[to[k]..to[k] + bytes].copy_from_slice(&data[..bytes]);
+                }
+                if ss {
+                    self.count_banks(&format!("vector load {}", sb.name), active, &from, bytes);
+                }
+                if ds {
+                    self.count_banks(&format!("vector store {}", db.name), active, &to, bytes);
+                }
+            }
+            Inst::AsyncCopy(inst::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes }) => {
+                let (db, sb) = (m.buffer(*dst), m.buffer(*src));
+                if self.space(*dst) != Space::Shared || self.space(*src) != Space::Global {
+                    return Err(self.err("cp.async must copy from global to shared memory"));
+                }
+                let n = self.eval(src_bytes, active)?;
+                let to = self.addresses(*dst, dst_idx, active, 16 / db.dtype.bytes() as usize, "cp.async")?;
+                // the source is only read for `src_bytes` bytes; its address must be aligned
+                let from = self.addresses(*src, src_idx, active, 1, "cp.async")?;
+                for (k, &t) in active.iter().enumerate() {
+                    let count = n[k].as_i64();
+                    if !(0..=16).contains(&count) {
+                        return Err(self.err(format!("cp.async by thread {t} of {count} source bytes")));
+                    }
+                    if from[k] % 16 != 0 {
+                        return Err(self.err(format!(
+                            "cp.async by thread {t}: source byte {} of '{}' is not 16-byte aligned",
+                            from[k], sb.name
+                        )));
+                    }
+                    let count = count as usize;
+                    if from[k] + count > self.global[src.0 as usize].len() {
+                        return Err(self.err(format!(
+                            "cp.async by thread {t}: {count} bytes from byte {} run past the end of '{}'",
+                            from[k], sb.name
+                        )));
+                    }
+                    let mut data = [0u8; 16];
+                    data[..count].copy_from_slice(&self.global[src.0 as usize][from[k]..from[k] + count]);
+                    // the bytes may land any time until the wait: nobody may touch them now
+                    self.check_write(t, to[k], 16)?;
+                    for a in to[k]..to[k] + 16 {
+                        self.races.in_flight[a] += 1;
+                    }
+                    self.asyncs[t as usize].open.push(PendingCopy { smem_offset: to[k], data });
+                }
+                self.count_banks(&format!("cp.async {}", db.name), active, &to, 16);
+            }
+            Inst::AsyncCommit(_) => {
+                for &t in active {
+                    let a = &mut self.asyncs[t as usize];
+                    let group = std::mem::take(&mut a.open);
+                    a.groups.push_back(group);
+                }
+            }
+            Inst::AsyncWait(inst::AsyncWait { pending }) => {
+                for &t in active {
+                    while self.asyncs[t as usize].groups.len() > *pending as usize {
+                        let group = self.asyncs[t as usize].groups.pop_front().expect("a group");
+                        for c in group {
+                            for a in c.smem_offset..c.smem_offset + 16 {
+                                self.races.in_flight[a] -= 1;
+                            }
+                            self.track_write(t, c.smem_offset, 16)?;
+                            self.smem[c.smem_offset..c.smem_offset + 16].copy_from_slice(&c.data);
+                        }
+                    }
+                }
+            }
+            Inst::Ldmatrix(ld) => {
+                let (count, trans) = ld.form();
+                self.ldmatrix(active, ld.dst, &ld.dst_offset, count, trans, ld.src, &ld.src_idx)?;
+            }
+            Inst::Mma(mma) => {
+                self.mma(
+                    active,
+                    mma.atom,
+                    (mma.a, &mma.a_offset),
+                    (mma.b, &mma.b_offset),
+                    (mma.c, &mma.c_offset),
+                )?;
+            }
+            Inst::Printf(_) => {}
+            Inst::Trap(_) => return Err(self.err(format!("__trap() by threads {}", ranges(active)))),
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! Memory of the thread-level model: where an access lands (global tensors, the block's
+//! shared memory at its layout's offsets, per-thread registers), with bounds and alignment
+//! checks, shared-memory race tracking between barriers, and bank-conflict counting.
+
+use super::*;
+
+impl Machine<'_> {
+    pub(super) fn space(&self, buf: BufferId) -> Space {
+        match self.m.buffer(buf).scope {
+            Scope::Global => Space::Global,
+            Scope::Shared => Space::Shared,
+            _ => Space::Local,
+        }
+    }
+
+    /// The bytes an access by thread `t` indexes into (offsets from [`Machine::addresses`]).
+    pub(super) fn bytes(&self, buf: BufferId, t: u32) -> &[u8] {
+        let b = self.m.buffer(buf);
+        match self.space(buf) {
+            Space::Global => &self.global[buf.0 as usize],
+            Space::Shared => &self.smem,
+            Space::Local => {
+                let size = b.bytes() as usize;
+                &self.local[buf.0 as usize][t as usize * size..(t as usize + 1) * size]
+            }
+        }
+    }
+
+    pub(super) fn bytes_mut(&mut self, buf: BufferId, t: u32) -> &mut [u8] {
+        let b = self.m.buffer(buf);
+        match self.space(buf) {
+            Space::Global => &mut self.global[buf.0 as usize],
+            Space::Shared => &mut self.smem,
+            Space::Local => {
+                let size = b.bytes() as usize;
+                &mut self.local[buf.0 as usize][t as usize * size..(t as usize + 1) * size]
+            }
+        }
+    }
+
+    /// Byte offsets of `buf[idx]` for each active thread: into the tensor (global), the
+    /// block's shared memory (planned offset, swizzle applied) or the thread's copy of a
+    /// local buffer. Checks every index against its dimension, that `width` elements fit,
+    /// and that a vector access is aligned to its size.
+    pub(super) fn addresses(
+        &mut self,
+        buf: BufferId,
+        idx: &[Expr],
+        active: &[u32],
+        width: usize,
+        what: &str,
+    ) -> Result<Vec<usize>, Diagnostic> {
+        let b = self.m.buffer(buf);
+        if idx.len() != b.shape.len() {
+            return Err(self.err(format!("'{}' indexed with {} indices", b.name, idx.len())));
+        }
+        let strides = b.strides();
+        let mut flat = vec![0i64; active.len()];
+        for (d, e) in idx.iter().enumerate() {
+            let col = self.eval(e, active)?;
+            for (k, v) in col.iter().enumerate() {
+                let i = v.as_i64();
+                if i < 0 || i >= b.shape[d] {
+                    let scope = if b.scope == Scope::Global {
+                        "out of the bounds of tensor"
+                    } else {
+                        "out of range in"
+                    };
+                    return Err(self.err(format!(
+                        "{what} by thread {}: index {i} of dimension {d} is {scope} '{}' (shape {:?})",
+                        active[k], b.name, b.shape
+                    )));
+                }
+                flat[k] += i * strides[d];
+            }
+        }
+        let eb = b.dtype.bytes() as i64;
+        let vec_bytes = width as i64 * eb;
+        // a swizzled tile: the element offsets the generated code computes, from the one
+        // definition of its layout
+        let swizzled = if b.swizzle.is_some() {
+            let key = idx.as_ptr() as usize;
+            let offset = match self.swizzled.get(&key) {
+                Some(e) => e.clone(),
+                None => {
+                    let e = SharedLayout::of(b).offset(idx);
+                    self.swizzled.insert(key, e.clone());
+                    e
+                }
+            };
+            Some(self.eval(&offset, active)?.iter().map(|v| v.as_i64()).collect::<Vec<_>>())
+        } else {
+            None
+        };
+        let mut out = Vec::with_capacity(active.len());
+        for (k, &f) in flat.iter().enumerate() {
+            if f + width as i64 > b.num_elements() {
+                return Err(self.err(format!(
+                    "{what} by thread {}: {width} elements from element {f} run past the end of '{}' ({} elements)",
+                    active[k],
+                    b.name,
+                    b.num_elements()
+                )));
+            }
+            let mut byte = f * eb;
+            if let Some(offsets) = &swizzled {
+                byte = offsets[k] * eb;
+            }
+            if let Some(off) = b.shared_offset {
+                byte += off as i64;
+            }
+            // global tensors are 16-byte aligned (KernelInfo's "align"), local arrays too
+            if width > 1 && byte % vec_bytes != 0 {
+                return Err(self.err(format!(
+                    "{what} by thread {}: a {vec_bytes}-byte access to '{}' at byte {byte} is not aligned",
+                    active[k], b.name
+                )));
+            }
+            out.push(byte as usize);
+        }
+        Ok(out)
+    }
+
+    pub(super) fn race(&self, kind: &str, t: u32, other: u32, byte: usize) -> Diagnostic {
+        let who = if other == SEVERAL { "other threads".to_string() } else { format!("thread {other}") };
+        self.err(format!("shared-memory race ({kind}): thread {t} and {who} touch shared byte {byte} with no barrier between"))
+    }
+
+    pub(super) fn track_read(&mut self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
+        for a in at..at + len {
+            if self.races.in_flight[a] > 0 {
+                return Err(self.err(format!(
+                    "thread {t} reads shared byte {a} while a cp.async into it is in flight (missing async_wait)"
+                )));
+            }
+            if self.races.write_epoch[a] == self.epoch && self.races.writer[a] != t {
+                return Err(self.race("read after write", t, self.races.writer[a], a));
+            }
+            if self.races.read_epoch[a] == self.epoch && self.races.reader[a] != t {
+                self.races.reader[a] = SEVERAL;
+            } else {
+                self.races.read_epoch[a] = self.epoch;
+                self.races.reader[a] = t;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn check_write(&self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
+        for a in at..at + len {
+            if self.races.in_flight[a] > 0 {
+                return Err(self.err(format!(
+                    "thread {t} writes shared byte {a} while a cp.async into it is in flight"
+                )));
+            }
+            if self.races.write_epoch[a] == self.epoch && self.races.writer[a] != t {
+                return Err(self.race("write after write", t, self.races.writer[a], a));
+            }
+            if self.races.read_epoch[a] == self.epoch && self.races.reader[a] != t {
+                return Err(self.race("write after read", t, self.races.reader[a], a));
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn track_write(&mut self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
+        self.check_write(t, at, len)?;
+        for a in at..at + len {
+            self.races.write_epoch[a] = self.epoch;
+            self.races.writer[a] = t;
+        }
+        Ok(())
+    }
+
+    /// Count the wavefronts a shared access of `bytes` per lane needs, per warp.
+    pub(super) fn count_banks(&mut self, what: &str, active: &[u32], addrs: &[usize], bytes: usize) {
+        let mut k = 0;
+        while k < active.len() {
+            let warp = active[k] / 32;
+            let mut end = k;
+            while end < active.len() && active[end] / 32 == warp {
+                end += 1;
+            }
+            // lanes are served in phases of 128 bytes: 32 lanes of ≤4 bytes, 16 of 8, 8 of 16
+            let per_phase = (128 / bytes.max(4)).max(1);
+            let (mut wavefronts, mut ideal) = (0u64, 0u64);
+            for phase in addrs[k..end].chunks(per_phase) {
+                let mut words: Vec<usize> = Vec::new();
+                for &a in phase {
+                    for w in (a / 4)..(a + bytes).div_ceil(4) {
+                        words.push(w);
+                    }
+                }
+                words.sort_unstable();
+                words.dedup();
+                let mut per_bank = [0u64; 32];
+                for w in &words {
+                    per_bank[w % 32] += 1;
+                }
+                wavefronts += per_bank.iter().copied().max().unwrap_or(0).max(1);
+                ideal += (words.len() as u64).div_ceil(32).max(1);
+            }
+            let e = self
+                .banks
+                .entry(what.to_string())
+                .or_insert_with(|| BankConflicts { what: what.to_string(), ..Default::default() });
+            e.requests += 1;
+            e.wavefronts += wavefronts;
+            e.ideal += ideal;
+            k = end;
+        }
+    }
+}
