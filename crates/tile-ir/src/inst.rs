@@ -197,6 +197,66 @@ impl Instruction for Ldmatrix {
     }
 }
 
+/// `stmatrix`: the inverse of [`Ldmatrix`]. The warp gives the atom's `count` 32-bit
+/// registers per lane from `src[src_offset..]` (pairs of 16-bit elements); this lane gives
+/// the address of row `dst_idx` of shared `dst`, which receives 16 bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Stmatrix {
+    pub atom: &'static CopyAtom,
+    pub dst: BufferId,
+    pub dst_idx: Vec<Expr>,
+    pub src: BufferId,
+    pub src_offset: Expr,
+}
+
+impl Stmatrix {
+    /// Matrices the atom stores.
+    pub fn count(&self) -> u32 {
+        match self.atom.kind {
+            crate::target::CopyKind::Stmatrix { count, .. } => count,
+            _ => unreachable!("a stmatrix holds a stmatrix atom"),
+        }
+    }
+}
+
+impl Instruction for Stmatrix {
+    fn exprs(&self) -> Vec<&Expr> {
+        self.dst_idx.iter().chain(std::iter::once(&self.src_offset)).collect()
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        Stmatrix { dst_idx: map_all(self.dst_idx, f), src_offset: f(self.src_offset), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![
+            Access {
+                buf: self.src,
+                kind: AccessKind::Read,
+                index: Index::Registers(&self.src_offset),
+                elements: 2 * self.count() as i64,
+            },
+            Access {
+                buf: self.dst,
+                kind: AccessKind::Write,
+                index: Index::Element(&self.dst_idx),
+                elements: 8,
+            },
+        ]
+    }
+    fn effects(&self) -> Effects {
+        Effects { warp_collective: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!(
+            "{} {}[{}] <- {}[{}..]",
+            self.atom.name,
+            t.buffer(self.dst),
+            t.exprs(&self.dst_idx),
+            t.buffer(self.src),
+            t.expr(&self.src_offset)
+        )
+    }
+}
+
 /// One warp-wide tensor-core `mma` on register arrays: `c[c_offset..] += a[a_offset..] *
 /// b[b_offset..]` with the atom's fragment layouts.
 #[derive(Clone, Debug, PartialEq)]
@@ -452,4 +512,4 @@ macro_rules! instructions {
     };
 }
 
-instructions!(VecCopy, Ldmatrix, Mma, AsyncCopy, AsyncCommit, AsyncWait, Sync, Printf, Trap);
+instructions!(VecCopy, Ldmatrix, Stmatrix, Mma, AsyncCopy, AsyncCommit, AsyncWait, Sync, Printf, Trap);

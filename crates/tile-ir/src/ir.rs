@@ -3,7 +3,7 @@
 use crate::diag::{Loc, SourceTable};
 use crate::inst::{Inst, Instruction};
 use crate::layout::FragmentLayout;
-use crate::target::MmaAtom;
+use crate::target::{CopyAtom, MmaAtom};
 use crate::types::{DType, Scope};
 use std::fmt;
 
@@ -563,9 +563,9 @@ pub enum CopyInst {
     /// global → shared copy: issued ahead, waited for by the pipeline).
     CpAsync,
     /// A fragment whose threads hold less than 16 contiguous bytes of a row (an mma
-    /// accumulator) is written to a swizzled shared tile and from there to global memory in
-    /// 16-byte vectors along rows.
-    Staged,
+    /// accumulator) is written to a swizzled shared tile — by `stmatrix` where given — and
+    /// from there to global memory in 16-byte vectors along rows.
+    Staged { stmatrix: Option<&'static CopyAtom> },
 }
 
 /// `T.reduce_*(src, dst, dim)`.

@@ -432,9 +432,30 @@ pub static LDMATRIX_X4_TRANS: CopyAtom = matrix_atom!(
     CopyKind::Ldmatrix { count: 4, trans: true },
     75
 );
+pub static STMATRIX_X4: CopyAtom = matrix_atom!(
+    "stmatrix.x4",
+    "stmatrix.sync.aligned.m8n8.x4.shared.b16",
+    CopyKind::Stmatrix { count: 4, trans: false },
+    90
+);
+pub static STMATRIX_X2: CopyAtom = matrix_atom!(
+    "stmatrix.x2",
+    "stmatrix.sync.aligned.m8n8.x2.shared.b16",
+    CopyKind::Stmatrix { count: 2, trans: false },
+    90
+);
+
 /// Every copy atom, for lookups by name.
-pub static COPY_ATOMS: &[&CopyAtom] =
-    &[&VECTOR_16, &CP_ASYNC_16, &LDMATRIX_X2, &LDMATRIX_X2_TRANS, &LDMATRIX_X4, &LDMATRIX_X4_TRANS];
+pub static COPY_ATOMS: &[&CopyAtom] = &[
+    &VECTOR_16,
+    &CP_ASYNC_16,
+    &LDMATRIX_X2,
+    &LDMATRIX_X2_TRANS,
+    &LDMATRIX_X4,
+    &LDMATRIX_X4_TRANS,
+    &STMATRIX_X2,
+    &STMATRIX_X4,
+];
 
 impl CopyAtom {
     pub fn by_name(name: &str) -> Option<&'static CopyAtom> {
@@ -448,6 +469,15 @@ impl CopyAtom {
             .copied()
             .find(|a| a.kind == CopyKind::Ldmatrix { count, trans })
             .expect("ldmatrix x2 and x4 are in the table")
+    }
+
+    /// The `stmatrix` atom of `count` matrices.
+    pub fn stmatrix(count: u32) -> &'static CopyAtom {
+        COPY_ATOMS
+            .iter()
+            .copied()
+            .find(|a| a.kind == CopyKind::Stmatrix { count, trans: false })
+            .expect("stmatrix x2 and x4 are in the table")
     }
 }
 
@@ -534,5 +564,7 @@ mod tests {
             assert!(std::ptr::eq(CopyAtom::by_name(atom.name).unwrap(), *atom));
         }
         assert!(Target::parse("sm_80").unwrap().has(&LDMATRIX_X4));
+        assert!(!Target::parse("sm_80").unwrap().has(&STMATRIX_X4));
+        assert!(Target::parse("sm_90").unwrap().has(&STMATRIX_X4));
     }
 }

@@ -1,7 +1,7 @@
 //! What the passes agree on about `T.gemm`: the warp grid over the output tile, and the
 //! instruction plan (`plan`) that `select_instructions` records and the lowering follows.
 
-use tile_ir::{GemmInst, GemmOp, Module, OperandSource, Scope, Target, WarpPolicy};
+use tile_ir::{FragmentLayout, GemmInst, GemmOp, Module, OperandSource, Scope, Target, WarpPolicy};
 
 /// Split `warps` into a `warps_m × warps_n` grid over an `m × n` tile so each warp's tile is
 /// a whole number of 16×8 mma pieces: `FullRow` stacks warps along M, `FullCol` along N,
@@ -58,6 +58,15 @@ pub fn plan(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, String
         a: source(ab.scope, op.transpose_a),
         // B is "col" in mma: stored (N, K) it reads straight, stored (K, N) it is transposed
         b: source(bb.scope, !op.transpose_b),
+    })
+}
+
+/// The warp grid `(warps_m, warps_n)` of a fragment laid out as an mma accumulator over
+/// `warps` warps, if it is one (epilogues that store it by warp: `stmatrix`).
+pub fn accumulator_warp_grid(layout: &FragmentLayout, shape: &[i64], warps: i64) -> Option<(i64, i64)> {
+    let &[m, n] = shape else { return None };
+    (1..=warps).filter(|wm| warps % wm == 0).map(|wm| (wm, warps / wm)).find(|&(wm, wn)| {
+        m % (wm * 16) == 0 && n % (wn * 8) == 0 && *layout == FragmentLayout::mma_accumulator(m, n, wm, wn)
     })
 }
 

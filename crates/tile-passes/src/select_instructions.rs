@@ -142,12 +142,14 @@ impl Selector {
         if let Some(stage_bytes) = staged_bytes(m, &op) {
             if self.shared_used + stage_bytes <= self.target.limits.shared_bytes {
                 let (sn, dn) = (&m.buffer(op.src.buf).name, &m.buffer(op.dst.buf).name);
+                let stmatrix = stmatrix_for(m, &op, &self.target);
+                let by = stmatrix.map(|a| format!(", written by {a}")).unwrap_or_default();
                 self.report.push(format!(
-                    "{}: T.copy {sn} -> {dn} staged through shared memory ({stage_bytes} bytes, swizzled) for 16-byte stores",
+                    "{}: T.copy {sn} -> {dn} staged through shared memory ({stage_bytes} bytes, swizzled{by}) for 16-byte stores",
                     Self::at(m, op.loc)
                 ));
                 self.shared_used += stage_bytes + 16;
-                op.inst = Some(CopyInst::Staged);
+                op.inst = Some(CopyInst::Staged { stmatrix });
             }
         }
         op
@@ -310,6 +312,21 @@ fn staged_bytes(m: &Module, op: &CopyOp) -> Option<u64> {
         return None;
     }
     Some((sb.num_elements() * eb) as u64)
+}
+
+/// The `stmatrix` atom that writes a staged copy's tile, where one can: the target has it,
+/// the tile holds 16-bit elements, and the fragment is an mma accumulator (whose per-lane
+/// pairs are exactly an 8 × 8 b16 matrix's registers): x4 when each warp holds an even
+/// number of 8-column pieces (two pieces per instruction), else x2.
+fn stmatrix_for(m: &Module, op: &CopyOp, target: &Target) -> Option<&'static CopyAtom> {
+    let (sb, db) = (m.buffer(op.src.buf), m.buffer(op.dst.buf));
+    if !target.caps.stmatrix || db.dtype.bytes() != 2 {
+        return None;
+    }
+    let warps = m.kernel.threads as i64 / target.limits.warp_size as i64;
+    let (_, wn) = gemm::accumulator_warp_grid(sb.layout.as_ref()?, &sb.shape, warps)?;
+    let pieces = sb.shape[1] / wn / 8;
+    Some(CopyAtom::stmatrix(if pieces % 2 == 0 { 4 } else { 2 }))
 }
 
 /// The shared scratch a reduction across warps takes (lower/reduce.rs), if it takes any.

@@ -109,6 +109,7 @@ impl Machine<'_> {
                 let (count, trans) = ld.form();
                 self.ldmatrix(active, ld.dst, &ld.dst_offset, count, trans, ld.src, &ld.src_idx)?;
             }
+            Inst::Stmatrix(st) => self.stmatrix(active, st)?,
             Inst::Mma(mma) => {
                 self.mma(
                     active,

@@ -16,7 +16,7 @@
 //! arrays, fragments included) are per thread. Shared and local memory start filled with
 //! 0xFF (NaN as floats) so reads of never-written bytes show in the results.
 //!
-//! **Warp-collective operations** (`shfl_xor`, `ldmatrix`, `mma.sync`) need all 32 lanes of
+//! **Warp-collective operations** (`shfl_xor`, `ldmatrix`, `stmatrix`, `mma.sync`) need all 32 lanes of
 //! the warp active; they are evaluated over whole warps with the PTX fragment layouts.
 //!
 //! **Barriers and races.** `sync` must be reached by every thread of the block, else the
@@ -33,6 +33,7 @@
 mod insts;
 mod matrix;
 mod memory;
+mod stmatrix;
 
 use crate::num::{self, OpError, Val};
 use crate::Arg;

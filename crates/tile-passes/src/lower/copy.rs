@@ -28,8 +28,8 @@ impl Lowerer {
             }
         };
         let (sb, db) = (self.m.buffer(s.buf).clone(), self.m.buffer(d.buf).clone());
-        if inst == CopyInst::Staged {
-            return self.staged_store(op);
+        if let CopyInst::Staged { stmatrix } = inst {
+            return self.staged_store(op, stmatrix);
         }
         if sb.scope == Scope::Local || db.scope == Scope::Local {
             self.diags
@@ -127,7 +127,7 @@ impl Lowerer {
     /// A fragment stored to global memory through a swizzled shared tile, so that the global
     /// writes are 16-byte vectors along rows (coalesced); `select_instructions` chose it
     /// (mma accumulators hold pairs of a row per thread) and checked the shared memory.
-    pub(super) fn staged_store(&mut self, op: &CopyOp) -> Vec<Stmt> {
+    pub(super) fn staged_store(&mut self, op: &CopyOp, stmatrix: Option<&'static CopyAtom>) -> Vec<Stmt> {
         let (sb, db) = (self.m.buffer(op.src.buf).clone(), self.m.buffer(op.dst.buf).clone());
         let stage = self.m.add_buffer(Buffer {
             name: format!("{}_stage", sb.name),
@@ -148,7 +148,10 @@ impl Lowerer {
             inst: Some(CopyInst::Threads),
         };
         let mut code = vec![Stmt::inst(inst::Sync)];
-        code.extend(self.copy(&threads(op.src.clone(), whole.clone(), None)));
+        match stmatrix {
+            Some(atom) => code.extend(self.stmatrix_store(op.src.buf, stage, atom)),
+            None => code.extend(self.copy(&threads(op.src.clone(), whole.clone(), None))),
+        }
         code.push(Stmt::inst(inst::Sync));
         code.extend(self.copy(&threads(whole, op.dst.clone(), op.pad.clone())));
         code

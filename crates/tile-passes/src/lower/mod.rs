@@ -26,6 +26,7 @@ mod fill;
 mod gemm;
 mod guards;
 mod reduce;
+mod stmatrix;
 mod threads;
 mod vector;
 

@@ -1,11 +1,12 @@
 //! Emitters of the thread-level instructions (tile_ir::inst), one file per family: memory
 //! (vector copies, `cp.async` and its groups, barriers), the `mma.sync` family
-//! (`ldmatrix`, `mma`), debugging (`printf`, `trap`). A new instruction adds its emitter
+//! (`ldmatrix`, `mma`), `stmatrix`, debugging (`printf`, `trap`). A new instruction adds its emitter
 //! here; a `wgmma.rs`, `tma.rs` and `mbarrier.rs` go beside these.
 
 mod debug;
 mod memory;
 mod mma_sync;
+mod stmatrix;
 
 use super::Emitter;
 use tile_ir::*;
@@ -30,6 +31,7 @@ impl Emitter<'_> {
             }
             Inst::Ldmatrix(x) => self.ldmatrix(x),
             Inst::Mma(x) => self.mma(x),
+            Inst::Stmatrix(x) => self.stmatrix(x),
             Inst::Printf(x) => self.printf(x),
             Inst::Trap(_) => {
                 self.line("__trap();");
