@@ -49,7 +49,7 @@
 //! - Thread-level instructions are read by their own `parse` in [`crate::inst`], chosen by
 //!   the statement's first word (its mnemonic).
 //! - `//` after a statement on its line is a comment and ignored, as are full-line comments
-//!   before `kernel` or after its closing brace.
+//!   before `kernel`, among the declarations and after the kernel's closing brace.
 
 use crate::diag::{Loc, SourceTable};
 use crate::inst::{Inst, Instruction, TextReader};
@@ -888,19 +888,33 @@ impl Parser {
             l => return Err(format!("line {}: level is tile or thread, not {l}", self.line())),
         };
         self.punct("{")?;
-        // declarations: the variable table, then buffers
-        while self.is_word("vars") && matches!(self.peek_at(1), Some(Tok::Var(_))) {
-            self.var_table_line()?;
-        }
-        while let Some(Tok::Ident(w)) = self.peek() {
-            let Some(scope) = Scope::parse(w) else { break };
-            if !matches!(self.peek_at(1), Some(Tok::Ident(_)))
-                || !matches!(self.peek_at(2), Some(Tok::Punct(":")))
-            {
+        // declarations: the variable table, then buffers (comment lines among them are
+        // notes, not statements: no statement comes before a declaration)
+        loop {
+            let comments =
+                self.toks[self.pos..].iter().take_while(|(t, _)| matches!(t, Tok::Comment(_))).count();
+            let at = self.pos + comments;
+            let word = |k: usize| self.toks.get(at + k).map(|(t, _)| t);
+            let table =
+                matches!(word(0), Some(Tok::Ident(w)) if w == "vars") && matches!(word(1), Some(Tok::Var(_)));
+            let scope = match word(0) {
+                Some(Tok::Ident(w)) => Scope::parse(w),
+                _ => None,
+            };
+            let buffer = scope.is_some()
+                && matches!(word(1), Some(Tok::Ident(_)))
+                && matches!(word(2), Some(Tok::Punct(":")));
+            if !table && !buffer {
                 break;
             }
-            self.pos += 1;
-            self.buffer_declaration(scope)?;
+            self.pos = at;
+            match scope {
+                Some(scope) if buffer => {
+                    self.pos += 1;
+                    self.buffer_declaration(scope)?;
+                }
+                _ => self.var_table_line()?,
+            }
         }
         for p in params {
             let param = match p {

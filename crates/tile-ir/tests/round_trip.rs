@@ -65,11 +65,13 @@ fn text_print_parse_round_trip() {
 }
 
 /// One of every instruction, written by hand (a partial `vars` table: `%tid` first, the
-/// rest where they are defined), parsed, printed and parsed again.
+/// rest where they are defined; a note among the declarations), parsed, printed and parsed
+/// again.
 const EVERY_INSTRUCTION: &str = r#"
 kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 level=thread {
   vars %tid: thread_idx
   shared A_s: float16[64, 64] at smem+0 swizzle<3,4,4>
+  // registers: the mma fragments, then a vector
   local a: float16[8]
   local b: float16[4]
   local c: float32[4]
@@ -122,8 +124,8 @@ fn every_instruction_reads_back_from_its_text() {
 fn text_errors_name_the_line() {
     let bad = EVERY_INSTRUCTION.replace("vec8 v[0] <- A_s", "vec8 v[0] <- nowhere");
     let e = tile_ir::text::parse_text(&bad).unwrap_err();
-    assert!(e.starts_with("line 14:") && e.contains("unknown buffer nowhere"), "{e}");
+    assert!(e.starts_with("line 15:") && e.contains("unknown buffer nowhere"), "{e}");
     let e =
         tile_ir::text::parse_text(&EVERY_INSTRUCTION.replace("sync\n", "stmatrix.x9 v[0..]\n")).unwrap_err();
-    assert!(e.contains("line 13: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
+    assert!(e.contains("line 14: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
 }

@@ -14,8 +14,8 @@
 //! ```
 //!
 //! Directive lines may stand anywhere (they are blanked before parsing, so line numbers
-//! hold); other comments belong before `kernel` or after its closing brace (inside the
-//! body a full-line comment is a statement). The output of every pass must also read back
+//! hold); other comments belong before `kernel`, among the declarations or after the
+//! kernel's closing brace (among statements a full-line comment is a statement). The output of every pass must also read back
 //! from its text. `FILETEST=name cargo test --test filetests` runs the files whose name
 //! contains `name`.
 
