@@ -965,7 +965,7 @@ def test_ir_after_each_pass(gemm):
     assert "ldmatrix.x4" not in gemm.ir("after:insert_syncs")
     assert "ldmatrix.x4" in gemm.ir("after:lower_tile_ops")
     assert "mma.m16n8k16.f32.f16.f16.f32 acc" in gemm.ir("after:lower_tile_ops")
-    assert "fragment[128, 128]" in gemm.ir("after:infer_layouts")
+    assert "fragment acc: float32[128, 128] layout(128 threads: " in gemm.ir("after:infer_layouts")
     assert "smem+24576" in gemm.ir("after:plan_shared_memory")
     with pytest.raises(ValueError, match="no pass named 'lower'.*lower_tile_ops"):
         gemm.ir("after:lower")

@@ -4,15 +4,18 @@
 //! Every instruction implements [`Instruction`]: its expressions (for simplification,
 //! substitution and verification), the buffers it reads and writes, its effects on
 //! asynchronous state and barriers (what `insert_syncs`, `plan_shared_memory` and the
-//! verifier reason with), and its text form. Generic passes go through that trait and never
+//! verifier reason with), and its text form, written by `text` and read back by `parse`
+//! next to it (the text parser, [`crate::text`], hands a statement to every instruction in
+//! turn by its first word, the mnemonic). Generic passes go through that trait and never
 //! match on the variants; only the back end's emitters and the interpreter's models do.
 //!
 //! Adding an instruction: its atom in `target.rs` (if it is one), a payload struct here
-//! with its `Instruction` impl, one line in the `instructions!` list, its emitter in
-//! tile-codegen, its model in tile-interp, and the lowering that makes it.
+//! with its `Instruction` impl (`text` and `parse` side by side), one line in the
+//! `instructions!` list, its emitter in tile-codegen, its model in tile-interp, and the
+//! lowering that makes it.
 
 use crate::ir::{BufferId, Expr};
-use crate::target::{CopyAtom, MmaAtom};
+use crate::target::{CopyAtom, CopyKind, MmaAtom};
 
 /// How an instruction reaches a buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,6 +71,42 @@ pub trait TextNames {
     }
 }
 
+/// What an instruction's parser reads its operands with (implemented by the text parser).
+/// Each method consumes what it reads, or fails with a message that names the line.
+pub trait TextReader {
+    /// A buffer by its text name.
+    fn buffer(&mut self) -> Result<BufferId, String>;
+    fn expr(&mut self) -> Result<Expr, String>;
+    /// Comma-separated expressions up to `close`, which is consumed.
+    fn exprs_until(&mut self, close: &str) -> Result<Vec<Expr>, String>;
+    /// The punctuation `p` (`<-`, `[`, `..`, `+=`, …).
+    fn punct(&mut self, p: &str) -> Result<(), String>;
+    fn is_punct(&self, p: &str) -> bool;
+    /// The word `k`.
+    fn keyword(&mut self, k: &str) -> Result<(), String>;
+    fn int(&mut self) -> Result<i64, String>;
+    /// A string literal as the printer writes it (`{:?}`), unescaped.
+    fn string(&mut self) -> Result<String, String>;
+    /// `message` with the line being read.
+    fn error(&self, message: &str) -> String;
+
+    /// `buf[i, j]`: an element (or the first of a vector) by its indices.
+    fn element(&mut self) -> Result<(BufferId, Vec<Expr>), String> {
+        let b = self.buffer()?;
+        self.punct("[")?;
+        Ok((b, self.exprs_until("]")?))
+    }
+    /// `regs[offset..]`: register arrays from a flat element offset.
+    fn registers(&mut self) -> Result<(BufferId, Expr), String> {
+        let b = self.buffer()?;
+        self.punct("[")?;
+        let offset = self.expr()?;
+        self.punct("..")?;
+        self.punct("]")?;
+        Ok((b, offset))
+    }
+}
+
 /// What every thread-level instruction tells the generic passes.
 pub trait Instruction {
     /// Every expression it holds, in a fixed order (the order `map_exprs` visits them in,
@@ -84,6 +123,11 @@ pub trait Instruction {
     }
     /// One line of text IR (without indentation).
     fn text(&self, names: &dyn TextNames) -> String;
+    /// The instruction back from its text, the mnemonic `op` (the first word of `text`)
+    /// already read; `None` when `op` is not this instruction's.
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>>
+    where
+        Self: Sized;
 }
 
 fn map_all(v: Vec<Expr>, f: &mut dyn FnMut(Expr) -> Expr) -> Vec<Expr> {
@@ -133,6 +177,15 @@ impl Instruction for VecCopy {
             t.buffer(self.src),
             t.exprs(&self.src_idx)
         )
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        let width = op.strip_prefix("vec")?.parse().ok()?;
+        Some((|| {
+            let (dst, dst_idx) = r.element()?;
+            r.punct("<-")?;
+            let (src, src_idx) = r.element()?;
+            Ok(VecCopy { dst, dst_idx, src, src_idx, width })
+        })())
     }
 }
 
@@ -194,6 +247,15 @@ impl Instruction for Ldmatrix {
             t.buffer(self.src),
             t.exprs(&self.src_idx)
         )
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        let atom = CopyAtom::by_name(op).filter(|a| matches!(a.kind, CopyKind::Ldmatrix { .. }))?;
+        Some((|| {
+            let (dst, dst_offset) = r.registers()?;
+            r.punct("<-")?;
+            let (src, src_idx) = r.element()?;
+            Ok(Ldmatrix { atom, dst, dst_offset, src, src_idx })
+        })())
     }
 }
 
@@ -303,6 +365,17 @@ impl Instruction for Mma {
             t.expr(&self.b_offset)
         )
     }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        let atom = MmaAtom::by_name(op)?;
+        Some((|| {
+            let (c, c_offset) = r.registers()?;
+            r.punct("+=")?;
+            let (a, a_offset) = r.registers()?;
+            r.punct("*")?;
+            let (b, b_offset) = r.registers()?;
+            Ok(Mma { atom, a, a_offset, b, b_offset, c, c_offset })
+        })())
+    }
 }
 
 /// `cp.async.cg.shared.global` of 16 bytes: `src_bytes` of them read from `src` (0 to 16; the
@@ -357,6 +430,21 @@ impl Instruction for AsyncCopy {
             t.expr(&self.src_bytes)
         )
     }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "cp.async16" {
+            return None;
+        }
+        Some((|| {
+            let (dst, dst_idx) = r.element()?;
+            r.punct("<-")?;
+            let (src, src_idx) = r.element()?;
+            r.punct("(")?;
+            let src_bytes = r.expr()?;
+            r.keyword("bytes")?;
+            r.punct(")")?;
+            Ok(AsyncCopy { dst, dst_idx, src, src_idx, src_bytes })
+        })())
+    }
 }
 
 /// Close the group of asynchronous copies issued since the last commit.
@@ -378,6 +466,9 @@ impl Instruction for AsyncCommit {
     }
     fn text(&self, _: &dyn TextNames) -> String {
         "async_commit".into()
+    }
+    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        (op == "async_commit").then_some(Ok(AsyncCommit))
     }
 }
 
@@ -403,6 +494,15 @@ impl Instruction for AsyncWait {
     fn text(&self, _: &dyn TextNames) -> String {
         format!("async_wait {}", self.pending)
     }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "async_wait" {
+            return None;
+        }
+        Some(r.int().and_then(|n| {
+            let pending = u32::try_from(n).map_err(|_| r.error(&format!("bad group count {n}")))?;
+            Ok(AsyncWait { pending })
+        }))
+    }
 }
 
 /// `__syncthreads()`.
@@ -424,6 +524,9 @@ impl Instruction for Sync {
     }
     fn text(&self, _: &dyn TextNames) -> String {
         "sync".into()
+    }
+    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        (op == "sync").then_some(Ok(Sync))
     }
 }
 
@@ -452,6 +555,22 @@ impl Instruction for Printf {
         let args: Vec<String> = self.args.iter().map(|a| format!(", {}", t.expr(a))).collect();
         format!("printf({:?}{})", self.format, args.concat())
     }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "printf" {
+            return None;
+        }
+        Some((|| {
+            r.punct("(")?;
+            let format = r.string()?;
+            let mut args = Vec::new();
+            while r.is_punct(",") {
+                r.punct(",")?;
+                args.push(r.expr()?);
+            }
+            r.punct(")")?;
+            Ok(Printf { format, args })
+        })())
+    }
 }
 
 /// `__trap()`: stops the kernel with an error.
@@ -473,6 +592,9 @@ impl Instruction for Trap {
     }
     fn text(&self, _: &dyn TextNames) -> String {
         "trap".into()
+    }
+    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        (op == "trap").then_some(Ok(Trap))
     }
 }
 
@@ -499,6 +621,15 @@ macro_rules! instructions {
             }
             fn text(&self, names: &dyn TextNames) -> String {
                 match self { $(Inst::$variant(i) => i.text(names)),* }
+            }
+            /// Each instruction's parser in turn, by the mnemonic.
+            fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+                $(
+                    if let Some(i) = $variant::parse(op, r) {
+                        return Some(i.map(Inst::$variant));
+                    }
+                )*
+                None
             }
         }
 

@@ -1,5 +1,6 @@
-//! The text form of the IR, for dumps (`TILERS_DUMP_IR`) and tests; [`crate::text`] reads
-//! the tile-level form back. Names are made unique (`%i`, `%i.1`) so the text is unambiguous.
+//! The text form of the IR, for dumps (`TILERS_DUMP_IR`, `kernel.ir()`) and tests;
+//! [`crate::text`] reads it back (its module doc is the grammar). Names are made unique
+//! (`%i`, `%i.1`) so the text is unambiguous.
 
 use crate::inst::{Instruction, TextNames};
 use crate::ir::*;
@@ -22,7 +23,7 @@ impl Names {
                     let base = if n.is_empty() {
                         "v".to_string()
                     } else {
-                        n.replace(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '.', "_")
+                        n.replace(|c: char| !c.is_alphanumeric() && c != '_' && c != '.', "_")
                     };
                     let mut name = base.clone();
                     let mut k = 1;
@@ -81,17 +82,7 @@ impl Printer<'_> {
                 Param::Scalar { var, .. } => format!("%{}: {}", self.var_name(*var), m.var(*var).dtype),
             })
             .collect();
-        let mut blocks: Vec<(u8, VarId)> = m
-            .vars
-            .iter()
-            .enumerate()
-            .filter_map(|(i, v)| match v.kind {
-                VarKind::BlockIdx(axis) => Some((axis, VarId(i as u32))),
-                _ => None,
-            })
-            .collect();
-        blocks.sort();
-        let blocks: Vec<String> = blocks.iter().map(|(_, v)| format!("%{}", self.var_name(*v))).collect();
+        let blocks: Vec<String> = block_vars(m).iter().map(|v| format!("%{}", self.var_name(*v))).collect();
         let grid: Vec<String> = m.kernel.grid.iter().map(|g| self.expr(g)).collect();
         let level = match m.level {
             Level::Tile => "tile",
@@ -113,11 +104,16 @@ impl Printer<'_> {
             m.kernel.threads,
             level
         );
-        for b in &m.buffers {
-            if b.scope == crate::Scope::Global {
+        if !vars_follow_definitions(m) {
+            self.var_table(&mut out);
+        }
+        for (i, b) in m.buffers.iter().enumerate() {
+            let id = BufferId(i as u32);
+            let is_param =
+                m.params.iter().any(|p| matches!(p, Param::Tensor { buffer, .. } if *buffer == id));
+            if is_param {
                 continue;
             }
-            let id = BufferId(m.buffers.iter().position(|x| std::ptr::eq(x, b)).unwrap_or(0) as u32);
             let _ = write!(out, "  {} {}: {}{:?}", b.scope.name(), self.buf_name(id), b.dtype, b.shape);
             if let Some(off) = b.shared_offset {
                 let _ = write!(out, " at smem+{off}");
@@ -126,13 +122,36 @@ impl Printer<'_> {
                 let _ = write!(out, " {s}");
             }
             if let Some(l) = &b.layout {
-                let _ = write!(out, "  // {l}");
+                let _ = write!(out, " {}", layout_text(l, &b.shape));
             }
             out.push('\n');
         }
         self.stmts(&m.kernel.body, 1, &mut out);
         out.push_str("}\n");
         out
+    }
+
+    /// `vars %bx: block_idx.x, %tid: thread_idx, …`: every variable in id order, a line
+    /// per hundred-odd characters.
+    fn var_table(&self, out: &mut String) {
+        let mut line = String::new();
+        for (i, v) in self.m.vars.iter().enumerate() {
+            let mut entry = format!("%{}: {}", self.names.vars[i], var_kind_text(v.kind));
+            if v.dtype != crate::DType::I32 {
+                let _ = write!(entry, " {}", v.dtype);
+            }
+            if !line.is_empty() && line.len() + entry.len() > 96 {
+                let _ = writeln!(out, "  vars {line}");
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push_str(", ");
+            }
+            line.push_str(&entry);
+        }
+        if !line.is_empty() {
+            let _ = writeln!(out, "  vars {line}");
+        }
     }
 
     fn loc_comment(&self, loc: crate::Loc) -> String {
@@ -238,8 +257,8 @@ impl Printer<'_> {
             }
             Stmt::Parallel { vars, extents, body, layout, .. } => {
                 let names: Vec<String> = vars.iter().map(|v| format!("%{}", self.var_name(*v))).collect();
-                let l = layout.as_ref().map(|l| format!("  // threads: {l}")).unwrap_or_default();
-                let _ = writeln!(out, "{pad}parallel ({}) in {:?} {{{lc}{l}", names.join(", "), extents);
+                let l = layout.as_ref().map(|l| format!(" {}", layout_text(l, extents))).unwrap_or_default();
+                let _ = writeln!(out, "{pad}parallel ({}) in {:?}{l} {{{lc}", names.join(", "), extents);
                 self.stmts(body, depth + 1, out);
                 let _ = writeln!(out, "{pad}}}");
             }
@@ -286,8 +305,7 @@ impl Printer<'_> {
                 let _ = writeln!(out, "{pad}assert {}, {msg:?}{lc}", self.expr(cond));
             }
             Stmt::SourceLine(loc) => {
-                let at = self.m.sources.short(*loc).unwrap_or_else(|| "?".into());
-                let _ = writeln!(out, "{pad}line {at}");
+                let _ = writeln!(out, "{pad}line{}", self.loc_comment(*loc));
             }
             Stmt::Let { var, value } => {
                 let _ = writeln!(out, "{pad}let %{} = {}", self.var_name(*var), self.expr(value));
@@ -346,4 +364,113 @@ pub fn copy_inst_text(i: CopyInst) -> String {
         CopyInst::Staged { stmatrix: None } => "staged".into(),
         CopyInst::Staged { stmatrix: Some(atom) } => format!("staged.{}", atom.name),
     }
+}
+
+/// A variable's kind as the `vars` table writes it.
+pub fn var_kind_text(kind: VarKind) -> &'static str {
+    match kind {
+        VarKind::BlockIdx(0) => "block_idx.x",
+        VarKind::BlockIdx(1) => "block_idx.y",
+        VarKind::BlockIdx(_) => "block_idx.z",
+        VarKind::ThreadIdx => "thread_idx",
+        VarKind::Loop => "loop",
+        VarKind::Param => "param",
+        VarKind::Temp => "temp",
+    }
+}
+
+/// The variables as the parser makes them from where the text defines them, without a
+/// `vars` table: scalar parameters, block indices (axis by position), then loop and `let`
+/// variables in the order the body binds them first.
+fn vars_by_definition(m: &Module) -> Vec<(VarId, VarKind, crate::DType)> {
+    fn body(stmts: &[Stmt], out: &mut Vec<(VarId, VarKind, crate::DType)>) {
+        for s in stmts {
+            match s {
+                Stmt::For { var, .. } => out.push((*var, VarKind::Loop, crate::DType::I32)),
+                Stmt::Parallel { vars, .. } => {
+                    out.extend(vars.iter().map(|v| (*v, VarKind::Loop, crate::DType::I32)))
+                }
+                Stmt::Let { var, value } => out.push((*var, VarKind::Temp, value.dtype())),
+                _ => {}
+            }
+            for b in s.bodies() {
+                body(b, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for p in &m.params {
+        if let Param::Scalar { var, .. } = p {
+            out.push((*var, VarKind::Param, m.var(*var).dtype));
+        }
+    }
+    for (axis, v) in block_vars(m).into_iter().enumerate() {
+        out.push((v, VarKind::BlockIdx(axis as u8), crate::DType::I32));
+    }
+    body(&m.kernel.body, &mut out);
+    let mut seen = BTreeSet::new();
+    out.retain(|(v, _, _)| seen.insert(*v));
+    out
+}
+
+/// Does the parser recreate the variables, in id order, from their definitions alone? If
+/// not (variables no statement binds, such as `%tid` or those a lowering left unused, or
+/// ids out of definition order), the text carries a `vars` table.
+fn vars_follow_definitions(m: &Module) -> bool {
+    let defined = vars_by_definition(m);
+    defined.len() == m.vars.len()
+        && defined.iter().enumerate().all(|(i, (v, kind, dtype))| {
+            let var = m.var(*v);
+            v.0 as usize == i && var.kind == *kind && var.dtype == *dtype
+        })
+}
+
+/// The block index variables, by axis.
+fn block_vars(m: &Module) -> Vec<VarId> {
+    let mut blocks: Vec<(u8, VarId)> = m
+        .vars
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| match v.kind {
+            VarKind::BlockIdx(axis) => Some((axis, VarId(i as u32))),
+            _ => None,
+        })
+        .collect();
+    blocks.sort();
+    blocks.into_iter().map(|(_, v)| v).collect()
+}
+
+/// A fragment layout in the text IR: `layout(128 threads: (8,2,4,2):(t4,r2,r32,t64),
+/// (2,4,8,2):(r1,t1,r4,t32))` — per dimension its digits' sizes, fastest first, and where
+/// each comes from (`tS`: `(tid / S) % size`; `rS`: adds `value * S` to the register slot);
+/// `; replicated (2):(t32)` for the thread digits whose threads hold the same values. The
+/// extents are written first (`layout([128, 128], 128 threads: …)`) when they are not
+/// `shape`, the shape of the buffer or loop that carries the layout.
+pub fn layout_text(l: &crate::FragmentLayout, shape: &[i64]) -> String {
+    use crate::layout::Source;
+    let tuple = |items: Vec<String>| format!("({})", items.join(","));
+    let dims: Vec<String> = l
+        .dims
+        .iter()
+        .map(|ds| {
+            let sizes = ds.iter().map(|g| g.size.to_string()).collect();
+            let sources = ds
+                .iter()
+                .map(|g| match g.source {
+                    Source::Thread(s) => format!("t{s}"),
+                    Source::Slot(s) => format!("r{s}"),
+                })
+                .collect();
+            format!("{}:{}", tuple(sizes), tuple(sources))
+        })
+        .collect();
+    let extents = if l.extents == shape { String::new() } else { format!("{:?}, ", l.extents) };
+    let replicated = if l.replicated.is_empty() {
+        String::new()
+    } else {
+        let sizes = l.replicated.iter().map(|(size, _)| size.to_string()).collect();
+        let strides = l.replicated.iter().map(|(_, stride)| format!("t{stride}")).collect();
+        format!("; replicated {}:{}", tuple(sizes), tuple(strides))
+    };
+    format!("layout({extents}{} threads: {}{replicated})", l.active_threads, dims.join(", "))
 }

@@ -1,12 +1,63 @@
-//! Reading the text form of tile-level IR (what [`crate::print::print_module_bare`] writes)
-//! back into a [`Module`], so that printing and parsing round-trip and tests can state IR
-//! directly. Thread-level statements are not read; locations are not kept.
+//! Reading the text form of the IR (what [`crate::print`] writes) back into a [`Module`],
+//! at both levels, so that tests and filetests can state IR directly.
+//!
+//! The contract: `parse_text(&print_module_bare(m)) == without_locations(m)` for every
+//! module the pipeline makes — every field a pass reads comes back: buffers with their
+//! scope, shape, shared offset, swizzle and fragment layout; variables with their kinds,
+//! dtypes and ids; copies' and gemms' chosen instructions, gemm stages, pipelined loops,
+//! `async` blocks, `let`s, shuffles, comments and every thread-level instruction. **Source
+//! locations are outside the contract**: the bare form has none, and what `print_module`
+//! writes (`// kernels.py:42` after a statement) is a comment to this parser, so a parsed
+//! module's locations are all unknown and its source table is empty. (A location in the
+//! text would have to carry the source table — file, line text — to be of use to a
+//! diagnostic; a pass's output does not depend on it beyond the comments lowering writes,
+//! which are kept as text.)
+//!
+//! ```text
+//! kernel matmul(A: float16[1000, 1000], %n: int32) blocks(%bx, %by) grid(8, 8) threads=128 level=tile {
+//!   vars %bx: block_idx.x, %by: block_idx.y, %tid: thread_idx, %t0: temp int64, …   (only when needed, see below)
+//!   shared A_s: float16[3, 128, 32] at smem+0 swizzle<3,4,3>
+//!   fragment acc: float32[128, 128] layout(128 threads: (8,2,4,2):(t4,r2,r32,t64), (2,4,8,2):(r1,t1,r4,t32))
+//!   local acc_v: float32[128] layout([128, 128], 128 threads: …)
+//!   // a full-line comment inside the body is a `Stmt::Comment`
+//!   fill acc[], 0.0:float32
+//!   pipelined(stages=3) %ko in 0..+32 { … }
+//!   copy A[mul(%by, 128):+, mul(%ko, 32):+] -> A_s[] pad=0.0:float16 by cp.async
+//!   gemm A_s[floormod(%ko, 3)] x B_s^T -> acc policy=square clear_accum=false by mma.m16n8k16.f32.f16.f16.f32 warps=2x2 a=ldmatrix b=ldmatrix
+//!   parallel (%i, %j) in [128, 128] layout(…) { C[%i, %j] = cast<float16>(acc[%i, %j]) }
+//!   let %lane = floormod(%tid, 32)
+//!   ldmatrix.x4 A_frag[mul(%mi, 8)..] <- A_s[0, %lane, 0]     (an instruction: its `text`)
+//!   line                                                       (a `SourceLine`)
+//! }
+//! ```
+//!
+//! - Names: `%name` variables, bare names buffers; a name printed as `x.1` because `x` was
+//!   taken is read back as `x` (the printer's suffix, undone; user and compiler names never
+//!   hold a dot).
+//! - Variables are numbered in the order the text defines them — scalar parameters, block
+//!   indices (axis by position), then loop and `let` variables where the body first binds
+//!   them (loops `int32`, a `let` the dtype of its value) — unless a `vars` table comes
+//!   first: its entries (`%name: kind [dtype]`, kinds `block_idx.{x,y,z}`, `thread_idx`,
+//!   `loop`, `param`, `temp`; `int32` unless said) are numbered first, in order. The
+//!   printer writes the table exactly when definitions alone would not give the ids, kinds
+//!   and dtypes (thread-level IR, with `%tid` and variables a lowering left unused).
+//! - Buffers: tensor parameters in parameter order, then the declarations in order.
+//! - Expressions: `3` is an `int32`, `3:int64` and `1.5:float32` are typed (a literal with
+//!   `.`, an exponent, `inf` or `NaN` is a float constant); operators by name (`add(a, b)`,
+//!   `exp(a)`, `cast<float16>(a)`, `select(c, a, b)`, `shfl_xor(a, 16)`); a load is
+//!   `buf[i, j]`, with `buf[i, j else v]` for the value read past a global tensor's edge.
+//! - Thread-level instructions are read by their own `parse` in [`crate::inst`], chosen by
+//!   the statement's first word (its mnemonic).
+//! - `//` after a statement on its line is a comment and ignored, as are full-line comments
+//!   before `kernel`, among the declarations and after the kernel's closing brace.
 
 use crate::diag::{Loc, SourceTable};
-use crate::inst;
+use crate::inst::{Inst, Instruction, TextReader};
 use crate::ir::*;
+use crate::layout::{Digit, FragmentLayout, Source};
+use crate::target::MmaAtom;
 use crate::types::{DType, Scope};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 #[derive(Clone, Debug, PartialEq)]
 enum Tok {
@@ -16,77 +67,94 @@ enum Tok {
     /// A string literal as the printer writes it (Rust's escapes), unescaped.
     Str(String),
     Punct(&'static str),
+    /// A line that is a `//` comment, without the `// `.
+    Comment(String),
 }
 
-const PUNCTS: &[&str] = &["->", "..+", ":+", "^T", "(", ")", "[", "]", "{", "}", ",", ":", "=", "<", ">"];
+/// Longest first where one is a prefix of another.
+const PUNCTS: &[&str] = &[
+    "->", "<-", "..+", "..", ":+", "+=", "+", "^T", "(", ")", "[", "]", "{", "}", ",", ":", ";", "=", "<",
+    ">", "*",
+];
 
 fn lex(text: &str) -> Result<Vec<(Tok, usize)>, String> {
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
         let line_no = n + 1;
-        let b = line.as_bytes();
-        let mut i = 0;
-        while i < b.len() {
-            let c = b[i] as char;
-            if c.is_whitespace() {
-                i += 1;
-                continue;
-            }
-            if line[i..].starts_with("//") {
-                break; // a comment (strings are lexed whole, so this is outside one)
-            }
-            if c == '"' {
-                let (text, end) = string_literal(line, i).map_err(|e| format!("line {line_no}: {e}"))?;
-                out.push((Tok::Str(text), line_no));
-                i = end;
-                continue;
-            }
-            let ident_char = |c: u8| (c as char).is_ascii_alphanumeric() || c == b'_' || c == b'.';
-            if c == '%' {
-                let s = i + 1;
-                i += 1;
-                while i < b.len() && ident_char(b[i]) {
-                    i += 1;
-                }
-                out.push((Tok::Var(line[s..i].to_string()), line_no));
-            } else if c.is_ascii_digit()
-                || (c == '-'
-                    && i + 1 < b.len()
-                    && ((b[i + 1] as char).is_ascii_digit() || line[i + 1..].starts_with("inf")))
-            {
-                let s = i;
-                i += 1;
-                while i < b.len() {
-                    let d = b[i] as char;
-                    let exp_sign = (d == '-' || d == '+') && matches!(b[i - 1], b'e' | b'E');
-                    if d.is_ascii_alphanumeric() || d == '.' && !line[i..].starts_with("..+") || exp_sign {
-                        i += 1;
-                    } else {
-                        break;
-                    }
-                }
-                out.push((Tok::Num(line[s..i].to_string()), line_no));
-            } else if c.is_ascii_alphabetic() || c == '_' {
-                let s = i;
-                while i < b.len() && ident_char(b[i]) {
-                    i += 1;
-                }
-                let word = &line[s..i];
-                // `inf`/`NaN` constants are numbers
-                if matches!(word, "inf" | "NaN") {
-                    out.push((Tok::Num(word.to_string()), line_no));
-                } else {
-                    out.push((Tok::Ident(word.to_string()), line_no));
-                }
-            } else if let Some(p) = PUNCTS.iter().find(|p| line[i..].starts_with(**p)) {
-                out.push((Tok::Punct(p), line_no));
-                i += p.len();
-            } else {
-                return Err(format!("line {line_no}: unexpected character {c:?}"));
-            }
+        if let Some(comment) = line.trim_start().strip_prefix("//") {
+            let comment = comment.strip_prefix(' ').unwrap_or(comment);
+            out.push((Tok::Comment(comment.to_string()), line_no));
+            continue;
         }
+        lex_line(line, line_no, &mut out)?;
     }
     Ok(out)
+}
+
+fn lex_line(line: &str, line_no: usize, out: &mut Vec<(Tok, usize)>) -> Result<(), String> {
+    // a dot continues a name or number unless it starts `..` (`%t0..`, `0..+32`)
+    let continues =
+        |rest: &str, c: char| c.is_alphanumeric() || c == '_' || c == '.' && !rest.starts_with("..");
+    let mut i = 0;
+    while let Some(c) = line[i..].chars().next() {
+        let rest = &line[i..];
+        if c.is_whitespace() {
+            i += c.len_utf8();
+            continue;
+        }
+        if rest.starts_with("//") {
+            break; // a comment after a statement (strings are lexed whole, so outside one)
+        }
+        let word_end = |from: usize| {
+            let mut j = from;
+            while let Some(d) = line[j..].chars().next() {
+                if !continues(&line[j..], d) {
+                    break;
+                }
+                j += d.len_utf8();
+            }
+            j
+        };
+        if c == '"' {
+            let (text, end) = string_literal(line, i).map_err(|e| format!("line {line_no}: {e}"))?;
+            out.push((Tok::Str(text), line_no));
+            i = end;
+        } else if c == '%' {
+            let end = word_end(i + 1);
+            out.push((Tok::Var(line[i + 1..end].to_string()), line_no));
+            i = end;
+        } else if c.is_ascii_digit()
+            || c == '-'
+                && (rest[1..].starts_with(|d: char| d.is_ascii_digit()) || rest[1..].starts_with("inf"))
+        {
+            // numbers, with exponents (`1e-5`) and `2x2` (a warp grid)
+            let mut j = i + 1;
+            while let Some(d) = line[j..].chars().next() {
+                let exp_sign = (d == '-' || d == '+') && line[..j].ends_with(['e', 'E']);
+                if continues(&line[j..], d) || exp_sign {
+                    j += d.len_utf8();
+                } else {
+                    break;
+                }
+            }
+            out.push((Tok::Num(line[i..j].to_string()), line_no));
+            i = j;
+        } else if c.is_alphabetic() || c == '_' {
+            let end = word_end(i);
+            let word = &line[i..end];
+            // `inf`/`NaN` constants are numbers
+            let tok =
+                if matches!(word, "inf" | "NaN") { Tok::Num(word.into()) } else { Tok::Ident(word.into()) };
+            out.push((tok, line_no));
+            i = end;
+        } else if let Some(p) = PUNCTS.iter().find(|p| rest.starts_with(**p)) {
+            out.push((Tok::Punct(p), line_no));
+            i += p.len();
+        } else {
+            return Err(format!("line {line_no}: unexpected character {c:?}"));
+        }
+    }
+    Ok(())
 }
 
 /// The string literal starting at the quote `line[start]`, unescaping what Rust's `{:?}`
@@ -124,6 +192,29 @@ fn string_literal(line: &str, start: usize) -> Result<(String, usize), String> {
     Err("unterminated string".into())
 }
 
+/// The name the printer made `display` from, given the names printed before it: `x.2` is
+/// `x` when `x` and `x.1` came earlier (the printer's suffixes for repeated names).
+fn stored_name(display: &str, earlier: &BTreeSet<String>) -> String {
+    if let Some((base, suffix)) = display.rsplit_once('.') {
+        if let Ok(k) = suffix.parse::<u32>() {
+            let printed_so = k >= 1 && k.to_string() == suffix;
+            if printed_so
+                && earlier.contains(base)
+                && (1..k).all(|j| earlier.contains(&format!("{base}.{j}")))
+            {
+                return base.to_string();
+            }
+        }
+    }
+    display.to_string()
+}
+
+/// A kernel parameter as the header writes it, before its variable exists.
+enum HeaderParam {
+    Tensor(BufferId),
+    Scalar(String, DType),
+}
+
 struct Parser {
     toks: Vec<(Tok, usize)>,
     pos: usize,
@@ -138,63 +229,49 @@ impl Parser {
     fn peek(&self) -> Option<&Tok> {
         self.toks.get(self.pos).map(|(t, _)| t)
     }
+    fn peek_at(&self, k: usize) -> Option<&Tok> {
+        self.toks.get(self.pos + k).map(|(t, _)| t)
+    }
     fn line(&self) -> usize {
         self.toks.get(self.pos).or(self.toks.last()).map(|(_, l)| *l).unwrap_or(0)
     }
     fn err<T>(&self, what: &str) -> R<T> {
-        Err(format!("line {}: expected {what}, found {:?}", self.line(), self.peek()))
+        let found = match self.peek() {
+            None => "the end".to_string(),
+            Some(Tok::Comment(_)) => "a comment line".to_string(),
+            Some(Tok::Ident(s) | Tok::Num(s)) => format!("'{s}'"),
+            Some(Tok::Var(s)) => format!("'%{s}'"),
+            Some(Tok::Str(s)) => format!("{s:?}"),
+            Some(Tok::Punct(p)) => format!("'{p}'"),
+        };
+        Err(format!("line {}: expected {what}, found {found}", self.line()))
     }
     fn next(&mut self) -> Option<Tok> {
         let t = self.toks.get(self.pos).map(|(t, _)| t.clone());
         self.pos += 1;
         t
     }
-    fn punct(&mut self, p: &str) -> R<()> {
-        match self.peek() {
-            Some(Tok::Punct(q)) if *q == p => {
-                self.pos += 1;
-                Ok(())
-            }
-            _ => self.err(&format!("'{p}'")),
-        }
-    }
-    fn is_punct(&self, p: &str) -> bool {
-        matches!(self.peek(), Some(Tok::Punct(q)) if *q == p)
+    fn is_word(&self, w: &str) -> bool {
+        matches!(self.peek(), Some(Tok::Ident(s)) if s == w)
     }
     fn ident(&mut self) -> R<String> {
-        match self.next() {
-            Some(Tok::Ident(s)) => Ok(s),
-            _ => {
-                self.pos -= 1;
-                self.err("a name")
-            }
-        }
-    }
-    fn string(&mut self) -> R<String> {
-        match self.next() {
-            Some(Tok::Str(s)) => Ok(s),
-            _ => {
-                self.pos -= 1;
-                self.err("a string")
-            }
-        }
-    }
-    fn keyword(&mut self, k: &str) -> R<()> {
         match self.peek() {
-            Some(Tok::Ident(s)) if s == k => {
+            Some(Tok::Ident(s)) => {
+                let s = s.clone();
                 self.pos += 1;
-                Ok(())
+                Ok(s)
             }
-            _ => self.err(&format!("'{k}'")),
+            _ => self.err("a name"),
         }
     }
-    fn int(&mut self) -> R<i64> {
-        match self.next() {
-            Some(Tok::Num(s)) => s.parse().map_err(|_| format!("line {}: bad integer {s}", self.line())),
-            _ => {
-                self.pos -= 1;
-                self.err("an integer")
+    fn var_name(&mut self) -> R<String> {
+        match self.peek() {
+            Some(Tok::Var(s)) => {
+                let s = s.clone();
+                self.pos += 1;
+                Ok(s)
             }
+            _ => self.err("a %variable"),
         }
     }
     fn dtype(&mut self) -> R<DType> {
@@ -213,18 +290,38 @@ impl Parser {
         self.punct("]")?;
         Ok(v)
     }
-    fn new_var(&mut self, name: String, kind: VarKind, dtype: DType) -> VarId {
-        let id = self.m.add_var(&name, kind, dtype);
-        self.vars.insert(name, id);
+    /// `key=value`, the value a word or a number.
+    fn kv(&mut self, key: &str) -> R<String> {
+        self.keyword(key)?;
+        self.punct("=")?;
+        match self.peek() {
+            Some(Tok::Ident(s) | Tok::Num(s)) => {
+                let s = s.clone();
+                self.pos += 1;
+                Ok(s)
+            }
+            _ => self.err(&format!("a value for {key}")),
+        }
+    }
+    fn kv_parsed<T: std::str::FromStr>(&mut self, key: &str) -> R<T> {
+        let v = self.kv(key)?;
+        v.parse().map_err(|_| format!("line {}: bad {key} {v}", self.line()))
+    }
+
+    /// The variable the text names `display`, made on its first definition.
+    fn define_var(&mut self, display: String, kind: VarKind, dtype: DType) -> VarId {
+        if let Some(v) = self.vars.get(&display) {
+            return *v;
+        }
+        let earlier: BTreeSet<String> = self.vars.keys().cloned().collect();
+        let id = self.m.add_var(&stored_name(&display, &earlier), kind, dtype);
+        self.vars.insert(display, id);
         id
     }
-    fn buffer(&mut self) -> R<BufferId> {
-        let name = self.ident()?;
-        self.buffers.get(&name).copied().ok_or_else(|| format!("line {}: unknown buffer {name}", self.line()))
-    }
-    fn add_buffer(&mut self, name: String, scope: Scope, dtype: DType, shape: Vec<i64>) -> BufferId {
+    fn add_buffer(&mut self, display: String, scope: Scope, dtype: DType, shape: Vec<i64>) -> BufferId {
+        let earlier: BTreeSet<String> = self.buffers.keys().cloned().collect();
         let id = self.m.add_buffer(Buffer {
-            name: name.clone(),
+            name: stored_name(&display, &earlier),
             scope,
             dtype,
             shape,
@@ -233,94 +330,86 @@ impl Parser {
             shared_offset: None,
             swizzle: None,
         });
-        self.buffers.insert(name, id);
+        self.buffers.insert(display, id);
         id
     }
 
-    fn exprs_until(&mut self, close: &str) -> R<Vec<Expr>> {
-        let mut v = Vec::new();
-        while !self.is_punct(close) {
-            v.push(self.expr()?);
-            if !self.is_punct(close) {
+    fn expr_leaf_number(&mut self, s: String) -> R<Expr> {
+        // `3:int64` is a typed constant; `0:64` is a slice
+        let typed = matches!(self.peek_at(1), Some(Tok::Ident(t)) if DType::parse(t).is_some());
+        let dtype = if self.is_punct(":") && typed {
+            self.punct(":")?;
+            self.dtype()?
+        } else {
+            DType::I32
+        };
+        let float_literal = s.contains(['.', 'e', 'E']) || s.contains("inf") || s == "NaN";
+        let value = if float_literal {
+            ConstValue::Float(s.parse().map_err(|_| format!("line {}: bad number {s}", self.line()))?)
+        } else {
+            ConstValue::Int(s.parse().map_err(|_| format!("line {}: bad integer {s}", self.line()))?)
+        };
+        Ok(Expr::Const { value, dtype })
+    }
+
+    fn operands<const N: usize>(&mut self, name: &str) -> R<[Expr; N]> {
+        self.punct("(")?;
+        let args = self.exprs_until(")")?;
+        args.try_into().map_err(|_| format!("line {}: {name} takes {N} operand(s)", self.line()))
+    }
+
+    fn expr_named(&mut self, name: String, line: usize) -> R<Expr> {
+        match name.as_str() {
+            "cast" => {
+                self.punct("<")?;
+                let dtype = self.dtype()?;
+                self.punct(">")?;
+                let [a] = self.operands::<1>("cast")?;
+                return Ok(Expr::Cast { a: Box::new(a), dtype });
+            }
+            "select" => {
+                let [c, a, b] = self.operands("select")?;
+                return Ok(Expr::select(c, a, b));
+            }
+            "shfl_xor" => {
+                let [a, mask] = self.operands("shfl_xor")?;
+                let mask = mask
+                    .as_int()
+                    .and_then(|m| u32::try_from(m).ok())
+                    .ok_or_else(|| format!("line {}: shfl_xor takes a constant lane mask", self.line()))?;
+                let dtype = a.dtype();
+                return Ok(Expr::ShflXor { a: Box::new(a), mask, dtype });
+            }
+            _ => {}
+        }
+        if let Some(op) = BinOp::ALL.iter().find(|o| o.name() == name) {
+            let [a, b] = self.operands(&name)?;
+            return Ok(Expr::binary(*op, a, b));
+        }
+        if let Some(op) = UnOp::ALL.iter().find(|o| o.name() == name) {
+            let [a] = self.operands(&name)?;
+            return Ok(Expr::unary(*op, a));
+        }
+        let buf = *self
+            .buffers
+            .get(&name)
+            .ok_or_else(|| format!("line {line}: unknown buffer or operator {name}"))?;
+        self.punct("[")?;
+        let mut idx = Vec::new();
+        let mut oob = None;
+        while !self.is_punct("]") {
+            if self.is_word("else") {
+                self.pos += 1;
+                oob = Some(Box::new(self.expr()?));
+                break;
+            }
+            idx.push(self.expr()?);
+            if !self.is_punct("]") && !self.is_word("else") {
                 self.punct(",")?;
             }
         }
-        self.punct(close)?;
-        Ok(v)
-    }
-
-    fn expr(&mut self) -> R<Expr> {
-        match self.next() {
-            Some(Tok::Num(s)) => {
-                // `3:int64` is a typed constant; `0:64` is a slice
-                let typed = matches!(self.toks.get(self.pos + 1), Some((Tok::Ident(t), _)) if DType::parse(t).is_some());
-                let dtype = if self.is_punct(":") && typed {
-                    self.punct(":")?;
-                    self.dtype()?
-                } else {
-                    DType::I32
-                };
-                let value = if dtype.is_float() {
-                    ConstValue::Float(s.parse().map_err(|_| format!("line {}: bad number {s}", self.line()))?)
-                } else {
-                    ConstValue::Int(s.parse().map_err(|_| format!("line {}: bad integer {s}", self.line()))?)
-                };
-                Ok(Expr::Const { value, dtype })
-            }
-            Some(Tok::Var(name)) => {
-                let id = *self
-                    .vars
-                    .get(&name)
-                    .ok_or_else(|| format!("line {}: unknown variable %{name}", self.line()))?;
-                Ok(Expr::Var { id, dtype: self.m.var(id).dtype })
-            }
-            Some(Tok::Ident(name)) => {
-                if name == "cast" {
-                    self.punct("<")?;
-                    let dtype = self.dtype()?;
-                    self.punct(">")?;
-                    self.punct("(")?;
-                    let a = self.expr()?;
-                    self.punct(")")?;
-                    return Ok(Expr::Cast { a: Box::new(a), dtype });
-                }
-                if name == "select" {
-                    self.punct("(")?;
-                    let args = self.exprs_until(")")?;
-                    let [c, a, b]: [Expr; 3] = args
-                        .try_into()
-                        .map_err(|_| format!("line {}: select takes 3 operands", self.line()))?;
-                    return Ok(Expr::select(c, a, b));
-                }
-                if let Some(op) = BinOp::ALL.iter().find(|o| o.name() == name) {
-                    self.punct("(")?;
-                    let args = self.exprs_until(")")?;
-                    let [a, b]: [Expr; 2] = args
-                        .try_into()
-                        .map_err(|_| format!("line {}: {name} takes 2 operands", self.line()))?;
-                    return Ok(Expr::binary(*op, a, b));
-                }
-                if let Some(op) = UnOp::ALL.iter().find(|o| o.name() == name) {
-                    self.punct("(")?;
-                    let args = self.exprs_until(")")?;
-                    let [a]: [Expr; 1] = args
-                        .try_into()
-                        .map_err(|_| format!("line {}: {name} takes 1 operand", self.line()))?;
-                    return Ok(Expr::unary(*op, a));
-                }
-                let buf = *self
-                    .buffers
-                    .get(&name)
-                    .ok_or_else(|| format!("line {}: unknown buffer or operator {name}", self.line()))?;
-                self.punct("[")?;
-                let idx = self.exprs_until("]")?;
-                Ok(Expr::load(buf, idx, self.m.buffer(buf).dtype))
-            }
-            _ => {
-                self.pos -= 1;
-                self.err("an expression")
-            }
-        }
+        self.punct("]")?;
+        Ok(Expr::Load { buf, idx, dtype: self.m.buffer(buf).dtype, loc: Loc::UNKNOWN, oob })
     }
 
     fn region(&mut self) -> R<Region> {
@@ -347,6 +436,101 @@ impl Parser {
         Ok(Region { buf, dims, loc: Loc::UNKNOWN })
     }
 
+    /// `(a,b,c)` of integers or of words.
+    fn tuple<T>(&mut self, mut item: impl FnMut(&mut Parser) -> R<T>) -> R<Vec<T>> {
+        self.punct("(")?;
+        let mut v = Vec::new();
+        while !self.is_punct(")") {
+            v.push(item(self)?);
+            if !self.is_punct(")") {
+                self.punct(",")?;
+            }
+        }
+        self.punct(")")?;
+        Ok(v)
+    }
+
+    /// `tS` / `rS` (see [`crate::print::layout_text`]).
+    fn digit_source(&mut self) -> R<Source> {
+        let word = self.ident()?;
+        let stride = |s: &str| s.parse::<i64>().ok();
+        let source = if let Some(s) = word.strip_prefix('t') {
+            stride(s).map(Source::Thread)
+        } else {
+            word.strip_prefix('r').and_then(stride).map(Source::Slot)
+        };
+        source.ok_or_else(|| {
+            format!("line {}: a digit comes from tN (threads) or rN (registers), not {word}", self.line())
+        })
+    }
+
+    /// `layout([extents,] N threads: dims[; replicated sizes:sources])`; the extents are
+    /// `shape` when not written.
+    fn layout(&mut self, shape: &[i64]) -> R<FragmentLayout> {
+        self.keyword("layout")?;
+        self.punct("(")?;
+        let extents = if self.is_punct("[") {
+            let e = self.shape()?;
+            self.punct(",")?;
+            e
+        } else {
+            shape.to_vec()
+        };
+        let active_threads = self.int()?;
+        self.keyword("threads")?;
+        self.punct(":")?;
+        let mut dims = Vec::new();
+        loop {
+            let sizes = self.tuple(Parser::int)?;
+            self.punct(":")?;
+            let sources = self.tuple(Parser::digit_source)?;
+            if sizes.len() != sources.len() {
+                return Err(format!(
+                    "line {}: {} digit sizes but {} sources",
+                    self.line(),
+                    sizes.len(),
+                    sources.len()
+                ));
+            }
+            let mut step = 1;
+            let mut digits = Vec::new();
+            for (size, source) in sizes.into_iter().zip(sources) {
+                digits.push(Digit { size, step, source });
+                step *= size;
+            }
+            dims.push(digits);
+            if !self.is_punct(",") {
+                break;
+            }
+            self.punct(",")?;
+        }
+        let mut replicated = Vec::new();
+        if self.is_punct(";") {
+            self.punct(";")?;
+            self.keyword("replicated")?;
+            let sizes = self.tuple(Parser::int)?;
+            self.punct(":")?;
+            let sources = self.tuple(Parser::digit_source)?;
+            for (size, source) in sizes.into_iter().zip(sources) {
+                match source {
+                    Source::Thread(stride) => replicated.push((size, stride)),
+                    Source::Slot(_) => {
+                        return Err(format!("line {}: replicas are threads (tN)", self.line()))
+                    }
+                }
+            }
+        }
+        self.punct(")")?;
+        if dims.len() != extents.len() {
+            return Err(format!(
+                "line {}: {} layout dimensions for extents {extents:?}",
+                self.line(),
+                dims.len()
+            ));
+        }
+        Ok(FragmentLayout { extents, dims, replicated, active_threads })
+    }
+
     fn block(&mut self) -> R<Vec<Stmt>> {
         self.punct("{")?;
         let mut out = Vec::new();
@@ -357,52 +541,72 @@ impl Parser {
         Ok(out)
     }
 
-    fn kv(&mut self, key: &str) -> R<String> {
-        self.keyword(key)?;
-        self.punct("=")?;
-        match self.next() {
-            Some(Tok::Ident(s)) | Some(Tok::Num(s)) => Ok(s),
-            _ => self.err(&format!("a value for {key}")),
-        }
+    fn loop_var(&mut self) -> R<String> {
+        self.var_name().or_else(|_| self.err("a loop variable"))
     }
 
     fn stmt(&mut self) -> R<Stmt> {
         let loc = Loc::UNKNOWN;
         let word = match self.peek() {
             Some(Tok::Ident(w)) => w.clone(),
+            Some(Tok::Comment(c)) => {
+                let c = c.clone();
+                self.pos += 1;
+                return Ok(Stmt::Comment(c));
+            }
             _ => return self.err("a statement"),
         };
+        if matches!(self.peek_at(1), Some(Tok::Punct("["))) {
+            // `buf[i] = value` (any name, `sync` and `copy` included, followed by `[`)
+            let buf = self.buffer()?;
+            self.punct("[")?;
+            let idx = self.exprs_until("]")?;
+            self.punct("=")?;
+            return Ok(Stmt::Store { buf, idx, value: self.expr()?, loc });
+        }
+        self.pos += 1;
         match word.as_str() {
             "copy" => {
-                self.pos += 1;
                 let src = self.region()?;
                 self.punct("->")?;
                 let dst = self.region()?;
-                let pad = if matches!(self.peek(), Some(Tok::Ident(p)) if p == "pad") {
+                let pad = if self.is_word("pad") {
                     self.keyword("pad")?;
                     self.punct("=")?;
                     Some(self.expr()?)
                 } else {
                     None
                 };
-                Ok(Stmt::Copy(CopyOp { src, dst, pad, loc, inst: None }))
+                let inst = if self.is_word("by") {
+                    self.pos += 1;
+                    let how = self.ident()?;
+                    Some(match how.as_str() {
+                        "threads" => CopyInst::Threads,
+                        "cp.async" => CopyInst::CpAsync,
+                        "staged" => CopyInst::Staged,
+                        _ => {
+                            return Err(format!(
+                                "line {}: a copy is by threads, cp.async or staged, not {how}",
+                                self.line()
+                            ))
+                        }
+                    })
+                } else {
+                    None
+                };
+                Ok(Stmt::Copy(CopyOp { src, dst, pad, loc, inst }))
             }
             "fill" => {
-                self.pos += 1;
                 let dst = self.region()?;
                 self.punct(",")?;
                 Ok(Stmt::Fill { dst, value: self.expr()?, loc })
             }
             "atomic_add" => {
-                self.pos += 1;
-                let buf = self.buffer()?;
-                self.punct("[")?;
-                let idx = self.exprs_until("]")?;
+                let (buf, idx) = self.element()?;
                 self.punct(",")?;
                 Ok(Stmt::AtomicAdd { buf, idx, value: self.expr()?, loc })
             }
             w if w.starts_with("reduce_") => {
-                self.pos += 1;
                 let kind = match &w[7..] {
                     "sum" => ReduceKind::Sum,
                     "max" => ReduceKind::Max,
@@ -413,106 +617,44 @@ impl Parser {
                 let src = self.buffer()?;
                 self.punct("->")?;
                 let dst = self.buffer()?;
-                let dim = self.kv("dim")?.parse().map_err(|_| format!("line {}: bad dim", self.line()))?;
+                let dim = self.kv_parsed("dim")?;
                 let clear = self.kv("clear")? == "true";
                 Ok(Stmt::Reduce(ReduceOp { kind, src, dst, dim, clear, loc }))
             }
-            "gemm" => {
-                self.pos += 1;
-                let operand = |p: &mut Parser| -> R<(BufferId, Option<Expr>, bool)> {
-                    let b = p.buffer()?;
-                    let stage = if p.is_punct("[") {
-                        p.punct("[")?;
-                        let e = p.expr()?;
-                        p.punct("]")?;
-                        Some(e)
-                    } else {
-                        None
-                    };
-                    let t = p.is_punct("^T");
-                    if t {
-                        p.punct("^T")?;
-                    }
-                    Ok((b, stage, t))
-                };
-                let (a, a_stage, transpose_a) = operand(self)?;
-                self.keyword("x")?;
-                let (b, b_stage, transpose_b) = operand(self)?;
-                self.punct("->")?;
-                let c = self.buffer()?;
-                let policy = match self.kv("policy")?.as_str() {
-                    "square" => WarpPolicy::Square,
-                    "full_row" => WarpPolicy::FullRow,
-                    "full_col" => WarpPolicy::FullCol,
-                    p => return Err(format!("line {}: unknown policy {p}", self.line())),
-                };
-                let clear_accum = self.kv("clear_accum")? == "true";
-                Ok(Stmt::Gemm(GemmOp {
-                    a,
-                    b,
-                    c,
-                    transpose_a,
-                    transpose_b,
-                    policy,
-                    clear_accum,
-                    loc,
-                    a_stage,
-                    b_stage,
-                    inst: None,
-                }))
-            }
+            "gemm" => self.gemm(),
             "parallel" => {
-                self.pos += 1;
-                self.punct("(")?;
-                let mut names = Vec::new();
-                while !self.is_punct(")") {
-                    match self.next() {
-                        Some(Tok::Var(n)) => names.push(n),
-                        _ => return self.err("a loop variable"),
-                    }
-                    if !self.is_punct(")") {
-                        self.punct(",")?;
-                    }
-                }
-                self.punct(")")?;
+                let names = self.tuple(Parser::loop_var)?;
                 self.keyword("in")?;
                 let extents = self.shape()?;
-                let vars = names.into_iter().map(|n| self.new_var(n, VarKind::Loop, DType::I32)).collect();
+                let layout = if self.is_word("layout") { Some(self.layout(&extents)?) } else { None };
+                let vars = names.into_iter().map(|n| self.define_var(n, VarKind::Loop, DType::I32)).collect();
                 let body = self.block()?;
-                Ok(Stmt::Parallel { vars, extents, body, loc, layout: None })
+                Ok(Stmt::Parallel { vars, extents, body, loc, layout })
             }
             "for" | "unroll" | "pipelined" => {
-                self.pos += 1;
                 let kind = match word.as_str() {
                     "for" => ForKind::Serial,
                     "unroll" => ForKind::Unroll,
                     _ => {
                         self.punct("(")?;
-                        let stages = self
-                            .kv("stages")?
-                            .parse()
-                            .map_err(|_| format!("line {}: bad stages", self.line()))?;
+                        let stages = self.kv_parsed("stages")?;
                         self.punct(")")?;
                         ForKind::Pipelined { stages }
                     }
                 };
-                let name = match self.next() {
-                    Some(Tok::Var(n)) => n,
-                    _ => return self.err("a loop variable"),
-                };
+                let name = self.loop_var()?;
                 self.keyword("in")?;
                 let start = self.expr()?;
                 self.punct("..+")?;
                 let extent = self.expr()?;
-                let var = self.new_var(name, VarKind::Loop, DType::I32);
+                let var = self.define_var(name, VarKind::Loop, DType::I32);
                 let body = self.block()?;
                 Ok(Stmt::For { var, start, extent, kind, body, loc })
             }
             "if" => {
-                self.pos += 1;
                 let cond = self.expr()?;
                 let then = self.block()?;
-                let otherwise = if matches!(self.peek(), Some(Tok::Ident(e)) if e == "else") {
+                let otherwise = if self.is_word("else") {
                     self.pos += 1;
                     self.block()?
                 } else {
@@ -521,9 +663,7 @@ impl Parser {
                 Ok(Stmt::If { cond, then, otherwise, loc })
             }
             "print" => {
-                self.pos += 1;
-                let tile = matches!(self.peek(), Some(Tok::Ident(t)) if t == "tile")
-                    && matches!(self.toks.get(self.pos + 1), Some((Tok::Ident(_), _)));
+                let tile = self.is_word("tile") && matches!(self.peek_at(1), Some(Tok::Ident(_)));
                 let what = if tile {
                     self.pos += 1;
                     Printed::Tile(self.region()?)
@@ -533,60 +673,181 @@ impl Parser {
                 self.punct(",")?;
                 let msg = self.string()?;
                 // `block=(...)`: a store to a buffer named `block` would read `block[`
-                let block = if matches!(self.peek(), Some(Tok::Ident(b)) if b == "block")
-                    && matches!(self.toks.get(self.pos + 1), Some((Tok::Punct("="), _)))
-                {
+                let block = if self.is_word("block") && matches!(self.peek_at(1), Some(Tok::Punct("="))) {
                     self.pos += 2;
-                    self.punct("(")?;
-                    let mut coords = Vec::new();
-                    while !self.is_punct(")") {
-                        coords.push(self.int()?);
-                        if !self.is_punct(")") {
-                            self.punct(",")?;
-                        }
-                    }
-                    self.punct(")")?;
-                    Some(coords)
+                    Some(self.tuple(Parser::int)?)
                 } else {
                     None
                 };
                 Ok(Stmt::Print { what, msg, block, loc })
             }
             "assert" => {
-                self.pos += 1;
                 let cond = self.expr()?;
                 self.punct(",")?;
                 Ok(Stmt::DeviceAssert { cond, msg: self.string()?, loc })
             }
-            "sync" => {
-                self.pos += 1;
-                Ok(Stmt::inst(inst::Sync))
-            }
-            "async" => {
-                self.pos += 1;
-                Ok(Stmt::Async { body: self.block()? })
-            }
-            "async_commit" => {
-                self.pos += 1;
-                Ok(Stmt::inst(inst::AsyncCommit))
-            }
-            "async_wait" => {
-                self.pos += 1;
-                Ok(Stmt::inst(inst::AsyncWait { pending: self.int()? as u32 }))
-            }
-            _ => {
-                let buf = self.buffer()?;
-                self.punct("[")?;
-                let idx = self.exprs_until("]")?;
+            "async" => Ok(Stmt::Async { body: self.block()? }),
+            "let" => {
+                let name = self.var_name()?;
                 self.punct("=")?;
-                Ok(Stmt::Store { buf, idx, value: self.expr()?, loc })
+                let value = self.expr()?;
+                let var = self.define_var(name, VarKind::Temp, value.dtype());
+                Ok(Stmt::Let { var, value })
             }
+            "line" => Ok(Stmt::SourceLine(Loc::UNKNOWN)),
+            op => match Inst::parse(op, self) {
+                Some(i) => Ok(Stmt::Inst(i?)),
+                None => {
+                    self.pos -= 1;
+                    self.err("a statement or an instruction")
+                }
+            },
         }
     }
 
+    /// `gemm A[stage]^T x B -> C policy=… clear_accum=… [by ATOM warps=MxN a=SRC b=SRC]`.
+    fn gemm(&mut self) -> R<Stmt> {
+        let operand = |p: &mut Parser| -> R<(BufferId, Option<Expr>, bool)> {
+            let b = p.buffer()?;
+            let stage = if p.is_punct("[") {
+                p.punct("[")?;
+                let e = p.expr()?;
+                p.punct("]")?;
+                Some(e)
+            } else {
+                None
+            };
+            let t = p.is_punct("^T");
+            if t {
+                p.punct("^T")?;
+            }
+            Ok((b, stage, t))
+        };
+        let (a, a_stage, transpose_a) = operand(self)?;
+        self.keyword("x")?;
+        let (b, b_stage, transpose_b) = operand(self)?;
+        self.punct("->")?;
+        let c = self.buffer()?;
+        let policy = match self.kv("policy")?.as_str() {
+            "square" => WarpPolicy::Square,
+            "full_row" => WarpPolicy::FullRow,
+            "full_col" => WarpPolicy::FullCol,
+            p => return Err(format!("line {}: unknown policy {p}", self.line())),
+        };
+        let clear_accum = self.kv("clear_accum")? == "true";
+        let inst = if self.is_word("by") {
+            self.pos += 1;
+            let name = self.ident()?;
+            let atom = MmaAtom::by_name(&name)
+                .ok_or_else(|| format!("line {}: no mma atom named {name}", self.line()))?;
+            let warps = self.kv("warps")?;
+            let (warps_m, warps_n) = warps
+                .split_once('x')
+                .and_then(|(m, n)| Some((m.parse().ok()?, n.parse().ok()?)))
+                .ok_or_else(|| format!("line {}: warps=MxN, not {warps}", self.line()))?;
+            let source = |p: &mut Parser, key: &str| -> R<OperandSource> {
+                let s = p.kv(key)?;
+                [OperandSource::Registers, OperandSource::Ldmatrix, OperandSource::Gather]
+                    .into_iter()
+                    .find(|o| o.name() == s)
+                    .ok_or_else(|| format!("line {}: unknown operand source {s}", p.line()))
+            };
+            let a = source(self, "a")?;
+            let b = source(self, "b")?;
+            Some(GemmInst { atom, warps_m, warps_n, a, b })
+        } else {
+            None
+        };
+        Ok(Stmt::Gemm(GemmOp {
+            a,
+            b,
+            c,
+            transpose_a,
+            transpose_b,
+            policy,
+            clear_accum,
+            loc: Loc::UNKNOWN,
+            a_stage,
+            b_stage,
+            inst,
+        }))
+    }
+
+    /// `vars %a: kind [dtype], …` (one line of the table).
+    fn var_table_line(&mut self) -> R<()> {
+        self.keyword("vars")?;
+        loop {
+            let name = self.var_name()?;
+            self.punct(":")?;
+            let kind_line = self.line();
+            let kind = match self.ident()?.as_str() {
+                "block_idx.x" => VarKind::BlockIdx(0),
+                "block_idx.y" => VarKind::BlockIdx(1),
+                "block_idx.z" => VarKind::BlockIdx(2),
+                "thread_idx" => VarKind::ThreadIdx,
+                "loop" => VarKind::Loop,
+                "param" => VarKind::Param,
+                "temp" => VarKind::Temp,
+                k => return Err(format!("line {kind_line}: unknown variable kind {k}")),
+            };
+            let dtype_follows = self.line() == kind_line
+                && matches!(self.peek(), Some(Tok::Ident(d)) if DType::parse(d).is_some());
+            let dtype = if dtype_follows { self.dtype()? } else { DType::I32 };
+            if self.vars.contains_key(&name) {
+                return Err(format!("line {kind_line}: %{name} is in the table twice"));
+            }
+            self.define_var(name, kind, dtype);
+            if !self.is_punct(",") {
+                return Ok(());
+            }
+            self.punct(",")?;
+        }
+    }
+
+    /// `scope name: dtype[shape] [at smem+N] [swizzle<b,m,s>] [layout(…)]`.
+    fn buffer_declaration(&mut self, scope: Scope) -> R<()> {
+        let name = self.ident()?;
+        self.punct(":")?;
+        let dtype = self.dtype()?;
+        let shape = self.shape()?;
+        let id = self.add_buffer(name, scope, dtype, shape.clone());
+        if self.is_word("at") {
+            self.pos += 1;
+            let at = self.ident()?;
+            if at != "smem" {
+                return Err(format!("line {}: expected at smem+N", self.line()));
+            }
+            self.punct("+")?;
+            let offset = self.int()?;
+            self.m.buffer_mut(id).shared_offset =
+                Some(u64::try_from(offset).map_err(|_| format!("line {}: bad offset", self.line()))?);
+        }
+        if self.is_word("swizzle") {
+            self.pos += 1;
+            self.punct("<")?;
+            let bits = self.int()? as u32;
+            self.punct(",")?;
+            let base = self.int()? as u32;
+            self.punct(",")?;
+            let shift = self.int()? as u32;
+            self.punct(">")?;
+            self.m.buffer_mut(id).swizzle = Some(crate::Swizzle::new(bits, base, shift));
+        }
+        if self.is_word("layout") {
+            let layout = self.layout(&shape)?;
+            self.m.buffer_mut(id).layout = Some(layout);
+        }
+        Ok(())
+    }
+
     fn module(&mut self) -> R<()> {
+        while matches!(self.peek(), Some(Tok::Comment(_))) {
+            self.pos += 1;
+        }
         self.keyword("kernel")?;
         self.m.name = self.ident()?;
+        // the header's variables are made once the `vars` table (if any) is read
+        let mut params = Vec::new();
         self.punct("(")?;
         while !self.is_punct(")") {
             match self.next() {
@@ -594,16 +855,16 @@ impl Parser {
                     self.punct(":")?;
                     let dtype = self.dtype()?;
                     let shape = self.shape()?;
-                    let b = self.add_buffer(name.clone(), Scope::Global, dtype, shape);
-                    self.m.params.push(Param::Tensor { name, buffer: b });
+                    params.push(HeaderParam::Tensor(self.add_buffer(name, Scope::Global, dtype, shape)));
                 }
                 Some(Tok::Var(name)) => {
                     self.punct(":")?;
-                    let dtype = self.dtype()?;
-                    let v = self.new_var(name.clone(), VarKind::Param, dtype);
-                    self.m.params.push(Param::Scalar { name, var: v });
+                    params.push(HeaderParam::Scalar(name, self.dtype()?));
                 }
-                _ => return self.err("a parameter"),
+                _ => {
+                    self.pos -= 1;
+                    return self.err("a parameter");
+                }
             }
             if !self.is_punct(")") {
                 self.punct(",")?;
@@ -611,68 +872,179 @@ impl Parser {
         }
         self.punct(")")?;
         self.keyword("blocks")?;
-        self.punct("(")?;
-        let mut axis = 0;
-        while !self.is_punct(")") {
-            match self.next() {
-                Some(Tok::Var(name)) => {
-                    self.new_var(name, VarKind::BlockIdx(axis), DType::I32);
-                    axis += 1;
-                }
-                _ => return self.err("a block index variable"),
-            }
-            if !self.is_punct(")") {
-                self.punct(",")?;
-            }
-        }
-        self.punct(")")?;
+        let blocks = self.tuple(Parser::var_name)?;
         self.keyword("grid")?;
-        self.punct("(")?;
-        self.m.kernel.grid = self.exprs_until(")")?;
-        let threads = self.kv("threads")?;
-        self.m.kernel.threads = threads.parse().map_err(|_| format!("bad thread count {threads}"))?;
-        if matches!(self.peek(), Some(Tok::Ident(w)) if w == "raster_panel") {
-            let panel = self.kv("raster_panel")?;
-            let panel = panel.parse().map_err(|_| format!("bad raster panel {panel}"))?;
+        let grid_at = self.pos;
+        self.skip_parenthesized()?;
+        self.m.kernel.threads = self.kv_parsed("threads")?;
+        if self.is_word("raster_panel") {
+            let panel = self.kv_parsed("raster_panel")?;
             let by_rows = self.kv("raster_order")? == "row";
             self.m.kernel.raster = Some(Raster { panel, by_rows });
         }
-        if self.kv("level")? != "tile" {
-            return Err("only tile-level IR can be read back".into());
-        }
+        self.m.level = match self.kv("level")?.as_str() {
+            "tile" => Level::Tile,
+            "thread" => Level::Thread,
+            l => return Err(format!("line {}: level is tile or thread, not {l}", self.line())),
+        };
         self.punct("{")?;
-        // buffer declarations, then statements
-        while let Some(Tok::Ident(w)) = self.peek() {
-            let Some(scope) = Scope::parse(w).filter(|s| *s != Scope::Global) else { break };
-            self.pos += 1;
-            let name = self.ident()?;
-            self.punct(":")?;
-            let dtype = self.dtype()?;
-            let shape = self.shape()?;
-            let id = self.add_buffer(name, scope, dtype, shape);
-            if matches!(self.peek(), Some(Tok::Ident(w)) if w == "swizzle") {
-                self.pos += 1;
-                self.punct("<")?;
-                let bits = self.int()? as u32;
-                self.punct(",")?;
-                let base = self.int()? as u32;
-                self.punct(",")?;
-                let shift = self.int()? as u32;
-                self.punct(">")?;
-                self.m.buffer_mut(id).swizzle = Some(crate::Swizzle::new(bits, base, shift));
+        // declarations: the variable table, then buffers (comment lines among them are
+        // notes, not statements: no statement comes before a declaration)
+        loop {
+            let comments =
+                self.toks[self.pos..].iter().take_while(|(t, _)| matches!(t, Tok::Comment(_))).count();
+            let at = self.pos + comments;
+            let word = |k: usize| self.toks.get(at + k).map(|(t, _)| t);
+            let table =
+                matches!(word(0), Some(Tok::Ident(w)) if w == "vars") && matches!(word(1), Some(Tok::Var(_)));
+            let scope = match word(0) {
+                Some(Tok::Ident(w)) => Scope::parse(w),
+                _ => None,
+            };
+            let buffer = scope.is_some()
+                && matches!(word(1), Some(Tok::Ident(_)))
+                && matches!(word(2), Some(Tok::Punct(":")));
+            if !table && !buffer {
+                break;
+            }
+            self.pos = at;
+            match scope {
+                Some(scope) if buffer => {
+                    self.pos += 1;
+                    self.buffer_declaration(scope)?;
+                }
+                _ => self.var_table_line()?,
             }
         }
+        for p in params {
+            let param = match p {
+                HeaderParam::Tensor(buffer) => {
+                    Param::Tensor { name: self.m.buffer(buffer).name.clone(), buffer }
+                }
+                HeaderParam::Scalar(name, dtype) => {
+                    let var = self.define_var(name, VarKind::Param, dtype);
+                    Param::Scalar { name: self.m.var(var).name.clone(), var }
+                }
+            };
+            self.m.params.push(param);
+        }
+        for (axis, name) in blocks.into_iter().enumerate() {
+            self.define_var(name, VarKind::BlockIdx(axis as u8), DType::I32);
+        }
+        let body_at = self.pos;
+        self.pos = grid_at;
+        self.punct("(")?;
+        self.m.kernel.grid = self.exprs_until(")")?;
+        self.pos = body_at;
         let mut body = Vec::new();
         while !self.is_punct("}") {
             body.push(self.stmt()?);
         }
         self.punct("}")?;
         self.m.kernel.body = body;
+        while matches!(self.peek(), Some(Tok::Comment(_))) {
+            self.pos += 1;
+        }
+        if self.peek().is_some() {
+            return self.err("the end of the text after the kernel");
+        }
+        Ok(())
+    }
+
+    /// Step over `( … )`, nested parentheses included.
+    fn skip_parenthesized(&mut self) -> R<()> {
+        self.punct("(")?;
+        let mut depth = 1;
+        while depth > 0 {
+            match self.next() {
+                Some(Tok::Punct("(")) => depth += 1,
+                Some(Tok::Punct(")")) => depth -= 1,
+                Some(_) => {}
+                None => return Err("unclosed '(' in the kernel header".into()),
+            }
+        }
         Ok(())
     }
 }
 
-/// Parse the text form of a tile-level module.
+impl TextReader for Parser {
+    fn buffer(&mut self) -> R<BufferId> {
+        let line = self.line();
+        let name = self.ident()?;
+        self.buffers.get(&name).copied().ok_or_else(|| format!("line {line}: unknown buffer {name}"))
+    }
+    fn expr(&mut self) -> R<Expr> {
+        let line = self.line();
+        match self.next() {
+            Some(Tok::Num(s)) => self.expr_leaf_number(s),
+            Some(Tok::Var(name)) => {
+                let id =
+                    *self.vars.get(&name).ok_or_else(|| format!("line {line}: unknown variable %{name}"))?;
+                Ok(Expr::Var { id, dtype: self.m.var(id).dtype })
+            }
+            Some(Tok::Ident(name)) => self.expr_named(name, line),
+            _ => {
+                self.pos -= 1;
+                self.err("an expression")
+            }
+        }
+    }
+    fn exprs_until(&mut self, close: &str) -> R<Vec<Expr>> {
+        let mut v = Vec::new();
+        while !self.is_punct(close) {
+            v.push(self.expr()?);
+            if !self.is_punct(close) {
+                self.punct(",")?;
+            }
+        }
+        self.punct(close)?;
+        Ok(v)
+    }
+    fn punct(&mut self, p: &str) -> R<()> {
+        if self.is_punct(p) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            self.err(&format!("'{p}'"))
+        }
+    }
+    fn is_punct(&self, p: &str) -> bool {
+        matches!(self.peek(), Some(Tok::Punct(q)) if *q == p)
+    }
+    fn keyword(&mut self, k: &str) -> R<()> {
+        if self.is_word(k) {
+            self.pos += 1;
+            Ok(())
+        } else {
+            self.err(&format!("'{k}'"))
+        }
+    }
+    fn int(&mut self) -> R<i64> {
+        match self.peek() {
+            Some(Tok::Num(s)) => {
+                let v = s.parse().map_err(|_| format!("line {}: bad integer {s}", self.line()))?;
+                self.pos += 1;
+                Ok(v)
+            }
+            _ => self.err("an integer"),
+        }
+    }
+    fn string(&mut self) -> R<String> {
+        match self.peek() {
+            Some(Tok::Str(s)) => {
+                let s = s.clone();
+                self.pos += 1;
+                Ok(s)
+            }
+            _ => self.err("a string"),
+        }
+    }
+    fn error(&self, message: &str) -> String {
+        format!("line {}: {message}", self.line())
+    }
+}
+
+/// Parse the text form of a module (either level); the error names the line.
 pub fn parse_text(text: &str) -> Result<Module, String> {
     let toks = lex(text)?;
     let mut p = Parser {
@@ -692,4 +1064,68 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
     };
     p.module()?;
     Ok(p.m)
+}
+
+/// `m` as the text form keeps it: every source location unknown and no source table (see
+/// the module doc); `parse_text(&print_module_bare(m))` is this.
+pub fn without_locations(mut m: Module) -> Module {
+    m.sources = SourceTable::default();
+    m.kernel.loc = Loc::UNKNOWN;
+    for b in &mut m.buffers {
+        b.loc = Loc::UNKNOWN;
+    }
+    let body = std::mem::take(&mut m.kernel.body);
+    m.kernel.body = body
+        .into_iter()
+        .map(|s| {
+            let mut s = map_stmt_exprs(s, &mut |e| match e {
+                Expr::Load { buf, idx, dtype, oob, .. } => {
+                    Expr::Load { buf, idx, dtype, loc: Loc::UNKNOWN, oob }
+                }
+                other => other,
+            });
+            forget_stmt_locations(&mut s);
+            s
+        })
+        .collect();
+    m
+}
+
+fn forget_stmt_locations(s: &mut Stmt) {
+    const UNKNOWN: Loc = Loc::UNKNOWN;
+    let all = |body: &mut Vec<Stmt>| body.iter_mut().for_each(forget_stmt_locations);
+    match s {
+        Stmt::Store { loc, .. } | Stmt::AtomicAdd { loc, .. } | Stmt::DeviceAssert { loc, .. } => {
+            *loc = UNKNOWN
+        }
+        Stmt::SourceLine(loc) => *loc = UNKNOWN,
+        Stmt::Copy(op) => {
+            op.loc = UNKNOWN;
+            op.src.loc = UNKNOWN;
+            op.dst.loc = UNKNOWN;
+        }
+        Stmt::Fill { dst, loc, .. } => {
+            dst.loc = UNKNOWN;
+            *loc = UNKNOWN;
+        }
+        Stmt::Reduce(op) => op.loc = UNKNOWN,
+        Stmt::Gemm(op) => op.loc = UNKNOWN,
+        Stmt::Print { what, loc, .. } => {
+            *loc = UNKNOWN;
+            if let Printed::Tile(r) = what {
+                r.loc = UNKNOWN;
+            }
+        }
+        Stmt::Parallel { body, loc, .. } | Stmt::For { body, loc, .. } => {
+            *loc = UNKNOWN;
+            all(body);
+        }
+        Stmt::If { then, otherwise, loc, .. } => {
+            *loc = UNKNOWN;
+            all(then);
+            all(otherwise);
+        }
+        Stmt::Async { body } => all(body),
+        Stmt::Let { .. } | Stmt::Inst(_) | Stmt::Comment(_) => {}
+    }
 }
