@@ -307,6 +307,15 @@ impl Instruction for Stmatrix {
     fn effects(&self) -> Effects {
         Effects { warp_collective: true, ..Effects::default() }
     }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        let atom = CopyAtom::by_name(op).filter(|a| matches!(a.kind, CopyKind::Stmatrix { .. }))?;
+        Some((|| {
+            let (dst, dst_idx) = r.element()?;
+            r.punct("<-")?;
+            let (src, src_offset) = r.registers()?;
+            Ok(Stmatrix { atom, dst, dst_idx, src, src_offset })
+        })())
+    }
     fn text(&self, t: &dyn TextNames) -> String {
         format!(
             "{} {}[{}] <- {}[{}..]",

@@ -55,7 +55,7 @@ use crate::diag::{Loc, SourceTable};
 use crate::inst::{Inst, Instruction, TextReader};
 use crate::ir::*;
 use crate::layout::{Digit, FragmentLayout, Source};
-use crate::target::MmaAtom;
+use crate::target::{CopyAtom, MmaAtom};
 use crate::types::{DType, Scope};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -583,7 +583,17 @@ impl Parser {
                     Some(match how.as_str() {
                         "threads" => CopyInst::Threads,
                         "cp.async" => CopyInst::CpAsync,
-                        "staged" => CopyInst::Staged,
+                        "staged" => CopyInst::Staged { stmatrix: None },
+                        s if s.starts_with("staged.") => {
+                            let atom = CopyAtom::by_name(&s["staged.".len()..])
+                                .filter(|a| matches!(a.kind, crate::target::CopyKind::Stmatrix { .. }));
+                            match atom {
+                                Some(a) => CopyInst::Staged { stmatrix: Some(a) },
+                                None => {
+                                    return Err(format!("line {}: no stmatrix atom named {s}", self.line()))
+                                }
+                            }
+                        }
                         _ => {
                             return Err(format!(
                                 "line {}: a copy is by threads, cp.async or staged, not {how}",
@@ -784,6 +794,9 @@ impl Parser {
                 "block_idx.x" => VarKind::BlockIdx(0),
                 "block_idx.y" => VarKind::BlockIdx(1),
                 "block_idx.z" => VarKind::BlockIdx(2),
+                "launch_idx.x" => VarKind::LaunchIdx(0),
+                "launch_idx.y" => VarKind::LaunchIdx(1),
+                "launch_idx.z" => VarKind::LaunchIdx(2),
                 "thread_idx" => VarKind::ThreadIdx,
                 "loop" => VarKind::Loop,
                 "param" => VarKind::Param,

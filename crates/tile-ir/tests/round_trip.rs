@@ -85,6 +85,7 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 leve
   ldmatrix.x4 a[0..] <- A_s[floormod(%lane, 16), mul(floordiv(%lane, 16), 8)]
   ldmatrix.x2.trans b[0..] <- A_s[floormod(%lane, 16), 16]
   mma.m16n8k16.f32.f16.f16.f32 c[0..] += a[0..] * b[0..]
+  stmatrix.x2 A_s[floormod(%lane, 16), 32] <- b[0..]
   printf("lane %d: %g\n", %lane, c[0])
   if lt(c[0], 0.0:float32) {
     trap
@@ -107,6 +108,7 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::VecCopy(_) => "vec",
                 Inst::Ldmatrix(_) => "ldmatrix",
                 Inst::Mma(_) => "mma",
+                Inst::Stmatrix(_) => "stmatrix",
                 Inst::AsyncCopy(_) => "cp.async",
                 Inst::AsyncCommit(_) => "async_commit",
                 Inst::AsyncWait(_) => "async_wait",
@@ -117,7 +119,7 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 9, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 10, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]
