@@ -988,7 +988,7 @@ def test_ir_and_layouts_are_the_compiled_kernel(monkeypatch):
     assert "fragment a: float16[32, 128]" in kernel.layouts()
     assert kernel._ir_dumps is None  # the layouts alone keep no IR
     assert json.loads(calls[-1][1]) == {"arch": "sm_80", "lineinfo": True, "fast_math": False}
-    assert "line kernels.py:" in kernel.ir("after:lower_tile_ops")  # lineinfo's markers
+    assert "line  // kernels.py:" in kernel.ir("after:lower_tile_ops")  # lineinfo's markers
     assert json.loads(calls[-1][1])["keep_ir"] is True and len(calls) == 2
     kernel.ir("input")
     kernel.layouts()
