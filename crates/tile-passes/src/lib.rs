@@ -29,6 +29,11 @@ pub use tile_ir::Target;
 pub struct Options {
     pub lineinfo: bool,
     pub fast_math: bool,
+    /// Write mma accumulators' staging tiles with `stmatrix` where the target has it. Off:
+    /// on the H200 it measured 1-3% slower than the threads' 4-byte stores for mma.sync
+    /// epilogues (bench/results/gemm-ab-2026-12-01-h200.json); kept for tests, benchmarks
+    /// and the wgmma epilogues to come.
+    pub stmatrix_epilogue: bool,
 }
 
 /// State shared by the passes of one compilation.

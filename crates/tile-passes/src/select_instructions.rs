@@ -31,6 +31,7 @@ use tile_ir::*;
 pub fn select_instructions(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     let mut s = Selector {
         target: ctx.target.clone(),
+        stmatrix_epilogue: ctx.options.stmatrix_epilogue,
         report: Vec::new(),
         diags: Vec::new(),
         shared_used: pipelined_shared_bytes(&m),
@@ -46,6 +47,8 @@ pub fn select_instructions(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<D
 
 struct Selector {
     target: Target,
+    /// `Options::stmatrix_epilogue`.
+    stmatrix_epilogue: bool,
     report: Vec<String>,
     diags: Vec<Diagnostic>,
     /// Shared bytes the block will hold when lowering reaches the statement at hand:
@@ -142,8 +145,15 @@ impl Selector {
         if let Some(stage_bytes) = staged_bytes(m, &op) {
             if self.shared_used + stage_bytes <= self.target.limits.shared_bytes {
                 let (sn, dn) = (&m.buffer(op.src.buf).name, &m.buffer(op.dst.buf).name);
-                let stmatrix = stmatrix_for(m, &op, &self.target);
-                let by = stmatrix.map(|a| format!(", written by {a}")).unwrap_or_default();
+                let fits = stmatrix_for(m, &op, &self.target);
+                let stmatrix = fits.filter(|_| self.stmatrix_epilogue);
+                let by = match (fits, stmatrix) {
+                    (_, Some(a)) => format!(", written by {a}"),
+                    (Some(a), None) => {
+                        format!(", written by the threads: {a} measured slower for mma.sync accumulators")
+                    }
+                    _ => String::new(),
+                };
                 self.report.push(format!(
                     "{}: T.copy {sn} -> {dn} staged through shared memory ({stage_bytes} bytes, swizzled{by}) for 16-byte stores",
                     Self::at(m, op.loc)

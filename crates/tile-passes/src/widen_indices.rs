@@ -51,6 +51,30 @@ struct Widen {
     ranges: Ranges,
 }
 
+/// The interval of `a op b`'s exact value from its operands' (None: unknown). Looser than
+/// the affine ranges of `simplify` where terms cancel; it only needs to see what could pass
+/// int32.
+fn interval(op: BinOp, a: Option<(i128, i128)>, b: Option<(i128, i128)>) -> Option<(i128, i128)> {
+    let ((al, ah), (bl, bh)) = (a?, b?);
+    let corners = |f: fn(i128, i128) -> i128| {
+        let c = [f(al, bl), f(al, bh), f(ah, bl), f(ah, bh)];
+        (*c.iter().min().expect("four"), *c.iter().max().expect("four"))
+    };
+    Some(match op {
+        BinOp::Add => (al + bl, ah + bh),
+        BinOp::Sub => (al - bh, ah - bl),
+        BinOp::Mul => corners(|x, y| x.saturating_mul(y)),
+        BinOp::Min => (al.min(bl), ah.min(bh)),
+        BinOp::Max => (al.max(bl), ah.max(bh)),
+        BinOp::FloorDiv if bl == bh && bl > 0 => (al.div_euclid(bl), ah.div_euclid(bl)),
+        BinOp::FloorMod if bl == bh && bl > 0 => (0, bl - 1),
+        BinOp::Shl if bl == bh && (0..64).contains(&bl) => corners(|x, y| x.saturating_mul(1i128 << y)),
+        BinOp::Shr if bl == bh && (0..64).contains(&bl) => (al >> bl, ah >> bl),
+        BinOp::BitAnd if al >= 0 && bl >= 0 => (0, ah.min(bh)),
+        _ => return None,
+    })
+}
+
 /// Integer arithmetic that `widen_indices` may move to int64.
 fn is_arith(op: BinOp) -> bool {
     !op.is_comparison() && !matches!(op, BinOp::And | BinOp::Or | BinOp::Div)
@@ -105,48 +129,89 @@ fn unify(e: Expr) -> Expr {
 impl Widen {
     /// Widen what could wrap (see the module doc); the result may be int64 where `e` was not.
     fn widen(&self, e: Expr) -> Expr {
-        e.map(&mut |x| self.node(x))
+        self.rec(e).0
     }
 
-    fn node(&self, x: Expr) -> Expr {
-        match x {
-            Expr::Const { value: ConstValue::Int(v), dtype }
-                if narrow_int(dtype) && (v < i32::MIN as i64 || v > i32::MAX as i64) =>
-            {
-                Expr::int_of(v, DType::I64)
+    /// `e` widened, with the interval its exact value lies in where the leaves' ranges say
+    /// (computed bottom-up with the expression, so the pass is linear in its size).
+    fn rec(&self, e: Expr) -> (Expr, Option<(i128, i128)>) {
+        let fits = |r: Option<(i128, i128)>| matches!(r, Some((lo, hi)) if lo >= i32::MIN as i128 && hi <= i32::MAX as i128);
+        match e {
+            Expr::Const { value: ConstValue::Int(v), dtype } => {
+                let out = if narrow_int(dtype) && (v < i32::MIN as i64 || v > i32::MAX as i64) {
+                    Expr::int_of(v, DType::I64)
+                } else {
+                    Expr::Const { value: ConstValue::Int(v), dtype }
+                };
+                (out, Some((v as i128, v as i128)))
             }
-            Expr::Var { id, dtype } if self.retyped.contains(&id) => {
-                debug_assert!(dtype.is_int());
-                Expr::Var { id, dtype: DType::I64 }
+            Expr::Var { id, dtype } => {
+                let dtype = if self.retyped.contains(&id) { DType::I64 } else { dtype };
+                let range = self.ranges.vars.get(&id).map(|&(lo, hi)| (lo as i128, hi as i128));
+                (Expr::Var { id, dtype }, range)
             }
             Expr::Load { buf, idx, dtype, loc, oob } => {
+                let idx: Vec<Expr> = idx.into_iter().map(|i| self.rec(i).0).collect();
                 let idx =
                     if self.wide.contains(&buf.0) { idx.into_iter().map(force64).collect() } else { idx };
-                Expr::Load { buf, idx, dtype, loc, oob }
+                let oob = oob.map(|o| Box::new(self.rec(*o).0));
+                (Expr::Load { buf, idx, dtype, loc, oob }, None)
             }
-            Expr::Binary { op, ref a, ref b, dtype } if dtype == DType::I32 && is_arith(op) => {
-                let mixed = a.dtype() == DType::I64 || b.dtype() == DType::I64;
-                if mixed || self.wraps(&x) {
-                    promote(x)
+            Expr::Binary { op, a, b, dtype } => {
+                let ((a, ra), (b, rb)) = (self.rec(*a), self.rec(*b));
+                let range = interval(op, ra, rb);
+                let node = Expr::Binary { op, a: Box::new(a), b: Box::new(b), dtype };
+                let node = if dtype == DType::I32 && is_arith(op) {
+                    let Expr::Binary { a, b, .. } = &node else { unreachable!() };
+                    let mixed = a.dtype() == DType::I64 || b.dtype() == DType::I64;
+                    if mixed || (range.is_some() && !fits(range)) {
+                        promote(node)
+                    } else {
+                        node
+                    }
                 } else {
-                    x
-                }
+                    unify(node)
+                };
+                (node, range)
             }
-            Expr::Unary { op: UnOp::Neg | UnOp::Abs, ref a, dtype: DType::I32 } => {
-                if a.dtype() == DType::I64 || self.wraps(&x) {
-                    promote(x)
+            Expr::Unary { op, a, dtype } => {
+                let (a, ra) = self.rec(*a);
+                let range = match (op, ra) {
+                    (UnOp::Neg, Some((lo, hi))) => Some((-hi, -lo)),
+                    (UnOp::Abs, Some((lo, hi))) => Some((
+                        if lo <= 0 && hi >= 0 { 0 } else { lo.abs().min(hi.abs()) },
+                        lo.abs().max(hi.abs()),
+                    )),
+                    _ => None,
+                };
+                let widened = a.dtype() == DType::I64 || (range.is_some() && !fits(range));
+                let node = Expr::Unary { op, a: Box::new(a), dtype };
+                let node = if dtype == DType::I32 && matches!(op, UnOp::Neg | UnOp::Abs) && widened {
+                    promote(node)
                 } else {
-                    x
-                }
+                    node
+                };
+                (node, range)
             }
-            other => unify(other),
+            Expr::Cast { a, dtype } => {
+                let (a, ra) = self.rec(*a);
+                let keeps = dtype.is_int() && a.dtype().is_int();
+                let range = ra.filter(|&(lo, hi)| {
+                    keeps && dtype_bounds(dtype).is_some_and(|(tl, th)| lo >= tl as i128 && hi <= th as i128)
+                });
+                (Expr::Cast { a: Box::new(a), dtype }, range)
+            }
+            Expr::Select { cond, a, b, dtype } => {
+                let cond = self.rec(*cond).0;
+                let ((a, ra), (b, rb)) = (self.rec(*a), self.rec(*b));
+                let range = ra.zip(rb).map(|(x, y)| (x.0.min(y.0), x.1.max(y.1)));
+                (unify(Expr::Select { cond: Box::new(cond), a: Box::new(a), b: Box::new(b), dtype }), range)
+            }
+            Expr::ShflXor { a, mask, dtype } => {
+                (Expr::ShflXor { a: Box::new(self.rec(*a).0), mask, dtype }, None)
+            }
+            other => (other, None),
         }
-    }
-
-    /// Can the exact value of this int32 expression leave int32?
-    fn wraps(&self, e: &Expr) -> bool {
-        let (lo, hi) = dtype_bounds(DType::I32).expect("int32 has bounds");
-        matches!(self.ranges.range_raw(e), Some((a, b)) if a < lo || b > hi)
     }
 
     /// An expression in a value position: widened inside, its own type at the top.

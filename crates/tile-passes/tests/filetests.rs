@@ -5,6 +5,7 @@
 //! ```text
 //! // run: insert_syncs            the pass, by its name in PIPELINE (required)
 //! // target: sm_80                the target (default sm_90a)
+//! // options: stmatrix_epilogue    compile options of tile_passes::Options to turn on
 //! // CHECK: text                  a later line of the output holds `text`
 //! // CHECK-NEXT: text             the line right after the previous match holds it
 //! // CHECK-NOT: text              no line between the matches around it holds it
@@ -47,18 +48,20 @@ enum Check {
 struct FileTest {
     pass: String,
     target: String,
+    options: Options,
     unchanged: bool,
     checks: Vec<Check>,
     input: String,
 }
 
 const DIRECTIVES: &[&str] =
-    &["run", "target", "CHECK", "CHECK-NEXT", "CHECK-NOT", "REPORT", "ERROR", "UNCHANGED"];
+    &["run", "target", "options", "CHECK", "CHECK-NEXT", "CHECK-NOT", "REPORT", "ERROR", "UNCHANGED"];
 
 fn read_directives(text: &str) -> Result<FileTest, String> {
     let mut t = FileTest {
         pass: String::new(),
         target: "sm_90a".into(),
+        options: Options::default(),
         unchanged: false,
         checks: Vec::new(),
         input: String::new(),
@@ -96,6 +99,16 @@ fn read_directives(text: &str) -> Result<FileTest, String> {
         match name {
             "run" => t.pass = needs_text(&value)?,
             "target" => t.target = needs_text(&value)?,
+            "options" => {
+                for option in needs_text(&value)?.split(',').map(str::trim) {
+                    match option {
+                        "lineinfo" => t.options.lineinfo = true,
+                        "fast_math" => t.options.fast_math = true,
+                        "stmatrix_epilogue" => t.options.stmatrix_epilogue = true,
+                        other => return Err(format!("line {at}: unknown option '{other}'")),
+                    }
+                }
+            }
             "UNCHANGED" => t.unchanged = true,
             "REPORT" => t.checks.push(Check::Report { text: needs_text(&value)?, at }),
             "ERROR" => t.checks.push(Check::Error { text: needs_text(&value)?, at }),
@@ -180,7 +193,7 @@ fn run_filetest(text: &str) -> Result<(), String> {
     };
     let target = Target::parse(&t.target)?;
     let input = parse_text(&t.input).map_err(|e| format!("the input does not parse: {e}"))?;
-    let mut ctx = Ctx::new(target, Options::default());
+    let mut ctx = Ctx::new(target, t.options.clone());
     let errors: Vec<&Check> = t.checks.iter().filter(|c| matches!(c, Check::Error { .. })).collect();
     let output = match pass(input.clone(), &mut ctx) {
         Err(diags) => {

@@ -47,6 +47,8 @@ pub struct CompileOptions {
     /// Keep the text IR after every pass in [`Compiled::ir`] (`kernel.ir()`; memory per
     /// kernel, so only on request).
     pub keep_ir: bool,
+    /// `tile_passes::Options::stmatrix_epilogue` (tests and benchmarks).
+    pub stmatrix_epilogue: bool,
 }
 
 impl CompileOptions {
@@ -71,6 +73,7 @@ impl CompileOptions {
                 "fast_math" => opts.fast_math = val.as_bool().unwrap_or(false),
                 "dump_ir" => opts.dump_dir = val.as_str().map(PathBuf::from),
                 "keep_ir" => opts.keep_ir = val.as_bool().unwrap_or(false),
+                "stmatrix_epilogue" => opts.stmatrix_epilogue = val.as_bool().unwrap_or(false),
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }
@@ -204,7 +207,12 @@ fn compile_inner(
 ) -> Result<Compiled, CompileError> {
     let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
     let target = Target::parse(&opts.arch).map_err(CompileError::Format)?;
-    let mut ctx = Ctx::new(target.clone(), Options { lineinfo: opts.lineinfo, fast_math: opts.fast_math });
+    let options = Options {
+        lineinfo: opts.lineinfo,
+        fast_math: opts.fast_math,
+        stmatrix_epilogue: opts.stmatrix_epilogue,
+    };
+    let mut ctx = Ctx::new(target.clone(), options);
     let sources = module.sources.clone();
     let lowered = tile_passes::run(module, &mut ctx, Some(dump_module)).map_err(|diags| {
         let bugs: Vec<_> = diags.iter().filter(|d| d.severity == tile_ir::diag::Severity::Bug).collect();

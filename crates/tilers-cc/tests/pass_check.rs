@@ -387,9 +387,10 @@ fn swizzled_gemm_tiles_are_read_and_written_without_bank_conflicts() {
 
 // ------------------------------------------------------------------ stmatrix (sm_90)
 
+/// Stages on `arch` with the stmatrix epilogue on (`Options::stmatrix_epilogue`).
 fn stages_for(text: &str, arch: &str) -> Vec<(String, Module)> {
-    compile_stages(text, &CompileOptions { arch: arch.into(), ..Default::default() })
-        .unwrap_or_else(|e| panic!("{e}"))
+    let opts = CompileOptions { arch: arch.into(), stmatrix_epilogue: true, ..Default::default() };
+    compile_stages(text, &opts).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// On sm_90a the GEMM epilogues store their accumulators with stmatrix: every pass of every

@@ -54,7 +54,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   __align__(16) tl_bf16 B_frag[32];  // fragment[32, 64] over 128 threads: dim0 = 2 registers . 4 threads (stride 1) . 2 registers . 2 registers, dim1 = 8 threads (stride 4) . 4 registers . 2 threads (stride 32); replicated over 2 threads (stride 64); 32 registers per thread
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
   __align__(16) tl_bf16 A_shared_v[2];
-  __align__(16) tl_bf16 acc_pack[8];
+  __align__(16) tl_bf16 acc_stage_out[2];
   __align__(16) tl_bf16 acc_stage_v[8];
   __align__(16) tl_bf16 C_out[8];
   #pragma unroll
@@ -160,36 +160,36 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:411: T.copy
   __syncthreads();
-  const int lane_1 = (tid % 32);
-  const int warp_m_1 = ((tid / 32) / 2);
-  const int warp_n_1 = ((tid / 32) % 2);
+  const int t0_7 = ((tid / 4) % 8);
+  const int t0_8 = (tid / 64);
+  const int t1_7 = (tid % 4);
+  const int t1_8 = ((tid / 32) % 2);
   #pragma unroll
-  for (int mi_2 = 0; mi_2 < 2; ++mi_2) {
+  for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
     #pragma unroll
-    for (int nj = 0; nj < 2; ++nj) {
-      acc_pack[0] = tl_to_bf16((float)(acc[((mi_2 * 16) + (nj * 8))]));
-      acc_pack[1] = tl_to_bf16((float)(acc[(((mi_2 * 16) + (nj * 8)) + 1)]));
-      acc_pack[2] = tl_to_bf16((float)(acc[(((mi_2 * 16) + (nj * 8)) + 2)]));
-      acc_pack[3] = tl_to_bf16((float)(acc[(((mi_2 * 16) + (nj * 8)) + 3)]));
-      acc_pack[4] = tl_to_bf16((float)(acc[(((mi_2 * 16) + (nj * 8)) + 4)]));
-      acc_pack[5] = tl_to_bf16((float)(acc[(((mi_2 * 16) + (nj * 8)) + 5)]));
-      acc_pack[6] = tl_to_bf16((float)(acc[(((mi_2 * 16) + (nj * 8)) + 6)]));
-      acc_pack[7] = tl_to_bf16((float)(acc[(((mi_2 * 16) + (nj * 8)) + 7)]));
-      { const unsigned int* r = (const unsigned int*)(&acc_pack[0]); asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};" :: "r"(tl_smem_u32 + (unsigned int)((((((((((((lane_1 / 8) / 2) * 8) + (warp_n_1 * 32)) + (nj * 16)) ^ (((lane_1 % 8) & 7) << 3)) * 2) + (((lane_1 / 8) % 2) * 1024)) + ((lane_1 % 8) * 128)) + (warp_m_1 * 4096)) + (mi_2 * 2048)))), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory"); }
+    for (int o0_10 = 0; o0_10 < 2; ++o0_10) {
+      #pragma unroll
+      for (int o1_3 = 0; o1_3 < 4; ++o1_3) {
+        #pragma unroll
+        for (int e_6 = 0; e_6 < 2; ++e_6) {
+          acc_stage_out[e_6] = tl_to_bf16((float)(acc[((((o0_9 * 2) + (o0_10 * 16)) + (o1_3 * 4)) + e_6)]));
+        }
+        *(unsigned int*)(&acc_stage[(((((t0_7 * 64) + (o0_9 * 512)) + (o0_10 * 1024)) + (t0_8 * 2048)) + ((((t1_7 * 2) + (o1_3 * 8)) + (t1_8 * 32)) ^ ((t0_7 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+      }
     }
   }
   __syncthreads();
-  const int t0_7 = (tid / 8);
-  const int t1_7 = (tid % 8);
+  const int t0_9 = (tid / 8);
+  const int t1_9 = (tid % 8);
   #pragma unroll
-  for (int o0_9 = 0; o0_9 < 4; ++o0_9) {
+  for (int o0_11 = 0; o0_11 < 4; ++o0_11) {
     {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_7 * 64) + (o0_9 * 1024)) + ((t1_7 * 8) ^ ((t0_7 & 7) << 3)))]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_9 * 64) + (o0_11 * 1024)) + ((t1_9 * 8) ^ ((t0_9 & 7) << 3)))]);
       #pragma unroll
-      for (int e_6 = 0; e_6 < 8; ++e_6) {
-        C_out[e_6] = acc_stage_v[e_6];
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        C_out[e_7] = acc_stage_v[e_7];
       }
-      *(uint4*)(&C[((((by * 64) + t0_7) + (o0_9 * 16))) * 128 + ((bx * 64) + (t1_7 * 8))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 64) + t0_9) + (o0_11 * 16))) * 128 + ((bx * 64) + (t1_9 * 8))]) = *(const uint4*)(&C_out[0]);
     }
   }
 }

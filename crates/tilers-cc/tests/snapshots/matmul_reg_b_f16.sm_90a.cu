@@ -62,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
   __align__(16) tl_half B_v_1[8];
   __align__(16) tl_half B_shared_out_1[8];
   __align__(16) tl_half A_shared_frag[16];
-  __align__(16) tl_half acc_pack[8];
+  __align__(16) tl_half acc_stage_out[2];
   __align__(16) tl_half acc_stage_v[8];
   __align__(16) tl_half C_out[8];
   #pragma unroll
@@ -207,44 +207,44 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:411: T.copy
   __syncthreads();
-  const int lane_1 = (tid % 32);
-  const int warp_m_1 = ((tid / 32) / 2);
-  const int warp_n_1 = ((tid / 32) % 2);
+  const int t0_5 = ((tid / 4) % 8);
+  const int t0_6 = (tid / 64);
+  const int t1_6 = (tid % 4);
+  const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
-  for (int mi_2 = 0; mi_2 < 2; ++mi_2) {
+  for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
     #pragma unroll
-    for (int nj = 0; nj < 2; ++nj) {
-      acc_pack[0] = tl_to_half((float)(acc[((mi_2 * 16) + (nj * 8))]));
-      acc_pack[1] = tl_to_half((float)(acc[(((mi_2 * 16) + (nj * 8)) + 1)]));
-      acc_pack[2] = tl_to_half((float)(acc[(((mi_2 * 16) + (nj * 8)) + 2)]));
-      acc_pack[3] = tl_to_half((float)(acc[(((mi_2 * 16) + (nj * 8)) + 3)]));
-      acc_pack[4] = tl_to_half((float)(acc[(((mi_2 * 16) + (nj * 8)) + 4)]));
-      acc_pack[5] = tl_to_half((float)(acc[(((mi_2 * 16) + (nj * 8)) + 5)]));
-      acc_pack[6] = tl_to_half((float)(acc[(((mi_2 * 16) + (nj * 8)) + 6)]));
-      acc_pack[7] = tl_to_half((float)(acc[(((mi_2 * 16) + (nj * 8)) + 7)]));
-      { const unsigned int* r = (const unsigned int*)(&acc_pack[0]); asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};" :: "r"(tl_smem_u32 + (unsigned int)((((((((((((lane_1 / 8) / 2) * 8) + (warp_n_1 * 32)) + (nj * 16)) ^ (((lane_1 % 8) & 7) << 3)) * 2) + (((lane_1 / 8) % 2) * 1024)) + ((lane_1 % 8) * 128)) + (warp_m_1 * 4096)) + (mi_2 * 2048)))), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory"); }
+    for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
+      #pragma unroll
+      for (int o1_1 = 0; o1_1 < 4; ++o1_1) {
+        #pragma unroll
+        for (int e_5 = 0; e_5 < 2; ++e_5) {
+          acc_stage_out[e_5] = tl_to_half((float)(acc[((((o0_7 * 2) + (o0_8 * 16)) + (o1_1 * 4)) + e_5)]));
+        }
+        *(unsigned int*)(&acc_stage[(((((t0_5 * 64) + (o0_7 * 512)) + (o0_8 * 1024)) + (t0_6 * 2048)) + ((((t1_6 * 2) + (o1_1 * 8)) + (t1_7 * 32)) ^ ((t0_5 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+      }
     }
   }
   __syncthreads();
-  const int t0_5 = (tid / 8);
-  const int t1_6 = (tid % 8);
+  const int t0_7 = (tid / 8);
+  const int t1_8 = (tid % 8);
   #pragma unroll
-  for (int o0_7 = 0; o0_7 < 4; ++o0_7) {
-    if ((((((by * 64) + t0_5) + (o0_7 * 16)) < 100) && ((((bx * 64) + (t1_6 * 8)) + 8) <= 70))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_5 * 64) + (o0_7 * 1024)) + ((t1_6 * 8) ^ ((t0_5 & 7) << 3)))]);
+  for (int o0_9 = 0; o0_9 < 4; ++o0_9) {
+    if ((((((by * 64) + t0_7) + (o0_9 * 16)) < 100) && ((((bx * 64) + (t1_8 * 8)) + 8) <= 70))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_7 * 64) + (o0_9 * 1024)) + ((t1_8 * 8) ^ ((t0_7 & 7) << 3)))]);
       #pragma unroll
-      for (int e_5 = 0; e_5 < 8; ++e_5) {
-        C_out[e_5] = acc_stage_v[e_5];
+      for (int e_6 = 0; e_6 < 8; ++e_6) {
+        C_out[e_6] = acc_stage_v[e_6];
       }
-      *(unsigned int*)(&C[((((by * 64) + t0_5) + (o0_7 * 16))) * 70 + ((bx * 64) + (t1_6 * 8))]) = *(const unsigned int*)(&C_out[0]);
-      *(unsigned int*)(&C[((((by * 64) + t0_5) + (o0_7 * 16))) * 70 + (((bx * 64) + (t1_6 * 8)) + 2)]) = *(const unsigned int*)(&C_out[2]);
-      *(unsigned int*)(&C[((((by * 64) + t0_5) + (o0_7 * 16))) * 70 + (((bx * 64) + (t1_6 * 8)) + 4)]) = *(const unsigned int*)(&C_out[4]);
-      *(unsigned int*)(&C[((((by * 64) + t0_5) + (o0_7 * 16))) * 70 + (((bx * 64) + (t1_6 * 8)) + 6)]) = *(const unsigned int*)(&C_out[6]);
+      *(unsigned int*)(&C[((((by * 64) + t0_7) + (o0_9 * 16))) * 70 + ((bx * 64) + (t1_8 * 8))]) = *(const unsigned int*)(&C_out[0]);
+      *(unsigned int*)(&C[((((by * 64) + t0_7) + (o0_9 * 16))) * 70 + (((bx * 64) + (t1_8 * 8)) + 2)]) = *(const unsigned int*)(&C_out[2]);
+      *(unsigned int*)(&C[((((by * 64) + t0_7) + (o0_9 * 16))) * 70 + (((bx * 64) + (t1_8 * 8)) + 4)]) = *(const unsigned int*)(&C_out[4]);
+      *(unsigned int*)(&C[((((by * 64) + t0_7) + (o0_9 * 16))) * 70 + (((bx * 64) + (t1_8 * 8)) + 6)]) = *(const unsigned int*)(&C_out[6]);
     } else {
       #pragma unroll
-      for (int e_5 = 0; e_5 < 8; ++e_5) {
-        if ((((((by * 64) + t0_5) + (o0_7 * 16)) < 100) && ((((bx * 64) + (t1_6 * 8)) + e_5) < 70))) {
-          C[((((by * 64) + t0_5) + (o0_7 * 16))) * 70 + (((bx * 64) + (t1_6 * 8)) + e_5)] = acc_stage[(((t0_5 * 64) + (o0_7 * 1024)) + (((t1_6 * 8) + e_5) ^ ((t0_5 & 7) << 3)))];
+      for (int e_6 = 0; e_6 < 8; ++e_6) {
+        if ((((((by * 64) + t0_7) + (o0_9 * 16)) < 100) && ((((bx * 64) + (t1_8 * 8)) + e_6) < 70))) {
+          C[((((by * 64) + t0_7) + (o0_9 * 16))) * 70 + (((bx * 64) + (t1_8 * 8)) + e_6)] = acc_stage[(((t0_7 * 64) + (o0_9 * 1024)) + (((t1_8 * 8) + e_6) ^ ((t0_7 & 7) << 3)))];
         }
       }
     }

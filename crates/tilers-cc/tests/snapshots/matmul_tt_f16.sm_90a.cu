@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   __align__(16) float acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 16 registers; 128 registers per thread
   __align__(16) tl_half A_shared_frag[16];
   __align__(16) tl_half B_shared_frag[64];
-  __align__(16) tl_half acc_pack[8];
+  __align__(16) tl_half acc_stage_out[2];
   __align__(16) tl_half acc_stage_v[8];
   __align__(16) tl_half C_out[8];
   #pragma unroll
@@ -146,36 +146,35 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:279: T.copy
   __syncthreads();
-  const int lane_1 = (tid % 32);
-  const int warp_m_1 = (tid / 32);
-  const int warp_n_1 = 0;
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = (tid / 32);
+  const int t1_6 = (tid % 4);
   #pragma unroll
-  for (int mi_2 = 0; mi_2 < 2; ++mi_2) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int nj_1 = 0; nj_1 < 8; ++nj_1) {
-      acc_pack[0] = tl_to_half((float)(acc[((mi_2 * 64) + (nj_1 * 8))]));
-      acc_pack[1] = tl_to_half((float)(acc[(((mi_2 * 64) + (nj_1 * 8)) + 1)]));
-      acc_pack[2] = tl_to_half((float)(acc[(((mi_2 * 64) + (nj_1 * 8)) + 2)]));
-      acc_pack[3] = tl_to_half((float)(acc[(((mi_2 * 64) + (nj_1 * 8)) + 3)]));
-      acc_pack[4] = tl_to_half((float)(acc[(((mi_2 * 64) + (nj_1 * 8)) + 4)]));
-      acc_pack[5] = tl_to_half((float)(acc[(((mi_2 * 64) + (nj_1 * 8)) + 5)]));
-      acc_pack[6] = tl_to_half((float)(acc[(((mi_2 * 64) + (nj_1 * 8)) + 6)]));
-      acc_pack[7] = tl_to_half((float)(acc[(((mi_2 * 64) + (nj_1 * 8)) + 7)]));
-      { const unsigned int* r = (const unsigned int*)(&acc_pack[0]); asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};" :: "r"(tl_smem_u32 + (unsigned int)((((((((((((lane_1 / 8) / 2) * 8) + (warp_n_1 * 128)) + (nj_1 * 16)) ^ (((lane_1 % 8) & 7) << 3)) * 2) + (((lane_1 / 8) % 2) * 2048)) + ((lane_1 % 8) * 256)) + (warp_m_1 * 8192)) + (mi_2 * 4096)))), "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory"); }
+    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+      #pragma unroll
+      for (int o1 = 0; o1 < 16; ++o1) {
+        #pragma unroll
+        for (int e_6 = 0; e_6 < 2; ++e_6) {
+          acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 64)) + (o1 * 4)) + e_6)]));
+        }
+        *(unsigned int*)(&acc_stage[(((((t0_6 * 128) + (o0_6 * 1024)) + (o0_7 * 2048)) + (t0_7 * 4096)) + (((t1_6 * 2) + (o1 * 8)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+      }
     }
   }
   __syncthreads();
-  const int t0_6 = (tid / 16);
-  const int t1_6 = (tid % 16);
+  const int t0_8 = (tid / 16);
+  const int t1_7 = (tid % 16);
   #pragma unroll
-  for (int o0_6 = 0; o0_6 < 16; ++o0_6) {
+  for (int o0_8 = 0; o0_8 < 16; ++o0_8) {
     {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_6 * 128) + (o0_6 * 1024)) + ((t1_6 * 8) ^ ((t0_6 & 7) << 3)))]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 1024)) + ((t1_7 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
-      for (int e_6 = 0; e_6 < 8; ++e_6) {
-        C_out[e_6] = acc_stage_v[e_6];
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        C_out[e_7] = acc_stage_v[e_7];
       }
-      *(uint4*)(&C[((((by * 128) + t0_6) + (o0_6 * 8))) * 256 + ((bx * 128) + (t1_6 * 8))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 128) + t0_8) + (o0_8 * 8))) * 256 + ((bx * 128) + (t1_7 * 8))]) = *(const uint4*)(&C_out[0]);
     }
   }
 }
