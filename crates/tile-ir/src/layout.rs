@@ -137,6 +137,39 @@ impl FragmentLayout {
         }
     }
 
+    /// The accumulator layout of `wgmma.mma_async.m64nNk*` over an (m, n) tile with the
+    /// block's warpgroups in a `groups_m × groups_n` grid (row-major), each warpgroup owning
+    /// an (m / groups_m) × (n / groups_n) tile of 64-row atoms: thread t of a warpgroup (warp
+    /// w = t / 32, lane l) holds, in register i, row `16 w + l / 4 + 8 ((i / 2) % 2)` and
+    /// column `8 (i / 4) + 2 (l % 4) + i % 2` of its atom (PTX ISA, "WGMMA .m64nNk16 register
+    /// fragment layout for accumulator matrix D"). Registers are ordered `[mi][column pairs
+    /// across N]`, N / 2 per atom. The same mixed-radix form as `mma_accumulator`: the
+    /// decision recorded in docs/architecture.md, "Layouts".
+    pub fn wgmma_accumulator(m: i64, n: i64, groups_m: i64, groups_n: i64) -> FragmentLayout {
+        let (gm, gn) = (m / groups_m, n / groups_n);
+        let mi = gm / 64;
+        let per_atom = gn / 2; // registers of one 64 x gn atom
+        let rows = digits(&[
+            (8, Source::Thread(4)),
+            (2, Source::Slot(2)),
+            (4, Source::Thread(32)),
+            (mi, Source::Slot(per_atom)),
+            (groups_m, Source::Thread(128 * groups_n)),
+        ]);
+        let cols = digits(&[
+            (2, Source::Slot(1)),
+            (4, Source::Thread(1)),
+            (gn / 8, Source::Slot(4)),
+            (groups_n, Source::Thread(128)),
+        ]);
+        FragmentLayout {
+            extents: vec![m, n],
+            dims: vec![rows, cols],
+            replicated: vec![],
+            active_threads: 128 * groups_m * groups_n,
+        }
+    }
+
     /// The A-operand layout of `mma.sync` for an (m, k) tile in registers, per warp row of a
     /// `warps_m × warps_n` grid (replicated over the warps of a row). For 16-bit types
     /// (m16n8k16) lane `l` of a 16×16 piece holds rows `l / 4` and `l / 4 + 8`, columns
@@ -364,6 +397,29 @@ impl fmt::Display for FragmentLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The wgmma accumulator is expressible in the digit form: it is the PTX ISA's figure,
+    /// element by element, for one and for two warpgroups, N = 64 and 256.
+    #[test]
+    fn wgmma_accumulator_matches_the_ptx_figure() {
+        for (m, n, gm, gn) in [(64, 64, 1, 1), (64, 256, 1, 1), (128, 128, 2, 1), (128, 256, 1, 2)] {
+            let l = FragmentLayout::wgmma_accumulator(m, n, gm, gn);
+            check_bijective(&l);
+            let (tile_m, tile_n) = (m / gm, n / gn);
+            for row in 0..m {
+                for col in 0..n {
+                    let (thread, slot) = l.locate(&[row, col]);
+                    let (group, t) = (thread / 128, thread % 128);
+                    let (group_m, group_n) = (group / gn, group % gn);
+                    let (w, lane) = (t / 32, t % 32);
+                    let (mi, i) = (slot / (tile_n / 2), slot % (tile_n / 2));
+                    let want_row = group_m * tile_m + mi * 64 + 16 * w + lane / 4 + 8 * ((i >> 1) & 1);
+                    let want_col = group_n * tile_n + 8 * (i >> 2) + 2 * (lane % 4) + (i & 1);
+                    assert_eq!((row, col), (want_row, want_col), "{m}x{n} over {gm}x{gn}");
+                }
+            }
+        }
+    }
 
     /// Every element is held by exactly one (thread, slot) pair, all within bounds.
     fn check_bijective(l: &FragmentLayout) {
