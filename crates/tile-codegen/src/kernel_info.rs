@@ -31,6 +31,10 @@ pub struct KernelInfo {
     pub arch: String,
     /// The kernel's parameters, in the order of its CUDA parameters.
     pub params: Vec<ParamInfo>,
+    /// The symbolic sizes (`T.dynamic`), in the order the CUDA function takes them, after
+    /// `params`. A call binds each from the tensor dimensions listed in its `from`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sizes: Vec<SizeInfo>,
     /// Blocks per dimension, three expressions of the scalar parameters (none for the
     /// interpreter).
     pub grid: Vec<GridExpr>,
@@ -59,6 +63,46 @@ fn no_cluster() -> [u32; 3] {
     [1, 1, 1]
 }
 
+/// A symbolic size: a dimension one compiled kernel takes at any value.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SizeInfo {
+    pub name: String,
+    /// "int32" or "int64": the CUDA parameter's type and the largest value a call may bind.
+    pub dtype: String,
+    /// Every value must be a multiple of this (1: no promise); the launcher checks it.
+    pub multiple_of: i64,
+    /// The `[param, dim]` pairs that carry the size: dimension `dim` of tensor parameter
+    /// `param`, the first input among them binds it and the rest must agree.
+    pub from: Vec<[usize; 2]>,
+}
+
+/// A tensor's extent or stride: a number, or an expression of the symbolic sizes
+/// (`{"size": k}`, products of them and numbers).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Extent {
+    Fixed(i64),
+    Expr(GridExpr),
+}
+
+impl Extent {
+    pub fn fixed(&self) -> Option<i64> {
+        match self {
+            Extent::Fixed(n) => Some(*n),
+            Extent::Expr(_) => None,
+        }
+    }
+    /// The value for a call whose sizes are `sizes` (None if it overflows).
+    pub fn eval(&self, sizes: &[i64]) -> Option<i64> {
+        match self {
+            Extent::Fixed(n) => Some(*n),
+            Extent::Expr(e) => {
+                e.eval(&|_| ScalarValue::Int(0), sizes).ok().and_then(|v| i64::try_from(v).ok())
+            }
+        }
+    }
+}
+
 /// One kernel parameter: a tensor (passed as a pointer to its data) or a scalar (by value).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -66,9 +110,9 @@ pub enum ParamInfo {
     Tensor {
         name: String,
         dtype: String,
-        shape: Vec<i64>,
+        shape: Vec<Extent>,
         /// In elements.
-        strides: Vec<i64>,
+        strides: Vec<Extent>,
         /// The byte alignment the kernel assumes for the data pointer.
         align: u64,
         /// Whether the kernel writes the tensor (an output, written in place).
@@ -94,8 +138,9 @@ impl ParamInfo {
 }
 
 /// A grid dimension: `{"const": 4}`, `{"param": i}` (scalar parameter number i; a float
-/// parameter counts as its value truncated toward zero) or `{"op", "a", "b"}`, with
-/// Python's meaning of each operation (`floordiv` rounds toward negative infinity).
+/// parameter counts as its value truncated toward zero), `{"size": k}` (symbolic size k)
+/// or `{"op", "a", "b"}`, with Python's meaning of each operation (`floordiv` rounds toward
+/// negative infinity).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum GridExpr {
@@ -105,6 +150,9 @@ pub enum GridExpr {
     },
     Param {
         param: usize,
+    },
+    Size {
+        size: usize,
     },
     Op {
         op: GridOp,
@@ -164,6 +212,8 @@ pub struct GridError {
     pub problem: GridProblem,
     /// The scalar parameters the dimension reads, in order of first use.
     pub params: Vec<usize>,
+    /// The symbolic sizes it reads, with their values.
+    pub sizes: Vec<(usize, i64)>,
 }
 
 impl GridError {
@@ -171,9 +221,8 @@ impl GridError {
     /// least 1"; `value_text(i)` writes the value given for parameter i.
     pub fn message(&self, info: &KernelInfo, value_text: &dyn Fn(usize) -> String) -> String {
         let axis = ["x", "y", "z"][self.axis];
-        let source = if self.params.is_empty() {
-            String::new()
-        } else {
+        let mut sources = Vec::new();
+        if !self.params.is_empty() {
             let parts: Vec<String> = self
                 .params
                 .iter()
@@ -183,16 +232,27 @@ impl GridError {
                 })
                 .collect();
             let plural = if parts.len() > 1 { "s" } else { "" };
-            format!(" (from scalar parameter{plural} {})", parts.join(", "))
-        };
+            sources.push(format!("scalar parameter{plural} {}", parts.join(", ")));
+        }
+        if !self.sizes.is_empty() {
+            let parts: Vec<String> = self
+                .sizes
+                .iter()
+                .map(|&(k, v)| format!("{}={v}", info.sizes.get(k).map_or("?", |s| s.name.as_str())))
+                .collect();
+            let plural = if parts.len() > 1 { "s" } else { "" };
+            sources.push(format!("size{plural} {}", parts.join(", ")));
+        }
+        let source =
+            if sources.is_empty() { String::new() } else { format!(" (from {})", sources.join("; ")) };
         let limit = MAX_GRID[self.axis];
         match self.problem {
             GridProblem::DividesByZero => format!("grid dimension {axis} divides by zero{source}"),
             GridProblem::NotFinite => format!(
                 "grid dimension {axis} reads a float that is not finite{source}: it has no number of blocks"
             ),
-            GridProblem::OutOfRange(Some(value)) if value < 1 => {
-                format!("grid dimension {axis} is {value}{source}: every grid dimension must be at least 1")
+            GridProblem::OutOfRange(Some(value)) if value < 0 => {
+                format!("grid dimension {axis} is {value}{source}: a grid dimension cannot be negative")
             }
             GridProblem::OutOfRange(Some(value)) => {
                 format!("grid dimension {axis} is {value}{source}: over the CUDA limit of {limit} blocks")
@@ -215,11 +275,13 @@ fn floor_div(a: i128, b: i128) -> Option<i128> {
 }
 
 impl GridExpr {
-    /// The value for a call whose scalar parameter i is `value(i)`.
-    pub fn eval(&self, value: &dyn Fn(usize) -> ScalarValue) -> Result<i128, GridProblem> {
+    /// The value for a call whose scalar parameter i is `value(i)` and whose symbolic size
+    /// k is `sizes[k]`.
+    pub fn eval(&self, value: &dyn Fn(usize) -> ScalarValue, sizes: &[i64]) -> Result<i128, GridProblem> {
         let overflow = GridProblem::OutOfRange(None);
         match self {
             GridExpr::Const { value } => Ok(*value as i128),
+            GridExpr::Size { size } => sizes.get(*size).map(|v| *v as i128).ok_or(overflow),
             GridExpr::Param { param } => match value(*param) {
                 ScalarValue::Int(v) => Ok(v as i128),
                 ScalarValue::Float(v) if !v.is_finite() => Err(GridProblem::NotFinite),
@@ -228,7 +290,7 @@ impl GridExpr {
                 ScalarValue::Float(_) => Err(overflow),
             },
             GridExpr::Op { op, a, b } => {
-                let (a, b) = (a.eval(value)?, b.eval(value)?);
+                let (a, b) = (a.eval(value, sizes)?, b.eval(value, sizes)?);
                 let divisor = |b: i128| if b == 0 { Err(GridProblem::DividesByZero) } else { Ok(b) };
                 match op {
                     GridOp::Add => a.checked_add(b).ok_or(overflow),
@@ -247,43 +309,66 @@ impl GridExpr {
 
     /// The scalar parameters the expression reads, in order of first use.
     pub fn params(&self) -> Vec<usize> {
-        fn visit(e: &GridExpr, out: &mut Vec<usize>) {
+        self.leaves(false)
+    }
+
+    /// The symbolic sizes the expression reads, in order of first use.
+    pub fn sizes(&self) -> Vec<usize> {
+        self.leaves(true)
+    }
+
+    fn leaves(&self, sizes: bool) -> Vec<usize> {
+        fn visit(e: &GridExpr, sizes: bool, out: &mut Vec<usize>) {
             match e {
                 GridExpr::Const { .. } => {}
-                GridExpr::Param { param } => {
-                    if !out.contains(param) {
-                        out.push(*param)
+                GridExpr::Param { param: i } | GridExpr::Size { size: i } => {
+                    if matches!(e, GridExpr::Size { .. }) == sizes && !out.contains(i) {
+                        out.push(*i)
                     }
                 }
                 GridExpr::Op { a, b, .. } => {
-                    visit(a, out);
-                    visit(b, out);
+                    visit(a, sizes, out);
+                    visit(b, sizes, out);
                 }
             }
         }
         let mut out = Vec::new();
-        visit(self, &mut out);
+        visit(self, sizes, &mut out);
         out
     }
 }
 
 impl KernelInfo {
-    /// The grid of one call whose scalar parameter i is `value(i)`: three dimensions
-    /// within CUDA's limits, or the first that is not.
-    pub fn launch_grid(&self, value: &dyn Fn(usize) -> ScalarValue) -> Result<[u32; 3], GridError> {
+    /// The grid of one call whose scalar parameter i is `value(i)` and whose symbolic size
+    /// k is `sizes[k]`: three dimensions within CUDA's limits, or the first that is not. A
+    /// dimension of 0 (a size of 0) is a grid of no blocks: nothing to launch.
+    pub fn launch_grid(
+        &self,
+        value: &dyn Fn(usize) -> ScalarValue,
+        sizes: &[i64],
+    ) -> Result<[u32; 3], GridError> {
         let mut dims = [1u32; 3];
         for (axis, expr) in self.grid.iter().enumerate().take(3) {
-            let problem = match expr.eval(value) {
-                Ok(v) if (1..=MAX_GRID[axis] as i128).contains(&v) => {
+            let problem = match expr.eval(value, sizes) {
+                Ok(v) if (0..=MAX_GRID[axis] as i128).contains(&v) => {
                     dims[axis] = v as u32;
                     continue;
                 }
                 Ok(v) => GridProblem::OutOfRange(Some(v)),
                 Err(problem) => problem,
             };
-            return Err(GridError { axis, problem, params: expr.params() });
+            let read = expr.sizes().into_iter().map(|k| (k, sizes.get(k).copied().unwrap_or(0))).collect();
+            return Err(GridError { axis, problem, params: expr.params(), sizes: read });
         }
         Ok(dims)
+    }
+
+    /// The shape of tensor parameter `param` for a call whose sizes are `sizes`.
+    pub fn shape_of(&self, param: usize, sizes: &[i64]) -> Option<Vec<i64>> {
+        match self.params.get(param)? {
+            ParamInfo::Tensor { shape, .. } => shape.iter().map(|e| e.eval(sizes)).collect(),
+            ParamInfo::Scalar { .. } => None,
+        }
     }
 
     /// The KernelInfo of a verified tile-level program run by the interpreter: its
@@ -294,6 +379,7 @@ impl KernelInfo {
             entry: None,
             arch: "interp".into(),
             params: param_info(m),
+            sizes: size_info(m),
             grid: Vec::new(),
             threads: m.kernel.threads,
             block: [m.kernel.threads, 1, 1],
@@ -314,7 +400,7 @@ impl KernelInfo {
 fn gexpr(m: &Module, e: &Expr) -> Result<GridExpr, Diagnostic> {
     let bad = || {
         Diagnostic::error(
-            "a grid dimension must be computed from constants and scalar parameters",
+            "a grid dimension must be computed from constants, scalar parameters and T.dynamic sizes",
             m.kernel.loc,
         )
         .with_help("e.g. T.Kernel(T.ceildiv(n, 128), threads=128) with n: T.int32")
@@ -324,6 +410,9 @@ fn gexpr(m: &Module, e: &Expr) -> Result<GridExpr, Diagnostic> {
     };
     Ok(match e {
         Expr::Const { value: ConstValue::Int(v), .. } => GridExpr::Const { value: *v },
+        Expr::Var { id, .. } if matches!(m.var(*id).kind, VarKind::Size { .. }) => {
+            GridExpr::Size { size: m.sizes().iter().position(|v| v == id).ok_or_else(bad)? }
+        }
         Expr::Var { id, .. } => GridExpr::Param { param: scalar_param(id)? },
         Expr::Cast { a, dtype } if dtype.is_int() && a.dtype().is_int() => gexpr(m, a)?,
         // `T.int32(x)` of a float parameter: truncated toward zero, as the launcher does
@@ -373,6 +462,16 @@ fn written_buffers(m: &Module) -> BTreeSet<BufferId> {
     written
 }
 
+/// An extent or stride as KernelInfo writes it: a number, or an expression of the sizes.
+fn extent(m: &Module, e: &Expr) -> Extent {
+    let e = tile_ir::simplify::simplify(e.clone());
+    match e.as_int() {
+        Some(n) => Extent::Fixed(n),
+        // products of sizes and numbers, which gexpr always takes
+        None => Extent::Expr(gexpr(m, &e).expect("an extent is a product of sizes")),
+    }
+}
+
 /// KernelInfo's description of the parameters: dtype, shape, strides, assumed alignment,
 /// and whether the kernel writes the tensor.
 pub fn param_info(m: &Module) -> Vec<ParamInfo> {
@@ -385,8 +484,8 @@ pub fn param_info(m: &Module) -> Vec<ParamInfo> {
                 ParamInfo::Tensor {
                     name: name.clone(),
                     dtype: b.dtype.name().into(),
-                    shape: b.shape.clone(),
-                    strides: b.strides(),
+                    shape: (0..b.rank()).map(|d| extent(m, &m.dim_expr(b.shape[d]))).collect(),
+                    strides: m.stride_exprs(*buffer, DType::I64).iter().map(|e| extent(m, e)).collect(),
                     align: 16,
                     written: written.contains(buffer),
                 }
@@ -394,6 +493,32 @@ pub fn param_info(m: &Module) -> Vec<ParamInfo> {
             Param::Scalar { name, var } => {
                 ParamInfo::Scalar { name: name.clone(), dtype: m.var(*var).dtype.name().into() }
             }
+        })
+        .collect()
+}
+
+/// KernelInfo's description of the symbolic sizes: each with the tensor dimensions that
+/// carry it.
+pub fn size_info(m: &Module) -> Vec<SizeInfo> {
+    m.sizes()
+        .into_iter()
+        .map(|v| {
+            let var = m.var(v);
+            let mut from = Vec::new();
+            for (i, p) in m.params.iter().enumerate() {
+                if let Param::Tensor { buffer, .. } = p {
+                    for (d, dim) in m.buffer(*buffer).shape.iter().enumerate() {
+                        if *dim == Dim::Size(v) {
+                            from.push([i, d]);
+                        }
+                    }
+                }
+            }
+            let multiple_of = match var.kind {
+                VarKind::Size { multiple_of } => multiple_of,
+                _ => 1,
+            };
+            SizeInfo { name: var.name.clone(), dtype: var.dtype.name().into(), multiple_of, from }
         })
         .collect()
 }
@@ -419,6 +544,7 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         entry: Some(entry.to_string()),
         arch: arch.to_string(),
         params: param_info(m),
+        sizes: size_info(m),
         grid,
         threads: m.kernel.threads,
         block: [m.kernel.threads, 1, 1],
@@ -448,8 +574,8 @@ mod tests {
         let mut params = vec![ParamInfo::Tensor {
             name: "A".into(),
             dtype: "float16".into(),
-            shape: vec![8],
-            strides: vec![1],
+            shape: vec![Extent::Fixed(8)],
+            strides: vec![Extent::Fixed(1)],
             align: 16,
             written: true,
         }];
@@ -463,6 +589,7 @@ mod tests {
             entry: Some("k_kernel".into()),
             arch: "sm_90a".into(),
             params,
+            sizes: vec![],
             grid,
             threads: 128,
             block: [128, 1, 1],
@@ -479,7 +606,7 @@ mod tests {
     }
 
     fn message(info: &KernelInfo, values: &[i64]) -> String {
-        let error = info.launch_grid(&ints(values)).unwrap_err();
+        let error = info.launch_grid(&ints(values), &[]).unwrap_err();
         error.message(info, &|i| values[i].to_string())
     }
 
@@ -491,29 +618,31 @@ mod tests {
             op(GridOp::Max, op(GridOp::Min, p(2), c(3)), op(GridOp::Sub, op(GridOp::Mul, p(2), c(2)), c(13))),
         ];
         let k = info(grid, &[("n", "int32"), ("m", "int32")]);
-        assert_eq!(k.launch_grid(&ints(&[0, 1000, 7])), Ok([8, 7, 3]));
-        assert_eq!(k.launch_grid(&ints(&[0, 1024, 7])), Ok([8, 8, 3]));
+        assert_eq!(k.launch_grid(&ints(&[0, 1000, 7]), &[]), Ok([8, 7, 3]));
+        assert_eq!(k.launch_grid(&ints(&[0, 1024, 7]), &[]), Ok([8, 8, 3]));
         // floor division rounds toward negative infinity; ceildiv is -(-a // b)
-        let e = |a: i64, b: i64| op(GridOp::FloorDiv, c(a), c(b)).eval(&ints(&[])).unwrap();
+        let e = |a: i64, b: i64| op(GridOp::FloorDiv, c(a), c(b)).eval(&ints(&[]), &[]).unwrap();
         assert_eq!((e(-7, 3), e(-7, -3), e(7, -3), e(7, 3)), (-3, 2, -3, 2));
-        assert_eq!(op(GridOp::CeilDiv, c(9), c(4)).eval(&ints(&[])), Ok(3));
-        assert_eq!(op(GridOp::CeilDiv, c(-9), c(4)).eval(&ints(&[])), Ok(-2));
+        assert_eq!(op(GridOp::CeilDiv, c(9), c(4)).eval(&ints(&[]), &[]), Ok(3));
+        assert_eq!(op(GridOp::CeilDiv, c(-9), c(4)).eval(&ints(&[]), &[]), Ok(-2));
     }
 
     #[test]
     fn grid_errors_name_the_parameters() {
         let k = info(vec![op(GridOp::CeilDiv, p(1), c(128)), c(1), c(1)], &[("n", "int32")]);
         assert_eq!(
-            message(&k, &[0, 0]),
-            "grid dimension x is 0 (from scalar parameter n=0): every grid dimension must be at least 1"
+            message(&k, &[0, -129]),
+            "grid dimension x is -1 (from scalar parameter n=-129): a grid dimension cannot be negative"
         );
+        // no blocks: nothing to launch, not an error
+        assert_eq!(k.launch_grid(&ints(&[0, 0]), &[]), Ok([0, 1, 1]));
         let k = info(vec![c(1), op(GridOp::Add, p(1), p(2)), c(1)], &[("m", "int64"), ("n", "int64")]);
         assert_eq!(
             message(&k, &[0, 65000, 536]),
             "grid dimension y is 65536 (from scalar parameters m=65000, n=536): over the CUDA limit of 65535 blocks"
         );
         let k = info(vec![p(1), c(65535), c(65535)], &[("m", "int64")]);
-        assert_eq!(k.launch_grid(&ints(&[0, (1 << 31) - 1])), Ok([(1 << 31) - 1, 65535, 65535]));
+        assert_eq!(k.launch_grid(&ints(&[0, (1 << 31) - 1]), &[]), Ok([(1 << 31) - 1, 65535, 65535]));
         assert!(message(&k, &[0, 1 << 31]).ends_with("over the CUDA limit of 2147483647 blocks"));
         let k = info(vec![op(GridOp::FloorDiv, c(8), p(1)), c(1), c(1)], &[("block", "int32")]);
         assert_eq!(message(&k, &[0, 0]), "grid dimension x divides by zero (from scalar parameter block=0)");
@@ -521,18 +650,54 @@ mod tests {
         assert!(
             message(&k, &[0, i64::MAX]).starts_with("grid dimension x overflows (from scalar parameter n=")
         );
-        let k = info(vec![c(0), c(1), c(1)], &[]);
-        assert_eq!(message(&k, &[0]), "grid dimension x is 0: every grid dimension must be at least 1");
+        let k = info(vec![c(-2), c(1), c(1)], &[]);
+        assert_eq!(message(&k, &[0]), "grid dimension x is -2: a grid dimension cannot be negative");
+    }
+
+    #[test]
+    fn sizes_are_leaves_of_the_grid_and_shapes() {
+        let mut k =
+            info(vec![op(GridOp::CeilDiv, GridExpr::Size { size: 0 }, c(64)), p(1), c(1)], &[("n", "int32")]);
+        k.sizes.push(SizeInfo {
+            name: "M".into(),
+            dtype: "int32".into(),
+            multiple_of: 1,
+            from: vec![[0, 0]],
+        });
+        assert_eq!(k.launch_grid(&ints(&[0, 3]), &[129]), Ok([3, 3, 1]));
+        assert_eq!(k.launch_grid(&ints(&[0, 3]), &[0]), Ok([0, 3, 1]));
+        let e = k.launch_grid(&ints(&[0, 70000]), &[65]).unwrap_err();
+        assert_eq!(e.axis, 1);
+        let k2 = info(vec![op(GridOp::Sub, c(0), GridExpr::Size { size: 0 }), c(1), c(1)], &[]);
+        let mut k2 = k2;
+        k2.sizes = k.sizes.clone();
+        assert_eq!(
+            k2.launch_grid(&ints(&[0]), &[5]).unwrap_err().message(&k2, &|_| "?".into()),
+            "grid dimension x is -5 (from size M=5): a grid dimension cannot be negative"
+        );
+        // a symbolic extent and stride in JSON, and back
+        let shape = vec![Extent::Expr(GridExpr::Size { size: 0 }), Extent::Fixed(64)];
+        let text = serde_json::to_string(&shape).unwrap();
+        assert_eq!(text, r#"[{"size":0},64]"#);
+        assert_eq!(serde_json::from_str::<Vec<Extent>>(&text).unwrap(), shape);
+        assert_eq!(shape[0].eval(&[7]), Some(7));
+        k.sizes[0].from.push([0, 1]);
+        let text = k.to_json();
+        assert!(
+            text.contains(r#""sizes":[{"name":"M","dtype":"int32","multiple_of":1,"from":[[0,0],[0,1]]}]"#)
+        );
+        assert_eq!(serde_json::from_str::<KernelInfo>(&text).unwrap(), k);
     }
 
     #[test]
     fn float_parameters_are_truncated() {
         let k = info(vec![op(GridOp::CeilDiv, p(1), c(4)), c(1), c(1)], &[("x", "float32")]);
         let floats = |v: f64| move |_: usize| ScalarValue::Float(v);
-        assert_eq!(k.launch_grid(&floats(9.9)), Ok([3, 1, 1]));
-        assert_eq!(k.launch_grid(&floats(-0.5)).unwrap_err().problem, GridProblem::OutOfRange(Some(0)));
-        assert_eq!(k.launch_grid(&floats(f64::NAN)).unwrap_err().problem, GridProblem::NotFinite);
-        assert_eq!(k.launch_grid(&floats(1e300)).unwrap_err().problem, GridProblem::OutOfRange(None));
+        assert_eq!(k.launch_grid(&floats(9.9), &[]), Ok([3, 1, 1]));
+        assert_eq!(k.launch_grid(&floats(-0.5), &[]), Ok([0, 1, 1]));
+        assert_eq!(k.launch_grid(&floats(-4.5), &[]).unwrap_err().problem, GridProblem::OutOfRange(Some(-1)));
+        assert_eq!(k.launch_grid(&floats(f64::NAN), &[]).unwrap_err().problem, GridProblem::NotFinite);
+        assert_eq!(k.launch_grid(&floats(1e300), &[]).unwrap_err().problem, GridProblem::OutOfRange(None));
     }
 
     #[test]

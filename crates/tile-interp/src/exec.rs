@@ -222,9 +222,10 @@ impl<'m> Interp<'m> {
         let mut grid = [1i64; 3];
         for (axis, g) in m.kernel.grid.iter().enumerate().take(3) {
             let v = self.scalar(g, m.kernel.loc)?.as_i64();
-            if v <= 0 {
+            // a grid of no blocks (a size of 0) runs nothing, as the launcher launches nothing
+            if v < 0 {
                 return Err(Diagnostic::error(
-                    format!("grid dimension {axis} is {v}; it must be positive"),
+                    format!("grid dimension {axis} is {v}; it must not be negative"),
                     m.kernel.loc,
                 ));
             }
@@ -427,16 +428,21 @@ impl<'m> Interp<'m> {
 
     fn offsets(&self, buf: BufferId, cols: &[Vec<i64>], n: usize, at: Loc) -> Result<Vec<usize>, Diagnostic> {
         let b = self.m.buffer(buf);
-        if cols.len() != b.shape.len() {
+        if cols.len() != b.extents().len() {
             return Err(self.error(
-                format!("'{}' has {} dimensions but is indexed with {}", b.name, b.shape.len(), cols.len()),
+                format!(
+                    "'{}' has {} dimensions but is indexed with {}",
+                    b.name,
+                    b.extents().len(),
+                    cols.len()
+                ),
                 at,
             ));
         }
         let strides = b.strides();
         let mut out = vec![0usize; n];
         for (d, col) in cols.iter().enumerate() {
-            let (extent, stride) = (b.shape[d], strides[d]);
+            let (extent, stride) = (b.extents()[d], strides[d]);
             for (o, &i) in out.iter_mut().zip(col) {
                 if *o == usize::MAX {
                     continue;
@@ -456,7 +462,7 @@ impl<'m> Interp<'m> {
                         "index {index:?} is out of range for {} buffer '{}' of shape {:?}",
                         b.scope.name(),
                         b.name,
-                        b.shape
+                        b.extents()
                     ),
                     at,
                 ));
@@ -693,17 +699,19 @@ impl<'m> Interp<'m> {
     ) -> Result<(), Diagnostic> {
         let m = self.m;
         let (sb, db) = (m.buffer(src), m.buffer(dst));
-        if dim >= sb.shape.len() {
+        if dim >= sb.extents().len() {
             return Err(Diagnostic::error(format!("dim={dim} is out of range for '{}'", sb.name), loc));
         }
-        let outer: i64 = sb.shape[..dim].iter().product();
-        let len = sb.shape[dim];
-        let inner: i64 = sb.shape[dim + 1..].iter().product();
+        let outer: i64 = sb.extents()[..dim].iter().product();
+        let len = sb.extents()[dim];
+        let inner: i64 = sb.extents()[dim + 1..].iter().product();
         if outer * inner != db.num_elements() {
             return Err(Diagnostic::error(
                 format!(
                     "'{}' of shape {:?} cannot hold the reduction of '{}' over dim {dim}",
-                    db.name, db.shape, sb.name
+                    db.name,
+                    db.extents(),
+                    sb.name
                 ),
                 loc,
             ));
@@ -755,12 +763,12 @@ impl<'m> Interp<'m> {
         let (ab, bb, cb) = (m.buffer(a), m.buffer(b), m.buffer(c));
         // operands are 2-D tiles, or stages of a multi-buffered [stages, rows, cols] tile
         let tile = |shape: &[i64]| shape[shape.len().saturating_sub(2)..].to_vec();
-        let (a_shape, b_shape) = (tile(&ab.shape), tile(&bb.shape));
+        let (a_shape, b_shape) = (tile(&ab.extents()), tile(&bb.extents()));
         if a_shape.len() != 2
             || b_shape.len() != 2
-            || cb.shape.len() != 2
-            || ab.shape.len() > 3
-            || bb.shape.len() > 3
+            || cb.extents().len() != 2
+            || ab.extents().len() > 3
+            || bb.extents().len() > 3
         {
             return Err(Diagnostic::error("T.gemm operands must be 2-D", loc));
         }
@@ -768,7 +776,7 @@ impl<'m> Interp<'m> {
         let b_base = b_stage * (b_shape[0] * b_shape[1]) as usize;
         let (rows, k_a) = if transpose_a { (a_shape[1], a_shape[0]) } else { (a_shape[0], a_shape[1]) };
         let (k_b, cols) = if transpose_b { (b_shape[1], b_shape[0]) } else { (b_shape[0], b_shape[1]) };
-        if k_a != k_b || cb.shape != [rows, cols] {
+        if k_a != k_b || cb.extents() != [rows, cols] {
             return Err(Diagnostic::error("T.gemm operand shapes do not agree", loc));
         }
         let (rows, cols, k_a, k_b) = (rows as usize, cols as usize, k_a as usize, k_b as usize);

@@ -46,7 +46,7 @@ pub mod threads;
 
 use memory::Data;
 use num::Val;
-use tile_ir::{DType, Diagnostic, Level, Loc, Module, Param, Scope, VarKind};
+use tile_ir::{size_max, DType, Diagnostic, Level, Loc, Module, Param, Scope, VarId, VarKind};
 
 pub use num::{bf16_bits_to_f32, f16_bits_to_f32, f32_to_bf16_bits, f32_to_f16_bits};
 
@@ -86,11 +86,59 @@ fn scalar_arg(name: &str, dt: DType, a: &Arg) -> Result<Val, Diagnostic> {
     }
 }
 
-/// Run a verified, simplified tile-level module over the whole grid.
+/// A call's symbolic sizes: the kernel's parameters come first in `args`, then one integer
+/// per [`Module::sizes`] (as the CUDA kernel takes them). Returns the module specialized to
+/// those sizes ([`Module::with_sizes`]) and each size variable with its value; checks each
+/// value is non-negative, fits the size's type and keeps its declared multiple.
+pub fn bind_sizes(m: &Module, args: &[Arg]) -> Result<(Module, Vec<(VarId, i64)>), Diagnostic> {
+    let sizes = m.sizes();
+    if sizes.is_empty() {
+        return Ok((m.clone(), Vec::new()));
+    }
+    let n = m.params.len();
+    if args.len() != n + sizes.len() {
+        let names: Vec<&str> = sizes.iter().map(|v| m.var(*v).name.as_str()).collect();
+        return Err(Diagnostic::error(
+            format!(
+                "'{}' takes {} arguments and then its symbolic sizes ({}), got {} values in all",
+                m.name,
+                n,
+                names.join(", "),
+                args.len()
+            ),
+            Loc::UNKNOWN,
+        ));
+    }
+    let mut values = Vec::new();
+    for (v, a) in sizes.iter().zip(&args[n..]) {
+        let var = m.var(*v);
+        let bad = |what: String| Diagnostic::error(format!("size '{}': {what}", var.name), Loc::UNKNOWN);
+        let Arg::Int(x) = a else { return Err(bad(format!("expected an integer, got {}", describe(a)))) };
+        if *x < 0 || *x > size_max(var.dtype) {
+            return Err(bad(format!("{x} is not a size of {} (0 to {})", var.dtype, size_max(var.dtype))));
+        }
+        if let VarKind::Size { multiple_of } = var.kind {
+            if x % multiple_of != 0 {
+                return Err(bad(format!("{x} is not a multiple of {multiple_of}, as T.dynamic promised")));
+            }
+        }
+        values.push((*v, *x));
+    }
+    let spec = m.with_sizes(&values.iter().map(|(_, x)| *x).collect::<Vec<_>>());
+    Ok((spec, values))
+}
+
+/// Run a verified, simplified tile-level module over the whole grid. `args` are the
+/// kernel's parameters, then its symbolic sizes ([`bind_sizes`]).
 ///
 /// Tensor arguments are updated in place, also when an error stops the run part way
 /// (like a kernel that faults after some writes).
 pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
+    let (spec, sizes) = bind_sizes(m, args)?;
+    let m = &spec;
+    // the sizes follow the parameters (bind_sizes counted them)
+    let n = if sizes.is_empty() { args.len() } else { m.params.len() };
+    let args = &mut args[..n];
     if args.len() != m.params.len() {
         let names: Vec<&str> = m.params.iter().map(|p| p.name()).collect();
         return Err(Diagnostic::error(
@@ -107,6 +155,9 @@ pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
     let mut mem: Vec<Data> =
         m.buffers.iter().map(|b| Data::zeros(b.dtype, b.num_elements().max(0) as usize)).collect();
     let mut env: Vec<Option<Val>> = vec![None; m.vars.len()];
+    for (v, x) in &sizes {
+        env[v.0 as usize] = Some(Val::I(*x));
+    }
     let mut bound = vec![false; m.buffers.len()];
     for (p, a) in m.params.iter().zip(args.iter()) {
         match p {
@@ -123,7 +174,7 @@ pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
                             format!(
                             "argument '{name}': expected a {} tensor of shape {:?} ({want} bytes), got {}",
                             b.dtype,
-                            b.shape,
+                            b.extents(),
                             describe(other)
                         ),
                             Loc::UNKNOWN,

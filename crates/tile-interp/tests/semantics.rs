@@ -249,10 +249,15 @@ fn wrong_arguments_are_errors_naming_the_parameter() {
 }
 
 #[test]
-fn grid_from_a_parameter_must_be_positive() {
+fn grid_from_a_parameter_must_not_be_negative() {
     let m = common::load("scale_shift");
     let mut args = random_args(&m, &mut Rng(1), false);
+    // a grid of no blocks runs nothing (as the launcher launches nothing)
     args[3] = Arg::Int(0);
+    let before = args.clone();
+    run(&m, &mut args).unwrap();
+    assert_eq!(args, before);
+    args[3] = Arg::Int(-1);
     let d = run(&m, &mut args).unwrap_err();
-    assert!(d.message.contains("grid dimension 1 is 0"), "{}", d.message);
+    assert!(d.message.contains("grid dimension 1 is -1"), "{}", d.message);
 }

@@ -25,7 +25,7 @@ fn buffer(m: &mut Module, name: &str, scope: Scope, dtype: DType, shape: &[i64])
         name: name.into(),
         scope,
         dtype,
-        shape: shape.to_vec(),
+        shape: fixed_dims(shape),
         loc: Loc::UNKNOWN,
         layout: None,
         shared_offset: None,

@@ -15,12 +15,41 @@ pub struct BufferId(pub u32);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct VarId(pub u32);
 
+/// One dimension of a buffer: a number, or — global tensors only — a symbolic size
+/// (`T.dynamic`), a variable of kind [`VarKind::Size`] that a call binds from its tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    Fixed(i64),
+    Size(VarId),
+}
+
+impl Dim {
+    pub fn fixed(self) -> Option<i64> {
+        match self {
+            Dim::Fixed(n) => Some(n),
+            Dim::Size(_) => None,
+        }
+    }
+}
+
+impl From<i64> for Dim {
+    fn from(n: i64) -> Dim {
+        Dim::Fixed(n)
+    }
+}
+
+/// A shape of fixed dimensions, as `Dim`s.
+pub fn fixed_dims(shape: &[i64]) -> Vec<Dim> {
+    shape.iter().map(|&n| Dim::Fixed(n)).collect()
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Buffer {
     pub name: String,
     pub scope: Scope,
     pub dtype: DType,
-    pub shape: Vec<i64>,
+    /// Fixed for every on-chip buffer; a global tensor's dimensions may be symbolic.
+    pub shape: Vec<Dim>,
     pub loc: Loc,
     /// For fragments: who holds which element (set by `infer_layouts`).
     pub layout: Option<FragmentLayout>,
@@ -32,19 +61,68 @@ pub struct Buffer {
 }
 
 impl Buffer {
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    /// The shape, when every dimension is fixed.
+    pub fn fixed_shape(&self) -> Option<Vec<i64>> {
+        self.shape.iter().map(|d| d.fixed()).collect()
+    }
+    pub fn is_symbolic(&self) -> bool {
+        self.shape.iter().any(|d| d.fixed().is_none())
+    }
+    /// The shape of a buffer whose dimensions are fixed: every on-chip buffer (`verify`
+    /// refuses a symbolic one). Panics on a symbolic shape, a compiler bug.
+    pub fn extents(&self) -> Vec<i64> {
+        match self.fixed_shape() {
+            Some(s) => s,
+            None => panic!("internal error: '{}' has a symbolic shape here", self.name),
+        }
+    }
+    /// Extent of dimension `d`, when fixed.
+    pub fn extent(&self, d: usize) -> Option<i64> {
+        self.shape.get(d).and_then(|x| x.fixed())
+    }
+    /// Elements of a fixed shape (see [`Buffer::extents`]).
     pub fn num_elements(&self) -> i64 {
-        self.shape.iter().product()
+        self.extents().iter().product()
     }
     pub fn bytes(&self) -> i64 {
         self.num_elements() * self.dtype.bytes() as i64
     }
-    /// Row-major strides in elements.
+    /// Row-major strides in elements, of a fixed shape.
     pub fn strides(&self) -> Vec<i64> {
-        let mut strides = vec![1; self.shape.len()];
-        for d in (0..self.shape.len().saturating_sub(1)).rev() {
-            strides[d] = strides[d + 1] * self.shape[d + 1];
+        row_major_strides(&self.extents())
+    }
+    /// The most elements the tensor can have: the product of its fixed dimensions and of the
+    /// largest value each symbolic size's type allows.
+    pub fn max_elements(&self, vars: &[Var]) -> i128 {
+        let mut n: i128 = 1;
+        for d in &self.shape {
+            let x = match d {
+                Dim::Fixed(v) => *v as i128,
+                Dim::Size(id) => size_max(vars[id.0 as usize].dtype) as i128,
+            };
+            n = n.saturating_mul(x);
         }
-        strides
+        n
+    }
+}
+
+/// Row-major strides of a shape.
+pub fn row_major_strides(shape: &[i64]) -> Vec<i64> {
+    let mut strides = vec![1; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1] * shape[d + 1];
+    }
+    strides
+}
+
+/// The largest value a symbolic size of integer type `dt` can take.
+pub fn size_max(dt: DType) -> i64 {
+    match dt {
+        DType::I64 => i64::MAX,
+        _ => i32::MAX as i64,
     }
 }
 
@@ -62,6 +140,10 @@ pub enum VarKind {
     Loop,
     /// A scalar kernel parameter.
     Param,
+    /// A symbolic size (`T.dynamic`): a dimension of global tensors that a call binds from
+    /// the tensors it is given, a multiple of `multiple_of` (1: nothing promised), never
+    /// negative. Passed to the kernel as a trailing scalar parameter.
+    Size { multiple_of: i64 },
     /// Bound by a `let` (thread level only).
     Temp,
 }
@@ -141,6 +223,77 @@ impl Module {
     pub fn add_buffer(&mut self, buffer: Buffer) -> BufferId {
         self.buffers.push(buffer);
         BufferId(self.buffers.len() as u32 - 1)
+    }
+    /// Dimension `d` as an expression: a constant, or the size variable.
+    pub fn dim_expr(&self, d: Dim) -> Expr {
+        match d {
+            Dim::Fixed(n) => Expr::int_of(n, if n > i32::MAX as i64 { DType::I64 } else { DType::I32 }),
+            Dim::Size(id) => Expr::Var { id, dtype: self.var(id).dtype },
+        }
+    }
+    /// The extent of dimension `d` of `buf` as an expression of type `dt` (an integer type
+    /// at least as wide as the size's).
+    pub fn extent_expr(&self, buf: BufferId, d: usize, dt: DType) -> Expr {
+        crate::simplify::simplify(Expr::cast(self.dim_expr(self.buffer(buf).shape[d]), dt))
+    }
+    /// Row-major strides of `buf` in elements, as expressions of type `dt`.
+    pub fn stride_exprs(&self, buf: BufferId, dt: DType) -> Vec<Expr> {
+        let rank = self.buffer(buf).rank();
+        let mut strides = vec![Expr::int_of(1, dt); rank];
+        for d in (0..rank.saturating_sub(1)).rev() {
+            strides[d] = crate::simplify::simplify(Expr::binary(
+                BinOp::Mul,
+                strides[d + 1].clone(),
+                self.extent_expr(buf, d + 1, dt),
+            ));
+        }
+        strides
+    }
+    /// A number known to divide dimension `d`'s extent: the extent when fixed, the size's
+    /// declared multiple when symbolic.
+    pub fn dim_multiple(&self, d: Dim) -> i64 {
+        match d {
+            Dim::Fixed(n) => n,
+            Dim::Size(v) => match self.var(v).kind {
+                VarKind::Size { multiple_of } => multiple_of,
+                _ => 1,
+            },
+        }
+    }
+    /// Per dimension, a number known to divide `buf`'s row-major stride: the stride itself
+    /// when the shape is fixed (what alignment and vector widths are decided by). Past
+    /// 2^62 only its power-of-two part is kept.
+    pub fn stride_multiples(&self, buf: BufferId) -> Vec<i64> {
+        let b = self.buffer(buf);
+        let mut out = vec![1i64; b.rank()];
+        for d in (0..b.rank().saturating_sub(1)).rev() {
+            let x = out[d + 1] as i128 * self.dim_multiple(b.shape[d + 1]) as i128;
+            out[d] = if x <= 1 << 62 { x as i64 } else { 1 << (x.trailing_zeros().min(62)) };
+        }
+        out
+    }
+    /// The symbolic sizes, in the order of their variables: the kernel's trailing parameters.
+    pub fn sizes(&self) -> Vec<VarId> {
+        (0..self.vars.len() as u32)
+            .map(VarId)
+            .filter(|v| matches!(self.var(*v).kind, VarKind::Size { .. }))
+            .collect()
+    }
+    /// This module with every symbolic dimension replaced by its value in `sizes` (one per
+    /// [`Module::sizes`], in that order; 0 is allowed): what one call runs. The size
+    /// variables stay, to be bound to the same values as scalars.
+    pub fn with_sizes(&self, sizes: &[i64]) -> Module {
+        let ids = self.sizes();
+        let mut m = self.clone();
+        for b in &mut m.buffers {
+            for d in &mut b.shape {
+                if let Dim::Size(v) = *d {
+                    let k = ids.iter().position(|x| *x == v).expect("a size variable");
+                    *d = Dim::Fixed(sizes[k]);
+                }
+            }
+        }
+        m
     }
     /// The `threadIdx.x` variable, created on first use.
     pub fn thread_idx(&mut self) -> VarId {

@@ -194,6 +194,45 @@ pub fn parse_program(text: &str) -> R<Module> {
         });
     }
 
+    let mut vars = Vec::new();
+    for (i, v) in top.arr("vars")?.iter().enumerate() {
+        let path = format!("$.vars[{i}]");
+        let o = Obj::new(v, &path, &["id", "name", "kind", "axis", "dtype", "multiple_of"])?;
+        if o.int("id")? != i as i64 {
+            return err(&o.p("id"), format!("variable ids must be 0, 1, 2, … in order; expected {i}"));
+        }
+        let kind = match o.str("kind")? {
+            "block_idx" => {
+                let axis = o.int("axis")?;
+                if !(0..3).contains(&axis) {
+                    return err(&o.p("axis"), "expected 0, 1 or 2");
+                }
+                VarKind::BlockIdx(axis as u8)
+            }
+            "loop" => VarKind::Loop,
+            "param" => VarKind::Param,
+            "size" => {
+                let multiple_of = match o.opt("multiple_of") {
+                    None => 1,
+                    Some(_) => o.int("multiple_of")?,
+                };
+                if !(1..=1 << 30).contains(&multiple_of) {
+                    return err(
+                        &o.p("multiple_of"),
+                        format!("expected a positive multiple, got {multiple_of}"),
+                    );
+                }
+                VarKind::Size { multiple_of }
+            }
+            k => return err(&o.p("kind"), format!("unknown variable kind '{k}'")),
+        };
+        let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
+        if matches!(kind, VarKind::Size { .. }) && !matches!(dt, DType::I32 | DType::I64) {
+            return err(&o.p("dtype"), format!("a symbolic size is int32 or int64, got {dt}"));
+        }
+        vars.push(Var { name: o.str("name")?.to_string(), kind, dtype: dt });
+    }
+
     let mut buffers = Vec::new();
     for (i, b) in top.arr("buffers")?.iter().enumerate() {
         let path = format!("$.buffers[{i}]");
@@ -207,22 +246,34 @@ pub fn parse_program(text: &str) -> R<Module> {
         };
         let mut shape = Vec::new();
         for (d, x) in o.arr("shape")?.iter().enumerate() {
-            match x.as_i64() {
-                Some(v) if v > 0 => shape.push(v),
-                _ => {
-                    return err(
-                        &format!("{path}.shape[{d}]"),
-                        format!("expected a positive integer, got {x}"),
-                    )
+            let dp = format!("{path}.shape[{d}]");
+            if let Some(v) = x.as_i64() {
+                if v <= 0 {
+                    return err(&dp, format!("expected a positive integer, got {x}"));
                 }
+                shape.push(Dim::Fixed(v));
+                continue;
+            }
+            // a symbolic size: {"op": "var", "id": N, ...} naming a variable of kind size
+            let id = x.as_object().filter(|o| o.get("op").and_then(|v| v.as_str()) == Some("var"));
+            let Some(id) = id.and_then(|o| o.get("id")).and_then(|v| v.as_u64()) else {
+                return err(&dp, format!("expected a positive integer or a symbolic size, got {x}"));
+            };
+            match vars.get(id as usize) {
+                Some(Var { kind: VarKind::Size { .. }, .. }) => shape.push(Dim::Size(VarId(id as u32))),
+                _ => return err(&dp, format!("variable {id} is not a symbolic size (T.dynamic)")),
             }
         }
         if shape.is_empty() {
             return err(&o.p("shape"), "a buffer needs at least one dimension");
         }
         // sizes are multiplied by element sizes and strides: keep them far from overflow
-        if shape.iter().try_fold(1i64, |acc, &d| acc.checked_mul(d)).is_none_or(|n| n > 1 << 50) {
-            return err(&o.p("shape"), format!("{shape:?} has more than 2^50 elements"));
+        let fixed = shape.iter().filter_map(|d| d.fixed());
+        if fixed.clone().try_fold(1i64, |acc, d| acc.checked_mul(d)).is_none_or(|n| n > 1 << 50) {
+            return err(
+                &o.p("shape"),
+                format!("{:?} has more than 2^50 elements", fixed.collect::<Vec<_>>()),
+            );
         }
         let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
         let swizzle = match o.opt("swizzle") {
@@ -230,8 +281,10 @@ pub fn parse_program(text: &str) -> R<Module> {
             Some(Value::Bool(false)) => None,
             // tilers' swizzle for the tile's rows (T.make_swizzled_layout)
             Some(Value::Bool(true)) => {
-                let row_bytes = shape.last().copied().unwrap_or(1) * dt.bytes() as i64;
-                Some(Swizzle::chunks_of_rows(row_bytes))
+                let Some(last) = shape.last().and_then(|d| d.fixed()) else {
+                    return err(&o.p("swizzle"), "a tile with a symbolic shape cannot be swizzled");
+                };
+                Some(Swizzle::chunks_of_rows(last * dt.bytes() as i64))
             }
             Some(s) => {
                 let so = Obj::new(s, &o.p("swizzle"), &["bits", "base", "shift"])?;
@@ -253,32 +306,6 @@ pub fn parse_program(text: &str) -> R<Module> {
             layout: None,
             shared_offset: None,
             swizzle,
-        });
-    }
-
-    let mut vars = Vec::new();
-    for (i, v) in top.arr("vars")?.iter().enumerate() {
-        let path = format!("$.vars[{i}]");
-        let o = Obj::new(v, &path, &["id", "name", "kind", "axis", "dtype"])?;
-        if o.int("id")? != i as i64 {
-            return err(&o.p("id"), format!("variable ids must be 0, 1, 2, … in order; expected {i}"));
-        }
-        let kind = match o.str("kind")? {
-            "block_idx" => {
-                let axis = o.int("axis")?;
-                if !(0..3).contains(&axis) {
-                    return err(&o.p("axis"), "expected 0, 1 or 2");
-                }
-                VarKind::BlockIdx(axis as u8)
-            }
-            "loop" => VarKind::Loop,
-            "param" => VarKind::Param,
-            k => return err(&o.p("kind"), format!("unknown variable kind '{k}'")),
-        };
-        vars.push(Var {
-            name: o.str("name")?.to_string(),
-            kind,
-            dtype: dtype(o.get("dtype")?, &o.p("dtype"))?,
         });
     }
 

@@ -68,6 +68,18 @@ impl Printer<'_> {
         self.names.buffers[b.0 as usize].clone()
     }
 
+    /// `[%M, 64]`: fixed dimensions as numbers, symbolic sizes as their variables.
+    fn shape(&self, shape: &[Dim]) -> String {
+        let dims: Vec<String> = shape
+            .iter()
+            .map(|d| match d {
+                Dim::Fixed(n) => n.to_string(),
+                Dim::Size(v) => format!("%{}", self.var_name(*v)),
+            })
+            .collect();
+        format!("[{}]", dims.join(", "))
+    }
+
     fn module(&self) -> String {
         let m = self.m;
         let mut out = String::new();
@@ -77,7 +89,7 @@ impl Printer<'_> {
             .map(|p| match p {
                 Param::Tensor { buffer, .. } => {
                     let b = m.buffer(*buffer);
-                    format!("{}: {}{:?}", self.buf_name(*buffer), b.dtype, b.shape)
+                    format!("{}: {}{}", self.buf_name(*buffer), b.dtype, self.shape(&b.shape))
                 }
                 Param::Scalar { var, .. } => format!("%{}: {}", self.var_name(*var), m.var(*var).dtype),
             })
@@ -114,7 +126,14 @@ impl Printer<'_> {
             if is_param {
                 continue;
             }
-            let _ = write!(out, "  {} {}: {}{:?}", b.scope.name(), self.buf_name(id), b.dtype, b.shape);
+            let _ = write!(
+                out,
+                "  {} {}: {}{}",
+                b.scope.name(),
+                self.buf_name(id),
+                b.dtype,
+                self.shape(&b.shape)
+            );
             if let Some(off) = b.shared_offset {
                 let _ = write!(out, " at smem+{off}");
             }
@@ -122,7 +141,7 @@ impl Printer<'_> {
                 let _ = write!(out, " {s}");
             }
             if let Some(l) = &b.layout {
-                let _ = write!(out, " {}", layout_text(l, &b.shape));
+                let _ = write!(out, " {}", layout_text(l, &b.extents()));
             }
             out.push('\n');
         }
@@ -367,8 +386,15 @@ pub fn copy_inst_text(i: CopyInst) -> String {
 }
 
 /// A variable's kind as the `vars` table writes it.
-pub fn var_kind_text(kind: VarKind) -> &'static str {
-    match kind {
+pub fn var_kind_text(kind: VarKind) -> std::borrow::Cow<'static, str> {
+    if let VarKind::Size { multiple_of } = kind {
+        return if multiple_of == 1 {
+            "size".into()
+        } else {
+            format!("size.multiple_of.{multiple_of}").into()
+        };
+    }
+    let text = match kind {
         VarKind::BlockIdx(0) => "block_idx.x",
         VarKind::BlockIdx(1) => "block_idx.y",
         VarKind::BlockIdx(_) => "block_idx.z",
@@ -379,7 +405,9 @@ pub fn var_kind_text(kind: VarKind) -> &'static str {
         VarKind::Loop => "loop",
         VarKind::Param => "param",
         VarKind::Temp => "temp",
-    }
+        VarKind::Size { .. } => unreachable!("handled above"),
+    };
+    text.into()
 }
 
 /// The variables as the parser makes them from where the text defines them, without a
@@ -403,8 +431,16 @@ fn vars_by_definition(m: &Module) -> Vec<(VarId, VarKind, crate::DType)> {
     }
     let mut out = Vec::new();
     for p in &m.params {
-        if let Param::Scalar { var, .. } = p {
-            out.push((*var, VarKind::Param, m.var(*var).dtype));
+        match p {
+            Param::Scalar { var, .. } => out.push((*var, VarKind::Param, m.var(*var).dtype)),
+            // a header's symbolic sizes: `size`, int32, unless a `vars` table says more
+            Param::Tensor { buffer, .. } => {
+                for d in &m.buffer(*buffer).shape {
+                    if let Dim::Size(v) = d {
+                        out.push((*v, VarKind::Size { multiple_of: 1 }, crate::DType::I32));
+                    }
+                }
+            }
         }
     }
     for (axis, v) in block_vars(m).into_iter().enumerate() {

@@ -147,10 +147,18 @@ pub fn program_json(m: &Module) -> Value {
         .iter()
         .enumerate()
         .map(|(i, b)| {
+            let shape: Vec<Value> = b
+                .shape
+                .iter()
+                .map(|d| match d {
+                    Dim::Fixed(n) => json!(n),
+                    Dim::Size(v) => expr(&Expr::Var { id: *v, dtype: m.var(*v).dtype }),
+                })
+                .collect();
             let mut o =
-                json!({"id": i, "name": b.name, "scope": b.scope.name(), "dtype": b.dtype.name(), "shape": b.shape});
+                json!({"id": i, "name": b.name, "scope": b.scope.name(), "dtype": b.dtype.name(), "shape": shape});
             if let Some(s) = b.swizzle {
-                let row_bytes = b.shape.last().copied().unwrap_or(1) * b.dtype.bytes() as i64;
+                let row_bytes = b.extents().last().copied().unwrap_or(1) * b.dtype.bytes() as i64;
                 o["swizzle"] = if s == crate::Swizzle::chunks_of_rows(row_bytes) {
                     json!(true)
                 } else {
@@ -172,6 +180,12 @@ pub fn program_json(m: &Module) -> Value {
                     o["axis"] = json!(axis);
                 }
                 VarKind::Param => o["kind"] = json!("param"),
+                VarKind::Size { multiple_of } => {
+                    o["kind"] = json!("size");
+                    if multiple_of != 1 {
+                        o["multiple_of"] = json!(multiple_of);
+                    }
+                }
                 _ => o["kind"] = json!("loop"),
             }
             o

@@ -78,7 +78,7 @@ pub struct SharedLayout {
 impl SharedLayout {
     /// The layout of a shared buffer: row-major, with its swizzle.
     pub fn of(b: &Buffer) -> SharedLayout {
-        SharedLayout { shape: b.shape.clone(), strides: b.strides(), dtype: b.dtype, swizzle: b.swizzle }
+        SharedLayout { shape: b.extents(), strides: b.strides(), dtype: b.dtype, swizzle: b.swizzle }
     }
 
     /// The element offset of `idx`, swizzle applied, written so that the C compiler can take

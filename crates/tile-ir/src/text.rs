@@ -209,9 +209,13 @@ fn stored_name(display: &str, earlier: &BTreeSet<String>) -> String {
     display.to_string()
 }
 
+/// A header tensor's dimensions, and its symbolic ones by name: (dimension, name).
+type HeaderShape = (Vec<Dim>, Vec<(usize, String)>);
+
 /// A kernel parameter as the header writes it, before its variable exists.
 enum HeaderParam {
-    Tensor(BufferId),
+    /// The buffer, and its symbolic dimensions: (dimension, variable name).
+    Tensor(BufferId, Vec<(usize, String)>),
     Scalar(String, DType),
 }
 
@@ -278,6 +282,24 @@ impl Parser {
         let name = self.ident()?;
         DType::parse(&name).ok_or_else(|| format!("line {}: unknown dtype {name}", self.line()))
     }
+    /// `[%M, 64]`: numbers, and symbolic sizes by name (resolved by the caller).
+    fn tensor_shape(&mut self) -> R<HeaderShape> {
+        self.punct("[")?;
+        let (mut dims, mut sizes) = (Vec::new(), Vec::new());
+        while !self.is_punct("]") {
+            if matches!(self.peek(), Some(Tok::Var(_))) {
+                sizes.push((dims.len(), self.var_name()?));
+                dims.push(Dim::Fixed(1)); // until its variable exists
+            } else {
+                dims.push(Dim::Fixed(self.int()?));
+            }
+            if !self.is_punct("]") {
+                self.punct(",")?;
+            }
+        }
+        self.punct("]")?;
+        Ok((dims, sizes))
+    }
     fn shape(&mut self) -> R<Vec<i64>> {
         self.punct("[")?;
         let mut v = Vec::new();
@@ -318,7 +340,7 @@ impl Parser {
         self.vars.insert(display, id);
         id
     }
-    fn add_buffer(&mut self, display: String, scope: Scope, dtype: DType, shape: Vec<i64>) -> BufferId {
+    fn add_buffer(&mut self, display: String, scope: Scope, dtype: DType, shape: Vec<Dim>) -> BufferId {
         let earlier: BTreeSet<String> = self.buffers.keys().cloned().collect();
         let id = self.m.add_buffer(Buffer {
             name: stored_name(&display, &earlier),
@@ -801,7 +823,11 @@ impl Parser {
                 "loop" => VarKind::Loop,
                 "param" => VarKind::Param,
                 "temp" => VarKind::Temp,
-                k => return Err(format!("line {kind_line}: unknown variable kind {k}")),
+                "size" => VarKind::Size { multiple_of: 1 },
+                k => match k.strip_prefix("size.multiple_of.").and_then(|n| n.parse().ok()) {
+                    Some(multiple_of) => VarKind::Size { multiple_of },
+                    None => return Err(format!("line {kind_line}: unknown variable kind {k}")),
+                },
             };
             let dtype_follows = self.line() == kind_line
                 && matches!(self.peek(), Some(Tok::Ident(d)) if DType::parse(d).is_some());
@@ -823,7 +849,7 @@ impl Parser {
         self.punct(":")?;
         let dtype = self.dtype()?;
         let shape = self.shape()?;
-        let id = self.add_buffer(name, scope, dtype, shape.clone());
+        let id = self.add_buffer(name, scope, dtype, fixed_dims(&shape));
         if self.is_word("at") {
             self.pos += 1;
             let at = self.ident()?;
@@ -867,8 +893,9 @@ impl Parser {
                 Some(Tok::Ident(name)) => {
                     self.punct(":")?;
                     let dtype = self.dtype()?;
-                    let shape = self.shape()?;
-                    params.push(HeaderParam::Tensor(self.add_buffer(name, Scope::Global, dtype, shape)));
+                    let (shape, sizes) = self.tensor_shape()?;
+                    let buffer = self.add_buffer(name, Scope::Global, dtype, shape);
+                    params.push(HeaderParam::Tensor(buffer, sizes));
                 }
                 Some(Tok::Var(name)) => {
                     self.punct(":")?;
@@ -931,7 +958,14 @@ impl Parser {
         }
         for p in params {
             let param = match p {
-                HeaderParam::Tensor(buffer) => {
+                HeaderParam::Tensor(buffer, sizes) => {
+                    for (d, name) in sizes {
+                        let v = self.define_var(name, VarKind::Size { multiple_of: 1 }, DType::I32);
+                        if !matches!(self.m.var(v).kind, VarKind::Size { .. }) {
+                            return Err(format!("%{} is a dimension but not a size", self.m.var(v).name));
+                        }
+                        self.m.buffer_mut(buffer).shape[d] = Dim::Size(v);
+                    }
                     Param::Tensor { name: self.m.buffer(buffer).name.clone(), buffer }
                 }
                 HeaderParam::Scalar(name, dtype) => {

@@ -139,36 +139,73 @@ pub fn resolve_region(
             }
         }
         for d in r.dims.len()..rank {
+            let Some(ext) = b.extent(d) else {
+                return Err(symbolic_extent(m, r, d));
+            };
             starts.push(Expr::int(0));
-            extents.push(b.shape[d]);
+            extents.push(ext);
             kept.push(true);
         }
     }
     // Regions of on-chip buffers must lie inside them: there is no edge to pad there.
     if b.scope != Scope::Global {
+        let shape = b.extents();
         for d in 0..rank {
             if let Some(s) = const_of(&starts[d]) {
-                if s < 0 || s + extents[d] > b.shape[d] {
+                if s < 0 || s + extents[d] > shape[d] {
                     return Err(Diagnostic::error(
                         format!(
                             "region [{}, {}) of dimension {d} is outside '{}' of shape {:?}",
                             s,
                             s + extents[d],
                             b.name,
-                            b.shape
+                            shape
                         ),
                         r.loc,
                     )
                     .with_label(b.loc, format!("'{}' allocated here", b.name))
                     .with_help(format!(
                         "regions of on-chip tiles must lie inside them: dimension {d} runs from 0 to {}",
-                        b.shape[d] - 1
+                        shape[d] - 1
                     )));
                 }
             }
         }
     }
     Ok(ResolvedRegion { buf: r.buf, starts, extents, kept })
+}
+
+/// A region that would take all of a symbolic dimension: its tile has no fixed shape.
+fn symbolic_extent(m: &Module, r: &Region, d: usize) -> Diagnostic {
+    let b = m.buffer(r.buf);
+    let size = match b.shape[d] {
+        Dim::Size(v) => m.var(v).name.clone(),
+        Dim::Fixed(n) => n.to_string(),
+    };
+    Diagnostic::error(
+        format!(
+            "this region takes all of dimension {d} of '{}', whose extent is the symbolic size '{size}'; a tile's shape must be fixed",
+            b.name
+        ),
+        r.loc,
+    )
+    .with_label(b.loc, format!("'{}' declared here with shape {}", b.name, shape_text(m, &b.shape)))
+    .with_help(format!(
+        "take a tile of fixed extent from it, e.g. {}[i * 64:(i + 1) * 64, ...], and loop over T.ceildiv({size}, 64) of them",
+        b.name
+    ))
+}
+
+/// `[M, 64]`: a shape as a user reads it.
+pub fn shape_text(m: &Module, shape: &[Dim]) -> String {
+    let dims: Vec<String> = shape
+        .iter()
+        .map(|d| match d {
+            Dim::Fixed(n) => n.to_string(),
+            Dim::Size(v) => m.var(*v).name.clone(),
+        })
+        .collect();
+    format!("[{}]", dims.join(", "))
 }
 
 /// Resolve both sides of a copy and check their shapes agree.
@@ -226,6 +263,26 @@ struct Verifier<'a> {
 /// Check the tile-level invariants listed in this module's doc.
 pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
     let mut v = Verifier { m, diags: Vec::new(), scope: Vec::new(), in_parallel: None };
+    // symbolic sizes are dimensions of tensor parameters only: every tile is fixed
+    for b in &m.buffers {
+        if b.scope != Scope::Global && b.is_symbolic() {
+            v.diags.push(
+                Diagnostic::error(
+                    format!(
+                        "{} tile '{}' has shape {}: a tile's shape must be fixed, not a symbolic size",
+                        b.scope.name(),
+                        b.name,
+                        shape_text(m, &b.shape)
+                    ),
+                    b.loc,
+                )
+                .with_help("allocate a tile of fixed size (e.g. block_M) and loop over T.ceildiv(M, block_M) tiles; only tensor parameters may have T.dynamic sizes"),
+            );
+        }
+    }
+    if !v.diags.is_empty() {
+        return Err(v.diags);
+    }
     let t = m.kernel.threads;
     if t == 0 || !t.is_multiple_of(32) {
         v.diags.push(
@@ -243,7 +300,6 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
     }
     for b in m.buffers.iter().filter(|b| b.swizzle.is_some() && m.level == Level::Tile) {
         // the XOR swizzle permutes 16-byte chunks inside 128-byte lines: whole lines only
-        let row_bytes = b.shape.last().copied().unwrap_or(1) * b.dtype.bytes() as i64;
         if b.scope != crate::Scope::Shared {
             v.diags.push(
                 Diagnostic::error(
@@ -254,12 +310,15 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
                     "fragment layouts come from the instructions that use them; annotate shared tiles only",
                 ),
             );
-        } else if b.bytes() % 128 != 0 || row_bytes % 16 != 0 {
+        } else if b.bytes() % 128 != 0
+            || b.extents().last().copied().unwrap_or(1) * b.dtype.bytes() as i64 % 16 != 0
+        {
+            let row_bytes = b.extents().last().copied().unwrap_or(1) * b.dtype.bytes() as i64;
             v.diags.push(
                 Diagnostic::error(
                     format!(
                         "'{}' {:?} {} cannot be swizzled: the swizzle permutes 16-byte chunks of 128-byte lines, and this tile is {} bytes with {}-byte rows",
-                        b.name, b.shape, b.dtype, b.bytes(), row_bytes
+                        b.name, b.extents(), b.dtype, b.bytes(), row_bytes
                     ),
                     b.loc,
                 )
@@ -288,7 +347,7 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
         if b.scope != Scope::Global && b.num_elements() > 1 << 22 {
             v.diags.push(
                 Diagnostic::error(
-                    format!("'{}' of shape {:?} is too large for on-chip memory", b.name, b.shape),
+                    format!("'{}' of shape {:?} is too large for on-chip memory", b.name, b.extents()),
                     b.loc,
                 )
                 .with_help("shared, fragment and local buffers hold one block's tile; make the tile smaller"),
@@ -367,8 +426,10 @@ impl<'a> Verifier<'a> {
                             l,
                             Some("convert it with T.cast(x, \"int32\")".into()),
                         ));
-                    } else if let (Some(c), Some(ext)) = (const_of(i), b.shape.get(d)) {
-                        if c < 0 || c >= *ext {
+                    } else if let (Some(c), Some(dim)) = (const_of(i), b.shape.get(d)) {
+                        // a symbolic extent is at least 0: only a negative index is known out
+                        let ext = dim.fixed().unwrap_or(i64::MAX);
+                        if c < 0 || c >= ext {
                             errors.push((
                                 format!("index {c} is out of range for dimension {d} of '{}' (extent {ext})", b.name),
                                 l,
@@ -596,16 +657,16 @@ impl<'a> Verifier<'a> {
                     );
                     return;
                 }
-                let mut expect = sb.shape.clone();
+                let mut expect = sb.extents();
                 expect.remove(*dim);
                 if expect.is_empty() {
                     expect.push(1);
                 }
-                if db.shape != expect {
+                if db.extents() != expect {
                     let d = self.err(
                         format!(
                             "reducing '{}' of shape {:?} over dim {dim} gives shape {:?}, but '{}' has shape {:?}",
-                            sb.name, sb.shape, expect, db.name, db.shape
+                            sb.name, sb.extents(), expect, db.name, db.extents()
                         ),
                         *loc,
                     );
@@ -734,18 +795,19 @@ impl<'a> Verifier<'a> {
             *d = d.clone().with_help("allocate it with T.alloc_fragment((block_M, block_N), \"float32\")");
             return;
         }
-        let (am, ak) = if ta { (ab.shape[1], ab.shape[0]) } else { (ab.shape[0], ab.shape[1]) };
-        let (bk, bn) = if tb { (bb.shape[1], bb.shape[0]) } else { (bb.shape[0], bb.shape[1]) };
-        let (cm, cn) = (cb.shape[0], cb.shape[1]);
+        let (a, b, c) = (ab.extents(), bb.extents(), cb.extents());
+        let (am, ak) = if ta { (a[1], a[0]) } else { (a[0], a[1]) };
+        let (bk, bn) = if tb { (b[1], b[0]) } else { (b[0], b[1]) };
+        let (cm, cn) = (c[0], c[1]);
         if ak != bk || am != cm || bn != cn {
             self.err_help(
                 format!(
                     "T.gemm operand shapes do not agree: A{} is {:?} (M={am}, K={ak}), B{} is {:?} (K={bk}, N={bn}), C is {:?} (M={cm}, N={cn})",
                     if ta { "^T" } else { "" },
-                    ab.shape,
+                    a,
                     if tb { "^T" } else { "" },
-                    bb.shape,
-                    cb.shape
+                    b,
+                    c
                 ),
                 loc,
                 "A must be (M, K), B (K, N) and C (M, N); pass transpose_A / transpose_B for operands stored the other way",
@@ -808,10 +870,11 @@ impl<'a> Verifier<'a> {
         if b.scope == Scope::Global {
             return;
         }
+        let shape = b.extents();
         for (d, i) in idx.iter().enumerate() {
             if let Expr::Var { id, .. } = i {
                 if let Some(k) = vars.iter().position(|v| v == id) {
-                    if let Some(ext) = b.shape.get(d) {
+                    if let Some(ext) = shape.get(d) {
                         if extents[k] > *ext {
                             let name = b.name.clone();
                             let vname = self.m.var(*id).name.clone();
@@ -824,13 +887,10 @@ impl<'a> Verifier<'a> {
                             );
                             *dd = dd
                                 .clone()
-                                .with_label(
-                                    b.loc,
-                                    format!("'{name}' allocated here with shape {:?}", b.shape),
-                                )
+                                .with_label(b.loc, format!("'{name}' allocated here with shape {:?}", shape))
                                 .with_help(format!(
                                     "loop over the shape of '{name}': T.Parallel extents of {:?}",
-                                    b.shape
+                                    shape
                                 ));
                         }
                     }
@@ -842,7 +902,7 @@ impl<'a> Verifier<'a> {
 
 /// Does a region cover its whole buffer?
 fn whole(r: &ResolvedRegion, b: &Buffer) -> bool {
-    r.extents == b.shape && r.starts.iter().all(|e| const_of(e) == Some(0))
+    b.fixed_shape().is_some_and(|s| r.extents == s) && r.starts.iter().all(|e| const_of(e) == Some(0))
 }
 
 /// The debugging statements: `T.print` and `T.device_assert`.

@@ -40,8 +40,8 @@ pub fn plan(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, String
         .ok_or_else(|| format!("no tensor-core instruction for {} operands on {target}", ab.dtype))?;
     let (warps_m, warps_n) = warp_grid(
         op.policy,
-        cb.shape[0],
-        cb.shape[1],
+        cb.extents()[0],
+        cb.extents()[1],
         m.kernel.threads as i64 / target.limits.warp_size as i64,
     )?;
     let sixteen_bit = ab.dtype.bytes() == 2;

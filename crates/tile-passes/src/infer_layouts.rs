@@ -89,7 +89,7 @@ fn anchor_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -> 
     for (buf, idx, _) in fragment_accesses(m, body) {
         let b = m.buffer(buf);
         if let (Some(l), Some(dims)) = (&b.layout, loop_dims_of(&idx, vars)) {
-            if dims == full && b.shape == extents {
+            if dims == full && b.extents() == extents {
                 return Some(l.clone());
             }
         }
@@ -147,26 +147,36 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         }
     });
     for (c, policy, loc, a, transpose_a, b, transpose_b) in accumulators {
-        let shape = m.buffer(c).shape.clone();
+        let shape = m.buffer(c).extents();
         match crate::gemm::warp_grid(policy, shape[0], shape[1], threads as i64 / 32) {
             Ok((wm, wn)) => {
                 // an A operand kept in registers takes the instruction's A-fragment layout
                 let ab = m.buffer(a);
-                if ab.scope == Scope::Fragment && !transpose_a && ab.shape.len() == 2 {
+                if ab.scope == Scope::Fragment && !transpose_a && ab.extents().len() == 2 {
                     let kstep = 32 / ab.dtype.bytes() as i64;
-                    if ab.shape[1] % kstep == 0 && ab.shape[0] == shape[0] {
-                        let la =
-                            FragmentLayout::mma_operand_a(ab.shape[0], ab.shape[1], wm, wn, ab.dtype.bytes());
+                    if ab.extents()[1] % kstep == 0 && ab.extents()[0] == shape[0] {
+                        let la = FragmentLayout::mma_operand_a(
+                            ab.extents()[0],
+                            ab.extents()[1],
+                            wm,
+                            wn,
+                            ab.dtype.bytes(),
+                        );
                         m.buffer_mut(a).layout = Some(la);
                     }
                 }
                 // likewise a B operand in registers, stored (K, N)
                 let bb = m.buffer(b);
-                if bb.scope == Scope::Fragment && !transpose_b && bb.shape.len() == 2 {
+                if bb.scope == Scope::Fragment && !transpose_b && bb.extents().len() == 2 {
                     let kstep = 32 / bb.dtype.bytes() as i64;
-                    if bb.shape[0] % kstep == 0 && bb.shape[1] == shape[1] {
-                        let lb =
-                            FragmentLayout::mma_operand_b(bb.shape[0], bb.shape[1], wm, wn, bb.dtype.bytes());
+                    if bb.extents()[0] % kstep == 0 && bb.extents()[1] == shape[1] {
+                        let lb = FragmentLayout::mma_operand_b(
+                            bb.extents()[0],
+                            bb.extents()[1],
+                            wm,
+                            wn,
+                            bb.dtype.bytes(),
+                        );
                         m.buffer_mut(b).layout = Some(lb);
                     }
                 }
@@ -211,14 +221,14 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             .enumerate()
             .filter(|(_, b)| b.scope == Scope::Fragment && b.layout.is_none())
             .filter(|(i, _)| !sources_left || !reduce_results.contains(&BufferId(*i as u32)))
-            .map(|(i, b)| (BufferId(i as u32), b.shape.len()))
+            .map(|(i, b)| (BufferId(i as u32), b.extents().len()))
             .min_by_key(|(id, rank)| {
                 (usize::MAX - rank, order.first_use.get(id).copied().unwrap_or(usize::MAX), id.0)
             });
         match next {
             Some((id, _)) => {
                 let b = m.buffer(id);
-                let l = FragmentLayout::blocked(&b.shape, threads, b.dtype.bytes());
+                let l = FragmentLayout::blocked(&b.extents(), threads, b.dtype.bytes());
                 m.buffer_mut(id).layout = Some(l);
             }
             None => break,
@@ -259,7 +269,7 @@ fn propagate(m: &mut Module) -> bool {
                     }
                     if let Some(dims) = loop_dims_of(&idx, vars) {
                         let p = l.projected(&dims);
-                        if p.shape() == m.buffer(buf).shape {
+                        if p.shape() == m.buffer(buf).extents() {
                             assign.push((buf, p));
                         }
                     }

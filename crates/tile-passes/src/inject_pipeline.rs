@@ -138,7 +138,7 @@ fn pipeline(
     // multi-buffer the tiles
     for &t in &tiles {
         let b = m.buffer_mut(t);
-        b.shape.insert(0, stages as i64);
+        b.shape.insert(0, Dim::Fixed(stages as i64));
     }
     let names: Vec<String> = tiles.iter().map(|t| m.buffer(*t).name.clone()).collect();
     ctx.report.push(format!(

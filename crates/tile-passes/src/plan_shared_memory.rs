@@ -151,7 +151,7 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
             .buffers
             .iter()
             .filter(|b| b.scope == Scope::Shared)
-            .map(|b| format!("'{}' {:?} {}: {} bytes", b.name, b.shape, b.dtype, b.bytes()))
+            .map(|b| format!("'{}' {:?} {}: {} bytes", b.name, b.extents(), b.dtype, b.bytes()))
             .collect();
         let first =
             m.buffers.iter().find(|b| b.scope == Scope::Shared).map(|b| b.loc).unwrap_or(m.kernel.loc);

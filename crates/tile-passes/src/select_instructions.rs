@@ -196,8 +196,9 @@ impl Selector {
             self.diags.push(Diagnostic::bug("gemm operands are neither shared tiles nor fragments"));
             return op;
         }
-        let (tile_a, tile_b) = (&ab.shape[ab.shape.len() - 2..], &bb.shape[bb.shape.len() - 2..]);
-        let (mm, n) = (cb.shape[0], cb.shape[1]);
+        let (ae, be, ce) = (ab.extents(), bb.extents(), cb.extents());
+        let (tile_a, tile_b) = (&ae[ae.len() - 2..], &be[be.len() - 2..]);
+        let (mm, n) = (ce[0], ce[1]);
         let k = if op.transpose_a { tile_a[0] } else { tile_a[1] };
         let kstep = plan.atom.k;
         if k % kstep != 0 {
@@ -288,11 +289,11 @@ fn cp_async_fit(m: &Module, op: &CopyOp, threads: u32) -> Result<(), String> {
         ));
     }
     for (b, r) in [(sb, &s), (db, &d)] {
-        let n = b.shape.len();
+        let n = b.rank();
         // the vector runs along the last dimension, from an aligned start
         let contiguous = r.kept[n - 1] && r.extents[n - 1] != 1;
         let aligned = known_multiple(&simplify(r.starts[n - 1].clone()), width)
-            && b.strides()[..n - 1].iter().all(|s| s % width == 0);
+            && m.stride_multiples(r.buf)[..n - 1].iter().all(|s| s % width == 0);
         if !contiguous || !aligned {
             return Err(format!(
                 "'{}' is not read/written in aligned 16-byte vectors (a row length not a multiple of {width}?)",
@@ -309,15 +310,11 @@ fn cp_async_fit(m: &Module, op: &CopyOp, threads: u32) -> Result<(), String> {
 fn staged_bytes(m: &Module, op: &CopyOp) -> Option<u64> {
     let (sb, db) = (m.buffer(op.src.buf), m.buffer(op.dst.buf));
     let layout = sb.layout.as_ref()?;
-    if sb.scope != Scope::Fragment
-        || db.scope != Scope::Global
-        || sb.shape.len() != 2
-        || !op.src.dims.is_empty()
-    {
+    if sb.scope != Scope::Fragment || db.scope != Scope::Global || sb.rank() != 2 || !op.src.dims.is_empty() {
         return None;
     }
     let eb = db.dtype.bytes() as i64;
-    let row_bytes = sb.shape[1] * eb;
+    let row_bytes = sb.extents()[1] * eb;
     if layout.vector_width() * eb >= 16 || row_bytes < 16 || row_bytes & (row_bytes - 1) != 0 {
         return None;
     }
@@ -334,8 +331,8 @@ fn stmatrix_for(m: &Module, op: &CopyOp, target: &Target) -> Option<&'static Cop
         return None;
     }
     let warps = m.kernel.threads as i64 / target.limits.warp_size as i64;
-    let (_, wn) = gemm::accumulator_warp_grid(sb.layout.as_ref()?, &sb.shape, warps)?;
-    let pieces = sb.shape[1] / wn / 8;
+    let (_, wn) = gemm::accumulator_warp_grid(sb.layout.as_ref()?, &sb.extents(), warps)?;
+    let pieces = sb.extents()[1] / wn / 8;
     Some(CopyAtom::stmatrix(if pieces % 2 == 0 { 4 } else { 2 }))
 }
 

@@ -32,7 +32,7 @@ pub fn widen_indices(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagno
         .buffers
         .iter()
         .enumerate()
-        .filter(|(_, b)| b.scope == Scope::Global && b.num_elements() > i32::MAX as i64)
+        .filter(|(_, b)| b.scope == Scope::Global && b.max_elements(&m.vars) > i32::MAX as i128)
         .map(|(i, _)| i as u32)
         .collect();
     let mut w = Widen { wide, retyped: HashSet::new(), ranges: Ranges::of_kernel(&m) };
@@ -361,7 +361,7 @@ mod tests {
         let buffer = Buffer {
             name: "A".into(),
             scope: Scope::Global,
-            shape: vec![n],
+            shape: vec![tile_ir::Dim::Fixed(n)],
             dtype: DType::F16,
             loc: Loc::UNKNOWN,
             layout: None,

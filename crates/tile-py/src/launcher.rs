@@ -29,7 +29,7 @@ use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyTuple, PyType};
 use std::ffi::c_void;
 use std::ptr::null_mut;
 use std::sync::OnceLock;
-use tile_codegen::kernel_info::{GridExpr, KernelInfo, ParamInfo, ScalarValue};
+use tile_codegen::kernel_info::{Extent, GridExpr, KernelInfo, ParamInfo, ScalarValue};
 
 const FLOAT32_MAX: f64 = f32::MAX as f64;
 
@@ -40,10 +40,26 @@ struct TensorSpec {
     dtype: PyObject,
     /// torch's ScalarType number of `dtype`, compared by the shim reader.
     dtype_code: i32,
+    /// The shape and strides when fixed; with symbolic sizes, `dims` says which dimension
+    /// is which size and the strides are the contiguous ones of the shape a call gives.
     shape: Vec<i64>,
     strides: Vec<i64>,
+    dims: Option<Vec<SpecDim>>,
     align: u64,
 }
+
+#[derive(Clone, Copy)]
+enum SpecDim {
+    Fixed(i64),
+    /// Symbolic size number k.
+    Size(usize),
+}
+
+/// Sizes a call has not bound yet.
+const UNBOUND: i64 = i64::MIN;
+
+/// Up to this many symbolic sizes are kept on the stack during a call.
+const STACK_SIZES: usize = 8;
 
 enum Param {
     Tensor(TensorSpec),
@@ -56,8 +72,8 @@ enum Param {
 
 struct Output {
     param: usize,
-    shape: Py<PyTuple>,
-    strides: Py<PyTuple>,
+    /// Fixed shapes: the tuples, made once. A symbolic shape is made per call.
+    shape: Option<(Py<PyTuple>, Py<PyTuple>)>,
 }
 
 /// How tensors are read.
@@ -133,21 +149,51 @@ fn scalar_kind(name: &str, dtype: &str) -> PyResult<u8> {
 }
 
 /// Strides equal, except along extents of 1, where a stride is never used (as in Python).
-fn strides_match(strides: &[i64], spec: &TensorSpec) -> bool {
-    strides.len() == spec.strides.len()
-        && strides
-            .iter()
-            .zip(&spec.strides)
-            .zip(&spec.shape)
-            .all(|((got, want), extent)| got == want || *extent == 1)
+fn strides_match(strides: &[i64], want: &[i64], shape: &[i64]) -> bool {
+    strides.len() == want.len()
+        && strides.iter().zip(want).zip(shape).all(|((got, want), extent)| got == want || *extent == 1)
 }
 
-/// Every scalar parameter a grid expression reads, checked to be one.
-fn check_grid_params(expr: &GridExpr, params: &[Param]) -> PyResult<()> {
+/// Row-major strides of `shape`, or None if they overflow.
+fn contiguous(shape: &[i64]) -> Option<Vec<i64>> {
+    let mut strides = vec![1i64; shape.len()];
+    for d in (0..shape.len().saturating_sub(1)).rev() {
+        strides[d] = strides[d + 1].checked_mul(shape[d + 1].max(1))?;
+    }
+    Some(strides)
+}
+
+/// Does a tensor of `shape` and `strides` fit `spec`? Binds the sizes it carries first
+/// (`sizes[k]` is UNBOUND until then) and checks those bound before.
+fn shape_fits(spec: &TensorSpec, shape: &[i64], strides: &[i64], sizes: &mut [i64]) -> bool {
+    let Some(dims) = &spec.dims else {
+        return shape == spec.shape && strides_match(strides, &spec.strides, &spec.shape);
+    };
+    if shape.len() != dims.len() {
+        return false;
+    }
+    for (dim, &n) in dims.iter().zip(shape) {
+        match *dim {
+            SpecDim::Fixed(want) if n != want => return false,
+            SpecDim::Fixed(_) => {}
+            SpecDim::Size(k) if sizes[k] == UNBOUND => sizes[k] = n,
+            SpecDim::Size(k) if sizes[k] != n => return false,
+            SpecDim::Size(_) => {}
+        }
+    }
+    contiguous(shape).is_some_and(|want| strides_match(strides, &want, shape))
+}
+
+/// Every scalar parameter a grid expression reads, checked to be one, and every size it
+/// reads, to exist.
+fn check_grid_params(expr: &GridExpr, params: &[Param], sizes: usize) -> PyResult<()> {
     for index in expr.params() {
         if !matches!(params.get(index), Some(Param::Scalar { .. })) {
             return Err(info_error(format!("the grid reads parameter {index}, which is not a scalar")));
         }
+    }
+    if let Some(k) = expr.sizes().into_iter().find(|k| *k >= sizes) {
+        return Err(info_error(format!("the grid reads size {k}, which is not one")));
     }
     Ok(())
 }
@@ -214,6 +260,7 @@ impl Launcher {
         device_type: i32,
         arg: &Bound<'_, PyAny>,
         spec: &TensorSpec,
+        sizes: &mut [i64],
     ) -> Option<(u64, i32)> {
         if !shim.is_tensor(arg) {
             return None;
@@ -221,14 +268,18 @@ impl Launcher {
         let fields = shim.fields(arg)?;
         let fits = fields.dtype == spec.dtype_code
             && fields.device_type == device_type
-            && fields.sizes == spec.shape
-            && strides_match(fields.strides, spec);
+            && shape_fits(spec, fields.sizes, fields.strides, sizes);
         fits.then_some((fields.data, fields.device_index))
     }
 
     /// The same through Python attributes (`isinstance`, `dtype`, `device`, `shape`,
     /// `stride()`, `data_ptr()`, `get_device()`).
-    fn read_by_attributes(&self, arg: &Bound<'_, PyAny>, spec: &TensorSpec) -> PyResult<Option<(u64, i32)>> {
+    fn read_by_attributes(
+        &self,
+        arg: &Bound<'_, PyAny>,
+        spec: &TensorSpec,
+        sizes: &mut [i64],
+    ) -> PyResult<Option<(u64, i32)>> {
         let py = arg.py();
         if !arg.is_instance(self.tensor_type.bind(py))? || !arg.getattr(intern!(py, "dtype"))?.is(&spec.dtype)
         {
@@ -240,7 +291,7 @@ impl Launcher {
         }
         let shape: Vec<i64> = arg.getattr(intern!(py, "shape"))?.extract()?;
         let strides: Vec<i64> = arg.call_method0(intern!(py, "stride"))?.extract()?;
-        if shape != spec.shape || !strides_match(&strides, spec) {
+        if !shape_fits(spec, &shape, &strides, sizes) {
             return Ok(None);
         }
         let data: u64 = arg.call_method0(intern!(py, "data_ptr"))?.extract()?;
@@ -250,10 +301,16 @@ impl Launcher {
 
     /// Check one tensor argument against its parameter; its data pointer if it passes.
     #[inline]
-    fn tensor_slot(&self, arg: &Bound<'_, PyAny>, spec: &TensorSpec, device: &mut i32) -> Option<u64> {
+    fn tensor_slot(
+        &self,
+        arg: &Bound<'_, PyAny>,
+        spec: &TensorSpec,
+        device: &mut i32,
+        sizes: &mut [i64],
+    ) -> Option<u64> {
         let (data, index) = match &self.reader {
-            Reader::Shim { shim, device_type } => self.read_by_shim(shim, *device_type, arg, spec)?,
-            Reader::Attributes { .. } => self.read_by_attributes(arg, spec).ok()??,
+            Reader::Shim { shim, device_type } => self.read_by_shim(shim, *device_type, arg, spec, sizes)?,
+            Reader::Attributes { .. } => self.read_by_attributes(arg, spec, sizes).ok()??,
         };
         if data % spec.align != 0 {
             return None;
@@ -279,8 +336,15 @@ impl Launcher {
         })
     }
 
-    /// Allocate the outputs on `device`; their pointers go into `slots`.
-    fn allocate(&self, py: Python<'_>, device: i32, slots: &mut [u64]) -> PyResult<Vec<PyObject>> {
+    /// Allocate the outputs on `device` (symbolic shapes at the call's `sizes`); their
+    /// pointers go into `slots`.
+    fn allocate(
+        &self,
+        py: Python<'_>,
+        device: i32,
+        slots: &mut [u64],
+        sizes: &[i64],
+    ) -> PyResult<Vec<PyObject>> {
         let mut outputs = Vec::with_capacity(self.outputs.len());
         for output in &self.outputs {
             let Param::Tensor(spec) = &self.params[output.param] else { unreachable!("outputs are tensors") };
@@ -289,10 +353,23 @@ impl Launcher {
             if self.driver.is_some() {
                 kwargs.set_item(intern!(py, "device"), device)?;
             }
-            let tensor = self
-                .empty_strided
-                .bind(py)
-                .call((output.shape.bind(py), output.strides.bind(py)), Some(&kwargs))?;
+            let (shape, strides) = match (&output.shape, &spec.dims) {
+                (Some((shape, strides)), _) => (shape.bind(py).clone(), strides.bind(py).clone()),
+                (None, Some(dims)) => {
+                    let shape: Vec<i64> = dims
+                        .iter()
+                        .map(|d| match *d {
+                            SpecDim::Fixed(n) => n,
+                            SpecDim::Size(k) => sizes[k],
+                        })
+                        .collect();
+                    let strides = contiguous(&shape)
+                        .ok_or_else(|| PyValueError::new_err("an output's strides overflow"))?;
+                    (PyTuple::new(py, &shape)?, PyTuple::new(py, &strides)?)
+                }
+                (None, None) => unreachable!("an output has a shape"),
+            };
+            let tensor = self.empty_strided.bind(py).call((shape, strides), Some(&kwargs))?;
             slots[output.param] = self.data_pointer(&tensor)?;
             outputs.push(tensor.unbind());
         }
@@ -357,6 +434,15 @@ impl Launcher {
             text.unwrap_or_else(|_| "?".into())
         };
         PyValueError::new_err(error.message(&self.info, &value_text))
+    }
+
+    /// A call's result: None, the one output, or a tuple of them.
+    fn returned(&self, py: Python<'_>, outputs: Vec<PyObject>) -> PyResult<PyObject> {
+        Ok(match outputs.len() {
+            0 => py.None(),
+            1 => outputs.into_iter().next().unwrap_or_else(|| py.None()),
+            _ => PyTuple::new(py, outputs)?.into_any().unbind(),
+        })
     }
 
     fn decline(
@@ -425,11 +511,40 @@ impl Launcher {
                             param.name()
                         )));
                     }
+                    let fixed: Option<Vec<i64>> = shape.iter().map(Extent::fixed).collect();
+                    let (shape, strides, dims) = match fixed {
+                        Some(shape) => {
+                            let strides = strides
+                                .iter()
+                                .map(|e| {
+                                    e.fixed().ok_or_else(|| info_error("a fixed shape with symbolic strides"))
+                                })
+                                .collect::<PyResult<Vec<_>>>()?;
+                            (shape, strides, None)
+                        }
+                        None => {
+                            let dims = shape
+                                .iter()
+                                .map(|e| match e {
+                                    Extent::Fixed(n) => Ok(SpecDim::Fixed(*n)),
+                                    Extent::Expr(GridExpr::Size { size }) if *size < info.sizes.len() => {
+                                        Ok(SpecDim::Size(*size))
+                                    }
+                                    _ => Err(info_error(format!(
+                                        "parameter '{}': a dimension is neither a number nor a size",
+                                        param.name()
+                                    ))),
+                                })
+                                .collect::<PyResult<Vec<_>>>()?;
+                            (Vec::new(), Vec::new(), Some(dims))
+                        }
+                    };
                     Param::Tensor(TensorSpec {
                         dtype: dtype.unbind(),
                         dtype_code,
-                        shape: shape.clone(),
-                        strides: strides.clone(),
+                        shape,
+                        strides,
+                        dims,
                         align: *align,
                     })
                 }
@@ -438,21 +553,36 @@ impl Launcher {
         }
         let mut outputs = Vec::with_capacity(out_idx.len());
         for &param in &out_idx {
-            let Some(Param::Tensor(TensorSpec { shape, strides, .. })) = params.get(param) else {
+            let Some(Param::Tensor(TensorSpec { shape, strides, dims, .. })) = params.get(param) else {
                 return Err(info_error(format!("out_idx {param} is not a tensor parameter")));
             };
-            outputs.push(Output {
-                param,
-                shape: PyTuple::new(py, shape)?.unbind(),
-                strides: PyTuple::new(py, strides)?.unbind(),
-            });
+            let shape = match dims {
+                None => Some((PyTuple::new(py, shape)?.unbind(), PyTuple::new(py, strides)?.unbind())),
+                Some(_) => None,
+            };
+            outputs.push(Output { param, shape });
         }
-        let inputs = (0..params.len()).filter(|i| !out_idx.contains(i)).collect();
+        let inputs: Vec<usize> = (0..params.len()).filter(|i| !out_idx.contains(i)).collect();
         if info.grid.len() != 3 {
             return Err(info_error("the grid must have three dimensions"));
         }
         for expr in &info.grid {
-            check_grid_params(expr, &params)?;
+            check_grid_params(expr, &params, info.sizes.len())?;
+        }
+        // every size must come from an input: a call cannot know one only outputs carry
+        for size in &info.sizes {
+            if !size.from.iter().any(|[p, _]| inputs.contains(p)) {
+                return Err(info_error(format!(
+                    "size '{}' is a dimension of no input tensor, so a call cannot bind it",
+                    size.name
+                )));
+            }
+            if size.multiple_of < 1 {
+                return Err(info_error(format!(
+                    "size '{}' has a multiple of {}",
+                    size.name, size.multiple_of
+                )));
+            }
         }
         let cuda = torch.getattr("cuda")?;
         let (devices, current_stream, current_device) = if dry_run {
@@ -509,7 +639,16 @@ impl Launcher {
         if args.len() != self.inputs.len() || kwargs.is_some_and(|k| !k.is_empty()) {
             return self.decline(py, args, kwargs);
         }
-        let count = self.params.len();
+        let n_sizes = self.info.sizes.len();
+        let count = self.params.len() + n_sizes;
+        let mut stack_sizes = [UNBOUND; STACK_SIZES];
+        let mut heap_sizes = Vec::new();
+        let sizes: &mut [i64] = if n_sizes <= STACK_SIZES {
+            &mut stack_sizes[..n_sizes]
+        } else {
+            heap_sizes.resize(n_sizes, UNBOUND);
+            &mut heap_sizes
+        };
         let mut stack_slots = [0u64; STACK_ARGS];
         let mut heap_slots = Vec::new();
         let slots: &mut [u64] = if count <= STACK_ARGS {
@@ -521,13 +660,23 @@ impl Launcher {
         let mut device = i32::MIN;
         for (arg, &param) in args.iter().zip(&self.inputs) {
             let slot = match &self.params[param] {
-                Param::Tensor(spec) => self.tensor_slot(&arg, spec, &mut device),
+                Param::Tensor(spec) => self.tensor_slot(&arg, spec, &mut device, sizes),
                 Param::Scalar { kind } => self.scalar_slot(&arg, *kind),
             };
             match slot {
                 Some(slot) => slots[param] = slot,
                 None => return self.decline(py, args, kwargs),
             }
+        }
+        // the sizes: bound by the inputs (Launcher::new checked each has one), in their
+        // type's range, multiples of what T.dynamic promised; passed after the parameters
+        for (k, size) in self.info.sizes.iter().enumerate() {
+            let value = sizes[k];
+            let max = if size.dtype == "int64" { i64::MAX } else { i32::MAX as i64 };
+            if !(0..=max).contains(&value) || value % size.multiple_of != 0 {
+                return self.decline(py, args, kwargs);
+            }
+            slots[self.params.len() + k] = value as u64;
         }
         let device = match device {
             i32::MIN => self.current_device(py)?,
@@ -537,11 +686,16 @@ impl Launcher {
         };
         let grid = self
             .info
-            .launch_grid(&|i| self.scalar_value(i, slots[i]))
+            .launch_grid(&|i| self.scalar_value(i, slots[i]), sizes)
             .map_err(|e| self.grid_error(e, args))?;
+        if grid.contains(&0) {
+            // no blocks (a size of 0): nothing to launch, the outputs are returned as made
+            let outputs = self.allocate(py, device, slots, sizes)?;
+            return self.returned(py, outputs);
+        }
         let (function, context) = self.function(py, device)?;
 
-        let outputs = self.allocate(py, device, slots)?;
+        let outputs = self.allocate(py, device, slots, sizes)?;
         let mut stack_pointers = [null_mut::<c_void>(); STACK_ARGS];
         let mut heap_pointers = Vec::new();
         let pointers: &mut [*mut c_void] = if count <= STACK_ARGS {
@@ -569,10 +723,6 @@ impl Launcher {
             let first = pointers.first().map_or(0, |p| *p as usize);
             py.allow_threads(move || std::hint::black_box(first));
         }
-        Ok(match outputs.len() {
-            0 => py.None(),
-            1 => outputs.into_iter().next().unwrap_or_else(|| py.None()),
-            _ => PyTuple::new(py, outputs)?.into_any().unbind(),
-        })
+        self.returned(py, outputs)
     }
 }

@@ -118,11 +118,20 @@ fn buffer_layouts(m: &tile_ir::Module) -> serde_json::Value {
     use tile_ir::{Scope, Source};
     let mut buffers = Vec::new();
     for b in &m.buffers {
+        // a symbolic size by its name
+        let shape: Vec<serde_json::Value> = b
+            .shape
+            .iter()
+            .map(|d| match d {
+                tile_ir::Dim::Fixed(n) => json!(n),
+                tile_ir::Dim::Size(v) => json!(m.var(*v).name),
+            })
+            .collect();
         let mut entry = json!({
             "name": b.name,
             "scope": b.scope.name(),
             "dtype": b.dtype.name(),
-            "shape": b.shape,
+            "shape": shape,
             "source": m.sources.short(b.loc),
         });
         match (b.scope, &b.layout) {

@@ -204,21 +204,46 @@ pub fn check_passes(program: &str, opts: &CheckOptions) -> Result<PassCheck, Com
     check_stages(&stages, opts)
 }
 
-/// Check every stage after `input` against the reference run of the `simplify` stage.
+/// Check every stage after `input` against the reference run of the `simplify` stage —
+/// for a kernel with symbolic sizes, at each of the sizes [`size_draws`] picks (the edges:
+/// 0, 1, one tile, one tile and one, a ragged larger value).
 pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<PassCheck, CompileError> {
-    let r = reference(stages, opts.seed, opts.blocks)?;
+    let simplified = simplify_stage(stages)?;
+    let draws = size_draws(simplified);
+    let references = draws
+        .iter()
+        .map(|sizes| reference_at(stages, opts.seed, opts.blocks, sizes))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut results = Vec::new();
     let mut first_failure = None;
     for (i, (pass, m)) in stages.iter().enumerate().skip(1) {
         let t = Instant::now();
-        let outcome = match check(&r, m, opts.blocks) {
-            Ok(()) => Outcome::Ok,
-            Err(Failure::Error(e)) if m.level == Level::Tile && pass != "verify" && pass != "simplify" => {
-                Outcome::Skipped(e)
+        let mut outcome = Outcome::Ok;
+        for (r, sizes) in references.iter().zip(&draws) {
+            let at = |e: String| {
+                if sizes.is_empty() {
+                    e
+                } else {
+                    format!("{e} (at sizes {})", sizes_text(simplified, sizes))
+                }
+            };
+            outcome = match check(r, m, opts.blocks) {
+                Ok(()) => Outcome::Ok,
+                Err(Failure::Error(e))
+                    if m.level == Level::Tile && pass != "verify" && pass != "simplify" =>
+                {
+                    Outcome::Skipped(e)
+                }
+                Err(Failure::Error(e)) => Outcome::Error(at(e)),
+                Err(Failure::Mismatch(mut mm)) => {
+                    mm.tensor = at(mm.tensor);
+                    Outcome::Mismatch(mm)
+                }
+            };
+            if outcome != Outcome::Ok {
+                break;
             }
-            Err(Failure::Error(e)) => Outcome::Error(e),
-            Err(Failure::Mismatch(mm)) => Outcome::Mismatch(mm),
-        };
+        }
         if outcome.is_failure() && first_failure.is_none() {
             first_failure = Some((results.len(), i));
         }
@@ -231,12 +256,62 @@ pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<
     }
     let text = |i: usize| tile_ir::print::print_module(&stages[i].1);
     Ok(PassCheck {
-        name: r.module.name.clone(),
+        name: simplified.name.clone(),
         stages: results,
         first_failure: first_failure.map(|(k, _)| k),
         ir_before: first_failure.map(|(_, i)| text(i - 1)),
         ir_after: first_failure.map(|(_, i)| text(i)),
     })
+}
+
+/// `M=0, N=129`.
+fn sizes_text(m: &Module, sizes: &[i64]) -> String {
+    m.sizes().iter().zip(sizes).map(|(v, x)| format!("{}={x}", m.var(*v).name)).collect::<Vec<_>>().join(", ")
+}
+
+/// The sizes a symbolic kernel is checked at: per size, 0, its smallest multiple, one tile,
+/// one tile and one multiple more, and a ragged value over two tiles — the tile being the
+/// divisor of a grid dimension `ceildiv(size, tile)` when the grid has one, else 64. With
+/// several sizes, draw k takes the k-th value of the first size, the (k+1)-th of the
+/// second, …, so that sizes at different edges meet. No sizes: one draw of none.
+pub fn size_draws(m: &Module) -> Vec<Vec<i64>> {
+    let sizes = m.sizes();
+    if sizes.is_empty() {
+        return vec![vec![]];
+    }
+    let values: Vec<Vec<i64>> = sizes
+        .iter()
+        .map(|v| {
+            let q = m.dim_multiple(Dim::Size(*v)).max(1);
+            let tile = grid_tile(m, *v).unwrap_or(64);
+            let up = |x: i64| (x + q - 1) / q * q;
+            vec![0, q, up(tile), up(tile) + q, up(2 * tile + tile / 2 + 3)]
+        })
+        .collect();
+    (0..5).map(|k| values.iter().enumerate().map(|(j, vals)| vals[(k + j) % vals.len()]).collect()).collect()
+}
+
+/// The `d` of a grid dimension `(size + c) // d` (a `T.ceildiv(size, d)`), if any.
+fn grid_tile(m: &Module, v: VarId) -> Option<i64> {
+    let mut found = None;
+    for g in &m.kernel.grid {
+        g.walk(&mut |e| {
+            if let Expr::Binary { op: BinOp::FloorDiv, a, b, .. } = e {
+                if let (true, Some(d)) = (a.uses_var(v), b.as_int()) {
+                    found.get_or_insert(d);
+                }
+            }
+        });
+    }
+    found.filter(|d| *d > 0)
+}
+
+fn simplify_stage(stages: &[(String, Module)]) -> Result<&Module, CompileError> {
+    stages
+        .iter()
+        .find(|(p, _)| p == "simplify")
+        .map(|(_, m)| m)
+        .ok_or_else(|| CompileError::Internal { message: "no simplify stage".into(), reproducer: None })
 }
 
 /// Why a stage does not agree with the reference.
@@ -256,22 +331,43 @@ impl std::fmt::Display for Failure {
 }
 
 /// The reference result of a program: the tile-level interpreter on the input after
-/// `verify` and `simplify`.
+/// `verify` and `simplify`. `module` is that program at the run's sizes (no symbolic
+/// dimension left), `args` its parameters followed by the sizes.
 pub struct Reference {
     pub module: Module,
     pub args: Vec<Arg>,
     pub result: Vec<Arg>,
 }
 
+/// The reference run (at the first of the [`size_draws`] of a symbolic kernel).
 pub fn reference(stages: &[(String, Module)], seed: u64, blocks: Blocks) -> Result<Reference, CompileError> {
-    let (_, module) = stages
-        .iter()
-        .find(|(p, _)| p == "simplify")
-        .ok_or_else(|| CompileError::Internal { message: "no simplify stage".into(), reproducer: None })?;
-    let args = random_args(module, seed);
-    let result = execute(module, &args, blocks)
-        .map_err(|e| CompileError::User(format!("the reference run of '{}' failed: {e}", module.name)))?;
-    Ok(Reference { module: module.clone(), args, result })
+    let draw = size_draws(simplify_stage(stages)?).swap_remove(0);
+    reference_at(stages, seed, blocks, &draw)
+}
+
+/// The reference run at the given symbolic sizes (one per `Module::sizes`).
+pub fn reference_at(
+    stages: &[(String, Module)],
+    seed: u64,
+    blocks: Blocks,
+    sizes: &[i64],
+) -> Result<Reference, CompileError> {
+    let module = simplify_stage(stages)?;
+    let args = sized_args(module, sizes, seed);
+    let result = execute(module, &args, blocks).map_err(|e| {
+        let at =
+            if sizes.is_empty() { String::new() } else { format!(" at sizes {}", sizes_text(module, sizes)) };
+        CompileError::User(format!("the reference run of '{}'{at} failed: {e}", module.name))
+    })?;
+    Ok(Reference { module: module.with_sizes(sizes), args, result })
+}
+
+/// Random arguments at the given sizes: [`random_args`] of the module at those sizes, the
+/// sizes after them.
+pub fn sized_args(m: &Module, sizes: &[i64], seed: u64) -> Vec<Arg> {
+    let mut args = random_args(&m.with_sizes(sizes), seed);
+    args.extend(sizes.iter().map(|x| Arg::Int(*x)));
+    args
 }
 
 /// Check a lowered (or any) module against the reference.
@@ -323,7 +419,8 @@ impl Rng {
     }
 }
 
-/// Random arguments: floats in [-1, 1), integers over their whole range, scalars fixed.
+/// Random arguments: floats in [-1, 1), integers over their whole range, scalars fixed. The
+/// module's shapes must be fixed (see [`sized_args`]).
 pub fn random_args(m: &Module, seed: u64) -> Vec<Arg> {
     let mut rng = Rng(seed);
     m.params
@@ -412,7 +509,7 @@ pub fn compare(m: &Module, want: &[Arg], got: &[Arg]) -> Result<(), Mismatch> {
         }
         if let Some((k, x, y)) = first {
             let strides = b.strides();
-            let index: Vec<i64> = strides.iter().zip(&b.shape).map(|(s, n)| (k as i64 / s) % n).collect();
+            let index: Vec<i64> = strides.iter().zip(b.extents()).map(|(s, n)| (k as i64 / s) % n).collect();
             return Err(Mismatch {
                 tensor: name.clone(),
                 count,

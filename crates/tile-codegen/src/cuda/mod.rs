@@ -144,6 +144,10 @@ impl Emitter<'_> {
                 }
             }
         }
+        // the symbolic sizes, after the parameters (KernelInfo's `sizes`)
+        for v in m.sizes() {
+            params.push(format!("const {} {}", storage_type(m.var(v).dtype), self.names.var(v)));
+        }
         let _ = writeln!(
             head,
             "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
@@ -193,7 +197,7 @@ impl Emitter<'_> {
                     .ok_or_else(|| Diagnostic::bug(format!("shared buffer '{}' was not placed", buf.name)))?;
                 let ty = storage_type(buf.dtype);
                 let n = self.names.buffer(b);
-                self.line(&format!("{ty}* {n} = ({ty}*)(tl_smem + {off});  // {:?}", buf.shape));
+                self.line(&format!("{ty}* {n} = ({ty}*)(tl_smem + {off});  // {:?}", buf.extents()));
             }
         }
         for (i, buf) in m.buffers.iter().enumerate() {
@@ -227,19 +231,24 @@ impl Emitter<'_> {
         if idx.len() != b.shape.len() {
             return Err(Diagnostic::bug(format!("'{}' indexed with {} indices", b.name, idx.len())));
         }
-        let wide = b.num_elements() > i32::MAX as i64;
-        let strides = b.strides();
+        let wide = b.max_elements(&self.m.vars) > i32::MAX as i128;
+        let strides = self.m.stride_exprs(buf, if wide { DType::I64 } else { DType::I32 });
         let mut terms = Vec::new();
         for (d, i) in idx.iter().enumerate() {
             let mut t = self.expr(i)?;
             if wide && i.dtype() != DType::I64 {
                 t = format!("(long long)({t})");
             }
-            if strides[d] != 1 {
-                t = format!("({t}) * {}", strides[d]);
-                if wide {
-                    t = format!("{t}ll");
+            match strides[d].as_int() {
+                Some(1) => {}
+                Some(s) => {
+                    t = format!("({t}) * {s}");
+                    if wide {
+                        t = format!("{t}ll");
+                    }
                 }
+                // a stride of symbolic sizes: `(i) * ((long long)K * 64)`
+                None => t = format!("({t}) * ({})", self.expr(&strides[d])?),
             }
             terms.push(t);
         }

@@ -164,7 +164,7 @@ impl Interp<'_> {
                         o => format_value(data.get(o), b.dtype),
                     })
                     .collect();
-                let region = if rr.extents == b.shape {
+                let region = if rr.extents == b.extents() {
                     String::new()
                 } else {
                     format!(", region of shape {:?}", rr.shape())
@@ -174,7 +174,7 @@ impl Interp<'_> {
                     b.name,
                     b.scope.name(),
                     b.dtype,
-                    b.shape,
+                    b.extents(),
                     render(&values, &rr.shape())
                 ));
             }

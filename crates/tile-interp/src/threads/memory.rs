@@ -51,7 +51,7 @@ impl Machine<'_> {
         what: &str,
     ) -> Result<Vec<usize>, Diagnostic> {
         let b = self.m.buffer(buf);
-        if idx.len() != b.shape.len() {
+        if idx.len() != b.extents().len() {
             return Err(self.err(format!("'{}' indexed with {} indices", b.name, idx.len())));
         }
         let strides = b.strides();
@@ -60,7 +60,7 @@ impl Machine<'_> {
             let col = self.eval(e, active)?;
             for (k, v) in col.iter().enumerate() {
                 let i = v.as_i64();
-                if i < 0 || i >= b.shape[d] {
+                if i < 0 || i >= b.extents()[d] {
                     let scope = if b.scope == Scope::Global {
                         "out of the bounds of tensor"
                     } else {
@@ -68,7 +68,9 @@ impl Machine<'_> {
                     };
                     return Err(self.err(format!(
                         "{what} by thread {}: index {i} of dimension {d} is {scope} '{}' (shape {:?})",
-                        active[k], b.name, b.shape
+                        active[k],
+                        b.name,
+                        b.extents()
                     )));
                 }
                 flat[k] += i * strides[d];

@@ -84,10 +84,18 @@ pub fn run_with(m: &Module, args: &mut [Arg], opts: &Options) -> Result<Report, 
     if m.level != Level::Thread {
         return Err(error("the thread-level interpreter runs lowered modules; this one is tile level"));
     }
+    let (spec, sizes) = crate::bind_sizes(m, args)?;
+    let m = &spec;
+    // the sizes follow the parameters (bind_sizes counted them)
+    let n = if sizes.is_empty() { args.len() } else { m.params.len() };
+    let args = &mut args[..n];
     if args.len() != m.params.len() {
         return Err(error(format!("'{}' takes {} arguments, got {}", m.name, m.params.len(), args.len())));
     }
     let mut machine = Machine::new(m)?;
+    for (v, x) in &sizes {
+        machine.uniform[v.0 as usize] = Some(Val::I(*x));
+    }
     for (p, a) in m.params.iter().zip(args.iter()) {
         match (p, a) {
             (Param::Tensor { name, buffer }, Arg::Tensor(bytes)) => {
@@ -319,7 +327,7 @@ impl<'m> Machine<'m> {
         let mut grid = [1i64; 3];
         for (axis, g) in m.kernel.grid.iter().enumerate().take(3) {
             let v = self.eval(g, &[0])?[0].as_i64();
-            if v <= 0 {
+            if v < 0 {
                 return Err(error(format!("grid dimension {axis} is {v}")));
             }
             grid[axis] = v;
@@ -368,7 +376,7 @@ impl<'m> Machine<'m> {
                     self.bound[i] = true;
                 }
                 VarKind::Loop | VarKind::Temp => self.bound[i] = false,
-                VarKind::Param => {}
+                VarKind::Param | VarKind::Size { .. } => {}
             }
         }
         for l in &mut self.local {

@@ -8,7 +8,7 @@
 //! Does not: choose between them (`select_instructions` did and reported why).
 
 use super::add;
-use super::guards::{and, in_range};
+use super::guards::{and, cmp_extent, in_range};
 use super::threads::element_at;
 use super::{i32c, is_zero, strip_cast, Lowerer};
 use tile_ir::simplify::{known_multiple, simplify, to_affine};
@@ -48,7 +48,7 @@ impl Lowerer {
         };
         for (side, b) in [(&s, &sb), (&d, &db)] {
             if b.scope == Scope::Fragment
-                && (side.extents != b.shape
+                && (side.extents != b.extents()
                     || side.starts.iter().any(|e| simplify(e.clone()).as_int() != Some(0)))
             {
                 self.diags.push(Diagnostic::error(
@@ -137,7 +137,7 @@ impl Lowerer {
             loc: op.loc,
             layout: None,
             shared_offset: None,
-            swizzle: Some(Swizzle::chunks_of_rows(sb.shape[1] * db.dtype.bytes() as i64)),
+            swizzle: Some(Swizzle::chunks_of_rows(sb.extents()[1] * db.dtype.bytes() as i64)),
         });
         let whole = Region { buf: stage, dims: vec![], loc: op.loc };
         let threads = |src: Region, dst: Region, pad: Option<Expr>| CopyOp {
@@ -198,14 +198,16 @@ impl Lowerer {
             };
             let zero = i32c(0);
             let at_lane0 = |idx: &[Expr]| idx.iter().map(|i| simplify(i.clone().substitute(lane_var, &zero))).collect::<Vec<_>>();
-            for (b, idx) in [(&sb, &src_idx), (&db, &dst_idx)] {
+            for (buf, idx) in [(src, &src_idx), (dst, &dst_idx)] {
+                let b = lw.m.buffer(buf);
                 let n = idx.len();
                 let last = to_affine(&idx[n - 1]);
                 let lane_key = format!("{:?}", Expr::var(lane_var, DType::I32));
                 let contiguous = last.terms.get(&lane_key).map(|(c, _)| *c) == Some(1)
                     && idx[..n - 1].iter().all(|i| !i.uses_var(lane_var));
                 let first = at_lane0(idx);
-                let aligned = known_multiple(&first[n - 1], width) && b.strides()[..n - 1].iter().all(|s| s % width == 0);
+                let aligned = known_multiple(&first[n - 1], width)
+                    && lw.m.stride_multiples(buf)[..n - 1].iter().all(|s| s % width == 0);
                 if !contiguous || !aligned {
                     failure = Some(format!("'{}' is not read/written in aligned 16-byte vectors (a row length not a multiple of {width}?)", b.name));
                     return vec![];
@@ -214,15 +216,18 @@ impl Lowerer {
             let (s0, d0) = (at_lane0(&src_idx), at_lane0(&dst_idx));
             let n = s0.len();
             let mut valid = None;
-            for (i, extent) in s0.iter().zip(&sb.shape).take(n - 1) {
-                valid = and(valid, in_range(i, *extent, &|e| lw.non_negative(e)));
+            for (d, i) in s0.iter().enumerate().take(n - 1) {
+                valid = and(valid, in_range(&lw.m, i, src, d, &|e| lw.non_negative(e)));
             }
             let last = s0[n - 1].clone();
             if !lw.non_negative(&last) {
                 valid = and(valid, Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, last.dtype())));
             }
-            let extent = Expr::int_of(sb.shape[n - 1], last.dtype());
-            valid = and(valid, Expr::binary(BinOp::Lt, last.clone(), extent.clone()));
+            // in the wider of the index's and the size's types
+            let lt = cmp_extent(&lw.m, BinOp::Lt, last.clone(), src, n - 1);
+            let Expr::Binary { a: last_w, b: extent, .. } = lt.clone() else { unreachable!("a comparison") };
+            let (last, extent) = (*last_w, *extent);
+            valid = and(valid, lt);
             let valid = simplify(valid.expect("at least one condition"));
             let remaining = Expr::binary(BinOp::Min, Expr::binary(BinOp::Sub, extent, last.clone()), Expr::int_of(width, last.dtype()));
             let bytes = Expr::cast(Expr::binary(BinOp::Mul, remaining, Expr::int_of(eb, last.dtype())), DType::I32);

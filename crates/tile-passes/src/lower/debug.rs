@@ -128,19 +128,19 @@ impl Lowerer {
                     }
                 };
                 let b = self.m.buffer(rr.buf).clone();
-                let region = if rr.extents == b.shape {
+                let region = if b.fixed_shape().is_some_and(|s| rr.extents == s) {
                     String::new()
                 } else {
                     format!(", region of shape {:?}", rr.shape())
                 };
                 let header = Stmt::inst(inst::Printf {
                     format: format!(
-                        "{}: {} {} {}{:?}{region}\n",
+                        "{}: {} {} {}{}{region}\n",
                         prefix(msg),
                         literal(&b.name),
                         b.scope.name(),
                         b.dtype,
-                        b.shape
+                        tile_ir::verify::shape_text(&self.m, &b.shape)
                     ),
                     args: self.block_coords.clone(),
                 });

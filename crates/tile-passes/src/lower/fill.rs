@@ -23,8 +23,8 @@ impl Lowerer {
         let value = Expr::cast(value, b.dtype);
         match b.scope {
             Scope::Fragment | Scope::Local => {
-                let whole =
-                    r.extents == b.shape && r.starts.iter().all(|e| simplify(e.clone()).as_int() == Some(0));
+                let whole = r.extents == b.extents()
+                    && r.starts.iter().all(|e| simplify(e.clone()).as_int() == Some(0));
                 if !whole {
                     self.diags.push(Diagnostic::error(
                         format!(
@@ -41,19 +41,19 @@ impl Lowerer {
                     None => b.num_elements(),
                 };
                 let v = self.m.add_var("s", VarKind::Loop, DType::I32);
-                let flat = if b.scope == Scope::Fragment || b.shape.len() == 1 {
+                let flat = if b.scope == Scope::Fragment || b.rank() == 1 {
                     vec![Expr::var(v, DType::I32)]
                 } else {
                     // a multi-dimensional local buffer: unflatten
                     let strides = b.strides();
                     strides
                         .iter()
-                        .zip(&b.shape)
+                        .zip(b.extents())
                         .map(|(s, e)| {
                             Expr::binary(
                                 BinOp::FloorMod,
                                 Expr::binary(BinOp::FloorDiv, Expr::var(v, DType::I32), i32c(*s)),
-                                i32c(*e),
+                                i32c(e),
                             )
                         })
                         .collect()

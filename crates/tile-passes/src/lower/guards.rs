@@ -35,14 +35,46 @@ pub(super) fn and(a: Option<Expr>, b: Expr) -> Option<Expr> {
     Some(if present { a } else { Expr::binary(BinOp::And, a, b) })
 }
 
-/// `0 <= i < n` for an index of any integer type; the lower bound is left out when `i`
-/// cannot be negative.
-pub(super) fn in_range(i: &Expr, n: i64, non_negative: &dyn Fn(&Expr) -> bool) -> Expr {
+/// `e <op> extent of dimension d of buf`, compared in the wider of the two integer types (a
+/// symbolic size never narrows).
+pub(super) fn cmp_extent(m: &Module, op: BinOp, e: Expr, buf: BufferId, d: usize) -> Expr {
+    let dt = e.dtype();
+    let wide = match m.buffer(buf).shape[d] {
+        Dim::Size(v) if m.var(v).dtype == DType::I64 => DType::I64,
+        Dim::Fixed(n) if n > i32::MAX as i64 => DType::I64,
+        _ => dt,
+    };
+    Expr::binary(op, Expr::cast(e, wide), m.extent_expr(buf, d, wide))
+}
+
+/// `0 <= i < extent` for an index of any integer type into dimension `d` of `buf` (fixed or
+/// a symbolic size); the lower bound is left out when `i` cannot be negative.
+pub(super) fn in_range(
+    m: &Module,
+    i: &Expr,
+    buf: BufferId,
+    d: usize,
+    non_negative: &dyn Fn(&Expr) -> bool,
+) -> Expr {
     let dt = i.dtype();
-    if let Some(c) = simplify(i.clone()).as_int() {
-        return Expr::bool(c >= 0 && c < n);
+    let c = simplify(i.clone()).as_int();
+    let hi = match m.buffer(buf).shape[d] {
+        Dim::Fixed(n) => {
+            if let Some(c) = c {
+                return Expr::bool(c >= 0 && c < n);
+            }
+            Expr::binary(BinOp::Lt, i.clone(), Expr::int_of(n, dt))
+        }
+        Dim::Size(_) => {
+            if c.is_some_and(|c| c < 0) {
+                return Expr::bool(false);
+            }
+            cmp_extent(m, BinOp::Lt, i.clone(), buf, d)
+        }
+    };
+    if c.is_some() {
+        return hi;
     }
-    let hi = Expr::binary(BinOp::Lt, i.clone(), Expr::int_of(n, dt));
     if non_negative(i) {
         return hi;
     }
@@ -58,7 +90,7 @@ impl Lowerer {
                 || self.non_negative_vars.contains(&id)
                 || matches!(
                     self.m.var(id).kind,
-                    VarKind::BlockIdx(_) | VarKind::LaunchIdx(_) | VarKind::ThreadIdx
+                    VarKind::BlockIdx(_) | VarKind::LaunchIdx(_) | VarKind::ThreadIdx | VarKind::Size { .. }
                 )
         })
     }
@@ -112,10 +144,9 @@ impl Lowerer {
         let non_negative = |e: &Expr| self.non_negative(e);
         e.map(&mut |x| match x {
             Expr::Load { buf, idx, dtype, loc, oob } if m.buffer(buf).scope == Scope::Global => {
-                let shape = &m.buffer(buf).shape;
                 let mut cond = None;
                 for (d, i) in idx.iter().enumerate() {
-                    cond = and(cond, in_range(i, shape[d], &non_negative));
+                    cond = and(cond, in_range(m, i, buf, d, &non_negative));
                 }
                 let fallback = match oob {
                     Some(o) => Expr::cast(*o, dtype),
@@ -148,7 +179,7 @@ impl Lowerer {
         }
         let mut cond = None;
         for (d, i) in idx.iter().enumerate() {
-            cond = and(cond, in_range(i, b.shape[d], &|e| self.non_negative(e)));
+            cond = and(cond, in_range(&self.m, i, *buf, d, &|e| self.non_negative(e)));
         }
         match cond.map(simplify) {
             Some(c) if c.as_int() == Some(1) => s,

@@ -93,7 +93,7 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         if b.scope == Scope::Fragment {
             let slots = b.layout.as_ref().map(|l| l.slots()).unwrap_or(1);
             b.scope = Scope::Local;
-            b.shape = vec![slots];
+            b.shape = fixed_dims(&[slots]);
         }
     }
     m.level = Level::Thread;
@@ -200,7 +200,7 @@ impl Lowerer {
             name: name.to_string(),
             scope: Scope::Local,
             dtype,
-            shape: vec![n],
+            shape: fixed_dims(&[n]),
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,

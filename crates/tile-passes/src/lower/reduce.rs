@@ -98,7 +98,7 @@ impl Lowerer {
             let el = element_at(values, base, lane_var, width);
             let src_slot = lw.slot(src, &(0..n).collect::<Vec<_>>(), &el);
             let dst_slot =
-                if db.shape == [1] && keep.is_empty() { i32c(0) } else { lw.slot(dst, &keep, &el) };
+                if db.extents() == [1] && keep.is_empty() { i32c(0) } else { lw.slot(dst, &keep, &el) };
             let mut x = Expr::cast(Expr::load(src, vec![src_slot], sb.dtype), acc_dt);
             if kind == ReduceKind::AbsMax {
                 x = Expr::unary(UnOp::Abs, x);
@@ -170,7 +170,7 @@ impl Lowerer {
                 name: format!("{}_xwarp", db.name),
                 scope: Scope::Shared,
                 dtype: acc_dt,
-                shape: vec![dst_slots, active],
+                shape: fixed_dims(&[dst_slots, active]),
                 loc,
                 layout: None,
                 shared_offset: None,

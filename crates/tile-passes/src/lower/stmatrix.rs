@@ -24,13 +24,14 @@ impl Lowerer {
     ) -> Vec<Stmt> {
         let (ab, sb) = (self.m.buffer(acc).clone(), self.m.buffer(stage).clone());
         let warps = self.m.kernel.threads as i64 / 32;
-        let grid = ab.layout.as_ref().and_then(|l| crate::gemm::accumulator_warp_grid(l, &ab.shape, warps));
+        let grid =
+            ab.layout.as_ref().and_then(|l| crate::gemm::accumulator_warp_grid(l, &ab.extents(), warps));
         let (Some((wm, wn)), target::CopyKind::Stmatrix { count, .. }) = (grid, atom.kind) else {
             self.diags
                 .push(Diagnostic::bug(format!("stmatrix store of '{}', not an mma accumulator", ab.name)));
             return vec![];
         };
-        let (tile_m, tile_n) = (ab.shape[0] / wm, ab.shape[1] / wn);
+        let (tile_m, tile_n) = (ab.extents()[0] / wm, ab.extents()[1] / wn);
         let (mi_count, ni_count) = (tile_m / 16, tile_n / 8);
         // pieces (16 x 8) per instruction: two matrices each, top and bottom rows
         let per = count as i64 / 2;

@@ -5,7 +5,7 @@
 //! Ensures: the vector form, the condition under which it runs, a line for the report.
 //! Does not: handle the ragged edge (the scalar path does).
 
-use super::guards::{and, in_range};
+use super::guards::{and, cmp_extent, in_range};
 use super::{add, i32c, Lowerer};
 use tile_ir::simplify::{known_multiple, simplify, to_affine};
 use tile_ir::*;
@@ -47,7 +47,7 @@ impl Lowerer {
                 return None;
             }
             let idx0: Vec<Expr> = idx.iter().map(|i| simplify(i.clone().substitute(lane, &zero))).collect();
-            let strides = b.strides();
+            let strides = m.stride_multiples(buf);
             let mut w = width;
             while w > 1
                 && (w * b.dtype.bytes() as i64 > 16
@@ -105,7 +105,7 @@ impl Lowerer {
             }
             let n = a.idx0.len();
             for d in 0..n - 1 {
-                cond = and(cond, in_range(&a.idx0[d], b.shape[d], &|e| self.non_negative(e)));
+                cond = and(cond, in_range(&self.m, &a.idx0[d], a.buf, d, &|e| self.non_negative(e)));
             }
             let last = &a.idx0[n - 1];
             let dt = last.dtype();
@@ -114,10 +114,12 @@ impl Lowerer {
             }
             cond = and(
                 cond,
-                Expr::binary(
+                cmp_extent(
+                    &self.m,
                     BinOp::Le,
                     simplify(add(last.clone(), Expr::int_of(width, dt))),
-                    Expr::int_of(b.shape[n - 1], dt),
+                    a.buf,
+                    n - 1,
                 ),
             );
         }

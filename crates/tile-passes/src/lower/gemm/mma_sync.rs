@@ -26,12 +26,12 @@ impl Lowerer {
             |prefix: &[Expr], idx: Vec<Expr>| prefix.iter().cloned().chain(idx).collect::<Vec<_>>();
         let (mut ab, mut bb, cb) =
             (self.m.buffer(a).clone(), self.m.buffer(b).clone(), self.m.buffer(c).clone());
-        ab.shape = ab.shape[ab.shape.len() - 2..].to_vec();
-        bb.shape = bb.shape[bb.shape.len() - 2..].to_vec();
+        ab.shape = ab.shape[ab.rank() - 2..].to_vec();
+        bb.shape = bb.shape[bb.rank() - 2..].to_vec();
         let a_in_registers = plan.a == OperandSource::Registers;
         let b_in_registers = plan.b == OperandSource::Registers;
-        let (m, n) = (cb.shape[0], cb.shape[1]);
-        let k = if ta { ab.shape[0] } else { ab.shape[1] };
+        let (m, n) = (cb.extents()[0], cb.extents()[1]);
+        let k = if ta { ab.extents()[0] } else { ab.extents()[1] };
         let kstep = plan.atom.k;
         let (wm, wn) = (plan.warps_m, plan.warps_n);
         let (tile_m, tile_n) = (m / wm, n / wn);
