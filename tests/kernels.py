@@ -497,4 +497,16 @@ COMPILE_CASES = {
         matmul_reg_a,
         dict(M=64, N=64, K=128, dtype="int8", accum_dtype="int32", block_K=64, threads=128),
     ),
+    # T.dynamic sizes: one compiled kernel for every value (the tiles stay fixed)
+    "add_dynamic_m": (add, dict(M=T.dynamic("M"), N=1000)),
+    "softmax_dynamic_m": (softmax, dict(M=T.dynamic("M"), N=1000, tile_N=1024)),
+    "matmul_dynamic_m": (matmul, dict(M=T.dynamic("M"), N=256, K=256, block_M=64, block_N=64)),
+    "matmul_dynamic_m_aligned": (
+        matmul,
+        dict(M=T.dynamic("M", multiple_of=64), N=256, K=256, block_M=64, block_N=64),
+    ),
+    "matmul_dynamic_mnk": (
+        matmul,
+        dict(M=T.dynamic("M"), N=T.dynamic("N"), K=T.dynamic("K"), block_M=64, block_N=64),
+    ),
 }

@@ -10,6 +10,8 @@ DSL = {
     "float16", "bfloat16", "float32", "float64",
     # functions, parameters and the kernel
     "prim_func", "Tensor", "Buffer", "Kernel",
+    # symbolic sizes
+    "dynamic", "symbolic",
     # buffers and layouts
     "alloc_shared", "alloc_fragment", "alloc_local",
     "annotate_layout", "make_swizzled_layout", "use_swizzle",

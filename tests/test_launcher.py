@@ -234,13 +234,14 @@ def test_more_than_32_parameters(reader):
     assert isinstance(launcher(*args, 1000), torch.Tensor)
     args[35] = args[35].half()
     assert launcher(*args, 1000) == "checked in Python"
-    with pytest.raises(ValueError, match="grid dimension x is 0 .*n=0"):
-        launcher(*[torch.zeros(M, N) for _ in range(count - 1)], 0)
+    with pytest.raises(ValueError, match="grid dimension x is -1 .*n=-200"):
+        launcher(*[torch.zeros(M, N) for _ in range(count - 1)], -200)
     assert len(kernel.calls) == 1
 
 
 @pytest.mark.parametrize("grid, n, blocks", [
     ({"op": "floordiv", "a": {"param": 1}, "b": {"const": 3}}, -7, None),  # -3
+    ({"op": "floordiv", "a": {"param": 1}, "b": {"const": 3}}, 2, 0),  # no blocks: no launch
     ({"op": "floordiv", "a": {"param": 1}, "b": {"const": -3}}, -7, 2),
     ({"op": "ceildiv", "a": {"param": 1}, "b": {"const": 4}}, 9, 3),
     ({"op": "max", "a": {"param": 1}, "b": {"const": 1}}, -5, 1),
@@ -268,8 +269,9 @@ def test_float_parameters_in_the_grid(reader):
     launcher, kernel = make([tensor("A"), scalar("x", "float32")], reader, grid=grid)
     assert launcher(fp16(), 9.9) is None  # ceildiv(9, 4)
     assert launcher(fp16(), 12) is None
-    with pytest.raises(ValueError, match=r"grid dimension x is 0 \(from scalar parameter x=-0.5\)"):
-        launcher(fp16(), -0.5)
+    assert launcher(fp16(), -0.5) is None  # ceildiv(0, 4): no blocks, nothing launched
+    with pytest.raises(ValueError, match=r"grid dimension x is -1 \(from scalar parameter x=-4.5\)"):
+        launcher(fp16(), -4.5)
     with pytest.raises(ValueError, match="not finite.*x=nan"):
         launcher(fp16(), float("nan"))
     assert kernel.calls == []
@@ -357,9 +359,9 @@ def test_kernel_calls_go_through_the_launcher(fast_launch, monkeypatch):
     ("float for int", TypeError, "parameter 'n': expected an int (int32), got float 1000.0"),
     ("int too large", OverflowError,
      "parameter 'n': 2147483648 does not fit in int32 (range -2147483648 to 2147483647)"),
-    ("zero blocks", ValueError,
-     "grid dimension x is 0 (from scalar parameter n=0): every grid dimension must be at "
-     "least 1"),
+    ("negative blocks", ValueError,
+     "grid dimension x is -1 (from scalar parameter n=-1000): a grid dimension cannot be "
+     "negative"),
     ("count", TypeError,
      "add() takes 3 tensor/scalar arguments (A, B, n; C is an output allocated by the kernel) "
      "but 2 were given"),
@@ -385,8 +387,8 @@ def test_declined_calls_are_explained(case, error, message, fast_launch, monkeyp
         args[2] = 1000.0
     elif case == "int too large":
         args[2] = 2**31
-    elif case == "zero blocks":
-        args[2] = 0
+    elif case == "negative blocks":
+        args[2] = -1000
     elif case == "count":
         args = args[:2]
     elif case == "keyword":
@@ -422,8 +424,9 @@ def test_compiled_kernel_with_a_float_grid():
     assert kernel.info["params"][0]["written"]
     kernel._prepare(dry_run=True)
     assert kernel(torch.zeros(1024), 1000.0) is None
-    with pytest.raises(ValueError, match=r"grid dimension x is 0 \(from scalar parameter x=0.5\)"):
-        kernel(torch.zeros(1024), 0.5)
+    assert kernel(torch.zeros(1024), 0.5) is None  # no blocks: nothing launched
+    with pytest.raises(ValueError, match=r"grid dimension x is -1 \(from scalar parameter x=-300.0\)"):
+        kernel(torch.zeros(1024), -300.0)
 
 
 def test_compiled_kernel_in_a_dry_run():
@@ -438,3 +441,82 @@ def test_out_idx_is_checked_once():
     with pytest.raises(TileError, match="out_idx 3 names scalar parameter 'n'"):
         JITKernel("add", "{}", ADD_SOURCE, info([tensor("A"), tensor("B"), tensor("C"),
                                                  scalar("n")], name="add"), "auto", [3])
+
+
+# --- symbolic sizes (T.dynamic) --------------------------------------------------------
+
+SIZE_M = {"size": 0}
+
+
+def sized(name, dims, written=False, dtype="float16"):
+    """A tensor parameter whose dimensions are numbers or {"size": k}."""
+    spec = tensor(name, dtype, shape=(1, 1), written=written)
+    spec["shape"] = list(dims)
+    spec["strides"] = [1] * len(dims)  # not read for symbolic shapes: contiguous is required
+    return spec
+
+
+def sized_launcher(reader, multiple_of=1):
+    params = [sized("A", [SIZE_M, N]), sized("B", [SIZE_M, N]), sized("C", [SIZE_M, N], True)]
+    sizes = [{"name": "M", "dtype": "int32", "multiple_of": multiple_of,
+              "from": [[0, 0], [1, 0], [2, 0]]}]
+    grid = [{"op": "ceildiv", "a": SIZE_M, "b": {"const": 32}}, {"const": 1}, {"const": 1}]
+    return make(params, reader, grid=grid, outputs=[2], sizes=sizes)
+
+
+def test_sizes_are_bound_from_the_tensors(reader):
+    launcher, kernel = sized_launcher(reader)
+    for m in (1, 7, 128, 1000):
+        c = launcher(fp16(m, N), fp16(m, N))
+        assert c.shape == (m, N) and c.dtype == torch.float16
+    assert kernel.calls == [] and kernel.loads == [0]
+    # no blocks (M = 0): nothing loaded or launched, an empty output
+    launcher, kernel = sized_launcher(reader)
+    c = launcher(fp16(0, N), fp16(0, N))
+    assert c.shape == (0, N) and kernel.loads == []
+
+
+def test_calls_that_break_the_sizes_are_declined(reader):
+    launcher, kernel = sized_launcher(reader, multiple_of=16)
+    assert launcher(fp16(32, N), fp16(32, N)).shape == (32, N)
+    declined = [
+        (fp16(32, N), fp16(48, N)),      # A and B disagree on M
+        (fp16(40, N), fp16(40, N)),      # not a multiple of 16
+        (fp16(32, N + 1), fp16(32, N)),  # a fixed dimension
+        (fp16(32), fp16(32, N)),         # rank
+        (fp16(N, 32).t(), fp16(32, N)),  # not contiguous
+    ]
+    for args in declined:
+        assert launcher(*args) == "checked in Python"
+    assert len(kernel.calls) == len(declined)
+
+
+def test_a_size_must_come_from_an_input(reader):
+    params = [sized("A", [N]), sized("C", [SIZE_M, N], True)]
+    sizes = [{"name": "M", "dtype": "int32", "multiple_of": 1, "from": [[1, 0]]}]
+    with pytest.raises(ValueError, match="size 'M' is a dimension of no input tensor"):
+        make(params, reader, outputs=[1], sizes=sizes)
+
+
+@pytest.mark.parametrize("fast_launch", ["1", "0"])
+def test_compiled_dynamic_kernel_in_a_dry_run(fast_launch, monkeypatch):
+    monkeypatch.setenv("TILERS_FAST_LAUNCH", fast_launch)
+    m_size = T.dynamic("M", multiple_of=8)
+    kernel = tilers.compile(kernels.add(m_size, 256, "float32"), out_idx=[2], target="cuda:sm_90a")
+    kernel._prepare(dry_run=True)
+    for m in (0, 8, 4096):
+        assert kernel(torch.randn(m, 256), torch.randn(m, 256)).shape == (m, 256)
+    with pytest.raises(ValueError) as raised:
+        kernel(torch.randn(8, 256), torch.randn(16, 256))
+    assert str(raised.value) == (
+        "parameter 'B': dimension 0 is 16, but parameter 'A' dimension 0 is 8: both are the "
+        "size 'M' (T.dynamic), which must be the same in one call"
+    )
+    with pytest.raises(ValueError) as raised:
+        kernel(torch.randn(12, 256), torch.randn(12, 256))
+    assert str(raised.value) == (
+        "parameter 'A': dimension 0 is the size 'M' = 12, which is not a multiple of 8 as "
+        'T.dynamic("M", multiple_of=8) promises'
+    )
+    with pytest.raises(ValueError, match=r"expected a torch.Tensor|expected shape|shape \(M, 256\)"):
+        kernel(torch.randn(8, 255), torch.randn(8, 255))

@@ -463,6 +463,94 @@ class Expr:
 
 
 # ----------------------------------------------------------------------------------------
+# symbolic sizes (T.dynamic)
+
+
+class Size(Expr):
+    """``T.dynamic("M")``: a tensor dimension that stays symbolic — one compiled kernel
+    serves every value, which each call binds from the tensors it is given.
+
+    Usable as a dimension of ``T.Tensor`` shapes and as an int32 (or int64) value in the
+    kernel (grid, loop bounds, guards). Sizes with the same name in one kernel are the same
+    size. ``multiple_of=16`` promises that every value is a multiple of 16: calls that break
+    it are errors, and the compiler drops the bounds checks the promise makes redundant.
+    """
+
+    __slots__ = ("loc", "multiple_of", "name")
+
+    def __init__(self, name: str, dtype: str = "int32", multiple_of: int = 1, loc=None):
+        self.name = name
+        self.dtype = dtype
+        self.multiple_of = multiple_of
+        self.loc = loc
+        self._node = None
+
+    def node(self) -> dict:
+        if getattr(_state, "builder", None) is None:
+            raise user_error(
+                f"the T.dynamic size '{self.name}' is computed with outside a kernel",
+                help="a tensor dimension is a size itself (declare another T.dynamic for it); "
+                "compute with sizes inside the kernel, e.g. T.ceildiv(M, block_M)",
+            )
+        return current_builder().size_var(self).node()
+
+    def __repr__(self):
+        extra = f", multiple_of={self.multiple_of}" if self.multiple_of != 1 else ""
+        dtype = f", {self.dtype!r}" if self.dtype != "int32" else ""
+        return f"T.dynamic({self.name!r}{dtype}{extra})"
+
+
+def make_sizes(name, dtype="int32", multiple_of=None):
+    """T.dynamic / T.symbolic: one Size, or a tuple for "m, n" or "m n"."""
+    loc = capture()
+    if not isinstance(name, str) or not name.strip():
+        raise user_error(
+            f"T.dynamic needs a name, got {name!r}",
+            loc=loc,
+            help='e.g. M = T.dynamic("M")',
+        )
+    try:
+        dtype = normalize_dtype(dtype)
+    except TileError:
+        dtype = str(dtype)
+    if dtype not in ("int32", "int64"):
+        raise user_error(
+            f"T.dynamic({name!r}): a size is int32 or int64, got {dtype}",
+            loc=loc,
+            help='T.dynamic("M") is int32; T.dynamic("M", "int64") for sizes past 2^31 - 1',
+        )
+    if multiple_of is None:
+        multiple_of = 1
+    if (
+        isinstance(multiple_of, bool)
+        or not isinstance(multiple_of, int)
+        or not 1 <= multiple_of <= (1 << 30)
+    ):
+        raise user_error(
+            f"T.dynamic({name!r}): multiple_of must be a positive int, got {multiple_of!r}",
+            loc=loc,
+            help='e.g. T.dynamic("M", multiple_of=16)',
+        )
+    several = "," in name or " " in name.strip()
+    names = [n for n in re.split(r"[\s,]+", name.strip()) if n]
+    for n in names:
+        if not n.isidentifier():
+            raise user_error(
+                f"T.dynamic: {n!r} is not a valid name for a size",
+                loc=loc,
+                help='name sizes like Python variables: T.dynamic("M"), T.dynamic("m, n")',
+            )
+    sizes = tuple(Size(n, dtype, multiple_of, loc) for n in names)
+    return sizes if several else sizes[0]
+
+
+def shape_text(shape) -> str:
+    """(M, 64): a shape with its sizes by name."""
+    parts = [d.name if isinstance(d, Size) else str(d) for d in shape]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+# ----------------------------------------------------------------------------------------
 # buffers
 
 
@@ -507,7 +595,7 @@ class Buffer:
             "name": self.name,
             "scope": self.scope,
             "dtype": self.dtype,
-            "shape": list(self.shape),
+            "shape": [builder.size_var(d).node() if isinstance(d, Size) else d for d in self.shape],
             "loc": builder.json_loc(self.loc),
         }
         if self.swizzle:
@@ -515,7 +603,7 @@ class Buffer:
         return out
 
     def __repr__(self):
-        return f"<buffer {self.name}: {self.scope} {self.dtype}{list(self.shape)}>"
+        return f"<buffer {self.name}: {self.scope} {self.dtype}{shape_text(self.shape)}>"
 
     def _used_as_value(self, *other):
         literal(self)  # raises: a whole buffer is not a value
@@ -586,8 +674,9 @@ def index_node(value, extent: int | None, loc: Loc) -> dict:
             loc=loc,
             help="index or slice every dimension, e.g. A[i, 0:64]",
         )
-    if isinstance(value, int) and not isinstance(value, bool) and value < 0 and extent:
-        value += extent
+    if isinstance(value, int) and not isinstance(value, bool) and value < 0 and extent is not None:
+        # from the end, as in Python (a symbolic extent: an expression of the size)
+        value = value + extent if isinstance(extent, int) else extent + value
     expr = literal(value)
     if is_float(expr.dtype):
         raise user_error(
@@ -705,6 +794,25 @@ class Builder:
         self.kernel: dict | None = None
         self.kernel_opened = False
         self.raster: dict | None = None  # T.use_swizzle
+        self.sizes: dict[str, tuple[Size, Expr]] = {}  # T.dynamic sizes by name
+
+    def size_var(self, size: Size) -> Expr:
+        """The variable of a T.dynamic size in this kernel (one per name)."""
+        known = self.sizes.get(size.name)
+        if known is None:
+            var = self.new_var(size.name, "size", size.dtype)
+            if size.multiple_of != 1:
+                self.vars[-1]["multiple_of"] = size.multiple_of
+            self.sizes[size.name] = (size, var)
+            return var
+        first, var = known
+        if (first.dtype, first.multiple_of) != (size.dtype, size.multiple_of):
+            raise user_error(
+                f"two T.dynamic sizes named '{size.name}' disagree: {first!r} and {size!r}",
+                loc=size.loc,
+                help="sizes with the same name are the same size; declare it once and reuse it",
+            )
+        return var
 
     def json_loc(self, loc: Loc) -> list:
         index = self.source_index.get(loc.file)
@@ -1024,6 +1132,9 @@ def declare_params(builder: Builder, func, annotations: dict) -> list:
         annotation = annotations.get(name)
         if isinstance(annotation, TensorType):
             shape = _tensor_shape(name, annotation.shape, loc)
+            for d in shape:
+                if isinstance(d, Size):
+                    builder.size_var(d)  # sizes are numbered in the order parameters carry them
             try:
                 dtype = normalize_dtype(annotation.dtype)
             except TileError:
@@ -1059,18 +1170,29 @@ def _is_dtype(annotation) -> bool:
 
 def _tensor_shape(name: str, shape, loc: Loc) -> tuple:
     dims = shape if isinstance(shape, (tuple, list)) else (shape,)
+    for d in dims:
+        if isinstance(d, Expr) and not isinstance(d, Size):
+            raise user_error(
+                f"dimension {list(dims).index(d)} of parameter '{name}' is an expression of "
+                "kernel values; a tensor dimension is an int or a T.dynamic size",
+                loc=loc,
+                help='declare the dimension itself as a size: M2 = T.dynamic("M2"), and '
+                "use M2 where the kernel needs it",
+            )
     ok = all(
-        hasattr(d, "__index__") and not isinstance(d, (bool, Expr)) and d.__index__() > 0
+        isinstance(d, Size)
+        or (hasattr(d, "__index__") and not isinstance(d, bool) and d.__index__() > 0)
         for d in dims
     )
     if not ok or not dims:
         raise user_error(
-            f"the shape of parameter '{name}' must be positive integers after "
-            f"binding, got {tuple(dims)!r}",
+            f"the shape of parameter '{name}' must be positive integers or T.dynamic sizes "
+            f"after binding, got {tuple(dims)!r}",
             loc=loc,
-            help="pass the sizes to tilers.compile, e.g. tilers.compile(func, M=1024, N=1024)",
+            help="pass the sizes to tilers.compile, e.g. tilers.compile(func, M=1024, N=1024), "
+            'or declare a symbolic one: M = T.dynamic("M")',
         )
-    return tuple(d.__index__() for d in dims)
+    return tuple(d if isinstance(d, Size) else d.__index__() for d in dims)
 
 
 # ---------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+from tilers import _sizes
+
 # numpy dtype names of the KernelInfo dtypes; bfloat16 comes from ml_dtypes
 NUMPY_DTYPES = {
     "bool": "bool", "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32",
@@ -41,12 +43,13 @@ def is_gpu_tensor(arg) -> bool:
     return torch is not None and isinstance(arg, torch.Tensor) and arg.device.type != "cpu"
 
 
-def as_numpy(name: str, spec: dict, arg):
-    """A writable numpy view of a host argument, checked against the parameter's spec."""
+def as_numpy(name: str, spec: dict, arg, info: dict):
+    """A writable numpy view of a host argument, checked against the parameter's spec (its
+    symbolic dimensions are bound afterwards, by `_sizes.bind`)."""
     import numpy
 
     want = numpy_dtype(spec["dtype"])
-    shape = tuple(spec["shape"])
+    shape = _sizes.shape_text(spec, info)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(arg, torch.Tensor):
         if arg.dtype != getattr(torch, spec["dtype"]):
@@ -69,11 +72,7 @@ def as_numpy(name: str, spec: dict, arg):
             f"parameter '{name}': expected dtype {spec['dtype']}, got {view.dtype} "
             f"(tilers never casts silently: pass {name}.astype(...))"
         )
-    if tuple(view.shape) != shape:
-        raise ValueError(
-            f"parameter '{name}': expected shape {shape}, got {tuple(view.shape)} "
-            "(the kernel was compiled for that shape)"
-        )
+    _sizes.check_shape(name, spec, info, tuple(view.shape), "numpy array")
     if not view.flags.c_contiguous:
         raise ValueError(
             f"parameter '{name}': expected a C-contiguous array, got strides {view.strides} "
@@ -98,18 +97,20 @@ def call(kernel, args, scalar_check):
     for position, arg in zip(kernel._input_positions, args):
         spec = specs[position]
         if spec["kind"] == "tensor":
-            views[position] = as_numpy(spec["name"], spec, arg)
+            views[position] = as_numpy(spec["name"], spec, arg, kernel.info)
             torch_inputs |= not isinstance(arg, numpy.ndarray)
         else:
             values[position] = scalar_check(position, arg)
+    sizes = _sizes.bind(kernel.info, {p: tuple(v.shape) for p, v in views.items()})
     outputs = []
     for position in kernel.out_idx:
         spec = specs[position]
-        out = numpy.zeros(tuple(spec["shape"]), dtype=numpy_dtype(spec["dtype"]))
+        out = numpy.zeros(_sizes.shape_at(spec, sizes), dtype=numpy_dtype(spec["dtype"]))
         views[position] = out
         outputs.append(out)
     for position, view in views.items():
         values[position] = view.tobytes()
+    values.extend(sizes)  # the sizes follow the parameters, as the CUDA kernel takes them
     try:
         results = _tilers.interpret(kernel.program_json, values, json.dumps({"arch": kernel.arch}))
     except _tilers.CompileError as error:

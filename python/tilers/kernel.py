@@ -9,7 +9,7 @@ import operator
 import os
 import weakref
 
-from tilers import cache, host, runtime
+from tilers import _sizes, cache, host, runtime
 from tilers._source import add_call_site
 from tilers.errors import TileError
 
@@ -75,17 +75,21 @@ class _TensorParam:
 
     is_tensor = True
 
-    def __init__(self, index: int, spec: dict, torch):
+    def __init__(self, index: int, spec: dict, torch, info: dict):
         self.index = index
+        self.spec = spec
+        self.info = info
         self.name = spec["name"]
         self.dtype = spec["dtype"]
         self.torch_dtype = getattr(torch, spec["dtype"])
-        self.shape = tuple(spec["shape"])
-        self.strides = tuple(spec["strides"])
+        self.symbolic = _sizes.is_symbolic(spec)
+        self.shape = None if self.symbolic else tuple(spec["shape"])
+        self.strides = None if self.symbolic else tuple(spec["strides"])
         self.align = spec["align"]
 
     def describe(self) -> str:
-        return f"a torch.Tensor of {self.dtype} with shape {_tuple_text(self.shape)}"
+        shape = _sizes.shape_text(self.spec, self.info)
+        return f"a torch.Tensor of {self.dtype} with shape {shape}"
 
 
 class _ScalarParam:
@@ -170,6 +174,14 @@ class JITKernel:
         self.params = [spec["name"] for spec in info["params"]]
         self.out_idx = normalize_out_idx(out_idx, name, info["params"])
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
+        for size in info.get("sizes", []):
+            if not any(param in self._input_positions for param, _ in size["from"]):
+                outputs = ", ".join(sorted({self.params[p] for p, _ in size["from"]}))
+                raise TileError(
+                    f"kernel '{name}': the T.dynamic size '{size['name']}' is a dimension of "
+                    f"outputs only ({outputs}), so a call cannot know it: give it to an input "
+                    "tensor, or leave that output out of out_idx and pass it"
+                )
         self._cubin: bytes | None = None
         # kernel.ir() and kernel.layouts(): the kernel compiled again with its own options,
         # on request (see _inspect)
@@ -294,28 +306,37 @@ class JITKernel:
 
     # --- profiling (tilers/profiler.py) ---------------------------------------------------
 
-    def profiler(self, supply_type="auto", scalars=None, seed=0):
-        """A Profiler: inputs, ``assert_allclose(ref_prog, rtol, atol)``, ``do_bench()``."""
+    def profiler(self, supply_type="auto", scalars=None, seed=0, sizes=None):
+        """A Profiler: inputs, ``assert_allclose(ref_prog, rtol, atol)``, ``do_bench()``.
+        A kernel with T.dynamic sizes needs their values: ``sizes={"M": 1024}``."""
         from tilers.profiler import Profiler
 
-        return Profiler(self, supply_type=supply_type, scalars=scalars, seed=seed)
+        return Profiler(self, supply_type=supply_type, scalars=scalars, seed=seed, sizes=sizes)
 
-    def get_profiler(self, tensor_supply_type="auto"):
+    def get_profiler(self, tensor_supply_type="auto", sizes=None):
         """TileLang's name for ``profiler()``."""
-        return self.profiler(supply_type=tensor_supply_type)
+        return self.profiler(supply_type=tensor_supply_type, sizes=sizes)
 
-    def bench(self, flops=None, bytes=None, warmup=25, rep=100, dtype=None):
+    def bench(self, flops=None, bytes=None, warmup=25, rep=100, dtype=None, sizes=None):
         """Time the kernel on random inputs: ms, TFLOP/s, GB/s and fractions of the peak.
 
         >>> print(kernel.bench(flops=2 * M * N * K))
         """
-        return self.profiler().bench(flops=flops, bytes=bytes, warmup=warmup, rep=rep, dtype=dtype)
+        return self.profiler(sizes=sizes).bench(
+            flops=flops, bytes=bytes, warmup=warmup, rep=rep, dtype=dtype
+        )
+
+    @property
+    def sizes(self) -> list[str]:
+        """The names of the kernel's T.dynamic sizes (empty: every shape is fixed)."""
+        return [size["name"] for size in self.info.get("sizes", [])]
 
     def __repr__(self) -> str:
         parts = []
         for position, spec in enumerate(self.info["params"]):
             if spec["kind"] == "tensor":
-                text = f"{spec['name']}: {spec['dtype']}{list(spec['shape'])}"
+                dims = _sizes.shape_text(spec, self.info)[1:-1].rstrip(",")
+                text = f"{spec['name']}: {spec['dtype']}[{dims}]"
             else:
                 text = f"{spec['name']}: {spec['dtype']}"
             if position in self.out_idx:
@@ -391,11 +412,13 @@ class JITKernel:
         """Raise the error that names what is wrong with a call's arguments (the
         parameter, what it needs and what it got); return when nothing is."""
         device = None
+        shapes = {}
         for param, arg in zip(self._input_checks, args):
             if not param.is_tensor:
                 param.check(arg)
                 continue
             self._diagnose_tensor(param, arg)
+            shapes[param.index] = tuple(arg.shape)
             pointer = arg.data_ptr()
             if pointer % param.align:
                 raise ValueError(
@@ -413,6 +436,7 @@ class JITKernel:
                     f"parameter '{param.name}': expected a tensor on cuda:{device} like "
                     f"'{first_tensor}', got a tensor on cuda:{arg_device}"
                 )
+        _sizes.bind(self.info, shapes)  # tensors that disagree on a size, broken promises
 
     def _runs_on_host(self, args) -> bool:
         """Whether this call goes to the interpreter: host arrays, or target="interp".
@@ -478,7 +502,7 @@ class JITKernel:
         checks = []
         for index, spec in enumerate(self.info["params"]):
             if spec["kind"] == "tensor":
-                checks.append(_TensorParam(index, spec, torch))
+                checks.append(_TensorParam(index, spec, torch, self.info))
             else:
                 checks.append(_ScalarParam(index, spec))
         self._input_checks = tuple(checks[position] for position in self._input_positions)
@@ -556,24 +580,30 @@ class JITKernel:
                 f"parameter '{name}': expected dtype {param.dtype}, got {arg.dtype} "
                 f"(tilers never casts silently: pass {name}.to(torch.{param.dtype}))"
             )
-        if tuple(arg.shape) != param.shape:
-            raise ValueError(
-                f"parameter '{name}': expected shape {_tuple_text(param.shape)}, got "
-                f"{_tuple_text(tuple(arg.shape))} (the kernel was compiled for that shape)"
-            )
+        if param.symbolic:
+            _sizes.check_shape(name, param.spec, param.info, tuple(arg.shape))
+            shape = tuple(arg.shape)
+            want_strides = contiguous_strides(shape)
+        else:
+            if tuple(arg.shape) != param.shape:
+                raise ValueError(
+                    f"parameter '{name}': expected shape {_tuple_text(param.shape)}, got "
+                    f"{_tuple_text(tuple(arg.shape))} (the kernel was compiled for that shape)"
+                )
+            shape, want_strides = param.shape, param.strides
         strides = arg.stride()
         if any(
             got != want and extent != 1
-            for got, want, extent in zip(strides, param.strides, param.shape)
+            for got, want, extent in zip(strides, want_strides, shape)
         ):
-            if param.strides == contiguous_strides(param.shape):
+            if want_strides == contiguous_strides(shape):
                 raise ValueError(
                     f"parameter '{name}': expected a contiguous tensor with strides "
-                    f"{_tuple_text(param.strides)}, got strides {_tuple_text(strides)} — "
+                    f"{_tuple_text(want_strides)}, got strides {_tuple_text(strides)} — "
                     f"pass {name}.contiguous()"
                 )
             raise ValueError(
-                f"parameter '{name}': expected strides {_tuple_text(param.strides)}, got "
+                f"parameter '{name}': expected strides {_tuple_text(want_strides)}, got "
                 f"strides {_tuple_text(strides)}"
             )
 

@@ -33,6 +33,7 @@ __all__ = [
     "copy",
     "cos",
     "device_assert",
+    "dynamic",
     "erf",
     "exp",
     "exp2",
@@ -61,6 +62,7 @@ __all__ = [
     "reduce_sum",
     "rsqrt",
     "serial",
+    "symbolic",
     "sigmoid",
     "sin",
     "sqrt",
@@ -189,6 +191,16 @@ def _alloc(scope: str, shape, dtype):
     builder = _trace.current_builder()
     _trace.require_kernel(builder, f"T.alloc_{scope}", loc)
     dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    symbolic = [d for d in dims if isinstance(d, _trace.Size)]
+    if symbolic:
+        raise _trace.user_error(
+            f"a {scope} tile's shape must be fixed, but dimension {dims.index(symbolic[0])} is "
+            f"the T.dynamic size '{symbolic[0].name}'",
+            loc=loc,
+            help=f"allocate a tile of a fixed size (e.g. block_M) and loop over "
+            f"T.ceildiv({symbolic[0].name}, block_M) tiles; only tensor parameters may have "
+            "T.dynamic dimensions",
+        )
     if not dims or not all(
         isinstance(d, int) and not isinstance(d, _builtins.bool) and d > 0 for d in dims
     ):
@@ -525,6 +537,14 @@ def Parallel(*extents):
             help="loop over at most four dimensions, e.g. T.Parallel(block_M, block_N)",
         )
     for extent in extents:
+        if isinstance(extent, _trace.Size):
+            raise _trace.user_error(
+                f"T.Parallel extents are tile sizes, fixed when the kernel is compiled; "
+                f"'{extent.name}' is a T.dynamic size",
+                loc=loc,
+                help=f"loop over a fixed tile (T.Parallel(block_M)) inside a loop over "
+                f"T.ceildiv({extent.name}, block_M) tiles, or use T.serial({extent.name})",
+            )
         if not isinstance(extent, int) or isinstance(extent, _builtins.bool) or extent <= 0:
             raise _trace.user_error(
                 f"T.Parallel extents must be positive Python ints, got {extent!r}",
@@ -774,6 +794,25 @@ def infinity(dtype):
             help='use a float dtype such as T.infinity("float32")',
         )
     return _trace.const(float("inf"), dtype)
+
+
+def dynamic(name, dtype="int32", multiple_of=None):
+    """A symbolic size: ``M = T.dynamic("M")``, then ``A: T.Tensor((M, K), "float16")``.
+
+    One compiled kernel serves every value of ``M``; each call binds it from the tensors it
+    is given (tensors that disagree on it are an error naming both). ``M`` may appear in
+    the grid (``T.ceildiv(M, block_M)``), in loop bounds and in the kernel's arithmetic, not
+    in a tile's shape. ``T.dynamic("m, n")`` gives a tuple. ``dtype``: "int32" (the
+    default) or "int64". ``multiple_of=16`` promises that every value is a multiple of 16:
+    the launcher checks it on every call, and the compiler removes the bounds checks the
+    promise makes redundant and may vectorize along the size. A size of 0 launches nothing.
+    """
+    return _trace.make_sizes(name, dtype, multiple_of)
+
+
+def symbolic(name, dtype="int32", multiple_of=None):
+    """The older name of ``T.dynamic`` (TileLang keeps it as a deprecated alias)."""
+    return _trace.make_sizes(name, dtype, multiple_of)
 
 
 def ceildiv(a, b):

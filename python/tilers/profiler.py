@@ -247,15 +247,34 @@ class Profiler:
     The kernel's outputs are its ``out_idx`` parameters, or its last tensor parameter
     when it has none (written in place); every other parameter is an input. Inputs are
     random tensors of the declared shapes and dtypes (``supply_type``), and scalars take
-    ``scalars[name]`` (default 1 / 1.0).
+    ``scalars[name]`` (default 1 / 1.0). A kernel with T.dynamic sizes takes their values
+    for the inputs from ``sizes`` (``{"M": 1024}``).
     """
 
-    def __init__(self, kernel, supply_type="auto", scalars=None, seed=0):
+    def __init__(self, kernel, supply_type="auto", scalars=None, seed=0, sizes=None):
+        from tilers import _sizes
+
         if supply_type not in SUPPLY_TYPES:
             raise ValueError(
                 f"parameter 'supply_type': expected one of {', '.join(SUPPLY_TYPES)}, "
                 f"got {supply_type!r}"
             )
+        declared = [size["name"] for size in kernel.info.get("sizes", [])]
+        sizes = dict(sizes or {})
+        unknown = sorted(set(sizes) - set(declared))
+        missing = [name for name in declared if name not in sizes]
+        if unknown:
+            raise ValueError(
+                f"parameter 'sizes': {kernel.name} has no T.dynamic size "
+                f"{', '.join(map(repr, unknown))} (its sizes: {', '.join(declared) or 'none'})"
+            )
+        if missing:
+            raise ValueError(
+                f"parameter 'sizes': {kernel.name} has T.dynamic sizes; give the profiler "
+                f"their values, e.g. sizes={{{', '.join(f'{n!r}: 1024' for n in missing)}}}"
+            )
+        self.size_values = [sizes[name] for name in declared]
+        self._shape_at = _sizes.shape_at
         self.kernel = kernel
         self.supply_type = supply_type
         self.scalars = dict(scalars or {})
@@ -288,7 +307,7 @@ class Profiler:
 
     def _tensor(self, torch, spec, generator):
         dtype = getattr(torch, spec["dtype"])
-        shape = tuple(spec["shape"])
+        shape = self._shape_at(spec, self.size_values)
         kind = self.supply_type
         is_float = dtype.is_floating_point
         if kind == "auto":
@@ -348,8 +367,8 @@ class Profiler:
         outputs = []
         for position in kernel.out_idx:
             spec = kernel.info["params"][position]
-            output = torch.empty_strided(
-                tuple(spec["shape"]), tuple(spec["strides"]), dtype=getattr(torch, spec["dtype"]),
+            output = torch.empty(
+                self._shape_at(spec, self.size_values), dtype=getattr(torch, spec["dtype"]),
                 device=device if device is not None else "cuda",
             )
             _poison(torch, output, pattern)
@@ -442,7 +461,7 @@ class Profiler:
         specs = self.kernel.info["params"]
         if bytes is None:
             bytes = sum(
-                math.prod(spec["shape"]) * _element_size(torch, spec["dtype"])
+                math.prod(self._shape_at(spec, self.size_values)) * _element_size(torch, spec["dtype"])
                 for spec in specs if spec["kind"] == "tensor"
             )
         if dtype is None:

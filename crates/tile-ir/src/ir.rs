@@ -272,6 +272,23 @@ impl Module {
         }
         out
     }
+    /// Why `buf`'s rows may not start at multiples of `width` elements because of a symbolic
+    /// size, as a hint for the user: "its rows are K elements long, and T.dynamic size 'K'
+    /// promises no multiple of 8 (declare T.dynamic(\"K\", multiple_of=8))". None when no
+    /// symbolic size is the reason.
+    pub fn size_alignment_hint(&self, buf: BufferId, width: i64) -> Option<String> {
+        let b = self.buffer(buf);
+        b.shape.iter().skip(1).find_map(|d| match *d {
+            Dim::Size(v) if self.dim_multiple(*d) % width != 0 => {
+                let name = &self.var(v).name;
+                Some(format!(
+                    "'{}' has the T.dynamic size '{name}' after its first dimension, with no promise that it is a multiple of {width} (declare T.dynamic(\"{name}\", multiple_of={width}) if it always is)",
+                    b.name
+                ))
+            }
+            _ => None,
+        })
+    }
     /// The symbolic sizes, in the order of their variables: the kernel's trailing parameters.
     pub fn sizes(&self) -> Vec<VarId> {
         (0..self.vars.len() as u32)

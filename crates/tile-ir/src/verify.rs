@@ -124,6 +124,10 @@ pub fn resolve_region(
                             )
                             .with_help("a slice start:stop needs stop > start"))
                         }
+                        None if matches!((stop, b.shape[d]), (Expr::Var { id, .. }, Dim::Size(v)) if *id == v) => {
+                            // `A[:, ...]` over a symbolic dimension
+                            return Err(symbolic_extent(m, r, d));
+                        }
                         None => {
                             return Err(Diagnostic::error(
                                 format!("the extent of the slice of dimension {d} of '{}' is not a compile-time constant", b.name),

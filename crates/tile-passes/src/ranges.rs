@@ -1,14 +1,48 @@
 //! Ranges of integer index expressions: what `simplify` folds with and what
 //! `widen_indices` widens by.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use tile_ir::simplify::{simplify as simplify_expr, to_affine};
-use tile_ir::{BinOp, ConstValue, DType, Expr, Module, UnOp, VarId, VarKind};
+use tile_ir::{size_max, BinOp, ConstValue, DType, Expr, Module, UnOp, VarId, VarKind};
 
-/// Closed intervals `[lo, hi]` of variables known so far.
+/// Closed intervals `[lo, hi]` of variables known so far, and the symbolic bounds that
+/// prove the guards of kernels with symbolic sizes (see [`Ranges::symbolic_max`]).
 #[derive(Clone, Default)]
 pub(crate) struct Ranges {
     pub(crate) vars: HashMap<VarId, (i64, i64)>,
+    /// Inclusive upper bounds that are expressions of the sizes: a block index under a
+    /// grid of `ceildiv(M, 64)` blocks is at most `ceildiv(M, 64) - 1`.
+    pub(crate) upper: HashMap<VarId, Expr>,
+    /// Sizes with a declared multiple: `M = multiple * q`, `q` a variable of its own that
+    /// exists only here (its id is past the module's).
+    pub(crate) multiples: HashMap<VarId, (i64, VarId)>,
+}
+
+/// The first id of the quotient variables of [`Ranges::multiples`].
+const QUOTIENT_IDS: u32 = u32::MAX / 2;
+
+/// An affine form with exact (i128) coefficients, its atoms keyed by their debug text.
+#[derive(Clone, Default)]
+struct Lin {
+    constant: i128,
+    terms: BTreeMap<String, (i128, Expr)>,
+}
+
+impl Lin {
+    fn of(e: &Expr) -> Lin {
+        let a = to_affine(e);
+        Lin {
+            constant: a.constant as i128,
+            terms: a.terms.into_iter().map(|(k, (c, x))| (k, (c as i128, x))).collect(),
+        }
+    }
+    fn add(&mut self, other: Lin, scale: i128) {
+        self.constant += scale * other.constant;
+        for (k, (c, x)) in other.terms {
+            self.terms.entry(k).or_insert((0, x)).0 += scale * c;
+        }
+        self.terms.retain(|_, (c, _)| *c != 0);
+    }
 }
 
 pub(crate) fn dtype_bounds(dt: DType) -> Option<(i64, i64)> {
@@ -34,15 +68,115 @@ impl Ranges {
             let id = VarId(i as u32);
             match v.kind {
                 VarKind::BlockIdx(axis) | VarKind::LaunchIdx(axis) => {
-                    if let Some(n) = m.kernel.grid.get(axis as usize).and_then(|e| e.as_int()) {
-                        ranges.set(id, 0, n - 1);
+                    match m.kernel.grid.get(axis as usize) {
+                        Some(g) if g.as_int().is_some() => ranges.set(id, 0, g.as_int().unwrap_or(1) - 1),
+                        // a grid of the sizes: CUDA's limit, and the grid itself symbolically
+                        Some(g) => {
+                            ranges.set(id, 0, tile_ir::size_max(DType::I32) - 1);
+                            let last = Expr::binary(BinOp::Sub, g.clone(), Expr::int_of(1, g.dtype()));
+                            ranges.upper.insert(id, Expr::cast(last, v.dtype));
+                        }
+                        None => {}
                     }
                 }
                 VarKind::ThreadIdx => ranges.set(id, 0, m.kernel.threads as i64 - 1),
+                VarKind::Size { multiple_of } => {
+                    let max = size_max(v.dtype);
+                    ranges.set(id, 0, max);
+                    if multiple_of > 1 {
+                        let q = VarId(QUOTIENT_IDS + ranges.multiples.len() as u32);
+                        ranges.multiples.insert(id, (multiple_of, q));
+                        ranges.set(q, 0, max / multiple_of);
+                    }
+                }
                 _ => {}
             }
         }
         ranges
+    }
+
+    /// Does any bound here depend on the sizes?
+    fn symbolic(&self) -> bool {
+        !self.upper.is_empty() || !self.multiples.is_empty()
+    }
+
+    /// `e` with every size that has a declared multiple written `multiple * q`, and without
+    /// the casts that widen an integer (they keep its value; `widen_indices` adds them).
+    fn with_quotients(&self, e: &Expr) -> Expr {
+        let widens = |from: DType, to: DType| {
+            matches!((from, to), (DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::U32, DType::I64))
+                || from == to
+        };
+        e.clone().map(&mut |x| match x {
+            Expr::Cast { a, dtype } if a.dtype().is_int() && widens(a.dtype(), dtype) => *a,
+            Expr::Var { id, dtype } => match self.multiples.get(&id) {
+                Some(&(k, q)) => Expr::binary(BinOp::Mul, Expr::Var { id: q, dtype }, Expr::int_of(k, dtype)),
+                None => Expr::Var { id, dtype },
+            },
+            other => other,
+        })
+    }
+
+    /// An upper bound of the exact value of `e`, found by replacing variables that carry a
+    /// symbolic upper bound by it (where their coefficient is positive) and floor divisions
+    /// by what bounds them, until the sizes cancel: `64 * by + r - M` with `by <=
+    /// ceildiv(M, 64) - 1` and `M = 64 q` is `r - 64`, below 0 for `r < 64`. This is what
+    /// proves a guard redundant when T.dynamic promised a multiple.
+    pub(crate) fn symbolic_max(&self, e: &Expr) -> Option<i128> {
+        let mut lin = Lin::of(&self.with_quotients(e));
+        for _ in 0..8 {
+            let mut changed = false;
+            for (key, (c, atom)) in lin.terms.clone() {
+                let atom = match &atom {
+                    Expr::Cast { a, dtype } if dtype.is_int() && a.dtype().is_int() => (**a).clone(),
+                    _ => atom,
+                };
+                let replacement: Option<(Lin, i128, i128)> = match &atom {
+                    Expr::Var { id, .. } if c > 0 => {
+                        self.upper.get(id).map(|u| (Lin::of(&self.with_quotients(u)), c, 0))
+                    }
+                    Expr::Binary { op: BinOp::FloorDiv, a, b, .. } => match b.as_int() {
+                        Some(k) if k > 0 => {
+                            let (x, k) = (Lin::of(a), k as i128);
+                            if x.terms.values().all(|(t, _)| t % k == 0) {
+                                // exact: floordiv(k * y + c0, k) = y + floordiv(c0, k)
+                                let mut y =
+                                    Lin { constant: x.constant.div_euclid(k), terms: BTreeMap::new() };
+                                for (kk, (t, v)) in x.terms {
+                                    y.terms.insert(kk, (t / k, v));
+                                }
+                                Some((y, c, 0))
+                            } else if c % k == 0 && c > 0 {
+                                // c * floordiv(x, k) <= (c / k) * x
+                                Some((x, c / k, 0))
+                            } else if c % k == 0 {
+                                // c < 0: floordiv(x, k) >= (x - k + 1) / k
+                                Some((x, c / k, (c / k) * (1 - k)))
+                            } else {
+                                None
+                            }
+                        }
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                if let Some((with, scale, constant)) = replacement {
+                    lin.terms.remove(&key);
+                    lin.add(with, scale);
+                    lin.constant += constant;
+                    changed = true;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        let mut hi = lin.constant;
+        for (c, atom) in lin.terms.values() {
+            let (lo, up) = self.range(atom)?;
+            hi += if *c > 0 { c * up as i128 } else { c * lo as i128 };
+        }
+        Some(hi)
     }
 
     pub(crate) fn set(&mut self, v: VarId, lo: i64, hi: i64) {
@@ -143,16 +277,46 @@ impl Ranges {
 
     /// The range of `a - b` for two integer expressions of one type.
     pub(crate) fn difference(&self, a: &Expr, b: &Expr) -> Option<(i64, i64)> {
-        let (x, y) = (self.range(a)?, self.range(b)?);
+        let (x, y) = (self.range(a), self.range(b));
+        if (x.is_none() || y.is_none()) && !self.symbolic() {
+            return None;
+        }
         // a - b is computed exactly here; its bounds come from the two ranges, or, when a
         // and b share variables, from their affine difference (tighter)
-        let loose = (x.0 - y.1, x.1 - y.0);
+        let loose = x.zip(y).map(|(x, y)| (x.0 - y.1, x.1 - y.0));
         let diff = simplify_expr(Expr::binary(BinOp::Sub, a.clone(), b.clone()));
-        let tight = self.range_raw(&diff);
-        Some(match tight {
-            Some(t) => (t.0.max(loose.0), t.1.min(loose.1)),
-            None => loose,
-        })
+        let tight = x.zip(y).and_then(|_| self.range_raw(&diff));
+        let (mut lo, mut hi) = match (tight, loose) {
+            (Some(t), Some(l)) => (t.0.max(l.0), t.1.min(l.1)),
+            (_, Some(l)) => l,
+            _ => (i64::MIN, i64::MAX),
+        };
+        // where the intervals leave the sign open, the sizes may decide it — for operands
+        // the sizes also keep inside their type (nothing wraps)
+        if self.symbolic() && lo < 0 && hi >= 0 && self.fits_symbolically(a) && self.fits_symbolically(b) {
+            let clamp = |v: i128| v.clamp(i64::MIN as i128, i64::MAX as i128) as i64;
+            if let Some(h) = self.symbolic_max(&diff) {
+                hi = hi.min(clamp(h));
+            }
+            let neg = simplify_expr(Expr::binary(BinOp::Sub, b.clone(), a.clone()));
+            if let Some(h) = self.symbolic_max(&neg) {
+                lo = lo.max(clamp(-h));
+            }
+        }
+        (lo != i64::MIN || hi != i64::MAX).then_some((lo, hi))
+    }
+
+    /// Does every value of `e` fit its integer type, by its interval or its symbolic bounds?
+    fn fits_symbolically(&self, e: &Expr) -> bool {
+        if self.range(e).is_some() {
+            return true;
+        }
+        let Some((tmin, tmax)) = dtype_bounds(e.dtype()) else { return false };
+        let neg = Expr::unary(UnOp::Neg, e.clone());
+        match (self.symbolic_max(e), self.symbolic_max(&neg)) {
+            (Some(hi), Some(neg_lo)) => hi <= tmax as i128 && -neg_lo >= tmin as i128,
+            _ => false,
+        }
     }
 
     /// Narrow variable ranges by the conjuncts of a condition known to hold

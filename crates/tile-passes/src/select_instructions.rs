@@ -295,6 +295,9 @@ fn cp_async_fit(m: &Module, op: &CopyOp, threads: u32) -> Result<(), String> {
         let aligned = known_multiple(&simplify(r.starts[n - 1].clone()), width)
             && m.stride_multiples(r.buf)[..n - 1].iter().all(|s| s % width == 0);
         if !contiguous || !aligned {
+            if let Some(hint) = m.size_alignment_hint(r.buf, width).filter(|_| contiguous) {
+                return Err(hint);
+            }
             return Err(format!(
                 "'{}' is not read/written in aligned 16-byte vectors (a row length not a multiple of {width}?)",
                 b.name

@@ -154,6 +154,11 @@ impl Ranges {
                     if n > 0 {
                         inner.set(var, s, s + n - 1);
                     }
+                } else if let (Some(s), true) = (start.as_int(), extent.dtype() == tile_ir::DType::I32) {
+                    // a trip count of the sizes (T.dynamic): from start to start + extent - 1
+                    inner.set(var, s, i32::MAX as i64);
+                    let last = Expr::binary(BinOp::Add, Expr::int(s - 1), extent.clone());
+                    inner.upper.insert(var, last);
                 }
                 Stmt::For { var, start, extent, kind, body: inner.stmts(body), loc }
             }

@@ -209,6 +209,10 @@ impl Lowerer {
                 let aligned = known_multiple(&first[n - 1], width)
                     && lw.m.stride_multiples(buf)[..n - 1].iter().all(|s| s % width == 0);
                 if !contiguous || !aligned {
+                    if let Some(hint) = lw.m.size_alignment_hint(buf, width).filter(|_| contiguous) {
+                        failure = Some(hint);
+                        return vec![];
+                    }
                     failure = Some(format!("'{}' is not read/written in aligned 16-byte vectors (a row length not a multiple of {width}?)", b.name));
                     return vec![];
                 }

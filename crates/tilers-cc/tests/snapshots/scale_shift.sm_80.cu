@@ -71,7 +71,7 @@ extern "C" __global__ void __launch_bounds__(128) scale_shift_kernel(const float
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (((by < 100) && ((((bx * 256) + (t0 * 4)) + e) < 1000))) {
-          Y[(by) * 1000 + (((bx * 256) + (t0 * 4)) + e)] = ((alpha * (((by < 100) && ((((bx * 256) + (t0 * 4)) + e) < 1000)) ? X[(by) * 1000 + (((bx * 256) + (t0 * 4)) + e)] : 0.0f)) + 1.0f);
+          Y[(by) * 1000 + (((bx * 256) + (t0 * 4)) + e)] = ((alpha * (((((bx * 256) + (t0 * 4)) + e) < 1000) ? X[(by) * 1000 + (((bx * 256) + (t0 * 4)) + e)] : 0.0f)) + 1.0f);
         }
       }
     }
