@@ -1,6 +1,12 @@
 """GEMM on the GPU: tilers beside cuBLAS (torch.matmul) and a standard Triton matmul, in one
 run, fp16 and bf16, square, LLM and decode shapes, B stored K x N (NN) and N x K (TN).
-TFLOPs and the ratio to cuBLAS per row (the best of a few tilers configs per shape)."""
+TFLOPs and the ratio to cuBLAS per row (the best of a few tilers configs per shape).
+
+Dynamic-M rows (GEMM_DYNAMIC=1 adds them; GEMM_DYNAMIC=only runs just them): for M = 4096
+and M = 64 (N = K = 4096, fp16, NN) the best static config is tuned first, then that
+config is built once more with M = T.dynamic("M") — one kernel for every M, its row guards
+kept — and the two are re-timed interleaved with cuBLAS over several rounds: the row
+reports the median static/dynamic time ratio and its spread over the rounds."""
 
 import os
 import sys
@@ -136,9 +142,86 @@ def bind(kernel, *args):
     return lambda: kernel(*args)
 
 
+DYNAMIC_SHAPES = [(4096, 4096, 4096), (64, 4096, 4096)]
+DYNAMIC_ROUNDS = 5
+
+
+def best_static_config(torch, M, N, K, a, b, c, want):
+    """The fastest correct config of CONFIGS for this shape (one interleaved sweep)."""
+    fns = {}
+    for config in CONFIGS:
+        bm, bn, bk, st, th, panel = config
+        try:
+            k = tilers.compile(kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel))
+            k(a, b, c)
+            torch.cuda.synchronize()
+            if ((c.float() - want).abs().max() / (want.abs().max() + 1)).item() > 1e-2:
+                continue
+            fns[config] = bind(k, a, b, c)
+        except Exception as e:  # a config that does not compile or run is skipped
+            print(f"config {config} failed: {type(e).__name__}: {str(e)[:200]}")
+    t = interleaved(fns, repeats=5, iters=5 if M * N * K > 2**33 else 20)
+    return min(t, key=t.get)
+
+
+def dynamic_rows():
+    """Static vs T.dynamic("M") GEMM at the static kernel's best config, interleaved."""
+    import statistics
+
+    import tilers.language as T
+    import torch
+
+    rows = []
+    for M, N, K in DYNAMIC_SHAPES:
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        c = torch.empty(M, N, device="cuda", dtype=torch.float16)
+        want = a.float() @ b.float()
+        config = best_static_config(torch, M, N, K, a, b, c, want)
+        bm, bn, bk, st, th, panel = config
+        static = tilers.compile(kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel))
+        dynamic = tilers.compile(
+            kernels.matmul(T.dynamic("M"), N, K, bm, bn, bk, st, th, panel=panel)
+        )
+        cd = torch.empty_like(c)
+        dynamic(a, b, cd)
+        torch.cuda.synchronize()
+        err = ((cd.float() - want).abs().max() / (want.abs().max() + 1)).item()
+        assert err < 1e-2, f"dynamic kernel wrong at M={M}: {err}"
+        fns = {
+            "static": bind(static, a, b, c),
+            "dynamic": bind(dynamic, a, b, cd),
+            "cublas": lambda a=a, b=b: torch.matmul(a, b),
+        }
+        iters = 5 if M * N * K > 2**33 else 20
+        rounds = [interleaved(fns, repeats=7, iters=iters) for _ in range(DYNAMIC_ROUNDS)]
+        ratios = [r["static"] / r["dynamic"] for r in rounds]
+        flops = 2 * M * N * K
+        med = {name: statistics.median(r[name] for r in rounds) for name in fns}
+        row = {
+            "dtype": "float16",
+            "shape": f"{M}x{N}x{K}",
+            "B": "NN",
+            "config": f"{bm}x{bn}x{bk} s{st} t{th}" + (f" p{panel}" if panel else ""),
+            "static TFLOPs": flops / med["static"] / 1e9,
+            "dynamic TFLOPs": flops / med["dynamic"] / 1e9,
+            "cublas TFLOPs": flops / med["cublas"] / 1e9,
+            "dynamic vs static": statistics.median(ratios),
+            "spread": f"{min(ratios):.3f}-{max(ratios):.3f}",
+            "rounds": DYNAMIC_ROUNDS,
+        }
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
 def main():
     import torch
 
+    mode = os.environ.get("GEMM_DYNAMIC", "")
+    if mode == "only":
+        write_results("gemm-dynamic", dynamic_rows())
+        return
     rows = []
     tri = triton_matmul()
     dtypes = os.environ.get("GEMM_DTYPES", "float16,bfloat16").split(",")
@@ -204,6 +287,8 @@ def main():
                 rows.append(row)
                 print(row, flush=True)
     write_results("gemm", rows)
+    if mode:
+        write_results("gemm-dynamic", dynamic_rows())
 
 
 if __name__ == "__main__":
