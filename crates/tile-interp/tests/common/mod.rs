@@ -86,8 +86,24 @@ pub fn bytes_i32(b: &[u8]) -> Vec<i32> {
 }
 
 /// Arguments of the right kinds and sizes: random bytes (any bit pattern when `raw`,
-/// else values in [-1, 1)), scalars small and positive unless `raw`.
+/// else values in [-1, 1)), scalars small and positive unless `raw`. A module with symbolic
+/// sizes gets values for them (up to 70, keeping their multiples), after the parameters.
 pub fn random_args(m: &Module, rng: &mut Rng, raw: bool) -> Vec<Arg> {
+    let sizes: Vec<i64> = m
+        .sizes()
+        .iter()
+        .map(|v| {
+            let q = m.dim_multiple(tile_ir::Dim::Size(*v)).max(1);
+            q * (rng.below((70 / q).max(1) as u64 + 1) as i64)
+        })
+        .collect();
+    let spec = m.with_sizes(&sizes);
+    let mut args = tensor_and_scalar_args(&spec, rng, raw);
+    args.extend(sizes.into_iter().map(Arg::Int));
+    args
+}
+
+fn tensor_and_scalar_args(m: &Module, rng: &mut Rng, raw: bool) -> Vec<Arg> {
     m.params
         .iter()
         .map(|p| match p {

@@ -219,25 +219,33 @@ impl Lowerer {
             }
             let (s0, d0) = (at_lane0(&src_idx), at_lane0(&dst_idx));
             let n = s0.len();
-            let mut valid = None;
-            for (d, i) in s0.iter().enumerate().take(n - 1) {
-                valid = and(valid, in_range(&lw.m, i, src, d, &|e| lw.non_negative(e)));
-            }
+            // per dimension, whether the chunk's index is inside the tensor
+            let mut inside: Vec<Expr> = (0..n - 1)
+                .map(|d| in_range(&lw.m, &s0[d], src, d, &|e| lw.non_negative(e)))
+                .collect();
             let last = s0[n - 1].clone();
+            let mut last_inside = None;
             if !lw.non_negative(&last) {
-                valid = and(valid, Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, last.dtype())));
+                last_inside = and(last_inside, Expr::binary(BinOp::Ge, last.clone(), Expr::int_of(0, last.dtype())));
             }
             // in the wider of the index's and the size's types
             let lt = cmp_extent(&lw.m, BinOp::Lt, last.clone(), src, n - 1);
             let Expr::Binary { a: last_w, b: extent, .. } = lt.clone() else { unreachable!("a comparison") };
             let (last, extent) = (*last_w, *extent);
-            valid = and(valid, lt);
-            let valid = simplify(valid.expect("at least one condition"));
+            inside.push(and(last_inside, lt).expect("a condition"));
+            let valid = simplify(inside.iter().cloned().fold(None, and).expect("at least one condition"));
             let remaining = Expr::binary(BinOp::Min, Expr::binary(BinOp::Sub, extent, last.clone()), Expr::int_of(width, last.dtype()));
             let bytes = Expr::cast(Expr::binary(BinOp::Mul, remaining, Expr::int_of(eb, last.dtype())), DType::I32);
             let src_bytes = simplify(Expr::select(valid.clone(), bytes, i32c(0)));
-            // a safe address even when nothing is read
-            let safe: Vec<Expr> = s0.iter().map(|i| simplify(Expr::select(valid.clone(), i.clone(), Expr::int_of(0, i.dtype())))).collect();
+            // A safe address even when nothing is read: each dimension falls back to 0 on its
+            // own condition, so that an index inside its dimension (a column running with the
+            // K loop) stays an affine expression the C compiler strength-reduces, whatever
+            // the other dimensions (a row past M) do.
+            let safe: Vec<Expr> = s0
+                .iter()
+                .zip(&inside)
+                .map(|(i, c)| simplify(Expr::select(simplify(c.clone()), i.clone(), Expr::int_of(0, i.dtype()))))
+                .collect();
             vec![Stmt::inst(inst::AsyncCopy { dst, dst_idx: d0, src, src_idx: safe, src_bytes })]
         });
         match failure {

@@ -81,7 +81,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((o0 * 1024) + (t1 * 8)) + (t0 * 32)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0)) < ((long long)M)) ? (((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0)) : 0ll)) * 256ll + (((((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0)) < ((long long)M)) ? (((long long)t1) * 8ll) : 0ll)]), "r"(((((((long long)(o0 * 32)) + (((long long)by) * 64ll)) + ((long long)t0)) < ((long long)M)) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((o0 * 1024) + (t1 * 8)) + (t0 * 32)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0)) < ((long long)M)) ? (((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0)) : 0ll)) * 256ll + (((long long)t1) * 8ll)]), "r"(((((((long long)(o0 * 32)) + (((long long)by) * 64ll)) + ((long long)t0)) < ((long long)M)) ? 16 : 0)) : "memory");
     }
     // kernels.py:275: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 8);
@@ -98,7 +98,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + 4096))), "l"(&A[((((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll)) < ((long long)M)) ? (((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll)) : 0ll)) * 256ll + (((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll)) < ((long long)M)) ? ((((long long)t1_2) * 8ll) + 32ll) : 0ll)]), "r"(((((((long long)(o0_2 * 32)) + (((long long)by) * 64ll)) + ((long long)t0_2)) < ((long long)M)) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + 4096))), "l"(&A[((((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll)) < ((long long)M)) ? (((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll)) : 0ll)) * 256ll + ((((long long)t1_2) * 8ll) + 32ll)]), "r"(((((((long long)(o0_2 * 32)) + (((long long)by) * 64ll)) + ((long long)t0_2)) < ((long long)M)) ? 16 : 0)) : "memory");
     }
     // kernels.py:275: T.copy (issued ahead by the pipeline)
     const int t0_3 = (tid / 8);
@@ -118,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
       const int t1_4 = (tid % 4);
       #pragma unroll
       for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 4096)))), "l"(&A[((((((((long long)by) * 64ll) + ((long long)t0_4)) + (((long long)o0_4) * 32ll)) < ((long long)M)) ? (((((long long)by) * 64ll) + ((long long)t0_4)) + (((long long)o0_4) * 32ll)) : 0ll)) * 256ll + (((((((long long)by) * 64ll) + ((long long)t0_4)) + (((long long)o0_4) * 32ll)) < ((long long)M)) ? (((((long long)ko) * 32ll) + (((long long)t1_4) * 8ll)) + 64ll) : 0ll)]), "r"(((((((long long)(o0_4 * 32)) + (((long long)by) * 64ll)) + ((long long)t0_4)) < ((long long)M)) ? 16 : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 4096)))), "l"(&A[((((((((long long)by) * 64ll) + ((long long)t0_4)) + (((long long)o0_4) * 32ll)) < ((long long)M)) ? (((((long long)by) * 64ll) + ((long long)t0_4)) + (((long long)o0_4) * 32ll)) : 0ll)) * 256ll + (((((long long)ko) * 32ll) + (((long long)t1_4) * 8ll)) + 64ll)]), "r"(((((((long long)(o0_4 * 32)) + (((long long)by) * 64ll)) + ((long long)t0_4)) < ((long long)M)) ? 16 : 0)) : "memory");
       }
       // kernels.py:275: T.copy (issued ahead by the pipeline)
       const int t0_5 = (tid / 8);

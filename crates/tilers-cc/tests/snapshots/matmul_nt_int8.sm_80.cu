@@ -81,14 +81,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t1 * 16) + (t0 * 64)) + (o0 * 2048)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[((((((by * 128) + t0) + (o0 * 32)) < 100) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + (((((by * 128) + t0) + (o0 * 32)) < 100) ? (t1 * 16) : 0)]), "r"((((((by * 128) + t0) + (o0 * 32)) < 100) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t1 * 16) + (t0 * 64)) + (o0 * 2048)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[((((((by * 128) + t0) + (o0 * 32)) < 100) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + (t1 * 16)]), "r"((((((by * 128) + t0) + (o0 * 32)) < 100) ? 16 : 0)) : "memory");
     }
     // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_1 * 64) + (o0_1 * 2048)) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 24576))), "l"(&B[((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + (((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? (t1_1 * 16) : 0)]), "r"((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_1 * 64) + (o0_1 * 2048)) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 24576))), "l"(&B[((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + (t1_1 * 16)]), "r"((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? 16 : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -98,14 +98,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     const int t1_2 = (tid % 4);
     #pragma unroll
     for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_2 * 64) + (o0_2 * 2048)) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 8192))), "l"(&A[((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + (((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? ((t1_2 * 16) + 64) : 0)]), "r"((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_2 * 64) + (o0_2 * 2048)) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 8192))), "l"(&A[((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + ((t1_2 * 16) + 64)]), "r"((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? 16 : 0)) : "memory");
     }
     // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_3 = (tid / 4);
     const int t1_3 = (tid % 4);
     #pragma unroll
     for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_3 * 64) + (o0_3 * 2048)) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 32768))), "l"(&B[((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + (((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? ((t1_3 * 16) + 64) : 0)]), "r"((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_3 * 64) + (o0_3 * 2048)) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 32768))), "l"(&B[((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + ((t1_3 * 16) + 64)]), "r"((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? 16 : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");

@@ -89,14 +89,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 330) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 64 + (((((by * 64) + t0) + (o0 * 32)) < 330) ? (t1 * 8) : 0)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 330) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 330) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 64 + (t1 * 8)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 330) ? 16 : 0)) : "memory");
     }
     // kernels.py:304: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 8);
     const int t1_1 = (tid % 8);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_1 * 8) ^ ((t0_1 & 7) << 3)) * 2) + (t0_1 * 128)) + (o0_1 * 2048)) + 8192))), "l"(&B[(((((bx * 64) + (t1_1 * 8)) < 200) ? (t0_1 + (o0_1 * 16)) : 0)) * 200 + ((((bx * 64) + (t1_1 * 8)) < 200) ? ((bx * 64) + (t1_1 * 8)) : 0)]), "r"(((((bx * 64) + (t1_1 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_1 * (-8))) + 200), 8) * 2) : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_1 * 8) ^ ((t0_1 & 7) << 3)) * 2) + (t0_1 * 128)) + (o0_1 * 2048)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 16))) * 200 + ((((bx * 64) + (t1_1 * 8)) < 200) ? ((bx * 64) + (t1_1 * 8)) : 0)]), "r"(((((bx * 64) + (t1_1 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_1 * (-8))) + 200), 8) * 2) : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -109,14 +109,14 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
       const int t1_2 = (tid % 4);
       #pragma unroll
       for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + (ko * 4096)) + 4096))), "l"(&A[((((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 64 + (((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? (((ko * 32) + (t1_2 * 8)) + 32) : 0)]), "r"((((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? 16 : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + (ko * 4096)) + 4096))), "l"(&A[((((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 64 + (((ko * 32) + (t1_2 * 8)) + 32)]), "r"((((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? 16 : 0)) : "memory");
       }
       // kernels.py:304: T.copy (issued ahead by the pipeline)
       const int t0_3 = (tid / 8);
       const int t1_3 = (tid % 8);
       #pragma unroll
       for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_3 * 8) ^ ((t0_3 & 7) << 3)) * 2) + (ko * 4096)) + (t0_3 * 128)) + (o0_3 * 2048)) + 12288))), "l"(&B[(((((bx * 64) + (t1_3 * 8)) < 200) ? ((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) : 0)) * 200 + ((((bx * 64) + (t1_3 * 8)) < 200) ? ((bx * 64) + (t1_3 * 8)) : 0)]), "r"(((((bx * 64) + (t1_3 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_3 * (-8))) + 200), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_3 * 8) ^ ((t0_3 & 7) << 3)) * 2) + (ko * 4096)) + (t0_3 * 128)) + (o0_3 * 2048)) + 12288))), "l"(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 200 + ((((bx * 64) + (t1_3 * 8)) < 200) ? ((bx * 64) + (t1_3 * 8)) : 0)]), "r"(((((bx * 64) + (t1_3 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_3 * (-8))) + 200), 8) * 2) : 0)) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");

@@ -83,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 200) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 72 + (((((by * 64) + t0) + (o0 * 32)) < 200) ? (t1 * 8) : 0)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 200) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 200) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 72 + (t1 * 8)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 200) ? 16 : 0)) : "memory");
     }
     // kernels.py:304: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 8);
@@ -118,7 +118,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
       const int t1_2 = (tid % 4);
       #pragma unroll
       for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + (((ko + 1) % 2) * 4096)))), "l"(&A[(((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) && ((((ko * 32) + (t1_2 * 8)) + 32) < 72)) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 72 + ((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) && ((((ko * 32) + (t1_2 * 8)) + 32) < 72)) ? (((ko * 32) + (t1_2 * 8)) + 32) : 0)]), "r"(((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) && ((((ko * 32) + (t1_2 * 8)) + 32) < 72)) ? (tl_min((((ko * (-32)) + (t1_2 * (-8))) + 40), 8) * 2) : 0)) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + (((ko + 1) % 2) * 4096)))), "l"(&A[((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 72 + (((((ko * 32) + (t1_2 * 8)) + 32) < 72) ? (((ko * 32) + (t1_2 * 8)) + 32) : 0)]), "r"(((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) && ((((ko * 32) + (t1_2 * 8)) + 32) < 72)) ? (tl_min((((ko * (-32)) + (t1_2 * (-8))) + 40), 8) * 2) : 0)) : "memory");
       }
       // kernels.py:304: T.copy (issued ahead by the pipeline)
       const int t0_3 = (tid / 8);
