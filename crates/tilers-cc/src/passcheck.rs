@@ -419,9 +419,13 @@ impl Rng {
     }
 }
 
-/// Random arguments: floats in [-1, 1), integers over their whole range, scalars fixed. The
-/// module's shapes must be fixed (see [`sized_args`]).
+/// Random arguments: floats in [-1, 1), integers over their whole range, scalars fixed. A
+/// module with symbolic sizes takes them at its one-tile draw ([`size_draws`]), after the
+/// parameters ([`sized_args`] picks the sizes).
 pub fn random_args(m: &Module, seed: u64) -> Vec<Arg> {
+    if m.buffers.iter().any(|b| b.is_symbolic()) {
+        return sized_args(m, &size_draws(m)[2], seed);
+    }
     let mut rng = Rng(seed);
     m.params
         .iter()
