@@ -360,7 +360,7 @@ def test_kernel_calls_go_through_the_launcher(fast_launch, monkeypatch):
     ("int too large", OverflowError,
      "parameter 'n': 2147483648 does not fit in int32 (range -2147483648 to 2147483647)"),
     ("negative blocks", ValueError,
-     "grid dimension x is -1 (from scalar parameter n=-1000): a grid dimension cannot be "
+     "grid dimension x is -3 (from scalar parameter n=-1000): a grid dimension cannot be "
      "negative"),
     ("count", TypeError,
      "add() takes 3 tensor/scalar arguments (A, B, n; C is an output allocated by the kernel) "

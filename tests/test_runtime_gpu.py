@@ -349,8 +349,11 @@ def test_grid_of_a_float_parameter():
         kernel(x, 300.5)  # two blocks
         torch.cuda.synchronize()
         assert bool((x[:512] == 300.5).all()) and bool((x[512:] == 7.0).all())
-    with pytest.raises(ValueError, match=r"grid dimension x is 0 \(from scalar parameter x=0.5\)"):
-        kernel(x, 0.5)
+    kernel(x, 0.5)  # no blocks: nothing launched, nothing written
+    torch.cuda.synchronize()
+    assert bool((x[512:] == 7.0).all())
+    with pytest.raises(ValueError, match=r"grid dimension x is -1 \(from scalar parameter x=-300.0\)"):
+        kernel(x, -300.0)
 
 
 # --- argument errors: the right error, naming the parameter, and no output touched ------
