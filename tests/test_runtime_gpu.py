@@ -462,8 +462,10 @@ def test_scalar_errors(armed):
         kernel(a, b, c, 1000.0)
     with pytest.raises(OverflowError, match="parameter 'n'.*int32"):
         kernel(a, b, c, 2**31)
-    with pytest.raises(ValueError, match="grid dimension x is 0.*n=0"):
-        kernel(a, b, c, 0)
+    with pytest.raises(ValueError, match="grid dimension x is -1.*n=-300"):
+        kernel(a, b, c, -300)
+    kernel(a, b, c, 0)  # no blocks: nothing launched
+    torch.cuda.synchronize()
     assert_untouched(c)
 
 
