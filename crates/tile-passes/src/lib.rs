@@ -19,6 +19,7 @@ pub mod rasterize;
 pub mod select_instructions;
 pub mod simplify;
 pub mod verify;
+pub mod version_edges;
 pub mod widen_indices;
 
 use tile_ir::{Diagnostic, Module};
@@ -76,6 +77,8 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("lower_tile_ops", lower::lower_tile_ops),
     // offsets of shared buffers in the block's dynamic shared memory
     ("plan_shared_memory", plan_shared_memory::plan_shared_memory),
+    // symbolic sizes: blocks wholly inside the tensors take a copy of the body without guards
+    ("version_edges", version_edges::version_edges),
     // index arithmetic that could pass 2^31 (wide tensors, their guards) in 64 bits
     ("widen_indices", widen_indices::widen_indices),
     // fold what lowering exposed

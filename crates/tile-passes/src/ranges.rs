@@ -16,6 +16,8 @@ pub(crate) struct Ranges {
     /// Sizes with a declared multiple: `M = multiple * q`, `q` a variable of its own that
     /// exists only here (its id is past the module's).
     pub(crate) multiples: HashMap<VarId, (i64, VarId)>,
+    /// The symbolic sizes.
+    pub(crate) sizes: std::collections::HashSet<VarId>,
 }
 
 /// The first id of the quotient variables of [`Ranges::multiples`].
@@ -83,6 +85,7 @@ impl Ranges {
                 VarKind::Size { multiple_of } => {
                     let max = size_max(v.dtype);
                     ranges.set(id, 0, max);
+                    ranges.sizes.insert(id);
                     if multiple_of > 1 {
                         let q = VarId(QUOTIENT_IDS + ranges.multiples.len() as u32);
                         ranges.multiples.insert(id, (multiple_of, q));
@@ -319,6 +322,49 @@ impl Ranges {
         }
     }
 
+    /// A condition `c * v + rest (op) 0` whose `rest` holds sizes (`128 * by + 127 - M < 0`,
+    /// the test of `version_edges`): a symbolic upper bound of a variable `v` with `c > 0`
+    /// (`by <= floordiv(M - 128, 128)`), for [`Ranges::symbolic_max`].
+    fn assume_symbolic(&mut self, op: BinOp, diff: &tile_ir::simplify::Affine) {
+        let mentions_size = diff.terms.values().any(|(_, e)| self.sizes.iter().any(|v| e.uses_var(*v)));
+        if !mentions_size {
+            return;
+        }
+        // as c * v + rest <= 0
+        let (sign, slack) = match op {
+            BinOp::Lt => (1, 1),
+            BinOp::Le => (1, 0),
+            BinOp::Gt => (-1, 1),
+            _ => (-1, 0),
+        };
+        for (key, (c, atom)) in &diff.terms {
+            let c = sign * c;
+            // a variable, or one widen_indices widened
+            let atom = match atom {
+                Expr::Cast { a, dtype: DType::I64 } if matches!(a.dtype(), DType::I32 | DType::I64) => a,
+                other => other,
+            };
+            let Expr::Var { id, dtype } = atom else { continue };
+            if c <= 0 || !matches!(dtype, DType::I32 | DType::I64) {
+                continue;
+            }
+            // v <= floordiv(-(rest) - slack, c)
+            let mut rest = tile_ir::simplify::Affine {
+                constant: sign * diff.constant + slack,
+                terms: Default::default(),
+            };
+            for (k, (t, e)) in &diff.terms {
+                if k != key {
+                    rest.terms.insert(k.clone(), (sign * t, e.clone()));
+                }
+            }
+            // in int64: the bound is exact arithmetic for symbolic_max, never code
+            let neg_rest = Expr::unary(UnOp::Neg, tile_ir::simplify::from_affine(&rest, DType::I64));
+            let bound = Expr::binary(BinOp::FloorDiv, neg_rest, Expr::int_of(c, DType::I64));
+            self.upper.insert(*id, bound);
+        }
+    }
+
     /// Narrow variable ranges by the conjuncts of a condition known to hold
     /// (`v + 2 < 64` bounds `v` above by 61).
     pub(crate) fn assume(&mut self, cond: &Expr) {
@@ -334,6 +380,7 @@ impl Ranges {
         // c * v + k (op) 0
         let diff = to_affine(&Expr::binary(BinOp::Sub, (**a).clone(), (**b).clone()));
         if diff.terms.len() != 1 {
+            self.assume_symbolic(*op, &diff);
             return;
         }
         let (c, atom) = diff.terms.values().next().unwrap();

@@ -51,21 +51,44 @@ extern "C" __global__ void __launch_bounds__(128) add_kernel(const tl_half* __re
   // kernels.py:16: T.Parallel
   const int t0 = (tid / 16);
   const int t1 = (tid % 16);
-  #pragma unroll
-  for (int o0 = 0; o0 < 4; ++o0) {
-    if (((((((long long)(o0 * 8)) + (((long long)by) * 32ll)) + ((long long)t0)) < ((long long)M)) && ((((bx * 128) + (t1 * 8)) + 8) <= 1000))) {
-      *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]);
-      *(uint4*)(&B_v[0]) = *(const uint4*)(&B[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]);
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        C_out[e] = tl_to_half((tl_float(A_v[e]) + tl_float(B_v[e])));
+  // blocks inside every tensor run without bounds checks; blocks at an edge take the else branch
+  if ((((((long long)by) * 32ll) + 31ll) < ((long long)M))) {
+    #pragma unroll
+    for (int o0 = 0; o0 < 4; ++o0) {
+      if (((((bx * 128) + (t1 * 8)) + 8) <= 1000)) {
+        *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]);
+        *(uint4*)(&B_v[0]) = *(const uint4*)(&B[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          C_out[e] = tl_to_half((tl_float(A_v[e]) + tl_float(B_v[e])));
+        }
+        *(uint4*)(&C[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]) = *(const uint4*)(&C_out[0]);
+      } else {
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (((((bx * 128) + (t1 * 8)) + e) < 1000)) {
+            C[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))] = tl_to_half(((((((bx * 128) + (t1 * 8)) + e) < 1000) ? tl_float(A[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))]) : 0.0f) + (((((bx * 128) + (t1 * 8)) + e) < 1000) ? tl_float(B[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))]) : 0.0f)));
+          }
+        }
       }
-      *(uint4*)(&C[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]) = *(const uint4*)(&C_out[0]);
-    } else {
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        if (((((((long long)(o0 * 8)) + (((long long)by) * 32ll)) + ((long long)t0)) < ((long long)M)) && ((((bx * 128) + (t1 * 8)) + e) < 1000))) {
-          C[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))] = tl_to_half(((((((((long long)(o0 * 8)) + (((long long)by) * 32ll)) + ((long long)t0)) < ((long long)M)) && ((((bx * 128) + (t1 * 8)) + e) < 1000)) ? tl_float(A[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))]) : 0.0f) + (((((((long long)(o0 * 8)) + (((long long)by) * 32ll)) + ((long long)t0)) < ((long long)M)) && ((((bx * 128) + (t1 * 8)) + e) < 1000)) ? tl_float(B[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))]) : 0.0f)));
+    }
+  } else {
+    #pragma unroll
+    for (int o0 = 0; o0 < 4; ++o0) {
+      if (((((((long long)(o0 * 8)) + (((long long)by) * 32ll)) + ((long long)t0)) < ((long long)M)) && ((((bx * 128) + (t1 * 8)) + 8) <= 1000))) {
+        *(uint4*)(&A_v[0]) = *(const uint4*)(&A[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]);
+        *(uint4*)(&B_v[0]) = *(const uint4*)(&B[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]);
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          C_out[e] = tl_to_half((tl_float(A_v[e]) + tl_float(B_v[e])));
+        }
+        *(uint4*)(&C[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + ((((long long)bx) * 128ll) + (((long long)t1) * 8ll))]) = *(const uint4*)(&C_out[0]);
+      } else {
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          if (((((((long long)(o0 * 8)) + (((long long)by) * 32ll)) + ((long long)t0)) < ((long long)M)) && ((((bx * 128) + (t1 * 8)) + e) < 1000))) {
+            C[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))] = tl_to_half(((((((((long long)(o0 * 8)) + (((long long)by) * 32ll)) + ((long long)t0)) < ((long long)M)) && ((((bx * 128) + (t1 * 8)) + e) < 1000)) ? tl_float(A[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))]) : 0.0f) + (((((((long long)(o0 * 8)) + (((long long)by) * 32ll)) + ((long long)t0)) < ((long long)M)) && ((((bx * 128) + (t1 * 8)) + e) < 1000)) ? tl_float(B[((((((long long)by) * 32ll) + ((long long)t0)) + (((long long)o0) * 8ll))) * 1000ll + (((((long long)bx) * 128ll) + (((long long)t1) * 8ll)) + ((long long)e))]) : 0.0f)));
+          }
         }
       }
     }

@@ -71,148 +71,297 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   __align__(16) tl_half B_shared_frag[16];
   __align__(16) tl_half acc_stage_out[2];
   __align__(16) tl_half acc_stage_v[8];
-  #pragma unroll
-  for (int s = 0; s < 32; ++s) {
-    acc[s] = 0.0f;
-  }
-  // kernels.py:266: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 32; ++s_1) {
-    acc[s_1] = 0.0f;
-  }
-  if ((0ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
-    // kernels.py:271: T.copy (issued ahead by the pipeline)
-    const int t0 = (tid / 4);
-    const int t1 = (tid % 4);
+  // blocks inside every tensor run without bounds checks; blocks at an edge take the else branch
+  if (((((((long long)bx) * 64ll) + 63ll) < ((long long)N)) && (((((long long)by) * 64ll) + 63ll) < ((long long)M)))) {
     #pragma unroll
-    for (int o0 = 0; o0 < 2; ++o0) {
-      #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        A_shared_out[e] = tl_to_half(((((((long long)(t0 + (o0 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && (((t1 * 8) + e) < K)) ? tl_float(A[(((((long long)t0) + (((long long)o0) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((long long)t1) * 8ll) + ((long long)e))]) : 0.0f));
-      }
-      *(uint4*)(&A_shared[((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+    for (int s = 0; s < 32; ++s) {
+      acc[s] = 0.0f;
     }
-    // kernels.py:275: T.copy (issued ahead by the pipeline)
-    const int t0_1 = (tid / 8);
-    const int t1_1 = (tid % 8);
+    // kernels.py:266: T.fill
     #pragma unroll
-    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      #pragma unroll
-      for (int e_1 = 0; e_1 < 8; ++e_1) {
-        B_shared_out[e_1] = tl_to_half(((((t0_1 + (o0_1 * 16)) < K) && ((((long long)((t1_1 * 8) + e_1)) + (((long long)bx) * 64ll)) < ((long long)N))) ? tl_float(B[((((long long)t0_1) + (((long long)o0_1) * 16ll))) * (((long long)N)) + (((((long long)t1_1) * 8ll) + ((long long)e_1)) + (((long long)bx) * 64ll))]) : 0.0f));
-      }
-      *(uint4*)(&B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_1 & 7) << 3)))]) = *(const uint4*)(&B_shared_out[0]);
+    for (int s_1 = 0; s_1 < 32; ++s_1) {
+      acc[s_1] = 0.0f;
     }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  if ((1ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
-    // kernels.py:271: T.copy (issued ahead by the pipeline)
-    const int t0_2 = (tid / 4);
-    const int t1_2 = (tid % 4);
-    #pragma unroll
-    for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-      #pragma unroll
-      for (int e_2 = 0; e_2 < 8; ++e_2) {
-        A_shared_out_1[e_2] = tl_to_half(((((((long long)(t0_2 + (o0_2 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && ((((t1_2 * 8) + e_2) + 32) < K)) ? tl_float(A[(((((long long)t0_2) + (((long long)o0_2) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + (((((long long)t1_2) * 8ll) + ((long long)e_2)) + 32ll)]) : 0.0f));
-      }
-      *(uint4*)(&A_shared[(2048 + ((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
-    }
-    // kernels.py:275: T.copy (issued ahead by the pipeline)
-    const int t0_3 = (tid / 8);
-    const int t1_3 = (tid % 8);
-    #pragma unroll
-    for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-      #pragma unroll
-      for (int e_3 = 0; e_3 < 8; ++e_3) {
-        B_shared_out_1[e_3] = tl_to_half((((((t0_3 + (o0_3 * 16)) + 32) < K) && (((((long long)(t1_3 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_3)) < ((long long)N))) ? tl_float(B[(((((long long)t0_3) + (((long long)o0_3) * 16ll)) + 32ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_3) * 8ll)) + ((long long)e_3))]) : 0.0f));
-      }
-      *(uint4*)(&B_shared[(2048 + (((t0_3 * 64) + (o0_3 * 1024)) + ((t1_3 * 8) ^ ((t0_3 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  for (int ko = 0; ko < tl_floordiv((K + 31), 32); ++ko) {
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
-    __syncthreads();
-    if ((((long long)(ko + 2)) < tl_floordiv((((long long)K) + 31ll), 32ll))) {
+    if ((0ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
-      const int t0_4 = (tid / 4);
-      const int t1_4 = (tid % 4);
+      const int t0 = (tid / 4);
+      const int t1 = (tid % 4);
       #pragma unroll
-      for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+      for (int o0 = 0; o0 < 2; ++o0) {
         #pragma unroll
-        for (int e_4 = 0; e_4 < 8; ++e_4) {
-          A_shared_out_2[e_4] = tl_to_half(((((((long long)(t0_4 + (o0_4 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && (((((t1_4 * 8) + e_4) + (ko * 32)) + 64) < K)) ? tl_float(A[(((((long long)t0_4) + (((long long)o0_4) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((((long long)t1_4) * 8ll) + ((long long)e_4)) + (((long long)ko) * 32ll)) + 64ll)]) : 0.0f));
+        for (int e = 0; e < 8; ++e) {
+          A_shared_out[e] = tl_to_half(((((t1 * 8) + e) < K) ? tl_float(A[(((((long long)t0) + (((long long)o0) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((long long)t1) * 8ll) + ((long long)e))]) : 0.0f));
         }
-        *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
+        *(uint4*)(&A_shared[((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
       }
       // kernels.py:275: T.copy (issued ahead by the pipeline)
-      const int t0_5 = (tid / 8);
-      const int t1_5 = (tid % 8);
+      const int t0_1 = (tid / 8);
+      const int t1_1 = (tid % 8);
       #pragma unroll
-      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
         #pragma unroll
-        for (int e_5 = 0; e_5 < 8; ++e_5) {
-          B_shared_out_2[e_5] = tl_to_half(((((((t0_5 + (o0_5 * 16)) + (ko * 32)) + 64) < K) && (((((long long)(t1_5 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_5)) < ((long long)N))) ? tl_float(B[((((((long long)t0_5) + (((long long)o0_5) * 16ll)) + (((long long)ko) * 32ll)) + 64ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll)) + ((long long)e_5))]) : 0.0f));
+        for (int e_1 = 0; e_1 < 8; ++e_1) {
+          B_shared_out[e_1] = tl_to_half((((t0_1 + (o0_1 * 16)) < K) ? tl_float(B[((((long long)t0_1) + (((long long)o0_1) * 16ll))) * (((long long)N)) + (((((long long)t1_1) * 8ll) + ((long long)e_1)) + (((long long)bx) * 64ll))]) : 0.0f));
         }
-        *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + (((t0_5 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_5 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_2[0]);
+        *(uint4*)(&B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_1 & 7) << 3)))]) = *(const uint4*)(&B_shared_out[0]);
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:276: T.gemm
-    const int lane = (tid % 32);
-    const int warp_m = ((tid / 32) / 2);
-    const int warp_n = ((tid / 32) % 2);
-    #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
+    if ((1ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
+      // kernels.py:271: T.copy (issued ahead by the pipeline)
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
       #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 1024)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096))))); }
-      }
-      #pragma unroll
-      for (int nj = 0; nj < 2; ++nj) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((lane % 16) * 128)) + ((ko % 3) * 4096)) + (kk * 2048)) + 12288)))); }
-      }
-      #pragma unroll
-      for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
         #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-          { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+        for (int e_2 = 0; e_2 < 8; ++e_2) {
+          A_shared_out_1[e_2] = tl_to_half((((((t1_2 * 8) + e_2) + 32) < K) ? tl_float(A[(((((long long)t0_2) + (((long long)o0_2) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + (((((long long)t1_2) * 8ll) + ((long long)e_2)) + 32ll)]) : 0.0f));
+        }
+        *(uint4*)(&A_shared[(2048 + ((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
+      }
+      // kernels.py:275: T.copy (issued ahead by the pipeline)
+      const int t0_3 = (tid / 8);
+      const int t1_3 = (tid % 8);
+      #pragma unroll
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        #pragma unroll
+        for (int e_3 = 0; e_3 < 8; ++e_3) {
+          B_shared_out_1[e_3] = tl_to_half(((((t0_3 + (o0_3 * 16)) + 32) < K) ? tl_float(B[(((((long long)t0_3) + (((long long)o0_3) * 16ll)) + 32ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_3) * 8ll)) + ((long long)e_3))]) : 0.0f));
+        }
+        *(uint4*)(&B_shared[(2048 + (((t0_3 * 64) + (o0_3 * 1024)) + ((t1_3 * 8) ^ ((t0_3 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    for (int ko = 0; ko < tl_floordiv((K + 31), 32); ++ko) {
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+      __syncthreads();
+      if ((((long long)(ko + 2)) < tl_floordiv((((long long)K) + 31ll), 32ll))) {
+        // kernels.py:271: T.copy (issued ahead by the pipeline)
+        const int t0_4 = (tid / 4);
+        const int t1_4 = (tid % 4);
+        #pragma unroll
+        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+          #pragma unroll
+          for (int e_4 = 0; e_4 < 8; ++e_4) {
+            A_shared_out_2[e_4] = tl_to_half(((((((t1_4 * 8) + e_4) + (ko * 32)) + 64) < K) ? tl_float(A[(((((long long)t0_4) + (((long long)o0_4) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((((long long)t1_4) * 8ll) + ((long long)e_4)) + (((long long)ko) * 32ll)) + 64ll)]) : 0.0f));
+          }
+          *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
+        }
+        // kernels.py:275: T.copy (issued ahead by the pipeline)
+        const int t0_5 = (tid / 8);
+        const int t1_5 = (tid % 8);
+        #pragma unroll
+        for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+          #pragma unroll
+          for (int e_5 = 0; e_5 < 8; ++e_5) {
+            B_shared_out_2[e_5] = tl_to_half((((((t0_5 + (o0_5 * 16)) + (ko * 32)) + 64) < K) ? tl_float(B[((((((long long)t0_5) + (((long long)o0_5) * 16ll)) + (((long long)ko) * 32ll)) + 64ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll)) + ((long long)e_5))]) : 0.0f));
+          }
+          *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + (((t0_5 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_5 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_2[0]);
+        }
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      // kernels.py:276: T.gemm
+      const int lane = (tid % 32);
+      const int warp_m = ((tid / 32) / 2);
+      const int warp_n = ((tid / 32) % 2);
+      #pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        #pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 1024)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096))))); }
+        }
+        #pragma unroll
+        for (int nj = 0; nj < 2; ++nj) {
+          { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((lane % 16) * 128)) + ((ko % 3) * 4096)) + (kk * 2048)) + 12288)))); }
+        }
+        #pragma unroll
+        for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
+          #pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
+              asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+          }
         }
       }
     }
-  }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:279: T.copy
-  __syncthreads();
-  const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = (tid / 64);
-  const int t1_6 = (tid % 4);
-  const int t1_7 = ((tid / 32) % 2);
-  #pragma unroll
-  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    // kernels.py:279: T.copy
+    __syncthreads();
+    const int t0_6 = ((tid / 4) % 8);
+    const int t0_7 = (tid / 64);
+    const int t1_6 = (tid % 4);
+    const int t1_7 = ((tid / 32) % 2);
     #pragma unroll
-    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+    for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
       #pragma unroll
-      for (int o1 = 0; o1 < 4; ++o1) {
+      for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
         #pragma unroll
-        for (int e_6 = 0; e_6 < 2; ++e_6) {
-          acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
+        for (int o1 = 0; o1 < 4; ++o1) {
+          #pragma unroll
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
+          }
+          *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
         }
-        *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
-  }
-  __syncthreads();
-  const int t0_8 = (tid / 8);
-  const int t1_8 = (tid % 8);
-  #pragma unroll
-  for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
-    *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
+    __syncthreads();
+    const int t0_8 = (tid / 8);
+    const int t1_8 = (tid % 8);
     #pragma unroll
-    for (int e_7 = 0; e_7 < 8; ++e_7) {
-      if (((((((long long)(o0_8 * 16)) + (((long long)by) * 64ll)) + ((long long)t0_8)) < ((long long)M)) && (((((long long)(t1_8 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_7)) < ((long long)N)))) {
-        C[((((((long long)by) * 64ll) + ((long long)t0_8)) + (((long long)o0_8) * 16ll))) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_8) * 8ll)) + ((long long)e_7))] = acc_stage_v[e_7];
+    for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
+      #pragma unroll
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        {
+          C[((((((long long)by) * 64ll) + ((long long)t0_8)) + (((long long)o0_8) * 16ll))) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_8) * 8ll)) + ((long long)e_7))] = acc_stage_v[e_7];
+        }
+      }
+    }
+  } else {
+    #pragma unroll
+    for (int s = 0; s < 32; ++s) {
+      acc[s] = 0.0f;
+    }
+    // kernels.py:266: T.fill
+    #pragma unroll
+    for (int s_1 = 0; s_1 < 32; ++s_1) {
+      acc[s_1] = 0.0f;
+    }
+    if ((0ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
+      // kernels.py:271: T.copy (issued ahead by the pipeline)
+      const int t0 = (tid / 4);
+      const int t1 = (tid % 4);
+      #pragma unroll
+      for (int o0 = 0; o0 < 2; ++o0) {
+        #pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          A_shared_out[e] = tl_to_half(((((((long long)(t0 + (o0 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && (((t1 * 8) + e) < K)) ? tl_float(A[(((((long long)t0) + (((long long)o0) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((long long)t1) * 8ll) + ((long long)e))]) : 0.0f));
+        }
+        *(uint4*)(&A_shared[((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+      }
+      // kernels.py:275: T.copy (issued ahead by the pipeline)
+      const int t0_1 = (tid / 8);
+      const int t1_1 = (tid % 8);
+      #pragma unroll
+      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+        #pragma unroll
+        for (int e_1 = 0; e_1 < 8; ++e_1) {
+          B_shared_out[e_1] = tl_to_half(((((t0_1 + (o0_1 * 16)) < K) && ((((long long)((t1_1 * 8) + e_1)) + (((long long)bx) * 64ll)) < ((long long)N))) ? tl_float(B[((((long long)t0_1) + (((long long)o0_1) * 16ll))) * (((long long)N)) + (((((long long)t1_1) * 8ll) + ((long long)e_1)) + (((long long)bx) * 64ll))]) : 0.0f));
+        }
+        *(uint4*)(&B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_1 & 7) << 3)))]) = *(const uint4*)(&B_shared_out[0]);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    if ((1ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
+      // kernels.py:271: T.copy (issued ahead by the pipeline)
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
+      #pragma unroll
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        #pragma unroll
+        for (int e_2 = 0; e_2 < 8; ++e_2) {
+          A_shared_out_1[e_2] = tl_to_half(((((((long long)(t0_2 + (o0_2 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && ((((t1_2 * 8) + e_2) + 32) < K)) ? tl_float(A[(((((long long)t0_2) + (((long long)o0_2) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + (((((long long)t1_2) * 8ll) + ((long long)e_2)) + 32ll)]) : 0.0f));
+        }
+        *(uint4*)(&A_shared[(2048 + ((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
+      }
+      // kernels.py:275: T.copy (issued ahead by the pipeline)
+      const int t0_3 = (tid / 8);
+      const int t1_3 = (tid % 8);
+      #pragma unroll
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        #pragma unroll
+        for (int e_3 = 0; e_3 < 8; ++e_3) {
+          B_shared_out_1[e_3] = tl_to_half((((((t0_3 + (o0_3 * 16)) + 32) < K) && (((((long long)(t1_3 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_3)) < ((long long)N))) ? tl_float(B[(((((long long)t0_3) + (((long long)o0_3) * 16ll)) + 32ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_3) * 8ll)) + ((long long)e_3))]) : 0.0f));
+        }
+        *(uint4*)(&B_shared[(2048 + (((t0_3 * 64) + (o0_3 * 1024)) + ((t1_3 * 8) ^ ((t0_3 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    for (int ko = 0; ko < tl_floordiv((K + 31), 32); ++ko) {
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+      __syncthreads();
+      if ((((long long)(ko + 2)) < tl_floordiv((((long long)K) + 31ll), 32ll))) {
+        // kernels.py:271: T.copy (issued ahead by the pipeline)
+        const int t0_4 = (tid / 4);
+        const int t1_4 = (tid % 4);
+        #pragma unroll
+        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+          #pragma unroll
+          for (int e_4 = 0; e_4 < 8; ++e_4) {
+            A_shared_out_2[e_4] = tl_to_half(((((((long long)(t0_4 + (o0_4 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && (((((t1_4 * 8) + e_4) + (ko * 32)) + 64) < K)) ? tl_float(A[(((((long long)t0_4) + (((long long)o0_4) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((((long long)t1_4) * 8ll) + ((long long)e_4)) + (((long long)ko) * 32ll)) + 64ll)]) : 0.0f));
+          }
+          *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
+        }
+        // kernels.py:275: T.copy (issued ahead by the pipeline)
+        const int t0_5 = (tid / 8);
+        const int t1_5 = (tid % 8);
+        #pragma unroll
+        for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+          #pragma unroll
+          for (int e_5 = 0; e_5 < 8; ++e_5) {
+            B_shared_out_2[e_5] = tl_to_half(((((((t0_5 + (o0_5 * 16)) + (ko * 32)) + 64) < K) && (((((long long)(t1_5 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_5)) < ((long long)N))) ? tl_float(B[((((((long long)t0_5) + (((long long)o0_5) * 16ll)) + (((long long)ko) * 32ll)) + 64ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll)) + ((long long)e_5))]) : 0.0f));
+          }
+          *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + (((t0_5 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_5 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_2[0]);
+        }
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      // kernels.py:276: T.gemm
+      const int lane = (tid % 32);
+      const int warp_m = ((tid / 32) / 2);
+      const int warp_n = ((tid / 32) % 2);
+      #pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+        #pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 1024)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096))))); }
+        }
+        #pragma unroll
+        for (int nj = 0; nj < 2; ++nj) {
+          { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((lane % 16) * 128)) + ((ko % 3) * 4096)) + (kk * 2048)) + 12288)))); }
+        }
+        #pragma unroll
+        for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
+          #pragma unroll
+          for (int ni = 0; ni < 4; ++ni) {
+            { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
+              asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+          }
+        }
+      }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    // kernels.py:279: T.copy
+    __syncthreads();
+    const int t0_6 = ((tid / 4) % 8);
+    const int t0_7 = (tid / 64);
+    const int t1_6 = (tid % 4);
+    const int t1_7 = ((tid / 32) % 2);
+    #pragma unroll
+    for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
+      #pragma unroll
+      for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+        #pragma unroll
+        for (int o1 = 0; o1 < 4; ++o1) {
+          #pragma unroll
+          for (int e_6 = 0; e_6 < 2; ++e_6) {
+            acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
+          }
+          *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        }
+      }
+    }
+    __syncthreads();
+    const int t0_8 = (tid / 8);
+    const int t1_8 = (tid % 8);
+    #pragma unroll
+    for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
+      #pragma unroll
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        if (((((((long long)(o0_8 * 16)) + (((long long)by) * 64ll)) + ((long long)t0_8)) < ((long long)M)) && (((((long long)(t1_8 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_7)) < ((long long)N)))) {
+          C[((((((long long)by) * 64ll) + ((long long)t0_8)) + (((long long)o0_8) * 16ll))) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_8) * 8ll)) + ((long long)e_7))] = acc_stage_v[e_7];
+        }
       }
     }
   }

@@ -57,151 +57,305 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   __align__(16) float B_out[4];
   // kernels.py:74: T.copy
   const int t1 = tid;
-  #pragma unroll
-  for (int o0 = 0; o0 < 4; ++o0) {
+  // blocks inside every tensor run without bounds checks; blocks at an edge take the else branch
+  if ((((((long long)bx) * 4ll) + 3ll) < ((long long)M))) {
     #pragma unroll
-    for (int o1 = 0; o1 < 2; ++o1) {
-      if (((((((long long)bx) * 4ll) + ((long long)o0)) < ((long long)M)) && ((((t1 * 4) + (o1 * 512)) + 4) <= 1000))) {
-        *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(((((long long)bx) * 4ll) + ((long long)o0))) * 1000ll + ((((long long)t1) * 4ll) + (((long long)o1) * 512ll))]);
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          x[(((o1 * 4) + e) + (o0 * 8))] = A_v[e];
+    for (int o0 = 0; o0 < 4; ++o0) {
+      #pragma unroll
+      for (int o1 = 0; o1 < 2; ++o1) {
+        if (((((t1 * 4) + (o1 * 512)) + 4) <= 1000)) {
+          *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(((((long long)bx) * 4ll) + ((long long)o0))) * 1000ll + ((((long long)t1) * 4ll) + (((long long)o1) * 512ll))]);
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            x[(((o1 * 4) + e) + (o0 * 8))] = A_v[e];
+          }
+        } else {
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            x[(((o1 * 4) + e) + (o0 * 8))] = (((((t1 * 4) + (o1 * 512)) + e) < 1000) ? A[(((((long long)bx) * 4ll) + ((long long)o0))) * 1000ll + (((((long long)t1) * 4ll) + (((long long)o1) * 512ll)) + ((long long)e))] : __int_as_float(0xff800000));
+          }
         }
-      } else {
+      }
+    }
+    // kernels.py:75: T.reduce_max
+    #pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      row_max_red[s] = __int_as_float(0xff800000);
+    }
+    const int t1_1 = tid;
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
+      #pragma unroll
+      for (int o1_1 = 0; o1_1 < 2; ++o1_1) {
         #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          x[(((o1 * 4) + e) + (o0 * 8))] = (((((((long long)bx) * 4ll) + ((long long)o0)) < ((long long)M)) && ((((t1 * 4) + (o1 * 512)) + e) < 1000)) ? A[(((((long long)bx) * 4ll) + ((long long)o0))) * 1000ll + (((((long long)t1) * 4ll) + (((long long)o1) * 512ll)) + ((long long)e))] : __int_as_float(0xff800000));
+        for (int e_1 = 0; e_1 < 4; ++e_1) {
+          row_max_red[o0_1] = fmaxf(row_max_red[o0_1], x[(((o0_1 * 8) + (o1_1 * 4)) + e_1)]);
         }
       }
     }
-  }
-  // kernels.py:75: T.reduce_max
-  #pragma unroll
-  for (int s = 0; s < 4; ++s) {
-    row_max_red[s] = __int_as_float(0xff800000);
-  }
-  const int t1_1 = tid;
-  #pragma unroll
-  for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
     #pragma unroll
-    for (int o1_1 = 0; o1_1 < 2; ++o1_1) {
+    for (int s_1 = 0; s_1 < 4; ++s_1) {
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 1));
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 2));
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 4));
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 8));
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 16));
+    }
+    __syncthreads();
+    {
       #pragma unroll
-      for (int e_1 = 0; e_1 < 4; ++e_1) {
-        row_max_red[o0_1] = fmaxf(row_max_red[o0_1], x[(((o0_1 * 8) + (o1_1 * 4)) + e_1)]);
+      for (int s_2 = 0; s_2 < 4; ++s_2) {
+        row_max_xwarp[(s_2) * 128 + tid] = row_max_red[s_2];
       }
     }
-  }
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 4; ++s_1) {
-    row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 1));
-    row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 2));
-    row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 4));
-    row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 8));
-    row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 16));
-  }
-  __syncthreads();
-  {
-    #pragma unroll
-    for (int s_2 = 0; s_2 < 4; ++s_2) {
-      row_max_xwarp[(s_2) * 128 + tid] = row_max_red[s_2];
-    }
-  }
-  __syncthreads();
-  {
-    #pragma unroll
-    for (int s_3 = 0; s_3 < 4; ++s_3) {
-      row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 0)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
-    }
-  }
-  __syncthreads();
-  #pragma unroll
-  for (int s_4 = 0; s_4 < 4; ++s_4) {
-    row_max[s_4] = row_max_red[s_4];
-  }
-  // kernels.py:76: T.Parallel
-  const int t1_2 = tid;
-  #pragma unroll
-  for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
-    #pragma unroll
-    for (int o1_2 = 0; o1_2 < 2; ++o1_2) {
+    __syncthreads();
+    {
       #pragma unroll
-      for (int e_2 = 0; e_2 < 4; ++e_2) {
-        x[(((o0_2 * 8) + (o1_2 * 4)) + e_2)] = expf((x[(((o0_2 * 8) + (o1_2 * 4)) + e_2)] - row_max[o0_2]));
+      for (int s_3 = 0; s_3 < 4; ++s_3) {
+        row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 0)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
       }
     }
-  }
-  // kernels.py:78: T.reduce_sum
-  #pragma unroll
-  for (int s_5 = 0; s_5 < 4; ++s_5) {
-    row_sum_red[s_5] = 0.0f;
-  }
-  const int t1_3 = tid;
-  #pragma unroll
-  for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+    __syncthreads();
     #pragma unroll
-    for (int o1_3 = 0; o1_3 < 2; ++o1_3) {
+    for (int s_4 = 0; s_4 < 4; ++s_4) {
+      row_max[s_4] = row_max_red[s_4];
+    }
+    // kernels.py:76: T.Parallel
+    const int t1_2 = tid;
+    #pragma unroll
+    for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
       #pragma unroll
-      for (int e_3 = 0; e_3 < 4; ++e_3) {
-        row_sum_red[o0_3] = (row_sum_red[o0_3] + x[(((o0_3 * 8) + (o1_3 * 4)) + e_3)]);
-      }
-    }
-  }
-  #pragma unroll
-  for (int s_6 = 0; s_6 < 4; ++s_6) {
-    row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 1));
-    row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 2));
-    row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 4));
-    row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 8));
-    row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
-  }
-  __syncthreads();
-  {
-    #pragma unroll
-    for (int s_7 = 0; s_7 < 4; ++s_7) {
-      row_sum_xwarp[(s_7) * 128 + tid] = row_sum_red[s_7];
-    }
-  }
-  __syncthreads();
-  {
-    #pragma unroll
-    for (int s_8 = 0; s_8 < 4; ++s_8) {
-      row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 0)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);
-    }
-  }
-  __syncthreads();
-  #pragma unroll
-  for (int s_9 = 0; s_9 < 4; ++s_9) {
-    row_sum[s_9] = row_sum_red[s_9];
-  }
-  // kernels.py:79: T.Parallel
-  const int t1_4 = tid;
-  #pragma unroll
-  for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
-    #pragma unroll
-    for (int o1_4 = 0; o1_4 < 2; ++o1_4) {
-      #pragma unroll
-      for (int e_4 = 0; e_4 < 4; ++e_4) {
-        x[(((o0_4 * 8) + (o1_4 * 4)) + e_4)] = (x[(((o0_4 * 8) + (o1_4 * 4)) + e_4)] * (1.0f / row_sum[o0_4]));
-      }
-    }
-  }
-  // kernels.py:81: T.copy
-  const int t1_5 = tid;
-  #pragma unroll
-  for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-    #pragma unroll
-    for (int o1_5 = 0; o1_5 < 2; ++o1_5) {
-      if (((((((long long)bx) * 4ll) + ((long long)o0_5)) < ((long long)M)) && ((((t1_5 * 4) + (o1_5 * 512)) + 4) <= 1000))) {
+      for (int o1_2 = 0; o1_2 < 2; ++o1_2) {
         #pragma unroll
-        for (int e_5 = 0; e_5 < 4; ++e_5) {
-          B_out[e_5] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
+        for (int e_2 = 0; e_2 < 4; ++e_2) {
+          x[(((o0_2 * 8) + (o1_2 * 4)) + e_2)] = expf((x[(((o0_2 * 8) + (o1_2 * 4)) + e_2)] - row_max[o0_2]));
         }
-        *(uint4*)(&B[(((((long long)bx) * 4ll) + ((long long)o0_5))) * 1000ll + ((((long long)t1_5) * 4ll) + (((long long)o1_5) * 512ll))]) = *(const uint4*)(&B_out[0]);
-      } else {
+      }
+    }
+    // kernels.py:78: T.reduce_sum
+    #pragma unroll
+    for (int s_5 = 0; s_5 < 4; ++s_5) {
+      row_sum_red[s_5] = 0.0f;
+    }
+    const int t1_3 = tid;
+    #pragma unroll
+    for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+      #pragma unroll
+      for (int o1_3 = 0; o1_3 < 2; ++o1_3) {
         #pragma unroll
-        for (int e_5 = 0; e_5 < 4; ++e_5) {
-          if (((((((long long)bx) * 4ll) + ((long long)o0_5)) < ((long long)M)) && ((((t1_5 * 4) + (o1_5 * 512)) + e_5) < 1000))) {
-            B[(((((long long)bx) * 4ll) + ((long long)o0_5))) * 1000ll + (((((long long)t1_5) * 4ll) + (((long long)o1_5) * 512ll)) + ((long long)e_5))] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
+        for (int e_3 = 0; e_3 < 4; ++e_3) {
+          row_sum_red[o0_3] = (row_sum_red[o0_3] + x[(((o0_3 * 8) + (o1_3 * 4)) + e_3)]);
+        }
+      }
+    }
+    #pragma unroll
+    for (int s_6 = 0; s_6 < 4; ++s_6) {
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 1));
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 2));
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 4));
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 8));
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
+    }
+    __syncthreads();
+    {
+      #pragma unroll
+      for (int s_7 = 0; s_7 < 4; ++s_7) {
+        row_sum_xwarp[(s_7) * 128 + tid] = row_sum_red[s_7];
+      }
+    }
+    __syncthreads();
+    {
+      #pragma unroll
+      for (int s_8 = 0; s_8 < 4; ++s_8) {
+        row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 0)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (int s_9 = 0; s_9 < 4; ++s_9) {
+      row_sum[s_9] = row_sum_red[s_9];
+    }
+    // kernels.py:79: T.Parallel
+    const int t1_4 = tid;
+    #pragma unroll
+    for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
+      #pragma unroll
+      for (int o1_4 = 0; o1_4 < 2; ++o1_4) {
+        #pragma unroll
+        for (int e_4 = 0; e_4 < 4; ++e_4) {
+          x[(((o0_4 * 8) + (o1_4 * 4)) + e_4)] = (x[(((o0_4 * 8) + (o1_4 * 4)) + e_4)] * (1.0f / row_sum[o0_4]));
+        }
+      }
+    }
+    // kernels.py:81: T.copy
+    const int t1_5 = tid;
+    #pragma unroll
+    for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
+      #pragma unroll
+      for (int o1_5 = 0; o1_5 < 2; ++o1_5) {
+        if (((((t1_5 * 4) + (o1_5 * 512)) + 4) <= 1000)) {
+          #pragma unroll
+          for (int e_5 = 0; e_5 < 4; ++e_5) {
+            B_out[e_5] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
+          }
+          *(uint4*)(&B[(((((long long)bx) * 4ll) + ((long long)o0_5))) * 1000ll + ((((long long)t1_5) * 4ll) + (((long long)o1_5) * 512ll))]) = *(const uint4*)(&B_out[0]);
+        } else {
+          #pragma unroll
+          for (int e_5 = 0; e_5 < 4; ++e_5) {
+            if (((((t1_5 * 4) + (o1_5 * 512)) + e_5) < 1000)) {
+              B[(((((long long)bx) * 4ll) + ((long long)o0_5))) * 1000ll + (((((long long)t1_5) * 4ll) + (((long long)o1_5) * 512ll)) + ((long long)e_5))] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
+            }
+          }
+        }
+      }
+    }
+  } else {
+    #pragma unroll
+    for (int o0 = 0; o0 < 4; ++o0) {
+      #pragma unroll
+      for (int o1 = 0; o1 < 2; ++o1) {
+        if (((((((long long)bx) * 4ll) + ((long long)o0)) < ((long long)M)) && ((((t1 * 4) + (o1 * 512)) + 4) <= 1000))) {
+          *(uint4*)(&A_v[0]) = *(const uint4*)(&A[(((((long long)bx) * 4ll) + ((long long)o0))) * 1000ll + ((((long long)t1) * 4ll) + (((long long)o1) * 512ll))]);
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            x[(((o1 * 4) + e) + (o0 * 8))] = A_v[e];
+          }
+        } else {
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            x[(((o1 * 4) + e) + (o0 * 8))] = (((((((long long)bx) * 4ll) + ((long long)o0)) < ((long long)M)) && ((((t1 * 4) + (o1 * 512)) + e) < 1000)) ? A[(((((long long)bx) * 4ll) + ((long long)o0))) * 1000ll + (((((long long)t1) * 4ll) + (((long long)o1) * 512ll)) + ((long long)e))] : __int_as_float(0xff800000));
+          }
+        }
+      }
+    }
+    // kernels.py:75: T.reduce_max
+    #pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      row_max_red[s] = __int_as_float(0xff800000);
+    }
+    const int t1_1 = tid;
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
+      #pragma unroll
+      for (int o1_1 = 0; o1_1 < 2; ++o1_1) {
+        #pragma unroll
+        for (int e_1 = 0; e_1 < 4; ++e_1) {
+          row_max_red[o0_1] = fmaxf(row_max_red[o0_1], x[(((o0_1 * 8) + (o1_1 * 4)) + e_1)]);
+        }
+      }
+    }
+    #pragma unroll
+    for (int s_1 = 0; s_1 < 4; ++s_1) {
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 1));
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 2));
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 4));
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 8));
+      row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 16));
+    }
+    __syncthreads();
+    {
+      #pragma unroll
+      for (int s_2 = 0; s_2 < 4; ++s_2) {
+        row_max_xwarp[(s_2) * 128 + tid] = row_max_red[s_2];
+      }
+    }
+    __syncthreads();
+    {
+      #pragma unroll
+      for (int s_3 = 0; s_3 < 4; ++s_3) {
+        row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 0)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (int s_4 = 0; s_4 < 4; ++s_4) {
+      row_max[s_4] = row_max_red[s_4];
+    }
+    // kernels.py:76: T.Parallel
+    const int t1_2 = tid;
+    #pragma unroll
+    for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
+      #pragma unroll
+      for (int o1_2 = 0; o1_2 < 2; ++o1_2) {
+        #pragma unroll
+        for (int e_2 = 0; e_2 < 4; ++e_2) {
+          x[(((o0_2 * 8) + (o1_2 * 4)) + e_2)] = expf((x[(((o0_2 * 8) + (o1_2 * 4)) + e_2)] - row_max[o0_2]));
+        }
+      }
+    }
+    // kernels.py:78: T.reduce_sum
+    #pragma unroll
+    for (int s_5 = 0; s_5 < 4; ++s_5) {
+      row_sum_red[s_5] = 0.0f;
+    }
+    const int t1_3 = tid;
+    #pragma unroll
+    for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+      #pragma unroll
+      for (int o1_3 = 0; o1_3 < 2; ++o1_3) {
+        #pragma unroll
+        for (int e_3 = 0; e_3 < 4; ++e_3) {
+          row_sum_red[o0_3] = (row_sum_red[o0_3] + x[(((o0_3 * 8) + (o1_3 * 4)) + e_3)]);
+        }
+      }
+    }
+    #pragma unroll
+    for (int s_6 = 0; s_6 < 4; ++s_6) {
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 1));
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 2));
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 4));
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 8));
+      row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
+    }
+    __syncthreads();
+    {
+      #pragma unroll
+      for (int s_7 = 0; s_7 < 4; ++s_7) {
+        row_sum_xwarp[(s_7) * 128 + tid] = row_sum_red[s_7];
+      }
+    }
+    __syncthreads();
+    {
+      #pragma unroll
+      for (int s_8 = 0; s_8 < 4; ++s_8) {
+        row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 0)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);
+      }
+    }
+    __syncthreads();
+    #pragma unroll
+    for (int s_9 = 0; s_9 < 4; ++s_9) {
+      row_sum[s_9] = row_sum_red[s_9];
+    }
+    // kernels.py:79: T.Parallel
+    const int t1_4 = tid;
+    #pragma unroll
+    for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
+      #pragma unroll
+      for (int o1_4 = 0; o1_4 < 2; ++o1_4) {
+        #pragma unroll
+        for (int e_4 = 0; e_4 < 4; ++e_4) {
+          x[(((o0_4 * 8) + (o1_4 * 4)) + e_4)] = (x[(((o0_4 * 8) + (o1_4 * 4)) + e_4)] * (1.0f / row_sum[o0_4]));
+        }
+      }
+    }
+    // kernels.py:81: T.copy
+    const int t1_5 = tid;
+    #pragma unroll
+    for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
+      #pragma unroll
+      for (int o1_5 = 0; o1_5 < 2; ++o1_5) {
+        if (((((((long long)bx) * 4ll) + ((long long)o0_5)) < ((long long)M)) && ((((t1_5 * 4) + (o1_5 * 512)) + 4) <= 1000))) {
+          #pragma unroll
+          for (int e_5 = 0; e_5 < 4; ++e_5) {
+            B_out[e_5] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
+          }
+          *(uint4*)(&B[(((((long long)bx) * 4ll) + ((long long)o0_5))) * 1000ll + ((((long long)t1_5) * 4ll) + (((long long)o1_5) * 512ll))]) = *(const uint4*)(&B_out[0]);
+        } else {
+          #pragma unroll
+          for (int e_5 = 0; e_5 < 4; ++e_5) {
+            if (((((((long long)bx) * 4ll) + ((long long)o0_5)) < ((long long)M)) && ((((t1_5 * 4) + (o1_5 * 512)) + e_5) < 1000))) {
+              B[(((((long long)bx) * 4ll) + ((long long)o0_5))) * 1000ll + (((((long long)t1_5) * 4ll) + (((long long)o1_5) * 512ll)) + ((long long)e_5))] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
+            }
           }
         }
       }
