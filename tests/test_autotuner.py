@@ -491,3 +491,148 @@ def test_the_tuning_command_plots(tmp_cache, tmp_path):
 def test_the_tuning_command_with_no_records(tmp_cache, capsys):
     assert cli(["tuning"]) == 0
     assert "no tuning records" in capsys.readouterr().out
+
+
+# --- T.dynamic sizes: one compile per config, a search per bucket -------------------------
+
+
+def dynamic_add_factory(multiple_of=1):
+    @tilers.jit(out_idx=[2], target="cuda:sm_90a")
+    def add(N, block_M, block_N, threads):
+        return kernels.add(T.dynamic("M", multiple_of=multiple_of), N, "float32", block_M,
+                           block_N, threads)
+
+    return add
+
+
+class SizedBench(FakeBench):
+    """Times depend on the bucket too: small M prefers small row tiles."""
+
+    def __init__(self):
+        super().__init__()
+        self.sizes = []
+
+    def __call__(self, kernel, config, cutoff_ms, sizes):
+        self.sizes.append(dict(sizes))
+        self.timed.append(dict(config))
+        waste = -(-sizes["M"] // config["block_M"]) * config["block_M"] - sizes["M"]
+        ms = 1000.0 / (config["block_M"] * config["block_N"]) + waste + 1.0
+        return Timing(ms, 100)
+
+
+def sized_check(reference):
+    """check_fn for sized kernels: host arrays at the bucket's sizes, on the interpreter."""
+
+    def check(kernel, config, sizes):
+        rng = np.random.default_rng(0)
+        inputs = []
+        for position in kernel._input_positions:
+            spec = kernel.info["params"][position]
+            shape = [sizes[kernel.sizes[e["size"]]] if isinstance(e, dict) else e
+                     for e in spec["shape"]]
+            inputs.append(rng.standard_normal(shape).astype(spec["dtype"]))
+        np.testing.assert_allclose(kernel(*inputs), reference(*inputs), rtol=1e-5)
+
+    return check
+
+
+def test_a_dynamic_kernel_is_tuned_per_bucket_and_compiled_once(monkeypatch):
+    compiles = []
+    jit_module = sys.modules["tilers.jit"]  # the module (tilers.jit is the decorator)
+
+    real = jit_module.compile
+
+    def counting(*args, **kwargs):
+        compiles.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(jit_module, "compile", counting)
+    bench = SizedBench()
+    function = tuned(dynamic_add_factory(), bench=bench)
+    function.check_fn = sized_check(lambda a, b: a + b)
+    kernel = function(64)
+    assert isinstance(kernel, autotuner.DynamicKernel) and kernel.sizes == ["M"]
+    assert len(compiles) == 1  # the probe: whether the kernel has sizes
+    rng = np.random.default_rng(1)
+    for m in (0, 1, 7, 128, 1000, 4097):
+        a = rng.standard_normal((m, 64)).astype("float32")
+        b = rng.standard_normal((m, 64)).astype("float32")
+        np.testing.assert_allclose(kernel(a, b), a + b, rtol=1e-6)
+    # every config compiled once, whatever M was
+    assert len(compiles) == len(ADD_CONFIGS)
+    # buckets 1 (for 0, 1), 8, 128, 1024, 8192, each timed at its own M
+    assert [r.sizes for r in kernel.results.values()] == [
+        {"M": 1}, {"M": 8}, {"M": 128}, {"M": 1024}, {"M": 8192}
+    ]
+    assert sorted({s["M"] for s in bench.sizes}) == [1, 8, 128, 1024, 8192]
+    # the bucket decides: M=1 prefers the smallest row tile, M=8192 the biggest tile
+    assert kernel.results[(1,)].config["block_M"] == 16
+    assert kernel.results[(8192,)].config == {"block_M": 64, "block_N": 128, "threads": 128}
+    # a nearby size finds its bucket: no search, no compile
+    timed = len(bench.timed)
+    a = np.ones((900, 64), "float32")
+    np.testing.assert_allclose(kernel(a, a), 2 * a)
+    assert len(bench.timed) == timed and len(compiles) == len(ADD_CONFIGS)
+    assert "tuned at: M=1, M=8" in repr(kernel)
+
+
+def test_a_bucket_is_found_again_from_its_record():
+    bench = SizedBench()
+    first = tuned(dynamic_add_factory(), bench=bench)
+    first.check_fn = sized_check(lambda a, b: a + b)
+    result = first(64).tune(M=1000)
+    assert not result.from_record and result.sizes == {"M": 1024}
+    assert result.record["sizes"] == {"M": 1024}
+    again = tuned(dynamic_add_factory(), bench=SizedBench())
+    reused = again(64).tune(M=1023)
+    assert reused.from_record and reused.config == result.config and reused.key == result.key
+    # another bucket is another record
+    assert first.record_key(64, sizes={"M": 2048}) != result.key
+
+
+def test_the_record_list_shows_the_bucket(capsys):
+    function = tuned(dynamic_add_factory(), bench=SizedBench())
+    function(64).tune(M=5)
+    assert cli(["tuning"]) == 0
+    assert "N=64 M~8" in capsys.readouterr().out
+
+
+def test_buckets_the_user_chooses():
+    bench = SizedBench()
+    exact = tuned(dynamic_add_factory(), bench=bench, bucket={"M": lambda m: m})
+    kernel = exact(64)
+    assert kernel.bucket_of(M=1000) == {"M": 1000}
+    coarse = tuned(dynamic_add_factory(), bench=bench,
+                   bucket=lambda sizes: {"M": 64 if sizes["M"] <= 64 else 4096})
+    assert coarse(64).bucket_of(M=7) == {"M": 64} and coarse(64).bucket_of(M=900) == {"M": 4096}
+    # the default rounds to the declared multiple too
+    aligned = tuned(dynamic_add_factory(multiple_of=48), bench=bench)
+    assert aligned(64).bucket_of(M=96) == {"M": 144}  # 128, up to a multiple of 48
+    assert autotuner.next_power_of_two(0) == 1 and autotuner.next_power_of_two(1025) == 2048
+
+
+@pytest.mark.parametrize("bucket, message", [
+    ({"N": lambda n: n}, "bucket= names N, not a T.dynamic size of the kernel (its sizes: M)"),
+    (lambda sizes: {}, "bucket= must return a value for each size (M)"),
+    ({"M": lambda m: -1}, "bucket= maps M=5 to -1; a bucket is a size"),
+    ({"M": lambda m: 100}, "maps M=5 to 100, which is not a multiple of 48"),
+])
+def test_bad_buckets_are_clear_errors(bucket, message):
+    function = tuned(dynamic_add_factory(multiple_of=48), bench=SizedBench(), bucket=bucket)
+    with pytest.raises(tilers.TileError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        function(64).bucket_of(M=5)
+
+
+def test_bad_dynamic_calls_and_tunes():
+    function = tuned(dynamic_add_factory(), bench=SizedBench())
+    with pytest.raises(ValueError, match="parameter 'bucket': expected a function"):
+        tilers.autotune(configs=ADD_CONFIGS, bucket=3)(dynamic_add_factory())
+    with pytest.raises(tilers.TileError, match=r"T.dynamic sizes \(M\); tune them at some values"):
+        function.tune(64)
+    with pytest.raises(TypeError, match="expected the sizes M, got K"):
+        function(64).tune(K=3)
+    kernel = function(64)
+    a = np.ones((5, 64), "float32")
+    with pytest.raises(ValueError, match="parameter 'B': dimension 0 is 6, but parameter 'A'"):
+        kernel(a, np.ones((6, 64), "float32"))
+    assert kernel.results == {}  # nothing was tuned for a call that was refused

@@ -143,3 +143,31 @@ def test_a_size_that_passes_2_31_elements():
     assert (c[-1] == 4).all() and (c[-4:-1] == 2).all() and (c[0] == 2).all()
     del a, b, c
     torch.cuda.empty_cache()
+
+
+def test_autotuned_dynamic_gemm_tunes_buckets(tmp_path, monkeypatch, builds):
+    """The autotuner on a T.dynamic GEMM: real checks against torch at each bucket's M, a
+    record per bucket, one compile per config for every M."""
+    monkeypatch.setenv("TILERS_CACHE_DIR", str(tmp_path))
+    configs = [{"block_M": bm, "block_N": 64} for bm in (32, 64)]
+
+    @tilers.autotune(configs=configs, ref_prog=lambda a, b: a @ b, warmup=2, rep=5,
+                     verbose=False)
+    @tilers.jit(out_idx=[2])
+    def matmul(N, K, block_M, block_N):
+        return kernels.matmul(T.dynamic("M"), N, K, block_M=block_M, block_N=block_N,
+                              block_K=32)
+
+    kernel = matmul(128, 96)
+    for m in (0, 7, 1000):
+        a = torch.randn(m, 96, device="cuda", dtype=torch.float16)
+        b = torch.randn(96, 128, device="cuda", dtype=torch.float16)
+        c = kernel(a, b)
+        assert c.shape == (m, 128)
+        assert maxabs(c.float() - (a.float() @ b.float())) < 0.1
+    assert [r.sizes for r in kernel.results.values()] == [{"M": 1}, {"M": 8}, {"M": 1024}]
+    assert all(r.record["sizes"] == r.sizes for r in kernel.results.values())
+    # one compile per config, for every M
+    assert builds()[0] == len(configs)
+    records = os.listdir(tmp_path / "tuning")
+    assert len(records) == 3

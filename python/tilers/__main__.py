@@ -67,8 +67,11 @@ def dump(args) -> None:
         raise SystemExit(f"tilers dump: cannot write {args.output}: {error.strerror}") from None
 
 
-def problem_text(problem: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in problem.items()) or "-"
+def problem_text(problem: dict, sizes: dict | None = None) -> str:
+    """The problem's arguments, then the T.dynamic bucket a record was tuned at (M~1024)."""
+    parts = [f"{k}={v}" for k, v in problem.items()]
+    parts += [f"{k}~{v}" for k, v in (sizes or {}).items()]
+    return " ".join(parts) or "-"
 
 
 def tuning(args) -> int:
@@ -87,7 +90,7 @@ def tuning(args) -> int:
     for record in records:
         rows.append([
             record.get("kernel", "?").rsplit(".", 1)[-1],
-            problem_text(record.get("problem", {})),
+            problem_text(record.get("problem", {}), record.get("sizes")),
             record.get("device", "?"),
             config_text(record["best"]),
             f"{record['ms']:.4f}",
@@ -143,7 +146,7 @@ def plot_records(records: list, path: str) -> None:
         axis.set_xlabel(unit)
         name = record.get("kernel", "?").rsplit(".", 1)[-1]
         axis.set_title(
-            f"{name} {problem_text(record.get('problem', {}))} on {record.get('device', '?')}",
+            f"{name} {problem_text(record.get('problem', {}), record.get('sizes'))} on {record.get('device', '?')}",
             fontsize=8,
         )
     for axis in list(axes.flat)[count:]:

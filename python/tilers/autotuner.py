@@ -24,6 +24,14 @@ How a search runs (``AutotunedFunction.tune``):
    source and the helpers and constants it reads, the config space, the problem (the
    factory's other arguments), tilers' and NVRTC's versions and the GPU (model,
    architecture, SM count). The same key reuses the record without timing anything.
+
+A factory whose kernel has T.dynamic sizes compiles once per config whatever the sizes;
+calling the autotuned factory returns a ``DynamicKernel`` that binds the sizes of each call
+from its tensors, maps them to a bucket (``bucket=``; by default each size rounded up to a
+power of two and to its ``multiple_of``: M = 1000 is tuned at 1024, and 0 shares the bucket
+of 1), and runs that bucket's best config — searched (with inputs at the bucket's sizes) the
+first time a bucket is met, or read from its record. The bucket's sizes are part of the
+record's key, so a nearby batch size finds the tuned config again without a search.
 """
 
 from __future__ import annotations
@@ -50,6 +58,11 @@ TILE_PREFIXES = ("block", "tile")
 
 # In round 2 the search also keeps tile sizes whose round-1 time is within this of the best.
 KEEP_MARGIN = 0.05
+
+def next_power_of_two(value: int) -> int:
+    """The default bucket of a T.dynamic size: the next power of two (0 and 1 give 1)."""
+    return 1 if value <= 1 else 1 << (value - 1).bit_length()
+
 
 STATUSES = ("ok", "compile error", "wrong result", "run error", "stopped early", "skipped")
 
@@ -83,6 +96,8 @@ class TuneResult:
     record: dict
     from_record: bool
     seconds: float
+    # the T.dynamic sizes the configs were timed at (the bucket); empty for fixed shapes
+    sizes: dict = dataclasses.field(default_factory=dict)
 
     @property
     def latency(self) -> float:  # TileLang's name
@@ -270,6 +285,7 @@ def _valid_record(record) -> bool:
         and record.get("version") == RECORD_VERSION
         and isinstance(record.get("key"), str)
         and isinstance(record.get("best"), dict)
+        and isinstance(record.get("sizes", {}), dict)
         and _is_time(record.get("ms"))
         and isinstance(record.get("results", []), list)
         and all(_valid_result(r) for r in record.get("results", []))
@@ -374,9 +390,10 @@ def summary_table(name: str, results: list, flops=None, bytes=None) -> str:
 class _SearchState:
     """Inputs and reference outputs shared by every config of one search."""
 
-    def __init__(self):
+    def __init__(self, sizes=None):
         self.profiler = None
         self.expected = None
+        self.sizes = dict(sizes or {})
 
 
 class AutotunedFunction:
@@ -389,7 +406,8 @@ class AutotunedFunction:
 
     # Hooks for tests (no GPU needed): bench_fn(kernel, config, cutoff_ms) -> Timing,
     # check_fn(kernel, config) raising AssertionError on a wrong result, and
-    # device_info_fn() -> {"name", "arch", "sms"}.
+    # device_info_fn() -> {"name", "arch", "sms"}. For a kernel with T.dynamic sizes the
+    # first two are also given sizes= (the bucket's values, {"M": 1024}).
     bench_fn = None
     check_fn = None
     device_info_fn = None
@@ -398,7 +416,7 @@ class AutotunedFunction:
         self, jit_function, configs, warmup=25, rep=100, ref_prog=None, rtol=1e-2,
         atol=1e-2, key=None, supply_type="auto", scalars=None, flops=None, bytes=None,
         search="auto", tile_keys=None, keep=3, early_stop=1.5, max_workers=None,
-        records=True, records_dir=None, verbose=True,
+        records=True, records_dir=None, verbose=True, bucket=None,
     ):
         from .jit import JitFunction
 
@@ -409,6 +427,14 @@ class AutotunedFunction:
             )
         if configs is None:
             raise TileError("@tilers.autotune needs configs=[{...}, ...] or a function returning them")
+        if not (bucket is None or callable(bucket) or (
+            isinstance(bucket, dict) and all(callable(f) for f in bucket.values())
+        )):
+            raise ValueError(
+                "parameter 'bucket': expected a function of the sizes ({'M': 1000} -> "
+                "{'M': 1024}) or a dict of functions by size name ({'M': lambda m: ...}), "
+                f"got {bucket!r}"
+            )
         if search not in ("auto", "staged", "exhaustive"):
             raise ValueError(
                 f"parameter 'search': expected auto, staged or exhaustive, got {search!r}"
@@ -428,6 +454,7 @@ class AutotunedFunction:
         self.use_records = records
         self.records = TuningRecords(records_dir) if records_dir is not None else None
         self.verbose = verbose
+        self.bucket = bucket
         self.last_result: TuneResult | None = None
         self._kernels = {}
         self._identity = None
@@ -445,10 +472,66 @@ class AutotunedFunction:
             return kernel
         if self._tuned_names() & kwargs.keys():
             return self.jit_function.compile(*args, **kwargs)
-        kernel = self.tune(*args, **kwargs).kernel
+        probe = self._first_kernel(args, kwargs)
+        if probe is not None and probe.info.get("sizes"):
+            kernel = DynamicKernel(self, args, kwargs, probe)
+        else:
+            kernel = self.tune(*args, **kwargs).kernel
         if memo_key is not None:
             self._kernels[memo_key] = kernel
         return kernel
+
+    def _first_kernel(self, args, kwargs):
+        """The kernel of the first config that compiles (None if none does): whether the
+        factory's kernels have T.dynamic sizes. The search compiles it again from the memo."""
+        for config in self.config_space(*args, **kwargs):
+            try:
+                return self.jit_function.compile(*args, **kwargs, **config)
+            except Exception:
+                continue
+        return None
+
+    def bucket_of(self, kernel, values: dict) -> dict:
+        """The sizes a call with T.dynamic size values `values` is tuned at (its bucket)."""
+        specs = {size["name"]: size for size in kernel.info.get("sizes", [])}
+        if callable(self.bucket) and not isinstance(self.bucket, dict):
+            chosen = self.bucket(dict(values))
+            if not isinstance(chosen, dict) or set(chosen) != set(values):
+                raise TileError(
+                    f"autotune {self.__name__}: bucket= must return a value for each size "
+                    f"({', '.join(values)}); for {values} it returned {chosen!r}"
+                )
+            chosen = {name: chosen[name] for name in values}
+            user = set(values)
+        else:
+            functions = self.bucket or {}
+            unknown = sorted(set(functions) - set(values))
+            if unknown:
+                raise TileError(
+                    f"autotune {self.__name__}: bucket= names {', '.join(unknown)}, not a "
+                    f"T.dynamic size of the kernel (its sizes: {', '.join(values)})"
+                )
+            chosen = {
+                name: functions.get(name, next_power_of_two)(value)
+                for name, value in values.items()
+            }
+            user = set(functions)
+        for name, value in chosen.items():
+            multiple = specs[name].get("multiple_of", 1)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise TileError(
+                    f"autotune {self.__name__}: bucket= maps {name}={values[name]} to "
+                    f"{value!r}; a bucket is a size, an int >= 0"
+                )
+            if value % multiple:
+                if name in user:
+                    raise TileError(
+                        f"autotune {self.__name__}: bucket= maps {name}={values[name]} to "
+                        f"{value}, which is not a multiple of {multiple} as "
+                        f'T.dynamic("{name}", multiple_of={multiple}) promises'
+                    )
+                chosen[name] = -(-value // multiple) * multiple
+        return chosen
 
     def _records(self) -> TuningRecords:
         if self.records is None:
@@ -503,8 +586,9 @@ class AutotunedFunction:
                 values[name] = parameter.default
         return {name: value for name, value in values.items() if name not in tuned}
 
-    def record_fields(self, args, kwargs, configs) -> dict:
-        """Everything a record depends on; its key is their digest."""
+    def record_fields(self, args, kwargs, configs, sizes=None) -> dict:
+        """Everything a record depends on; its key is their digest. `sizes`: the T.dynamic
+        sizes (a bucket) the configs are timed at, always part of the key."""
         from . import __version__, _tilers, cache
 
         problem = self.problem(args, kwargs, configs)
@@ -512,6 +596,8 @@ class AutotunedFunction:
             problem = {"key": self.key(*args, **kwargs)}
         elif self.key is not None:
             names = [self.key] if isinstance(self.key, str) else list(self.key)
+            # a size named in key= is keyed anyway (by its bucket)
+            names = [n for n in names if n not in (sizes or {})]
             missing = [n for n in names if n not in problem]
             if missing:
                 raise TileError(
@@ -522,7 +608,7 @@ class AutotunedFunction:
         if self._identity is None:
             self._identity = kernel_identity(self.jit_function.factory)
         info = (self.device_info_fn or device_info)()
-        return {
+        fields = {
             "kernel": f"{self.jit_function.factory.__module__}.{self.__name__}",
             "identity": self._identity,
             "space": digest(configs),
@@ -535,18 +621,24 @@ class AutotunedFunction:
             "target": canonical(self.jit_function.target),
             "out_idx": canonical(self.jit_function.out_idx),
         }
+        if sizes:
+            fields["sizes"] = canonical(dict(sizes))
+        return fields
 
-    def record_key(self, *args, **kwargs) -> str:
+    def record_key(self, *args, sizes=None, **kwargs) -> str:
         configs = self.config_space(*args, **kwargs)
-        return digest(self.record_fields(args, kwargs, configs))[:32]
+        return digest(self.record_fields(args, kwargs, configs, sizes))[:32]
 
     # --- the search ---------------------------------------------------------------------
 
-    def tune(self, *args, force=False, **kwargs) -> TuneResult:
-        """The best config for this problem: from its record, or by a search (`force`)."""
+    def tune(self, *args, force=False, sizes=None, **kwargs) -> TuneResult:
+        """The best config for this problem: from its record, or by a search (`force`).
+        A kernel with T.dynamic sizes is tuned at `sizes` ({"M": 1024}: inputs of those
+        sizes), which key the record."""
         started = time.perf_counter()
         configs = self.config_space(*args, **kwargs)
-        fields = self.record_fields(args, kwargs, configs)
+        sizes = dict(sizes or {})
+        fields = self.record_fields(args, kwargs, configs, sizes)
         key = digest(fields)[:32]
         if self.use_records and not force:
             record = self._records().load(key)
@@ -564,17 +656,18 @@ class AutotunedFunction:
                     results = [ConfigResult(**r) for r in record.get("results", [])]
                     result = TuneResult(
                         dict(best), record["ms"], kernel, results, key, record, True,
-                        time.perf_counter() - started,
+                        time.perf_counter() - started, sizes,
                     )
                     self.last_result = result
                     if self.verbose:
+                        at = f" at {config_text(sizes)}" if sizes else ""
                         print(
-                            f"autotune {self.__name__}: reusing the record {key} "
+                            f"autotune {self.__name__}: reusing the record {key}{at} "
                             f"({config_text(record['best'])}, {record['ms']:.4f} ms)",
                             file=sys.stderr,
                         )
                     return result
-        result = self._search(args, kwargs, configs, fields, key, started)
+        result = self._search(args, kwargs, configs, fields, key, started, sizes)
         self.last_result = result
         return result
 
@@ -584,11 +677,13 @@ class AutotunedFunction:
             values.append(value(*args, **kwargs) if callable(value) else value)
         return values
 
-    def _search(self, args, kwargs, configs, fields, key, started) -> TuneResult:
+    def _search(self, args, kwargs, configs, fields, key, started, sizes) -> TuneResult:
         results = [ConfigResult(dict(config)) for config in configs]
-        progress = _Progress(self.__name__, self.verbose)
+        progress = _Progress(self.__name__ + (f" at {config_text(sizes)}" if sizes else ""),
+                             self.verbose)
         kernels = self._compile_all(args, kwargs, configs, results, progress)
-        state = _SearchState()
+        self._check_sizes(kernels, sizes)
+        state = _SearchState(sizes)
         order = [i for i, kernel in enumerate(kernels) if kernel is not None]
         groups = self._groups(configs, order)
         best: ConfigResult | None = None
@@ -657,7 +752,8 @@ class AutotunedFunction:
                 result.error = "its tile size was slower in round 1"
         flops, moved = self._flops_bytes(args, kwargs)
         if self.verbose:
-            print(summary_table(self.__name__, results, flops, moved), file=sys.stderr)
+            title = self.__name__ + (f" at {config_text(sizes)}" if sizes else "")
+            print(summary_table(title, results, flops, moved), file=sys.stderr)
         if best is None:
             raise TileError(self._failure_message(results))
         seconds = time.perf_counter() - started
@@ -667,6 +763,7 @@ class AutotunedFunction:
             "fields": fields,
             "kernel": fields["kernel"],
             "problem": fields["problem"],
+            "sizes": fields.get("sizes", {}),
             "device": fields["device"],
             "best": best.config,
             "ms": best.ms,
@@ -687,7 +784,27 @@ class AutotunedFunction:
                       file=sys.stderr)
         best_kernel = kernels[results.index(best)]
         return TuneResult(dict(best.config), best.ms, best_kernel, results, key, record, False,
-                          seconds)
+                          seconds, sizes)
+
+    def _check_sizes(self, kernels, sizes) -> None:
+        """The sizes given are the compiled kernels' T.dynamic sizes, all of them."""
+        for kernel in kernels:
+            if kernel is None:
+                continue
+            declared = kernel.sizes
+            if set(declared) != set(sizes):
+                if not sizes:
+                    example = ", ".join(f"{n!r}: 1024" for n in declared)
+                    raise TileError(
+                        f"autotune {self.__name__}: its kernel has T.dynamic sizes "
+                        f"({', '.join(declared)}); tune them at some values, "
+                        f"tune(..., sizes={{{example}}}), or call the kernel the autotuned "
+                        "factory returns, which tunes each call's bucket"
+                    )
+                raise TileError(
+                    f"autotune {self.__name__}: sizes={sizes} does not give the kernel's "
+                    f"T.dynamic sizes ({', '.join(declared) or 'none'})"
+                )
 
     def _failure_message(self, results) -> str:
         lines = [f"autotune {self.__name__}: no config compiled, ran and passed the check:"]
@@ -745,7 +862,10 @@ class AutotunedFunction:
 
     def _check(self, kernel, config, state) -> None:
         if self.check_fn is not None:
-            self.check_fn(kernel, config)
+            if state.sizes:
+                self.check_fn(kernel, config, sizes=dict(state.sizes))
+            else:
+                self.check_fn(kernel, config)
             return
         if self.ref_prog is None:
             return
@@ -758,6 +878,8 @@ class AutotunedFunction:
 
     def _bench(self, kernel, config, state, cutoff_ms):
         if self.bench_fn is not None:
+            if state.sizes:
+                return self.bench_fn(kernel, config, cutoff_ms, sizes=dict(state.sizes))
             return self.bench_fn(kernel, config, cutoff_ms)
         from .profiler import bench_timing
 
@@ -770,12 +892,75 @@ class AutotunedFunction:
         """The profiler of this config, sharing the search's inputs."""
         from .profiler import Profiler
 
-        profiler = Profiler(kernel, supply_type=self.supply_type, scalars=self.scalars)
+        profiler = Profiler(kernel, supply_type=self.supply_type, scalars=self.scalars,
+                            sizes=state.sizes)
         if state.profiler is None:
             state.profiler = profiler
         else:
             profiler._inputs = state.profiler.inputs()
         return profiler
+
+
+class DynamicKernel:
+    """What an autotuned factory returns when its kernel has T.dynamic sizes.
+
+    Calling it with a kernel's arguments binds the sizes from the tensors, maps them to
+    their bucket (``AutotunedFunction.bucket_of``) and runs the bucket's best kernel; the
+    first call in a bucket tunes it (or reads its record). Every config is compiled once,
+    whatever the sizes: a new bucket costs timing, never a compile.
+    """
+
+    def __init__(self, owner: AutotunedFunction, args, kwargs, probe):
+        self.owner = owner
+        self.args, self.kwargs = args, dict(kwargs)
+        self._probe = probe
+        self.__name__ = owner.__name__
+        self.results: dict[tuple, TuneResult] = {}  # by bucket (its values, in size order)
+        self._by_values: dict[tuple, object] = {}
+
+    @property
+    def sizes(self) -> list[str]:
+        """The names of the T.dynamic sizes."""
+        return self._probe.sizes
+
+    def bucket_of(self, **sizes) -> dict:
+        """The sizes a call with these sizes is tuned at."""
+        self._known(sizes)
+        return self.owner.bucket_of(self._probe, sizes)
+
+    def tune(self, force=False, **sizes) -> TuneResult:
+        """The bucket of these sizes, tuned (or read from its record; `force`: search)."""
+        self._known(sizes)
+        bucket = self.owner.bucket_of(self._probe, sizes)
+        slot = tuple(bucket.values())
+        if force or slot not in self.results:
+            self.results[slot] = self.owner.tune(*self.args, force=force, sizes=bucket,
+                                                 **self.kwargs)
+        return self.results[slot]
+
+    def kernel_for(self, **sizes):
+        """The compiled kernel that runs calls with these sizes."""
+        return self.tune(**sizes).kernel
+
+    def __call__(self, *args):
+        values = self._probe.call_sizes(*args)
+        slot = tuple(values.values())
+        kernel = self._by_values.get(slot)
+        if kernel is None:
+            kernel = self.kernel_for(**values)
+            self._by_values[slot] = kernel
+        return kernel(*args)
+
+    def _known(self, sizes) -> None:
+        if set(sizes) != set(self.sizes):
+            raise TypeError(
+                f"{self.__name__}: expected the sizes {', '.join(self.sizes)}, got "
+                f"{', '.join(sizes) or 'none'}"
+            )
+
+    def __repr__(self) -> str:
+        tuned = ", ".join(config_text(r.sizes) for r in self.results.values()) or "none yet"
+        return f"<DynamicKernel {self.__name__} over {', '.join(self.sizes)}; tuned at: {tuned}>"
 
 
 def _cpu_count() -> int:
@@ -789,6 +974,7 @@ def autotune(
     configs=None, warmup=25, rep=100, ref_prog=None, rtol=1e-2, atol=1e-2, key=None, *,
     supply_type="auto", scalars=None, flops=None, bytes=None, search="auto", tile_keys=None,
     keep=3, early_stop=1.5, max_workers=None, records=True, records_dir=None, verbose=True,
+    bucket=None,
 ):
     """Tune a ``@tilers.jit`` factory over ``configs`` (see the module docstring).
 
@@ -801,6 +987,10 @@ def autotune(
     search: "auto" (staged when tile sizes and other parameters both vary), "staged",
         "exhaustive"; keep: tile sizes kept for round 2; early_stop: stop timing a config
         whose estimate is over this times the best (None: never).
+    bucket: for kernels with T.dynamic sizes, the sizes a call is tuned at: a function of
+        the sizes ({"M": 1000} -> {"M": 1024}) or a dict of functions by size name;
+        default each size rounded up to a power of two (and to its multiple_of).
+        ``bucket={"M": lambda m: m}`` tunes every value of M on its own.
     """
 
     def decorate(function):
@@ -813,6 +1003,7 @@ def autotune(
             key=key, supply_type=supply_type, scalars=scalars, flops=flops, bytes=bytes,
             search=search, tile_keys=tile_keys, keep=keep, early_stop=early_stop,
             max_workers=max_workers, records=records, records_dir=records_dir, verbose=verbose,
+            bucket=bucket,
         )
 
     return decorate

@@ -331,6 +331,23 @@ class JITKernel:
         """The names of the kernel's T.dynamic sizes (empty: every shape is fixed)."""
         return [size["name"] for size in self.info.get("sizes", [])]
 
+    def call_sizes(self, *args) -> dict[str, int]:
+        """The value of each T.dynamic size in a call with these arguments (as the kernel
+        is called: its inputs, and in-place outputs), or the ValueError the call would give
+        (disagreeing tensors, a broken multiple_of, a shape of another rank)."""
+        if not self.info.get("sizes"):
+            return {}
+        if len(args) != len(self._input_positions):
+            raise self._argument_count_error(len(args))
+        shapes = {}
+        for position, arg in zip(self._input_positions, args):
+            spec = self.info["params"][position]
+            if spec["kind"] == "tensor" and hasattr(arg, "shape"):
+                shape = tuple(arg.shape)
+                _sizes.check_shape(spec["name"], spec, self.info, shape)
+                shapes[position] = shape
+        return dict(zip(self.sizes, _sizes.bind(self.info, shapes)))
+
     def __repr__(self) -> str:
         parts = []
         for position, spec in enumerate(self.info["params"]):
