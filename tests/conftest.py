@@ -45,3 +45,24 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason=f"needs a CUDA GPU: {reason}")
     for item in gpu_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def compile_count(monkeypatch):
+    """The programs the Rust core compiles during a test (a recompile would show here); the
+    in-process memo of compiled programs starts empty."""
+    import importlib
+
+    from tilers import _tilers
+
+    calls = []
+    real = _tilers.compile
+
+    def counting(program, options):
+        calls.append(program)
+        return real(program, options)
+
+    monkeypatch.setattr(_tilers, "compile", counting)
+    monkeypatch.setattr(importlib.import_module("tilers.jit"), "_compiled_programs", {})
+    return calls
+

@@ -26,23 +26,6 @@ def f64(x):
     return np.asarray(x, dtype=np.float64)
 
 
-@pytest.fixture
-def compile_count(monkeypatch):
-    """How many times the Rust core compiles a program (a recompile would show here)."""
-    calls = []
-    real = _tilers.compile
-
-    def counting(program, options):
-        calls.append(program)
-        return real(program, options)
-
-    monkeypatch.setattr(_tilers, "compile", counting)
-    import importlib
-
-    monkeypatch.setattr(importlib.import_module("tilers.jit"), "_compiled_programs", {})
-    return calls
-
-
 # --- one kernel for every size -------------------------------------------------------------
 
 

@@ -3,14 +3,13 @@ Rust core, one cubin, loaded once — runs a GEMM, a softmax and an elementwise 
 every M, matching torch; bad calls are errors that leave the outputs as they were; a size
 that makes a tensor pass 2^31 elements indexes it with 64 bits."""
 
-import importlib
 import os
 import sys
 
 import pytest
 import tilers
 import tilers.language as T
-from tilers import _tilers, cache
+from tilers import cache
 
 sys.path.insert(0, os.path.dirname(__file__))
 import kernels
@@ -27,22 +26,13 @@ def maxabs(t) -> float:
 
 
 @pytest.fixture
-def builds(monkeypatch):
+def builds(compile_count):
     """Counts of what building a kernel takes: Rust-core compiles, cubins made or found."""
-    calls = []
-    real = _tilers.compile
-
-    def counting(program, options):
-        calls.append(program)
-        return real(program, options)
-
-    monkeypatch.setattr(_tilers, "compile", counting)
-    monkeypatch.setattr(importlib.import_module("tilers.jit"), "_compiled_programs", {})
     before = dict(cache.stats)
 
     def count():
         cubins = sum(cache.stats[k] - before[k] for k in before)
-        return len(calls), cubins
+        return len(compile_count), cubins
 
     return count
 
