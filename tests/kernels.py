@@ -510,3 +510,40 @@ COMPILE_CASES = {
         dict(M=T.dynamic("M"), N=T.dynamic("N"), K=T.dynamic("K"), block_M=64, block_N=64),
     ),
 }
+
+
+def batched_matmul_bias_relu(
+    Bt, M, N, K, block_M=128, block_N=128, block_K=64, num_stages=3, threads=128,
+    dtype="float16", trans_B=False,
+):
+    """C[b] = relu(A[b] @ W + bias) for each of Bt batches (the batch is the grid's third
+    axis), the epilogue written by the user on the accumulator (T.Parallel) before the cast."""
+    b_shape = (N, K) if trans_B else (K, N)
+    b_tile = (block_N, block_K) if trans_B else (block_K, block_N)
+
+    @T.prim_func
+    def batched_matmul_bias_relu(
+        A: T.Tensor((Bt, M, K), dtype),
+        W: T.Tensor(b_shape, dtype),
+        bias: T.Tensor((N,), "float32"),
+        C: T.Tensor((Bt, M, N), dtype),
+    ):
+        with T.Kernel(
+            T.ceildiv(N, block_N), T.ceildiv(M, block_M), Bt, threads=threads
+        ) as (bx, by, bz):
+            A_shared = T.alloc_shared((block_M, block_K), dtype)
+            W_shared = T.alloc_shared(b_tile, dtype)
+            acc = T.alloc_fragment((block_M, block_N), "float32")
+            T.clear(acc)
+            for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
+                T.copy(A[bz, by * block_M, ko * block_K], A_shared)
+                if trans_B:
+                    T.copy(W[bx * block_N, ko * block_K], W_shared)
+                else:
+                    T.copy(W[ko * block_K, bx * block_N], W_shared)
+                T.gemm(A_shared, W_shared, acc, transpose_B=trans_B)
+            for i, j in T.Parallel(block_M, block_N):
+                acc[i, j] = T.max(acc[i, j] + bias[bx * block_N + j], 0.0)
+            T.copy(acc, C[bz, by * block_M, bx * block_N])
+
+    return batched_matmul_bias_relu

@@ -9,13 +9,16 @@ from ._trace import PrimFunc, program_json, trace
 from .errors import TileError
 
 
-def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
+def compile(prim_func, out_idx=None, target="auto", lineinfo=False, wgmma=True, **params):
     """Compile a ``@T.prim_func`` into a callable kernel.
 
     ``params`` rebind the free names the function reads (such as ``block_M``) for this
     compilation; ``out_idx`` lists the parameters the kernel allocates and returns.
     ``lineinfo=True`` attributes the generated code to the kernel's Python lines (``#line``
     directives and NVRTC's ``-lineinfo``), for compute-sanitizer, Nsight Compute and cuda-gdb.
+    ``wgmma=False`` keeps every ``T.gemm`` on ``mma.sync`` (the sm_80 path) on a Hopper
+    target, to compare the two; by default sm_90a gemms use ``wgmma`` where they can and
+    ``kernel.report()`` says why where they do not.
 
     >>> kernel = tilers.compile(add, out_idx=[2], M=1024, N=1000, block_M=32, block_N=128)
     """
@@ -26,7 +29,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
     # out_idx is checked and normalized once, against the compiled parameters (JITKernel)
     out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
     try:
-        key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo))
+        key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo), bool(wgmma))
         hash(key)
     except TypeError:  # an unhashable parameter value: compile without the memo
         key = None
@@ -39,7 +42,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
     from . import _tilers, kernel, runtime
 
     arch = runtime.resolve_target(target)
-    options_json = kernel.compile_options(arch, lineinfo, fast_math=False)
+    options_json = kernel.compile_options(arch, lineinfo, fast_math=False, wgmma=bool(wgmma))
     try:
         if target == "interp":
             # the interpreter runs the tile program: verify it, generate no GPU code
@@ -56,6 +59,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, **params):
         target=target,
         out_idx=out_idx,
         lineinfo=bool(lineinfo),
+        wgmma=bool(wgmma),
     )
     if key is not None:
         prim_func.compiled[key] = result
@@ -93,12 +97,13 @@ class JitFunction:
     >>> kernel = add_kernel(1024, 1024, 32, 128)
     """
 
-    def __init__(self, factory, out_idx=None, target="auto", lineinfo=False):
+    def __init__(self, factory, out_idx=None, target="auto", lineinfo=False, wgmma=True):
         functools.update_wrapper(self, factory)
         self.factory = factory
         self.out_idx = out_idx
         self.target = target
         self.lineinfo = lineinfo
+        self.wgmma = wgmma
         self.kernels = {}
 
     def __call__(self, *args, **kwargs):
@@ -117,7 +122,8 @@ class JitFunction:
         except TypeError:  # unhashable arguments: compile without the memo
             key = None
         result = compile(
-            self.prim_func(*args, **kwargs), out_idx=out_idx, target=target, lineinfo=self.lineinfo
+            self.prim_func(*args, **kwargs), out_idx=out_idx, target=target, lineinfo=self.lineinfo,
+            wgmma=self.wgmma,
         )
         if key is not None:
             self.kernels[key] = result
@@ -134,13 +140,13 @@ class JitFunction:
         return result
 
 
-def jit(func=None, *, out_idx=None, target="auto", lineinfo=False):
+def jit(func=None, *, out_idx=None, target="auto", lineinfo=False, wgmma=True):
     """Decorate a factory of prim_funcs: ``@tilers.jit`` or ``@tilers.jit(out_idx=[2])``."""
     if func is None:
-        return lambda f: jit(f, out_idx=out_idx, target=target, lineinfo=lineinfo)
+        return lambda f: jit(f, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma)
     if isinstance(func, PrimFunc):
         raise TileError(
             f"@tilers.jit wraps a function that returns a prim_func; "
             f"compile the prim_func '{func.__name__}' with tilers.compile instead"
         )
-    return JitFunction(func, out_idx=out_idx, target=target, lineinfo=lineinfo)
+    return JitFunction(func, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma)

@@ -36,10 +36,14 @@ def contiguous_strides(shape) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
-def compile_options(arch: str, lineinfo: bool, fast_math: bool, keep_ir: bool = False) -> str:
+def compile_options(
+    arch: str, lineinfo: bool, fast_math: bool, keep_ir: bool = False, wgmma: bool = True
+) -> str:
     """The options JSON of `_tilers.compile` (docs/format.md): one place, so that a kernel
     compiled again for kernel.ir() / kernel.layouts() is compiled exactly as it was."""
     options = {"arch": arch, "lineinfo": bool(lineinfo), "fast_math": bool(fast_math)}
+    if not wgmma:
+        options["wgmma"] = False
     if keep_ir:
         options["keep_ir"] = True
     return json.dumps(options)
@@ -161,6 +165,7 @@ class JITKernel:
         *,
         lineinfo: bool = False,
         fast_math: bool = False,
+        wgmma: bool = True,
     ):
         self.name = name
         self.program_json = program_json
@@ -171,6 +176,7 @@ class JITKernel:
         self.entry = info["entry"]
         self.lineinfo = lineinfo
         self.fast_math = fast_math
+        self.wgmma = wgmma
         self.params = [spec["name"] for spec in info["params"]]
         self.out_idx = normalize_out_idx(out_idx, name, info["params"])
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
@@ -228,7 +234,7 @@ class JITKernel:
         """The options JSON this kernel was compiled with (`_tilers.compile`)."""
         # a kernel for the interpreter has no lowering of its own: show the default target's
         arch = self.arch if self.source is not None else runtime.DEFAULT_ARCH
-        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir)
+        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir, self.wgmma)
 
     def _inspect(self, keep_ir: bool) -> None:
         """Compile the program again with this kernel's options, for its layouts and, with

@@ -537,7 +537,9 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         .map(|b| b.shared_offset.unwrap_or(0) + b.bytes() as u64)
         .max()
         .unwrap_or(0);
-    let shared_bytes = u32::try_from(shared.div_ceil(16) * 16)
+    let base_align = m.shared_base_align();
+    let shared = shared.div_ceil(16) * 16 + if base_align > 16 { base_align - 16 } else { 0 };
+    let shared_bytes = u32::try_from(shared)
         .map_err(|_| Diagnostic::bug(format!("{shared} bytes of shared memory passed the planner")))?;
     Ok(KernelInfo {
         name: m.name.clone(),

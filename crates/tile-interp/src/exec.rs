@@ -383,7 +383,7 @@ impl<'m> Interp<'m> {
             Stmt::Inst(i)
                 if {
                     let e = i.effects();
-                    e.barrier || e.commits || e.waits_for.is_some()
+                    e.barrier || e.commits || e.waits_for.is_some() || e.orders_tensor_core
                 } => {}
             // thread-level statements (`let`, vector copies, warp-level matrix ops) are made
             // by the lowering and never appear in the tile-level programs run here

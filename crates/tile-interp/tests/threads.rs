@@ -29,6 +29,7 @@ fn buffer(m: &mut Module, name: &str, scope: Scope, dtype: DType, shape: &[i64])
         loc: Loc::UNKNOWN,
         layout: None,
         shared_offset: None,
+        panel: None,
         swizzle: None,
     });
     if scope == Scope::Global {

@@ -60,6 +60,13 @@ pub struct Effects {
     pub traps: bool,
     /// Has an effect outside memory (a printed line).
     pub observable: bool,
+    /// Orders the asynchronous tensor-core work of its warpgroup or the proxies that see
+    /// shared memory (`wgmma.fence`, `commit_group`, `wait_group`, `fence.proxy.async`): no
+    /// effect on values in a program that runs one statement after another.
+    pub orders_tensor_core: bool,
+    /// Reads shared memory in the async proxy (`wgmma` through a descriptor): writes by
+    /// ordinary stores must be fenced (`fence.proxy.async`) before it.
+    pub async_proxy_read: bool,
 }
 
 /// Names and expressions as the text IR prints them (implemented by the printer).
@@ -375,7 +382,7 @@ impl Instruction for Mma {
         )
     }
     fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        let atom = MmaAtom::by_name(op)?;
+        let atom = MmaAtom::by_name(op).filter(|a| a.scope == crate::target::ThreadScope::Warp)?;
         Some((|| {
             let (c, c_offset) = r.registers()?;
             r.punct("+=")?;
@@ -607,6 +614,230 @@ impl Instruction for Trap {
     }
 }
 
+/// The A operand of a `wgmma`: a shared tile through a descriptor (its first element), or
+/// registers (the register-A form).
+#[derive(Clone, Debug, PartialEq)]
+pub enum WgmmaA {
+    Shared { idx: Vec<Expr>, k_major: bool },
+    Registers { offset: Expr },
+}
+
+/// One warpgroup-wide `wgmma.mma_async.m64nNk16`: `c[c_offset..] (= or +=) a · b` for one
+/// 64-row atom, `n` columns and one k-step of 16, B (and A unless in registers) read from
+/// shared tiles through matrix descriptors whose fields come from the tiles' layouts
+/// (`SharedLayout::wgmma_descriptor`) and whose start is the operand's first element.
+/// `scale_d` 0 ignores the old accumulator. Asynchronous: the accumulator is defined at the
+/// `wgmma_wait` that retires its group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Wgmma {
+    pub atom: &'static MmaAtom,
+    pub n: i64,
+    pub a: BufferId,
+    pub a_from: WgmmaA,
+    pub b: BufferId,
+    pub b_idx: Vec<Expr>,
+    /// B stored (N, K), contiguous along K; else (K, N), contiguous along N.
+    pub b_k_major: bool,
+    pub c: BufferId,
+    pub c_offset: Expr,
+    pub scale_d: Expr,
+}
+
+impl Instruction for Wgmma {
+    fn exprs(&self) -> Vec<&Expr> {
+        let mut v = Vec::new();
+        match &self.a_from {
+            WgmmaA::Shared { idx, .. } => v.extend(idx.iter()),
+            WgmmaA::Registers { offset } => v.push(offset),
+        }
+        v.extend(self.b_idx.iter());
+        v.push(&self.c_offset);
+        v.push(&self.scale_d);
+        v
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        let a_from = match self.a_from {
+            WgmmaA::Shared { idx, k_major } => WgmmaA::Shared { idx: idx.into_iter().map(&mut *f).collect(), k_major },
+            WgmmaA::Registers { offset } => WgmmaA::Registers { offset: f(offset) },
+        };
+        let b_idx = self.b_idx.into_iter().map(&mut *f).collect();
+        let c_offset = f(self.c_offset);
+        let scale_d = f(self.scale_d);
+        Wgmma { a_from, b_idx, c_offset, scale_d, ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        let c = self.n / 2;
+        let mut v = vec![match &self.a_from {
+            WgmmaA::Shared { idx, .. } => {
+                Access { buf: self.a, kind: AccessKind::Read, index: Index::Element(idx), elements: 1 }
+            }
+            WgmmaA::Registers { offset } => {
+                Access { buf: self.a, kind: AccessKind::Read, index: Index::Registers(offset), elements: 8 }
+            }
+        }];
+        v.push(Access { buf: self.b, kind: AccessKind::Read, index: Index::Element(&self.b_idx), elements: 1 });
+        v.push(Access { buf: self.c, kind: AccessKind::Read, index: Index::Registers(&self.c_offset), elements: c });
+        v.push(Access { buf: self.c, kind: AccessKind::Write, index: Index::Registers(&self.c_offset), elements: c });
+        v
+    }
+    fn effects(&self) -> Effects {
+        Effects {
+            warp_collective: true,
+            async_proxy_read: true, // B is always read through a descriptor
+            ..Effects::default()
+        }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        let major = |k: bool| if k { "k_major" } else { "mn_major" };
+        let a = match &self.a_from {
+            WgmmaA::Shared { idx, k_major } => format!("{}[{}] {}", t.buffer(self.a), t.exprs(idx), major(*k_major)),
+            WgmmaA::Registers { offset } => format!("{}[{}..]", t.buffer(self.a), t.expr(offset)),
+        };
+        format!(
+            "{} n={} {}[{}..] += {} * {}[{}] {} scale_d={}",
+            self.atom.name,
+            self.n,
+            t.buffer(self.c),
+            t.expr(&self.c_offset),
+            a,
+            t.buffer(self.b),
+            t.exprs(&self.b_idx),
+            major(self.b_k_major),
+            t.expr(&self.scale_d)
+        )
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        let atom = MmaAtom::by_name(op).filter(|a| a.scope == crate::target::ThreadScope::Warpgroup)?;
+        Some((|| {
+            r.keyword("n")?;
+            r.punct("=")?;
+            let n = r.int()?;
+            let (c, c_offset) = r.registers()?;
+            r.punct("+=")?;
+            let a = r.buffer()?;
+            r.punct("[")?;
+            let first = r.expr()?;
+            let a_from = if r.is_punct("..") {
+                r.punct("..")?;
+                r.punct("]")?;
+                WgmmaA::Registers { offset: first }
+            } else {
+                let mut idx = vec![first];
+                if r.is_punct(",") {
+                    r.punct(",")?;
+                    idx.extend(r.exprs_until("]")?);
+                } else {
+                    r.punct("]")?;
+                }
+                WgmmaA::Shared { idx, k_major: major(r)? }
+            };
+            r.punct("*")?;
+            let (b, b_idx) = r.element()?;
+            let b_k_major = major(r)?;
+            r.keyword("scale_d")?;
+            r.punct("=")?;
+            let scale_d = r.expr()?;
+            Ok(Wgmma { atom, n, a, a_from, b, b_idx, b_k_major, c, c_offset, scale_d })
+        })())
+    }
+}
+
+fn major(r: &mut dyn TextReader) -> Result<bool, String> {
+    if r.keyword("k_major").is_ok() {
+        return Ok(true);
+    }
+    r.keyword("mn_major").map(|_| false)
+}
+
+/// `wgmma.fence.sync.aligned`: orders the warpgroup's register accesses before the wgmmas
+/// that follow (needed before the first, and after registers they read were written).
+#[derive(Clone, Debug, PartialEq)]
+pub struct WgmmaFence;
+
+/// `wgmma.commit_group.sync.aligned`: the wgmmas issued since the last commit form a group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WgmmaCommit;
+
+/// `fence.proxy.async.shared::cta`: shared-memory writes of ordinary stores (and
+/// `cp.async`) become visible to the async proxy (`wgmma`'s reads).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FenceProxyAsync;
+
+macro_rules! ordering_instruction {
+    ($t:ident, $text:expr) => {
+        impl Instruction for $t {
+            fn exprs(&self) -> Vec<&Expr> {
+                vec![]
+            }
+            fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+                self
+            }
+            fn accesses(&self) -> Vec<Access<'_>> {
+                vec![]
+            }
+            fn effects(&self) -> Effects {
+                Effects { orders_tensor_core: true, warp_collective: true, ..Effects::default() }
+            }
+            fn text(&self, _: &dyn TextNames) -> String {
+                $text.into()
+            }
+            fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+                (op == $text).then_some(Ok($t))
+            }
+        }
+    };
+}
+ordering_instruction!(WgmmaFence, "wgmma_fence");
+ordering_instruction!(WgmmaCommit, "wgmma_commit");
+ordering_instruction!(FenceProxyAsync, "fence_proxy_async");
+
+/// `wgmma.wait_group.sync.aligned pending`: waits until at most `pending` of the
+/// warpgroup's committed groups are in flight; the accumulators `acc` (whose registers the
+/// retired wgmmas wrote) are defined from here on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WgmmaWait {
+    pub pending: u32,
+    pub acc: Vec<BufferId>,
+}
+
+impl Instruction for WgmmaWait {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { orders_tensor_core: true, warp_collective: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        let acc: Vec<String> = self.acc.iter().map(|b| t.buffer(*b)).collect();
+        format!("wgmma_wait {} [{}]", self.pending, acc.join(", "))
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "wgmma_wait" {
+            return None;
+        }
+        Some((|| {
+            let n = r.int()?;
+            let pending = u32::try_from(n).map_err(|_| r.error(&format!("bad group count {n}")))?;
+            r.punct("[")?;
+            let mut acc = Vec::new();
+            while !r.is_punct("]") {
+                acc.push(r.buffer()?);
+                if r.is_punct(",") {
+                    r.punct(",")?;
+                }
+            }
+            r.punct("]")?;
+            Ok(WgmmaWait { pending, acc })
+        })())
+    }
+}
+
 macro_rules! instructions {
     ($($variant:ident),* $(,)?) => {
         /// A thread-level instruction (see the module doc).
@@ -652,4 +883,20 @@ macro_rules! instructions {
     };
 }
 
-instructions!(VecCopy, Ldmatrix, Stmatrix, Mma, AsyncCopy, AsyncCommit, AsyncWait, Sync, Printf, Trap);
+instructions!(
+    VecCopy,
+    Ldmatrix,
+    Stmatrix,
+    Mma,
+    Wgmma,
+    WgmmaFence,
+    WgmmaCommit,
+    WgmmaWait,
+    FenceProxyAsync,
+    AsyncCopy,
+    AsyncCommit,
+    AsyncWait,
+    Sync,
+    Printf,
+    Trap
+);

@@ -58,6 +58,10 @@ pub struct Buffer {
     /// Shared memory only: the swizzle of the tile's byte offsets (see
     /// [`crate::shared_layout`]; its layout is [`crate::SharedLayout::of`] this buffer).
     pub swizzle: Option<crate::shared_layout::Swizzle>,
+    /// Shared memory only: the last dimension is stored in panels of this many elements,
+    /// `[C / P][R][P]` for a tile of R rows of C (the canonical layouts `wgmma` reads: a row
+    /// of a panel is one swizzle span). None: row-major.
+    pub panel: Option<i64>,
 }
 
 impl Buffer {
@@ -89,6 +93,17 @@ impl Buffer {
     }
     pub fn bytes(&self) -> i64 {
         self.num_elements() * self.dtype.bytes() as i64
+    }
+    /// The alignment the tile's physical shared address needs: a tile in wgmma's layout is
+    /// swizzled by the hardware on physical address bits, so it starts on the swizzle's
+    /// period; other tiles are swizzled relative to their start (16 bytes, 128 when
+    /// swizzled, for the banks).
+    pub fn shared_align(&self) -> u64 {
+        match (self.panel, self.swizzle) {
+            (Some(_), Some(sw)) => sw.period() as u64,
+            (None, Some(_)) => 128,
+            _ => 16,
+        }
     }
     /// Row-major strides in elements, of a fixed shape.
     pub fn strides(&self) -> Vec<i64> {
@@ -207,6 +222,19 @@ pub struct Module {
 }
 
 impl Module {
+    /// The alignment the block's shared memory base must have (the largest
+    /// `Buffer::shared_align` of a tile in wgmma's layout; 16 when there is none). Above 16,
+    /// the generated code rounds the dynamic shared memory's address up to it, and the launch
+    /// asks for that many bytes more.
+    pub fn shared_base_align(&self) -> u64 {
+        self.buffers
+            .iter()
+            .filter(|b| b.scope == Scope::Shared && b.panel.is_some())
+            .map(|b| b.shared_align())
+            .max()
+            .unwrap_or(16)
+    }
+
     pub fn buffer(&self, id: BufferId) -> &Buffer {
         &self.buffers[id.0 as usize]
     }
@@ -772,11 +800,17 @@ pub struct GemmOp {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GemmInst {
     pub atom: &'static MmaAtom,
-    /// The warp grid over the output tile (`warps_m × warps_n`, row-major).
+    /// The grid of the atom's scope over the output tile (`warps_m × warps_n`, row-major):
+    /// warps for `mma.sync`, warpgroups for `wgmma`.
     pub warps_m: i64,
     pub warps_n: i64,
     pub a: OperandSource,
     pub b: OperandSource,
+    /// The N of one instruction (`wgmma` chooses it from the tile; `mma.sync`: the atom's).
+    pub n: i64,
+    /// `wgmma` in a pipelined loop: the gemm returns with its group of this k-tile still in
+    /// flight (`wait_group 1`), the loop drains it after (`inject_pipeline` decides).
+    pub in_flight: bool,
 }
 
 /// Where a gemm operand's fragments come from.
@@ -789,6 +823,8 @@ pub enum OperandSource {
     /// Element by element from shared memory (8-bit tiles stored the other way, which
     /// `ldmatrix` cannot transpose).
     Gather,
+    /// Read by the tensor core from shared memory through a matrix descriptor (`wgmma`).
+    Descriptor,
 }
 
 impl OperandSource {
@@ -797,6 +833,7 @@ impl OperandSource {
             OperandSource::Registers => "registers",
             OperandSource::Ldmatrix => "ldmatrix",
             OperandSource::Gather => "gather",
+            OperandSource::Descriptor => "descriptor",
         }
     }
 }

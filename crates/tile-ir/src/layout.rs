@@ -170,6 +170,27 @@ impl FragmentLayout {
         }
     }
 
+    /// The register A operand of `wgmma.mma_async.m64nNk16` for an (m, k) tile over a
+    /// `groups_m × groups_n` grid of warpgroups (replicated over the warpgroups of a row):
+    /// per 64-row atom and k-step of 16, thread t holds element i at row `16 w + l / 4 + 8 ((i
+    /// / 2) % 2)`, column `8 (i / 4) + 2 (l % 4) + i % 2` (PTX ISA, "Register Fragments").
+    /// That is the accumulator layout of an (m, k) tile, so a 16-bit copy of an accumulator
+    /// is an A operand as it stands (FlashAttention-3's P).
+    pub fn wgmma_operand_a(m: i64, k: i64, groups_m: i64, groups_n: i64) -> FragmentLayout {
+        let mut l = FragmentLayout::wgmma_accumulator(m, k, groups_m, 1);
+        if groups_n > 1 {
+            // the warpgroup index is row-major: group = gm * groups_n + gn
+            for digit in &mut l.dims[0] {
+                if digit.source == Source::Thread(128) {
+                    digit.source = Source::Thread(128 * groups_n);
+                }
+            }
+            l.replicated = vec![(groups_n, 128)];
+            l.active_threads = 128 * groups_m * groups_n;
+        }
+        l
+    }
+
     /// The A-operand layout of `mma.sync` for an (m, k) tile in registers, per warp row of a
     /// `warps_m × warps_n` grid (replicated over the warps of a row). For 16-bit types
     /// (m16n8k16) lane `l` of a 16×16 piece holds rows `l / 4` and `l / 4 + 8`, columns

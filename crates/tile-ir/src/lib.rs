@@ -46,6 +46,6 @@ pub use diag::{Diagnostic, Diagnostics, Loc, SourceTable};
 pub use inst::{Inst, Instruction};
 pub use ir::*;
 pub use layout::{Digit, FragmentLayout, Source};
-pub use shared_layout::{SharedLayout, Swizzle};
+pub use shared_layout::{MatrixDescriptor, SharedLayout, Swizzle};
 pub use target::{CopyAtom, MmaAtom, Target};
 pub use types::{DType, Scope};

@@ -236,7 +236,7 @@ pub fn parse_program(text: &str) -> R<Module> {
     let mut buffers = Vec::new();
     for (i, b) in top.arr("buffers")?.iter().enumerate() {
         let path = format!("$.buffers[{i}]");
-        let o = Obj::new(b, &path, &["id", "name", "scope", "dtype", "shape", "loc", "swizzle"])?;
+        let o = Obj::new(b, &path, &["id", "name", "scope", "dtype", "shape", "loc", "swizzle", "panel"])?;
         if o.int("id")? != i as i64 {
             return err(&o.p("id"), format!("buffer ids must be 0, 1, 2, … in order; expected {i}"));
         }
@@ -297,6 +297,13 @@ pub fn parse_program(text: &str) -> R<Module> {
                 Some(Swizzle::new(field("bits")?, field("base")?, field("shift")?))
             }
         };
+        let panel = match o.opt("panel") {
+            None => None,
+            Some(_) => match o.int("panel")? {
+                v @ 1..=4096 => Some(v),
+                v => return err(&o.p("panel"), format!("expected 1 to 4096 elements, got {v}")),
+            },
+        };
         buffers.push(Buffer {
             name: o.str("name")?.to_string(),
             scope,
@@ -305,6 +312,7 @@ pub fn parse_program(text: &str) -> R<Module> {
             loc: loc(o.opt("loc"), &o.p("loc"), n_sources)?,
             layout: None,
             shared_offset: None,
+            panel,
             swizzle,
         });
     }

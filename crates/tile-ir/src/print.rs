@@ -137,6 +137,9 @@ impl Printer<'_> {
             if let Some(off) = b.shared_offset {
                 let _ = write!(out, " at smem+{off}");
             }
+            if let Some(p) = b.panel {
+                let _ = write!(out, " panels<{p}>");
+            }
             if let Some(s) = b.swizzle {
                 let _ = write!(out, " {s}");
             }
@@ -251,12 +254,17 @@ impl Printer<'_> {
                     .inst
                     .map(|i| {
                         format!(
-                            " by {} warps={}x{} a={} b={}",
+                            " by {} warps={}x{} a={} b={}{}",
                             i.atom.name,
                             i.warps_m,
                             i.warps_n,
                             i.a.name(),
-                            i.b.name()
+                            i.b.name(),
+                            if i.atom.scope == crate::target::ThreadScope::Warpgroup {
+                                format!(" n={}{}", i.n, if i.in_flight { " in_flight" } else { "" })
+                            } else {
+                                String::new()
+                            }
                         )
                     })
                     .unwrap_or_default();

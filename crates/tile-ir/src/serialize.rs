@@ -165,6 +165,9 @@ pub fn program_json(m: &Module) -> Value {
                     json!({"bits": s.bits, "base": s.base, "shift": s.shift})
                 };
             }
+            if let Some(p) = b.panel {
+                o["panel"] = json!(p);
+            }
             with_loc(o, b.loc)
         })
         .collect();

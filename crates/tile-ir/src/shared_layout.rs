@@ -69,16 +69,108 @@ impl fmt::Display for Swizzle {
 #[derive(Clone, Debug, PartialEq)]
 pub struct SharedLayout {
     pub shape: Vec<i64>,
-    /// In elements; row-major for every tile tilers makes today.
+    /// In elements; row-major (of the panels, when `panel` is set).
     pub strides: Vec<i64>,
     pub dtype: DType,
     pub swizzle: Option<Swizzle>,
+    /// The last dimension in panels of this many elements: a tile of R rows of C is stored
+    /// `[C / P][R][P]`, each panel row one swizzle span (`Swizzle::span(P · bytes)`). These
+    /// are the canonical layouts `wgmma` reads through a descriptor.
+    pub panel: Option<i64>,
+}
+
+/// What a layout fixes of a `wgmma` shared-memory matrix descriptor (PTX ISA, "Matrix
+/// Descriptor Format"): the swizzle mode (1 = 128-byte, 2 = 64-byte, 3 = 32-byte) and the
+/// leading- and stride-dimension byte offsets. The start address is the operand's first
+/// element (`offset` of an index whose row is a multiple of 8 is unswizzled).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatrixDescriptor {
+    pub mode: u32,
+    pub lbo: i64,
+    pub sbo: i64,
+}
+
+impl MatrixDescriptor {
+    /// The 64-bit descriptor for a tile starting at shared byte address `address`.
+    pub fn encode(&self, address: i64) -> u64 {
+        let enc = |x: i64| ((x as u64) & 0x3FFFF) >> 4;
+        enc(address) | (enc(self.lbo) << 16) | (enc(self.sbo) << 32) | ((self.mode as u64) << 62)
+    }
+
+    /// The swizzle functor of the descriptor's mode.
+    pub fn swizzle(&self) -> Option<Swizzle> {
+        match self.mode {
+            1 => Swizzle::span(128),
+            2 => Swizzle::span(64),
+            3 => Swizzle::span(32),
+            _ => None,
+        }
+    }
 }
 
 impl SharedLayout {
-    /// The layout of a shared buffer: row-major, with its swizzle.
+    /// The layout of a shared buffer: row-major or in panels, with its swizzle.
     pub fn of(b: &Buffer) -> SharedLayout {
-        SharedLayout { shape: b.extents(), strides: b.strides(), dtype: b.dtype, swizzle: b.swizzle }
+        SharedLayout {
+            shape: b.extents(),
+            strides: b.strides(),
+            dtype: b.dtype,
+            swizzle: b.swizzle,
+            panel: b.panel,
+        }
+    }
+
+    /// The swizzle span (bytes of a panel row) that a tile whose last dimension holds
+    /// `elems` elements of `dtype` gets for `wgmma`: the widest of 128, 64 and 32 bytes that
+    /// divides the row, or None (rows of less than 32 bytes, or not a multiple of 32).
+    pub fn wgmma_span(elems: i64, dtype: DType) -> Option<i64> {
+        let row = elems * dtype.bytes() as i64;
+        [128, 64, 32].into_iter().find(|s| row % s == 0)
+    }
+
+    /// The canonical `wgmma` layout of a tile (`shape`, rows along dimension n − 2): panels of
+    /// the span [`SharedLayout::wgmma_span`] gives, swizzled in that span.
+    pub fn wgmma(shape: &[i64], dtype: DType) -> Option<SharedLayout> {
+        let n = shape.len();
+        if n < 2 || shape[n - 2] % 8 != 0 {
+            return None;
+        }
+        let span = Self::wgmma_span(shape[n - 1], dtype)?;
+        Some(SharedLayout {
+            shape: shape.to_vec(),
+            strides: crate::ir::row_major_strides(shape),
+            dtype,
+            swizzle: Swizzle::span(span as u32),
+            panel: Some(span / dtype.bytes() as i64),
+        })
+    }
+
+    /// The descriptor fields for reading this tile with `wgmma`: `k_major` when the tile's
+    /// last (contiguous) dimension is K (A stored M × K, B stored N × K), else MN-major (the
+    /// rows are K). K-major: the stride byte offset steps 8 rows (8 spans), the leading one is
+    /// unused (16). MN-major: the leading byte offset steps from one panel to the next along
+    /// M or N, the stride byte offset 8 rows of K. Err: the layout is not one wgmma reads.
+    pub fn wgmma_descriptor(&self, k_major: bool) -> Result<MatrixDescriptor, String> {
+        let n = self.shape.len();
+        let eb = self.dtype.bytes() as i64;
+        let (Some(p), Some(sw)) = (self.panel, self.swizzle) else {
+            return Err("the tile is not in a wgmma layout (panels of one swizzle span)".into());
+        };
+        let span = p * eb;
+        if Swizzle::span(span as u32) != Some(sw) || n < 2 || self.shape[n - 2] % 8 != 0 {
+            return Err(format!("panels of {span} bytes with {sw} are not a wgmma layout"));
+        }
+        let mode = match span {
+            128 => 1,
+            64 => 2,
+            _ => 3,
+        };
+        let rows = self.shape[n - 2];
+        Ok(if k_major {
+            MatrixDescriptor { mode, lbo: 16, sbo: 8 * span }
+        } else {
+            MatrixDescriptor { mode, lbo: rows * span, sbo: 8 * span }
+        })
     }
 
     /// The element offset of `idx`, swizzle applied, written so that the C compiler can take
@@ -102,6 +194,9 @@ impl SharedLayout {
             })
         };
         let n = idx.len();
+        if let (Some(p), Some(sw), true) = (self.panel, self.swizzle, n >= 2) {
+            return self.panel_offset(idx, p, sw, &flat_of(0..n - 2));
+        }
         let Some(sw) = self.swizzle else {
             return simplify(flat_of(0..n));
         };
@@ -152,8 +247,52 @@ impl SharedLayout {
     }
 }
 
+impl SharedLayout {
+    /// `offset` of a tile in panels: leading dimensions, then `(c / P) · R · P + r · P +
+    /// ((c % P) ^ key)`, the key (in 16-byte chunks) the row's line bits, `(r · span / 128) %
+    /// (span / 16)` — the span swizzle of the panel's byte offset, since a panel row is one
+    /// span and a panel of R (a multiple of 8) rows a whole number of periods.
+    fn panel_offset(&self, idx: &[Expr], p: i64, sw: Swizzle, lead: &Expr) -> Expr {
+        let i32c = |v: i64| Expr::int_of(v, DType::I32);
+        let as_i32 =
+            |e: &Expr| if e.dtype() == DType::I32 { e.clone() } else { Expr::cast(e.clone(), DType::I32) };
+        let n = idx.len();
+        let eb = self.dtype.bytes() as i64;
+        let log2 = |v: i64| 63 - (v as u64).leading_zeros() as i64;
+        let rows = self.shape[n - 2];
+        let (r, c) = (simplify(as_i32(&idx[n - 2])), simplify(as_i32(&idx[n - 1])));
+        let span = p * eb;
+        let mask = (1i64 << sw.bits) - 1;
+        // the row's line bits: r · span / 128 (rows per 128-byte line: 128 / span)
+        let line = if span >= 128 { r.clone() } else { Expr::binary(BinOp::Shr, r.clone(), i32c(log2(128 / span))) };
+        let key = Expr::binary(BinOp::BitAnd, line, i32c(mask));
+        let key = Expr::binary(BinOp::Shl, key, i32c(4 - log2(eb)));
+        let panel = simplify(Expr::binary(
+            BinOp::Mul,
+            Expr::binary(BinOp::FloorDiv, c.clone(), i32c(p)),
+            i32c(rows * p),
+        ));
+        let row = simplify(Expr::binary(BinOp::Mul, r, i32c(p)));
+        let within = Expr::binary(BinOp::BitXor, simplify(Expr::binary(BinOp::FloorMod, c, i32c(p))), key);
+        let tile = Expr::binary(BinOp::Add, Expr::binary(BinOp::Add, panel, row), within);
+        if lead.as_int() == Some(0) {
+            tile
+        } else {
+            Expr::binary(BinOp::Add, lead.clone(), tile)
+        }
+    }
+}
+
 impl fmt::Display for SharedLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(p) = self.panel {
+            let n = self.shape.len();
+            write!(f, "{}{:?} in panels of {p} columns ([{} / {p}][{}][{p}])", self.dtype, self.shape, self.shape[n - 1], self.shape[n - 2])?;
+            if let Some(s) = self.swizzle {
+                write!(f, ", {s}")?;
+            }
+            return Ok(());
+        }
         write!(f, "{}{:?} row-major", self.dtype, self.shape)?;
         if let Some(s) = self.swizzle {
             write!(
@@ -187,7 +326,7 @@ mod tests {
         for d in (0..shape.len().saturating_sub(1)).rev() {
             strides[d] = strides[d + 1] * shape[d + 1];
         }
-        SharedLayout { shape: shape.to_vec(), strides, dtype, swizzle }
+        SharedLayout { shape: shape.to_vec(), strides, dtype, swizzle, panel: None }
     }
 
     const CASES: &[(&[i64], DType)] = &[
@@ -277,6 +416,70 @@ mod tests {
             assert_eq!(sw.period(), 1024 >> (3 - sw.bits), "{sw}");
         }
         assert_eq!(Swizzle::span(128), Some(Swizzle::chunks_of_rows(128)));
+    }
+
+    /// A tile in panels: the offset equals the definition (the span swizzle of the panelled
+    /// byte offset) for every element and stage, and permutes the tile.
+    #[test]
+    fn panel_offsets_match_the_definition() {
+        let (v, w) = (VarId(0), VarId(1));
+        let i32v = |id| Expr::var(id, DType::I32);
+        for (shape, dtype) in [
+            (vec![2i64, 64, 64], DType::F16),
+            (vec![64, 256], DType::F16),
+            (vec![3, 32, 128], DType::BF16),
+            (vec![16, 32], DType::F16),
+            (vec![2, 8, 16], DType::F16),
+            (vec![64, 48], DType::F16),
+        ] {
+            let l = SharedLayout::wgmma(&shape, dtype).expect("a wgmma layout");
+            let n = shape.len();
+            let eb = dtype.bytes() as i64;
+            let p = l.panel.unwrap();
+            let sw = l.swizzle.unwrap();
+            assert_eq!(Swizzle::span((p * eb) as u32), Some(sw));
+            let (rows, cols) = (shape[n - 2], shape[n - 1]);
+            let total: i64 = shape.iter().product();
+            let mut seen = vec![false; total as usize];
+            for flat in 0..total {
+                let (c, r, lead) = (flat % cols, (flat / cols) % rows, flat / (cols * rows));
+                let mut exprs: Vec<Expr> = Vec::new();
+                if n == 3 {
+                    exprs.push(Expr::int(lead));
+                }
+                let split = |var, size: i64, value: i64| {
+                    Expr::binary(
+                        BinOp::Add,
+                        Expr::binary(BinOp::Mul, i32v(var), Expr::int(size)),
+                        Expr::int(value % size),
+                    )
+                };
+                exprs.push(split(v, 8, r));
+                exprs.push(split(w, 8, c));
+                let got = eval(&l.offset(&exprs), &[(v, r / 8), (w, c / 8)]);
+                let linear = lead * rows * cols + (c / p) * rows * p + r * p + c % p;
+                assert_eq!(got * eb, sw.apply(linear * eb), "{shape:?} ({r}, {c})");
+                assert!(!seen[got as usize]);
+                seen[got as usize] = true;
+            }
+        }
+        assert!(SharedLayout::wgmma(&[64, 8], DType::F16).is_none()); // 16-byte rows
+        assert!(SharedLayout::wgmma(&[12, 64], DType::F16).is_none()); // rows not a multiple of 8
+    }
+
+    #[test]
+    fn wgmma_descriptors_of_layouts() {
+        let a = SharedLayout::wgmma(&[3, 128, 64], DType::F16).unwrap();
+        assert_eq!(a.wgmma_descriptor(true), Ok(MatrixDescriptor { mode: 1, lbo: 16, sbo: 1024 }));
+        let b = SharedLayout::wgmma(&[64, 128], DType::BF16).unwrap(); // K x N, N contiguous
+        assert_eq!(b.wgmma_descriptor(false), Ok(MatrixDescriptor { mode: 1, lbo: 64 * 128, sbo: 1024 }));
+        let narrow = SharedLayout::wgmma(&[128, 32], DType::F16).unwrap();
+        assert_eq!(narrow.wgmma_descriptor(true), Ok(MatrixDescriptor { mode: 2, lbo: 16, sbo: 512 }));
+        let d = MatrixDescriptor { mode: 1, lbo: 16, sbo: 1024 };
+        assert_eq!(d.encode(0x400 + 32), (((0x420u64) >> 4) | (1 << 16) | (64 << 32) | (1 << 62)));
+        assert_eq!(d.swizzle(), Swizzle::span(128));
+        let row_major = SharedLayout { panel: None, ..a.clone() };
+        assert!(row_major.wgmma_descriptor(true).is_err());
     }
 
     #[test]

@@ -125,6 +125,14 @@ impl Target {
             .find(|a| a.a == dtype && self.sm >= a.min_sm && (!a.arch_specific || self.arch_specific))
     }
 
+    /// The `wgmma` atom for operands of `dtype` on this target (see [`WGMMA_ATOMS`]).
+    pub fn wgmma_atom(&self, dtype: DType) -> Option<&'static MmaAtom> {
+        if !self.caps.wgmma {
+            return None;
+        }
+        WGMMA_ATOMS.iter().find(|a| a.a == dtype && self.sm >= a.min_sm)
+    }
+
     /// Whether this target has the copy atom.
     pub fn has(&self, atom: &CopyAtom) -> bool {
         self.sm >= atom.min_sm
@@ -239,6 +247,24 @@ pub struct MmaAtom {
 }
 
 impl MmaAtom {
+    /// The N of one instruction a gemm may choose: `mma.sync` has its one N; `wgmma` takes
+    /// any multiple of `n` (its granule, 8) up to [`WGMMA_MAX_N`].
+    pub fn allows_n(&self, n: i64) -> bool {
+        match self.scope {
+            ThreadScope::Warpgroup => n > 0 && n % self.n == 0 && n <= WGMMA_MAX_N,
+            _ => n == self.n,
+        }
+    }
+
+    /// The PTX instruction of one `wgmma` of `n` columns (`wgmma.mma_async.sync.aligned.
+    /// m64n128k16.f32.f16.f16`); for `mma.sync`, its PTX.
+    pub fn ptx_for(&self, n: i64) -> String {
+        match self.scope {
+            ThreadScope::Warpgroup => self.ptx.replacen("nN", &format!("n{n}"), 1),
+            _ => self.ptx.to_string(),
+        }
+    }
+
     /// Bytes of A (or B) one lane holds per atom: 16 (A) and 8 (B) for every `mma.sync`.
     pub fn a_bytes(&self) -> i64 {
         self.a_layout.elements() * self.a.bytes() as i64
@@ -249,7 +275,7 @@ impl MmaAtom {
 
     /// The atom the IR names `name` (the text IR's spelling).
     pub fn by_name(name: &str) -> Option<&'static MmaAtom> {
-        MMA_ATOMS.iter().find(|a| a.name == name)
+        MMA_ATOMS.iter().chain(WGMMA_ATOMS).find(|a| a.name == name)
     }
 }
 
@@ -282,6 +308,65 @@ const MMA_B_8BIT: AtomLayout =
 /// The m16n8 accumulator (4 elements per lane): rows g, g + 8; columns 2q + {0, 1}.
 const MMA_C: AtomLayout =
     AtomLayout { rows: &[lane(8, 1, 4), element(2, 8, 2)], cols: &[element(2, 1, 1), lane(4, 2, 1)] };
+
+// The wgmma m64nNk16 fragments (PTX ISA, "Register Fragments" of wgmma): thread t of the
+// warpgroup is lane l = t % 32 of warp w = t / 32; the accumulator's register i holds row
+// 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2. The tables hold the
+// N = 8 granule: wider instructions repeat it along N, register i + 4 j for columns + 8 j.
+
+/// The wgmma accumulator of one 64 x 8 granule (4 elements per thread).
+const WGMMA_C: AtomLayout = AtomLayout {
+    rows: &[lane(8, 1, 4), element(2, 8, 2), lane(4, 16, 32)],
+    cols: &[element(2, 1, 1), lane(4, 2, 1)],
+};
+/// A of m64nNk16 from registers (64 x 16, 8 elements per thread): the accumulator's
+/// layout over 16 columns.
+const WGMMA_A_16BIT: AtomLayout = AtomLayout {
+    rows: &[lane(8, 1, 4), element(2, 8, 2), lane(4, 16, 32)],
+    cols: &[element(2, 1, 1), lane(4, 2, 1), element(2, 8, 4)],
+};
+/// B of wgmma is read from shared memory through a descriptor, never from registers.
+const WGMMA_B_SHARED: AtomLayout = AtomLayout { rows: &[], cols: &[] };
+
+/// The widest wgmma: N = 256.
+pub const WGMMA_MAX_N: i64 = 256;
+
+/// The `wgmma.mma_async` atoms (sm_90a): `m64nNk16`, N any multiple of 8 up to 256 (the
+/// table's `n` is that granule; `ptx` has `nN` where the chosen N goes).
+pub static WGMMA_ATOMS: &[MmaAtom] = &[
+    MmaAtom {
+        name: "wgmma.m64nNk16.f32.f16.f16",
+        ptx: "wgmma.mma_async.sync.aligned.m64nNk16.f32.f16.f16",
+        m: 64,
+        n: 8,
+        k: 16,
+        a: DType::F16,
+        b: DType::F16,
+        acc: DType::F32,
+        scope: ThreadScope::Warpgroup,
+        a_layout: WGMMA_A_16BIT,
+        b_layout: WGMMA_B_SHARED,
+        c_layout: WGMMA_C,
+        min_sm: 90,
+        arch_specific: true,
+    },
+    MmaAtom {
+        name: "wgmma.m64nNk16.f32.bf16.bf16",
+        ptx: "wgmma.mma_async.sync.aligned.m64nNk16.f32.bf16.bf16",
+        m: 64,
+        n: 8,
+        k: 16,
+        a: DType::BF16,
+        b: DType::BF16,
+        acc: DType::F32,
+        scope: ThreadScope::Warpgroup,
+        a_layout: WGMMA_A_16BIT,
+        b_layout: WGMMA_B_SHARED,
+        c_layout: WGMMA_C,
+        min_sm: 90,
+        arch_specific: true,
+    },
+];
 
 /// Every tensor-core atom tilers knows, in order of preference for a dtype.
 pub static MMA_ATOMS: &[MmaAtom] = &[
@@ -552,6 +637,33 @@ mod tests {
                 }
                 assert_eq!(seen.len() as i64, rows * cols);
             }
+        }
+    }
+
+    /// The wgmma tables are the PTX figure's formulas, for the accumulator granule and the
+    /// register A operand of one k-step.
+    #[test]
+    fn wgmma_fragments_match_the_ptx_figures() {
+        let a = Target::parse("sm_90a").unwrap();
+        assert!(Target::parse("sm_90").unwrap().wgmma_atom(DType::F16).is_none());
+        assert!(a.wgmma_atom(DType::I8).is_none());
+        for dtype in [DType::F16, DType::BF16] {
+            let w = a.wgmma_atom(dtype).unwrap();
+            assert_eq!((w.m, w.n, w.k, w.scope), (64, 8, 16, ThreadScope::Warpgroup));
+            for t in 0..128 {
+                let (wp, l) = (t / 32, t % 32);
+                for i in 0..4 {
+                    let want = (16 * wp + l / 4 + 8 * ((i >> 1) & 1), 2 * (l % 4) + (i & 1));
+                    assert_eq!(w.c_layout.coord(t, i), want);
+                }
+                for i in 0..8 {
+                    let want = (16 * wp + l / 4 + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * (l % 4) + (i & 1));
+                    assert_eq!(w.a_layout.coord(t, i), want);
+                }
+            }
+            assert!(w.allows_n(256) && w.allows_n(8) && !w.allows_n(264) && !w.allows_n(12));
+            let t = if dtype == DType::F16 { "f16" } else { "bf16" };
+            assert_eq!(w.ptx_for(128), format!("wgmma.mma_async.sync.aligned.m64n128k16.f32.{t}.{t}"));
         }
     }
 

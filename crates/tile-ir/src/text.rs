@@ -350,6 +350,7 @@ impl Parser {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
+            panel: None,
             swizzle: None,
         });
         self.buffers.insert(display, id);
@@ -779,14 +780,30 @@ impl Parser {
                 .ok_or_else(|| format!("line {}: warps=MxN, not {warps}", self.line()))?;
             let source = |p: &mut Parser, key: &str| -> R<OperandSource> {
                 let s = p.kv(key)?;
-                [OperandSource::Registers, OperandSource::Ldmatrix, OperandSource::Gather]
+                [
+                    OperandSource::Registers,
+                    OperandSource::Ldmatrix,
+                    OperandSource::Gather,
+                    OperandSource::Descriptor,
+                ]
                     .into_iter()
                     .find(|o| o.name() == s)
                     .ok_or_else(|| format!("line {}: unknown operand source {s}", p.line()))
             };
             let a = source(self, "a")?;
             let b = source(self, "b")?;
-            Some(GemmInst { atom, warps_m, warps_n, a, b })
+            let (n, in_flight) = if atom.scope == crate::target::ThreadScope::Warpgroup {
+                let n = self.kv("n")?;
+                let n: i64 = n.parse().map_err(|_| format!("line {}: n=N, not {n}", self.line()))?;
+                let in_flight = self.is_word("in_flight");
+                if in_flight {
+                    self.pos += 1;
+                }
+                (n, in_flight)
+            } else {
+                (atom.n, false)
+            };
+            Some(GemmInst { atom, warps_m, warps_n, a, b, n, in_flight })
         } else {
             None
         };
@@ -860,6 +877,13 @@ impl Parser {
             let offset = self.int()?;
             self.m.buffer_mut(id).shared_offset =
                 Some(u64::try_from(offset).map_err(|_| format!("line {}: bad offset", self.line()))?);
+        }
+        if self.is_word("panels") {
+            self.pos += 1;
+            self.punct("<")?;
+            let p = self.int()?;
+            self.punct(">")?;
+            self.m.buffer_mut(id).panel = Some(p);
         }
         if self.is_word("swizzle") {
             self.pos += 1;

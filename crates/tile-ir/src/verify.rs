@@ -764,7 +764,7 @@ impl<'a> Verifier<'a> {
             Stmt::Inst(i)
                 if {
                     let e = i.effects();
-                    e.barrier || e.commits || e.waits_for.is_some()
+                    e.barrier || e.commits || e.waits_for.is_some() || e.orders_tensor_core
                 } => {}
             Stmt::Comment(_) => {}
             Stmt::Async { body } => self.stmts(body),

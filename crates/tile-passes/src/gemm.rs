@@ -1,7 +1,9 @@
 //! What the passes agree on about `T.gemm`: the warp grid over the output tile, and the
 //! instruction plan (`plan`) that `select_instructions` records and the lowering follows.
 
-use tile_ir::{FragmentLayout, GemmInst, GemmOp, Module, OperandSource, Scope, Target, WarpPolicy};
+use tile_ir::{
+    DType, FragmentLayout, GemmInst, GemmOp, Module, OperandSource, Scope, SharedLayout, Target, WarpPolicy,
+};
 
 /// Split `warps` into a `warps_m × warps_n` grid over an `m × n` tile so each warp's tile is
 /// a whole number of 16×8 mma pieces: `FullRow` stacks warps along M, `FullCol` along N,
@@ -31,9 +33,121 @@ pub fn warp_grid(policy: WarpPolicy, m: i64, n: i64, warps: i64) -> Result<(i64,
     })
 }
 
-/// The instruction of a gemm on `target`: the mma atom of its operand dtype, the warp grid,
-/// and where each operand's fragments come from. Err: why there is none (a user error).
-pub fn plan(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, String> {
+/// The instruction of a gemm on `target`: `wgmma` where it can (and `wgmma` is allowed),
+/// else the mma atom of its operand dtype; the grid of warps or warpgroups, and where each
+/// operand comes from. The second value says why a gemm that could have been `wgmma` on
+/// this target is not (for the report). Err: why there is no instruction (a user error).
+pub fn plan(
+    m: &Module,
+    op: &GemmOp,
+    target: &Target,
+    allow_wgmma: bool,
+) -> Result<(GemmInst, Option<String>), String> {
+    if !target.caps.wgmma {
+        return plan_mma_sync(m, op, target).map(|p| (p, None));
+    }
+    if !allow_wgmma {
+        return plan_mma_sync(m, op, target).map(|p| (p, Some("wgmma is off (the wgmma=False option)".into())));
+    }
+    match plan_wgmma(m, op, target) {
+        Ok(p) => Ok((p, None)),
+        Err(why) => plan_mma_sync(m, op, target).map(|p| (p, Some(why))),
+    }
+}
+
+/// Split `groups` warpgroups into a `groups_m × groups_n` grid over an `m × n` tile so each
+/// warpgroup's tile is a whole number of 64-row wgmma atoms and of 8 columns, by the policy
+/// as `warp_grid` does for warps.
+pub fn warpgroup_grid(policy: WarpPolicy, m: i64, n: i64, groups: i64) -> Option<(i64, i64)> {
+    let fits = |gm: i64, gn: i64| gm * gn == groups && m % (gm * 64) == 0 && n % (gn * 8) == 0;
+    let candidates =
+        (1..=groups).filter(|gm| groups % gm == 0).map(|gm| (gm, groups / gm)).filter(|&(gm, gn)| fits(gm, gn));
+    match policy {
+        WarpPolicy::FullRow => candidates.max_by_key(|&(gm, _)| gm),
+        WarpPolicy::FullCol => candidates.max_by_key(|&(_, gn)| gn),
+        WarpPolicy::Square => candidates.min_by_key(|&(gm, gn)| ((m / gm) - (n / gn)).abs() * 1000 + gm),
+    }
+}
+
+/// The widest wgmma N (a multiple of 8, at most 256) that divides a warpgroup's `n` columns.
+pub fn wgmma_n(n: i64) -> i64 {
+    (1..=tile_ir::target::WGMMA_MAX_N / 8).rev().map(|j| j * 8).find(|w| n % w == 0).unwrap_or(8)
+}
+
+/// The `wgmma` plan of a gemm, or why it cannot be one.
+fn plan_wgmma(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, String> {
+    let (ab, bb, cb) = (m.buffer(op.a), m.buffer(op.b), m.buffer(op.c));
+    let atom = target
+        .wgmma_atom(ab.dtype)
+        .ok_or_else(|| format!("wgmma takes float16 and bfloat16 operands, these are {}", ab.dtype))?;
+    if bb.dtype != ab.dtype {
+        return Err(format!("A is {} and B {}", ab.dtype, bb.dtype));
+    }
+    if cb.dtype != DType::F32 {
+        return Err(format!("the accumulator is {}; wgmma accumulates in float32 here", cb.dtype));
+    }
+    let threads = m.kernel.threads as i64;
+    if threads % 128 != 0 {
+        return Err(format!("{threads} threads are not whole warpgroups of 128"));
+    }
+    if bb.scope != Scope::Shared {
+        return Err("B is not a shared tile (wgmma reads B from shared memory)".into());
+    }
+    let a_in_registers = ab.scope == Scope::Fragment;
+    if a_in_registers && op.transpose_a {
+        return Err("A is a transposed fragment".into());
+    }
+    let (ae, be) = (ab.extents(), bb.extents());
+    let (tile_a, tile_b) = (&ae[ae.len() - 2..], &be[be.len() - 2..]);
+    let ce = cb.extents();
+    let (mm, n) = (ce[0], ce[1]);
+    let k = if op.transpose_a { tile_a[0] } else { tile_a[1] };
+    if k % atom.k != 0 {
+        return Err(format!("K={k} is not a multiple of {}", atom.k));
+    }
+    let groups = threads / 128;
+    let (gm, gn) = warpgroup_grid(op.policy, mm, n, groups).ok_or_else(|| {
+        format!("the {mm}x{n} tile does not split into 64-row, 8-column pieces over {groups} warpgroup(s)")
+    })?;
+    let group_n = n / gn;
+    let inst_n = wgmma_n(group_n);
+    // the shared operands in wgmma's canonical layouts; an MN-major operand's instructions
+    // must start on a panel
+    let layout_of = |tile: &[i64], dtype: DType, what: &str| {
+        SharedLayout::wgmma(tile, dtype).ok_or_else(|| {
+            format!("the {what} tile {tile:?} has rows of less than 32 bytes or a row count not a multiple of 8")
+        })
+    };
+    if !a_in_registers {
+        let l = layout_of(tile_a, ab.dtype, "A")?;
+        if op.transpose_a && 64 % l.panel.unwrap_or(64) != 0 {
+            return Err("A (stored K x M) is not in whole panels per 64 rows".into());
+        }
+    }
+    let lb = layout_of(tile_b, bb.dtype, "B")?;
+    if !op.transpose_b {
+        // B stored (K, N): N-major, panels along N
+        let p = lb.panel.unwrap_or(1);
+        let chunks = group_n / inst_n;
+        if (gn > 1 && group_n % p != 0) || (chunks > 1 && inst_n % p != 0) {
+            return Err(format!(
+                "B (stored K x N) is read in {inst_n}-column pieces that do not start on its {p}-column panels"
+            ));
+        }
+    }
+    Ok(GemmInst {
+        atom,
+        warps_m: gm,
+        warps_n: gn,
+        a: if a_in_registers { OperandSource::Registers } else { OperandSource::Descriptor },
+        b: OperandSource::Descriptor,
+        n: inst_n,
+        in_flight: false,
+    })
+}
+
+/// The `mma.sync` plan of a gemm.
+fn plan_mma_sync(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, String> {
     let (ab, bb, cb) = (m.buffer(op.a), m.buffer(op.b), m.buffer(op.c));
     let atom = target
         .mma_atom(ab.dtype)
@@ -58,6 +172,8 @@ pub fn plan(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, String
         a: source(ab.scope, op.transpose_a),
         // B is "col" in mma: stored (N, K) it reads straight, stored (K, N) it is transposed
         b: source(bb.scope, !op.transpose_b),
+        n: atom.n,
+        in_flight: false,
     })
 }
 

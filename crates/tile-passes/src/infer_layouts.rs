@@ -146,8 +146,34 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             accumulators.push((op.c, op.policy, op.loc, op.a, op.transpose_a, op.b, op.transpose_b));
         }
     });
-    for (c, policy, loc, a, transpose_a, b, transpose_b) in accumulators {
+    let mut gemms = Vec::new();
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::Gemm(op) = s {
+            gemms.push(op.clone());
+        }
+    });
+    let wgmma_allowed = !ctx.options.mma_sync_only;
+    for (op, (c, policy, loc, a, transpose_a, b, transpose_b)) in gemms.iter().zip(accumulators) {
         let shape = m.buffer(c).extents();
+        // wgmma: the accumulator (and a register A) take the warpgroup layouts
+        if let Ok((plan, _)) = crate::gemm::plan(&m, op, &ctx.target, wgmma_allowed) {
+            if plan.atom.scope == tile_ir::target::ThreadScope::Warpgroup {
+                let (gm, gn) = (plan.warps_m, plan.warps_n);
+                if plan.a == tile_ir::OperandSource::Registers {
+                    let ae = m.buffer(a).extents();
+                    m.buffer_mut(a).layout = Some(FragmentLayout::wgmma_operand_a(ae[0], ae[1], gm, gn));
+                }
+                let l = FragmentLayout::wgmma_accumulator(shape[0], shape[1], gm, gn);
+                match &m.buffer(c).layout {
+                    Some(old) if *old != l => diags.push(Diagnostic::error(
+                        format!("layout conflict: accumulator '{}' of two T.gemm calls with different warp policies", m.buffer(c).name),
+                        loc,
+                    )),
+                    _ => m.buffer_mut(c).layout = Some(l),
+                }
+                continue;
+            }
+        }
         match crate::gemm::warp_grid(policy, shape[0], shape[1], threads as i64 / 32) {
             Ok((wm, wn)) => {
                 // an A operand kept in registers takes the instruction's A-fragment layout

@@ -12,7 +12,15 @@
 //! wait(0)
 //! ```
 //! The barrier after the wait both publishes iteration `i`'s data and proves every thread
-//! finished iteration `i − 1`, whose stage is refilled next. Loops of fewer stages, or with
+//! finished iteration `i − 1`, whose stage is refilled next.
+//!
+//! With a `wgmma` gemm among the consumers, a `fence.proxy.async` precedes the barrier (the
+//! copies' writes become visible to the tensor core's reads). When the loop has three stages
+//! or more and the gemm's accumulator is touched by no other consumer, the gemm returns with
+//! its group in flight (`wait_group 1`, `GemmInst::in_flight`) so that the next k-tile's
+//! wgmmas are issued before it completes; the copies then run `s − 2` iterations ahead, into
+//! the stage of iteration `i − 2`, whose wgmmas the wait of iteration `i − 1` retired in
+//! every warpgroup before the barrier; after the loop a `wait_group 0` drains the last. Loops of fewer stages, or with
 //! no producers (or tiles also written by other statements), run as serial loops, and the
 //! lowering report says why. Does not: choose instructions (`select_instructions` gave each
 //! producer `cp.async` or, where it cannot, an ordinary copy, which the same barriers order).
@@ -135,6 +143,30 @@ fn pipeline(
         consumers.extend(producers);
         return serial(consumers);
     }
+    // a wgmma consumer: fence its operands' writes; keep its group in flight when it can
+    let wgmma_at: Vec<usize> = consumers
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| is_wgmma(c))
+        .map(|(k, _)| k)
+        .collect();
+    let mut drain = None;
+    if stages >= 3 && wgmma_at.len() == 1 {
+        let k = wgmma_at[0];
+        let Stmt::Gemm(op) = &consumers[k] else { unreachable!("is_wgmma") };
+        let acc = op.c;
+        let others_touch = consumers.iter().enumerate().any(|(j, s)| j != k && touches(s, acc));
+        if !others_touch {
+            if let Stmt::Gemm(op) = &mut consumers[k] {
+                if let Some(inst) = &mut op.inst {
+                    inst.in_flight = true;
+                    drain = Some(acc);
+                }
+            }
+        }
+    }
+    // iterations the copies run ahead
+    let ahead = if drain.is_some() { stages - 2 } else { stages - 1 };
     // multi-buffer the tiles
     for &t in &tiles {
         let b = m.buffer_mut(t);
@@ -142,9 +174,9 @@ fn pipeline(
     }
     let names: Vec<String> = tiles.iter().map(|t| m.buffer(*t).name.clone()).collect();
     ctx.report.push(format!(
-        "{at}: T.Pipelined(num_stages={stages}): copies into {} issued {} iteration(s) ahead, {stages} buffers each",
+        "{at}: T.Pipelined(num_stages={stages}): copies into {} issued {ahead} iteration(s) ahead, {stages} buffers each{}",
         names.join(", "),
-        stages - 1
+        if drain.is_some() { "; the wgmma group of each k-tile stays in flight into the next" } else { "" }
     ));
     let s = stages as i64;
     let iv = Expr::var(var, DType::I32);
@@ -184,17 +216,55 @@ fn pipeline(
     let consumers: Vec<Stmt> = consumers.into_iter().map(|c| select_stage(c, &tiles, &stage)).collect();
 
     let mut out = Vec::new();
-    for p in 0..s - 1 {
+    let d = ahead as i64;
+    for p in 0..d {
         out.push(issue(Expr::int(p)));
         out.push(Stmt::inst(inst::AsyncCommit));
     }
-    let mut loop_body = vec![Stmt::inst(inst::AsyncWait { pending: stages - 2 }), Stmt::inst(inst::Sync)];
-    loop_body.push(issue(simplify::simplify(Expr::binary(BinOp::Add, i, Expr::int(s - 1)))));
+    let mut loop_body = vec![Stmt::inst(inst::AsyncWait { pending: ahead - 1 })];
+    if !wgmma_at.is_empty() {
+        loop_body.push(Stmt::inst(inst::FenceProxyAsync));
+    }
+    loop_body.push(Stmt::inst(inst::Sync));
+    loop_body.push(issue(simplify::simplify(Expr::binary(BinOp::Add, i, Expr::int(d)))));
     loop_body.push(Stmt::inst(inst::AsyncCommit));
     loop_body.extend(consumers);
     out.push(Stmt::For { var, start, extent, kind: ForKind::Serial, body: loop_body, loc });
     out.push(Stmt::inst(inst::AsyncWait { pending: 0 }));
+    if let Some(acc) = drain {
+        out.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
+    }
     out
+}
+
+/// A `T.gemm` that `select_instructions` gave a `wgmma`.
+pub fn is_wgmma(s: &Stmt) -> bool {
+    matches!(s, Stmt::Gemm(GemmOp { inst: Some(i), .. }) if i.atom.scope == target::ThreadScope::Warpgroup)
+}
+
+/// Whether a statement (with its children) reads or writes `buf`.
+fn touches(s: &Stmt, buf: BufferId) -> bool {
+    let mut found = false;
+    walk_stmts(std::slice::from_ref(s), &mut |st| {
+        stmt_exprs(st, &mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Load { buf: b, .. } = x {
+                    found |= *b == buf;
+                }
+            })
+        });
+        found |= match st {
+            Stmt::Store { buf: b, .. } | Stmt::AtomicAdd { buf: b, .. } => *b == buf,
+            Stmt::Copy(op) => op.src.buf == buf || op.dst.buf == buf,
+            Stmt::Fill { dst, .. } => dst.buf == buf,
+            Stmt::Reduce(op) => op.src == buf || op.dst == buf,
+            Stmt::Gemm(op) => op.a == buf || op.b == buf || op.c == buf,
+            Stmt::Print { what: Printed::Tile(r), .. } => r.buf == buf,
+            Stmt::Inst(i) => i.accesses().iter().any(|a| a.buf == buf),
+            _ => false,
+        };
+    });
+    found
 }
 
 /// Point every access of a multi-buffered tile at `stage`.

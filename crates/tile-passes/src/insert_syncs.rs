@@ -125,13 +125,21 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
                 out.push(Stmt::Inst(i));
             }
             // ordered by the pipeline's own waits and barriers
-            Stmt::Inst(i) if i.effects().commits || i.effects().waits_for.is_some() => {
+            Stmt::Inst(i) if i.effects().commits || i.effects().waits_for.is_some() || i.effects().orders_tensor_core => {
                 out.push(Stmt::Inst(i))
             }
             s @ Stmt::Async { .. } => out.push(s),
             other => {
                 let (r, w) = accesses(m, &other);
                 if hazard(pending, &r, &w) {
+                    // wgmma reads shared memory in the async proxy: fence the writes first
+                    let mut reads_async = false;
+                    walk_stmts(std::slice::from_ref(&other), &mut |s| {
+                        reads_async |= crate::inject_pipeline::is_wgmma(s);
+                    });
+                    if reads_async && !pending.writes.is_empty() {
+                        out.push(Stmt::inst(inst::FenceProxyAsync));
+                    }
                     out.push(Stmt::inst(inst::Sync));
                     *pending = Pending::default();
                 }

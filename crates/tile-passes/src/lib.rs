@@ -35,6 +35,9 @@ pub struct Options {
     /// epilogues (bench/results/gemm-ab-2026-12-01-h200.json); kept for tests, benchmarks
     /// and the wgmma epilogues to come.
     pub stmatrix_epilogue: bool,
+    /// Keep every gemm on `mma.sync`, the portable path, even where `wgmma` exists (to
+    /// compare the two: `tilers.compile(..., wgmma=False)`).
+    pub mma_sync_only: bool,
 }
 
 /// State shared by the passes of one compilation.

@@ -124,9 +124,9 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         (0..m.buffers.len() as u32).map(BufferId).filter(|b| m.buffer(*b).scope == Scope::Shared).collect();
     for id in shared {
         let b = m.buffer(id);
-        // 128 bytes keep the XOR pattern on the banks; TMA and wgmma, which swizzle physical
-        // addresses, will need the swizzle's period (Swizzle::period)
-        let align = if b.swizzle.is_some() { 128 } else { ALIGN };
+        // 128 bytes keep the XOR pattern on the banks; wgmma's layouts, which the hardware
+        // swizzles on physical addresses, start on the swizzle's period
+        let align = b.shared_align().max(ALIGN);
         let size = b.bytes() as u64;
         let mut busy: Vec<(u64, u64)> = placed
             .iter()
@@ -145,7 +145,9 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         placed.push((id, offset, offset + size));
         total = total.max(offset + size);
     }
-    let total = total.div_ceil(ALIGN) * ALIGN;
+    // a base aligned above 16 bytes is made by rounding up at run time: room for it
+    let base_align = m.shared_base_align();
+    let total = total.div_ceil(ALIGN) * ALIGN + if base_align > 16 { base_align - 16 } else { 0 };
     if total > ctx.target.limits.shared_bytes {
         let list: Vec<String> = m
             .buffers

@@ -32,6 +32,7 @@ pub fn select_instructions(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<D
     let mut s = Selector {
         target: ctx.target.clone(),
         stmatrix_epilogue: ctx.options.stmatrix_epilogue,
+        wgmma: !ctx.options.mma_sync_only,
         report: Vec::new(),
         diags: Vec::new(),
         shared_used: pipelined_shared_bytes(&m),
@@ -49,6 +50,8 @@ struct Selector {
     target: Target,
     /// `Options::stmatrix_epilogue`.
     stmatrix_epilogue: bool,
+    /// `wgmma` allowed (not `Options::mma_sync_only`).
+    wgmma: bool,
     report: Vec<String>,
     diags: Vec<Diagnostic>,
     /// Shared bytes the block will hold when lowering reaches the statement at hand:
@@ -167,7 +170,7 @@ impl Selector {
 
     fn gemm(&mut self, m: &mut Module, mut op: GemmOp) -> GemmOp {
         let loc = op.loc;
-        let plan = match gemm::plan(m, &op, &self.target) {
+        let (plan, not_wgmma) = match gemm::plan(m, &op, &self.target, self.wgmma) {
             Ok(p) => p,
             Err(why) => {
                 self.diags.push(Diagnostic::error(format!("T.gemm: {why}"), loc));
@@ -213,6 +216,11 @@ impl Selector {
             );
             return op;
         }
+        if plan.atom.scope == target::ThreadScope::Warpgroup {
+            self.wgmma_report(m, &op, &plan, (mm, n, k));
+            op.inst = Some(plan);
+            return op;
+        }
         // swizzle the operand tiles so ldmatrix reads 8 rows from 8 distinct bank groups
         for (id, tile) in [(op.a, tile_a), (op.b, tile_b)] {
             let buf = m.buffer(id);
@@ -243,12 +251,9 @@ impl Selector {
         } else {
             "ldmatrix and element gathers"
         };
-        let family = match plan.atom.scope {
-            target::ThreadScope::Warpgroup => "wgmma",
-            _ => "mma.sync",
-        };
+        let why = not_wgmma.map(|w| format!("; not wgmma: {w}")).unwrap_or_default();
         self.report.push(format!(
-            "{}: T.gemm {mm}x{n}x{k} {}: {family}.M{}N{}K{}, {}x{} warps of {}x{}, operands by {how}",
+            "{}: T.gemm {mm}x{n}x{k} {}: mma.sync.M{}N{}K{}, {}x{} warps of {}x{}, operands by {how}{why}",
             Self::at(m, loc),
             ab.dtype,
             plan.atom.m,
@@ -261,6 +266,48 @@ impl Selector {
         ));
         op.inst = Some(plan);
         op
+    }
+
+    /// A `wgmma` gemm: its shared operands take wgmma's canonical layouts (panels of one
+    /// swizzle span), and the report says how each operand is read.
+    fn wgmma_report(&mut self, m: &mut Module, op: &GemmOp, plan: &GemmInst, (mm, n, k): (i64, i64, i64)) {
+        let mut how = Vec::new();
+        for (id, k_major, name) in [(op.a, !op.transpose_a, "A"), (op.b, op.transpose_b, "B")] {
+            let buf = m.buffer(id);
+            if buf.scope != Scope::Shared {
+                how.push(format!("{name} from registers"));
+                continue;
+            }
+            let e = buf.extents();
+            let layout = SharedLayout::wgmma(&e[e.len() - 2..], buf.dtype).expect("gemm::plan checked the layout");
+            let span = layout.panel.unwrap_or(0) * buf.dtype.bytes() as i64;
+            how.push(format!(
+                "{name} by descriptor ({}, {span}-byte swizzle)",
+                if k_major { "K-major" } else if name == "A" { "M-major" } else { "N-major" }
+            ));
+            if buf.panel.is_none() {
+                self.report.push(format!(
+                    "{}: shared tile '{}' in wgmma's layout: panels of {span}-byte rows, swizzled",
+                    Self::at(m, buf.loc),
+                    buf.name
+                ));
+            }
+            let b = m.buffer_mut(id);
+            b.panel = layout.panel;
+            b.swizzle = layout.swizzle;
+        }
+        let ab = m.buffer(op.a);
+        self.report.push(format!(
+            "{}: T.gemm {mm}x{n}x{k} {}: wgmma.m64n{}k16, {}x{} warpgroups of {}x{}, {}",
+            Self::at(m, op.loc),
+            ab.dtype,
+            plan.n,
+            plan.warps_m,
+            plan.warps_n,
+            mm / plan.warps_m,
+            n / plan.warps_n,
+            how.join(", ")
+        ));
     }
 }
 

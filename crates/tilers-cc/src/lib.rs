@@ -49,6 +49,8 @@ pub struct CompileOptions {
     pub keep_ir: bool,
     /// `tile_passes::Options::stmatrix_epilogue` (tests and benchmarks).
     pub stmatrix_epilogue: bool,
+    /// `tile_passes::Options::mma_sync_only` (`"wgmma": false`).
+    pub mma_sync_only: bool,
 }
 
 impl CompileOptions {
@@ -74,6 +76,7 @@ impl CompileOptions {
                 "dump_ir" => opts.dump_dir = val.as_str().map(PathBuf::from),
                 "keep_ir" => opts.keep_ir = val.as_bool().unwrap_or(false),
                 "stmatrix_epilogue" => opts.stmatrix_epilogue = val.as_bool().unwrap_or(false),
+                "wgmma" => opts.mma_sync_only = !val.as_bool().unwrap_or(true),
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }
@@ -211,6 +214,7 @@ fn compile_inner(
         lineinfo: opts.lineinfo,
         fast_math: opts.fast_math,
         stmatrix_epilogue: opts.stmatrix_epilogue,
+        mma_sync_only: opts.mma_sync_only,
     };
     let mut ctx = Ctx::new(target.clone(), options);
     let sources = module.sources.clone();

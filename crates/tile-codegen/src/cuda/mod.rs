@@ -16,7 +16,7 @@ mod prelude;
 use crate::names::Namer;
 use crate::CodegenOptions;
 use expr::c_string;
-use prelude::{BF16_ATOMIC_CAS, BF16_ATOMIC_SM90, PRELUDE};
+use prelude::{BF16_ATOMIC_CAS, BF16_ATOMIC_SM90, PRELUDE, WGMMA};
 use std::fmt::Write;
 use tile_ir::*;
 
@@ -126,6 +126,11 @@ impl Emitter<'_> {
         );
         head.push_str(PRELUDE);
         head.push_str(if self.target.caps.bf16_atomic_add { BF16_ATOMIC_SM90 } else { BF16_ATOMIC_CAS });
+        let mut uses_wgmma = false;
+        walk_stmts(&m.kernel.body, &mut |s| uses_wgmma |= matches!(s, Stmt::Inst(Inst::Wgmma(_))));
+        if uses_wgmma {
+            head.push_str(WGMMA);
+        }
         head.push('\n');
         let mut params = Vec::new();
         for p in &m.params {
@@ -186,7 +191,18 @@ impl Emitter<'_> {
             .filter(|b| m.buffer(*b).scope == Scope::Shared)
             .collect();
         if !shared.is_empty() {
-            self.line("extern __shared__ __align__(16) unsigned char tl_smem[];");
+            let align = m.shared_base_align();
+            if align > 16 {
+                // wgmma's swizzled tiles start on the swizzle period of the physical address
+                self.line(&format!("extern __shared__ __align__({align}) unsigned char tl_smem_raw[];"));
+                self.line(&format!(
+                    "unsigned char* tl_smem = tl_smem_raw + (({align}u - ((unsigned int)__cvta_generic_to_shared(tl_smem_raw) & {}u)) & {}u);",
+                    align - 1,
+                    align - 1
+                ));
+            } else {
+                self.line("extern __shared__ __align__(16) unsigned char tl_smem[];");
+            }
             // shared-space address of the block's shared memory, for ldmatrix and cp.async:
             // their addresses are this plus a byte offset the C compiler can hoist and fold
             self.line("[[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);");

@@ -59,3 +59,11 @@ pub(super) const BF16_ATOMIC_CAS: &str = r#"static __device__ __forceinline__ vo
   } while (old != assumed);
 }
 "#;
+
+/// In kernels with `wgmma`: its shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor
+/// Format"): start address, leading and stride byte offsets in 16-byte units, swizzle mode.
+pub(super) const WGMMA: &str = r#"// wgmma matrix descriptor: address and byte offsets in 16-byte units, swizzle mode in bits 62-63
+static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
+}
+"#;

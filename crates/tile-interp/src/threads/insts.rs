@@ -9,6 +9,9 @@ impl Machine<'_> {
     pub(super) fn inst(&mut self, i: &Inst, active: &[u32]) -> Result<(), Diagnostic> {
         let m = self.m;
         match i {
+            Inst::Wgmma(_) | Inst::WgmmaFence(_) | Inst::WgmmaCommit(_) | Inst::WgmmaWait(_) | Inst::FenceProxyAsync(_) => {
+                return Err(self.err("the warp model does not run wgmma yet".to_string()));
+            }
             Inst::Sync(_) => {
                 if active.len() != self.threads {
                     return Err(self.err(format!(

@@ -137,6 +137,7 @@ impl Lowerer {
             loc: op.loc,
             layout: None,
             shared_offset: None,
+            panel: None,
             swizzle: Some(Swizzle::chunks_of_rows(sb.extents()[1] * db.dtype.bytes() as i64)),
         });
         let whole = Region { buf: stage, dims: vec![], loc: op.loc };

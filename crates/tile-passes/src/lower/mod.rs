@@ -204,6 +204,7 @@ impl Lowerer {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
+            panel: None,
             swizzle: None,
         })
     }

@@ -174,6 +174,7 @@ impl Lowerer {
                 loc,
                 layout: None,
                 shared_offset: None,
+                panel: None,
                 swizzle: None,
             });
             let is_active = Expr::binary(BinOp::Lt, self.tid(), i32c(active));

@@ -1,12 +1,14 @@
 //! Emitters of the thread-level instructions (tile_ir::inst), one file per family: memory
 //! (vector copies, `cp.async` and its groups, barriers), the `mma.sync` family
 //! (`ldmatrix`, `mma`), `stmatrix`, debugging (`printf`, `trap`). A new instruction adds its emitter
-//! here; a `wgmma.rs`, `tma.rs` and `mbarrier.rs` go beside these.
+//! here; `wgmma.rs` holds wgmma and its fences and groups; `tma.rs` and `mbarrier.rs` go
+//! beside these.
 
 mod debug;
 mod memory;
 mod mma_sync;
 mod stmatrix;
+mod wgmma;
 
 use super::Emitter;
 use tile_ir::*;
@@ -31,6 +33,17 @@ impl Emitter<'_> {
             }
             Inst::Ldmatrix(x) => self.ldmatrix(x),
             Inst::Mma(x) => self.mma(x),
+            Inst::Wgmma(x) => self.wgmma(x),
+            Inst::WgmmaFence(_) => self.wgmma_fence(),
+            Inst::WgmmaCommit(_) => {
+                self.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
+                Ok(())
+            }
+            Inst::WgmmaWait(x) => self.wgmma_wait(x),
+            Inst::FenceProxyAsync(_) => {
+                self.line("asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");");
+                Ok(())
+            }
             Inst::Stmatrix(x) => self.stmatrix(x),
             Inst::Printf(x) => self.printf(x),
             Inst::Trap(_) => {

@@ -1,0 +1,104 @@
+//! The `wgmma` family (sm_90a): `wgmma.mma_async` with shared operands through matrix
+//! descriptors (their fields from the tiles' layouts, `SharedLayout::wgmma_descriptor`) or A
+//! from registers, and its fence and groups. The accumulator registers are tied operands
+//! (`"+f"`) of the instruction; after a `wait_group`, and before a `wgmma.fence`, every
+//! accumulator register passes through an empty `asm volatile` that names it, so the C
+//! compiler neither reads it before the wait nor writes it between the fence and the wgmma.
+
+use super::super::Emitter;
+use tile_ir::*;
+
+impl Emitter<'_> {
+    /// `tl_wgmma_desc(address, lbo, sbo, mode)` of the shared operand `buf[idx]`.
+    fn descriptor(&mut self, buf: BufferId, idx: &[Expr], k_major: bool) -> Result<String, Diagnostic> {
+        let d = SharedLayout::of(self.m.buffer(buf)).wgmma_descriptor(k_major).map_err(|e| {
+            Diagnostic::bug(format!("wgmma operand '{}': {e}", self.m.buffer(buf).name))
+        })?;
+        let address = self.shared_address(buf, idx)?;
+        Ok(format!("tl_wgmma_desc({address}, {}u, {}u, {}u)", d.lbo, d.sbo, d.mode))
+    }
+
+    pub(super) fn wgmma(&mut self, w: &inst::Wgmma) -> Result<(), Diagnostic> {
+        let regs = (w.n / 2) as usize;
+        let c = self.names.buffer(w.c);
+        let c_offset = self.expr(&w.c_offset)?;
+        let db = self.descriptor(w.b, &w.b_idx, w.b_k_major)?;
+        let scale = self.expr(&w.scale_d)?;
+        let d_list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+        let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(c[{i}])")).collect();
+        let trans_b = if w.b_k_major { 0 } else { 1 };
+        let ptx = w.atom.ptx_for(w.n);
+        let (a_decl, a_text, a_ins, trans) = match &w.a_from {
+            inst::WgmmaA::Shared { idx, k_major } => {
+                let da = self.descriptor(w.a, idx, *k_major)?;
+                (
+                    format!("const unsigned long long da = {da}; "),
+                    format!("%{regs}"),
+                    "\"l\"(da)".to_string(),
+                    format!("{}, {trans_b}", if *k_major { 0 } else { 1 }),
+                )
+            }
+            inst::WgmmaA::Registers { offset } => {
+                let a = self.names.buffer(w.a);
+                let off = self.expr(offset)?;
+                (
+                    format!("const unsigned int* ra = (const unsigned int*)(&{a}[{off}]); "),
+                    format!("{{%{}, %{}, %{}, %{}}}", regs, regs + 1, regs + 2, regs + 3),
+                    "\"r\"(ra[0]), \"r\"(ra[1]), \"r\"(ra[2]), \"r\"(ra[3])".to_string(),
+                    format!("{trans_b}"),
+                )
+            }
+        };
+        let a_count = if matches!(w.a_from, inst::WgmmaA::Shared { .. }) { 1 } else { 4 };
+        let (b_at, s_at) = (regs + a_count, regs + a_count + 1);
+        self.line(&format!(
+            "{{ {a_decl}const unsigned long long db = {db}; float* c = &{c}[{c_offset}];"
+        ));
+        self.line(&format!(
+            "  asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{s_at}, 0; {ptx} {{{}}}, {a_text}, %{b_at}, p, 1, 1, {trans}; }}\" : {} : {a_ins}, \"l\"(db), \"r\"((int)({scale})) : \"memory\"); }}",
+            d_list.join(", "),
+            outs.join(", ")
+        ));
+        Ok(())
+    }
+
+    /// The accumulators of every wgmma of the kernel (their registers are fenced).
+    fn wgmma_accumulators(&self) -> Vec<BufferId> {
+        let mut out = Vec::new();
+        walk_stmts(&self.m.kernel.body, &mut |s| {
+            if let Stmt::Inst(Inst::Wgmma(w)) = s {
+                if !out.contains(&w.c) {
+                    out.push(w.c);
+                }
+            }
+        });
+        out
+    }
+
+    /// `asm volatile("" : "+f"(r))` over every register of `bufs`: the C compiler keeps its
+    /// reads and writes of them on their side of the asm statement before or after.
+    fn fence_registers(&mut self, bufs: &[BufferId]) {
+        for &b in bufs {
+            let n = self.names.buffer(b);
+            let count = self.m.buffer(b).num_elements();
+            let constraint = if self.m.buffer(b).dtype.is_float() { "+f" } else { "+r" };
+            self.line("#pragma unroll");
+            self.line(&format!(
+                "for (int tl_r = 0; tl_r < {count}; ++tl_r) asm volatile(\"\" : \"{constraint}\"({n}[tl_r]) :: \"memory\");"
+            ));
+        }
+    }
+
+    pub(super) fn wgmma_fence(&mut self) -> Result<(), Diagnostic> {
+        let accs = self.wgmma_accumulators();
+        self.fence_registers(&accs);
+        self.line("asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
+        Ok(())
+    }
+
+    pub(super) fn wgmma_wait(&mut self, w: &inst::WgmmaWait) -> Result<(), Diagnostic> {
+        self.line(&format!("asm volatile(\"wgmma.wait_group.sync.aligned {};\" ::: \"memory\");", w.pending));
+        self.fence_registers(&w.acc);
+        Ok(())
+    }
+}
