@@ -538,7 +538,7 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         .max()
         .unwrap_or(0);
     let base_align = m.shared_base_align();
-    let shared = shared.div_ceil(16) * 16 + if base_align > 16 { base_align - 16 } else { 0 };
+    let shared = shared.div_ceil(16) * 16 + base_align.saturating_sub(16);
     let shared_bytes = u32::try_from(shared)
         .map_err(|_| Diagnostic::bug(format!("{shared} bytes of shared memory passed the planner")))?;
     Ok(KernelInfo {

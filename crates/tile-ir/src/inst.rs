@@ -657,7 +657,9 @@ impl Instruction for Wgmma {
     }
     fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
         let a_from = match self.a_from {
-            WgmmaA::Shared { idx, k_major } => WgmmaA::Shared { idx: idx.into_iter().map(&mut *f).collect(), k_major },
+            WgmmaA::Shared { idx, k_major } => {
+                WgmmaA::Shared { idx: idx.into_iter().map(&mut *f).collect(), k_major }
+            }
             WgmmaA::Registers { offset } => WgmmaA::Registers { offset: f(offset) },
         };
         let b_idx = self.b_idx.into_iter().map(&mut *f).collect();
@@ -675,9 +677,24 @@ impl Instruction for Wgmma {
                 Access { buf: self.a, kind: AccessKind::Read, index: Index::Registers(offset), elements: 8 }
             }
         }];
-        v.push(Access { buf: self.b, kind: AccessKind::Read, index: Index::Element(&self.b_idx), elements: 1 });
-        v.push(Access { buf: self.c, kind: AccessKind::Read, index: Index::Registers(&self.c_offset), elements: c });
-        v.push(Access { buf: self.c, kind: AccessKind::Write, index: Index::Registers(&self.c_offset), elements: c });
+        v.push(Access {
+            buf: self.b,
+            kind: AccessKind::Read,
+            index: Index::Element(&self.b_idx),
+            elements: 1,
+        });
+        v.push(Access {
+            buf: self.c,
+            kind: AccessKind::Read,
+            index: Index::Registers(&self.c_offset),
+            elements: c,
+        });
+        v.push(Access {
+            buf: self.c,
+            kind: AccessKind::Write,
+            index: Index::Registers(&self.c_offset),
+            elements: c,
+        });
         v
     }
     fn effects(&self) -> Effects {
@@ -690,7 +707,9 @@ impl Instruction for Wgmma {
     fn text(&self, t: &dyn TextNames) -> String {
         let major = |k: bool| if k { "k_major" } else { "mn_major" };
         let a = match &self.a_from {
-            WgmmaA::Shared { idx, k_major } => format!("{}[{}] {}", t.buffer(self.a), t.exprs(idx), major(*k_major)),
+            WgmmaA::Shared { idx, k_major } => {
+                format!("{}[{}] {}", t.buffer(self.a), t.exprs(idx), major(*k_major))
+            }
             WgmmaA::Registers { offset } => format!("{}[{}..]", t.buffer(self.a), t.expr(offset)),
         };
         format!(

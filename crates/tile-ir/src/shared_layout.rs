@@ -264,7 +264,8 @@ impl SharedLayout {
         let span = p * eb;
         let mask = (1i64 << sw.bits) - 1;
         // the row's line bits: r · span / 128 (rows per 128-byte line: 128 / span)
-        let line = if span >= 128 { r.clone() } else { Expr::binary(BinOp::Shr, r.clone(), i32c(log2(128 / span))) };
+        let line =
+            if span >= 128 { r.clone() } else { Expr::binary(BinOp::Shr, r.clone(), i32c(log2(128 / span))) };
         let key = Expr::binary(BinOp::BitAnd, line, i32c(mask));
         let key = Expr::binary(BinOp::Shl, key, i32c(4 - log2(eb)));
         let panel = simplify(Expr::binary(
@@ -287,7 +288,14 @@ impl fmt::Display for SharedLayout {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if let Some(p) = self.panel {
             let n = self.shape.len();
-            write!(f, "{}{:?} in panels of {p} columns ([{} / {p}][{}][{p}])", self.dtype, self.shape, self.shape[n - 1], self.shape[n - 2])?;
+            write!(
+                f,
+                "{}{:?} in panels of {p} columns ([{} / {p}][{}][{p}])",
+                self.dtype,
+                self.shape,
+                self.shape[n - 1],
+                self.shape[n - 2]
+            )?;
             if let Some(s) = self.swizzle {
                 write!(f, ", {s}")?;
             }

@@ -786,9 +786,9 @@ impl Parser {
                     OperandSource::Gather,
                     OperandSource::Descriptor,
                 ]
-                    .into_iter()
-                    .find(|o| o.name() == s)
-                    .ok_or_else(|| format!("line {}: unknown operand source {s}", p.line()))
+                .into_iter()
+                .find(|o| o.name() == s)
+                .ok_or_else(|| format!("line {}: unknown operand source {s}", p.line()))
             };
             let a = source(self, "a")?;
             let b = source(self, "b")?;

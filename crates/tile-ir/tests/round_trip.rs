@@ -76,6 +76,8 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 leve
   local b: float16[4]
   local c: float32[4]
   local v: float16[8]
+  shared B_s: float16[64, 64] at smem+8192 panels<64> swizzle<3,4,3>
+  local d: float32[32]
   let %lane = floormod(%tid, 32)
   cp.async16 A_s[%lane, 0] <- A[%lane, 0] (select(lt(%lane, 64), 16, 0) bytes)
   async_commit
@@ -86,6 +88,12 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 leve
   ldmatrix.x2.trans b[0..] <- A_s[floormod(%lane, 16), 16]
   mma.m16n8k16.f32.f16.f16.f32 c[0..] += a[0..] * b[0..]
   stmatrix.x2 A_s[floormod(%lane, 16), 32] <- b[0..]
+  fence_proxy_async
+  wgmma_fence
+  wgmma.m64nNk16.f32.f16.f16 n=64 d[0..] += B_s[0, 0] k_major * B_s[0, 16] mn_major scale_d=0
+  wgmma.m64nNk16.f32.f16.f16 n=64 d[0..] += a[0..] * B_s[16, 0] k_major scale_d=1
+  wgmma_commit
+  wgmma_wait 1 [d]
   printf("lane %d: %g\n", %lane, c[0])
   if lt(c[0], 0.0:float32) {
     trap
@@ -108,6 +116,11 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::VecCopy(_) => "vec",
                 Inst::Ldmatrix(_) => "ldmatrix",
                 Inst::Mma(_) => "mma",
+                Inst::Wgmma(_) => "wgmma",
+                Inst::WgmmaFence(_) => "wgmma_fence",
+                Inst::WgmmaCommit(_) => "wgmma_commit",
+                Inst::WgmmaWait(_) => "wgmma_wait",
+                Inst::FenceProxyAsync(_) => "fence_proxy_async",
                 Inst::Stmatrix(_) => "stmatrix",
                 Inst::AsyncCopy(_) => "cp.async",
                 Inst::AsyncCommit(_) => "async_commit",
@@ -119,15 +132,15 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 10, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 15, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]
 fn text_errors_name_the_line() {
     let bad = EVERY_INSTRUCTION.replace("vec8 v[0] <- A_s", "vec8 v[0] <- nowhere");
     let e = tile_ir::text::parse_text(&bad).unwrap_err();
-    assert!(e.starts_with("line 15:") && e.contains("unknown buffer nowhere"), "{e}");
+    assert!(e.starts_with("line 17:") && e.contains("unknown buffer nowhere"), "{e}");
     let e =
         tile_ir::text::parse_text(&EVERY_INSTRUCTION.replace("sync\n", "stmatrix.x9 v[0..]\n")).unwrap_err();
-    assert!(e.contains("line 14: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
+    assert!(e.contains("line 16: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
 }

@@ -47,7 +47,8 @@ pub fn plan(
         return plan_mma_sync(m, op, target).map(|p| (p, None));
     }
     if !allow_wgmma {
-        return plan_mma_sync(m, op, target).map(|p| (p, Some("wgmma is off (the wgmma=False option)".into())));
+        return plan_mma_sync(m, op, target)
+            .map(|p| (p, Some("wgmma is off (the wgmma=False option)".into())));
     }
     match plan_wgmma(m, op, target) {
         Ok(p) => Ok((p, None)),
@@ -60,8 +61,10 @@ pub fn plan(
 /// as `warp_grid` does for warps.
 pub fn warpgroup_grid(policy: WarpPolicy, m: i64, n: i64, groups: i64) -> Option<(i64, i64)> {
     let fits = |gm: i64, gn: i64| gm * gn == groups && m % (gm * 64) == 0 && n % (gn * 8) == 0;
-    let candidates =
-        (1..=groups).filter(|gm| groups % gm == 0).map(|gm| (gm, groups / gm)).filter(|&(gm, gn)| fits(gm, gn));
+    let candidates = (1..=groups)
+        .filter(|gm| groups % gm == 0)
+        .map(|gm| (gm, groups / gm))
+        .filter(|&(gm, gn)| fits(gm, gn));
     match policy {
         WarpPolicy::FullRow => candidates.max_by_key(|&(gm, _)| gm),
         WarpPolicy::FullCol => candidates.max_by_key(|&(_, gn)| gn),
@@ -115,7 +118,9 @@ fn plan_wgmma(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, Stri
     // must start on a panel
     let layout_of = |tile: &[i64], dtype: DType, what: &str| {
         SharedLayout::wgmma(tile, dtype).ok_or_else(|| {
-            format!("the {what} tile {tile:?} has rows of less than 32 bytes or a row count not a multiple of 8")
+            format!(
+                "the {what} tile {tile:?} has rows of less than 32 bytes or a row count not a multiple of 8"
+            )
         })
     };
     if !a_in_registers {

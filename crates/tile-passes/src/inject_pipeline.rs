@@ -144,12 +144,8 @@ fn pipeline(
         return serial(consumers);
     }
     // a wgmma consumer: fence its operands' writes; keep its group in flight when it can
-    let wgmma_at: Vec<usize> = consumers
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| is_wgmma(c))
-        .map(|(k, _)| k)
-        .collect();
+    let wgmma_at: Vec<usize> =
+        consumers.iter().enumerate().filter(|(_, c)| is_wgmma(c)).map(|(k, _)| k).collect();
     let mut drain = None;
     if stages >= 3 && wgmma_at.len() == 1 {
         let k = wgmma_at[0];

@@ -147,7 +147,7 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
     }
     // a base aligned above 16 bytes is made by rounding up at run time: room for it
     let base_align = m.shared_base_align();
-    let total = total.div_ceil(ALIGN) * ALIGN + if base_align > 16 { base_align - 16 } else { 0 };
+    let total = total.div_ceil(ALIGN) * ALIGN + base_align.saturating_sub(16);
     if total > ctx.target.limits.shared_bytes {
         let list: Vec<String> = m
             .buffers

@@ -279,11 +279,18 @@ impl Selector {
                 continue;
             }
             let e = buf.extents();
-            let layout = SharedLayout::wgmma(&e[e.len() - 2..], buf.dtype).expect("gemm::plan checked the layout");
+            let layout =
+                SharedLayout::wgmma(&e[e.len() - 2..], buf.dtype).expect("gemm::plan checked the layout");
             let span = layout.panel.unwrap_or(0) * buf.dtype.bytes() as i64;
             how.push(format!(
                 "{name} by descriptor ({}, {span}-byte swizzle)",
-                if k_major { "K-major" } else if name == "A" { "M-major" } else { "N-major" }
+                if k_major {
+                    "K-major"
+                } else if name == "A" {
+                    "M-major"
+                } else {
+                    "N-major"
+                }
             ));
             if buf.panel.is_none() {
                 self.report.push(format!(

@@ -387,9 +387,15 @@ fn swizzled_gemm_tiles_are_read_and_written_without_bank_conflicts() {
 
 // ------------------------------------------------------------------ stmatrix (sm_90)
 
-/// Stages on `arch` with the stmatrix epilogue on (`Options::stmatrix_epilogue`).
+/// Stages on `arch` with the stmatrix epilogue on (`Options::stmatrix_epilogue`), gemms on
+/// mma.sync (the stmatrix epilogue stores mma.sync accumulators).
 fn stages_for(text: &str, arch: &str) -> Vec<(String, Module)> {
-    let opts = CompileOptions { arch: arch.into(), stmatrix_epilogue: true, ..Default::default() };
+    let opts = CompileOptions {
+        arch: arch.into(),
+        stmatrix_epilogue: true,
+        mma_sync_only: true,
+        ..Default::default()
+    };
     compile_stages(text, &opts).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -399,7 +405,7 @@ fn stages_for(text: &str, arch: &str) -> Vec<(String, Module)> {
 fn stmatrix_epilogues_agree_with_the_reference_and_hit_no_bank_conflicts() {
     let opts = CheckOptions {
         seed: 3,
-        compile: CompileOptions { arch: "sm_90a".into(), ..Default::default() },
+        compile: CompileOptions { arch: "sm_90a".into(), mma_sync_only: true, ..Default::default() },
         ..Default::default()
     };
     let mut seen = 0;

@@ -40,25 +40,26 @@ static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-
 // Swizzled shared tiles store the 16-byte chunk c of a row at c ^ (row % 8) (rows of 128 bytes or
 // more; shorter rows count 128-byte lines instead of rows); their indices are written out that way.
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// wgmma matrix descriptor: address and byte offsets in 16-byte units, swizzle mode in bits 62-63
+static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
+}
 
 extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C, const int M, const int K, const int N) {
   const int bx = blockIdx.x;
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
-  extern __shared__ __align__(16) unsigned char tl_smem[];
+  extern __shared__ __align__(1024) unsigned char tl_smem_raw[];
+  unsigned char* tl_smem = tl_smem_raw + ((1024u - ((unsigned int)__cvta_generic_to_shared(tl_smem_raw) & 1023u)) & 1023u);
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [3, 64, 32]
   tl_half* B_shared = (tl_half*)(tl_smem + 12288);  // [3, 32, 64]
   tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [64, 64]
-  __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
+  __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 8 registers; 32 registers per thread
   __align__(16) tl_half A_shared_out[8];
   __align__(16) tl_half B_shared_out[8];
   __align__(16) tl_half A_shared_out_1[8];
   __align__(16) tl_half B_shared_out_1[8];
-  __align__(16) tl_half A_shared_out_2[8];
-  __align__(16) tl_half B_shared_out_2[8];
-  __align__(16) tl_half A_shared_frag[16];
-  __align__(16) tl_half B_shared_frag[16];
   __align__(16) tl_half acc_stage_out[2];
   __align__(16) tl_half acc_stage_v[8];
   // blocks inside every tensor run without bounds checks; blocks at an edge take the else branch
@@ -82,7 +83,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
         for (int e = 0; e < 8; ++e) {
           A_shared_out[e] = tl_to_half(((((t1 * 8) + e) < K) ? tl_float(A[(((((long long)t0) + (((long long)o0) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((long long)t1) * 8ll) + ((long long)e))]) : 0.0f));
         }
-        *(uint4*)(&A_shared[((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[((0 + (0 * 2048)) + (((((t1 * 8) / 32) * 2048) + ((t0 * 32) + (o0 * 1024))) + (((t1 * 8) % 32) ^ ((((t0 + (o0 * 32)) >> 1) & 3) << 3))))]) = *(const uint4*)(&A_shared_out[0]);
       }
       // kernels.py:275: T.copy (issued ahead by the pipeline)
       const int t0_1 = (tid / 8);
@@ -93,118 +94,84 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
         for (int e_1 = 0; e_1 < 8; ++e_1) {
           B_shared_out[e_1] = tl_to_half((((t0_1 + (o0_1 * 16)) < K) ? tl_float(B[((((long long)t0_1) + (((long long)o0_1) * 16ll))) * (((long long)N)) + (((((long long)t1_1) * 8ll) + ((long long)e_1)) + (((long long)bx) * 64ll))]) : 0.0f));
         }
-        *(uint4*)(&B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_1 & 7) << 3)))]) = *(const uint4*)(&B_shared_out[0]);
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    if ((1ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
-      // kernels.py:271: T.copy (issued ahead by the pipeline)
-      const int t0_2 = (tid / 4);
-      const int t1_2 = (tid % 4);
-      #pragma unroll
-      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        #pragma unroll
-        for (int e_2 = 0; e_2 < 8; ++e_2) {
-          A_shared_out_1[e_2] = tl_to_half((((((t1_2 * 8) + e_2) + 32) < K) ? tl_float(A[(((((long long)t0_2) + (((long long)o0_2) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + (((((long long)t1_2) * 8ll) + ((long long)e_2)) + 32ll)]) : 0.0f));
-        }
-        *(uint4*)(&A_shared[(2048 + ((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
-      }
-      // kernels.py:275: T.copy (issued ahead by the pipeline)
-      const int t0_3 = (tid / 8);
-      const int t1_3 = (tid % 8);
-      #pragma unroll
-      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-        #pragma unroll
-        for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared_out_1[e_3] = tl_to_half(((((t0_3 + (o0_3 * 16)) + 32) < K) ? tl_float(B[(((((long long)t0_3) + (((long long)o0_3) * 16ll)) + 32ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_3) * 8ll)) + ((long long)e_3))]) : 0.0f));
-        }
-        *(uint4*)(&B_shared[(2048 + (((t0_3 * 64) + (o0_3 * 1024)) + ((t1_3 * 8) ^ ((t0_3 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
+        *(uint4*)(&B_shared[((0 + (0 * 2048)) + (((((t1_1 * 8) / 64) * 2048) + ((t0_1 * 64) + (o0_1 * 1024))) + (((t1_1 * 8) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_shared_out[0]);
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     for (int ko = 0; ko < tl_floordiv((K + 31), 32); ++ko) {
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncthreads();
-      if ((((long long)(ko + 2)) < tl_floordiv((((long long)K) + 31ll), 32ll))) {
+      if ((((long long)(ko + 1)) < tl_floordiv((((long long)K) + 31ll), 32ll))) {
         // kernels.py:271: T.copy (issued ahead by the pipeline)
-        const int t0_4 = (tid / 4);
-        const int t1_4 = (tid % 4);
+        const int t0_2 = (tid / 4);
+        const int t1_2 = (tid % 4);
         #pragma unroll
-        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+        for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
           #pragma unroll
-          for (int e_4 = 0; e_4 < 8; ++e_4) {
-            A_shared_out_2[e_4] = tl_to_half(((((((t1_4 * 8) + e_4) + (ko * 32)) + 64) < K) ? tl_float(A[(((((long long)t0_4) + (((long long)o0_4) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((((long long)t1_4) * 8ll) + ((long long)e_4)) + (((long long)ko) * 32ll)) + 64ll)]) : 0.0f));
+          for (int e_2 = 0; e_2 < 8; ++e_2) {
+            A_shared_out_1[e_2] = tl_to_half(((((((t1_2 * 8) + e_2) + (ko * 32)) + 32) < K) ? tl_float(A[(((((long long)t0_2) + (((long long)o0_2) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((((long long)t1_2) * 8ll) + ((long long)e_2)) + (((long long)ko) * 32ll)) + 32ll)]) : 0.0f));
           }
-          *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
+          *(uint4*)(&A_shared[((0 + (((ko + 1) % 3) * 2048)) + (((((t1_2 * 8) / 32) * 2048) + ((t0_2 * 32) + (o0_2 * 1024))) + (((t1_2 * 8) % 32) ^ ((((t0_2 + (o0_2 * 32)) >> 1) & 3) << 3))))]) = *(const uint4*)(&A_shared_out_1[0]);
         }
         // kernels.py:275: T.copy (issued ahead by the pipeline)
-        const int t0_5 = (tid / 8);
-        const int t1_5 = (tid % 8);
+        const int t0_3 = (tid / 8);
+        const int t1_3 = (tid % 8);
         #pragma unroll
-        for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+        for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
           #pragma unroll
-          for (int e_5 = 0; e_5 < 8; ++e_5) {
-            B_shared_out_2[e_5] = tl_to_half((((((t0_5 + (o0_5 * 16)) + (ko * 32)) + 64) < K) ? tl_float(B[((((((long long)t0_5) + (((long long)o0_5) * 16ll)) + (((long long)ko) * 32ll)) + 64ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll)) + ((long long)e_5))]) : 0.0f));
+          for (int e_3 = 0; e_3 < 8; ++e_3) {
+            B_shared_out_1[e_3] = tl_to_half((((((t0_3 + (o0_3 * 16)) + (ko * 32)) + 32) < K) ? tl_float(B[((((((long long)t0_3) + (((long long)o0_3) * 16ll)) + (((long long)ko) * 32ll)) + 32ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_3) * 8ll)) + ((long long)e_3))]) : 0.0f));
           }
-          *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + (((t0_5 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_5 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_2[0]);
+          *(uint4*)(&B_shared[((0 + (((ko + 1) % 3) * 2048)) + (((((t1_3 * 8) / 64) * 2048) + ((t0_3 * 64) + (o0_3 * 1024))) + (((t1_3 * 8) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
         }
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
       // kernels.py:276: T.gemm
-      const int lane = (tid % 32);
-      const int warp_m = ((tid / 32) / 2);
-      const int warp_n = ((tid / 32) % 2);
+      const int group_m = 0;
+      const int group_n = 0;
       #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 1024)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096))))); }
-        }
-        #pragma unroll
-        for (int nj = 0; nj < 2; ++nj) {
-          { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((lane % 16) * 128)) + ((ko % 3) * 4096)) + (kk * 2048)) + 12288)))); }
-        }
-        #pragma unroll
-        for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
-          #pragma unroll
-          for (int ni = 0; ni < 4; ++ni) {
-            { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
-              asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
-          }
-        }
-      }
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 12288)), 4096u, 1024u, 1u); float* c = &acc[0];
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 14336)), 4096u, 1024u, 1u); float* c = &acc[0];
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      #pragma unroll
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    #pragma unroll
+    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
     // kernels.py:279: T.copy
     __syncthreads();
-    const int t0_6 = ((tid / 4) % 8);
-    const int t0_7 = (tid / 64);
-    const int t1_6 = (tid % 4);
-    const int t1_7 = ((tid / 32) % 2);
+    const int t0_4 = ((tid / 4) % 8);
+    const int t0_5 = (tid / 32);
+    const int t1_4 = (tid % 4);
     #pragma unroll
-    for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
+    for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
       #pragma unroll
-      for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+      for (int o1 = 0; o1 < 8; ++o1) {
         #pragma unroll
-        for (int o1 = 0; o1 < 4; ++o1) {
-          #pragma unroll
-          for (int e_6 = 0; e_6 < 2; ++e_6) {
-            acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
-          }
-          *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        for (int e_4 = 0; e_4 < 2; ++e_4) {
+          acc_stage_out[e_4] = tl_to_half((float)(acc[(((o0_4 * 2) + (o1 * 4)) + e_4)]));
         }
+        *(unsigned int*)(&acc_stage[((((t0_4 * 64) + (o0_4 * 512)) + (t0_5 * 1024)) + (((t1_4 * 2) + (o1 * 8)) ^ ((t0_4 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
     __syncthreads();
-    const int t0_8 = (tid / 8);
-    const int t1_8 = (tid % 8);
+    const int t0_6 = (tid / 8);
+    const int t1_5 = (tid % 8);
     #pragma unroll
-    for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
+    for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_6 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_6 & 7) << 3)))]);
       #pragma unroll
-      for (int e_7 = 0; e_7 < 8; ++e_7) {
+      for (int e_5 = 0; e_5 < 8; ++e_5) {
         {
-          C[((((((long long)by) * 64ll) + ((long long)t0_8)) + (((long long)o0_8) * 16ll))) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_8) * 8ll)) + ((long long)e_7))] = acc_stage_v[e_7];
+          C[((((((long long)by) * 64ll) + ((long long)t0_6)) + (((long long)o0_5) * 16ll))) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll)) + ((long long)e_5))] = acc_stage_v[e_5];
         }
       }
     }
@@ -228,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
         for (int e = 0; e < 8; ++e) {
           A_shared_out[e] = tl_to_half(((((((long long)(t0 + (o0 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && (((t1 * 8) + e) < K)) ? tl_float(A[(((((long long)t0) + (((long long)o0) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((long long)t1) * 8ll) + ((long long)e))]) : 0.0f));
         }
-        *(uint4*)(&A_shared[((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[((0 + (0 * 2048)) + (((((t1 * 8) / 32) * 2048) + ((t0 * 32) + (o0 * 1024))) + (((t1 * 8) % 32) ^ ((((t0 + (o0 * 32)) >> 1) & 3) << 3))))]) = *(const uint4*)(&A_shared_out[0]);
       }
       // kernels.py:275: T.copy (issued ahead by the pipeline)
       const int t0_1 = (tid / 8);
@@ -239,118 +206,84 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
         for (int e_1 = 0; e_1 < 8; ++e_1) {
           B_shared_out[e_1] = tl_to_half(((((t0_1 + (o0_1 * 16)) < K) && ((((long long)((t1_1 * 8) + e_1)) + (((long long)bx) * 64ll)) < ((long long)N))) ? tl_float(B[((((long long)t0_1) + (((long long)o0_1) * 16ll))) * (((long long)N)) + (((((long long)t1_1) * 8ll) + ((long long)e_1)) + (((long long)bx) * 64ll))]) : 0.0f));
         }
-        *(uint4*)(&B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_1 & 7) << 3)))]) = *(const uint4*)(&B_shared_out[0]);
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    if ((1ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
-      // kernels.py:271: T.copy (issued ahead by the pipeline)
-      const int t0_2 = (tid / 4);
-      const int t1_2 = (tid % 4);
-      #pragma unroll
-      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        #pragma unroll
-        for (int e_2 = 0; e_2 < 8; ++e_2) {
-          A_shared_out_1[e_2] = tl_to_half(((((((long long)(t0_2 + (o0_2 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && ((((t1_2 * 8) + e_2) + 32) < K)) ? tl_float(A[(((((long long)t0_2) + (((long long)o0_2) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + (((((long long)t1_2) * 8ll) + ((long long)e_2)) + 32ll)]) : 0.0f));
-        }
-        *(uint4*)(&A_shared[(2048 + ((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
-      }
-      // kernels.py:275: T.copy (issued ahead by the pipeline)
-      const int t0_3 = (tid / 8);
-      const int t1_3 = (tid % 8);
-      #pragma unroll
-      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-        #pragma unroll
-        for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared_out_1[e_3] = tl_to_half((((((t0_3 + (o0_3 * 16)) + 32) < K) && (((((long long)(t1_3 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_3)) < ((long long)N))) ? tl_float(B[(((((long long)t0_3) + (((long long)o0_3) * 16ll)) + 32ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_3) * 8ll)) + ((long long)e_3))]) : 0.0f));
-        }
-        *(uint4*)(&B_shared[(2048 + (((t0_3 * 64) + (o0_3 * 1024)) + ((t1_3 * 8) ^ ((t0_3 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
+        *(uint4*)(&B_shared[((0 + (0 * 2048)) + (((((t1_1 * 8) / 64) * 2048) + ((t0_1 * 64) + (o0_1 * 1024))) + (((t1_1 * 8) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_shared_out[0]);
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     for (int ko = 0; ko < tl_floordiv((K + 31), 32); ++ko) {
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
+      asm volatile("cp.async.wait_group 0;" ::: "memory");
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       __syncthreads();
-      if ((((long long)(ko + 2)) < tl_floordiv((((long long)K) + 31ll), 32ll))) {
+      if ((((long long)(ko + 1)) < tl_floordiv((((long long)K) + 31ll), 32ll))) {
         // kernels.py:271: T.copy (issued ahead by the pipeline)
-        const int t0_4 = (tid / 4);
-        const int t1_4 = (tid % 4);
+        const int t0_2 = (tid / 4);
+        const int t1_2 = (tid % 4);
         #pragma unroll
-        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+        for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
           #pragma unroll
-          for (int e_4 = 0; e_4 < 8; ++e_4) {
-            A_shared_out_2[e_4] = tl_to_half(((((((long long)(t0_4 + (o0_4 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && (((((t1_4 * 8) + e_4) + (ko * 32)) + 64) < K)) ? tl_float(A[(((((long long)t0_4) + (((long long)o0_4) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((((long long)t1_4) * 8ll) + ((long long)e_4)) + (((long long)ko) * 32ll)) + 64ll)]) : 0.0f));
+          for (int e_2 = 0; e_2 < 8; ++e_2) {
+            A_shared_out_1[e_2] = tl_to_half(((((((long long)(t0_2 + (o0_2 * 32))) + (((long long)by) * 64ll)) < ((long long)M)) && (((((t1_2 * 8) + e_2) + (ko * 32)) + 32) < K)) ? tl_float(A[(((((long long)t0_2) + (((long long)o0_2) * 32ll)) + (((long long)by) * 64ll))) * (((long long)K)) + ((((((long long)t1_2) * 8ll) + ((long long)e_2)) + (((long long)ko) * 32ll)) + 32ll)]) : 0.0f));
           }
-          *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
+          *(uint4*)(&A_shared[((0 + (((ko + 1) % 3) * 2048)) + (((((t1_2 * 8) / 32) * 2048) + ((t0_2 * 32) + (o0_2 * 1024))) + (((t1_2 * 8) % 32) ^ ((((t0_2 + (o0_2 * 32)) >> 1) & 3) << 3))))]) = *(const uint4*)(&A_shared_out_1[0]);
         }
         // kernels.py:275: T.copy (issued ahead by the pipeline)
-        const int t0_5 = (tid / 8);
-        const int t1_5 = (tid % 8);
+        const int t0_3 = (tid / 8);
+        const int t1_3 = (tid % 8);
         #pragma unroll
-        for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+        for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
           #pragma unroll
-          for (int e_5 = 0; e_5 < 8; ++e_5) {
-            B_shared_out_2[e_5] = tl_to_half(((((((t0_5 + (o0_5 * 16)) + (ko * 32)) + 64) < K) && (((((long long)(t1_5 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_5)) < ((long long)N))) ? tl_float(B[((((((long long)t0_5) + (((long long)o0_5) * 16ll)) + (((long long)ko) * 32ll)) + 64ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll)) + ((long long)e_5))]) : 0.0f));
+          for (int e_3 = 0; e_3 < 8; ++e_3) {
+            B_shared_out_1[e_3] = tl_to_half(((((((t0_3 + (o0_3 * 16)) + (ko * 32)) + 32) < K) && (((((long long)(t1_3 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_3)) < ((long long)N))) ? tl_float(B[((((((long long)t0_3) + (((long long)o0_3) * 16ll)) + (((long long)ko) * 32ll)) + 32ll)) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_3) * 8ll)) + ((long long)e_3))]) : 0.0f));
           }
-          *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + (((t0_5 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_5 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_2[0]);
+          *(uint4*)(&B_shared[((0 + (((ko + 1) % 3) * 2048)) + (((((t1_3 * 8) / 64) * 2048) + ((t0_3 * 64) + (o0_3 * 1024))) + (((t1_3 * 8) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
         }
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
       // kernels.py:276: T.gemm
-      const int lane = (tid % 32);
-      const int warp_m = ((tid / 32) / 2);
-      const int warp_n = ((tid / 32) % 2);
+      const int group_m = 0;
+      const int group_n = 0;
       #pragma unroll
-      for (int kk = 0; kk < 2; ++kk) {
-        #pragma unroll
-        for (int mi = 0; mi < 2; ++mi) {
-          { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 1024)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096))))); }
-        }
-        #pragma unroll
-        for (int nj = 0; nj < 2; ++nj) {
-          { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((lane % 16) * 128)) + ((ko % 3) * 4096)) + (kk * 2048)) + 12288)))); }
-        }
-        #pragma unroll
-        for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
-          #pragma unroll
-          for (int ni = 0; ni < 4; ++ni) {
-            { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
-              asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
-          }
-        }
-      }
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 12288)), 4096u, 1024u, 1u); float* c = &acc[0];
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 14336)), 4096u, 1024u, 1u); float* c = &acc[0];
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      #pragma unroll
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
     }
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    #pragma unroll
+    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
     // kernels.py:279: T.copy
     __syncthreads();
-    const int t0_6 = ((tid / 4) % 8);
-    const int t0_7 = (tid / 64);
-    const int t1_6 = (tid % 4);
-    const int t1_7 = ((tid / 32) % 2);
+    const int t0_4 = ((tid / 4) % 8);
+    const int t0_5 = (tid / 32);
+    const int t1_4 = (tid % 4);
     #pragma unroll
-    for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
+    for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
       #pragma unroll
-      for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+      for (int o1 = 0; o1 < 8; ++o1) {
         #pragma unroll
-        for (int o1 = 0; o1 < 4; ++o1) {
-          #pragma unroll
-          for (int e_6 = 0; e_6 < 2; ++e_6) {
-            acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
-          }
-          *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        for (int e_4 = 0; e_4 < 2; ++e_4) {
+          acc_stage_out[e_4] = tl_to_half((float)(acc[(((o0_4 * 2) + (o1 * 4)) + e_4)]));
         }
+        *(unsigned int*)(&acc_stage[((((t0_4 * 64) + (o0_4 * 512)) + (t0_5 * 1024)) + (((t1_4 * 2) + (o1 * 8)) ^ ((t0_4 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
     __syncthreads();
-    const int t0_8 = (tid / 8);
-    const int t1_8 = (tid % 8);
+    const int t0_6 = (tid / 8);
+    const int t1_5 = (tid % 8);
     #pragma unroll
-    for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
+    for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_6 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_6 & 7) << 3)))]);
       #pragma unroll
-      for (int e_7 = 0; e_7 < 8; ++e_7) {
-        if (((((((long long)(o0_8 * 16)) + (((long long)by) * 64ll)) + ((long long)t0_8)) < ((long long)M)) && (((((long long)(t1_8 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_7)) < ((long long)N)))) {
-          C[((((((long long)by) * 64ll) + ((long long)t0_8)) + (((long long)o0_8) * 16ll))) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_8) * 8ll)) + ((long long)e_7))] = acc_stage_v[e_7];
+      for (int e_5 = 0; e_5 < 8; ++e_5) {
+        if (((((((long long)(o0_5 * 16)) + (((long long)by) * 64ll)) + ((long long)t0_6)) < ((long long)M)) && (((((long long)(t1_5 * 8)) + (((long long)bx) * 64ll)) + ((long long)e_5)) < ((long long)N)))) {
+          C[((((((long long)by) * 64ll) + ((long long)t0_6)) + (((long long)o0_5) * 16ll))) * (((long long)N)) + (((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll)) + ((long long)e_5))] = acc_stage_v[e_5];
         }
       }
     }

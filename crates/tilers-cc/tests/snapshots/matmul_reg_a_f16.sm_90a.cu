@@ -40,18 +40,23 @@ static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-
 // Swizzled shared tiles store the 16-byte chunk c of a row at c ^ (row % 8) (rows of 128 bytes or
 // more; shorter rows count 128-byte lines instead of rows); their indices are written out that way.
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// wgmma matrix descriptor: address and byte offsets in 16-byte units, swizzle mode in bits 62-63
+static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
+}
 
 extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C) {
   const int bx = blockIdx.x;
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
-  extern __shared__ __align__(16) unsigned char tl_smem[];
+  extern __shared__ __align__(1024) unsigned char tl_smem_raw[];
+  unsigned char* tl_smem = tl_smem_raw + ((1024u - ((unsigned int)__cvta_generic_to_shared(tl_smem_raw) & 1023u)) & 1023u);
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [2, 64, 32]
   tl_half* B_shared = (tl_half*)(tl_smem + 8192);  // [2, 32, 64]
   tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [64, 64]
-  __align__(16) tl_half A_frag[32];  // fragment[64, 32] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 2 registers . 2 registers; replicated over 2 threads (stride 32); 32 registers per thread
-  __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
+  __align__(16) tl_half A_frag[16];  // fragment[64, 32] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 4 registers; 16 registers per thread
+  __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 8 registers; 32 registers per thread
   __align__(16) tl_half A_v[8];
   __align__(16) tl_half A_shared_out[8];
   __align__(16) tl_half B_v[8];
@@ -61,7 +66,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
   __align__(16) tl_half B_v_1[8];
   __align__(16) tl_half B_shared_out_1[8];
   __align__(16) tl_half A_shared_v[2];
-  __align__(16) tl_half B_shared_frag[16];
   __align__(16) tl_half acc_stage_out[2];
   __align__(16) tl_half acc_stage_v[8];
   __align__(16) tl_half C_out[8];
@@ -109,11 +113,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
         for (int e_1 = 0; e_1 < 8; ++e_1) {
           B_shared_out[e_1] = B_v[e_1];
         }
-        *(uint4*)(&B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_1 & 7) << 3)))]) = *(const uint4*)(&B_shared_out[0]);
+        *(uint4*)(&B_shared[((0 + (0 * 2048)) + (((((t1_1 * 8) / 64) * 2048) + ((t0_1 * 64) + (o0_1 * 1024))) + (((t1_1 * 8) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          B_shared[(((t0_1 * 64) + (o0_1 * 1024)) + (((t1_1 * 8) + e_1) ^ ((t0_1 & 7) << 3)))] = tl_to_half((((((bx * 64) + (t1_1 * 8)) + e_1) < 70) ? tl_float(B[((t0_1 + (o0_1 * 16))) * 70 + (((bx * 64) + (t1_1 * 8)) + e_1)]) : 0.0f));
+          B_shared[((0 + (0 * 2048)) + ((((((t1_1 * 8) + e_1) / 64) * 2048) + ((t0_1 * 64) + (o0_1 * 1024))) + ((((t1_1 * 8) + e_1) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3))))] = tl_to_half((((((bx * 64) + (t1_1 * 8)) + e_1) < 70) ? tl_float(B[((t0_1 + (o0_1 * 16))) * 70 + (((bx * 64) + (t1_1 * 8)) + e_1)]) : 0.0f));
         }
       }
     }
@@ -121,6 +125,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
   asm volatile("cp.async.commit_group;" ::: "memory");
   for (int ko = 0; ko < 4; ++ko) {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
     if (((ko + 1) < 4)) {
       // kernels.py:362: T.copy (issued ahead by the pipeline)
@@ -157,11 +162,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
           for (int e_3 = 0; e_3 < 8; ++e_3) {
             B_shared_out_1[e_3] = B_v_1[e_3];
           }
-          *(uint4*)(&B_shared[((((ko + 1) % 2) * 2048) + (((t0_3 * 64) + (o0_3 * 1024)) + ((t1_3 * 8) ^ ((t0_3 & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
+          *(uint4*)(&B_shared[((0 + (((ko + 1) % 2) * 2048)) + (((((t1_3 * 8) / 64) * 2048) + ((t0_3 * 64) + (o0_3 * 1024))) + (((t1_3 * 8) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
         } else {
           #pragma unroll
           for (int e_3 = 0; e_3 < 8; ++e_3) {
-            B_shared[((((ko + 1) % 2) * 2048) + (((t0_3 * 64) + (o0_3 * 1024)) + (((t1_3 * 8) + e_3) ^ ((t0_3 & 7) << 3))))] = tl_to_half((((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 100) && ((((bx * 64) + (t1_3 * 8)) + e_3) < 70)) ? tl_float(B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 70 + (((bx * 64) + (t1_3 * 8)) + e_3)]) : 0.0f));
+            B_shared[((0 + (((ko + 1) % 2) * 2048)) + ((((((t1_3 * 8) + e_3) / 64) * 2048) + ((t0_3 * 64) + (o0_3 * 1024))) + ((((t1_3 * 8) + e_3) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3))))] = tl_to_half((((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 100) && ((((bx * 64) + (t1_3 * 8)) + e_3) < 70)) ? tl_float(B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 70 + (((bx * 64) + (t1_3 * 8)) + e_3)]) : 0.0f));
           }
         }
       }
@@ -169,86 +174,71 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const tl_h
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:364: T.Parallel
     const int t0_4 = ((tid / 4) % 8);
-    const int t0_5 = (tid / 64);
+    const int t0_5 = (tid / 32);
     const int t1_4 = (tid % 4);
     #pragma unroll
     for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
       #pragma unroll
-      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+      for (int o1 = 0; o1 < 4; ++o1) {
+        *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[((ko % 2)) * 2048 + (((t0_4 + (o0_4 * 8)) + (t0_5 * 16))) * 32 + ((t1_4 * 2) + (o1 * 8))]);
         #pragma unroll
-        for (int o1 = 0; o1 < 2; ++o1) {
-          #pragma unroll
-          for (int o1_1 = 0; o1_1 < 2; ++o1_1) {
-            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[((ko % 2)) * 2048 + ((((t0_4 + (o0_4 * 8)) + (o0_5 * 16)) + (t0_5 * 32))) * 32 + (((t1_4 * 2) + (o1 * 8)) + (o1_1 * 16))]);
-            #pragma unroll
-            for (int e_4 = 0; e_4 < 2; ++e_4) {
-              A_frag[(((((o0_4 * 2) + (o0_5 * 16)) + (o1 * 4)) + (o1_1 * 8)) + e_4)] = tl_to_half((tl_float(A_shared_v[e_4]) * 2.0f));
-            }
-          }
+        for (int e_4 = 0; e_4 < 2; ++e_4) {
+          A_frag[(((o0_4 * 2) + (o1 * 4)) + e_4)] = tl_to_half((tl_float(A_shared_v[e_4]) * 2.0f));
         }
       }
     }
     // kernels.py:366: T.gemm
-    const int lane = (tid % 32);
-    const int warp_m = ((tid / 32) / 2);
-    const int warp_n = ((tid / 32) % 2);
+    const int group_m = 0;
+    const int group_n = 0;
     #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      #pragma unroll
-      for (int nj = 0; nj < 2; ++nj) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 32)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((ko % 2) * 4096)) + ((lane % 16) * 128)) + (kk * 2048)) + 8192)))); }
-      }
-      #pragma unroll
-      for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
-        #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-          { const unsigned int* a = (const unsigned int*)(&A_frag[((kk * 8) + (mi_1 * 16))]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
-        }
-      }
-    }
+    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    { const unsigned int* ra = (const unsigned int*)(&A_frag[0]); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 2) * 4096)) + 8192)), 4096u, 1024u, 1u); float* c = &acc[0];
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "l"(db), "r"((int)(1)) : "memory"); }
+    { const unsigned int* ra = (const unsigned int*)(&A_frag[8]); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 2) * 4096)) + 10240)), 4096u, 1024u, 1u); float* c = &acc[0];
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %37, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "l"(db), "r"((int)(1)) : "memory"); }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    #pragma unroll
+    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:367: T.copy
   __syncthreads();
   const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = (tid / 64);
+  const int t0_7 = (tid / 32);
   const int t1_5 = (tid % 4);
-  const int t1_6 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
+  for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
     #pragma unroll
-    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+    for (int o1_1 = 0; o1_1 < 8; ++o1_1) {
       #pragma unroll
-      for (int o1_2 = 0; o1_2 < 4; ++o1_2) {
-        #pragma unroll
-        for (int e_5 = 0; e_5 < 2; ++e_5) {
-          acc_stage_out[e_5] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1_2 * 4)) + e_5)]));
-        }
-        *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_5 * 2) + (o1_2 * 8)) + (t1_6 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+      for (int e_5 = 0; e_5 < 2; ++e_5) {
+        acc_stage_out[e_5] = tl_to_half((float)(acc[(((o0_5 * 2) + (o1_1 * 4)) + e_5)]));
       }
+      *(unsigned int*)(&acc_stage[((((t0_6 * 64) + (o0_5 * 512)) + (t0_7 * 1024)) + (((t1_5 * 2) + (o1_1 * 8)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
     }
   }
   __syncthreads();
   const int t0_8 = (tid / 8);
-  const int t1_7 = (tid % 8);
+  const int t1_6 = (tid % 8);
   #pragma unroll
-  for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
-    if ((((((by * 64) + t0_8) + (o0_8 * 16)) < 100) && ((((bx * 64) + (t1_7 * 8)) + 8) <= 70))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_7 * 8) ^ ((t0_8 & 7) << 3)))]);
+  for (int o0_6 = 0; o0_6 < 4; ++o0_6) {
+    if ((((((by * 64) + t0_8) + (o0_6 * 16)) < 100) && ((((bx * 64) + (t1_6 * 8)) + 8) <= 70))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_6 * 1024)) + ((t1_6 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
       for (int e_6 = 0; e_6 < 8; ++e_6) {
         C_out[e_6] = acc_stage_v[e_6];
       }
-      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + ((bx * 64) + (t1_7 * 8))]) = *(const unsigned int*)(&C_out[0]);
-      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + (((bx * 64) + (t1_7 * 8)) + 2)]) = *(const unsigned int*)(&C_out[2]);
-      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + (((bx * 64) + (t1_7 * 8)) + 4)]) = *(const unsigned int*)(&C_out[4]);
-      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + (((bx * 64) + (t1_7 * 8)) + 6)]) = *(const unsigned int*)(&C_out[6]);
+      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_6 * 16))) * 70 + ((bx * 64) + (t1_6 * 8))]) = *(const unsigned int*)(&C_out[0]);
+      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_6 * 16))) * 70 + (((bx * 64) + (t1_6 * 8)) + 2)]) = *(const unsigned int*)(&C_out[2]);
+      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_6 * 16))) * 70 + (((bx * 64) + (t1_6 * 8)) + 4)]) = *(const unsigned int*)(&C_out[4]);
+      *(unsigned int*)(&C[((((by * 64) + t0_8) + (o0_6 * 16))) * 70 + (((bx * 64) + (t1_6 * 8)) + 6)]) = *(const unsigned int*)(&C_out[6]);
     } else {
       #pragma unroll
       for (int e_6 = 0; e_6 < 8; ++e_6) {
-        if ((((((by * 64) + t0_8) + (o0_8 * 16)) < 100) && ((((bx * 64) + (t1_7 * 8)) + e_6) < 70))) {
-          C[((((by * 64) + t0_8) + (o0_8 * 16))) * 70 + (((bx * 64) + (t1_7 * 8)) + e_6)] = acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + (((t1_7 * 8) + e_6) ^ ((t0_8 & 7) << 3)))];
+        if ((((((by * 64) + t0_8) + (o0_6 * 16)) < 100) && ((((bx * 64) + (t1_6 * 8)) + e_6) < 70))) {
+          C[((((by * 64) + t0_8) + (o0_6 * 16))) * 70 + (((bx * 64) + (t1_6 * 8)) + e_6)] = acc_stage[(((t0_8 * 64) + (o0_6 * 1024)) + (((t1_6 * 8) + e_6) ^ ((t0_8 & 7) << 3)))];
         }
       }
     }

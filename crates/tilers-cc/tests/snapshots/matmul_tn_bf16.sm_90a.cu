@@ -40,17 +40,22 @@ static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-
 // Swizzled shared tiles store the 16-byte chunk c of a row at c ^ (row % 8) (rows of 128 bytes or
 // more; shorter rows count 128-byte lines instead of rows); their indices are written out that way.
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// wgmma matrix descriptor: address and byte offsets in 16-byte units, swizzle mode in bits 62-63
+static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
+}
 
 extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* __restrict__ A, const tl_bf16* __restrict__ B, tl_bf16* __restrict__ C) {
   const int bx = blockIdx.x;
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
-  extern __shared__ __align__(16) unsigned char tl_smem[];
+  extern __shared__ __align__(512) unsigned char tl_smem_raw[];
+  unsigned char* tl_smem = tl_smem_raw + ((512u - ((unsigned int)__cvta_generic_to_shared(tl_smem_raw) & 511u)) & 511u);
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_bf16* A_shared = (tl_bf16*)(tl_smem + 0);  // [3, 64, 32]
   tl_bf16* B_shared = (tl_bf16*)(tl_smem + 12288);  // [3, 64, 32]
   tl_bf16* acc_stage = (tl_bf16*)(tl_smem + 0);  // [64, 64]
-  __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 2 threads (stride 64), dim1 = 2 registers . 4 threads (stride 1) . 4 registers . 2 threads (stride 32); 32 registers per thread
+  __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 8 registers; 32 registers per thread
   __align__(16) tl_bf16 A_v[8];
   __align__(16) tl_bf16 A_shared_out[8];
   __align__(16) tl_bf16 B_v[8];
@@ -59,12 +64,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   __align__(16) tl_bf16 A_shared_out_1[8];
   __align__(16) tl_bf16 B_v_1[8];
   __align__(16) tl_bf16 B_shared_out_1[8];
-  __align__(16) tl_bf16 A_v_2[8];
-  __align__(16) tl_bf16 A_shared_out_2[8];
-  __align__(16) tl_bf16 B_v_2[8];
-  __align__(16) tl_bf16 B_shared_out_2[8];
-  __align__(16) tl_bf16 A_shared_frag[16];
-  __align__(16) tl_bf16 B_shared_frag[16];
   __align__(16) tl_bf16 acc_stage_out[2];
   __align__(16) tl_bf16 acc_stage_v[8];
   __align__(16) tl_bf16 C_out[8];
@@ -90,11 +89,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         for (int e = 0; e < 8; ++e) {
           A_shared_out[e] = A_v[e];
         }
-        *(uint4*)(&A_shared[((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[((0 + (0 * 2048)) + (((((t1 * 8) / 32) * 2048) + ((t0 * 32) + (o0 * 1024))) + (((t1 * 8) % 32) ^ ((((t0 + (o0 * 32)) >> 1) & 3) << 3))))]) = *(const uint4*)(&A_shared_out[0]);
       } else {
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          A_shared[(((((t1 * 8) + e) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3))] = tl_to_bf16((((((by * 64) + t0) + (o0 * 32)) < 33) ? tl_float(A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + e)]) : 0.0f));
+          A_shared[((0 + (0 * 2048)) + ((((((t1 * 8) + e) / 32) * 2048) + ((t0 * 32) + (o0 * 1024))) + ((((t1 * 8) + e) % 32) ^ ((((t0 + (o0 * 32)) >> 1) & 3) << 3))))] = tl_to_bf16((((((by * 64) + t0) + (o0 * 32)) < 33) ? tl_float(A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + e)]) : 0.0f));
         }
       }
     }
@@ -110,167 +109,115 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         for (int e_1 = 0; e_1 < 8; ++e_1) {
           B_shared_out[e_1] = B_v[e_1];
         }
-        *(uint4*)(&B_shared[((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3))]) = *(const uint4*)(&B_shared_out[0]);
+        *(uint4*)(&B_shared[((0 + (0 * 2048)) + (((((t1_1 * 8) / 32) * 2048) + ((t0_1 * 32) + (o0_1 * 1024))) + (((t1_1 * 8) % 32) ^ ((((t0_1 + (o0_1 * 32)) >> 1) & 3) << 3))))]) = *(const uint4*)(&B_shared_out[0]);
       } else {
         #pragma unroll
         for (int e_1 = 0; e_1 < 8; ++e_1) {
-          B_shared[(((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) + e_1) ^ (((t0_1 >> 1) & 7) << 3))] = tl_to_bf16((((((bx * 64) + t0_1) + (o0_1 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
-        }
-      }
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  {
-    // kernels.py:271: T.copy (issued ahead by the pipeline)
-    const int t0_2 = (tid / 4);
-    const int t1_2 = (tid % 4);
-    #pragma unroll
-    for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-      if (((((by * 64) + t0_2) + (o0_2 * 32)) < 33)) {
-        *(uint2*)(&A_v_1[0]) = *(const uint2*)(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + ((t1_2 * 8) + 32)]);
-        *(uint2*)(&A_v_1[4]) = *(const uint2*)(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + ((t1_2 * 8) + 36)]);
-        #pragma unroll
-        for (int e_2 = 0; e_2 < 8; ++e_2) {
-          A_shared_out_1[e_2] = A_v_1[e_2];
-        }
-        *(uint4*)(&A_shared[(2048 + ((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_1[0]);
-      } else {
-        #pragma unroll
-        for (int e_2 = 0; e_2 < 8; ++e_2) {
-          A_shared[(2048 + (((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) + e_2) ^ (((t0_2 >> 1) & 7) << 3)))] = tl_to_bf16((((((by * 64) + t0_2) + (o0_2 * 32)) < 33) ? tl_float(A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + (((t1_2 * 8) + e_2) + 32)]) : 0.0f));
-        }
-      }
-    }
-    // kernels.py:273: T.copy (issued ahead by the pipeline)
-    const int t0_3 = (tid / 4);
-    const int t1_3 = (tid % 4);
-    #pragma unroll
-    for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-      if (((((bx * 64) + t0_3) + (o0_3 * 32)) < 200)) {
-        *(uint2*)(&B_v_1[0]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + 32)]);
-        *(uint2*)(&B_v_1[4]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((t1_3 * 8) + 36)]);
-        #pragma unroll
-        for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared_out_1[e_3] = B_v_1[e_3];
-        }
-        *(uint4*)(&B_shared[(2048 + ((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) ^ (((t0_3 >> 1) & 7) << 3)))]) = *(const uint4*)(&B_shared_out_1[0]);
-      } else {
-        #pragma unroll
-        for (int e_3 = 0; e_3 < 8; ++e_3) {
-          B_shared[(2048 + (((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) + e_3) ^ (((t0_3 >> 1) & 7) << 3)))] = tl_to_bf16((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + (((t1_3 * 8) + e_3) + 32)]) : 0.0f));
+          B_shared[((0 + (0 * 2048)) + ((((((t1_1 * 8) + e_1) / 32) * 2048) + ((t0_1 * 32) + (o0_1 * 1024))) + ((((t1_1 * 8) + e_1) % 32) ^ ((((t0_1 + (o0_1 * 32)) >> 1) & 3) << 3))))] = tl_to_bf16((((((bx * 64) + t0_1) + (o0_1 * 32)) < 200) ? tl_float(B[((((bx * 64) + t0_1) + (o0_1 * 32))) * 100 + ((t1_1 * 8) + e_1)]) : 0.0f));
         }
       }
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   for (int ko = 0; ko < 4; ++ko) {
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
-    if (((ko + 2) < 4)) {
+    if (((ko + 1) < 4)) {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
-      const int t0_4 = (tid / 4);
-      const int t1_4 = (tid % 4);
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
       #pragma unroll
-      for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-        if ((((((by * 64) + t0_4) + (o0_4 * 32)) < 33) && ((((ko * 32) + (t1_4 * 8)) + 72) <= 100))) {
-          *(uint2*)(&A_v_2[0]) = *(const uint2*)(&A[((((by * 64) + t0_4) + (o0_4 * 32))) * 100 + (((ko * 32) + (t1_4 * 8)) + 64)]);
-          *(uint2*)(&A_v_2[4]) = *(const uint2*)(&A[((((by * 64) + t0_4) + (o0_4 * 32))) * 100 + (((ko * 32) + (t1_4 * 8)) + 68)]);
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        if ((((((by * 64) + t0_2) + (o0_2 * 32)) < 33) && ((((ko * 32) + (t1_2 * 8)) + 40) <= 100))) {
+          *(uint2*)(&A_v_1[0]) = *(const uint2*)(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + (((ko * 32) + (t1_2 * 8)) + 32)]);
+          *(uint2*)(&A_v_1[4]) = *(const uint2*)(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + (((ko * 32) + (t1_2 * 8)) + 36)]);
           #pragma unroll
-          for (int e_4 = 0; e_4 < 8; ++e_4) {
-            A_shared_out_2[e_4] = A_v_2[e_4];
+          for (int e_2 = 0; e_2 < 8; ++e_2) {
+            A_shared_out_1[e_2] = A_v_1[e_2];
           }
-          *(uint4*)(&A_shared[((((ko + 2) % 3) * 2048) + ((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)))]) = *(const uint4*)(&A_shared_out_2[0]);
+          *(uint4*)(&A_shared[((0 + (((ko + 1) % 3) * 2048)) + (((((t1_2 * 8) / 32) * 2048) + ((t0_2 * 32) + (o0_2 * 1024))) + (((t1_2 * 8) % 32) ^ ((((t0_2 + (o0_2 * 32)) >> 1) & 3) << 3))))]) = *(const uint4*)(&A_shared_out_1[0]);
         } else {
           #pragma unroll
-          for (int e_4 = 0; e_4 < 8; ++e_4) {
-            A_shared[((((ko + 2) % 3) * 2048) + (((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) + e_4) ^ (((t0_4 >> 1) & 7) << 3)))] = tl_to_bf16(((((((by * 64) + t0_4) + (o0_4 * 32)) < 33) && (((((ko * 32) + (t1_4 * 8)) + e_4) + 64) < 100)) ? tl_float(A[((((by * 64) + t0_4) + (o0_4 * 32))) * 100 + ((((ko * 32) + (t1_4 * 8)) + e_4) + 64)]) : 0.0f));
+          for (int e_2 = 0; e_2 < 8; ++e_2) {
+            A_shared[((0 + (((ko + 1) % 3) * 2048)) + ((((((t1_2 * 8) + e_2) / 32) * 2048) + ((t0_2 * 32) + (o0_2 * 1024))) + ((((t1_2 * 8) + e_2) % 32) ^ ((((t0_2 + (o0_2 * 32)) >> 1) & 3) << 3))))] = tl_to_bf16(((((((by * 64) + t0_2) + (o0_2 * 32)) < 33) && (((((ko * 32) + (t1_2 * 8)) + e_2) + 32) < 100)) ? tl_float(A[((((by * 64) + t0_2) + (o0_2 * 32))) * 100 + ((((ko * 32) + (t1_2 * 8)) + e_2) + 32)]) : 0.0f));
           }
         }
       }
       // kernels.py:273: T.copy (issued ahead by the pipeline)
-      const int t0_5 = (tid / 4);
-      const int t1_5 = (tid % 4);
+      const int t0_3 = (tid / 4);
+      const int t1_3 = (tid % 4);
       #pragma unroll
-      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-        if ((((((bx * 64) + t0_5) + (o0_5 * 32)) < 200) && ((((ko * 32) + (t1_5 * 8)) + 72) <= 100))) {
-          *(uint2*)(&B_v_2[0]) = *(const uint2*)(&B[((((bx * 64) + t0_5) + (o0_5 * 32))) * 100 + (((ko * 32) + (t1_5 * 8)) + 64)]);
-          *(uint2*)(&B_v_2[4]) = *(const uint2*)(&B[((((bx * 64) + t0_5) + (o0_5 * 32))) * 100 + (((ko * 32) + (t1_5 * 8)) + 68)]);
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        if ((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) && ((((ko * 32) + (t1_3 * 8)) + 40) <= 100))) {
+          *(uint2*)(&B_v_1[0]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + (((ko * 32) + (t1_3 * 8)) + 32)]);
+          *(uint2*)(&B_v_1[4]) = *(const uint2*)(&B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + (((ko * 32) + (t1_3 * 8)) + 36)]);
           #pragma unroll
-          for (int e_5 = 0; e_5 < 8; ++e_5) {
-            B_shared_out_2[e_5] = B_v_2[e_5];
+          for (int e_3 = 0; e_3 < 8; ++e_3) {
+            B_shared_out_1[e_3] = B_v_1[e_3];
           }
-          *(uint4*)(&B_shared[((((ko + 2) % 3) * 2048) + ((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)))]) = *(const uint4*)(&B_shared_out_2[0]);
+          *(uint4*)(&B_shared[((0 + (((ko + 1) % 3) * 2048)) + (((((t1_3 * 8) / 32) * 2048) + ((t0_3 * 32) + (o0_3 * 1024))) + (((t1_3 * 8) % 32) ^ ((((t0_3 + (o0_3 * 32)) >> 1) & 3) << 3))))]) = *(const uint4*)(&B_shared_out_1[0]);
         } else {
           #pragma unroll
-          for (int e_5 = 0; e_5 < 8; ++e_5) {
-            B_shared[((((ko + 2) % 3) * 2048) + (((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) + e_5) ^ (((t0_5 >> 1) & 7) << 3)))] = tl_to_bf16(((((((bx * 64) + t0_5) + (o0_5 * 32)) < 200) && (((((ko * 32) + (t1_5 * 8)) + e_5) + 64) < 100)) ? tl_float(B[((((bx * 64) + t0_5) + (o0_5 * 32))) * 100 + ((((ko * 32) + (t1_5 * 8)) + e_5) + 64)]) : 0.0f));
+          for (int e_3 = 0; e_3 < 8; ++e_3) {
+            B_shared[((0 + (((ko + 1) % 3) * 2048)) + ((((((t1_3 * 8) + e_3) / 32) * 2048) + ((t0_3 * 32) + (o0_3 * 1024))) + ((((t1_3 * 8) + e_3) % 32) ^ ((((t0_3 + (o0_3 * 32)) >> 1) & 3) << 3))))] = tl_to_bf16(((((((bx * 64) + t0_3) + (o0_3 * 32)) < 200) && (((((ko * 32) + (t1_3 * 8)) + e_3) + 32) < 100)) ? tl_float(B[((((bx * 64) + t0_3) + (o0_3 * 32))) * 100 + ((((ko * 32) + (t1_3 * 8)) + e_3) + 32)]) : 0.0f));
           }
         }
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:276: T.gemm
-    const int lane = (tid % 32);
-    const int warp_m = ((tid / 32) / 2);
-    const int warp_n = ((tid / 32) % 2);
+    const int group_m = 0;
+    const int group_n = 0;
     #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 1024)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096))))); }
-      }
-      #pragma unroll
-      for (int nj = 0; nj < 2; ++nj) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((((lane / 16) * 256) + (((lane / 8) % 2) * 8)) + ((lane % 8) * 32)) + (warp_n * 1024)) + (kk * 16)) + (nj * 512)) ^ ((((((lane / 16) * 8) + (lane % 8)) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 4096)) + 12288)))); }
-      }
-      #pragma unroll
-      for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
-        #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
-          { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
-        }
-      }
-    }
+    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((0 ^ ((((group_n * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_n * 4096)) + 12288)), 16u, 512u, 2u); float* c = &acc[0];
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+    { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((16 ^ ((((group_n * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_n * 4096)) + 12288)), 16u, 512u, 2u); float* c = &acc[0];
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    #pragma unroll
+    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  #pragma unroll
+  for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
   // kernels.py:279: T.copy
   __syncthreads();
-  const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = (tid / 64);
-  const int t1_6 = (tid % 4);
-  const int t1_7 = ((tid / 32) % 2);
+  const int t0_4 = ((tid / 4) % 8);
+  const int t0_5 = (tid / 32);
+  const int t1_4 = (tid % 4);
   #pragma unroll
-  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
+  for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
     #pragma unroll
-    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+    for (int o1 = 0; o1 < 8; ++o1) {
       #pragma unroll
-      for (int o1 = 0; o1 < 4; ++o1) {
-        #pragma unroll
-        for (int e_6 = 0; e_6 < 2; ++e_6) {
-          acc_stage_out[e_6] = tl_to_bf16((float)(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + e_6)]));
-        }
-        *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+      for (int e_4 = 0; e_4 < 2; ++e_4) {
+        acc_stage_out[e_4] = tl_to_bf16((float)(acc[(((o0_4 * 2) + (o1 * 4)) + e_4)]));
       }
+      *(unsigned int*)(&acc_stage[((((t0_4 * 64) + (o0_4 * 512)) + (t0_5 * 1024)) + (((t1_4 * 2) + (o1 * 8)) ^ ((t0_4 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
     }
   }
   __syncthreads();
-  const int t0_8 = (tid / 8);
-  const int t1_8 = (tid % 8);
+  const int t0_6 = (tid / 8);
+  const int t1_5 = (tid % 8);
   #pragma unroll
-  for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
-    if ((((((by * 64) + t0_8) + (o0_8 * 16)) < 33) && ((((bx * 64) + (t1_8 * 8)) + 8) <= 200))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
+  for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
+    if ((((((by * 64) + t0_6) + (o0_5 * 16)) < 33) && ((((bx * 64) + (t1_5 * 8)) + 8) <= 200))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_6 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_6 & 7) << 3)))]);
       #pragma unroll
-      for (int e_7 = 0; e_7 < 8; ++e_7) {
-        C_out[e_7] = acc_stage_v[e_7];
+      for (int e_5 = 0; e_5 < 8; ++e_5) {
+        C_out[e_5] = acc_stage_v[e_5];
       }
-      *(uint4*)(&C[((((by * 64) + t0_8) + (o0_8 * 16))) * 200 + ((bx * 64) + (t1_8 * 8))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 64) + t0_6) + (o0_5 * 16))) * 200 + ((bx * 64) + (t1_5 * 8))]) = *(const uint4*)(&C_out[0]);
     } else {
       #pragma unroll
-      for (int e_7 = 0; e_7 < 8; ++e_7) {
-        if ((((((by * 64) + t0_8) + (o0_8 * 16)) < 33) && ((((bx * 64) + (t1_8 * 8)) + e_7) < 200))) {
-          C[((((by * 64) + t0_8) + (o0_8 * 16))) * 200 + (((bx * 64) + (t1_8 * 8)) + e_7)] = acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + (((t1_8 * 8) + e_7) ^ ((t0_8 & 7) << 3)))];
+      for (int e_5 = 0; e_5 < 8; ++e_5) {
+        if ((((((by * 64) + t0_6) + (o0_5 * 16)) < 33) && ((((bx * 64) + (t1_5 * 8)) + e_5) < 200))) {
+          C[((((by * 64) + t0_6) + (o0_5 * 16))) * 200 + (((bx * 64) + (t1_5 * 8)) + e_5)] = acc_stage[(((t0_6 * 64) + (o0_5 * 1024)) + (((t1_5 * 8) + e_5) ^ ((t0_6 & 7) << 3)))];
         }
       }
     }

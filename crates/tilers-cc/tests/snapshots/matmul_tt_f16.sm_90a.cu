@@ -40,19 +40,22 @@ static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-
 // Swizzled shared tiles store the 16-byte chunk c of a row at c ^ (row % 8) (rows of 128 bytes or
 // more; shorter rows count 128-byte lines instead of rows); their indices are written out that way.
 static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
+// wgmma matrix descriptor: address and byte offsets in 16-byte units, swizzle mode in bits 62-63
+static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
+  return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
+}
 
 extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C) {
   const int bx = blockIdx.x;
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
-  extern __shared__ __align__(16) unsigned char tl_smem[];
+  extern __shared__ __align__(1024) unsigned char tl_smem_raw[];
+  unsigned char* tl_smem = tl_smem_raw + ((1024u - ((unsigned int)__cvta_generic_to_shared(tl_smem_raw) & 1023u)) & 1023u);
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [3, 32, 128]
   tl_half* B_shared = (tl_half*)(tl_smem + 24576);  // [3, 128, 32]
   tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [128, 128]
-  __align__(16) float acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 16 registers; 128 registers per thread
-  __align__(16) tl_half A_shared_frag[16];
-  __align__(16) tl_half B_shared_frag[64];
+  __align__(16) float acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32) . 2 registers, dim1 = 2 registers . 4 threads (stride 1) . 16 registers; 128 registers per thread
   __align__(16) tl_half acc_stage_out[2];
   __align__(16) tl_half acc_stage_v[8];
   __align__(16) tl_half C_out[8];
@@ -71,110 +74,92 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     const int t1 = (tid % 16);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) ^ ((t0 & 7) << 3)) * 2) + (t0 * 256)) + (o0 * 2048)))), "l"(&A[((t0 + (o0 * 8))) * 256 + ((by * 128) + (t1 * 8))]) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1 * 8) % 64) ^ (((t0 + (o0 * 8)) & 7) << 3)) * 2) + (((t1 * 8) / 64) * 4096)) + (t0 * 128)) + (o0 * 1024)))), "l"(&A[((t0 + (o0 * 8))) * 256 + ((by * 128) + (t1 * 8))]) : "memory");
     }
     // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
     const int t1_1 = (tid % 4);
     #pragma unroll
     for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3)) * 2) + 24576))), "l"(&B[((((bx * 128) + t0_1) + (o0_1 * 32))) * 256 + (t1_1 * 8)]) : "memory");
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  {
-    // kernels.py:269: T.copy (issued ahead by the pipeline)
-    const int t0_2 = (tid / 16);
-    const int t1_2 = (tid % 16);
-    #pragma unroll
-    for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_2 * 8) ^ ((t0_2 & 7) << 3)) * 2) + (t0_2 * 256)) + (o0_2 * 2048)) + 8192))), "l"(&A[(((t0_2 + (o0_2 * 8)) + 32)) * 256 + ((by * 128) + (t1_2 * 8))]) : "memory");
-    }
-    // kernels.py:273: T.copy (issued ahead by the pipeline)
-    const int t0_3 = (tid / 4);
-    const int t1_3 = (tid % 4);
-    #pragma unroll
-    for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_3 * 32) + (o0_3 * 1024)) + (t1_3 * 8)) ^ (((t0_3 >> 1) & 7) << 3)) * 2) + 32768))), "l"(&B[((((bx * 128) + t0_3) + (o0_3 * 32))) * 256 + ((t1_3 * 8) + 32)]) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_1 * 8) % 32) ^ ((((t0_1 + (o0_1 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_1 * 8) / 32) * 8192)) + (t0_1 * 64)) + (o0_1 * 2048)) + 24576))), "l"(&B[((((bx * 128) + t0_1) + (o0_1 * 32))) * 256 + (t1_1 * 8)]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   for (int ko = 0; ko < 8; ++ko) {
-    asm volatile("cp.async.wait_group 1;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
-    if (((ko + 2) < 8)) {
+    if (((ko + 1) < 8)) {
       // kernels.py:269: T.copy (issued ahead by the pipeline)
-      const int t0_4 = (tid / 16);
-      const int t1_4 = (tid % 16);
+      const int t0_2 = (tid / 16);
+      const int t1_2 = (tid % 16);
       #pragma unroll
-      for (int o0_4 = 0; o0_4 < 4; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_4 * 8) ^ ((t0_4 & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)) + (t0_4 * 256)) + (o0_4 * 2048)))), "l"(&A[(((((ko * 32) + t0_4) + (o0_4 * 8)) + 64)) * 256 + ((by * 128) + (t1_4 * 8))]) : "memory");
+      for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_2 * 8) % 64) ^ (((t0_2 + (o0_2 * 8)) & 7) << 3)) * 2) + (((t1_2 * 8) / 64) * 4096)) + (((ko + 1) % 3) * 8192)) + (t0_2 * 128)) + (o0_2 * 1024)))), "l"(&A[(((((ko * 32) + t0_2) + (o0_2 * 8)) + 32)) * 256 + ((by * 128) + (t1_2 * 8))]) : "memory");
       }
       // kernels.py:273: T.copy (issued ahead by the pipeline)
-      const int t0_5 = (tid / 4);
-      const int t1_5 = (tid % 4);
+      const int t0_3 = (tid / 4);
+      const int t1_3 = (tid % 4);
       #pragma unroll
-      for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)) + 24576))), "l"(&B[((((bx * 128) + t0_5) + (o0_5 * 32))) * 256 + (((ko * 32) + (t1_5 * 8)) + 64)]) : "memory");
+      for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((((t1_3 * 8) % 32) ^ ((((t0_3 + (o0_3 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_3 * 8) / 32) * 8192)) + (((ko + 1) % 3) * 8192)) + (t0_3 * 64)) + (o0_3 * 2048)) + 24576))), "l"(&B[((((bx * 128) + t0_3) + (o0_3 * 32))) * 256 + (((ko * 32) + (t1_3 * 8)) + 32)]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:276: T.gemm
-    const int lane = (tid % 32);
-    const int warp_m = (tid / 32);
-    const int warp_n = 0;
+    const int group_m = 0;
+    const int group_n = 0;
     #pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-      #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((((lane / 8) % 2) * 8) + (warp_m * 32)) + (mi * 16)) ^ (((lane % 8) & 7) << 3)) * 2) + ((lane / 16) * 2048)) + ((ko % 3) * 8192)) + ((lane % 8) * 256)) + (kk * 4096))))); }
-      }
-      #pragma unroll
-      for (int nj = 0; nj < 8; ++nj) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((((lane / 16) * 256) + (((lane / 8) % 2) * 8)) + ((lane % 8) * 32)) + (warp_n * 4096)) + (kk * 16)) + (nj * 512)) ^ ((((((lane / 16) * 8) + (lane % 8)) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 8192)) + 24576)))); }
-      }
-      #pragma unroll
-      for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
-        #pragma unroll
-        for (int ni = 0; ni < 16; ++ni) {
-          { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 64) + (ni * 4))]);
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
-        }
-      }
-    }
+    for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+    { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((((group_m * 128) % 64) ^ 0) * 2) + (((group_m * 128) / 64) * 4096)) + ((ko % 3) * 8192))), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((0 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[0];
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+    { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_m * 128) + 64) % 64) ^ 0) * 2) + ((((group_m * 128) + 64) / 64) * 4096)) + ((ko % 3) * 8192))), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((0 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[64];
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+    { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_m * 128) % 64) ^ 0) * 2) + (((group_m * 128) / 64) * 4096)) + ((ko % 3) * 8192)) + 2048)), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((16 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[0];
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+    { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((((((group_m * 128) + 64) % 64) ^ 0) * 2) + ((((group_m * 128) + 64) / 64) * 4096)) + ((ko % 3) * 8192)) + 2048)), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((16 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[64];
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    #pragma unroll
+    for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+  #pragma unroll
+  for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
   // kernels.py:279: T.copy
   __syncthreads();
-  const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = (tid / 32);
-  const int t1_6 = (tid % 4);
+  const int t0_4 = ((tid / 4) % 8);
+  const int t0_5 = (tid / 32);
+  const int t1_4 = (tid % 4);
   #pragma unroll
-  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
+  for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
     #pragma unroll
-    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
+    for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
       #pragma unroll
       for (int o1 = 0; o1 < 16; ++o1) {
         #pragma unroll
-        for (int e_6 = 0; e_6 < 2; ++e_6) {
-          acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 64)) + (o1 * 4)) + e_6)]));
+        for (int e_4 = 0; e_4 < 2; ++e_4) {
+          acc_stage_out[e_4] = tl_to_half((float)(acc[((((o0_4 * 2) + (o0_5 * 64)) + (o1 * 4)) + e_4)]));
         }
-        *(unsigned int*)(&acc_stage[(((((t0_6 * 128) + (o0_6 * 1024)) + (o0_7 * 2048)) + (t0_7 * 4096)) + (((t1_6 * 2) + (o1 * 8)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage[(((((t0_4 * 128) + (o0_4 * 1024)) + (t0_5 * 2048)) + (o0_5 * 8192)) + (((t1_4 * 2) + (o1 * 8)) ^ ((t0_4 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_8 = (tid / 16);
-  const int t1_7 = (tid % 16);
+  const int t0_6 = (tid / 16);
+  const int t1_5 = (tid % 16);
   #pragma unroll
-  for (int o0_8 = 0; o0_8 < 16; ++o0_8) {
+  for (int o0_6 = 0; o0_6 < 16; ++o0_6) {
     {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 1024)) + ((t1_7 * 8) ^ ((t0_8 & 7) << 3)))]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_6 * 128) + (o0_6 * 1024)) + ((t1_5 * 8) ^ ((t0_6 & 7) << 3)))]);
       #pragma unroll
-      for (int e_7 = 0; e_7 < 8; ++e_7) {
-        C_out[e_7] = acc_stage_v[e_7];
+      for (int e_5 = 0; e_5 < 8; ++e_5) {
+        C_out[e_5] = acc_stage_v[e_5];
       }
-      *(uint4*)(&C[((((by * 128) + t0_8) + (o0_8 * 8))) * 256 + ((bx * 128) + (t1_7 * 8))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 128) + t0_6) + (o0_6 * 8))) * 256 + ((bx * 128) + (t1_5 * 8))]) = *(const uint4*)(&C_out[0]);
     }
   }
 }

@@ -11,9 +11,9 @@ use tile_ir::*;
 impl Emitter<'_> {
     /// `tl_wgmma_desc(address, lbo, sbo, mode)` of the shared operand `buf[idx]`.
     fn descriptor(&mut self, buf: BufferId, idx: &[Expr], k_major: bool) -> Result<String, Diagnostic> {
-        let d = SharedLayout::of(self.m.buffer(buf)).wgmma_descriptor(k_major).map_err(|e| {
-            Diagnostic::bug(format!("wgmma operand '{}': {e}", self.m.buffer(buf).name))
-        })?;
+        let d = SharedLayout::of(self.m.buffer(buf))
+            .wgmma_descriptor(k_major)
+            .map_err(|e| Diagnostic::bug(format!("wgmma operand '{}': {e}", self.m.buffer(buf).name)))?;
         let address = self.shared_address(buf, idx)?;
         Ok(format!("tl_wgmma_desc({address}, {}u, {}u, {}u)", d.lbo, d.sbo, d.mode))
     }
@@ -51,9 +51,7 @@ impl Emitter<'_> {
         };
         let a_count = if matches!(w.a_from, inst::WgmmaA::Shared { .. }) { 1 } else { 4 };
         let (b_at, s_at) = (regs + a_count, regs + a_count + 1);
-        self.line(&format!(
-            "{{ {a_decl}const unsigned long long db = {db}; float* c = &{c}[{c_offset}];"
-        ));
+        self.line(&format!("{{ {a_decl}const unsigned long long db = {db}; float* c = &{c}[{c_offset}];"));
         self.line(&format!(
             "  asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{s_at}, 0; {ptx} {{{}}}, {a_text}, %{b_at}, p, 1, 1, {trans}; }}\" : {} : {a_ins}, \"l\"(db), \"r\"((int)({scale})) : \"memory\"); }}",
             d_list.join(", "),

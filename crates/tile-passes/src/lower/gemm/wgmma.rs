@@ -52,10 +52,12 @@ impl Lowerer {
                         // the A fragment's registers: [mi][kk][8]
                         inst::WgmmaA::Registers { offset: i32c((mi * ksteps + kk) * 8) }
                     } else {
-                        let idx = if ta { vec![k0.clone(), row0.clone()] } else { vec![row0.clone(), k0.clone()] };
+                        let idx =
+                            if ta { vec![k0.clone(), row0.clone()] } else { vec![row0.clone(), k0.clone()] };
                         inst::WgmmaA::Shared { idx: with_prefix(&a_prefix, idx), k_major: !ta }
                     };
-                    let b_idx = if tb { vec![col0.clone(), k0.clone()] } else { vec![k0.clone(), col0.clone()] };
+                    let b_idx =
+                        if tb { vec![col0.clone(), k0.clone()] } else { vec![k0.clone(), col0.clone()] };
                     let scale_d = if op.clear_accum && kk == 0 { 0 } else { 1 };
                     out.push(Stmt::inst(inst::Wgmma {
                         atom: plan.atom,
