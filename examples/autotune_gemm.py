@@ -1,5 +1,10 @@
-"""Autotune a 3-stage-pipelined GEMM over 72 configs (tile sizes first, then stages and
-threads); a second run reuses the record, another M/N/K searches again.
+"""Autotune a pipelined GEMM over Hopper tile shapes (tile sizes first, then warpgroups, how
+they split the tile, stages); a second run reuses the record, another M/N/K searches again.
+
+On sm_90a each T.gemm runs on wgmma: `threads` is 1 or 2 warpgroups, `policy` stacks them
+along M (full_row: each warpgroup issues wgmma of N = block_N) or N (full_col: N =
+block_N / 2), and the pipeline keeps one wgmma group in flight. Elsewhere the same configs
+run on mma.sync.
 
     python examples/autotune_gemm.py [M N K]         # needs a GPU and torch
     python -m tilers tuning --plot tuning.png
@@ -12,16 +17,18 @@ import tilers
 import tilers.language as T
 import torch
 
+POLICIES = {"full_row": T.GemmWarpPolicy.FullRow, "full_col": T.GemmWarpPolicy.FullCol}
+
 
 def configs(M, N, K, dtype="float16"):
     return [
         {"block_M": block_M, "block_N": block_N, "block_K": block_K,
-         "num_stages": num_stages, "threads": threads}
-        for block_M in (64, 128)
-        for block_N in (64, 128, 256)
+         "num_stages": num_stages, "threads": threads, "policy": policy}
+        for block_M, block_N in ((128, 128), (128, 256), (256, 128), (64, 256), (128, 64))
         for block_K in (32, 64)
-        for num_stages in (2, 3, 4)
+        for num_stages in (3, 4)
         for threads in (128, 256)
+        for policy in ("full_row", "full_col")
     ]
 
 
@@ -37,7 +44,7 @@ def reference(A, B):
     flops=lambda M, N, K, dtype="float16": 2 * M * N * K,
 )
 @tilers.jit(out_idx=[2])
-def matmul(M, N, K, block_M, block_N, block_K, num_stages, threads, dtype="float16"):
+def matmul(M, N, K, block_M, block_N, block_K, num_stages, threads, policy, dtype="float16"):
     accum_dtype = "float32"
 
     @T.prim_func
@@ -50,7 +57,7 @@ def matmul(M, N, K, block_M, block_N, block_K, num_stages, threads, dtype="float
             for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
                 T.copy(A[by * block_M, k * block_K], A_shared)
                 T.copy(B[k * block_K, bx * block_N], B_shared)
-                T.gemm(A_shared, B_shared, C_local)
+                T.gemm(A_shared, B_shared, C_local, policy=POLICIES[policy])
             T.copy(C_local, C[by * block_M, bx * block_N])
 
     return matmul
