@@ -44,7 +44,9 @@ pub fn plan(
     allow_wgmma: bool,
 ) -> Result<(GemmInst, Option<String>), String> {
     if !target.caps.wgmma {
-        return plan_mma_sync(m, op, target).map(|p| (p, None));
+        // Hopper without the `a` features: say so; older targets have nothing to miss
+        let why = (target.sm >= 90).then(|| format!("{target} has no wgmma (it needs sm_90a)"));
+        return plan_mma_sync(m, op, target).map(|p| (p, why));
     }
     if !allow_wgmma {
         return plan_mma_sync(m, op, target)

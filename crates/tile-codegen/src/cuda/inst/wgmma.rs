@@ -60,13 +60,17 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// The accumulators of every wgmma of the kernel (their registers are fenced).
-    fn wgmma_accumulators(&self) -> Vec<BufferId> {
+    /// The registers every wgmma of the kernel reads or writes: accumulators and register
+    /// A operands (they are fenced before `wgmma.fence`).
+    fn wgmma_registers(&self) -> Vec<BufferId> {
         let mut out = Vec::new();
         walk_stmts(&self.m.kernel.body, &mut |s| {
             if let Stmt::Inst(Inst::Wgmma(w)) = s {
-                if !out.contains(&w.c) {
-                    out.push(w.c);
+                let a = matches!(w.a_from, inst::WgmmaA::Registers { .. }).then_some(w.a);
+                for b in std::iter::once(w.c).chain(a) {
+                    if !out.contains(&b) {
+                        out.push(b);
+                    }
                 }
             }
         });
@@ -79,17 +83,23 @@ impl Emitter<'_> {
         for &b in bufs {
             let n = self.names.buffer(b);
             let count = self.m.buffer(b).num_elements();
-            let constraint = if self.m.buffer(b).dtype.is_float() { "+f" } else { "+r" };
+            let dtype = self.m.buffer(b).dtype;
+            // 16-bit registers are tl_half / tl_bf16: their bits
+            let (constraint, field) = match (dtype.bytes(), dtype.is_float()) {
+                (2, _) => ("+h", ".bits"),
+                (_, true) => ("+f", ""),
+                _ => ("+r", ""),
+            };
             self.line("#pragma unroll");
             self.line(&format!(
-                "for (int tl_r = 0; tl_r < {count}; ++tl_r) asm volatile(\"\" : \"{constraint}\"({n}[tl_r]) :: \"memory\");"
+                "for (int tl_r = 0; tl_r < {count}; ++tl_r) asm volatile(\"\" : \"{constraint}\"({n}[tl_r]{field}) :: \"memory\");"
             ));
         }
     }
 
     pub(super) fn wgmma_fence(&mut self) -> Result<(), Diagnostic> {
-        let accs = self.wgmma_accumulators();
-        self.fence_registers(&accs);
+        let regs = self.wgmma_registers();
+        self.fence_registers(&regs);
         self.line("asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");");
         Ok(())
     }
