@@ -1,5 +1,6 @@
 //! The thread-level interpreter on small hand-written thread-level modules: the
 //! ldmatrix + mma.sync idiom of the GEMM lowering against a plain matrix product, shuffles,
+//! warpgroups scheduled on their own (barriers in different branches, the rotating order),
 //! and the errors it must report (misaligned vectors, partial barriers).
 
 use tile_interp::threads::{run, run_with, Options};
@@ -244,4 +245,96 @@ fn options_pick_blocks() {
     assert_eq!(report.blocks_run, 2);
     let Arg::Tensor(bytes) = &args[0] else { unreachable!() };
     assert_eq!(bytes, &[0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0]);
+}
+
+/// `out[tid] = value` for the threads of `cond`.
+fn store_if(cond: Expr, out: BufferId, idx: Expr, value: Expr) -> Stmt {
+    Stmt::If {
+        cond,
+        then: vec![Stmt::Store { buf: out, idx: vec![idx], value, loc: Loc::UNKNOWN }],
+        otherwise: vec![],
+        loc: Loc::UNKNOWN,
+    }
+}
+
+/// Warp specialization: the two warpgroups run different branches, each with its own
+/// barrier; the barrier completes when all 256 threads reach one (as `bar.sync 0` does),
+/// so the consumer reads what the producer wrote.
+#[test]
+fn warpgroups_in_different_branches_meet_at_their_own_barriers() {
+    let mut m = module(256);
+    let out = buffer(&mut m, "out", Scope::Global, DType::I32, &[128]);
+    let s = buffer(&mut m, "S", Scope::Shared, DType::I32, &[128]);
+    m.buffer_mut(s).shared_offset = Some(0);
+    let tid = Expr::var(m.thread_idx(), DType::I32);
+    let low = rem(tid.clone(), 128);
+    let producer = vec![
+        Stmt::Store { buf: s, idx: vec![low.clone()], value: mul(tid.clone(), int(3)), loc: Loc::UNKNOWN },
+        Stmt::inst(inst::Sync),
+    ];
+    let consumer = vec![
+        Stmt::inst(inst::Sync),
+        Stmt::Store {
+            buf: out,
+            idx: vec![low.clone()],
+            value: add(Expr::load(s, vec![low], DType::I32), int(1)),
+            loc: Loc::UNKNOWN,
+        },
+    ];
+    m.kernel.body = vec![Stmt::If {
+        cond: Expr::binary(BinOp::Lt, tid, int(128)),
+        then: producer,
+        otherwise: consumer,
+        loc: Loc::UNKNOWN,
+    }];
+    let mut args = vec![Arg::Tensor(vec![0; 512])];
+    run(&m, &mut args).unwrap_or_else(|e| panic!("{}", e.message));
+    let Arg::Tensor(bytes) = &args[0] else { unreachable!() };
+    for t in 0..128usize {
+        let got = i32::from_le_bytes(bytes[4 * t..4 * t + 4].try_into().unwrap());
+        assert_eq!(got, 3 * t as i32 + 1, "out[{t}]");
+    }
+}
+
+/// Warpgroups run one after another between barriers, the first rotating: after the first
+/// barrier warpgroup 1 runs first, so its read of a global value warpgroup 0 writes later
+/// in program order (with no barrier between) sees the old value — lockstep would hide it.
+#[test]
+fn warpgroups_take_turns_in_a_rotating_order() {
+    let mut m = module(256);
+    let g = buffer(&mut m, "G", Scope::Global, DType::I32, &[1]);
+    let out = buffer(&mut m, "out", Scope::Global, DType::I32, &[2]);
+    let tid = Expr::var(m.thread_idx(), DType::I32);
+    let is = |t: i64| Expr::binary(BinOp::Eq, tid.clone(), int(t));
+    // thread 0 (warpgroup 0) writes G, then thread 128 (warpgroup 1) reads it
+    let turn = |value: i64, slot: i64| {
+        [
+            store_if(is(0), g, int(0), int(value)),
+            store_if(is(128), out, int(slot), Expr::load(g, vec![int(0)], DType::I32)),
+        ]
+    };
+    let mut body = turn(7, 0).to_vec();
+    body.push(Stmt::inst(inst::Sync));
+    body.extend(turn(9, 1));
+    m.kernel.body = body;
+    let mut args = vec![Arg::Tensor(vec![0; 4]), Arg::Tensor(vec![0; 8])];
+    run(&m, &mut args).unwrap();
+    let Arg::Tensor(bytes) = &args[1] else { unreachable!() };
+    let read = |k: usize| i32::from_le_bytes(bytes[4 * k..4 * k + 4].try_into().unwrap());
+    // interval 0: warpgroup 0 first, the write is seen; interval 1: warpgroup 1 first
+    assert_eq!((read(0), read(1)), (7, 7));
+}
+
+#[test]
+fn a_warpgroup_that_finishes_while_the_other_waits_is_a_deadlock() {
+    let mut m = module(256);
+    let tid = Expr::var(m.thread_idx(), DType::I32);
+    m.kernel.body = vec![Stmt::If {
+        cond: Expr::binary(BinOp::Ge, tid, int(128)),
+        then: vec![Stmt::inst(inst::Sync)],
+        otherwise: vec![],
+        loc: Loc::UNKNOWN,
+    }];
+    let e = run(&m, &mut []).unwrap_err();
+    assert!(e.message.contains("deadlock: barrier reached by threads 128-255 of 256"), "{}", e.message);
 }

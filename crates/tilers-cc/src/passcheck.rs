@@ -533,6 +533,9 @@ fn place_shared(mut m: Module) -> Module {
     let mut next = 0u64;
     for b in &mut m.buffers {
         if b.scope == Scope::Shared && b.shared_offset.is_none() {
+            // a tile in wgmma's layout starts on its swizzle period, as plan_shared_memory
+            // places it (the model swizzles physical addresses)
+            next = next.next_multiple_of(b.shared_align().max(128));
             b.shared_offset = Some(next);
             next += (b.bytes() as u64).div_ceil(128) * 128;
         }

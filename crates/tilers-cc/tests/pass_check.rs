@@ -1,9 +1,10 @@
 //! Pass-by-pass differential checks without a GPU: every fixture program is lowered, and
 //! the IR after each pass is run on the same random inputs — tile-level modules by the
 //! reference interpreter, thread-level ones by `tile_interp::threads` (a warp model of
-//! shuffles, ldmatrix, mma.sync, cp.async groups and barriers) — and must agree with the
-//! reference run of the input program. Mutation tests break a lowered module the way a
-//! buggy pass would and require the check to notice.
+//! shuffles, ldmatrix, mma.sync, cp.async groups, barriers and, on sm_90a, wgmma through
+//! decoded descriptors with its fences and groups) — and must agree with the reference run
+//! of the input program. Mutation tests break a lowered module the way a buggy pass would
+//! and require the check to notice.
 //!
 //! To keep the test fast, only the first and last block along each grid axis run (the
 //! last one is where tiles are ragged):
@@ -458,4 +459,257 @@ fn mutation_stmatrix_row_half_dropped() {
         });
     assert!(changed);
     caught(&r, &m, "");
+}
+
+// ------------------------------------------------------------------ wgmma (sm_90a)
+
+/// The compile options of the wgmma tests: sm_90a, T.gemm free to choose wgmma.
+fn wgmma_options() -> CompileOptions {
+    CompileOptions { arch: "sm_90a".into(), ..Default::default() }
+}
+
+fn wgmma_stages(name: &str) -> Vec<(String, Module)> {
+    compile_stages(&program_text(name), &wgmma_options()).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn has_wgmma(m: &Module) -> bool {
+    find(&m.kernel.body, &|s| matches!(s, Stmt::Inst(Inst::Wgmma(_)))).is_some()
+}
+
+/// On sm_90a the GEMM fixtures lower to wgmma: every pass of every one of them agrees with
+/// the reference on the warp model (descriptors decoded, results landing at the waits,
+/// fences and proxy fences checked).
+#[test]
+fn wgmma_gemms_agree_with_the_reference_at_every_pass() {
+    let start = Instant::now();
+    let opts = CheckOptions { seed: 11, compile: wgmma_options(), ..Default::default() };
+    let mut seen = Vec::new();
+    let mut failures = Vec::new();
+    for name in fixture_names() {
+        let stages = wgmma_stages(&name);
+        if !has_wgmma(&final_module(&stages)) {
+            continue;
+        }
+        let t = Instant::now();
+        let result = passcheck::check_stages(&stages, &opts).unwrap();
+        let mut ran = 0;
+        for s in &result.stages {
+            match &s.outcome {
+                passcheck::Outcome::Ok if s.level == Level::Thread => ran += 1,
+                passcheck::Outcome::Ok | passcheck::Outcome::Skipped(_) => {}
+                o => failures.push(format!("{name} after {}: {}", s.pass, o.message())),
+            }
+        }
+        eprintln!("{name}: {ran} thread-level stages agree ({:.2?})", t.elapsed());
+        seen.push(name);
+    }
+    eprintln!("wgmma fixtures: {} ({:.2?}): {}", seen.len(), start.elapsed(), seen.join(", "));
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    assert!(seen.len() >= 5, "only {} fixtures lower to wgmma: {seen:?}", seen.len());
+}
+
+/// The reference run and the final sm_90a module of `name`, which agrees with it.
+fn wgmma_final(name: &str) -> (Reference, Module) {
+    let stages = wgmma_stages(name);
+    let r = reference(&stages, 2);
+    let m = final_module(&stages);
+    assert!(has_wgmma(&m), "{name} does not lower to wgmma");
+    check(&r, &m).unwrap_or_else(|e| panic!("{name} before the mutation: {e}"));
+    (r, m)
+}
+
+/// The final sm_90a module of `name` with the `n`-th statement `pick` selects replaced by
+/// `f`.
+fn wgmma_mutated(
+    name: &str,
+    pick: &dyn Fn(&Stmt) -> bool,
+    n: usize,
+    f: &mut dyn FnMut(Stmt) -> Vec<Stmt>,
+) -> (Reference, Module) {
+    let (r, mut m) = wgmma_final(name);
+    let mut n = n;
+    assert!(mutate_nth(&mut m.kernel.body, pick, &mut n, f), "{name}: nothing to mutate");
+    (r, m)
+}
+
+fn is_wgmma_wait(pending: u32) -> impl Fn(&Stmt) -> bool {
+    move |s| matches!(s, Stmt::Inst(Inst::WgmmaWait(w)) if w.pending == pending)
+}
+
+/// `wgmma_wait pending` with `pending` raised by one.
+fn laxer(s: Stmt) -> Vec<Stmt> {
+    let Stmt::Inst(Inst::WgmmaWait(mut w)) = s else { unreachable!() };
+    w.pending += 1;
+    vec![Stmt::inst(w)]
+}
+
+/// Each wgmma rewritten by `f`.
+fn every_wgmma(m: &mut Module, f: &dyn Fn(&mut inst::Wgmma)) -> usize {
+    let mut count = 0;
+    let mut k = 0;
+    while mutate_nth(&mut m.kernel.body, &|s| matches!(s, Stmt::Inst(Inst::Wgmma(_))), &mut k, &mut |s| {
+        let Stmt::Inst(Inst::Wgmma(mut w)) = s else { unreachable!() };
+        f(&mut w);
+        vec![Stmt::inst(w)]
+    }) {
+        count += 1;
+        k = count;
+    }
+    count
+}
+
+#[test]
+fn mutation_wgmma_wait_before_the_epilogue_too_lax() {
+    // the drain after the main loop waits for none but the newest group: the epilogue
+    // reads accumulator registers the last wgmmas still own
+    let (r, m) = wgmma_mutated("matmul_nn_f16", &is_wgmma_wait(0), 0, &mut laxer);
+    caught(&r, &m, "while a wgmma that uses it is pending");
+}
+
+#[test]
+fn mutation_wgmma_wait_in_the_pipelined_loop_too_lax() {
+    // wait_group 2 in a 3-stage loop: the copy into the stage of k-tile i + 2 overwrites
+    // the stage the wgmmas of k-tile i - 1 still read
+    let (r, m) = wgmma_mutated("matmul_nn_f16", &is_wgmma_wait(1), 0, &mut laxer);
+    caught(&r, &m, "while a wgmma that reads it is pending");
+}
+
+#[test]
+fn mutation_wgmma_wait_too_lax_for_a_register_a_operand() {
+    // A in registers, B in two stages: the next k-tile's copies overwrite the B stage (and
+    // then the A fragment) that the wgmmas of the last one still read
+    let (r, m) = wgmma_mutated("matmul_reg_a_f16", &is_wgmma_wait(0), 0, &mut laxer);
+    caught(&r, &m, "pending");
+}
+
+#[test]
+fn mutation_wgmma_fence_dropped() {
+    let (r, m) =
+        wgmma_mutated("matmul_nn_f16", &|s| matches!(s, Stmt::Inst(Inst::WgmmaFence(_))), 0, &mut |_| vec![]);
+    caught(&r, &m, "wgmma_fence");
+}
+
+#[test]
+fn mutation_wgmma_fence_before_the_accumulator_is_cleared() {
+    // the fence moved above the fill that zeroes the accumulator: the wgmma then uses
+    // registers an ordinary store wrote after the fence
+    let (r, mut m) = wgmma_final("article_matmul");
+    let is_fence = |s: &Stmt| matches!(s, Stmt::Inst(Inst::WgmmaFence(_)));
+    assert!(mutate_nth(&mut m.kernel.body, &is_fence, &mut 0, &mut |_| vec![]));
+    // a fence first thing in the kernel, before every register write
+    m.kernel.body.insert(0, Stmt::inst(inst::WgmmaFence));
+    caught(&r, &m, "since the last wgmma_fence");
+}
+
+#[test]
+fn mutation_fence_proxy_async_dropped() {
+    // the cp.async data that lands at the wait is written by the generic proxy: without
+    // the fence the wgmma (async proxy) may not see it
+    let (r, m) = wgmma_mutated(
+        "matmul_nn_f16",
+        &|s| matches!(s, Stmt::Inst(Inst::FenceProxyAsync(_))),
+        0,
+        &mut |_| vec![],
+    );
+    caught(&r, &m, "no fence_proxy_async after it");
+}
+
+#[test]
+fn mutation_fence_proxy_async_after_the_barrier() {
+    // fence, then barrier: the other way round the fence orders nothing for the readers
+    let (r, m) = wgmma_mutated(
+        "matmul_nn_f16",
+        &|s| matches!(s, Stmt::Inst(Inst::FenceProxyAsync(_))),
+        0,
+        &mut |_| vec![],
+    );
+    let mut m = m;
+    let mut n = 0;
+    assert!(mutate_nth(&mut m.kernel.body, &is_sync, &mut n, &mut |s| vec![
+        s,
+        Stmt::inst(inst::FenceProxyAsync)
+    ]));
+    caught(&r, &m, "with no barrier since");
+}
+
+#[test]
+fn mutation_wgmma_b_operand_eight_rows_off() {
+    // B (K x N, N contiguous) read from k-row 8 on: half of the k-step's rows are wrong
+    let (r, mut m) = wgmma_final("matmul_nn_f16");
+    let count = every_wgmma(&mut m, &|w| {
+        let k = w.b_idx.len() - 2;
+        assert!(!w.b_k_major);
+        w.b_idx[k] = Expr::binary(BinOp::Add, w.b_idx[k].clone(), Expr::int(8));
+    });
+    assert!(count > 0);
+    caught(&r, &m, "");
+}
+
+#[test]
+fn mutation_wgmma_b_major_flipped() {
+    // the descriptor and the instruction say K-major for a tile stored N-major
+    let (r, mut m) = wgmma_final("matmul_tn_bf16");
+    assert!(every_wgmma(&mut m, &|w| w.b_k_major = !w.b_k_major) > 0);
+    caught(&r, &m, "");
+}
+
+#[test]
+fn mutation_wgmma_reads_b_through_another_swizzle() {
+    // the tile is written (cp.async) in 128-byte-swizzled panels of 64 columns, but the
+    // wgmma's descriptor describes 64-byte-swizzled panels of 32: mode and strides of a
+    // valid layout that is not the one the data has
+    let (r, mut m) = wgmma_final("matmul_nn_f16");
+    let b = find(&m.kernel.body, &|s| matches!(s, Stmt::Inst(Inst::Wgmma(_))))
+        .map(|s| match s {
+            Stmt::Inst(Inst::Wgmma(w)) => w.b,
+            _ => unreachable!(),
+        })
+        .unwrap();
+    let mut alias = m.buffer(b).clone();
+    assert_eq!(alias.panel, Some(64));
+    alias.panel = Some(32);
+    alias.swizzle = Swizzle::span(64);
+    alias.name.push_str("_64b");
+    let alias = m.add_buffer(alias);
+    let mut one_sided = m.clone();
+    assert!(every_wgmma(&mut one_sided, &|w| w.b = alias) > 0);
+    caught(&r, &one_sided, "differ");
+    // changing the tile's own swizzle is not that bug: its writers (cp.async through
+    // `SharedLayout::offset`) change with it, and a span swizzle that is not its panels'
+    // is no wgmma layout at all, which the model refuses to build a descriptor for
+    m.buffer_mut(b).swizzle = Swizzle::span(64);
+    caught(&r, &m, "not a wgmma layout");
+}
+
+/// Run the final sm_90a module of `name` with every wgmma descriptor changed by `fault`
+/// (the model's test knob), on the edge blocks, against the reference.
+fn with_descriptor_fault(name: &str, fault: threads::DescriptorFault) -> Result<(), String> {
+    let stages = wgmma_stages(name);
+    let r = reference(&stages, 2);
+    let m = passcheck::few_blocks(final_module(&stages));
+    let mut args = r.args.clone();
+    threads::run_with_descriptor_fault(&m, &mut args, &threads::Options::default(), fault)
+        .map_err(|d| d.message)?;
+    passcheck::compare(&r.module, &r.result, &args).map_err(|mm| mm.to_string())
+}
+
+#[test]
+fn mutation_wgmma_descriptor_fields() {
+    // the model decodes the descriptor as the hardware does: each field one 16-byte unit
+    // off, or another swizzle mode, reads other bytes
+    with_descriptor_fault("matmul_nn_f16", |d| d).expect("the unchanged descriptors agree");
+    let faults: [(&str, threads::DescriptorFault); 6] = [
+        ("start + 16 bytes", |d| d + 1),
+        ("leading byte offset + 16", |d| d + (1 << 16)),
+        ("stride byte offset + 16", |d| d + (1 << 32)),
+        ("stride byte offset - 16", |d| d - (1 << 32)),
+        ("128-byte swizzle read as 64-byte", |d| if d >> 62 == 1 { (d & !(3 << 62)) | (2 << 62) } else { d }),
+        ("64-byte swizzle read as 32-byte", |d| if d >> 62 == 2 { (d & !(3 << 62)) | (3 << 62) } else { d }),
+    ];
+    for (what, fault) in faults {
+        match with_descriptor_fault("matmul_nn_f16", fault) {
+            Ok(()) => panic!("{what}: the fault went unnoticed"),
+            Err(e) => eprintln!("{what}: caught: {e}"),
+        }
+    }
 }

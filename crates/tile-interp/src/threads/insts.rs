@@ -1,6 +1,6 @@
 //! The thread-level instructions (tile_ir::inst), one model each: vector copies, `cp.async`
 //! groups landing at their waits, barriers (a deadlock when not all threads arrive), the
-//! matrix instructions (`matrix.rs`), `printf` and `trap`.
+//! matrix instructions (`matrix.rs`, `stmatrix.rs`, `wgmma.rs`), `printf` and `trap`.
 
 use super::*;
 
@@ -9,19 +9,8 @@ impl Machine<'_> {
     pub(super) fn inst(&mut self, i: &Inst, active: &[u32]) -> Result<(), Diagnostic> {
         let m = self.m;
         match i {
-            Inst::Wgmma(_) | Inst::WgmmaFence(_) | Inst::WgmmaCommit(_) | Inst::WgmmaWait(_) | Inst::FenceProxyAsync(_) => {
-                return Err(self.err("the warp model does not run wgmma yet".to_string()));
-            }
-            Inst::Sync(_) => {
-                if active.len() != self.threads {
-                    return Err(self.err(format!(
-                        "deadlock: barrier reached by threads {} of {} (the others never arrive)",
-                        ranges(active),
-                        self.threads
-                    )));
-                }
-                self.epoch += 1;
-            }
+            // the scheduler (schedule.rs) gathers the threads at barriers
+            Inst::Sync(_) => unreachable!("run by the scheduler"),
             Inst::VecCopy(inst::VecCopy { dst, dst_idx, src, src_idx, width }) => {
                 let (db, sb) = (m.buffer(*dst), m.buffer(*src));
                 let bytes = *width as usize * sb.dtype.bytes() as usize;
@@ -31,14 +20,19 @@ impl Machine<'_> {
                 let from = self.addresses(*src, src_idx, active, *width as usize, "vector load")?;
                 let to = self.addresses(*dst, dst_idx, active, *width as usize, "vector store")?;
                 let (ss, ds) = (self.space(*src) == Space::Shared, self.space(*dst) == Space::Shared);
+                let (sl, dl) = (self.space(*src) == Space::Local, self.space(*dst) == Space::Local);
                 for (k, &t) in active.iter().enumerate() {
                     if ss {
                         self.track_read(t, from[k], bytes)?;
+                    } else if sl {
+                        self.touch_registers(*src, t, from[k], bytes, false)?;
                     }
                     let mut data = [0u8; 16];
                     data[..bytes].copy_from_slice(&self.bytes(*src, t)[from[k]..from[k] + bytes]);
                     if ds {
                         self.track_write(t, to[k], bytes)?;
+                    } else if dl {
+                        self.touch_registers(*dst, t, to[k], bytes, true)?;
                     }
                     self.bytes_mut(*dst, t)[to[k]..to[k] + bytes].copy_from_slice(&data[..bytes]);
                 }
@@ -122,6 +116,11 @@ impl Machine<'_> {
                     (mma.c, &mma.c_offset),
                 )?;
             }
+            Inst::Wgmma(w) => self.wgmma(active, w)?,
+            Inst::WgmmaFence(_) => self.wgmma_fence(active)?,
+            Inst::WgmmaCommit(_) => self.wgmma_commit(active)?,
+            Inst::WgmmaWait(w) => self.wgmma_wait(active, w)?,
+            Inst::FenceProxyAsync(_) => self.fence_proxy_async(active),
             Inst::Printf(_) => {}
             Inst::Trap(_) => return Err(self.err(format!("__trap() by threads {}", ranges(active)))),
         }

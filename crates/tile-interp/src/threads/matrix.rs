@@ -81,6 +81,7 @@ impl Machine<'_> {
                         reg.copy_from_slice(&data[8 * i + g][4 * q..4 * q + 4]);
                     }
                     let at = regs[k0 + l] + 4 * i;
+                    self.touch_registers(dst, t, at, 4, true)?;
                     self.bytes_mut(dst, t)[at..at + 4].copy_from_slice(&reg);
                 }
             }
@@ -117,6 +118,9 @@ impl Machine<'_> {
             let mut cm = vec![Val::I(0); rows * cols];
             for (l, &t) in warp.iter().enumerate() {
                 let j = w * 32 + l;
+                self.touch_registers(a, t, ar[j], ea as usize * sa, false)?;
+                self.touch_registers(b, t, br[j], eb as usize * sb, false)?;
+                self.touch_registers(c, t, cr[j], ec as usize * sc, true)?;
                 for e in 0..ea {
                     let (r, col) = atom.a_layout.coord(l as i64, e);
                     let at = ar[j] + e as usize * sa;

@@ -155,6 +155,11 @@ impl Machine<'_> {
                     "thread {t} writes shared byte {a} while a cp.async into it is in flight"
                 )));
             }
+            if self.races.wgmma_reads[a] > 0 {
+                return Err(self.err(format!(
+                    "thread {t} writes shared byte {a} while a wgmma that reads it is pending (no wgmma_wait retired its group)"
+                )));
+            }
             if self.races.write_epoch[a] == self.epoch && self.races.writer[a] != t {
                 return Err(self.race("write after write", t, self.races.writer[a], a));
             }
@@ -167,9 +172,11 @@ impl Machine<'_> {
 
     pub(super) fn track_write(&mut self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
         self.check_write(t, at, len)?;
+        let fences = self.proxy_fences[t as usize].len() as u32;
         for a in at..at + len {
             self.races.write_epoch[a] = self.epoch;
             self.races.writer[a] = t;
+            self.races.fence_mark[a] = fences;
         }
         Ok(())
     }

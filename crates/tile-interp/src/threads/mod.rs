@@ -1,39 +1,80 @@
 //! Thread-level execution: runs a lowered module (the output of `lower_tile_ops`) on the
 //! CPU with a model of a block's threads, so CI can check the lowering without a GPU.
 //!
-//! **Model.** Blocks run one after another (`bx` fastest). In a block, all `threads`
-//! threads run *in lockstep, a statement at a time*: every active thread finishes a
-//! statement before any starts the next. Control flow in lowered code is uniform except
-//! `if`s on thread coordinates, which split the active threads (`then` first, then `else`).
-//! Each expression is evaluated as a column, one value per active thread, with the
-//! scalar semantics of the tile-level interpreter (`num.rs`), which mirror the generated
-//! CUDA. `select`, `and` and `or` evaluate only the operands C would, so guarded loads
-//! are only made by the threads whose guard holds.
+//! **Model.** Blocks run one after another (`bx` fastest). In a block, each warpgroup (128
+//! consecutive threads; the whole block when it is smaller) runs on its own until it
+//! reaches a barrier or a wait (`async_wait`, `wgmma_wait`), then the next takes its turn,
+//! round-robin, the first of each barrier interval rotating (`schedule.rs`): warpgroups
+//! interleave in a fixed order, and an ordering bug between them (on global memory, where
+//! no race is tracked) shows in the results. Inside a warpgroup the threads run *in
+//! lockstep, a statement at a time*: every active thread finishes a statement before any
+//! starts the next. Control flow in lowered code is uniform except `if`s on thread
+//! coordinates, which split the active threads (`then` first, then `else`). Each
+//! expression is evaluated as a column, one value per active thread, with the scalar
+//! semantics of the tile-level interpreter (`num.rs`), which mirror the generated CUDA.
+//! `select`, `and` and `or` evaluate only the operands C would, so guarded loads are only
+//! made by the threads whose guard holds.
 //!
 //! **Memory** is bytes, as on the GPU: global tensors are the arguments' bytes; shared
 //! buffers live at their planned `shared_offset` in one array of the block's shared
-//! memory, at the offsets of their layout (`SharedLayout::offset`, as the generated code); `local` buffers (register
-//! arrays, fragments included) are per thread. Shared and local memory start filled with
-//! 0xFF (NaN as floats) so reads of never-written bytes show in the results.
+//! memory, at the offsets of their layout (`SharedLayout::offset`, as the generated code),
+//! the array starting at a physical address aligned to `Module::shared_base_align` (as the
+//! generated code rounds its dynamic shared base); `local` buffers (register arrays,
+//! fragments included) are per thread. Shared and local memory start filled with 0xFF (NaN
+//! as floats) so reads of never-written bytes show in the results.
 //!
-//! **Warp-collective operations** (`shfl_xor`, `ldmatrix`, `stmatrix`, `mma.sync`) need all 32 lanes of
-//! the warp active; they are evaluated over whole warps with the PTX fragment layouts.
+//! **Warp-collective operations** (`shfl_xor`, `ldmatrix`, `stmatrix`, `mma.sync`) need all
+//! 32 lanes of the warp active; they are evaluated over whole warps with the PTX fragment
+//! layouts. **`wgmma`** and its fence, commit and wait need all 128 threads of the warpgroup
+//! (`wgmma.rs`): the model builds each shared operand's matrix descriptor as codegen does
+//! and decodes it as the hardware does (start, strides, swizzle mode → the physical address
+//! of every element, the mode's XOR on that address), so a wrong field reads wrong bytes;
+//! D = A · B (+ D) is computed at issue with the PTX accumulator and A-fragment layouts, and
+//! lands in the registers at the `wgmma_wait` that retires its commit group.
 //!
-//! **Barriers and races.** `sync` must be reached by every thread of the block, else the
-//! run stops with a deadlock report. Between barriers, a shared-memory byte written by one
-//! thread and read or written by another is a race (reported), as is any access to bytes
-//! with a `cp.async` in flight. `cp.async` data lands in shared memory only when an
+//! **Barriers and races.** A barrier completes when every thread of the block has reached
+//! one (not necessarily the same `sync`, as `bar.sync 0`: warpgroups in different branches
+//! meet at their own); when every warpgroup waits at a barrier or has finished before that,
+//! the run stops with a deadlock report. Between barriers, a shared-memory byte written by
+//! one thread and read or written by another is a race (reported), as is any access to
+//! bytes with a `cp.async` in flight. `cp.async` data lands in shared memory only when an
 //! `async_wait` (`cp.async.wait_group N`: all but the newest N committed groups of *this
 //! thread*) completes its group.
 //!
+//! **Asynchronous tensor cores and proxies.** Until its group retires (`wgmma.wait_group
+//! N`: all but the newest N committed groups of *this warpgroup*), a wgmma owns its
+//! accumulator and A registers — any other access to them is reported — and the shared
+//! bytes it reads, which nobody may write. A wgmma needs a `wgmma_fence` of its warpgroup
+//! after the last access by another instruction to its accumulator or A registers (any
+//! access, as PTX ISA §9.7.15.7.1 says, not only writes; chained wgmmas on one accumulator
+//! need none) and before the first wgmma. The shared bytes it reads must have been written,
+//! last, by their writer (an ordinary or vector store, stmatrix, a landed `cp.async`: the
+//! generic proxy) before a `fence_proxy_async` of that thread that a barrier followed. A
+//! wait must name every accumulator it retires (codegen fences only those registers).
+//! Wgmmas still pending at the end of the block are reported.
+//!
 //! **Errors** (a compiler bug the differential check should catch): a global access out
 //! of the tensor's bounds, any on-chip index out of range, a vector access (`VecCopy`,
-//! 16-byte `cp.async`, `ldmatrix` rows) that is not aligned to its size.
+//! 16-byte `cp.async`, `ldmatrix` rows) that is not aligned to its size, a wgmma operand
+//! read outside its shared tile, a descriptor that is not uniform over the warpgroup, and
+//! the misuses above.
+//!
+//! **Not modelled** (yet): warps of a warpgroup run in lockstep, so ordering bugs between
+//! the warps of one warpgroup on global memory stay hidden (shared memory is race-checked
+//! whatever the order); the order of warpgroups is one fixed rotation, not a search over
+//! interleavings; named barriers, mbarriers and TMA (the warp-specialized pipeline will need
+//! them: a TMA write is an async-proxy write, an mbarrier wait a scheduling point);
+//! unswizzled (interleaved) descriptors and the base-offset field, which tilers never
+//! generates (an error if met); the "same shape" condition on chained wgmmas without a
+//! fence; whether the variable a warpgroup reads was bound by that warpgroup (an unbound
+//! read is caught only before any warpgroup binds it).
 
 mod insts;
 mod matrix;
 mod memory;
+mod schedule;
 mod stmatrix;
+mod wgmma;
 
 use crate::num::{self, OpError, Val};
 use crate::Arg;
@@ -81,6 +122,30 @@ pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
 /// Run a thread-level module over the blocks `opts` names. Tensor arguments are updated in
 /// place, also when an error stops the run.
 pub fn run_with(m: &Module, args: &mut [Arg], opts: &Options) -> Result<Report, Diagnostic> {
+    run_machine(m, args, opts, None)
+}
+
+/// A change to a 64-bit wgmma matrix descriptor (a field off, another swizzle mode).
+pub type DescriptorFault = fn(u64) -> u64;
+
+/// For mutation tests of the wgmma model: [`run_with`], every wgmma descriptor passed
+/// through `fault` after the model built it as the generated code does and before it is
+/// decoded, so that a wrong field must read wrong bytes.
+pub fn run_with_descriptor_fault(
+    m: &Module,
+    args: &mut [Arg],
+    opts: &Options,
+    fault: DescriptorFault,
+) -> Result<Report, Diagnostic> {
+    run_machine(m, args, opts, Some(fault))
+}
+
+fn run_machine(
+    m: &Module,
+    args: &mut [Arg],
+    opts: &Options,
+    fault: Option<DescriptorFault>,
+) -> Result<Report, Diagnostic> {
     if m.level != Level::Thread {
         return Err(error("the thread-level interpreter runs lowered modules; this one is tile level"));
     }
@@ -93,6 +158,7 @@ pub fn run_with(m: &Module, args: &mut [Arg], opts: &Options) -> Result<Report, 
         return Err(error(format!("'{}' takes {} arguments, got {}", m.name, m.params.len(), args.len())));
     }
     let mut machine = Machine::new(m)?;
+    machine.descriptor_fault = fault;
     for (v, x) in &sizes {
         machine.uniform[v.0 as usize] = Some(Val::I(*x));
     }
@@ -187,14 +253,17 @@ fn ranges(ids: &[u32]) -> String {
 const NOBODY: u32 = u32::MAX;
 const SEVERAL: u32 = u32::MAX - 1;
 
-/// Per shared byte: who last wrote and read it in which barrier interval, and how many
-/// `cp.async` writes to it are in flight.
+/// Per shared byte: who last wrote and read it in which barrier interval, how many
+/// `cp.async` writes to it are in flight, how many pending wgmmas read it, and how many
+/// `fence_proxy_async` its last writer had run when it wrote it.
 struct RaceTracker {
     write_epoch: Vec<u32>,
     writer: Vec<u32>,
     read_epoch: Vec<u32>,
     reader: Vec<u32>,
     in_flight: Vec<u16>,
+    wgmma_reads: Vec<u16>,
+    fence_mark: Vec<u32>,
 }
 
 impl RaceTracker {
@@ -205,6 +274,8 @@ impl RaceTracker {
             read_epoch: vec![0; n],
             reader: vec![NOBODY; n],
             in_flight: vec![0; n],
+            wgmma_reads: vec![0; n],
+            fence_mark: vec![0; n],
         }
     }
     fn reset(&mut self) {
@@ -213,6 +284,8 @@ impl RaceTracker {
         self.read_epoch.fill(0);
         self.reader.fill(NOBODY);
         self.in_flight.fill(0);
+        self.wgmma_reads.fill(0);
+        self.fence_mark.fill(0);
     }
 }
 
@@ -263,6 +336,17 @@ struct Machine<'m> {
     swizzled: std::collections::HashMap<usize, Expr>,
     /// Variables some `let` binds, by id.
     let_bound: Vec<bool>,
+    /// Where the block's shared memory starts (the generated code rounds the dynamic
+    /// shared base up to `Module::shared_base_align`): wgmma descriptors hold physical
+    /// addresses, and the hardware swizzles those.
+    smem_base: i64,
+    /// Per thread, the barrier interval of each `fence_proxy_async` it ran, in order.
+    proxy_fences: Vec<Vec<u32>>,
+    /// Per warpgroup, its wgmmas in flight.
+    warpgroups: Vec<wgmma::WarpgroupState>,
+    /// Per buffer: for the register arrays wgmmas use, their per-byte wgmma state.
+    registers: Vec<Option<wgmma::RegisterTracker>>,
+    descriptor_fault: Option<DescriptorFault>,
 }
 
 type Col = Vec<Val>;
@@ -313,6 +397,29 @@ impl<'m> Machine<'m> {
                 });
                 bound
             },
+            smem_base: m.shared_base_align() as i64,
+            proxy_fences: vec![vec![]; threads],
+            warpgroups: (0..threads.div_ceil(128)).map(|_| Default::default()).collect(),
+            registers: {
+                let mut used = vec![false; m.buffers.len()];
+                tile_ir::walk_stmts(&m.kernel.body, &mut |s| {
+                    if let Stmt::Inst(Inst::Wgmma(w)) = s {
+                        used[w.c.0 as usize] = true;
+                        if matches!(w.a_from, inst::WgmmaA::Registers { .. }) {
+                            used[w.a.0 as usize] = true;
+                        }
+                    }
+                });
+                m.buffers
+                    .iter()
+                    .zip(used)
+                    .map(|(b, used)| {
+                        (used && b.scope == Scope::Local)
+                            .then(|| wgmma::RegisterTracker::new(b.bytes() as usize * threads))
+                    })
+                    .collect()
+            },
+            descriptor_fault: None,
         })
     }
 
@@ -347,11 +454,10 @@ impl<'m> Machine<'m> {
                 }
             }
         }
-        let all: Vec<u32> = (0..self.threads as u32).collect();
         for block in blocks {
             self.start_block(block);
-            let body = &m.kernel.body;
-            self.stmts(body, &all)?;
+            self.run_block()?;
+            self.end_block_wgmma()?;
             self.blocks_run += 1;
         }
         Ok(())
@@ -387,6 +493,15 @@ impl<'m> Machine<'m> {
         self.epoch = 1;
         for a in &mut self.asyncs {
             *a = AsyncState::default();
+        }
+        for f in &mut self.proxy_fences {
+            f.clear();
+        }
+        for g in &mut self.warpgroups {
+            *g = Default::default();
+        }
+        for r in self.registers.iter_mut().flatten() {
+            r.reset();
         }
         self.context.clear();
     }
@@ -427,6 +542,8 @@ impl<'m> Machine<'m> {
                     let a = addrs[k];
                     if space == Space::Shared {
                         self.track_read(t, a, eb)?;
+                    } else if space == Space::Local {
+                        self.touch_registers(*buf, t, a, eb, false)?;
                     }
                     let v = read_val(&self.bytes(*buf, t)[a..a + eb], b.dtype);
                     out.push(if b.dtype == *dtype { v } else { num::cast(v, b.dtype, *dtype) });
@@ -540,16 +657,6 @@ impl<'m> Machine<'m> {
 
     // ---------------------------------------------------------------- statements
 
-    fn stmts(&mut self, body: &[Stmt], active: &[u32]) -> Result<(), Diagnostic> {
-        for s in body {
-            if active.is_empty() {
-                return Ok(());
-            }
-            self.stmt(s, active)?;
-        }
-        Ok(())
-    }
-
     fn bind(&mut self, var: tile_ir::VarId, active: &[u32], values: &[Val]) {
         let i = var.0 as usize;
         self.bound[i] = true;
@@ -572,9 +679,12 @@ impl<'m> Machine<'m> {
                 let v = self.eval(value, active)?;
                 let addrs = self.addresses(*buf, idx, active, 1, "store")?;
                 let shared = self.space(*buf) == Space::Shared;
+                let local = self.space(*buf) == Space::Local;
                 for (k, &t) in active.iter().enumerate() {
                     if shared {
                         self.track_write(t, addrs[k], eb)?;
+                    } else if local {
+                        self.touch_registers(*buf, t, addrs[k], eb, true)?;
                     }
                     let x = num::cast(v[k], value.dtype(), b.dtype);
                     write_val(&mut self.bytes_mut(*buf, t)[addrs[k]..addrs[k] + eb], b.dtype, x);
@@ -589,6 +699,9 @@ impl<'m> Machine<'m> {
                 let v = self.eval(value, active)?;
                 let addrs = self.addresses(*buf, idx, active, 1, "atomic add")?;
                 for (k, &t) in active.iter().enumerate() {
+                    if self.space(*buf) == Space::Local {
+                        self.touch_registers(*buf, t, addrs[k], eb, true)?;
+                    }
                     let x = num::cast(v[k], value.dtype(), b.dtype);
                     let slot = &mut self.bytes_mut(*buf, t)[addrs[k]..addrs[k] + eb];
                     let old = read_val(slot, b.dtype);
@@ -597,47 +710,10 @@ impl<'m> Machine<'m> {
                     write_val(slot, b.dtype, new);
                 }
             }
-            Stmt::For { var, start, extent, body, .. } => {
-                let s0 = self.eval(start, active)?;
-                let ext = self.eval(extent, active)?;
-                let uniform = s0.windows(2).all(|w| w[0] == w[1]) && ext.windows(2).all(|w| w[0] == w[1]);
-                if uniform {
-                    let (s0, n) = (s0[0].as_i64(), ext[0].as_i64());
-                    for j in 0..n.max(0) {
-                        self.bind(*var, active, &vec![Val::I(s0 + j); active.len()]);
-                        self.stmts(body, active)?;
-                    }
-                } else {
-                    let longest = ext.iter().map(|v| v.as_i64()).max().unwrap_or(0);
-                    for j in 0..longest.max(0) {
-                        let mut now = Vec::new();
-                        let mut vals = Vec::new();
-                        for (k, &t) in active.iter().enumerate() {
-                            if j < ext[k].as_i64() {
-                                now.push(t);
-                                vals.push(Val::I(s0[k].as_i64() + j));
-                            }
-                        }
-                        self.bind(*var, &now, &vals);
-                        self.stmts(body, &now)?;
-                    }
-                }
-            }
-            Stmt::If { cond, then, otherwise, .. } => {
-                let c = self.eval(cond, active)?;
-                let (mut yes, mut no) = (Vec::new(), Vec::new());
-                for (&t, v) in active.iter().zip(&c) {
-                    if v.as_i64() != 0 {
-                        yes.push(t)
-                    } else {
-                        no.push(t)
-                    }
-                }
-                self.stmts(then, &yes)?;
-                self.stmts(otherwise, &no)?;
-            }
             Stmt::Inst(i) => self.inst(i, active)?,
             Stmt::SourceLine(_) => {}
+            // loops, ifs and barriers are the scheduler's (schedule.rs)
+            Stmt::For { .. } | Stmt::If { .. } => unreachable!("run by the scheduler"),
             // copy, fill, reduce, gemm, parallel, async, print, device_assert
             _ => return Err(self.err("tile op left after lowering")),
         }

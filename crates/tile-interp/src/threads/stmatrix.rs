@@ -24,6 +24,7 @@ impl Machine<'_> {
                     for q in 0..4 {
                         let lane = 4 * r + q;
                         let at = regs[k0 + lane] + 4 * i;
+                        self.touch_registers(st.src, warp[lane], at, 4, false)?;
                         data[4 * q..4 * q + 4].copy_from_slice(&self.bytes(st.src, warp[lane])[at..at + 4]);
                     }
                     let writer = warp[8 * i + r];
