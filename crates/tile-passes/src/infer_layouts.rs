@@ -101,6 +101,27 @@ struct Order {
     first_use: BTreeMap<BufferId, usize>,
 }
 
+/// Give accumulator `c` the layout `l` of its gemm's instruction; a second gemm into it with
+/// another layout is a conflict at its line.
+fn set_accumulator(
+    m: &mut Module,
+    c: BufferId,
+    l: FragmentLayout,
+    loc: tile_ir::Loc,
+    diags: &mut Vec<Diagnostic>,
+) {
+    match &m.buffer(c).layout {
+        Some(old) if *old != l => diags.push(Diagnostic::error(
+            format!(
+                "layout conflict: accumulator '{}' of two T.gemm calls with different warp policies",
+                m.buffer(c).name
+            ),
+            loc,
+        )),
+        _ => m.buffer_mut(c).layout = Some(l),
+    }
+}
+
 pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     let threads = m.kernel.threads;
     // first use of each fragment, in program order, for deterministic defaults
@@ -164,13 +185,7 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
                     m.buffer_mut(a).layout = Some(FragmentLayout::wgmma_operand_a(ae[0], ae[1], gm, gn));
                 }
                 let l = FragmentLayout::wgmma_accumulator(shape[0], shape[1], gm, gn);
-                match &m.buffer(c).layout {
-                    Some(old) if *old != l => diags.push(Diagnostic::error(
-                        format!("layout conflict: accumulator '{}' of two T.gemm calls with different warp policies", m.buffer(c).name),
-                        loc,
-                    )),
-                    _ => m.buffer_mut(c).layout = Some(l),
-                }
+                set_accumulator(&mut m, c, l, loc, &mut diags);
                 continue;
             }
         }
@@ -207,13 +222,7 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
                     }
                 }
                 let l = FragmentLayout::mma_accumulator(shape[0], shape[1], wm, wn);
-                match &m.buffer(c).layout {
-                    Some(old) if *old != l => diags.push(Diagnostic::error(
-                        format!("layout conflict: accumulator '{}' of two T.gemm calls with different warp policies", m.buffer(c).name),
-                        loc,
-                    )),
-                    _ => m.buffer_mut(c).layout = Some(l),
-                }
+                set_accumulator(&mut m, c, l, loc, &mut diags);
             }
             Err(why) => diags.push(
                 Diagnostic::error(format!("T.gemm into '{}': {why}", m.buffer(c).name), loc).with_help(
