@@ -42,6 +42,9 @@ def reference(A, B):
     rtol=1e-2,
     atol=1e-2,
     flops=lambda M, N, K, dtype="float16": 2 * M * N * K,
+    # round 1 times one config per (tile, warpgroups, split): on Hopper the threads and the
+    # policy decide each warpgroup's share of the tile (its registers), as much as the tile
+    tile_keys=("block_M", "block_N", "block_K", "threads", "policy"),
 )
 @tilers.jit(out_idx=[2])
 def matmul(M, N, K, block_M, block_N, block_K, num_stages, threads, policy, dtype="float16"):

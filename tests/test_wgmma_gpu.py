@@ -148,3 +148,19 @@ def test_sass_has_hgmma_in_the_main_loop():
         sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
     assert "HGMMA" in sass, sass[:2000]
     assert "HMMA" not in sass.replace("HGMMA", "")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_wgmma_register_a_shared_by_two_warpgroup_columns(dtype):
+    """64x256 over two warpgroups splits N (1x2): both hold the same A rows (a replicated
+    register A operand)."""
+    M, N, K = 300, 520, 160
+    kernel = tilers.compile(
+        kernels.matmul_reg_a(M, N, K, block_M=64, block_N=256, block_K=32, threads=256,
+                             dtype=dtype),
+        out_idx=[2],
+    )
+    line = gemm_line(kernel)
+    assert "1x2 warpgroups" in line and "A from registers" in line, line
+    a, b, _ = inputs(M, N, K, dtype)
+    check(kernel(a, b), (2 * a.double()) @ b.double())
