@@ -380,11 +380,7 @@ impl<'m> Interp<'m> {
             // are issued (into their stage buffers); barriers, waits and commits order nothing
             // here (the interpreter runs a block's tile ops one after another)
             Stmt::Async { body } => self.exec(body, ids)?,
-            Stmt::Inst(i)
-                if {
-                    let e = i.effects();
-                    e.barrier || e.commits || e.waits_for.is_some() || e.orders_tensor_core
-                } => {}
+            Stmt::Inst(i) if i.effects().only_orders() => {}
             // thread-level statements (`let`, vector copies, warp-level matrix ops) are made
             // by the lowering and never appear in the tile-level programs run here
             _ => {

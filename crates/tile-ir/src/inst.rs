@@ -64,9 +64,15 @@ pub struct Effects {
     /// shared memory (`wgmma.fence`, `commit_group`, `wait_group`, `fence.proxy.async`): no
     /// effect on values in a program that runs one statement after another.
     pub orders_tensor_core: bool,
-    /// Reads shared memory in the async proxy (`wgmma` through a descriptor): writes by
-    /// ordinary stores must be fenced (`fence.proxy.async`) before it.
-    pub async_proxy_read: bool,
+}
+
+impl Effects {
+    /// Orders other work and does nothing else (a barrier, a commit, a wait, a tensor-core
+    /// or proxy fence): placed by the passes that own ordering, a no-op for a program run one
+    /// statement after another (the tile-level interpreter).
+    pub fn only_orders(&self) -> bool {
+        self.barrier || self.commits || self.waits_for.is_some() || self.orders_tensor_core
+    }
 }
 
 /// Names and expressions as the text IR prints them (implemented by the printer).
@@ -698,11 +704,7 @@ impl Instruction for Wgmma {
         v
     }
     fn effects(&self) -> Effects {
-        Effects {
-            warp_collective: true,
-            async_proxy_read: true, // B is always read through a descriptor
-            ..Effects::default()
-        }
+        Effects { warp_collective: true, ..Effects::default() }
     }
     fn text(&self, t: &dyn TextNames) -> String {
         let major = |k: bool| if k { "k_major" } else { "mn_major" };

@@ -761,11 +761,7 @@ impl<'a> Verifier<'a> {
             Stmt::DeviceAssert { cond, loc, .. } => self.device_assert(cond, *loc),
             // barriers and the pipeline's commits and waits are placed by insert_syncs and
             // inject_pipeline, which run on tile-level IR
-            Stmt::Inst(i)
-                if {
-                    let e = i.effects();
-                    e.barrier || e.commits || e.waits_for.is_some() || e.orders_tensor_core
-                } => {}
+            Stmt::Inst(i) if i.effects().only_orders() => {}
             Stmt::Comment(_) => {}
             Stmt::Async { body } => self.stmts(body),
             Stmt::Let { .. } | Stmt::Inst(_) | Stmt::SourceLine(_) => {

@@ -125,13 +125,7 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
                 out.push(Stmt::Inst(i));
             }
             // ordered by the pipeline's own waits and barriers
-            Stmt::Inst(i)
-                if i.effects().commits
-                    || i.effects().waits_for.is_some()
-                    || i.effects().orders_tensor_core =>
-            {
-                out.push(Stmt::Inst(i))
-            }
+            Stmt::Inst(i) if i.effects().only_orders() => out.push(Stmt::Inst(i)),
             s @ Stmt::Async { .. } => out.push(s),
             other => {
                 let (r, w) = accesses(m, &other);
