@@ -40,8 +40,8 @@ pub struct KernelInfo {
     pub grid: Vec<GridExpr>,
     /// `threads=` of `T.Kernel`: the threads the user's code is written for.
     pub threads: u32,
-    /// The block actually launched: `threads` today; more once the compiler adds
-    /// producer warps.
+    /// The block actually launched: `threads`, plus the producer warps the compiler adds
+    /// to a warp-specialized kernel (numbered after the user's threads).
     pub block: [u32; 3],
     /// Thread-block cluster dims (`[1, 1, 1]`: no cluster).
     #[serde(default = "no_cluster")]
@@ -174,7 +174,10 @@ pub enum GridOp {
 }
 
 /// A TMA descriptor the launcher encodes for each call (`cuTensorMapEncodeTiled`) from the
-/// tensor passed as parameter `param`, and passes as a `__grid_constant__` parameter.
+/// tensor passed as parameter `param` (its dtype, the call's shape, its strides and data
+/// pointer; elements past the edge filled with zeros, no interleave, element strides 1),
+/// and passes as a `__grid_constant__` parameter (128 bytes, 64-byte aligned) after the
+/// parameters and the sizes, in this order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TensorMap {
     /// Index into `params` of the tensor the map describes.
@@ -523,6 +526,27 @@ pub fn size_info(m: &Module) -> Vec<SizeInfo> {
         .collect()
 }
 
+/// The kernel's tensor maps, by the parameter number of their tensors.
+fn tensor_maps(m: &Module) -> Result<Vec<TensorMap>, Diagnostic> {
+    m.kernel
+        .tensor_maps
+        .iter()
+        .map(|t| {
+            let param = m
+                .params
+                .iter()
+                .position(|p| matches!(p, Param::Tensor { buffer, .. } if *buffer == t.tensor))
+                .ok_or_else(|| Diagnostic::bug("a tensor map of a buffer that is not a parameter"))?;
+            let box_shape = t
+                .box_dims
+                .iter()
+                .map(|&d| u32::try_from(d).map_err(|_| Diagnostic::bug("a tensor map box out of range")))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(TensorMap { param, box_shape, swizzle: t.swizzle })
+        })
+        .collect()
+}
+
 /// The launch recipe of a lowered (thread-level) module whose `__global__` function is
 /// `entry`.
 pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Result<KernelInfo, Diagnostic> {
@@ -549,11 +573,11 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         sizes: size_info(m),
         grid,
         threads: m.kernel.threads,
-        block: [m.kernel.threads, 1, 1],
+        block: [m.launched_threads(), 1, 1],
         cluster: no_cluster(),
         shared_bytes,
         shared_opt_in: shared_bytes > DEFAULT_SHARED_LIMIT,
-        tensor_maps: Vec::new(),
+        tensor_maps: tensor_maps(m)?,
         report: report.to_vec(),
     })
 }

@@ -107,7 +107,15 @@ fn gemm_module(g: Gemm) -> Module {
         params: vec![],
         buffers: vec![],
         vars: vec![],
-        kernel: Kernel { grid: vec![int(1)], threads, body: vec![], loc: Loc::UNKNOWN, raster: None },
+        kernel: Kernel {
+            grid: vec![int(1)],
+            threads,
+            body: vec![],
+            loc: Loc::UNKNOWN,
+            raster: None,
+            roles: None,
+            tensor_maps: vec![],
+        },
         level: Level::Thread,
     };
     m.add_var("bx", VarKind::BlockIdx(0), DType::I32);

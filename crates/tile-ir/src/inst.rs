@@ -64,6 +64,12 @@ pub struct Effects {
     /// shared memory (`wgmma.fence`, `commit_group`, `wait_group`, `fence.proxy.async`): no
     /// effect on values in a program that runs one statement after another.
     pub orders_tensor_core: bool,
+    /// Initializes, arrives at or waits on an mbarrier (`mbarrier.*`): orders the threads
+    /// and bulk copies that use that barrier; the barrier word is not a data access.
+    pub mbarrier: bool,
+    /// A bulk tensor copy (TMA): its writes land later, in the async proxy, and complete
+    /// their bytes on an mbarrier; a wait on that barrier's phase makes them visible.
+    pub bulk_async: bool,
 }
 
 impl Effects {
@@ -71,7 +77,7 @@ impl Effects {
     /// or proxy fence): placed by the passes that own ordering, a no-op for a program run one
     /// statement after another (the tile-level interpreter).
     pub fn only_orders(&self) -> bool {
-        self.barrier || self.commits || self.waits_for.is_some() || self.orders_tensor_core
+        self.barrier || self.commits || self.waits_for.is_some() || self.orders_tensor_core || self.mbarrier
     }
 }
 
@@ -784,6 +790,309 @@ pub struct WgmmaCommit;
 #[derive(Clone, Debug, PartialEq)]
 pub struct FenceProxyAsync;
 
+/// `mbarrier.init.shared::cta.b64 [bar[idx]], count`: phase 0, `count` arrivals expected.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MbarrierInit {
+    pub bar: BufferId,
+    pub idx: Expr,
+    pub count: u32,
+}
+
+impl Instruction for MbarrierInit {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![&self.idx]
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        MbarrierInit { idx: f(self.idx), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { mbarrier: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!("mbarrier_init {}[{}], {}", t.buffer(self.bar), t.expr(&self.idx), self.count)
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "mbarrier_init" {
+            return None;
+        }
+        Some((|| {
+            let (bar, idx) = barrier(r)?;
+            r.punct(",")?;
+            let n = r.int()?;
+            let count = u32::try_from(n).map_err(|_| r.error(&format!("bad arrival count {n}")))?;
+            Ok(MbarrierInit { bar, idx, count })
+        })())
+    }
+}
+
+/// `bar[idx]` of an mbarrier instruction.
+fn barrier(r: &mut dyn TextReader) -> Result<(BufferId, Expr), String> {
+    let bar = r.buffer()?;
+    r.punct("[")?;
+    let idx = r.expr()?;
+    r.punct("]")?;
+    Ok((bar, idx))
+}
+
+/// `mbarrier.arrive` on `bar[idx]` by this thread — with `expect_tx`, first adding that
+/// many bytes the phase waits for (`mbarrier.arrive.expect_tx`, the producer's arrival
+/// before its bulk copies).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MbarrierArrive {
+    pub bar: BufferId,
+    pub idx: Expr,
+    pub expect_tx: Option<i64>,
+}
+
+impl Instruction for MbarrierArrive {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![&self.idx]
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        MbarrierArrive { idx: f(self.idx), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { mbarrier: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        let tx = self.expect_tx.map(|b| format!(" expect_tx {b}")).unwrap_or_default();
+        format!("mbarrier_arrive {}[{}]{tx}", t.buffer(self.bar), t.expr(&self.idx))
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "mbarrier_arrive" {
+            return None;
+        }
+        Some((|| {
+            let (bar, idx) = barrier(r)?;
+            let expect_tx = if r.keyword("expect_tx").is_ok() { Some(r.int()?) } else { None };
+            Ok(MbarrierArrive { bar, idx, expect_tx })
+        })())
+    }
+}
+
+/// Wait until the phase of `bar[idx]` whose parity is `parity` (0 or 1) has completed
+/// (`mbarrier.try_wait.parity` in a loop). Acquires what the arrivals released and the
+/// bulk copies that completed on the phase.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MbarrierWait {
+    pub bar: BufferId,
+    pub idx: Expr,
+    pub parity: Expr,
+}
+
+impl Instruction for MbarrierWait {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![&self.idx, &self.parity]
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        let idx = f(self.idx);
+        MbarrierWait { idx, parity: f(self.parity), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { mbarrier: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!("mbarrier_wait {}[{}] parity {}", t.buffer(self.bar), t.expr(&self.idx), t.expr(&self.parity))
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "mbarrier_wait" {
+            return None;
+        }
+        Some((|| {
+            let (bar, idx) = barrier(r)?;
+            r.keyword("parity")?;
+            let parity = r.expr()?;
+            Ok(MbarrierWait { bar, idx, parity })
+        })())
+    }
+}
+
+/// One bulk tensor copy (`cp.async.bulk.tensor.Nd.shared::cluster.global.tile.mbarrier::
+/// complete_tx::bytes`), issued by one thread: the box of tensor map `map` (of tensor
+/// `src`) whose first element is `src[coords]` (outermost first, as the tensor's indices;
+/// the hardware takes them innermost first) lands in shared `dst` from `dst[dst_idx]` on,
+/// `bytes` of it, elements past the tensor's edge as zero, swizzled as the map says; the
+/// bytes complete on the mbarrier `bar[bar_idx]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TmaLoad {
+    pub map: u32,
+    pub src: BufferId,
+    pub coords: Vec<Expr>,
+    pub dst: BufferId,
+    pub dst_idx: Vec<Expr>,
+    pub bar: BufferId,
+    pub bar_idx: Expr,
+    pub bytes: i64,
+}
+
+impl Instruction for TmaLoad {
+    fn exprs(&self) -> Vec<&Expr> {
+        self.coords.iter().chain(&self.dst_idx).chain(std::iter::once(&self.bar_idx)).collect()
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        let coords = map_all(self.coords, f);
+        let dst_idx = map_all(self.dst_idx, f);
+        TmaLoad { coords, dst_idx, bar_idx: f(self.bar_idx), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![
+            Access {
+                buf: self.src,
+                kind: AccessKind::Read,
+                index: Index::Element(&self.coords),
+                elements: 0,
+            },
+            Access {
+                buf: self.dst,
+                kind: AccessKind::Write,
+                index: Index::Element(&self.dst_idx),
+                elements: 0,
+            },
+        ]
+    }
+    fn effects(&self) -> Effects {
+        Effects { bulk_async: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!(
+            "tma_load map{} {}[{}] <- {}[{}] on {}[{}] ({} bytes)",
+            self.map,
+            t.buffer(self.dst),
+            t.exprs(&self.dst_idx),
+            t.buffer(self.src),
+            t.exprs(&self.coords),
+            t.buffer(self.bar),
+            t.expr(&self.bar_idx),
+            self.bytes
+        )
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "tma_load" {
+            return None;
+        }
+        Some((|| {
+            let map = map_number(r)?;
+            let (dst, dst_idx) = r.element()?;
+            r.punct("<-")?;
+            let (src, coords) = r.element()?;
+            r.keyword("on")?;
+            let (bar, bar_idx) = barrier(r)?;
+            r.punct("(")?;
+            let bytes = r.int()?;
+            r.keyword("bytes")?;
+            r.punct(")")?;
+            Ok(TmaLoad { map, src, coords, dst, dst_idx, bar, bar_idx, bytes })
+        })())
+    }
+}
+
+/// `mapN`: a tensor map by its number.
+fn map_number(r: &mut dyn TextReader) -> Result<u32, String> {
+    for k in 0..64u32 {
+        if r.keyword(&format!("map{k}")).is_ok() {
+            return Ok(k);
+        }
+    }
+    Err(r.error("expected a tensor map (map0, map1, ...)"))
+}
+
+/// `setmaxnreg.{inc,dec}.sync.aligned.u32 regs`: the warpgroup's per-thread register
+/// budget from here on (the producers give registers back, the consumers take them).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SetMaxNReg {
+    pub inc: bool,
+    pub regs: u32,
+}
+
+impl Instruction for SetMaxNReg {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { warp_collective: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        format!("setmaxnreg {} {}", if self.inc { "inc" } else { "dec" }, self.regs)
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "setmaxnreg" {
+            return None;
+        }
+        Some((|| {
+            let inc = if r.keyword("inc").is_ok() {
+                true
+            } else {
+                r.keyword("dec")?;
+                false
+            };
+            let n = r.int()?;
+            let regs = u32::try_from(n).map_err(|_| r.error(&format!("bad register count {n}")))?;
+            Ok(SetMaxNReg { inc, regs })
+        })())
+    }
+}
+
+/// `bar.sync id, threads`: a barrier among `threads` threads (whole warps) that use the
+/// same `id` — the consumers of a warp-specialized kernel, without its producers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedBarrier {
+    pub id: u32,
+    pub threads: u32,
+}
+
+impl Instruction for NamedBarrier {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { barrier: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        format!("bar_sync {}, {}", self.id, self.threads)
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "bar_sync" {
+            return None;
+        }
+        Some((|| {
+            let id = r.int()?;
+            r.punct(",")?;
+            let threads = r.int()?;
+            let bad = || r.error(&format!("bad named barrier {id}, {threads}"));
+            Ok(NamedBarrier {
+                id: u32::try_from(id).map_err(|_| bad())?,
+                threads: u32::try_from(threads).map_err(|_| bad())?,
+            })
+        })())
+    }
+}
+
+/// `fence.mbarrier_init.release.cluster`: makes the barriers' initialization visible to
+/// the async proxy (the bulk copies that complete on them), before the block's barrier.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FenceMbarrierInit;
+
 macro_rules! ordering_instruction {
     ($t:ident, $text:expr) => {
         impl Instruction for $t {
@@ -811,6 +1120,7 @@ macro_rules! ordering_instruction {
 ordering_instruction!(WgmmaFence, "wgmma_fence");
 ordering_instruction!(WgmmaCommit, "wgmma_commit");
 ordering_instruction!(FenceProxyAsync, "fence_proxy_async");
+ordering_instruction!(FenceMbarrierInit, "fence_mbarrier_init");
 
 /// `wgmma.wait_group.sync.aligned pending`: waits until at most `pending` of the
 /// warpgroup's committed groups are in flight; the accumulators `acc` (whose registers the
@@ -914,6 +1224,13 @@ instructions!(
     WgmmaCommit,
     WgmmaWait,
     FenceProxyAsync,
+    FenceMbarrierInit,
+    MbarrierInit,
+    MbarrierArrive,
+    MbarrierWait,
+    TmaLoad,
+    SetMaxNReg,
+    NamedBarrier,
     AsyncCopy,
     AsyncCommit,
     AsyncWait,

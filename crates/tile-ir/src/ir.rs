@@ -149,7 +149,7 @@ pub enum VarKind {
     /// Thread level: `blockIdx.{x,y,z}` as launched, when the block order differs from the
     /// user's (`rasterize`).
     LaunchIdx(u8),
-    /// `threadIdx.x` (thread level only).
+    /// `threadIdx.x` (thread level, and the role split of a warp-specialized pipeline).
     ThreadIdx,
     /// Bound by a loop.
     Loop,
@@ -199,6 +199,40 @@ pub struct Kernel {
     /// `T.use_swizzle(panel)`: the order blocks are numbered in (the grid's blocks are the
     /// same; which hardware block runs which `(bx, by)` changes, for L2 reuse).
     pub raster: Option<Raster>,
+    /// Warp specialization (`plan_warp_roles`): producer warps launched after the user's
+    /// `threads`, and the register budgets of both roles. None: every thread runs the
+    /// user's code.
+    pub roles: Option<WarpRoles>,
+    /// The TMA descriptors the kernel takes, after its parameters and sizes: one per
+    /// (tensor, box, swizzle) its bulk tensor copies use. The launcher encodes them per call.
+    pub tensor_maps: Vec<TensorMapDesc>,
+}
+
+/// The warps of a warp-specialized kernel: threads `0..threads` (the user's, numbered as
+/// written) consume, `threads..threads + producers` produce (issue TMA copies). Each
+/// warpgroup sets its register budget with `setmaxnreg` at the split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WarpRoles {
+    pub producers: u32,
+    pub producer_regs: u32,
+    pub consumer_regs: u32,
+}
+
+/// A TMA tensor map: `tensor` (a global parameter) seen in boxes of `box_dims` elements
+/// per dimension (outermost first, like its shape), written to shared memory with the
+/// `swizzle` (bytes: 0, 32, 64 or 128). Elements past the tensor's edge read as zero.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorMapDesc {
+    pub tensor: BufferId,
+    pub box_dims: Vec<i64>,
+    pub swizzle: u32,
+}
+
+impl TensorMapDesc {
+    /// Bytes one box moves.
+    pub fn box_bytes(&self, elem_bytes: usize) -> i64 {
+        self.box_dims.iter().product::<i64>() * elem_bytes as i64
+    }
 }
 
 /// Threadblock rasterization: consecutive blocks walk down a panel of `panel` rows of the
@@ -233,6 +267,26 @@ impl Module {
             .map(|b| b.shared_align())
             .max()
             .unwrap_or(16)
+    }
+
+    /// Threads launched per block: the user's `threads` plus the producer warps.
+    pub fn launched_threads(&self) -> u32 {
+        self.kernel.threads + self.kernel.roles.map_or(0, |r| r.producers)
+    }
+
+    /// The condition that separates the roles of a warp-specialized kernel: true on the
+    /// user's threads (the consumers).
+    pub fn consumer_cond(&self, tid: VarId) -> Expr {
+        Expr::binary(BinOp::Lt, Expr::var(tid, DType::I32), Expr::int(self.kernel.threads as i64))
+    }
+
+    /// The top-level statement that splits a warp-specialized kernel into its roles
+    /// (`if tid < threads { consumers } else { producers }`), by position.
+    pub fn role_split(&self) -> Option<usize> {
+        self.kernel.roles?;
+        let tid = self.vars.iter().position(|v| v.kind == VarKind::ThreadIdx)?;
+        let cond = self.consumer_cond(VarId(tid as u32));
+        self.kernel.body.iter().position(|s| matches!(s, Stmt::If { cond: c, .. } if *c == cond))
     }
 
     pub fn buffer(&self, id: BufferId) -> &Buffer {

@@ -381,7 +381,15 @@ pub fn parse_program(text: &str) -> R<Module> {
         params,
         buffers,
         vars: p.vars,
-        kernel: Kernel { grid, threads: threads as u32, body, loc: kloc, raster },
+        kernel: Kernel {
+            grid,
+            threads: threads as u32,
+            body,
+            loc: kloc,
+            raster,
+            roles: None,
+            tensor_maps: vec![],
+        },
         level: Level::Tile,
     })
 }

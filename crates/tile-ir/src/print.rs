@@ -106,9 +106,16 @@ impl Printer<'_> {
             }
             None => String::new(),
         };
+        let roles = match m.kernel.roles {
+            Some(r) => format!(
+                " producers={} producer_regs={} consumer_regs={}",
+                r.producers, r.producer_regs, r.consumer_regs
+            ),
+            None => String::new(),
+        };
         let _ = writeln!(
             out,
-            "kernel {}({}) blocks({}) grid({}) threads={}{raster} level={} {{",
+            "kernel {}({}) blocks({}) grid({}) threads={}{raster}{roles} level={} {{",
             m.name,
             params.join(", "),
             blocks.join(", "),
@@ -118,6 +125,16 @@ impl Printer<'_> {
         );
         if !vars_follow_definitions(m) {
             self.var_table(&mut out);
+        }
+        for t in &m.kernel.tensor_maps {
+            let dims: Vec<String> = t.box_dims.iter().map(|d| d.to_string()).collect();
+            let _ = writeln!(
+                out,
+                "  tensor_map {} box [{}] swizzle {}",
+                self.buf_name(t.tensor),
+                dims.join(", "),
+                t.swizzle
+            );
         }
         for (i, b) in m.buffers.iter().enumerate() {
             let id = BufferId(i as u32);

@@ -861,6 +861,18 @@ impl Parser {
     }
 
     /// `scope name: dtype[shape] [at smem+N] [swizzle<b,m,s>] [layout(…)]`.
+    /// `tensor_map A box [128, 64] swizzle 128`
+    fn tensor_map_declaration(&mut self) -> R<()> {
+        let tensor = TextReader::buffer(self)?;
+        self.keyword("box")?;
+        let box_dims = self.shape()?;
+        self.keyword("swizzle")?;
+        let swizzle = self.int()?;
+        let swizzle = u32::try_from(swizzle).map_err(|_| format!("line {}: bad swizzle", self.line()))?;
+        self.m.kernel.tensor_maps.push(TensorMapDesc { tensor, box_dims, swizzle });
+        Ok(())
+    }
+
     fn buffer_declaration(&mut self, scope: Scope) -> R<()> {
         let name = self.ident()?;
         self.punct(":")?;
@@ -946,6 +958,12 @@ impl Parser {
             let by_rows = self.kv("raster_order")? == "row";
             self.m.kernel.raster = Some(Raster { panel, by_rows });
         }
+        if self.is_word("producers") {
+            let producers = self.kv_parsed("producers")?;
+            let producer_regs = self.kv_parsed("producer_regs")?;
+            let consumer_regs = self.kv_parsed("consumer_regs")?;
+            self.m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs });
+        }
         self.m.level = match self.kv("level")?.as_str() {
             "tile" => Level::Tile,
             "thread" => Level::Thread,
@@ -961,6 +979,13 @@ impl Parser {
             let word = |k: usize| self.toks.get(at + k).map(|(t, _)| t);
             let table =
                 matches!(word(0), Some(Tok::Ident(w)) if w == "vars") && matches!(word(1), Some(Tok::Var(_)));
+            if matches!(word(0), Some(Tok::Ident(w)) if w == "tensor_map")
+                && matches!(word(1), Some(Tok::Ident(_)))
+            {
+                self.pos = at + 1;
+                self.tensor_map_declaration()?;
+                continue;
+            }
             let scope = match word(0) {
                 Some(Tok::Ident(w)) => Scope::parse(w),
                 _ => None,
@@ -1127,7 +1152,15 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
             params: vec![],
             buffers: vec![],
             vars: vec![],
-            kernel: Kernel { grid: vec![], threads: 0, body: vec![], loc: Loc::UNKNOWN, raster: None },
+            kernel: Kernel {
+                grid: vec![],
+                threads: 0,
+                body: vec![],
+                loc: Loc::UNKNOWN,
+                raster: None,
+                roles: None,
+                tensor_maps: vec![],
+            },
             level: Level::Tile,
         },
         vars: BTreeMap::new(),

@@ -68,8 +68,9 @@ fn text_print_parse_round_trip() {
 /// rest where they are defined; a note among the declarations), parsed, printed and parsed
 /// again.
 const EVERY_INSTRUCTION: &str = r#"
-kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 level=thread {
+kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 producers=128 producer_regs=40 consumer_regs=232 level=thread {
   vars %tid: thread_idx
+  tensor_map A box [64, 64] swizzle 128
   shared A_s: float16[64, 64] at smem+0 swizzle<3,4,4>
   // registers: the mma fragments, then a vector
   local a: float16[8]
@@ -78,6 +79,7 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 leve
   local v: float16[8]
   shared B_s: float16[64, 64] at smem+8192 panels<64> swizzle<3,4,3>
   local d: float32[32]
+  shared bars: int64[2] at smem+16384
   let %lane = floormod(%tid, 32)
   cp.async16 A_s[%lane, 0] <- A[%lane, 0] (select(lt(%lane, 64), 16, 0) bytes)
   async_commit
@@ -94,6 +96,14 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 leve
   wgmma.m64nNk16.f32.f16.f16 n=64 d[0..] += a[0..] * B_s[16, 0] k_major scale_d=1
   wgmma_commit
   wgmma_wait 1 [d]
+  mbarrier_init bars[0], 1
+  fence_mbarrier_init
+  mbarrier_arrive bars[0] expect_tx 8192
+  tma_load map0 B_s[0, 0] <- A[0, mul(%lane, 0)] on bars[0] (8192 bytes)
+  mbarrier_wait bars[0] parity floormod(%lane, 2)
+  mbarrier_arrive bars[1]
+  setmaxnreg dec 40
+  bar_sync 1, 32
   printf("lane %d: %g\n", %lane, c[0])
   if lt(c[0], 0.0:float32) {
     trap
@@ -128,19 +138,26 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::Sync(_) => "sync",
                 Inst::Printf(_) => "printf",
                 Inst::Trap(_) => "trap",
+                Inst::FenceMbarrierInit(_) => "fence_mbarrier_init",
+                Inst::MbarrierInit(_) => "mbarrier_init",
+                Inst::MbarrierArrive(_) => "mbarrier_arrive",
+                Inst::MbarrierWait(_) => "mbarrier_wait",
+                Inst::TmaLoad(_) => "tma_load",
+                Inst::SetMaxNReg(_) => "setmaxnreg",
+                Inst::NamedBarrier(_) => "bar_sync",
             };
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 15, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 22, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]
 fn text_errors_name_the_line() {
     let bad = EVERY_INSTRUCTION.replace("vec8 v[0] <- A_s", "vec8 v[0] <- nowhere");
     let e = tile_ir::text::parse_text(&bad).unwrap_err();
-    assert!(e.starts_with("line 17:") && e.contains("unknown buffer nowhere"), "{e}");
+    assert!(e.starts_with("line 19:") && e.contains("unknown buffer nowhere"), "{e}");
     let e =
         tile_ir::text::parse_text(&EVERY_INSTRUCTION.replace("sync\n", "stmatrix.x9 v[0..]\n")).unwrap_err();
-    assert!(e.contains("line 16: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
+    assert!(e.contains("line 18: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
 }

@@ -385,6 +385,8 @@ mod tests {
                 body: vec![],
                 loc: Loc::UNKNOWN,
                 raster: None,
+                roles: None,
+                tensor_maps: vec![],
             },
             level: Level::Thread,
         };

@@ -16,7 +16,7 @@ mod prelude;
 use crate::names::Namer;
 use crate::CodegenOptions;
 use expr::c_string;
-use prelude::{BF16_ATOMIC_CAS, BF16_ATOMIC_SM90, PRELUDE, WGMMA};
+use prelude::{BF16_ATOMIC_CAS, BF16_ATOMIC_SM90, PRELUDE, TMA, WGMMA};
 use std::fmt::Write;
 use tile_ir::*;
 
@@ -131,6 +131,13 @@ impl Emitter<'_> {
         if uses_wgmma {
             head.push_str(WGMMA);
         }
+        let mut uses_mbarrier = !m.kernel.tensor_maps.is_empty();
+        walk_stmts(&m.kernel.body, &mut |s| {
+            uses_mbarrier |= matches!(s, Stmt::Inst(i) if i.effects().mbarrier || i.effects().bulk_async)
+        });
+        if uses_mbarrier {
+            head.push_str(TMA);
+        }
         head.push('\n');
         let mut params = Vec::new();
         for p in &m.params {
@@ -153,10 +160,19 @@ impl Emitter<'_> {
         for v in m.sizes() {
             params.push(format!("const {} {}", storage_type(m.var(v).dtype), self.names.var(v)));
         }
+        // the tensor maps, after the sizes (KernelInfo's `tensor_maps`)
+        for k in 0..m.kernel.tensor_maps.len() {
+            params.push(format!("const __grid_constant__ tl_tensor_map tl_tmap{k}"));
+        }
+        // a warp-specialized kernel runs one block per SM: its register cap is what
+        // setmaxnreg redistributes between the roles
+        let bounds = match m.kernel.roles {
+            Some(_) => format!("{}, 1", m.launched_threads()),
+            None => m.kernel.threads.to_string(),
+        };
         let _ = writeln!(
             head,
-            "extern \"C\" __global__ void __launch_bounds__({}) {}({}) {{",
-            m.kernel.threads,
+            "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({}) {{",
             entry,
             params.join(", ")
         );

@@ -67,3 +67,16 @@ static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int 
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
 }
 "#;
+
+/// In kernels with mbarriers or bulk tensor copies: the 128-byte opaque tensor map (CUDA's
+/// `CUtensorMap`, encoded by the launcher) and the wait loop on an mbarrier phase.
+pub(super) const TMA: &str = r#"// a TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed as a __grid_constant__ parameter
+struct __align__(64) tl_tensor_map { unsigned long long words[16]; };
+// wait until the phase of the mbarrier at shared address `bar` with parity `parity` has completed
+static __device__ __forceinline__ void tl_mbarrier_wait(unsigned int bar, unsigned int parity) {
+  unsigned int done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
+"#;

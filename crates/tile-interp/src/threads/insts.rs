@@ -11,6 +11,15 @@ impl Machine<'_> {
         match i {
             // the scheduler (schedule.rs) gathers the threads at barriers
             Inst::Sync(_) => unreachable!("run by the scheduler"),
+            Inst::FenceMbarrierInit(_)
+            | Inst::MbarrierInit(_)
+            | Inst::MbarrierArrive(_)
+            | Inst::MbarrierWait(_)
+            | Inst::TmaLoad(_)
+            | Inst::SetMaxNReg(_)
+            | Inst::NamedBarrier(_) => {
+                return Err(self.err("mbarriers, TMA and warp roles are not modelled yet"));
+            }
             Inst::VecCopy(inst::VecCopy { dst, dst_idx, src, src_idx, width }) => {
                 let (db, sb) = (m.buffer(*dst), m.buffer(*src));
                 let bytes = *width as usize * sb.dtype.bytes() as usize;

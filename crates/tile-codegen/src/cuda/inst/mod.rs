@@ -1,13 +1,14 @@
 //! Emitters of the thread-level instructions (tile_ir::inst), one file per family: memory
 //! (vector copies, `cp.async` and its groups, barriers), the `mma.sync` family
 //! (`ldmatrix`, `mma`), `stmatrix`, debugging (`printf`, `trap`). A new instruction adds its emitter
-//! here; `wgmma.rs` holds wgmma and its fences and groups; `tma.rs` and `mbarrier.rs` go
-//! beside these.
+//! here; `wgmma.rs` holds wgmma and its fences and groups; `tma.rs` bulk tensor copies, the
+//! mbarriers they complete on, `setmaxnreg` and named barriers.
 
 mod debug;
 mod memory;
 mod mma_sync;
 mod stmatrix;
+mod tma;
 mod wgmma;
 
 use super::Emitter;
@@ -44,6 +45,16 @@ impl Emitter<'_> {
                 self.line("asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");");
                 Ok(())
             }
+            Inst::FenceMbarrierInit(_) => {
+                self.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
+                Ok(())
+            }
+            Inst::MbarrierInit(x) => self.mbarrier_init(x),
+            Inst::MbarrierArrive(x) => self.mbarrier_arrive(x),
+            Inst::MbarrierWait(x) => self.mbarrier_wait(x),
+            Inst::TmaLoad(x) => self.tma_load(x),
+            Inst::SetMaxNReg(x) => self.setmaxnreg(x),
+            Inst::NamedBarrier(x) => self.named_barrier(x),
             Inst::Stmatrix(x) => self.stmatrix(x),
             Inst::Printf(x) => self.printf(x),
             Inst::Trap(_) => {

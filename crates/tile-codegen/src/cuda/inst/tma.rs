@@ -1,0 +1,79 @@
+//! Bulk tensor copies (TMA) and the mbarriers they complete on (sm_90): `mbarrier.init`,
+//! `arrive` (with `expect_tx`), a `try_wait.parity` loop, `cp.async.bulk.tensor` loads from a
+//! `__grid_constant__` tensor map parameter, and the warp-specialization pieces that come
+//! with them: `setmaxnreg` and named barriers (`bar.sync id, threads`).
+
+use super::super::Emitter;
+use tile_ir::*;
+
+impl Emitter<'_> {
+    fn barrier_address(&mut self, bar: BufferId, idx: &Expr) -> Result<String, Diagnostic> {
+        self.shared_address(bar, std::slice::from_ref(idx))
+    }
+
+    pub(super) fn mbarrier_init(&mut self, i: &inst::MbarrierInit) -> Result<(), Diagnostic> {
+        let b = self.barrier_address(i.bar, &i.idx)?;
+        self.line(&format!(
+            "asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\" :: \"r\"({b}), \"r\"({}) : \"memory\");",
+            i.count
+        ));
+        Ok(())
+    }
+
+    pub(super) fn mbarrier_arrive(&mut self, i: &inst::MbarrierArrive) -> Result<(), Diagnostic> {
+        let b = self.barrier_address(i.bar, &i.idx)?;
+        match i.expect_tx {
+            Some(bytes) => self.line(&format!(
+                "asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"({b}), \"r\"({bytes}) : \"memory\");"
+            )),
+            None => self.line(&format!(
+                "asm volatile(\"mbarrier.arrive.shared::cta.b64 _, [%0];\" :: \"r\"({b}) : \"memory\");"
+            )),
+        }
+        Ok(())
+    }
+
+    pub(super) fn mbarrier_wait(&mut self, i: &inst::MbarrierWait) -> Result<(), Diagnostic> {
+        let b = self.barrier_address(i.bar, &i.idx)?;
+        let parity = self.expr(&i.parity)?;
+        self.line(&format!("tl_mbarrier_wait({b}, (unsigned int)({parity}));"));
+        Ok(())
+    }
+
+    pub(super) fn tma_load(&mut self, i: &inst::TmaLoad) -> Result<(), Diagnostic> {
+        let rank = i.coords.len();
+        if !(1..=5).contains(&rank) {
+            return Err(Diagnostic::bug(format!("a bulk tensor copy of rank {rank}")));
+        }
+        let dst = self.shared_address(i.dst, &i.dst_idx)?;
+        let bar = self.barrier_address(i.bar, &i.bar_idx)?;
+        // the hardware takes coordinates innermost first
+        let mut coords = Vec::new();
+        for c in i.coords.iter().rev() {
+            coords.push(format!("\"r\"((int)({}))", self.expr(c)?));
+        }
+        let slots: Vec<String> = (0..rank).map(|k| format!("%{}", k + 2)).collect();
+        self.line(&format!(
+            "asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%{}];\" :: \"r\"({dst}), \"l\"((unsigned long long)&tl_tmap{}), {}, \"r\"({bar}) : \"memory\");",
+            slots.join(", "),
+            rank + 2,
+            i.map,
+            coords.join(", ")
+        ));
+        Ok(())
+    }
+
+    pub(super) fn setmaxnreg(&mut self, i: &inst::SetMaxNReg) -> Result<(), Diagnostic> {
+        let dir = if i.inc { "inc" } else { "dec" };
+        self.line(&format!(
+            "asm volatile(\"setmaxnreg.{dir}.sync.aligned.u32 {};\" ::: \"memory\");",
+            i.regs
+        ));
+        Ok(())
+    }
+
+    pub(super) fn named_barrier(&mut self, i: &inst::NamedBarrier) -> Result<(), Diagnostic> {
+        self.line(&format!("asm volatile(\"bar.sync {}, {};\" ::: \"memory\");", i.id, i.threads));
+        Ok(())
+    }
+}
