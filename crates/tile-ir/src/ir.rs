@@ -818,6 +818,10 @@ pub enum CopyInst {
     /// accumulator) is written to a swizzled shared tile — by `stmatrix` where given — and
     /// from there to global memory in 16-byte vectors along rows.
     Staged { stmatrix: Option<&'static CopyAtom> },
+    /// A bulk tensor copy (TMA) of a pipelined loop's producer, issued by one producer
+    /// thread and completing on the stage's mbarrier (`plan_pipeline` chooses it,
+    /// `inject_pipeline` expands it).
+    Tma,
 }
 
 /// `T.reduce_*(src, dst, dim)`.

@@ -606,6 +606,7 @@ impl Parser {
                     Some(match how.as_str() {
                         "threads" => CopyInst::Threads,
                         "cp.async" => CopyInst::CpAsync,
+                        "tma" => CopyInst::Tma,
                         "staged" => CopyInst::Staged { stmatrix: None },
                         s if s.starts_with("staged.") => {
                             let atom = CopyAtom::by_name(&s["staged.".len()..])

@@ -25,13 +25,31 @@
 //! lowering report says why. Does not: choose instructions (`select_instructions` gave each
 //! producer `cp.async` or, where it cannot, an ordinary copy, which the same barriers order).
 
+mod mbarrier;
+
 use crate::Ctx;
 use std::collections::BTreeSet;
 use tile_ir::*;
 
 pub fn inject_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
-    let body = std::mem::take(&mut m.kernel.body);
-    m.kernel.body = block(&mut m, body, ctx);
+    let mut body = std::mem::take(&mut m.kernel.body);
+    // the warp-specialized loop (plan_pipeline marked its producers TMA) splits the kernel
+    let tma_loop = m.kernel.roles.and_then(|_| {
+        body.iter().position(|s| {
+            matches!(s, Stmt::For { kind: ForKind::Pipelined { .. }, body, .. }
+                if body.iter().any(|b| matches!(b, Stmt::Copy(CopyOp { inst: Some(CopyInst::Tma), .. }))))
+        })
+    });
+    m.kernel.body = match tma_loop {
+        Some(k) => {
+            let post = body.split_off(k + 1);
+            let the_loop = body.pop().expect("the loop is at k");
+            let pre = block(&mut m, body, ctx);
+            let post = block(&mut m, post, ctx);
+            mbarrier::warp_specialize(&mut m, pre, the_loop, post, ctx)?
+        }
+        None => block(&mut m, body, ctx),
+    };
     Ok(m)
 }
 

@@ -23,9 +23,23 @@ struct Pending {
 }
 
 pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let split = m.role_split();
     let body = std::mem::take(&mut m.kernel.body);
     let mut pending = Pending::default();
-    m.kernel.body = place(&m, body, &mut pending);
+    let mut out = Vec::new();
+    for (k, s) in body.into_iter().enumerate() {
+        match s {
+            // a warp-specialized kernel: the consumers' statements are ordered among
+            // themselves (their barriers become named barriers over them); the producer's
+            // TMA copies are ordered by the pipeline's mbarriers
+            Stmt::If { cond, then, otherwise, loc } if Some(k) == split => {
+                let then = place(&m, then, &mut pending);
+                out.push(Stmt::If { cond, then, otherwise, loc });
+            }
+            other => out.extend(place(&m, vec![other], &mut pending)),
+        }
+    }
+    m.kernel.body = out;
     Ok(m)
 }
 

@@ -38,6 +38,9 @@ pub struct Options {
     /// Keep every gemm on `mma.sync`, the portable path, even where `wgmma` exists (to
     /// compare the two: `tilers.compile(..., wgmma=False)`).
     pub mma_sync_only: bool,
+    /// Keep pipelines on `cp.async` issued by the compute threads even where TMA and warp
+    /// specialization exist (`tilers.compile(..., tma=False)`, options JSON `"tma": false`).
+    pub no_tma: bool,
 }
 
 /// State shared by the passes of one compilation.
@@ -64,14 +67,14 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("simplify", simplify::simplify),
     // gemm operand tiles filled by copies live in shared memory
     ("infer_scopes", infer_scopes::infer_scopes),
-    // producer and consumer warps, register budgets (Hopper; nothing yet)
-    ("plan_warp_roles", plan_warp_roles::plan_warp_roles),
     // who holds which element of each fragment (gemm layouts from the atoms); which thread runs which parallel iteration
     ("infer_layouts", infer_layouts::infer_layouts),
     // per gemm and copy, the instruction from the target's tables, and why not a faster one
     ("select_instructions", select_instructions::select_instructions),
-    // stages and order of pipelined loops (mbarrier pipelines on Hopper; nothing yet)
+    // which pipelined loop becomes an mbarrier pipeline fed by TMA (Hopper)
     ("plan_pipeline", plan_pipeline::plan_pipeline),
+    // producer warps after the user's threads for that pipeline, register budgets (setmaxnreg)
+    ("plan_warp_roles", plan_warp_roles::plan_warp_roles),
     // T.Pipelined: global->shared copies run stages-1 iterations ahead into multi-buffered tiles
     ("inject_pipeline", inject_pipeline::inject_pipeline),
     // barriers between tile ops that share a shared-memory buffer

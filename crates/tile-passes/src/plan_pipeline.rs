@@ -1,16 +1,78 @@
-//! Pass `plan_pipeline`: the stages and order of pipelined loops.
+//! Pass `plan_pipeline`: which pipelined loop becomes an mbarrier pipeline fed by TMA.
 //!
-//! Requires: tile-level IR with instructions chosen. Ensures: today, nothing — the user's
-//! `num_stages` stands and `inject_pipeline` rearranges the loop with cp.async groups, so
-//! the module comes back unchanged. This is where an mbarrier pipeline (TMA producers
-//! completing on a full barrier per stage, consumers releasing an empty one) is planned on
-//! Hopper, from the warp roles: its expansion then runs at thread level
-//! (`inject_pipeline/mbarrier.rs` beside the cp.async form; see docs/architecture.md).
-//! Does not: rewrite loops (`inject_pipeline` does).
+//! Requires: tile-level IR with instructions chosen (`select_instructions`: the producers'
+//! `cp.async`, the operand tiles' layouts). Ensures: on a target with bulk tensor copies
+//! (sm_90+) and unless `Options::no_tma`, the first `T.Pipelined(n, num_stages ≥ 2)` loop
+//! among the kernel's top-level statements whose producers (`inject_pipeline::producers`)
+//! a bulk tensor copy can all carry out (`lower::tma::fit`: whole shared tiles in wgmma's
+//! panel layout, same dtype, zero padding, 16-byte strides), whose bounds read no memory,
+//! in a kernel of whole warpgroups, has those producers marked `CopyInst::Tma`:
+//! `plan_warp_roles` gives it a producer warpgroup and `inject_pipeline` expands it (a full
+//! and an empty mbarrier per stage). The report says, for a loop that stays on cp.async,
+//! why. Does not: rewrite loops, or change the user's `num_stages`.
 
-use crate::Ctx;
-use tile_ir::{Diagnostic, Module};
+use crate::lower::tma;
+use crate::{inject_pipeline, Ctx};
+use tile_ir::*;
 
-pub fn plan_pipeline(m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    if !ctx.target.caps.tma || !ctx.target.caps.mbarrier_tx {
+        return Ok(m);
+    }
+    let mut planned = false;
+    for k in 0..m.kernel.body.len() {
+        let Stmt::For { start, extent, kind: ForKind::Pipelined { stages }, body, loc, .. } =
+            &m.kernel.body[k]
+        else {
+            continue;
+        };
+        if *stages < 2 {
+            continue;
+        }
+        let at = m.sources.short(*loc).unwrap_or_default();
+        let why_not = if ctx.options.no_tma {
+            Some("TMA is off (tma=False)".to_string())
+        } else if planned {
+            Some("only the first pipelined loop of a kernel is warp-specialized".to_string())
+        } else if m.kernel.threads % 128 != 0 {
+            Some(format!("threads={} is not whole warpgroups (a multiple of 128)", m.kernel.threads))
+        } else if m.kernel.threads + 128 > ctx.target.limits.max_threads {
+            Some(format!("threads={} leaves no room for a producer warpgroup", m.kernel.threads))
+        } else if reads_memory(start) || reads_memory(extent) {
+            Some("its bounds are read from memory".to_string())
+        } else {
+            let producers = inject_pipeline::producers(&m, body);
+            if producers.is_empty() {
+                Some("no copy from global into a shared tile to run ahead".to_string())
+            } else {
+                producers.iter().find_map(|&p| {
+                    let Stmt::Copy(op) = &body[p] else { unreachable!("producers are copies") };
+                    tma::fit(&m, op, &ctx.target).err().map(|why| {
+                        let (s, d) = (&m.buffer(op.src.buf).name, &m.buffer(op.dst.buf).name);
+                        format!("T.copy {s} -> {d}: {why}")
+                    })
+                })
+            }
+        };
+        if let Some(why) = why_not {
+            ctx.report
+                .push(format!("{at}: T.Pipelined(num_stages={stages}) stays on cp.async, not TMA: {why}"));
+            continue;
+        }
+        planned = true;
+        let producers = inject_pipeline::producers(&m, body);
+        let Stmt::For { body, .. } = &mut m.kernel.body[k] else { unreachable!() };
+        for p in producers {
+            if let Stmt::Copy(op) = &mut body[p] {
+                op.inst = Some(CopyInst::Tma);
+            }
+        }
+    }
     Ok(m)
+}
+
+fn reads_memory(e: &Expr) -> bool {
+    let mut found = false;
+    e.walk(&mut |x| found |= matches!(x, Expr::Load { .. }));
+    found
 }

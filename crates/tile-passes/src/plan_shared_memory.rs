@@ -6,7 +6,9 @@
 //! pattern holds); two buffers share bytes only when their lifetimes (the span of top-level
 //! statements that use them) are separated by a `__syncthreads()`, with every `cp.async`
 //! into the earlier one waited for before it — the epilogue's staging tile of a pipelined
-//! GEMM reuses the operand tiles' memory. The total fits the target, else a diagnostic
+//! GEMM reuses the operand tiles' memory (in a warp-specialized kernel the consumers'
+//! statements are the top level, and the tiles the producer fills live from the role split
+//! on). The total fits the target, else a diagnostic
 //! naming each buffer and its bytes. Does not: reuse memory inside a loop or split a
 //! statement's lifetime more finely than top-level statements.
 
@@ -72,10 +74,25 @@ struct Lifetimes {
 
 impl Lifetimes {
     fn of(m: &Module) -> Lifetimes {
+        // a warp-specialized kernel: the consumers' statements count as top-level ones; the
+        // producer's tiles live from the split (its first copies may land while the
+        // consumers still run the statements before the loop) to their last use
+        let split = m.role_split();
+        let mut units: Vec<&Stmt> = Vec::new();
+        let mut producer: Option<(&[Stmt], usize)> = None;
+        for (i, s) in m.kernel.body.iter().enumerate() {
+            match s {
+                Stmt::If { then, otherwise, .. } if Some(i) == split => {
+                    producer = Some((otherwise, units.len()));
+                    units.extend(then.iter());
+                }
+                other => units.push(other),
+            }
+        }
         let mut span = vec![None; m.buffers.len()];
         let mut async_dst = BTreeSet::new();
         let (mut syncs, mut waits_all) = (Vec::new(), Vec::new());
-        for (i, s) in m.kernel.body.iter().enumerate() {
+        for (i, s) in units.iter().enumerate() {
             if let Stmt::Inst(inst) = s {
                 let e = inst.effects();
                 if e.barrier {
@@ -92,6 +109,19 @@ impl Lifetimes {
                 *e = Some(match *e {
                     None => (i, i),
                     Some((first, _)) => (first, i),
+                });
+            }
+        }
+        if let Some((stmts, first)) = producer {
+            let mut used = BTreeSet::new();
+            for s in stmts {
+                uses(s, &mut used, &mut async_dst);
+            }
+            for b in used {
+                let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
+                *e = Some(match *e {
+                    None => (first, first),
+                    Some((f, l)) => (f.min(first), l.max(first)),
                 });
             }
         }

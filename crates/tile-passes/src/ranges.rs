@@ -81,7 +81,7 @@ impl Ranges {
                         None => {}
                     }
                 }
-                VarKind::ThreadIdx => ranges.set(id, 0, m.kernel.threads as i64 - 1),
+                VarKind::ThreadIdx => ranges.set(id, 0, m.launched_threads() as i64 - 1),
                 VarKind::Size { multiple_of } => {
                     let max = size_max(v.dtype);
                     ranges.set(id, 0, max);

@@ -51,6 +51,8 @@ pub struct CompileOptions {
     pub stmatrix_epilogue: bool,
     /// `tile_passes::Options::mma_sync_only` (`"wgmma": false`).
     pub mma_sync_only: bool,
+    /// `tile_passes::Options::no_tma` (`"tma": false`).
+    pub no_tma: bool,
 }
 
 impl CompileOptions {
@@ -77,6 +79,7 @@ impl CompileOptions {
                 "keep_ir" => opts.keep_ir = val.as_bool().unwrap_or(false),
                 "stmatrix_epilogue" => opts.stmatrix_epilogue = val.as_bool().unwrap_or(false),
                 "wgmma" => opts.mma_sync_only = !val.as_bool().unwrap_or(true),
+                "tma" => opts.no_tma = !val.as_bool().unwrap_or(true),
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }
@@ -215,6 +218,7 @@ fn compile_inner(
         fast_math: opts.fast_math,
         stmatrix_epilogue: opts.stmatrix_epilogue,
         mma_sync_only: opts.mma_sync_only,
+        no_tma: opts.no_tma,
     };
     let mut ctx = Ctx::new(target.clone(), options);
     let sources = module.sources.clone();

@@ -31,6 +31,11 @@ impl Lowerer {
         if let CopyInst::Staged { stmatrix } = inst {
             return self.staged_store(op, stmatrix);
         }
+        if inst == CopyInst::Tma {
+            // inject_pipeline expands TMA producers into their bulk copies
+            self.diags.push(Diagnostic::bug("a TMA copy outside a warp-specialized pipeline"));
+            return vec![];
+        }
         if sb.scope == Scope::Local || db.scope == Scope::Local {
             self.diags
                 .push(Diagnostic::error("T.copy to or from a local buffer is not supported", loc).with_help(

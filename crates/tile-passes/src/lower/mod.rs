@@ -28,6 +28,7 @@ mod guards;
 mod reduce;
 mod stmatrix;
 mod threads;
+pub mod tma;
 mod vector;
 
 use crate::Ctx;
@@ -82,6 +83,18 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         ));
     }
     let mut body = lw.block(body);
+    let split = lw.m.kernel.roles.and_then(|_| {
+        let cond = lw.m.consumer_cond(lw.tid);
+        body.iter().position(|s| matches!(s, Stmt::If { cond: c, .. } if *c == cond))
+    });
+    if let Some(k) = split {
+        // the consumers of a warp-specialized kernel synchronize among themselves: the
+        // producer warps never reach their barriers
+        if let Stmt::If { then, .. } = &mut body[k] {
+            let threads = lw.m.kernel.threads;
+            *then = consumer_barriers(std::mem::take(then), threads);
+        }
+    }
     prologue.append(&mut body);
     let body = prologue;
     let Lowerer { mut m, diags, report, .. } = lw;
@@ -99,6 +112,25 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
     m.level = Level::Thread;
     ctx.report.extend(report);
     Ok(m)
+}
+
+/// Every `__syncthreads` in `body` as `bar.sync 1, threads` (barrier 0 is the block's).
+fn consumer_barriers(body: Vec<Stmt>, threads: u32) -> Vec<Stmt> {
+    body.into_iter()
+        .map(|s| match s {
+            Stmt::Inst(Inst::Sync(_)) => Stmt::inst(inst::NamedBarrier { id: 1, threads }),
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                Stmt::For { var, start, extent, kind, body: consumer_barriers(body, threads), loc }
+            }
+            Stmt::If { cond, then, otherwise, loc } => Stmt::If {
+                cond,
+                then: consumer_barriers(then, threads),
+                otherwise: consumer_barriers(otherwise, threads),
+                loc,
+            },
+            other => other,
+        })
+        .collect()
 }
 
 /// Builds the code of one vector chunk from (digit values, first index) per dimension.

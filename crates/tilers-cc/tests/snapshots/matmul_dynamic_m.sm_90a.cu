@@ -44,8 +44,17 @@ static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_b
 static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
 }
+// a TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed as a __grid_constant__ parameter
+struct __align__(64) tl_tensor_map { unsigned long long words[16]; };
+// wait until the phase of the mbarrier at shared address `bar` with parity `parity` has completed
+static __device__ __forceinline__ void tl_mbarrier_wait(unsigned int bar, unsigned int parity) {
+  unsigned int done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
 
-extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C, const int M) {
+extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C, const int M, const __grid_constant__ tl_tensor_map tl_tmap0, const __grid_constant__ tl_tensor_map tl_tmap1) {
   const int bx = blockIdx.x;
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
@@ -54,6 +63,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* A_shared = (tl_half*)(tl_smem + 0);  // [3, 64, 32]
   tl_half* B_shared = (tl_half*)(tl_smem + 12288);  // [3, 32, 64]
+  long long* full_bar = (long long*)(tl_smem + 24576);  // [3]
+  long long* empty_bar = (long long*)(tl_smem + 24608);  // [3]
   tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [64, 64]
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 8 registers; 32 registers per thread
   __align__(16) tl_half acc_stage_out[2];
@@ -65,96 +76,83 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int s = 0; s < 32; ++s) {
       acc[s] = 0.0f;
     }
-    // kernels.py:266: T.fill
-    #pragma unroll
-    for (int s_1 = 0; s_1 < 32; ++s_1) {
-      acc[s_1] = 0.0f;
+    if ((tid == 0)) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24576)), "r"(1) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24608)), "r"(128) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24584)), "r"(1) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24616)), "r"(128) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24592)), "r"(1) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24624)), "r"(128) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    {
-      // kernels.py:271: T.copy (issued ahead by the pipeline)
-      const int t0 = (tid / 4);
+    __syncthreads();
+    if ((tid < 128)) {
+      // kernels.py:266: T.fill
+      #pragma unroll
+      for (int s_1 = 0; s_1 < 32; ++s_1) {
+        acc[s_1] = 0.0f;
+      }
+      for (int ko = 0; ko < 8; ++ko) {
+        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko % 3) * 8) + 24576)), (unsigned int)(((ko / 3) % 2)));
+        // kernels.py:276: T.gemm
+        const int group_m = 0;
+        const int group_n = 0;
+        #pragma unroll
+        for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 12288)), 4096u, 1024u, 1u); float* c = &acc[0];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 14336)), 4096u, 1024u, 1u); float* c = &acc[0];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        #pragma unroll
+        for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+        if ((ko > 0)) {
+          asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(((tl_floormod((ko + (-1)), 3) * 8) + 24608))) : "memory");
+        }
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      #pragma unroll
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+      // kernels.py:279: T.copy
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      const int t0 = ((tid / 4) % 8);
+      const int t0_1 = (tid / 32);
       const int t1 = (tid % 4);
       #pragma unroll
       for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1 * 8) % 32) ^ (((((o0 * 32) + t0) >> 1) & 3) << 3)) * 2) + (((t1 * 8) / 32) * 4096)) + (o0 * 2048)) + (t0 * 64)))), "l"(&A[((((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0))) * 256ll + (((long long)t1) * 8ll)]) : "memory");
+        #pragma unroll
+        for (int o1 = 0; o1 < 8; ++o1) {
+          #pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            acc_stage_out[e] = tl_to_half((float)(acc[(((o0 * 2) + (o1 * 4)) + e)]));
+          }
+          *(unsigned int*)(&acc_stage[((((t0 * 64) + (o0 * 512)) + (t0_1 * 1024)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        }
       }
-      // kernels.py:275: T.copy (issued ahead by the pipeline)
-      const int t0_1 = (tid / 8);
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      const int t0_2 = (tid / 8);
       const int t1_1 = (tid % 8);
       #pragma unroll
-      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_1 * 8) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3)) * 2) + (((t1_1 * 8) / 64) * 4096)) + (t0_1 * 128)) + (o0_1 * 2048)) + 12288))), "l"(&B[((t0_1 + (o0_1 * 16))) * 256 + ((bx * 64) + (t1_1 * 8))]) : "memory");
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    for (int ko = 0; ko < 8; ++ko) {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      __syncthreads();
-      if (((ko + 1) < 8)) {
-        // kernels.py:271: T.copy (issued ahead by the pipeline)
-        const int t0_2 = (tid / 4);
-        const int t1_2 = (tid % 4);
-        #pragma unroll
-        for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_2 * 8) % 32) ^ ((((t0_2 + (o0_2 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_2 * 8) / 32) * 4096)) + (((ko + 1) % 3) * 4096)) + (t0_2 * 64)) + (o0_2 * 2048)))), "l"(&A[((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll))) * 256ll + (((((long long)t1_2) * 8ll) + (((long long)ko) * 32ll)) + 32ll)]) : "memory");
-        }
-        // kernels.py:275: T.copy (issued ahead by the pipeline)
-        const int t0_3 = (tid / 8);
-        const int t1_3 = (tid % 8);
-        #pragma unroll
-        for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((((t1_3 * 8) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3)) * 2) + (((t1_3 * 8) / 64) * 4096)) + (((ko + 1) % 3) * 4096)) + (t0_3 * 128)) + (o0_3 * 2048)) + 12288))), "l"(&B[((((t0_3 + (o0_3 * 16)) + (ko * 32)) + 32)) * 256 + ((bx * 64) + (t1_3 * 8))]) : "memory");
+      for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
+        {
+          *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_2 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_2 & 7) << 3)))]);
+          #pragma unroll
+          for (int e_1 = 0; e_1 < 8; ++e_1) {
+            C_out[e_1] = acc_stage_v[e_1];
+          }
+          *(uint4*)(&C[((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_1) * 16ll))) * 256ll + ((((long long)bx) * 64ll) + (((long long)t1_1) * 8ll))]) = *(const uint4*)(&C_out[0]);
         }
       }
-      asm volatile("cp.async.commit_group;" ::: "memory");
-      // kernels.py:276: T.gemm
-      const int group_m = 0;
-      const int group_n = 0;
-      #pragma unroll
-      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 12288)), 4096u, 1024u, 1u); float* c = &acc[0];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 14336)), 4096u, 1024u, 1u); float* c = &acc[0];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      #pragma unroll
-      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    #pragma unroll
-    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-    // kernels.py:279: T.copy
-    __syncthreads();
-    const int t0_4 = ((tid / 4) % 8);
-    const int t0_5 = (tid / 32);
-    const int t1_4 = (tid % 4);
-    #pragma unroll
-    for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-      #pragma unroll
-      for (int o1 = 0; o1 < 8; ++o1) {
-        #pragma unroll
-        for (int e_4 = 0; e_4 < 2; ++e_4) {
-          acc_stage_out[e_4] = tl_to_half((float)(acc[(((o0_4 * 2) + (o1 * 4)) + e_4)]));
+    } else {
+      if ((tid == 128)) {
+        for (int ko_1 = 0; ko_1 < 8; ++ko_1) {
+          tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24608)), (unsigned int)((((ko_1 / 3) + 1) % 2)));
+          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))), "r"(8192) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_1 % 3) * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((((long long)ko_1) * 32ll))), "r"((int)((((long long)by) * 64ll))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 4096) + 12288))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_1 * 32))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))) : "memory");
         }
-        *(unsigned int*)(&acc_stage[((((t0_4 * 64) + (o0_4 * 512)) + (t0_5 * 1024)) + (((t1_4 * 2) + (o1 * 8)) ^ ((t0_4 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
-      }
-    }
-    __syncthreads();
-    const int t0_6 = (tid / 8);
-    const int t1_5 = (tid % 8);
-    #pragma unroll
-    for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-      {
-        *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_6 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_6 & 7) << 3)))]);
-        #pragma unroll
-        for (int e_5 = 0; e_5 < 8; ++e_5) {
-          C_out[e_5] = acc_stage_v[e_5];
-        }
-        *(uint4*)(&C[((((((long long)by) * 64ll) + ((long long)t0_6)) + (((long long)o0_5) * 16ll))) * 256ll + ((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll))]) = *(const uint4*)(&C_out[0]);
       }
     }
   } else {
@@ -162,102 +160,89 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int s = 0; s < 32; ++s) {
       acc[s] = 0.0f;
     }
-    // kernels.py:266: T.fill
-    #pragma unroll
-    for (int s_1 = 0; s_1 < 32; ++s_1) {
-      acc[s_1] = 0.0f;
+    if ((tid == 0)) {
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24576)), "r"(1) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24608)), "r"(128) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24584)), "r"(1) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24616)), "r"(128) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24592)), "r"(1) : "memory");
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24624)), "r"(128) : "memory");
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    {
-      // kernels.py:271: T.copy (issued ahead by the pipeline)
-      const int t0 = (tid / 4);
+    __syncthreads();
+    if ((tid < 128)) {
+      // kernels.py:266: T.fill
+      #pragma unroll
+      for (int s_1 = 0; s_1 < 32; ++s_1) {
+        acc[s_1] = 0.0f;
+      }
+      for (int ko = 0; ko < 8; ++ko) {
+        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko % 3) * 8) + 24576)), (unsigned int)(((ko / 3) % 2)));
+        // kernels.py:276: T.gemm
+        const int group_m = 0;
+        const int group_n = 0;
+        #pragma unroll
+        for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 12288)), 4096u, 1024u, 1u); float* c = &acc[0];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 14336)), 4096u, 1024u, 1u); float* c = &acc[0];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        #pragma unroll
+        for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+        if ((ko > 0)) {
+          asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(((tl_floormod((ko + (-1)), 3) * 8) + 24608))) : "memory");
+        }
+      }
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      #pragma unroll
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+      // kernels.py:279: T.copy
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      const int t0 = ((tid / 4) % 8);
+      const int t0_1 = (tid / 32);
       const int t1 = (tid % 4);
       #pragma unroll
       for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1 * 8) % 32) ^ (((((o0 * 32) + t0) >> 1) & 3) << 3)) * 2) + (((t1 * 8) / 32) * 4096)) + (o0 * 2048)) + (t0 * 64)))), "l"(&A[((((((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0)) < ((long long)M)) ? (((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0)) : 0ll)) * 256ll + (((long long)t1) * 8ll)]), "r"(((((((long long)(o0 * 32)) + (((long long)by) * 64ll)) + ((long long)t0)) < ((long long)M)) ? 16 : 0)) : "memory");
+        #pragma unroll
+        for (int o1 = 0; o1 < 8; ++o1) {
+          #pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            acc_stage_out[e] = tl_to_half((float)(acc[(((o0 * 2) + (o1 * 4)) + e)]));
+          }
+          *(unsigned int*)(&acc_stage[((((t0 * 64) + (o0 * 512)) + (t0_1 * 1024)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        }
       }
-      // kernels.py:275: T.copy (issued ahead by the pipeline)
-      const int t0_1 = (tid / 8);
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      const int t0_2 = (tid / 8);
       const int t1_1 = (tid % 8);
       #pragma unroll
-      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_1 * 8) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3)) * 2) + (((t1_1 * 8) / 64) * 4096)) + (t0_1 * 128)) + (o0_1 * 2048)) + 12288))), "l"(&B[((t0_1 + (o0_1 * 16))) * 256 + ((bx * 64) + (t1_1 * 8))]) : "memory");
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    for (int ko = 0; ko < 8; ++ko) {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      __syncthreads();
-      if (((ko + 1) < 8)) {
-        // kernels.py:271: T.copy (issued ahead by the pipeline)
-        const int t0_2 = (tid / 4);
-        const int t1_2 = (tid % 4);
-        #pragma unroll
-        for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_2 * 8) % 32) ^ ((((t0_2 + (o0_2 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_2 * 8) / 32) * 4096)) + (((ko + 1) % 3) * 4096)) + (t0_2 * 64)) + (o0_2 * 2048)))), "l"(&A[((((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll)) < ((long long)M)) ? (((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll)) : 0ll)) * 256ll + (((((long long)t1_2) * 8ll) + (((long long)ko) * 32ll)) + 32ll)]), "r"(((((((long long)(o0_2 * 32)) + (((long long)by) * 64ll)) + ((long long)t0_2)) < ((long long)M)) ? 16 : 0)) : "memory");
-        }
-        // kernels.py:275: T.copy (issued ahead by the pipeline)
-        const int t0_3 = (tid / 8);
-        const int t1_3 = (tid % 8);
-        #pragma unroll
-        for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((((t1_3 * 8) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3)) * 2) + (((t1_3 * 8) / 64) * 4096)) + (((ko + 1) % 3) * 4096)) + (t0_3 * 128)) + (o0_3 * 2048)) + 12288))), "l"(&B[((((t0_3 + (o0_3 * 16)) + (ko * 32)) + 32)) * 256 + ((bx * 64) + (t1_3 * 8))]) : "memory");
-        }
-      }
-      asm volatile("cp.async.commit_group;" ::: "memory");
-      // kernels.py:276: T.gemm
-      const int group_m = 0;
-      const int group_n = 0;
-      #pragma unroll
-      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 12288)), 4096u, 1024u, 1u); float* c = &acc[0];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 14336)), 4096u, 1024u, 1u); float* c = &acc[0];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      #pragma unroll
-      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-    }
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    #pragma unroll
-    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-    // kernels.py:279: T.copy
-    __syncthreads();
-    const int t0_4 = ((tid / 4) % 8);
-    const int t0_5 = (tid / 32);
-    const int t1_4 = (tid % 4);
-    #pragma unroll
-    for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-      #pragma unroll
-      for (int o1 = 0; o1 < 8; ++o1) {
-        #pragma unroll
-        for (int e_4 = 0; e_4 < 2; ++e_4) {
-          acc_stage_out[e_4] = tl_to_half((float)(acc[(((o0_4 * 2) + (o1 * 4)) + e_4)]));
-        }
-        *(unsigned int*)(&acc_stage[((((t0_4 * 64) + (o0_4 * 512)) + (t0_5 * 1024)) + (((t1_4 * 2) + (o1 * 8)) ^ ((t0_4 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
-      }
-    }
-    __syncthreads();
-    const int t0_6 = (tid / 8);
-    const int t1_5 = (tid % 8);
-    #pragma unroll
-    for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-      if ((((((long long)(o0_5 * 16)) + (((long long)by) * 64ll)) + ((long long)t0_6)) < ((long long)M))) {
-        *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_6 * 64) + (o0_5 * 1024)) + ((t1_5 * 8) ^ ((t0_6 & 7) << 3)))]);
-        #pragma unroll
-        for (int e_5 = 0; e_5 < 8; ++e_5) {
-          C_out[e_5] = acc_stage_v[e_5];
-        }
-        *(uint4*)(&C[((((((long long)by) * 64ll) + ((long long)t0_6)) + (((long long)o0_5) * 16ll))) * 256ll + ((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll))]) = *(const uint4*)(&C_out[0]);
-      } else {
-        #pragma unroll
-        for (int e_5 = 0; e_5 < 8; ++e_5) {
-          if ((((((long long)(o0_5 * 16)) + (((long long)by) * 64ll)) + ((long long)t0_6)) < ((long long)M))) {
-            C[((((((long long)by) * 64ll) + ((long long)t0_6)) + (((long long)o0_5) * 16ll))) * 256ll + (((((long long)bx) * 64ll) + (((long long)t1_5) * 8ll)) + ((long long)e_5))] = acc_stage[(((t0_6 * 64) + (o0_5 * 1024)) + (((t1_5 * 8) + e_5) ^ ((t0_6 & 7) << 3)))];
+      for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
+        if ((((((long long)(o0_1 * 16)) + (((long long)by) * 64ll)) + ((long long)t0_2)) < ((long long)M))) {
+          *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_2 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_2 & 7) << 3)))]);
+          #pragma unroll
+          for (int e_1 = 0; e_1 < 8; ++e_1) {
+            C_out[e_1] = acc_stage_v[e_1];
           }
+          *(uint4*)(&C[((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_1) * 16ll))) * 256ll + ((((long long)bx) * 64ll) + (((long long)t1_1) * 8ll))]) = *(const uint4*)(&C_out[0]);
+        } else {
+          #pragma unroll
+          for (int e_1 = 0; e_1 < 8; ++e_1) {
+            if ((((((long long)(o0_1 * 16)) + (((long long)by) * 64ll)) + ((long long)t0_2)) < ((long long)M))) {
+              C[((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_1) * 16ll))) * 256ll + (((((long long)bx) * 64ll) + (((long long)t1_1) * 8ll)) + ((long long)e_1))] = acc_stage[(((t0_2 * 64) + (o0_1 * 1024)) + (((t1_1 * 8) + e_1) ^ ((t0_2 & 7) << 3)))];
+            }
+          }
+        }
+      }
+    } else {
+      if ((tid == 128)) {
+        for (int ko_1 = 0; ko_1 < 8; ++ko_1) {
+          tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24608)), (unsigned int)((((ko_1 / 3) + 1) % 2)));
+          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))), "r"(8192) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_1 % 3) * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((((long long)ko_1) * 32ll))), "r"((int)((((long long)by) * 64ll))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 4096) + 12288))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_1 * 32))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))) : "memory");
         }
       }
     }

@@ -44,8 +44,17 @@ static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_b
 static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
 }
+// a TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed as a __grid_constant__ parameter
+struct __align__(64) tl_tensor_map { unsigned long long words[16]; };
+// wait until the phase of the mbarrier at shared address `bar` with parity `parity` has completed
+static __device__ __forceinline__ void tl_mbarrier_wait(unsigned int bar, unsigned int parity) {
+  unsigned int done;
+  do {
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }" : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+  } while (!done);
+}
 
-extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const tl_bf16* __restrict__ A, const tl_bf16* __restrict__ B, float* __restrict__ C) {
+extern "C" __global__ void __launch_bounds__(256, 1) matmul_rasterized_kernel(const tl_bf16* __restrict__ A, const tl_bf16* __restrict__ B, float* __restrict__ C, const __grid_constant__ tl_tensor_map tl_tmap0, const __grid_constant__ tl_tensor_map tl_tmap1) {
   const int tid = threadIdx.x;
   const int launch_x = blockIdx.x;
   const int launch_y = blockIdx.y;
@@ -55,6 +64,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   tl_bf16* A_s = (tl_bf16*)(tl_smem + 0);  // [2, 64, 32]
   tl_bf16* B_s = (tl_bf16*)(tl_smem + 8192);  // [2, 32, 64]
   float* C_s = (float*)(tl_smem + 16384);  // [64, 64]
+  long long* full_bar = (long long*)(tl_smem + 32768);  // [2]
+  long long* empty_bar = (long long*)(tl_smem + 32784);  // [2]
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 8 registers; 32 registers per thread
   __align__(16) float C_s_out[2];
   __align__(16) float C_s_v[4];
@@ -71,99 +82,82 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:301: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 32; ++s_1) {
-    acc[s_1] = 0.0f;
+  if ((tid == 0)) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(32768)), "r"(1) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(32784)), "r"(128) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(32776)), "r"(1) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(32792)), "r"(128) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
-  {
-    // kernels.py:303: T.copy (issued ahead by the pipeline)
-    const int t0 = (tid / 4);
+  __syncthreads();
+  if ((tid < 128)) {
+    // kernels.py:301: T.fill
+    #pragma unroll
+    for (int s_1 = 0; s_1 < 32; ++s_1) {
+      acc[s_1] = 0.0f;
+    }
+    for (int ko = 0; ko < 2; ++ko) {
+      tl_mbarrier_wait(tl_smem_u32 + (unsigned int)(((ko * 8) + 32768)), (unsigned int)(0));
+      // kernels.py:305: T.gemm
+      const int group_m = 0;
+      const int group_n = 0;
+      #pragma unroll
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + (ko * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (ko * 4096)) + 8192)), 4096u, 1024u, 1u); float* c = &acc[0];
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + (ko * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (ko * 4096)) + 10240)), 4096u, 1024u, 1u); float* c = &acc[0];
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      #pragma unroll
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(((ko * 8) + 32784))) : "memory");
+    }
+    // kernels.py:306: T.copy
+    const int t0 = ((tid / 4) % 8);
+    const int t0_1 = (tid / 32);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1 * 8) % 32) ^ ((((t0 + (o0 * 32)) >> 1) & 3) << 3)) * 2) + (((t1 * 8) / 32) * 4096)) + (t0 * 64)) + (o0 * 2048)))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 330) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 64 + (t1 * 8)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 330) ? 16 : 0)) : "memory");
-    }
-    // kernels.py:304: T.copy (issued ahead by the pipeline)
-    const int t0_1 = (tid / 8);
-    const int t1_1 = (tid % 8);
-    #pragma unroll
-    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_1 * 8) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3)) * 2) + (((t1_1 * 8) / 64) * 4096)) + (t0_1 * 128)) + (o0_1 * 2048)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 16))) * 200 + ((((bx * 64) + (t1_1 * 8)) < 200) ? ((bx * 64) + (t1_1 * 8)) : 0)]), "r"(((((bx * 64) + (t1_1 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_1 * (-8))) + 200), 8) * 2) : 0)) : "memory");
-    }
-  }
-  asm volatile("cp.async.commit_group;" ::: "memory");
-  for (int ko = 0; ko < 2; ++ko) {
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    __syncthreads();
-    if (((ko + 1) < 2)) {
-      // kernels.py:303: T.copy (issued ahead by the pipeline)
-      const int t0_2 = (tid / 4);
-      const int t1_2 = (tid % 4);
       #pragma unroll
-      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((((t1_2 * 8) % 32) ^ ((((t0_2 + (o0_2 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_2 * 8) / 32) * 4096)) + (ko * 4096)) + (t0_2 * 64)) + (o0_2 * 2048)) + 4096))), "l"(&A[((((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 64 + (((ko * 32) + (t1_2 * 8)) + 32)]), "r"((((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? 16 : 0)) : "memory");
-      }
-      // kernels.py:304: T.copy (issued ahead by the pipeline)
-      const int t0_3 = (tid / 8);
-      const int t1_3 = (tid % 8);
-      #pragma unroll
-      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((((t1_3 * 8) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3)) * 2) + (((t1_3 * 8) / 64) * 4096)) + (ko * 4096)) + (t0_3 * 128)) + (o0_3 * 2048)) + 12288))), "l"(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 200 + ((((bx * 64) + (t1_3 * 8)) < 200) ? ((bx * 64) + (t1_3 * 8)) : 0)]), "r"(((((bx * 64) + (t1_3 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_3 * (-8))) + 200), 8) * 2) : 0)) : "memory");
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-    // kernels.py:305: T.gemm
-    const int group_m = 0;
-    const int group_n = 0;
-    #pragma unroll
-    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-    { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + (ko * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (ko * 4096)) + 8192)), 4096u, 1024u, 1u); float* c = &acc[0];
-      asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-    { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + (ko * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (ko * 4096)) + 10240)), 4096u, 1024u, 1u); float* c = &acc[0];
-      asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    #pragma unroll
-    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-  }
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  // kernels.py:306: T.copy
-  const int t0_4 = ((tid / 4) % 8);
-  const int t0_5 = (tid / 32);
-  const int t1_4 = (tid % 4);
-  #pragma unroll
-  for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-    #pragma unroll
-    for (int o1 = 0; o1 < 8; ++o1) {
-      #pragma unroll
-      for (int e_4 = 0; e_4 < 2; ++e_4) {
-        C_s_out[e_4] = acc[(((o0_4 * 2) + (o1 * 4)) + e_4)];
-      }
-      *(uint2*)(&C_s[((((t0_4 * 64) + (o0_4 * 512)) + (t0_5 * 1024)) + (((t1_4 * 2) + (o1 * 8)) ^ ((t0_4 & 7) << 2)))]) = *(const uint2*)(&C_s_out[0]);
-    }
-  }
-  __syncthreads();
-  // kernels.py:307: T.copy
-  const int t0_6 = (tid / 16);
-  const int t1_5 = (tid % 16);
-  #pragma unroll
-  for (int o0_5 = 0; o0_5 < 8; ++o0_5) {
-    if ((((((by * 64) + t0_6) + (o0_5 * 8)) < 330) && ((((bx * 64) + (t1_5 * 4)) + 4) <= 200))) {
-      *(uint4*)(&C_s_v[0]) = *(const uint4*)(&C_s[(((t0_6 * 64) + (o0_5 * 512)) + ((t1_5 * 4) ^ ((t0_6 & 7) << 2)))]);
-      #pragma unroll
-      for (int e_5 = 0; e_5 < 4; ++e_5) {
-        C_out[e_5] = C_s_v[e_5];
-      }
-      *(uint4*)(&C[((((by * 64) + t0_6) + (o0_5 * 8))) * 200 + ((bx * 64) + (t1_5 * 4))]) = *(const uint4*)(&C_out[0]);
-    } else {
-      #pragma unroll
-      for (int e_5 = 0; e_5 < 4; ++e_5) {
-        if ((((((by * 64) + t0_6) + (o0_5 * 8)) < 330) && ((((bx * 64) + (t1_5 * 4)) + e_5) < 200))) {
-          C[((((by * 64) + t0_6) + (o0_5 * 8))) * 200 + (((bx * 64) + (t1_5 * 4)) + e_5)] = C_s[(((t0_6 * 64) + (o0_5 * 512)) + (((t1_5 * 4) + e_5) ^ ((t0_6 & 7) << 2)))];
+      for (int o1 = 0; o1 < 8; ++o1) {
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          C_s_out[e] = acc[(((o0 * 2) + (o1 * 4)) + e)];
         }
+        *(uint2*)(&C_s[((((t0 * 64) + (o0 * 512)) + (t0_1 * 1024)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 2)))]) = *(const uint2*)(&C_s_out[0]);
+      }
+    }
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    // kernels.py:307: T.copy
+    const int t0_2 = (tid / 16);
+    const int t1_1 = (tid % 16);
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 8; ++o0_1) {
+      if ((((((by * 64) + t0_2) + (o0_1 * 8)) < 330) && ((((bx * 64) + (t1_1 * 4)) + 4) <= 200))) {
+        *(uint4*)(&C_s_v[0]) = *(const uint4*)(&C_s[(((t0_2 * 64) + (o0_1 * 512)) + ((t1_1 * 4) ^ ((t0_2 & 7) << 2)))]);
+        #pragma unroll
+        for (int e_1 = 0; e_1 < 4; ++e_1) {
+          C_out[e_1] = C_s_v[e_1];
+        }
+        *(uint4*)(&C[((((by * 64) + t0_2) + (o0_1 * 8))) * 200 + ((bx * 64) + (t1_1 * 4))]) = *(const uint4*)(&C_out[0]);
+      } else {
+        #pragma unroll
+        for (int e_1 = 0; e_1 < 4; ++e_1) {
+          if ((((((by * 64) + t0_2) + (o0_1 * 8)) < 330) && ((((bx * 64) + (t1_1 * 4)) + e_1) < 200))) {
+            C[((((by * 64) + t0_2) + (o0_1 * 8))) * 200 + (((bx * 64) + (t1_1 * 4)) + e_1)] = C_s[(((t0_2 * 64) + (o0_1 * 512)) + (((t1_1 * 4) + e_1) ^ ((t0_2 & 7) << 2)))];
+          }
+        }
+      }
+    }
+  } else {
+    if ((tid == 128)) {
+      for (int ko_1 = 0; ko_1 < 2; ++ko_1) {
+        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)(((ko_1 * 8) + 32784)), (unsigned int)(1));
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(((ko_1 * 8) + 32768))), "r"(8192) : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((ko_1 * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((ko_1 * 32))), "r"((int)((by * 64))), "r"(tl_smem_u32 + (unsigned int)(((ko_1 * 8) + 32768))) : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_1 * 4096) + 8192))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_1 * 32))), "r"(tl_smem_u32 + (unsigned int)(((ko_1 * 8) + 32768))) : "memory");
       }
     }
   }

@@ -1,0 +1,152 @@
+//! TMA producers: which global → shared copies one thread can carry out with bulk tensor
+//! copies (`fit`, asked by `plan_pipeline`), and the copies that fill one stage of such a
+//! tile (`loads`, placed by `inject_pipeline`'s warp-specialized form).
+//!
+//! A tile in wgmma's panel layout (`[C / P][R][P]`, each panel row one swizzle span,
+//! `SharedLayout::wgmma`) is written one panel per copy: a box of the global region's extents
+//! with the last one cut to the panel's `P` columns, swizzled by the tensor map with the
+//! panel's span — the same function of the physical address that wgmma reads through its
+//! descriptor, so the tile's layout holds without a thread touching it. Elements past the
+//! tensor's edge arrive as zeros (the map's out-of-bounds fill), as `T.copy` promises.
+
+use tile_ir::simplify::simplify;
+use tile_ir::verify::{resolve_copy, resolve_region};
+use tile_ir::*;
+
+/// How a producer copy runs on TMA.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TmaCopy {
+    /// The box of one copy (the global region's extents, the last cut to one panel) and the
+    /// swizzle in bytes.
+    pub box_dims: Vec<i64>,
+    pub swizzle: u32,
+    /// Copies per tile (panels along the last dimension), each `inner` elements wide.
+    pub boxes: i64,
+    pub inner: i64,
+    /// Bytes of the whole tile (what the stage's barrier waits for).
+    pub bytes: i64,
+}
+
+fn reads_memory(e: &Expr) -> bool {
+    let mut found = false;
+    e.walk(&mut |x| found |= matches!(x, Expr::Load { .. }));
+    found
+}
+
+/// Whether TMA can carry out `op` (a copy from a global tensor into a whole shared tile), or
+/// why not, in words for the lowering report.
+pub fn fit(m: &Module, op: &CopyOp, target: &Target) -> Result<TmaCopy, String> {
+    if !target.caps.tma || !target.caps.mbarrier_tx {
+        return Err(format!("{} has no bulk tensor copies", target.arch));
+    }
+    let (s, d) = resolve_copy(m, &op.src, &op.dst, op.loc).map_err(|e| e.message)?;
+    let (sb, db) = (m.buffer(s.buf), m.buffer(d.buf));
+    if sb.scope != Scope::Global || db.scope != Scope::Shared {
+        return Err("it is not a copy from a global tensor into a shared tile".into());
+    }
+    if sb.dtype != db.dtype {
+        return Err(format!("it converts {} to {}", sb.dtype, db.dtype));
+    }
+    let zero_pad = |p: &Expr| match simplify(p.clone()) {
+        Expr::Const { value: ConstValue::Int(0), .. } => true,
+        Expr::Const { value: ConstValue::Float(f), .. } => f == 0.0 && f.is_sign_positive(),
+        _ => false,
+    };
+    if op.pad.as_ref().is_some_and(|p| !zero_pad(p)) {
+        return Err("its pad value is not 0 (TMA fills with zeros)".into());
+    }
+    let tile = db.extents();
+    let whole = d.starts.iter().all(|e| simplify(e.clone()).as_int() == Some(0)) && d.extents == tile;
+    if !whole {
+        return Err(format!("it writes part of '{}' (a bulk copy fills whole tiles)", db.name));
+    }
+    let n = sb.rank();
+    if !(1..=5).contains(&n) || tile.len() < 2 {
+        return Err(format!("'{}' has {n} dimensions (TMA: 1 to 5, into a 2-D tile or more)", sb.name));
+    }
+    let c = *tile.last().expect("rank checked");
+    if !s.kept[n - 1] || s.extents[n - 1] != c {
+        return Err(format!("the rows of '{}' are not along the rows of '{}'", db.name, sb.name));
+    }
+    if s.starts.iter().any(reads_memory) {
+        return Err("its position in the tensor is read from memory".into());
+    }
+    let eb = sb.dtype.bytes() as i64;
+    let strides = m.stride_multiples(s.buf);
+    if strides[..n - 1].iter().any(|st| st * eb % 16 != 0) {
+        let width = 16 / eb.max(1);
+        return Err(m.size_alignment_hint(s.buf, width).unwrap_or_else(|| {
+            format!("the rows of '{}' are not a multiple of 16 bytes long (a TMA stride must be)", sb.name)
+        }));
+    }
+    for (k, dim) in sb.shape.iter().enumerate() {
+        let wide = match dim {
+            Dim::Fixed(e) => *e > i32::MAX as i64,
+            Dim::Size(v) => m.var(*v).dtype != DType::I32,
+        };
+        if wide {
+            return Err(format!("dimension {k} of '{}' can pass 2^31 (TMA coordinates are 32-bit)", sb.name));
+        }
+    }
+    let (inner, swizzle) = match (db.panel, db.swizzle) {
+        (Some(p), Some(_)) if matches!(p * eb, 32 | 64 | 128) => (p, (p * eb) as u32),
+        _ => {
+            return Err(format!(
+                "'{}' is not in a swizzled panel layout (TMA fills the wgmma operand tiles)",
+                db.name
+            ))
+        }
+    };
+    let mut box_dims = s.extents.clone();
+    box_dims[n - 1] = inner;
+    if let Some(b) = box_dims.iter().find(|b| !(1..=256).contains(*b)) {
+        return Err(format!("a box of {b} elements along one dimension (TMA boxes hold 1 to 256)"));
+    }
+    Ok(TmaCopy { box_dims, swizzle, boxes: c / inner, inner, bytes: db.bytes() })
+}
+
+/// The bulk copies of producer `op` into stage `stage` of its (multi-buffered) tile,
+/// completing on `bar[bar_idx]`; the tensor map is added to the kernel's if new.
+pub fn loads(
+    m: &mut Module,
+    op: &CopyOp,
+    plan: &TmaCopy,
+    stage: &Expr,
+    bar: BufferId,
+    bar_idx: &Expr,
+) -> Result<Vec<Stmt>, Diagnostic> {
+    let db = m.buffer(op.dst.buf);
+    let tile = db.extents()[1..].to_vec();
+    let s = resolve_region(m, &op.src, Some(&tile))?;
+    let desc = TensorMapDesc { tensor: s.buf, box_dims: plan.box_dims.clone(), swizzle: plan.swizzle };
+    let map = match m.kernel.tensor_maps.iter().position(|t| *t == desc) {
+        Some(k) => k,
+        None => {
+            m.kernel.tensor_maps.push(desc);
+            m.kernel.tensor_maps.len() - 1
+        }
+    };
+    let eb = m.buffer(s.buf).dtype.bytes() as i64;
+    let box_bytes = plan.box_dims.iter().product::<i64>() * eb;
+    let n = s.starts.len();
+    let mut out = Vec::new();
+    for p in 0..plan.boxes {
+        let mut coords: Vec<Expr> =
+            s.starts.iter().map(|e| simplify(Expr::cast(e.clone(), DType::I32))).collect();
+        coords[n - 1] = simplify(Expr::binary(BinOp::Add, coords[n - 1].clone(), Expr::int(p * plan.inner)));
+        let mut dst_idx = vec![stage.clone()];
+        dst_idx.extend(std::iter::repeat_n(Expr::int(0), tile.len() - 1));
+        dst_idx.push(Expr::int(p * plan.inner));
+        out.push(Stmt::inst(inst::TmaLoad {
+            map: map as u32,
+            src: s.buf,
+            coords,
+            dst: op.dst.buf,
+            dst_idx,
+            bar,
+            bar_idx: bar_idx.clone(),
+            bytes: box_bytes,
+        }));
+    }
+    Ok(out)
+}
