@@ -9,7 +9,9 @@ from ._trace import PrimFunc, program_json, trace
 from .errors import TileError
 
 
-def compile(prim_func, out_idx=None, target="auto", lineinfo=False, wgmma=True, **params):
+def compile(
+    prim_func, out_idx=None, target="auto", lineinfo=False, wgmma=True, tma=True, **params
+):
     """Compile a ``@T.prim_func`` into a callable kernel.
 
     ``params`` rebind the free names the function reads (such as ``block_M``) for this
@@ -18,7 +20,10 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, wgmma=True, 
     directives and NVRTC's ``-lineinfo``), for compute-sanitizer, Nsight Compute and cuda-gdb.
     ``wgmma=False`` keeps every ``T.gemm`` on ``mma.sync`` (the sm_80 path) on a Hopper
     target, to compare the two; by default sm_90a gemms use ``wgmma`` where they can and
-    ``kernel.report()`` says why where they do not.
+    ``kernel.report()`` says why where they do not. ``tma=False`` keeps pipelined loops on
+    ``cp.async`` issued by the kernel's own threads; by default an sm_90a pipeline whose
+    copies TMA can carry out gets a producer warpgroup (launched after the kernel's
+    ``threads``) issuing them, on mbarriers.
 
     >>> kernel = tilers.compile(add, out_idx=[2], M=1024, N=1000, block_M=32, block_N=128)
     """
@@ -29,7 +34,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, wgmma=True, 
     # out_idx is checked and normalized once, against the compiled parameters (JITKernel)
     out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
     try:
-        key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo), bool(wgmma))
+        key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo), bool(wgmma), bool(tma))
         hash(key)
     except TypeError:  # an unhashable parameter value: compile without the memo
         key = None
@@ -42,7 +47,9 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, wgmma=True, 
     from . import _tilers, kernel, runtime
 
     arch = runtime.resolve_target(target)
-    options_json = kernel.compile_options(arch, lineinfo, fast_math=False, wgmma=bool(wgmma))
+    options_json = kernel.compile_options(
+        arch, lineinfo, fast_math=False, wgmma=bool(wgmma), tma=bool(tma)
+    )
     try:
         if target == "interp":
             # the interpreter runs the tile program: verify it, generate no GPU code
@@ -60,6 +67,7 @@ def compile(prim_func, out_idx=None, target="auto", lineinfo=False, wgmma=True, 
         out_idx=out_idx,
         lineinfo=bool(lineinfo),
         wgmma=bool(wgmma),
+        tma=bool(tma),
     )
     if key is not None:
         prim_func.compiled[key] = result
@@ -97,13 +105,16 @@ class JitFunction:
     >>> kernel = add_kernel(1024, 1024, 32, 128)
     """
 
-    def __init__(self, factory, out_idx=None, target="auto", lineinfo=False, wgmma=True):
+    def __init__(
+        self, factory, out_idx=None, target="auto", lineinfo=False, wgmma=True, tma=True
+    ):
         functools.update_wrapper(self, factory)
         self.factory = factory
         self.out_idx = out_idx
         self.target = target
         self.lineinfo = lineinfo
         self.wgmma = wgmma
+        self.tma = tma
         self.kernels = {}
 
     def __call__(self, *args, **kwargs):
@@ -124,6 +135,7 @@ class JitFunction:
         result = compile(
             self.prim_func(*args, **kwargs), out_idx=out_idx, target=target, lineinfo=self.lineinfo,
             wgmma=self.wgmma,
+            tma=self.tma,
         )
         if key is not None:
             self.kernels[key] = result
@@ -140,13 +152,17 @@ class JitFunction:
         return result
 
 
-def jit(func=None, *, out_idx=None, target="auto", lineinfo=False, wgmma=True):
+def jit(func=None, *, out_idx=None, target="auto", lineinfo=False, wgmma=True, tma=True):
     """Decorate a factory of prim_funcs: ``@tilers.jit`` or ``@tilers.jit(out_idx=[2])``."""
     if func is None:
-        return lambda f: jit(f, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma)
+        return lambda f: jit(
+            f, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma
+        )
     if isinstance(func, PrimFunc):
         raise TileError(
             f"@tilers.jit wraps a function that returns a prim_func; "
             f"compile the prim_func '{func.__name__}' with tilers.compile instead"
         )
-    return JitFunction(func, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma)
+    return JitFunction(
+        func, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma
+    )

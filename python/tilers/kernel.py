@@ -37,13 +37,20 @@ def contiguous_strides(shape) -> tuple[int, ...]:
 
 
 def compile_options(
-    arch: str, lineinfo: bool, fast_math: bool, keep_ir: bool = False, wgmma: bool = True
+    arch: str,
+    lineinfo: bool,
+    fast_math: bool,
+    keep_ir: bool = False,
+    wgmma: bool = True,
+    tma: bool = True,
 ) -> str:
     """The options JSON of `_tilers.compile` (docs/format.md): one place, so that a kernel
     compiled again for kernel.ir() / kernel.layouts() is compiled exactly as it was."""
     options = {"arch": arch, "lineinfo": bool(lineinfo), "fast_math": bool(fast_math)}
     if not wgmma:
         options["wgmma"] = False
+    if not tma:
+        options["tma"] = False
     if keep_ir:
         options["keep_ir"] = True
     return json.dumps(options)
@@ -166,6 +173,7 @@ class JITKernel:
         lineinfo: bool = False,
         fast_math: bool = False,
         wgmma: bool = True,
+        tma: bool = True,
     ):
         self.name = name
         self.program_json = program_json
@@ -177,6 +185,7 @@ class JITKernel:
         self.lineinfo = lineinfo
         self.fast_math = fast_math
         self.wgmma = wgmma
+        self.tma = tma
         self.params = [spec["name"] for spec in info["params"]]
         self.out_idx = normalize_out_idx(out_idx, name, info["params"])
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
@@ -234,7 +243,7 @@ class JITKernel:
         """The options JSON this kernel was compiled with (`_tilers.compile`)."""
         # a kernel for the interpreter has no lowering of its own: show the default target's
         arch = self.arch if self.source is not None else runtime.DEFAULT_ARCH
-        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir, self.wgmma)
+        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir, self.wgmma, self.tma)
 
     def _inspect(self, keep_ir: bool) -> None:
         """Compile the program again with this kernel's options, for its layouts and, with

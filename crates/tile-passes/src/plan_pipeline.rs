@@ -34,7 +34,7 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             Some("TMA is off (tma=False)".to_string())
         } else if planned {
             Some("only the first pipelined loop of a kernel is warp-specialized".to_string())
-        } else if m.kernel.threads % 128 != 0 {
+        } else if !m.kernel.threads.is_multiple_of(128) {
             Some(format!("threads={} is not whole warpgroups (a multiple of 128)", m.kernel.threads))
         } else if m.kernel.threads + 128 > ctx.target.limits.max_threads {
             Some(format!("threads={} leaves no room for a producer warpgroup", m.kernel.threads))
