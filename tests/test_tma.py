@@ -1,0 +1,88 @@
+"""Warp-specialized TMA pipelines without a GPU: which sm_90a pipelined loops get a
+producer warpgroup issuing bulk tensor copies on mbarriers, what the report and KernelInfo
+say (the launched block, the tensor maps), why the others stay on cp.async, the option that
+turns it off, and that every such GEMM compiles with NVRTC for sm_90a."""
+
+import os
+import sys
+
+import pytest
+import tilers
+import tilers.language as T
+
+sys.path.insert(0, os.path.dirname(__file__))
+import kernels
+
+
+def compiled(f, **options):
+    return tilers.compile(f, out_idx=[2], target="cuda:sm_90a", **options)
+
+
+@pytest.mark.parametrize("trans_A", [False, True])
+@pytest.mark.parametrize("trans_B", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_hopper_gemm_pipelines_are_warp_specialized(trans_A, trans_B, dtype):
+    k = compiled(kernels.matmul(1000, 520, 1000, 128, 256, 64, 4, 256, dtype=dtype,
+                                trans_A=trans_A, trans_B=trans_B, policy="full_row"))
+    report = k.report()
+    assert "warp-specialized: threads 0..256 run the kernel (consumers)" in report, report
+    assert "setmaxnreg: producer 40, consumers 232" in report, report
+    assert "TMA copies into A_shared, B_shared" in report and "4 stages on full/empty mbarriers" in report
+    assert k.info["threads"] == 256 and k.info["block"] == [384, 1, 1]
+    maps = k.info["tensor_maps"]
+    assert [m["param"] for m in maps] == [0, 1] and all(m["swizzle"] == 128 for m in maps)
+    # a panel of 64 fp16 (128 bytes) per box, the tile's rows in the other dimension: A
+    # stored K x M has a 64 x 128 tile, two panels of 64
+    a_box = [64, 64] if trans_A else [128, 64]
+    assert maps[0]["box"] == a_box, maps
+    src = k.source
+    assert "cp.async.bulk.tensor.2d" in src and "mbarrier.try_wait.parity" in src
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in src and "__launch_bounds__(384, 1)" in src
+    assert "cp.async.cg" not in src and "__syncthreads();" in src  # only the one after init
+    assert src.count("__syncthreads();") == 1
+    assert len(k.cubin) > 0  # NVRTC accepts it for sm_90a
+
+
+def test_one_consumer_warpgroup_needs_no_register_budgets():
+    k = compiled(kernels.matmul(512, 512, 512, 128, 128, 64, 3, 128))
+    assert "no setmaxnreg (248 registers per thread for every warp)" in k.report()
+    assert "setmaxnreg" not in k.source and k.info["block"] == [256, 1, 1]
+    assert len(k.cubin) > 0
+
+
+@pytest.mark.parametrize("factory, why", [
+    (lambda: kernels.matmul(256, 256, 333, 128, 128, 64, 3, 128),
+     "the rows of 'A' are not a multiple of 16 bytes long"),
+    (lambda: kernels.matmul(256, 256, 256, 64, 64, 64, 2, 128, dtype="int8", accum_dtype="int32"),
+     "'A_shared' is not in a swizzled panel layout"),
+    (lambda: kernels.matmul(256, 256, T.dynamic("K"), 64, 64, 64, 2, 128),
+     "declare T.dynamic(\"K\", multiple_of=8)"),
+])
+def test_pipelines_that_stay_on_cp_async_say_why(factory, why):
+    report = compiled(factory()).report()
+    line = next(x for x in report.splitlines() if "stays on cp.async, not TMA" in x)
+    assert why in line, line
+    assert "warp-specialized" not in report
+
+
+def test_tma_can_be_turned_off_and_sm80_never_has_it():
+    f = kernels.matmul(512, 512, 512, 128, 128, 64, 3, 128)
+    off = compiled(f, tma=False)
+    assert "TMA is off (tma=False)" in off.report() and off.info["block"] == [128, 1, 1]
+    assert not off.info["tensor_maps"] and "cp.async.cg" in off.source
+    sm80 = tilers.compile(f, out_idx=[2], target="cuda:sm_80")
+    assert "TMA" not in sm80.report() and not sm80.info["tensor_maps"]
+
+
+def test_batched_operands_take_3d_boxes():
+    k = tilers.compile(kernels.batched_matmul_bias_relu(3, 200, 304, 256, threads=256),
+                       out_idx=[3], target="cuda:sm_90a")
+    assert "warp-specialized" in k.report(), k.report()
+    assert k.info["tensor_maps"][0]["box"][0] == 1
+    assert "cp.async.bulk.tensor.3d" in k.source
+    assert len(k.cubin) > 0
+
+
+def test_same_program_same_cuda():
+    f = kernels.matmul(1024, 1024, 1024, 128, 256, 64, 4, 256, policy="full_row")
+    assert compiled(f).source == compiled(f).source
