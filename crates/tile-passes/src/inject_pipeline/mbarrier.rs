@@ -123,7 +123,7 @@ pub(super) fn warp_specialize(
     let total: i64 = plans.iter().map(|p| p.bytes).sum();
 
     // the producer: one thread walks the ring
-    let pvar = m.add_var(&m.var(var).name.clone(), VarKind::Loop, m.var(var).dtype);
+    let pvar = m.add_var(&format!("{}_p", m.var(var).name), VarKind::Loop, m.var(var).dtype);
     let pi = count_of(pvar);
     let pstage = stage_of(&pi);
     let mut pbody = vec![
