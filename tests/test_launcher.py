@@ -295,8 +295,8 @@ def test_refuses_what_it_cannot_run(reader):
         make([tensor("A")], reader, grid=[{"param": 0}, {"const": 1}, {"const": 1}])
     with pytest.raises(ValueError, match="'h' of float16 cannot be passed by value"):
         make([tensor("A"), scalar("h", "float16")], reader)
-    with pytest.raises(ValueError, match="tensor maps"):
-        make([tensor("A")], reader, tensor_maps=[{"param": 0, "box": [8, 64], "swizzle": 128}])
+    with pytest.raises(ValueError, match=r"needs a thread-block cluster \[2, 1, 1\]"):
+        make([tensor("A")], reader, cluster=[2, 1, 1])
     with pytest.raises(ValueError, match="compiled for the interpreter"):
         make([tensor("A")], reader, entry=None)
     with pytest.raises(ValueError, match="not a KernelInfo"):

@@ -4,11 +4,14 @@
 //! is Python); here one call packs the arguments and calls `cuLaunchKernel`. libcuda is
 //! opened on first use, so the extension imports on machines without a driver; every
 //! function then reports why no GPU is usable instead of failing at import.
+//! `cuTensorMapEncodeTiled` (CUDA 12.0) is optional: without it only kernels with tensor
+//! maps fail, at their first launch.
 //!
 //! The seam (see `python/tilers/_tilers.pyi`): `driver_status`, `device_attribute`,
 //! `device_name`, `load_function` and `launch`. Handles (contexts, modules, functions,
 //! streams) cross it as plain integers, the same values cuda-bindings' `int(handle)` gives.
 
+use crate::tensor_map::{EncodeArgs, EncodedMap};
 use libloading::Library;
 use pyo3::exceptions::{PyOverflowError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::intern;
@@ -61,7 +64,28 @@ pub(crate) struct Driver {
         *mut *mut c_void,
     ) -> CuResult,
     get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    /// `cuTensorMapEncodeTiled` (CUDA 12.0): None where the driver is older, which only
+    /// kernels with tensor maps need.
+    tensor_map_encode_tiled: Option<EncodeTiled>,
 }
+
+/// `cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress,
+/// globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion,
+/// oobFill)`; the enums are C enums (int-sized).
+type EncodeTiled = unsafe extern "C" fn(
+    *mut EncodedMap,
+    c_uint,
+    u32,
+    *mut c_void,
+    *const u64,
+    *const u64,
+    *const u32,
+    *const u32,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+) -> CuResult;
 
 // SAFETY: the driver API is thread-safe; the struct holds only function pointers and the
 // library that keeps them valid.
@@ -82,6 +106,9 @@ fn open_driver() -> Result<Driver, String> {
         };
     }
     let init: unsafe extern "C" fn(c_uint) -> CuResult = symbol!("cuInit");
+    // SAFETY: EncodeTiled is the driver API's declared signature.
+    let tensor_map_encode_tiled: Option<EncodeTiled> =
+        unsafe { library.get::<EncodeTiled>(b"cuTensorMapEncodeTiled\0") }.ok().map(|symbol| *symbol);
     let driver = Driver {
         device_get_count: symbol!("cuDeviceGetCount"),
         device_get: symbol!("cuDeviceGet"),
@@ -97,6 +124,7 @@ fn open_driver() -> Result<Driver, String> {
         func_set_attribute: symbol!("cuFuncSetAttribute"),
         launch_kernel: symbol!("cuLaunchKernel"),
         get_error_name: symbol!("cuGetErrorName"),
+        tensor_map_encode_tiled,
         _library: library,
     };
     // SAFETY: cuInit may be called any number of times, from any thread.
@@ -161,6 +189,42 @@ impl Driver {
         let mut popped = null_mut();
         // SAFETY: pops the context this thread pushed.
         self.check(unsafe { (self.ctx_pop_current)(&mut popped) }, "cuCtxPopCurrent")
+    }
+
+    /// Encode one tensor map with `context` current (0: the current one). A RuntimeError
+    /// says what failed: the driver's error name, or a driver without the function.
+    pub(crate) fn encode_tensor_map(&self, context: usize, args: &EncodeArgs) -> PyResult<EncodedMap> {
+        let Some(encode) = self.tensor_map_encode_tiled else {
+            return Err(PyRuntimeError::new_err(
+                "this CUDA driver has no cuTensorMapEncodeTiled (tensor maps need CUDA 12.0 or newer)",
+            ));
+        };
+        let context = context as Handle;
+        let pushed = !context.is_null() && self.push_unless_current(context)?;
+        let mut map = EncodedMap::ZERO;
+        // SAFETY: `map` is 128 bytes, 64-byte aligned; each array holds at least `rank`
+        // entries (`global_strides` rank - 1), all valid for the call.
+        let status = unsafe {
+            encode(
+                &mut map,
+                args.data_type,
+                args.rank,
+                args.global_address as *mut c_void,
+                args.global_dim.as_ptr(),
+                args.global_strides.as_ptr(),
+                args.box_dim.as_ptr(),
+                args.element_strides.as_ptr(),
+                args.interleave,
+                args.swizzle,
+                args.l2_promotion,
+                args.oob_fill,
+            )
+        };
+        if pushed {
+            self.pop()?;
+        }
+        self.check(status, "cuTensorMapEncodeTiled")?;
+        Ok(map)
     }
 }
 

@@ -15,12 +15,30 @@
 //! explained by the Python checks with the detailed error naming the parameter, the
 //! expected and the received value. A grid out of CUDA's limits is an error raised here.
 //!
+//! Tensor maps (KernelInfo `tensor_maps`, TMA descriptors): the launcher checks each map
+//! when it is made (a tensor parameter with 16-byte alignment, a dtype TMA copies, rank 1
+//! to 5, the box and swizzle; tensor_map.rs), and every call that launches encodes one
+//! `CUtensorMap` per map with `cuTensorMapEncodeTiled` (tensor_map.rs gives the arguments:
+//! the tensor's data pointer from its slot, outputs included, its shape at the call's
+//! sizes and the strides the kernel assumes), after the outputs are allocated and before
+//! `cuLaunchKernel`. The kernel takes them after the parameters and the sizes, as
+//! `const __grid_constant__` parameters: each kernel-parameter pointer points at 128 bytes,
+//! 64-byte aligned, kept on the stack (the heap past a few maps). Each map keeps its last
+//! encoding, keyed by the device, data pointer, shape and strides, so that calls on the
+//! same tensors do not call the driver (a mutex: calls may come from several threads). A
+//! grid of no blocks returns before any map is encoded; a misaligned data pointer is
+//! declined like any other (the Python checks explain it); a shape or stride that TMA
+//! cannot describe is a ValueError naming the parameter; a failed encoding, or a driver
+//! without `cuTensorMapEncodeTiled` (older than CUDA 12.0), a RuntimeError naming it. A dry
+//! run checks the encode arguments and encodes nothing. Thread-block clusters are refused.
+//!
 //! Tensors are read through torch's C shim (`torch_shim.rs`, ~30 ns a tensor) or, where
 //! that is not usable, through their Python attributes (`t.dtype`, `t.shape`, ...: ~0.6 µs
 //! a tensor, the same checks). A tensor subclass (`torch.nn.Parameter`, ...) is read as
 //! its base tensor: the data, dtype, shape and strides of the C++ tensor it holds.
 
 use crate::launch::{driver, run, Driver, Launch, STACK_ARGS};
+use crate::tensor_map::{encode_args, map_layout, EncodedMap, MapCache, MapKey, MAX_RANK};
 use crate::torch_shim::{self, TorchShim};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::intern;
@@ -60,6 +78,17 @@ const UNBOUND: i64 = i64::MIN;
 
 /// Up to this many symbolic sizes are kept on the stack during a call.
 const STACK_SIZES: usize = 8;
+
+/// Up to this many tensor maps (128 bytes each) are kept on the stack during a call.
+const STACK_MAPS: usize = 4;
+
+/// A tensor map of the KernelInfo (`info.tensor_maps[i]` for `maps[i]`), checked when the
+/// launcher is made.
+struct MapParam {
+    /// The tensor parameter it describes, and that tensor's rank.
+    param: usize,
+    rank: usize,
+}
 
 enum Param {
     Tensor(TensorSpec),
@@ -124,6 +153,10 @@ pub struct Launcher {
     load: PyObject,
     fallback: PyObject,
     driver: Option<&'static Driver>,
+    /// The tensor maps a call encodes, in the order the kernel takes them (after the sizes).
+    maps: Vec<MapParam>,
+    /// The last encoding of each map, reused by calls with the same tensor.
+    map_cache: MapCache,
 }
 
 fn info_error(what: impl std::fmt::Display) -> PyErr {
@@ -445,6 +478,63 @@ impl Launcher {
         })
     }
 
+    /// Encode the call's tensor maps into `out`, one per map: the tensor's data pointer
+    /// from its slot, its shape from the KernelInfo at the call's sizes, its strides the
+    /// ones the kernel assumes (contiguous for symbolic shapes). A map whose tensor is the
+    /// one it was last encoded for is copied from the cache; a dry run checks the
+    /// arguments and encodes nothing.
+    fn encode_maps(
+        &self,
+        py: Python<'_>,
+        device: i32,
+        context: usize,
+        slots: &[u64],
+        sizes: &[i64],
+        out: &mut [EncodedMap],
+    ) -> PyResult<()> {
+        for (index, (map, out)) in self.maps.iter().zip(out.iter_mut()).enumerate() {
+            let Param::Tensor(spec) = &self.params[map.param] else { unreachable!("maps are of tensors") };
+            let rank = map.rank;
+            let mut key =
+                MapKey { device, data: slots[map.param], rank, shape: [0; MAX_RANK], strides: [0; MAX_RANK] };
+            match &spec.dims {
+                None => {
+                    key.shape[..rank].copy_from_slice(&spec.shape);
+                    key.strides[..rank].copy_from_slice(&spec.strides);
+                }
+                Some(dims) => {
+                    for (extent, dim) in key.shape.iter_mut().zip(dims) {
+                        *extent = match *dim {
+                            SpecDim::Fixed(n) => n,
+                            SpecDim::Size(k) => sizes[k],
+                        };
+                    }
+                    // row-major, as shape_fits checked the tensor's (it does not overflow)
+                    key.strides[rank - 1] = 1;
+                    for d in (0..rank - 1).rev() {
+                        key.strides[d] = key.strides[d + 1].saturating_mul(key.shape[d + 1].max(1));
+                    }
+                }
+            }
+            if let Some(encoded) = self.map_cache.get(index, &key) {
+                *out = encoded;
+                continue;
+            }
+            let (info, param) = (&self.info.tensor_maps[index], &self.info.params[map.param]);
+            let name = param.name();
+            let args =
+                encode_args(info, name, param.dtype(), &key.shape[..rank], &key.strides[..rank], key.data)
+                    .map_err(PyValueError::new_err)?;
+            let Some(driver) = self.driver else { continue };
+            let encoded = py.allow_threads(|| driver.encode_tensor_map(context, &args)).map_err(|error| {
+                PyRuntimeError::new_err(format!("the tensor map of parameter '{name}': {}", error.value(py)))
+            })?;
+            self.map_cache.put(index, key, encoded);
+            *out = encoded;
+        }
+        Ok(())
+    }
+
     fn decline(
         &self,
         py: Python<'_>,
@@ -482,11 +572,28 @@ impl Launcher {
                 info.name
             )));
         }
-        if !info.tensor_maps.is_empty() || info.cluster != [1, 1, 1] {
+        if info.cluster != [1, 1, 1] {
             return Err(info_error(format!(
-                "kernel '{}' needs tensor maps or a thread-block cluster, which this launcher does not set up yet",
-                info.name
+                "kernel '{}' needs a thread-block cluster {:?}, which this launcher does not set up yet",
+                info.name, info.cluster
             )));
+        }
+        let mut maps = Vec::with_capacity(info.tensor_maps.len());
+        for map in &info.tensor_maps {
+            let Some(ParamInfo::Tensor { name, dtype, shape, align, .. }) = info.params.get(map.param) else {
+                return Err(info_error(format!(
+                    "a tensor map of parameter {}, which is not a tensor",
+                    map.param
+                )));
+            };
+            // a misaligned pointer is declined (and explained) before any map is encoded
+            if !align.is_multiple_of(16) {
+                return Err(info_error(format!(
+                    "parameter '{name}' has a tensor map, which needs 16-byte aligned data, but an alignment of {align}"
+                )));
+            }
+            map_layout(map, name, dtype, shape.len()).map_err(info_error)?;
+            maps.push(MapParam { param: map.param, rank: shape.len() });
         }
         let reader = match (torch_shim, torch_shim::load(torch)) {
             (true, Ok(shim)) => {
@@ -615,6 +722,8 @@ impl Launcher {
             load,
             fallback,
             driver: if dry_run { None } else { Some(driver()?) },
+            map_cache: MapCache::new(maps.len()),
+            maps,
         })
     }
 
@@ -696,16 +805,36 @@ impl Launcher {
         let (function, context) = self.function(py, device)?;
 
         let outputs = self.allocate(py, device, slots, sizes)?;
+        // the tensor maps, after the outputs are bound (a map may describe one)
+        let n_maps = self.maps.len();
+        let mut stack_maps;
+        let mut heap_maps = Vec::new();
+        let maps: &mut [EncodedMap] = if n_maps == 0 {
+            &mut []
+        } else if n_maps <= STACK_MAPS {
+            stack_maps = [EncodedMap::ZERO; STACK_MAPS];
+            &mut stack_maps[..n_maps]
+        } else {
+            heap_maps.resize(n_maps, EncodedMap::ZERO);
+            &mut heap_maps
+        };
+        self.encode_maps(py, device, context, slots, sizes, maps)?;
+        // the kernel's parameters: the params and sizes (8-byte slots), then the maps
+        let total = count + n_maps;
         let mut stack_pointers = [null_mut::<c_void>(); STACK_ARGS];
         let mut heap_pointers = Vec::new();
-        let pointers: &mut [*mut c_void] = if count <= STACK_ARGS {
-            &mut stack_pointers[..count]
+        let pointers: &mut [*mut c_void] = if total <= STACK_ARGS {
+            &mut stack_pointers[..total]
         } else {
-            heap_pointers.resize(count, null_mut());
+            heap_pointers.resize(total, null_mut());
             &mut heap_pointers
         };
-        for (pointer, slot) in pointers.iter_mut().zip(slots.iter_mut()) {
+        let (slot_pointers, map_pointers) = pointers.split_at_mut(count);
+        for (pointer, slot) in slot_pointers.iter_mut().zip(slots.iter_mut()) {
             *pointer = (slot as *mut u64).cast();
+        }
+        for (pointer, map) in map_pointers.iter_mut().zip(maps.iter_mut()) {
+            *pointer = (map as *mut EncodedMap).cast();
         }
         if let Some(driver) = self.driver {
             let launch = Launch {

@@ -10,6 +10,7 @@ use tilers_cc::{on_deep_stack, CompileError as DriverError, CompileOptions};
 
 mod launch;
 mod launcher;
+mod tensor_map;
 mod torch_shim;
 
 create_exception!(
