@@ -222,6 +222,23 @@ fn encode_with(
         ));
     }
     let mut global_dim = [1u64; MAX_RANK];
+    if shape.contains(&0) {
+        // an empty tensor (a GEMM's K of 0: its loop runs no iteration, so no copy reads
+        // it): a map of one element, which TMA accepts; every stride the same valid value
+        return Ok(EncodeArgs {
+            data_type: layout.data_type,
+            rank: rank as u32,
+            global_address: data,
+            global_dim,
+            global_strides: [GLOBAL_ALIGN; MAX_RANK - 1],
+            box_dim: layout.box_dim,
+            element_strides: [1; MAX_RANK],
+            interleave: INTERLEAVE_NONE,
+            swizzle: layout.swizzle,
+            l2_promotion: L2_PROMOTION_256B,
+            oob_fill: OOB_FILL_NONE,
+        });
+    }
     for (d, &extent) in shape.iter().enumerate() {
         match u64::try_from(extent) {
             Ok(n) if (1..=MAX_DIM).contains(&n) => global_dim[rank - 1 - d] = n,
@@ -445,8 +462,8 @@ mod tests {
         );
         let e = error(&big, "float16", &[2, 1 << 32, 64], &[(1 << 38) - 4, 64, 1], 0);
         assert!(e.contains("549755813880 bytes, not a positive multiple of 16"), "{e}");
-        let e = error(&m, "float16", &[0, 64], &[64, 1], 0);
-        assert!(e.contains("dimension 0 is 0; TMA needs 1 to 2^32 elements (shape [0, 64])"), "{e}");
+        let e = error(&m, "float16", &[-1, 64], &[64, 1], 0);
+        assert!(e.contains("dimension 0 is -1; TMA needs 1 to 2^32 elements (shape [-1, 64])"), "{e}");
         let e = error(&m, "float16", &[8, 64], &[1, 8], 0);
         assert!(e.contains("the innermost stride is 8; TMA needs adjacent elements"), "{e}");
         let e = error(&m, "float16", &[8, 64], &[-64, 1], 0);
