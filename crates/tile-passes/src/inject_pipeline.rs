@@ -20,7 +20,13 @@
 //! its group in flight (`wait_group 1`, `GemmInst::in_flight`) so that the next k-tile's
 //! wgmmas are issued before it completes; the copies then run `s − 2` iterations ahead, into
 //! the stage of iteration `i − 2`, whose wgmmas the wait of iteration `i − 1` retired in
-//! every warpgroup before the barrier; after the loop a `wait_group 0` drains the last. Loops of fewer stages, or with
+//! every warpgroup before the barrier; after the loop a `wait_group 0` drains the last.
+//!
+//! A loop whose producers `plan_pipeline` gave to TMA takes the warp-specialized form
+//! instead (`mbarrier.rs`): the whole kernel splits into the user's threads consuming and a
+//! producer warpgroup issuing bulk tensor copies, on a full and an empty mbarrier per stage.
+//!
+//! Loops of fewer stages, or with
 //! no producers (or tiles also written by other statements), run as serial loops, and the
 //! lowering report says why. Does not: choose instructions (`select_instructions` gave each
 //! producer `cp.async` or, where it cannot, an ordinary copy, which the same barriers order).
