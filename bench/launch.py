@@ -7,6 +7,10 @@ the time per call is the CPU time of `CALLS` back-to-back calls issued while the
 kept busy (median over interleaved repeats), beside probes of the torch attributes a
 launch reads.
 Targets (issue 7): tilers with 3 tensors <= 0.5x torch.add; 16 arguments <= 3 arguments + 2 us.
+On Hopper (issue 14) a one-block warp-specialized TMA GEMM is timed too: its two tensor maps
+cached (the same tensors every call), re-encoded (two sets of tensors alternating, so every
+call encodes both maps with cuTensorMapEncodeTiled), and the same GEMM on cp.async
+(`tma=False`, no maps).
 """
 
 import os
@@ -182,6 +186,28 @@ def main():
         "native launch, 3 tensors": bare_launch(add, (a, b, c), b"TTT"),
         "native launch, 16 tensors": bare_launch(s16, args16, b"T" * 16),
     }
+    if torch.cuda.get_device_capability() >= (9, 0):
+        gemm = kernels.matmul(128, 128, 128, 128, 128, 64, 3, 128)
+        tma = tilers.compile(gemm, out_idx=[2])
+        plain = tilers.compile(gemm, out_idx=[2], tma=False)
+        assert tma.info["tensor_maps"] and not plain.info["tensor_maps"]
+        sets = [
+            (torch.randn(128, 128, device="cuda").half(), torch.randn(128, 128, device="cuda").half())
+            for _ in range(2)
+        ]
+        for x, y in sets:
+            want = x.float() @ y.float()
+            torch.testing.assert_close(tma(x, y).float(), want, rtol=2e-2, atol=2e-1)
+            torch.testing.assert_close(plain(x, y).float(), want, rtol=2e-2, atol=2e-1)
+        flip = [0]
+
+        def alternating():
+            flip[0] ^= 1
+            return tma(*sets[flip[0]])
+
+        fns["tilers TMA gemm, maps cached"] = lambda: tma(*sets[0])
+        fns["tilers TMA gemm, maps re-encoded"] = alternating
+        fns["tilers cp.async gemm (tma=False)"] = lambda: plain(*sets[0])
     cpu = cpu_interleaved(fns)
     reference = cpu["torch.add(a, b, out=c)"]
     rows = []
@@ -205,6 +231,12 @@ def main():
         ),
         "target 3 tensors <= 0.5x torch.add": ratio <= 0.5,
         "target growth <= 2 us": growth <= 2.0,
+        **({
+            "TMA gemm cached / cp.async gemm": cpu["tilers TMA gemm, maps cached"]
+            / cpu["tilers cp.async gemm (tma=False)"],
+            "TMA map encoding, two maps (us)": cpu["tilers TMA gemm, maps re-encoded"]
+            - cpu["tilers TMA gemm, maps cached"],
+        } if "tilers TMA gemm, maps cached" in cpu else {}),
         "calls per sample": CALLS,
         "repeats": REPEATS,
     }
