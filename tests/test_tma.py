@@ -86,3 +86,17 @@ def test_batched_operands_take_3d_boxes():
 def test_same_program_same_cuda():
     f = kernels.matmul(1024, 1024, 1024, 128, 256, 64, 4, 256, policy="full_row")
     assert compiled(f).source == compiled(f).source
+
+
+def test_fixed_grids_are_persistent_and_say_so():
+    k = compiled(kernels.matmul(4096, 4096, 4096, 128, 256, 64, 4, 256, policy="full_row", panel=8))
+    assert k.info["persistent"] is True and k.info["grid"][0]["const"] == 16
+    assert "persistent: min(512 tiles, SMs) blocks walk the tiles" in k.report()
+    src = k.source
+    assert "gridDim.x" in src and "T.use_swizzle(8" in src  # the raster numbers the tiles
+    off = compiled(kernels.matmul(4096, 4096, 4096, 128, 256, 64, 4, 256, policy="full_row"),
+                   persistent=False)
+    assert "persistent" not in off.info and "not persistent: persistent=False" in off.report()
+    dyn = compiled(kernels.matmul(T.dynamic("M"), 4096, 4096, 128, 256, 64, 4, 256))
+    assert "not persistent: the kernel has symbolic sizes" in dyn.report()
+    assert len(k.cubin) > 0 and len(off.cubin) > 0

@@ -148,3 +148,19 @@ def test_sass_feeds_hgmma_from_utmaldg():
         sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
     assert "UTMALDG" in sass and "HGMMA" in sass, sass[:2000]
     assert "LDGSTS" not in sass  # no cp.async left
+
+
+@pytest.mark.parametrize("panel", [0, 8])
+@pytest.mark.parametrize("shape", [(1000, 520, 1000), (4096, 2048, 512), (128, 128, 64)])
+def test_persistent_tiles_agree_with_one_tile_per_block(shape, panel):
+    """A persistent kernel (one block per SM walking the tiles, the ring's phase carried
+    across tiles, rasterized or not) gives the bits of the one-tile-per-block kernel."""
+    M, N, K = shape
+    f = kernels.matmul(M, N, K, 128, 256, 64, 3, 256, policy="full_row", panel=panel)
+    persistent = tilers.compile(f, out_idx=[2])
+    assert persistent.info.get("persistent") is True, persistent.report()
+    plain = tilers.compile(f, out_idx=[2], persistent=False)
+    a, b, want = inputs(M, N, K, "float16")
+    got = persistent(a, b)
+    check(got, want)
+    assert torch.equal(got, plain(a, b))

@@ -10,7 +10,14 @@ from .errors import TileError
 
 
 def compile(
-    prim_func, out_idx=None, target="auto", lineinfo=False, wgmma=True, tma=True, **params
+    prim_func,
+    out_idx=None,
+    target="auto",
+    lineinfo=False,
+    wgmma=True,
+    tma=True,
+    persistent=True,
+    **params,
 ):
     """Compile a ``@T.prim_func`` into a callable kernel.
 
@@ -23,7 +30,8 @@ def compile(
     ``kernel.report()`` says why where they do not. ``tma=False`` keeps pipelined loops on
     ``cp.async`` issued by the kernel's own threads; by default an sm_90a pipeline whose
     copies TMA can carry out gets a producer warpgroup (launched after the kernel's
-    ``threads``) issuing them, on mbarriers.
+    ``threads``) issuing them, on mbarriers; ``persistent=False`` launches such a kernel one
+    tile per block instead of one block per SM walking the tiles.
 
     >>> kernel = tilers.compile(add, out_idx=[2], M=1024, N=1000, block_M=32, block_N=128)
     """
@@ -34,7 +42,8 @@ def compile(
     # out_idx is checked and normalized once, against the compiled parameters (JITKernel)
     out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
     try:
-        key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo), bool(wgmma), bool(tma))
+        key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo), bool(wgmma), bool(tma),
+               bool(persistent))
         hash(key)
     except TypeError:  # an unhashable parameter value: compile without the memo
         key = None
@@ -48,7 +57,8 @@ def compile(
 
     arch = runtime.resolve_target(target)
     options_json = kernel.compile_options(
-        arch, lineinfo, fast_math=False, wgmma=bool(wgmma), tma=bool(tma)
+        arch, lineinfo, fast_math=False, wgmma=bool(wgmma), tma=bool(tma),
+        persistent=bool(persistent),
     )
     try:
         if target == "interp":
@@ -68,6 +78,7 @@ def compile(
         lineinfo=bool(lineinfo),
         wgmma=bool(wgmma),
         tma=bool(tma),
+        persistent=bool(persistent),
     )
     if key is not None:
         prim_func.compiled[key] = result

@@ -43,6 +43,7 @@ def compile_options(
     keep_ir: bool = False,
     wgmma: bool = True,
     tma: bool = True,
+    persistent: bool = True,
 ) -> str:
     """The options JSON of `_tilers.compile` (docs/format.md): one place, so that a kernel
     compiled again for kernel.ir() / kernel.layouts() is compiled exactly as it was."""
@@ -51,6 +52,8 @@ def compile_options(
         options["wgmma"] = False
     if not tma:
         options["tma"] = False
+    if not persistent:
+        options["persistent"] = False
     if keep_ir:
         options["keep_ir"] = True
     return json.dumps(options)
@@ -174,6 +177,7 @@ class JITKernel:
         fast_math: bool = False,
         wgmma: bool = True,
         tma: bool = True,
+        persistent: bool = True,
     ):
         self.name = name
         self.program_json = program_json
@@ -186,6 +190,7 @@ class JITKernel:
         self.fast_math = fast_math
         self.wgmma = wgmma
         self.tma = tma
+        self.persistent = persistent
         self.params = [spec["name"] for spec in info["params"]]
         self.out_idx = normalize_out_idx(out_idx, name, info["params"])
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
@@ -243,7 +248,7 @@ class JITKernel:
         """The options JSON this kernel was compiled with (`_tilers.compile`)."""
         # a kernel for the interpreter has no lowering of its own: show the default target's
         arch = self.arch if self.source is not None else runtime.DEFAULT_ARCH
-        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir, self.wgmma, self.tma)
+        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir, self.wgmma, self.tma, self.persistent)
 
     def _inspect(self, keep_ir: bool) -> None:
         """Compile the program again with this kernel's options, for its layouts and, with

@@ -43,6 +43,10 @@ pub struct KernelInfo {
     /// The block actually launched: `threads`, plus the producer warps the compiler adds
     /// to a warp-specialized kernel (numbered after the user's threads).
     pub block: [u32; 3],
+    /// A persistent kernel: launch `min(grid[0] * grid[1] * grid[2], SMs)` blocks along x
+    /// (one per SM), which walk the grid's tiles; `grid` keeps the tiles.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub persistent: bool,
     /// Thread-block cluster dims (`[1, 1, 1]`: no cluster).
     #[serde(default = "no_cluster")]
     pub cluster: [u32; 3],
@@ -57,6 +61,10 @@ pub struct KernelInfo {
     /// What each tile op became (instructions, widths, stages, shared memory).
     #[serde(default)]
     pub report: Vec<String>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn no_cluster() -> [u32; 3] {
@@ -386,6 +394,7 @@ impl KernelInfo {
             grid: Vec::new(),
             threads: m.kernel.threads,
             block: [m.kernel.threads, 1, 1],
+            persistent: false,
             cluster: no_cluster(),
             shared_bytes: 0,
             shared_opt_in: false,
@@ -574,6 +583,7 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         grid,
         threads: m.kernel.threads,
         block: [m.launched_threads(), 1, 1],
+        persistent: m.tiles().is_some(),
         cluster: no_cluster(),
         shared_bytes,
         shared_opt_in: shared_bytes > DEFAULT_SHARED_LIMIT,
@@ -619,6 +629,7 @@ mod tests {
             grid,
             threads: 128,
             block: [128, 1, 1],
+            persistent: false,
             cluster: [1, 1, 1],
             shared_bytes: 0,
             shared_opt_in: false,

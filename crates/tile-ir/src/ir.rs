@@ -149,6 +149,9 @@ pub enum VarKind {
     /// Thread level: `blockIdx.{x,y,z}` as launched, when the block order differs from the
     /// user's (`rasterize`).
     LaunchIdx(u8),
+    /// Thread level: `gridDim.{x,y,z}`, the blocks launched (a persistent kernel's stride
+    /// over its tiles).
+    LaunchDim(u8),
     /// `threadIdx.x` (thread level, and the role split of a warp-specialized pipeline).
     ThreadIdx,
     /// Bound by a loop.
@@ -216,6 +219,10 @@ pub struct WarpRoles {
     pub producers: u32,
     pub producer_regs: u32,
     pub consumer_regs: u32,
+    /// Persistent: `min(tiles, SMs)` blocks are launched (`Module::tiles`, the product of
+    /// the grid, which keeps its meaning for `bx`, `by`, `bz`), each walking the tiles with a
+    /// stride of the blocks launched.
+    pub persistent: bool,
 }
 
 /// A TMA tensor map: `tensor` (a global parameter) seen in boxes of `box_dims` elements
@@ -267,6 +274,14 @@ impl Module {
             .map(|b| b.shared_align())
             .max()
             .unwrap_or(16)
+    }
+
+    /// A persistent kernel's tiles: the product of its grid (fixed), or None.
+    pub fn tiles(&self) -> Option<i64> {
+        if !self.kernel.roles.is_some_and(|r| r.persistent) {
+            return None;
+        }
+        self.kernel.grid.iter().try_fold(1i64, |acc, g| g.as_int().and_then(|v| acc.checked_mul(v)))
     }
 
     /// Threads launched per block: the user's `threads` plus the producer warps.

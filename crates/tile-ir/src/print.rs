@@ -108,8 +108,11 @@ impl Printer<'_> {
         };
         let roles = match m.kernel.roles {
             Some(r) => format!(
-                " producers={} producer_regs={} consumer_regs={}",
-                r.producers, r.producer_regs, r.consumer_regs
+                " producers={} producer_regs={} consumer_regs={}{}",
+                r.producers,
+                r.producer_regs,
+                r.consumer_regs,
+                if r.persistent { " persistent=1" } else { "" }
             ),
             None => String::new(),
         };
@@ -427,6 +430,9 @@ pub fn var_kind_text(kind: VarKind) -> std::borrow::Cow<'static, str> {
         VarKind::LaunchIdx(0) => "launch_idx.x",
         VarKind::LaunchIdx(1) => "launch_idx.y",
         VarKind::LaunchIdx(_) => "launch_idx.z",
+        VarKind::LaunchDim(0) => "launch_dim.x",
+        VarKind::LaunchDim(1) => "launch_dim.y",
+        VarKind::LaunchDim(_) => "launch_dim.z",
         VarKind::ThreadIdx => "thread_idx",
         VarKind::Loop => "loop",
         VarKind::Param => "param",

@@ -837,6 +837,9 @@ impl Parser {
                 "launch_idx.x" => VarKind::LaunchIdx(0),
                 "launch_idx.y" => VarKind::LaunchIdx(1),
                 "launch_idx.z" => VarKind::LaunchIdx(2),
+                "launch_dim.x" => VarKind::LaunchDim(0),
+                "launch_dim.y" => VarKind::LaunchDim(1),
+                "launch_dim.z" => VarKind::LaunchDim(2),
                 "thread_idx" => VarKind::ThreadIdx,
                 "loop" => VarKind::Loop,
                 "param" => VarKind::Param,
@@ -963,7 +966,9 @@ impl Parser {
             let producers = self.kv_parsed("producers")?;
             let producer_regs = self.kv_parsed("producer_regs")?;
             let consumer_regs = self.kv_parsed("consumer_regs")?;
-            self.m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs });
+            let persistent =
+                if self.is_word("persistent") { self.kv_parsed::<u32>("persistent")? == 1 } else { false };
+            self.m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs, persistent });
         }
         self.m.level = match self.kv("level")?.as_str() {
             "tile" => Level::Tile,

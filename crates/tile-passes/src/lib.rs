@@ -41,6 +41,9 @@ pub struct Options {
     /// Keep pipelines on `cp.async` issued by the compute threads even where TMA and warp
     /// specialization exist (`tilers.compile(..., tma=False)`, options JSON `"tma": false`).
     pub no_tma: bool,
+    /// Launch a warp-specialized kernel one tile per block instead of persistent
+    /// (`tilers.compile(..., persistent=False)`, options JSON `"persistent": false`).
+    pub no_persistent: bool,
 }
 
 /// State shared by the passes of one compilation.

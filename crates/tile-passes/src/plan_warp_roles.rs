@@ -17,13 +17,15 @@ use tile_ir::*;
 const REGISTER_FILE: u32 = 65536;
 
 pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
-    let mut tma = false;
-    walk_stmts(&m.kernel.body, &mut |s| {
-        tma |= matches!(s, Stmt::Copy(CopyOp { inst: Some(CopyInst::Tma), .. }));
+    let tma_loop = m.kernel.body.iter().find_map(|s| match s {
+        Stmt::For { start, extent, body, .. }
+            if body.iter().any(|b| matches!(b, Stmt::Copy(CopyOp { inst: Some(CopyInst::Tma), .. }))) =>
+        {
+            Some((start.clone(), extent.clone()))
+        }
+        _ => None,
     });
-    if !tma {
-        return Ok(m);
-    }
+    let Some((start, extent)) = tma_loop else { return Ok(m) };
     let producers = 128;
     let consumer_groups = m.kernel.threads / 128;
     let launched = m.kernel.threads + producers;
@@ -36,14 +38,43 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     } else {
         (0, 0)
     };
-    m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs });
+    // persistent: a fixed grid, no sizes (version_edges wraps the body, not each tile), and
+    // a k-loop whose trip count is the same for every tile (the ring's phase is computed)
+    let reads_block = |e: &Expr| {
+        let mut found = false;
+        e.walk(&mut |x| {
+            found |= matches!(x, Expr::Var { id, .. } if matches!(m.var(*id).kind, VarKind::BlockIdx(_)))
+        });
+        found
+    };
+    let tiles = m.kernel.grid.iter().try_fold(1i64, |acc, g| g.as_int().and_then(|v| acc.checked_mul(v)));
+    let why_not_persistent = if ctx.options.no_persistent {
+        Some("persistent=False")
+    } else if !m.sizes().is_empty() {
+        Some("the kernel has symbolic sizes")
+    } else if !tiles.is_some_and(|t| (1..i32::MAX as i64).contains(&t)) {
+        Some("its grid is not a fixed number of blocks")
+    } else if reads_block(&start) || reads_block(&extent) {
+        Some("the pipelined loop's trip count depends on the block")
+    } else {
+        None
+    };
+    let persistent = why_not_persistent.is_none();
+    m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs, persistent });
     let budget = if consumer_regs > 0 {
         format!("setmaxnreg: producer {producer_regs}, consumers {consumer_regs} registers per thread")
     } else {
         format!("no setmaxnreg ({share} registers per thread for every warp)")
     };
+    let schedule = match (why_not_persistent, tiles) {
+        (None, Some(t)) => format!(
+            "; persistent: min({t} tiles, SMs) blocks walk the tiles, the next tile's copies overlapping this one's epilogue"
+        ),
+        (Some(why), _) => format!("; one tile per block, not persistent: {why}"),
+        (None, None) => String::new(),
+    };
     ctx.report.push(format!(
-        "warp-specialized: threads 0..{} run the kernel (consumers), one producer warpgroup (threads {}..{}) issues the TMA copies; {budget}",
+        "warp-specialized: threads 0..{} run the kernel (consumers), one producer warpgroup (threads {}..{}) issues the TMA copies; {budget}{schedule}",
         m.kernel.threads, m.kernel.threads, launched
     ));
     Ok(m)

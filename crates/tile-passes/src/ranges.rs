@@ -66,9 +66,13 @@ impl Ranges {
     /// Block indices over the grid (where it is constant) and the thread index over the block.
     pub(crate) fn of_kernel(m: &Module) -> Ranges {
         let mut ranges = Ranges::default();
+        let tiles = m.tiles();
         for (i, v) in m.vars.iter().enumerate() {
             let id = VarId(i as u32);
             match v.kind {
+                // a persistent kernel launches at most one block per tile, along x
+                VarKind::LaunchIdx(0) if tiles.is_some() => ranges.set(id, 0, tiles.unwrap_or(1) - 1),
+                VarKind::LaunchDim(0) if tiles.is_some() => ranges.set(id, 1, tiles.unwrap_or(1)),
                 VarKind::BlockIdx(axis) | VarKind::LaunchIdx(axis) => {
                     match m.kernel.grid.get(axis as usize) {
                         Some(g) if g.as_int().is_some() => ranges.set(id, 0, g.as_int().unwrap_or(1) - 1),

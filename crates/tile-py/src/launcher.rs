@@ -150,6 +150,8 @@ pub struct Launcher {
     current_device: Option<PyObject>,
     /// (function, context) per device ordinal, once loaded there.
     functions: Vec<OnceLock<(usize, usize)>>,
+    /// Multiprocessors per device, read once: a persistent kernel launches one block per SM.
+    sms: Vec<OnceLock<u32>>,
     load: PyObject,
     fallback: PyObject,
     driver: Option<&'static Driver>,
@@ -428,6 +430,23 @@ impl Launcher {
     }
 
     /// The device of a call without tensor arguments: torch's current device.
+    /// The SMs of `device` (a dry run: 132, an H100/H200's).
+    fn multiprocessors(&self, device: i32) -> PyResult<u32> {
+        let Some(cell) = usize::try_from(device).ok().and_then(|d| self.sms.get(d)) else {
+            return Ok(132);
+        };
+        if let Some(&n) = cell.get() {
+            return Ok(n);
+        }
+        let n = if self.driver.is_some() {
+            // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+            crate::launch::device_attribute(device, 16)?.max(1) as u32
+        } else {
+            132
+        };
+        Ok(*cell.get_or_init(|| n))
+    }
+
     fn current_device(&self, py: Python<'_>) -> PyResult<i32> {
         match &self.current_device {
             Some(getter) => getter.bind(py).call0()?.extract(),
@@ -719,6 +738,7 @@ impl Launcher {
             current_stream,
             current_device,
             functions: (0..devices).map(|_| OnceLock::new()).collect(),
+            sms: (0..devices).map(|_| OnceLock::new()).collect(),
             load,
             fallback,
             driver: if dry_run { None } else { Some(driver()?) },
@@ -793,10 +813,15 @@ impl Launcher {
             _ if self.driver.is_none() => 0,
             device => device,
         };
-        let grid = self
+        let mut grid = self
             .info
             .launch_grid(&|i| self.scalar_value(i, slots[i]), sizes)
             .map_err(|e| self.grid_error(e, args))?;
+        if self.info.persistent {
+            // one block per SM (at most one per tile) walks the grid's tiles
+            let tiles = grid.iter().map(|&g| g as u64).product::<u64>();
+            grid = [tiles.min(self.multiprocessors(device)? as u64) as u32, 1, 1];
+        }
         if grid.contains(&0) {
             // no blocks (a size of 0): nothing to launch, the outputs are returned as made
             let outputs = self.allocate(py, device, slots, sizes)?;

@@ -53,6 +53,8 @@ pub struct CompileOptions {
     pub mma_sync_only: bool,
     /// `tile_passes::Options::no_tma` (`"tma": false`).
     pub no_tma: bool,
+    /// `tile_passes::Options::no_persistent` (`"persistent": false`).
+    pub no_persistent: bool,
 }
 
 impl CompileOptions {
@@ -80,6 +82,7 @@ impl CompileOptions {
                 "stmatrix_epilogue" => opts.stmatrix_epilogue = val.as_bool().unwrap_or(false),
                 "wgmma" => opts.mma_sync_only = !val.as_bool().unwrap_or(true),
                 "tma" => opts.no_tma = !val.as_bool().unwrap_or(true),
+                "persistent" => opts.no_persistent = !val.as_bool().unwrap_or(true),
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }
@@ -219,6 +222,7 @@ fn compile_inner(
         stmatrix_epilogue: opts.stmatrix_epilogue,
         mma_sync_only: opts.mma_sync_only,
         no_tma: opts.no_tma,
+        no_persistent: opts.no_persistent,
     };
     let mut ctx = Ctx::new(target.clone(), options);
     let sources = module.sources.clone();

@@ -69,7 +69,10 @@ pub(super) fn value_type(dt: DType) -> &'static str {
 pub(super) fn non_negative(m: &Module, known: &std::collections::BTreeSet<VarId>, e: &Expr) -> bool {
     tile_ir::simplify::non_negative(e, &|id| {
         known.contains(&id)
-            || matches!(m.var(id).kind, VarKind::BlockIdx(_) | VarKind::LaunchIdx(_) | VarKind::ThreadIdx)
+            || matches!(
+                m.var(id).kind,
+                VarKind::BlockIdx(_) | VarKind::LaunchIdx(_) | VarKind::LaunchDim(_) | VarKind::ThreadIdx
+            )
     })
 }
 
@@ -178,15 +181,12 @@ impl Emitter<'_> {
         );
         // block indices (but those a let binds: `rasterize`), thread index, shared memory,
         // per-thread arrays
-        let bound_by_let: std::collections::BTreeSet<VarId> = m
-            .kernel
-            .body
-            .iter()
-            .filter_map(|s| match s {
-                Stmt::Let { var, .. } => Some(*var),
-                _ => None,
-            })
-            .collect();
+        let mut bound_by_let = std::collections::BTreeSet::new();
+        walk_stmts(&m.kernel.body, &mut |s| {
+            if let Stmt::Let { var, .. } = s {
+                bound_by_let.insert(*var);
+            }
+        });
         for (i, v) in m.vars.iter().enumerate() {
             let id = VarId(i as u32);
             match v.kind {
@@ -194,6 +194,11 @@ impl Emitter<'_> {
                     let n = self.names.var(id);
                     let dim = ["x", "y", "z"][axis as usize];
                     self.line(&format!("const int {n} = blockIdx.{dim};"));
+                }
+                VarKind::LaunchDim(axis) => {
+                    let n = self.names.var(id);
+                    let dim = ["x", "y", "z"][axis as usize];
+                    self.line(&format!("const int {n} = gridDim.{dim};"));
                 }
                 VarKind::ThreadIdx => {
                     let n = self.names.var(id);

@@ -35,6 +35,80 @@ use std::collections::BTreeSet;
 use tile_ir::simplify::simplify;
 use tile_ir::*;
 
+/// How a persistent kernel numbers its tiles: the grid it walks and its raster.
+struct Persistent {
+    grid: [i64; 3],
+    raster: Option<Raster>,
+}
+
+/// The persistent plan of the kernel (`WarpRoles::persistent`), taking its raster (the
+/// tile loop numbers the tiles panel by panel itself, so `rasterize` has nothing to do).
+fn persistent_plan(m: &mut Module) -> Option<Persistent> {
+    m.tiles()?;
+    let mut grid = [1i64; 3];
+    for (axis, g) in m.kernel.grid.iter().enumerate().take(3) {
+        grid[axis] = g.as_int()?;
+    }
+    Some(Persistent { grid, raster: m.kernel.raster.take() })
+}
+
+/// `for t in 0..ceildiv(tiles - blockIdx.x, gridDim.x) { tile = blockIdx.x + t * gridDim.x;
+/// bx, by, bz of tile; body }`.
+fn tile_loop(m: &mut Module, plan: &Persistent, t: VarId, body: Vec<Stmt>, loc: Loc) -> Stmt {
+    let launch = launch_var(m, VarKind::LaunchIdx(0), "launch_x");
+    let launched = launch_var(m, VarKind::LaunchDim(0), "launched");
+    let [gx, gy, gz] = plan.grid;
+    let tiles = gx * gy * gz;
+    let bin = Expr::binary;
+    let (l, g) = (Expr::var(launch, DType::I32), Expr::var(launched, DType::I32));
+    let count = bin(
+        BinOp::Add,
+        bin(BinOp::FloorDiv, bin(BinOp::Sub, Expr::int(tiles - 1), l.clone()), g.clone()),
+        Expr::int(1),
+    );
+    let tile = m.add_var("tile_id", VarKind::Temp, DType::I32);
+    let mut lets = vec![Stmt::Let {
+        var: tile,
+        value: simplify(bin(BinOp::Add, l, bin(BinOp::Mul, Expr::var(t, DType::I32), g))),
+    }];
+    let tile_e = Expr::var(tile, DType::I32);
+    let block_var = |m: &Module, axis: u8| {
+        m.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32))
+    };
+    let plane = gx * gy;
+    let in_plane = if gz > 1 {
+        simplify(bin(BinOp::FloorMod, tile_e.clone(), Expr::int(plane)))
+    } else {
+        tile_e.clone()
+    };
+    let (x, y) = match plan.raster {
+        Some(r) => {
+            let (mut raster, x, y) = crate::rasterize::raster_lets(m, in_plane, gx, gy, r);
+            lets.append(&mut raster);
+            (x, y)
+        }
+        None => (
+            simplify(bin(BinOp::FloorMod, in_plane.clone(), Expr::int(gx))),
+            simplify(bin(BinOp::FloorDiv, in_plane, Expr::int(gx))),
+        ),
+    };
+    let z = simplify(bin(BinOp::FloorDiv, tile_e, Expr::int(plane)));
+    for (axis, value) in [(0u8, x), (1, y), (2, z)] {
+        if let Some(v) = block_var(m, axis) {
+            lets.push(Stmt::Let { var: v, value });
+        }
+    }
+    lets.extend(body);
+    Stmt::For { var: t, start: Expr::int(0), extent: simplify(count), kind: ForKind::Serial, body: lets, loc }
+}
+
+fn launch_var(m: &mut Module, kind: VarKind, name: &str) -> VarId {
+    match m.vars.iter().position(|v| v.kind == kind) {
+        Some(i) => VarId(i as u32),
+        None => m.add_var(name, kind, DType::I32),
+    }
+}
+
 /// Shared int64 barrier words, one per stage.
 fn barriers(m: &mut Module, name: &str, stages: u32, loc: Loc) -> BufferId {
     m.add_buffer(Buffer {
@@ -122,9 +196,21 @@ pub(super) fn warp_specialize(
     };
     let total: i64 = plans.iter().map(|p| p.bytes).sum();
 
+    // a persistent kernel walks tiles; the ring's position is the k-tiles of the tiles this
+    // block walked before (`t * n`) plus this tile's
+    let persistent = persistent_plan(m);
+    let n = simplify(Expr::cast(extent.clone(), DType::I32));
+    let tile_base = |t: Option<VarId>| match t {
+        Some(t) => simplify(Expr::binary(BinOp::Mul, Expr::var(t, DType::I32), n.clone())),
+        None => Expr::int(0),
+    };
+    let global = |base: &Expr, i: Expr| simplify(Expr::binary(BinOp::Add, base.clone(), i));
+
     // the producer: one thread walks the ring
+    let ptile = persistent.as_ref().map(|_| m.add_var("tile_p", VarKind::Loop, DType::I32));
+    let pbase = tile_base(ptile);
     let pvar = m.add_var(&format!("{}_p", m.var(var).name), VarKind::Loop, m.var(var).dtype);
-    let pi = count_of(pvar);
+    let pi = global(&pbase, count_of(pvar));
     let pstage = stage_of(&pi);
     let mut pbody = vec![
         Stmt::inst(inst::MbarrierWait { bar: empty, idx: pstage.clone(), parity: parity_of(&pi, 1) }),
@@ -149,41 +235,61 @@ pub(super) fn warp_specialize(
         body: pbody,
         loc,
     };
+    let producer_work = match (&persistent, ptile) {
+        (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, vec![producer_loop], loc)],
+        _ => vec![producer_loop],
+    };
     let one_thread = Expr::binary(BinOp::Eq, tid_e.clone(), Expr::int(threads as i64));
     let mut producer = Vec::new();
     if roles.producer_regs > 0 {
         producer.push(Stmt::inst(inst::SetMaxNReg { inc: false, regs: roles.producer_regs }));
     }
-    producer.push(Stmt::If { cond: one_thread, then: vec![producer_loop], otherwise: vec![], loc });
+    producer.push(Stmt::If { cond: one_thread, then: producer_work, otherwise: vec![], loc });
 
     // the consumers: wait for the stage, compute, release it
-    let ci = count_of(var);
+    let ctile = persistent.as_ref().map(|_| m.add_var("tile", VarKind::Loop, DType::I32));
+    let cbase = tile_base(ctile);
+    let local_i = count_of(var);
+    let ci = global(&cbase, local_i.clone());
     let cstage = stage_of(&ci);
     let mut cbody =
         vec![Stmt::inst(inst::MbarrierWait { bar: full, idx: cstage.clone(), parity: parity_of(&ci, 0) })];
     cbody.extend(consumers.into_iter().map(|c| select_stage(c, &tiles, &cstage)));
+    let release =
+        |i: Expr| Stmt::inst(inst::MbarrierArrive { bar: empty, idx: stage_of(&i), expect_tx: None });
     if drain.is_some() {
         // the wgmmas of iteration i - 1 retired at this iteration's wait: release their stage
-        let previous = stage_of(&simplify(Expr::binary(BinOp::Sub, ci.clone(), Expr::int(1))));
         cbody.push(Stmt::If {
-            cond: simplify(Expr::binary(BinOp::Gt, ci.clone(), Expr::int(0))),
-            then: vec![Stmt::inst(inst::MbarrierArrive { bar: empty, idx: previous, expect_tx: None })],
+            cond: simplify(Expr::binary(BinOp::Gt, local_i.clone(), Expr::int(0))),
+            then: vec![release(simplify(Expr::binary(BinOp::Sub, ci.clone(), Expr::int(1))))],
             otherwise: vec![],
             loc,
         });
     } else {
-        cbody.push(Stmt::inst(inst::MbarrierArrive { bar: empty, idx: cstage, expect_tx: None }));
+        cbody.push(release(cstage.clone()));
     }
+    let mut work = pre;
+    work.push(Stmt::For { var, start, extent, kind: ForKind::Serial, body: cbody, loc });
+    if let Some(acc) = drain {
+        work.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
+        // the last k-tile's stage, retired by that wait (the next tile's producer needs it)
+        let last = simplify(Expr::binary(BinOp::Sub, global(&cbase, n.clone()), Expr::int(1)));
+        work.push(Stmt::If {
+            cond: simplify(Expr::binary(BinOp::Gt, n.clone(), Expr::int(0))),
+            then: vec![release(last)],
+            otherwise: vec![],
+            loc,
+        });
+    }
+    work.extend(post);
     let mut consumer = Vec::new();
     if roles.consumer_regs > 0 {
         consumer.push(Stmt::inst(inst::SetMaxNReg { inc: true, regs: roles.consumer_regs }));
     }
-    consumer.extend(pre);
-    consumer.push(Stmt::For { var, start, extent, kind: ForKind::Serial, body: cbody, loc });
-    if let Some(acc) = drain {
-        consumer.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
+    match (&persistent, ctile) {
+        (Some(plan), Some(t)) => consumer.push(tile_loop(m, plan, t, work, loc)),
+        _ => consumer.extend(work),
     }
-    consumer.extend(post);
 
     let names: Vec<String> = tiles.iter().map(|t| m.buffer(*t).name.clone()).collect();
     let boxes: Vec<String> = producers

@@ -90,7 +90,11 @@ impl Lowerer {
                 || self.non_negative_vars.contains(&id)
                 || matches!(
                     self.m.var(id).kind,
-                    VarKind::BlockIdx(_) | VarKind::LaunchIdx(_) | VarKind::ThreadIdx | VarKind::Size { .. }
+                    VarKind::BlockIdx(_)
+                        | VarKind::LaunchIdx(_)
+                        | VarKind::LaunchDim(_)
+                        | VarKind::ThreadIdx
+                        | VarKind::Size { .. }
                 )
         })
     }

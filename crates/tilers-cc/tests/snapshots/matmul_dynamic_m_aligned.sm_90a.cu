@@ -115,6 +115,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
       #pragma unroll
       for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+      {
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(24616)) : "memory");
+      }
       // kernels.py:279: T.copy
       asm volatile("bar.sync 1, 128;" ::: "memory");
       const int t0 = ((tid / 4) % 8);
@@ -147,11 +150,11 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
       }
     } else {
       if ((tid == 128)) {
-        for (int ko_1 = 0; ko_1 < 8; ++ko_1) {
-          tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24608)), (unsigned int)((((ko_1 / 3) + 1) % 2)));
-          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))), "r"(8192) : "memory");
-          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_1 % 3) * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((((long long)ko_1) * 32ll))), "r"((int)((((long long)by) * 64ll))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))) : "memory");
-          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 4096) + 12288))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_1 * 32))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 24576))) : "memory");
+        for (int ko_p = 0; ko_p < 8; ++ko_p) {
+          tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24608)), (unsigned int)((((ko_p / 3) + 1) % 2)));
+          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))), "r"(8192) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_p % 3) * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((((long long)ko_p) * 32ll))), "r"((int)((((long long)by) * 64ll))), "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 4096) + 12288))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_p * 32))), "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))) : "memory");
         }
       }
     }

@@ -57,7 +57,7 @@ static __device__ __forceinline__ void tl_mbarrier_wait(unsigned int bar, unsign
 extern "C" __global__ void __launch_bounds__(256, 1) matmul_rasterized_kernel(const tl_bf16* __restrict__ A, const tl_bf16* __restrict__ B, float* __restrict__ C, const __grid_constant__ tl_tensor_map tl_tmap0, const __grid_constant__ tl_tensor_map tl_tmap1) {
   const int tid = threadIdx.x;
   const int launch_x = blockIdx.x;
-  const int launch_y = blockIdx.y;
+  const int launched = gridDim.x;
   extern __shared__ __align__(1024) unsigned char tl_smem_raw[];
   unsigned char* tl_smem = tl_smem_raw + ((1024u - ((unsigned int)__cvta_generic_to_shared(tl_smem_raw) & 1023u)) & 1023u);
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
@@ -70,14 +70,6 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_rasterized_kernel(co
   __align__(16) float C_s_out[2];
   __align__(16) float C_s_v[4];
   __align__(16) float C_out[4];
-  // T.use_swizzle(2, order="col"): blocks run panel by panel for L2 reuse
-  const int raster_block = (launch_x + (launch_y * 4));
-  const int raster_per_panel = 12;
-  const int raster_panel = (raster_block / raster_per_panel);
-  const int raster_in_panel = (raster_block % raster_per_panel);
-  const int raster_lines = tl_max(tl_min(2, ((raster_panel * (-2)) + 4)), 1);
-  const int bx = ((raster_in_panel % raster_lines) + (raster_panel * 2));
-  const int by = (raster_in_panel / raster_lines);
   #pragma unroll
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
@@ -91,73 +83,96 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_rasterized_kernel(co
   }
   __syncthreads();
   if ((tid < 128)) {
-    // kernels.py:301: T.fill
-    #pragma unroll
-    for (int s_1 = 0; s_1 < 32; ++s_1) {
-      acc[s_1] = 0.0f;
-    }
-    for (int ko = 0; ko < 2; ++ko) {
-      tl_mbarrier_wait(tl_smem_u32 + (unsigned int)(((ko * 8) + 32768)), (unsigned int)(0));
-      // kernels.py:305: T.gemm
-      const int group_m = 0;
-      const int group_n = 0;
+    for (int tile = 0; tile < (tl_floordiv(((launch_x * (-1)) + 23), launched) + 1); ++tile) {
+      const int tile_id_1 = ((tile * launched) + launch_x);
+      // T.use_swizzle(2, order="col"): blocks run panel by panel for L2 reuse
+      const int raster_block_1 = tile_id_1;
+      const int raster_per_panel_1 = 12;
+      const int raster_panel_1 = (raster_block_1 / raster_per_panel_1);
+      const int raster_in_panel_1 = (raster_block_1 % raster_per_panel_1);
+      const int raster_lines_1 = tl_max(tl_min(2, ((raster_panel_1 * (-2)) + 4)), 1);
+      const int bx = ((raster_in_panel_1 % raster_lines_1) + (raster_panel_1 * 2));
+      const int by = (raster_in_panel_1 / raster_lines_1);
+      // kernels.py:301: T.fill
       #pragma unroll
-      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + (ko * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (ko * 4096)) + 8192)), 4096u, 1024u, 1u); float* c = &acc[0];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + (ko * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (ko * 4096)) + 10240)), 4096u, 1024u, 1u); float* c = &acc[0];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      #pragma unroll
-      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(((ko * 8) + 32784))) : "memory");
-    }
-    // kernels.py:306: T.copy
-    const int t0 = ((tid / 4) % 8);
-    const int t0_1 = (tid / 32);
-    const int t1 = (tid % 4);
-    #pragma unroll
-    for (int o0 = 0; o0 < 2; ++o0) {
-      #pragma unroll
-      for (int o1 = 0; o1 < 8; ++o1) {
-        #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          C_s_out[e] = acc[(((o0 * 2) + (o1 * 4)) + e)];
-        }
-        *(uint2*)(&C_s[((((t0 * 64) + (o0 * 512)) + (t0_1 * 1024)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 2)))]) = *(const uint2*)(&C_s_out[0]);
+      for (int s_1 = 0; s_1 < 32; ++s_1) {
+        acc[s_1] = 0.0f;
       }
-    }
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    // kernels.py:307: T.copy
-    const int t0_2 = (tid / 16);
-    const int t1_1 = (tid % 16);
-    #pragma unroll
-    for (int o0_1 = 0; o0_1 < 8; ++o0_1) {
-      if ((((((by * 64) + t0_2) + (o0_1 * 8)) < 330) && ((((bx * 64) + (t1_1 * 4)) + 4) <= 200))) {
-        *(uint4*)(&C_s_v[0]) = *(const uint4*)(&C_s[(((t0_2 * 64) + (o0_1 * 512)) + ((t1_1 * 4) ^ ((t0_2 & 7) << 2)))]);
+      for (int ko = 0; ko < 2; ++ko) {
+        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((((tile * 2) + ko) % 2) * 8) + 32768)), (unsigned int)(((((tile * 2) + ko) / 2) % 2)));
+        // kernels.py:305: T.gemm
+        const int group_m = 0;
+        const int group_n = 0;
         #pragma unroll
-        for (int e_1 = 0; e_1 < 4; ++e_1) {
-          C_out[e_1] = C_s_v[e_1];
+        for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((((tile * 2) + ko) % 2) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((((tile * 2) + ko) % 2) * 4096)) + 8192)), 4096u, 1024u, 1u); float* c = &acc[0];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((((tile * 2) + ko) % 2) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((((tile * 2) + ko) % 2) * 4096)) + 10240)), 4096u, 1024u, 1u); float* c = &acc[0];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+        #pragma unroll
+        for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)((((((tile * 2) + ko) % 2) * 8) + 32784))) : "memory");
+      }
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      // kernels.py:306: T.copy
+      const int t0 = ((tid / 4) % 8);
+      const int t0_1 = (tid / 32);
+      const int t1 = (tid % 4);
+      #pragma unroll
+      for (int o0 = 0; o0 < 2; ++o0) {
+        #pragma unroll
+        for (int o1 = 0; o1 < 8; ++o1) {
+          #pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            C_s_out[e] = acc[(((o0 * 2) + (o1 * 4)) + e)];
+          }
+          *(uint2*)(&C_s[((((t0 * 64) + (o0 * 512)) + (t0_1 * 1024)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 2)))]) = *(const uint2*)(&C_s_out[0]);
         }
-        *(uint4*)(&C[((((by * 64) + t0_2) + (o0_1 * 8))) * 200 + ((bx * 64) + (t1_1 * 4))]) = *(const uint4*)(&C_out[0]);
-      } else {
-        #pragma unroll
-        for (int e_1 = 0; e_1 < 4; ++e_1) {
-          if ((((((by * 64) + t0_2) + (o0_1 * 8)) < 330) && ((((bx * 64) + (t1_1 * 4)) + e_1) < 200))) {
-            C[((((by * 64) + t0_2) + (o0_1 * 8))) * 200 + (((bx * 64) + (t1_1 * 4)) + e_1)] = C_s[(((t0_2 * 64) + (o0_1 * 512)) + (((t1_1 * 4) + e_1) ^ ((t0_2 & 7) << 2)))];
+      }
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      // kernels.py:307: T.copy
+      const int t0_2 = (tid / 16);
+      const int t1_1 = (tid % 16);
+      #pragma unroll
+      for (int o0_1 = 0; o0_1 < 8; ++o0_1) {
+        if ((((((by * 64) + t0_2) + (o0_1 * 8)) < 330) && ((((bx * 64) + (t1_1 * 4)) + 4) <= 200))) {
+          *(uint4*)(&C_s_v[0]) = *(const uint4*)(&C_s[(((t0_2 * 64) + (o0_1 * 512)) + ((t1_1 * 4) ^ ((t0_2 & 7) << 2)))]);
+          #pragma unroll
+          for (int e_1 = 0; e_1 < 4; ++e_1) {
+            C_out[e_1] = C_s_v[e_1];
+          }
+          *(uint4*)(&C[((((by * 64) + t0_2) + (o0_1 * 8))) * 200 + ((bx * 64) + (t1_1 * 4))]) = *(const uint4*)(&C_out[0]);
+        } else {
+          #pragma unroll
+          for (int e_1 = 0; e_1 < 4; ++e_1) {
+            if ((((((by * 64) + t0_2) + (o0_1 * 8)) < 330) && ((((bx * 64) + (t1_1 * 4)) + e_1) < 200))) {
+              C[((((by * 64) + t0_2) + (o0_1 * 8))) * 200 + (((bx * 64) + (t1_1 * 4)) + e_1)] = C_s[(((t0_2 * 64) + (o0_1 * 512)) + (((t1_1 * 4) + e_1) ^ ((t0_2 & 7) << 2)))];
+            }
           }
         }
       }
     }
   } else {
     if ((tid == 128)) {
-      for (int ko_1 = 0; ko_1 < 2; ++ko_1) {
-        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)(((ko_1 * 8) + 32784)), (unsigned int)(1));
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(((ko_1 * 8) + 32768))), "r"(8192) : "memory");
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((ko_1 * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((ko_1 * 32))), "r"((int)((by * 64))), "r"(tl_smem_u32 + (unsigned int)(((ko_1 * 8) + 32768))) : "memory");
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_1 * 4096) + 8192))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_1 * 32))), "r"(tl_smem_u32 + (unsigned int)(((ko_1 * 8) + 32768))) : "memory");
+      for (int tile_p = 0; tile_p < (tl_floordiv(((launch_x * (-1)) + 23), launched) + 1); ++tile_p) {
+        const int tile_id = ((tile_p * launched) + launch_x);
+        // T.use_swizzle(2, order="col"): blocks run panel by panel for L2 reuse
+        const int raster_block = tile_id;
+        const int raster_per_panel = 12;
+        const int raster_panel = (raster_block / raster_per_panel);
+        const int raster_in_panel = (raster_block % raster_per_panel);
+        const int raster_lines = tl_max(tl_min(2, ((raster_panel * (-2)) + 4)), 1);
+        const int bx = ((raster_in_panel % raster_lines) + (raster_panel * 2));
+        const int by = (raster_in_panel / raster_lines);
+        for (int ko_p = 0; ko_p < 2; ++ko_p) {
+          tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((((tile_p * 2) + ko_p) % 2) * 8) + 32784)), (unsigned int)((((((tile_p * 2) + ko_p) / 2) + 1) % 2)));
+          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 2) + ko_p) % 2) * 8) + 32768))), "r"(8192) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((((tile_p * 2) + ko_p) % 2) * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((ko_p * 32))), "r"((int)((by * 64))), "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 2) + ko_p) % 2) * 8) + 32768))) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 2) + ko_p) % 2) * 4096) + 8192))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_p * 32))), "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 2) + ko_p) % 2) * 8) + 32768))) : "memory");
+        }
       }
     }
   }

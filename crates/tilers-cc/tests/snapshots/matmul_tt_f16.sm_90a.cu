@@ -55,9 +55,9 @@ static __device__ __forceinline__ void tl_mbarrier_wait(unsigned int bar, unsign
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C, const __grid_constant__ tl_tensor_map tl_tmap0, const __grid_constant__ tl_tensor_map tl_tmap1) {
-  const int bx = blockIdx.x;
-  const int by = blockIdx.y;
   const int tid = threadIdx.x;
+  const int launch_x = blockIdx.x;
+  const int launched = gridDim.x;
   extern __shared__ __align__(1024) unsigned char tl_smem_raw[];
   unsigned char* tl_smem = tl_smem_raw + ((1024u - ((unsigned int)__cvta_generic_to_shared(tl_smem_raw) & 1023u)) & 1023u);
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
@@ -65,7 +65,7 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
   tl_half* B_shared = (tl_half*)(tl_smem + 24576);  // [3, 128, 32]
   long long* full_bar = (long long*)(tl_smem + 49152);  // [3]
   long long* empty_bar = (long long*)(tl_smem + 49184);  // [3]
-  tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [128, 128]
+  tl_half* acc_stage = (tl_half*)(tl_smem + 49280);  // [128, 128]
   __align__(16) float acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32) . 2 registers, dim1 = 2 registers . 4 threads (stride 1) . 16 registers; 128 registers per thread
   __align__(16) tl_half acc_stage_out[2];
   __align__(16) tl_half acc_stage_v[8];
@@ -85,79 +85,92 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
   }
   __syncthreads();
   if ((tid < 128)) {
-    // kernels.py:266: T.fill
-    #pragma unroll
-    for (int s_1 = 0; s_1 < 128; ++s_1) {
-      acc[s_1] = 0.0f;
-    }
-    for (int ko = 0; ko < 8; ++ko) {
-      tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko % 3) * 8) + 49152)), (unsigned int)(((ko / 3) % 2)));
-      // kernels.py:276: T.gemm
-      const int group_m = 0;
-      const int group_n = 0;
+    for (int tile = 0; tile < (tl_floordiv(((launch_x * (-1)) + 3), launched) + 1); ++tile) {
+      const int tile_id_1 = ((tile * launched) + launch_x);
+      const int bx = (tile_id_1 % 2);
+      const int by = (tile_id_1 / 2);
+      // kernels.py:266: T.fill
       #pragma unroll
-      for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((((group_m * 128) % 64) ^ 0) * 2) + (((group_m * 128) / 64) * 4096)) + ((ko % 3) * 8192))), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((0 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[0];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_m * 128) + 64) % 64) ^ 0) * 2) + ((((group_m * 128) + 64) / 64) * 4096)) + ((ko % 3) * 8192))), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((0 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[64];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_m * 128) % 64) ^ 0) * 2) + (((group_m * 128) / 64) * 4096)) + ((ko % 3) * 8192)) + 2048)), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((16 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[0];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((((((group_m * 128) + 64) % 64) ^ 0) * 2) + ((((group_m * 128) + 64) / 64) * 4096)) + ((ko % 3) * 8192)) + 2048)), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((16 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[64];
-        asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      #pragma unroll
-      for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-      if ((ko > 0)) {
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(((tl_floormod((ko + (-1)), 3) * 8) + 49184))) : "memory");
+      for (int s_1 = 0; s_1 < 128; ++s_1) {
+        acc[s_1] = 0.0f;
       }
-    }
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    #pragma unroll
-    for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-    // kernels.py:279: T.copy
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    const int t0 = ((tid / 4) % 8);
-    const int t0_1 = (tid / 32);
-    const int t1 = (tid % 4);
-    #pragma unroll
-    for (int o0 = 0; o0 < 2; ++o0) {
-      #pragma unroll
-      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+      for (int ko = 0; ko < 8; ++ko) {
+        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)(((((ko + (tile * 8)) % 3) * 8) + 49152)), (unsigned int)((((ko + (tile * 8)) / 3) % 2)));
+        // kernels.py:276: T.gemm
+        const int group_m = 0;
+        const int group_n = 0;
         #pragma unroll
-        for (int o1 = 0; o1 < 16; ++o1) {
-          #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            acc_stage_out[e] = tl_to_half((float)(acc[((((o0 * 2) + (o0_1 * 64)) + (o1 * 4)) + e)]));
-          }
-          *(unsigned int*)(&acc_stage[(((((t0 * 128) + (o0 * 1024)) + (t0_1 * 2048)) + (o0_1 * 8192)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((((group_m * 128) % 64) ^ 0) * 2) + (((group_m * 128) / 64) * 4096)) + (((ko + (tile * 8)) % 3) * 8192))), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((0 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + (((ko + (tile * 8)) % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[0];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_m * 128) + 64) % 64) ^ 0) * 2) + ((((group_m * 128) + 64) / 64) * 4096)) + (((ko + (tile * 8)) % 3) * 8192))), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((0 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + (((ko + (tile * 8)) % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[64];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_m * 128) % 64) ^ 0) * 2) + (((group_m * 128) / 64) * 4096)) + (((ko + (tile * 8)) % 3) * 8192)) + 2048)), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((16 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + (((ko + (tile * 8)) % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[0];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((((((group_m * 128) + 64) % 64) ^ 0) * 2) + ((((group_m * 128) + 64) / 64) * 4096)) + (((ko + (tile * 8)) % 3) * 8192)) + 2048)), 4096u, 1024u, 1u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((16 ^ ((((group_n * 128) >> 1) & 3) << 3)) * 2) + (((ko + (tile * 8)) % 3) * 8192)) + (group_n * 8192)) + 24576)), 16u, 512u, 2u); float* c = &acc[64];
+          asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 1, 0; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]), "+f"(c[32]), "+f"(c[33]), "+f"(c[34]), "+f"(c[35]), "+f"(c[36]), "+f"(c[37]), "+f"(c[38]), "+f"(c[39]), "+f"(c[40]), "+f"(c[41]), "+f"(c[42]), "+f"(c[43]), "+f"(c[44]), "+f"(c[45]), "+f"(c[46]), "+f"(c[47]), "+f"(c[48]), "+f"(c[49]), "+f"(c[50]), "+f"(c[51]), "+f"(c[52]), "+f"(c[53]), "+f"(c[54]), "+f"(c[55]), "+f"(c[56]), "+f"(c[57]), "+f"(c[58]), "+f"(c[59]), "+f"(c[60]), "+f"(c[61]), "+f"(c[62]), "+f"(c[63]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+        #pragma unroll
+        for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+        if ((ko > 0)) {
+          asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(((tl_floormod(((ko + (tile * 8)) + (-1)), 3) * 8) + 49184))) : "memory");
         }
       }
-    }
-    asm volatile("bar.sync 1, 128;" ::: "memory");
-    const int t0_2 = (tid / 16);
-    const int t1_1 = (tid % 16);
-    #pragma unroll
-    for (int o0_2 = 0; o0_2 < 16; ++o0_2) {
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      #pragma unroll
+      for (int tl_r = 0; tl_r < 128; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
       {
-        *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_2 * 128) + (o0_2 * 1024)) + ((t1_1 * 8) ^ ((t0_2 & 7) << 3)))]);
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)((((((tile * 8) + 7) % 3) * 8) + 49184))) : "memory");
+      }
+      // kernels.py:279: T.copy
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      const int t0 = ((tid / 4) % 8);
+      const int t0_1 = (tid / 32);
+      const int t1 = (tid % 4);
+      #pragma unroll
+      for (int o0 = 0; o0 < 2; ++o0) {
         #pragma unroll
-        for (int e_1 = 0; e_1 < 8; ++e_1) {
-          C_out[e_1] = acc_stage_v[e_1];
+        for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+          #pragma unroll
+          for (int o1 = 0; o1 < 16; ++o1) {
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              acc_stage_out[e] = tl_to_half((float)(acc[((((o0 * 2) + (o0_1 * 64)) + (o1 * 4)) + e)]));
+            }
+            *(unsigned int*)(&acc_stage[(((((t0 * 128) + (o0 * 1024)) + (t0_1 * 2048)) + (o0_1 * 8192)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+          }
         }
-        *(uint4*)(&C[((((by * 128) + t0_2) + (o0_2 * 8))) * 256 + ((bx * 128) + (t1_1 * 8))]) = *(const uint4*)(&C_out[0]);
+      }
+      asm volatile("bar.sync 1, 128;" ::: "memory");
+      const int t0_2 = (tid / 16);
+      const int t1_1 = (tid % 16);
+      #pragma unroll
+      for (int o0_2 = 0; o0_2 < 16; ++o0_2) {
+        {
+          *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_2 * 128) + (o0_2 * 1024)) + ((t1_1 * 8) ^ ((t0_2 & 7) << 3)))]);
+          #pragma unroll
+          for (int e_1 = 0; e_1 < 8; ++e_1) {
+            C_out[e_1] = acc_stage_v[e_1];
+          }
+          *(uint4*)(&C[((((by * 128) + t0_2) + (o0_2 * 8))) * 256 + ((bx * 128) + (t1_1 * 8))]) = *(const uint4*)(&C_out[0]);
+        }
       }
     }
   } else {
     if ((tid == 128)) {
-      for (int ko_1 = 0; ko_1 < 8; ++ko_1) {
-        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 49184)), (unsigned int)((((ko_1 / 3) + 1) % 2)));
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 49152))), "r"(16384) : "memory");
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_1 % 3) * 8192))), "l"((unsigned long long)&tl_tmap0), "r"((int)((by * 128))), "r"((int)((ko_1 * 32))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 49152))) : "memory");
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8192) + 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)(((by * 128) + 64))), "r"((int)((ko_1 * 32))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 49152))) : "memory");
-        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8192) + 24576))), "l"((unsigned long long)&tl_tmap1), "r"((int)((ko_1 * 32))), "r"((int)((bx * 128))), "r"(tl_smem_u32 + (unsigned int)((((ko_1 % 3) * 8) + 49152))) : "memory");
+      for (int tile_p = 0; tile_p < (tl_floordiv(((launch_x * (-1)) + 3), launched) + 1); ++tile_p) {
+        const int tile_id = ((tile_p * launched) + launch_x);
+        const int bx = (tile_id % 2);
+        const int by = (tile_id / 2);
+        for (int ko_p = 0; ko_p < 8; ++ko_p) {
+          tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((((tile_p * 8) + ko_p) % 3) * 8) + 49184)), (unsigned int)((((((tile_p * 8) + ko_p) / 3) + 1) % 2)));
+          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 8) + ko_p) % 3) * 8) + 49152))), "r"(16384) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((((tile_p * 8) + ko_p) % 3) * 8192))), "l"((unsigned long long)&tl_tmap0), "r"((int)((by * 128))), "r"((int)((ko_p * 32))), "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 8) + ko_p) % 3) * 8) + 49152))) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 8) + ko_p) % 3) * 8192) + 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)(((by * 128) + 64))), "r"((int)((ko_p * 32))), "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 8) + ko_p) % 3) * 8) + 49152))) : "memory");
+          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 8) + ko_p) % 3) * 8192) + 24576))), "l"((unsigned long long)&tl_tmap1), "r"((int)((ko_p * 32))), "r"((int)((bx * 128))), "r"(tl_smem_u32 + (unsigned int)((((((tile_p * 8) + ko_p) % 3) * 8) + 49152))) : "memory");
+        }
       }
     }
   }
