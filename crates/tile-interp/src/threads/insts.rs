@@ -1,6 +1,8 @@
 //! The thread-level instructions (tile_ir::inst), one model each: vector copies, `cp.async`
 //! groups landing at their waits, barriers (a deadlock when not all threads arrive), the
-//! matrix instructions (`matrix.rs`, `stmatrix.rs`, `wgmma.rs`), `printf` and `trap`.
+//! matrix instructions (`matrix.rs`, `stmatrix.rs`, `wgmma.rs`), mbarriers and TMA loads
+//! (`mbarrier.rs`, `tma.rs`; waits, named barriers and `setmaxnreg` are run by the
+//! scheduler, `schedule.rs`), `printf` and `trap`.
 
 use super::*;
 
@@ -9,17 +11,14 @@ impl Machine<'_> {
     pub(super) fn inst(&mut self, i: &Inst, active: &[u32]) -> Result<(), Diagnostic> {
         let m = self.m;
         match i {
-            // the scheduler (schedule.rs) gathers the threads at barriers
-            Inst::Sync(_) => unreachable!("run by the scheduler"),
-            Inst::FenceMbarrierInit(_)
-            | Inst::MbarrierInit(_)
-            | Inst::MbarrierArrive(_)
-            | Inst::MbarrierWait(_)
-            | Inst::TmaLoad(_)
-            | Inst::SetMaxNReg(_)
-            | Inst::NamedBarrier(_) => {
-                return Err(self.err("mbarriers, TMA and warp roles are not modelled yet"));
+            // the scheduler (schedule.rs) gathers the threads at barriers and runs the waits
+            Inst::Sync(_) | Inst::NamedBarrier(_) | Inst::MbarrierWait(_) | Inst::SetMaxNReg(_) => {
+                unreachable!("run by the scheduler")
             }
+            Inst::MbarrierInit(b) => self.mbarrier_init(active, b)?,
+            Inst::FenceMbarrierInit(_) => self.fence_mbarrier_init(active),
+            Inst::MbarrierArrive(b) => self.mbarrier_arrive(active, b)?,
+            Inst::TmaLoad(t) => self.tma_load(active, t)?,
             Inst::VecCopy(inst::VecCopy { dst, dst_idx, src, src_idx, width }) => {
                 let (db, sb) = (m.buffer(*dst), m.buffer(*src));
                 let bytes = *width as usize * sb.dtype.bytes() as usize;

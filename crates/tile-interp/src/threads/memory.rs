@@ -4,6 +4,36 @@
 
 use super::*;
 
+/// Who accesses shared memory, for error messages.
+#[derive(Clone, Copy)]
+pub(super) enum Who {
+    Thread(u32),
+    /// A TMA copy issued by this thread.
+    Tma(u32),
+    /// An `mbarrier_init` by this thread.
+    Init(u32),
+    /// A wgmma of this warpgroup.
+    Wgmma(u32),
+}
+
+impl std::fmt::Display for Who {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Who::Thread(t) => write!(f, "thread {t}"),
+            Who::Tma(t) => write!(f, "a TMA copy by thread {t}"),
+            Who::Init(t) => write!(f, "mbarrier_init by thread {t}"),
+            Who::Wgmma(g) => write!(f, "a wgmma of warpgroup {g}"),
+        }
+    }
+}
+
+impl RaceTracker {
+    /// Whether byte `a` was written by a TMA copy, awaits one, or is an mbarrier's.
+    pub(super) fn needs_visibility_check(&self, a: usize) -> bool {
+        self.tma_bar[a] != NOBODY || self.unwritten_tma_dst[a] || self.mbarrier[a] != NOBODY
+    }
+}
+
 impl Machine<'_> {
     pub(super) fn space(&self, buf: BufferId) -> Space {
         match self.m.buffer(buf).scope {
@@ -135,6 +165,9 @@ impl Machine<'_> {
                     "thread {t} reads shared byte {a} while a cp.async into it is in flight (missing async_wait)"
                 )));
             }
+            if self.races.needs_visibility_check(a) {
+                self.check_mbarrier_visibility(Who::Thread(t), "reads", std::slice::from_ref(&t), a)?;
+            }
             if self.races.write_epoch[a] == self.epoch && self.races.writer[a] != t {
                 return Err(self.race("read after write", t, self.races.writer[a], a));
             }
@@ -148,17 +181,83 @@ impl Machine<'_> {
         Ok(())
     }
 
-    pub(super) fn check_write(&self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
-        for a in at..at + len {
-            if self.races.in_flight[a] > 0 {
+    /// What any write to shared byte `a` must respect, whichever proxy makes it: no
+    /// `cp.async` in flight into it, no pending wgmma reading it, not a live mbarrier's word.
+    pub(super) fn check_overwrite(&self, who: Who, a: usize) -> Result<(), Diagnostic> {
+        if self.races.in_flight[a] > 0 {
+            return Err(
+                self.err(format!("{who} writes shared byte {a} while a cp.async into it is in flight"))
+            );
+        }
+        if self.races.wgmma_reads[a] > 0 {
+            return Err(self.err(format!(
+                "{who} writes shared byte {a} while a wgmma that reads it is pending (no wgmma_wait retired its group)"
+            )));
+        }
+        if self.races.mbarrier[a] != NOBODY {
+            return Err(self.err(format!(
+                "{who} writes shared byte {a}, part of the mbarrier {} (only mbarrier instructions may touch it)",
+                self.mbar.name(self.races.mbarrier[a] as usize)
+            )));
+        }
+        Ok(())
+    }
+
+    /// A byte a TMA copy wrote may only be accessed by threads that waited on the phase of
+    /// the mbarrier that copy completes on (`readers`: the thread, or a wgmma's warpgroup,
+    /// each of which must have); a byte of a TMA destination that nothing has written yet
+    /// may not be read (a wait that returned before its copy was issued).
+    pub(super) fn check_mbarrier_visibility(
+        &self,
+        who: Who,
+        how: &str,
+        readers: &[u32],
+        a: usize,
+    ) -> Result<(), Diagnostic> {
+        if self.races.mbarrier[a] != NOBODY {
+            return Err(self.err(format!(
+                "{who} {how} shared byte {a}, part of the mbarrier {} (only mbarrier instructions may touch it)",
+                self.mbar.name(self.races.mbarrier[a] as usize)
+            )));
+        }
+        if how == "reads" && self.races.unwritten_tma_dst[a] {
+            let b = self.buffer_at(a);
+            return Err(self.err(format!(
+                "{who} reads bytes of {b} (shared byte {a}) before any TMA copy wrote them (a wait that returned too early: its parity?)"
+            )));
+        }
+        let slot = self.races.tma_bar[a];
+        if slot != NOBODY {
+            let need = self.races.tma_phase[a];
+            if let Some(&t) = readers.iter().find(|&&t| self.mbar.observed(t, slot as usize) < need) {
+                let bar = self.mbar.name(slot as usize);
+                let buf = &self.m.buffers[self.races.tma_buf[a] as usize].name;
+                let seen = self.mbar.observed(t, slot as usize);
                 return Err(self.err(format!(
-                    "thread {t} writes shared byte {a} while a cp.async into it is in flight"
+                    "{who} {how} bytes of {buf} that a TMA copy on {bar} wrote, without waiting for that phase (shared byte {a}; the copy completes phase {} of {bar}, thread {t} has seen {seen} phase(s) complete)",
+                    need - 1
                 )));
             }
-            if self.races.wgmma_reads[a] > 0 {
-                return Err(self.err(format!(
-                    "thread {t} writes shared byte {a} while a wgmma that reads it is pending (no wgmma_wait retired its group)"
-                )));
+        }
+        Ok(())
+    }
+
+    /// The name of the shared buffer (a TMA destination first) that holds byte `a`.
+    fn buffer_at(&self, a: usize) -> String {
+        let holds = |b: &&tile_ir::Buffer| {
+            b.scope == Scope::Shared
+                && b.shared_offset.is_some_and(|o| (o as usize..o as usize + b.bytes() as usize).contains(&a))
+        };
+        let dst = self.tma_destinations.iter().map(|d| self.m.buffer(*d)).find(|b| holds(b));
+        dst.or_else(|| self.m.buffers.iter().find(holds))
+            .map_or_else(|| "shared memory".into(), |b| b.name.clone())
+    }
+
+    pub(super) fn check_write(&self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
+        for a in at..at + len {
+            self.check_overwrite(Who::Thread(t), a)?;
+            if self.races.tma_bar[a] != NOBODY {
+                self.check_mbarrier_visibility(Who::Thread(t), "overwrites", std::slice::from_ref(&t), a)?;
             }
             if self.races.write_epoch[a] == self.epoch && self.races.writer[a] != t {
                 return Err(self.race("write after write", t, self.races.writer[a], a));
@@ -177,6 +276,9 @@ impl Machine<'_> {
             self.races.write_epoch[a] = self.epoch;
             self.races.writer[a] = t;
             self.races.fence_mark[a] = fences;
+            // an ordinary write replaces what a TMA copy wrote
+            self.races.tma_bar[a] = NOBODY;
+            self.races.unwritten_tma_dst[a] = false;
         }
         Ok(())
     }

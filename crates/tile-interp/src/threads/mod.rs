@@ -1,15 +1,20 @@
 //! Thread-level execution: runs a lowered module (the output of `lower_tile_ops`) on the
 //! CPU with a model of a block's threads, so CI can check the lowering without a GPU.
 //!
-//! **Model.** Blocks run one after another (`bx` fastest). In a block, each warpgroup (128
-//! consecutive threads; the whole block when it is smaller) runs on its own until it
-//! reaches a barrier or a wait (`async_wait`, `wgmma_wait`), then the next takes its turn,
-//! round-robin, the first of each barrier interval rotating (`schedule.rs`): warpgroups
-//! interleave in a fixed order, and an ordering bug between them (on global memory, where
-//! no race is tracked) shows in the results. Inside a warpgroup the threads run *in
-//! lockstep, a statement at a time*: every active thread finishes a statement before any
-//! starts the next. Control flow in lowered code is uniform except `if`s on thread
-//! coordinates, which split the active threads (`then` first, then `else`). Each
+//! **Model.** Blocks run one after another (`bx` fastest), each with the kernel's
+//! launched threads (`Module::launched_threads`: the user's and a warp-specialized
+//! kernel's producer warps). In a block, each warpgroup (128 consecutive threads; the rest
+//! of the block when it is smaller) runs on its own until it reaches a barrier, a wait it
+//! cannot pass or a yield point (`async_wait`, `wgmma_wait`, a plain `mbarrier_arrive`), then the
+//! next takes its turn, round-robin, the first of each barrier interval rotating
+//! (`schedule.rs`): warpgroups interleave in a fixed order, and an ordering bug between
+//! them (on global memory, where no race is tracked) shows in the results. Inside a
+//! warpgroup the threads run *in lockstep, a statement at a time*: every active thread
+//! finishes a statement before any starts the next. Control flow in lowered code is
+//! uniform except `if`s on thread coordinates, which split the active threads (`then`
+//! first, then `else`) — or, when the `if` holds a barrier, an mbarrier wait or arrive, a
+//! TMA load or `setmaxnreg` and both sides have threads, make each side a unit scheduled on
+//! its own (roles that share a warpgroup must be able to wait for each other). Each
 //! expression is evaluated as a column, one value per active thread, with the scalar
 //! semantics of the tile-level interpreter (`num.rs`), which mirror the generated CUDA.
 //! `select`, `and` and `or` evaluate only the operands C would, so guarded loads are only
@@ -32,14 +37,33 @@
 //! D = A · B (+ D) is computed at issue with the PTX accumulator and A-fragment layouts, and
 //! lands in the registers at the `wgmma_wait` that retires its commit group.
 //!
-//! **Barriers and races.** A barrier completes when every thread of the block has reached
-//! one (not necessarily the same `sync`, as `bar.sync 0`: warpgroups in different branches
-//! meet at their own); when every warpgroup waits at a barrier or has finished before that,
-//! the run stops with a deadlock report. Between barriers, a shared-memory byte written by
-//! one thread and read or written by another is a race (reported), as is any access to
-//! bytes with a `cp.async` in flight. `cp.async` data lands in shared memory only when an
-//! `async_wait` (`cp.async.wait_group N`: all but the newest N committed groups of *this
-//! thread*) completes its group.
+//! **Barriers and races.** A `sync` completes when every launched thread of the block has
+//! reached one (not necessarily the same `sync`, as `bar.sync 0`: warpgroups in different
+//! branches meet at their own); threads that finished the kernel do not arrive, so a `sync`
+//! after the producers are done is a deadlock (the compiler never puts one after the role
+//! split). A named barrier `bar_sync id, n` completes when `n` threads (whole warps) have
+//! reached barrier `id` (two counts on one id are an error). When no unit can run and no
+//! barrier can complete, the run stops with a deadlock report naming what each waiting unit
+//! waits for. Between barriers, a shared-memory byte written by one thread and read or
+//! written by another is a race (reported), as is any access to bytes with a `cp.async` in
+//! flight; a completed named barrier starts a new barrier interval like a `sync` (exact for
+//! its threads; the producer role makes no ordinary shared accesses). `cp.async` data lands
+//! in shared memory only when an `async_wait` (`cp.async.wait_group N`: all but the newest
+//! N committed groups of *this thread*) completes its group.
+//!
+//! **mbarriers, TMA and registers** (`mbarrier.rs`, `tma.rs`). An mbarrier is a word of a
+//! shared int64 buffer with a phase, pending arrivals and transaction bytes: `init count`,
+//! `arrive` (one arrival; `expect_tx B` first adds B bytes), a TMA copy's `complete_tx`; a
+//! phase completes when nothing is pending. `mbarrier_wait parity P` passes when the current
+//! phase's parity is not P, else blocks its unit until some phase completes. A TMA load lands
+//! at issue: the map's box of the global tensor (zero outside it) written densely from the
+//! destination's shared address, each byte's physical address swizzled as the map says;
+//! its bytes are tagged with the phase they complete, and whoever reads them (a thread, a
+//! wgmma's warpgroup) must have waited for that phase — arrivals release and waits acquire
+//! what a thread has seen, barriers share it. TMA writes are async-proxy writes (a wgmma
+//! reads them with no `fence_proxy_async`) that may not land on bytes a pending wgmma reads.
+//! `setmaxnreg` sets a warpgroup's register budget (`inc` waits until the 65536 registers
+//! can hold it).
 //!
 //! **Asynchronous tensor cores and proxies.** Until its group retires (`wgmma.wait_group
 //! N`: all but the newest N committed groups of *this warpgroup*), a wgmma owns its
@@ -56,24 +80,31 @@
 //! **Errors** (a compiler bug the differential check should catch): a global access out
 //! of the tensor's bounds, any on-chip index out of range, a vector access (`VecCopy`,
 //! 16-byte `cp.async`, `ldmatrix` rows) that is not aligned to its size, a wgmma operand
-//! read outside its shared tile, a descriptor that is not uniform over the warpgroup, and
-//! the misuses above.
+//! read outside its shared tile, a descriptor that is not uniform over the warpgroup, an
+//! mbarrier used uninitialized, initialized twice or before a barrier published its init, a
+//! transaction count below zero, bytes of a TMA copy read without a wait for its phase (or
+//! before any copy wrote them), a TMA box or destination the hardware refuses (`bytes` not
+//! the box's, a destination off 128 bytes or the swizzle period, a box outside it), bad
+//! `setmaxnreg` counts, and the misuses above.
 //!
 //! **Not modelled** (yet): warps of a warpgroup run in lockstep, so ordering bugs between
 //! the warps of one warpgroup on global memory stay hidden (shared memory is race-checked
-//! whatever the order); the order of warpgroups is one fixed rotation, not a search over
-//! interleavings; named barriers, mbarriers and TMA (the warp-specialized pipeline will need
-//! them: a TMA write is an async-proxy write, an mbarrier wait a scheduling point);
-//! unswizzled (interleaved) descriptors and the base-offset field, which tilers never
-//! generates (an error if met); the "same shape" condition on chained wgmmas without a
-//! fence; whether the variable a warpgroup reads was bound by that warpgroup (an unbound
-//! read is caught only before any warpgroup binds it).
+//! whatever the order); the order of warpgroups is one fixed rotation (a released stage's
+//! waiters run first), not a search over interleavings; races between an ordinary access
+//! and a TMA write are caught through the data and the phase tags, not by ordering (a
+//! stage refilled while read shows as a read of a phase not waited for, or a deadlock);
+//! clusters, multicast and TMA stores; unswizzled (interleaved) descriptors and the
+//! base-offset field, which tilers never generates (an error if met); the "same shape"
+//! condition on chained wgmmas without a fence; whether the variable a warpgroup reads was
+//! bound by that warpgroup (an unbound read is caught only before any warpgroup binds it).
 
 mod insts;
 mod matrix;
+mod mbarrier;
 mod memory;
 mod schedule;
 mod stmatrix;
+mod tma;
 mod wgmma;
 
 use crate::num::{self, OpError, Val};
@@ -255,7 +286,10 @@ const SEVERAL: u32 = u32::MAX - 1;
 
 /// Per shared byte: who last wrote and read it in which barrier interval, how many
 /// `cp.async` writes to it are in flight, how many pending wgmmas read it, and how many
-/// `fence_proxy_async` its last writer had run when it wrote it.
+/// `fence_proxy_async` its last writer had run when it wrote it; for the bytes a TMA copy
+/// wrote last, the mbarrier (slot) it completes on and the completed phases a reader must
+/// have seen; whether it belongs to a TMA destination nothing has written yet, or to an
+/// initialized mbarrier (its slot).
 struct RaceTracker {
     write_epoch: Vec<u32>,
     writer: Vec<u32>,
@@ -264,6 +298,11 @@ struct RaceTracker {
     in_flight: Vec<u16>,
     wgmma_reads: Vec<u16>,
     fence_mark: Vec<u32>,
+    tma_bar: Vec<u32>,
+    tma_phase: Vec<u32>,
+    tma_buf: Vec<u32>,
+    unwritten_tma_dst: Vec<bool>,
+    mbarrier: Vec<u32>,
 }
 
 impl RaceTracker {
@@ -276,6 +315,11 @@ impl RaceTracker {
             in_flight: vec![0; n],
             wgmma_reads: vec![0; n],
             fence_mark: vec![0; n],
+            tma_bar: vec![NOBODY; n],
+            tma_phase: vec![0; n],
+            tma_buf: vec![NOBODY; n],
+            unwritten_tma_dst: vec![false; n],
+            mbarrier: vec![NOBODY; n],
         }
     }
     fn reset(&mut self) {
@@ -286,6 +330,11 @@ impl RaceTracker {
         self.in_flight.fill(0);
         self.wgmma_reads.fill(0);
         self.fence_mark.fill(0);
+        self.tma_bar.fill(NOBODY);
+        self.tma_phase.fill(0);
+        self.tma_buf.fill(NOBODY);
+        self.unwritten_tma_dst.fill(false);
+        self.mbarrier.fill(NOBODY);
     }
 }
 
@@ -347,13 +396,21 @@ struct Machine<'m> {
     /// Per buffer: for the register arrays wgmmas use, their per-byte wgmma state.
     registers: Vec<Option<wgmma::RegisterTracker>>,
     descriptor_fault: Option<DescriptorFault>,
+    /// The block's mbarriers, what each thread has observed of them, register budgets.
+    mbar: mbarrier::MbarrierState,
+    /// Shared buffers some `tma_load` writes (their bytes read as unwritten until written).
+    tma_destinations: Vec<BufferId>,
+    /// The `if`s (by address) whose branches hold an instruction that waits for, or
+    /// releases, other threads: when their threads diverge, each side runs on its own.
+    forking_ifs: std::collections::HashSet<usize>,
 }
 
 type Col = Vec<Val>;
 
 impl<'m> Machine<'m> {
     fn new(m: &'m Module) -> Result<Machine<'m>, Diagnostic> {
-        let threads = m.kernel.threads as usize;
+        // the user's threads and the producer warps of a warp-specialized kernel
+        let threads = m.launched_threads() as usize;
         let mut smem_bytes = 0usize;
         for b in &m.buffers {
             if b.scope == Scope::Shared {
@@ -420,6 +477,19 @@ impl<'m> Machine<'m> {
                     .collect()
             },
             descriptor_fault: None,
+            mbar: mbarrier::MbarrierState::new(threads),
+            tma_destinations: {
+                let mut dsts = Vec::new();
+                tile_ir::walk_stmts(&m.kernel.body, &mut |s| {
+                    if let Stmt::Inst(Inst::TmaLoad(t)) = s {
+                        if !dsts.contains(&t.dst) {
+                            dsts.push(t.dst);
+                        }
+                    }
+                });
+                dsts
+            },
+            forking_ifs: schedule::forking_ifs(&m.kernel.body),
         })
     }
 
@@ -502,6 +572,14 @@ impl<'m> Machine<'m> {
         }
         for r in self.registers.iter_mut().flatten() {
             r.reset();
+        }
+        self.mbar.reset();
+        for &d in &self.tma_destinations {
+            let b = self.m.buffer(d);
+            if let Some(off) = b.shared_offset {
+                let (lo, hi) = (off as usize, off as usize + b.bytes() as usize);
+                self.races.unwritten_tma_dst[lo..hi.min(self.smem.len())].fill(true);
+            }
         }
         self.context.clear();
     }

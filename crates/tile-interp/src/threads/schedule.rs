@@ -1,18 +1,84 @@
-//! How a block's threads take turns: each warpgroup (128 consecutive threads, or the whole
-//! block when it is smaller) runs on its own, its place in the kernel a stack of frames,
-//! until it reaches a barrier or a wait (`wgmma_wait`, `async_wait`); then the next one
-//! runs. Warpgroups take turns round-robin, the first of each barrier interval rotating
-//! (warpgroup `p % n` first in interval `p`), so each ordering of two warpgroups occurs.
-//! A barrier completes when every thread of the block has reached one — not necessarily
-//! the same statement, as `bar.sync 0` on the GPU (warp-specialized branches each have
-//! their own) — and is a deadlock when every warpgroup waits or has finished before that.
-//! Inside a warpgroup the threads still run in lockstep, a statement at a time, and an
-//! `if` on thread coordinates runs its `then` threads before its `else` threads.
+//! How a block's threads take turns. A *unit* — a warpgroup (128 consecutive threads, or
+//! the rest of the block when it is smaller), or the threads of one side of a diverged
+//! `if` — runs on its own, its place in the kernel a stack of frames, until it reaches a
+//! barrier, a wait it cannot pass, or a yield point (`wgmma_wait`, `async_wait`, an
+//! `mbarrier_arrive` without `expect_tx`: another role runs right after a release — an
+//! `arrive.expect_tx` is not one, the copies that complete its phase follow it, and a TMA
+//! load is not one either, so a producer runs ahead until the ring is full); then the next
+//! one runs. Units take turns round-robin in warpgroup order, the first warpgroup of each
+//! barrier interval rotating (warpgroup `p % n` first in interval `p`), so each ordering of
+//! two warpgroups occurs; the units of one warpgroup go in the order they were made (`then`
+//! before `else`). A turn in which an mbarrier phase completed (or registers were given
+//! back) is followed at once by turns of the units blocked on a wait: a stage released
+//! before its consumer read it is refilled before that read, which then sees a phase it
+//! did not wait for.
+//!
+//! Inside a unit the threads run in lockstep, a statement at a time, and an `if` on thread
+//! coordinates runs its `then` threads before its `else` threads — unless both sides have
+//! threads and statements and hold an instruction that waits for or releases other threads
+//! (a barrier, an mbarrier wait or arrive, a TMA load, `setmaxnreg`): then each side
+//! becomes a unit of its own (the producer and consumer roles of one warpgroup must be able
+//! to wait for each other), and the unit goes on past the `if` once both are done.
+//!
+//! **Waits.** An `mbarrier_wait` whose phase has not completed, or a `setmaxnreg inc` the
+//! register file cannot hold yet, blocks its unit (every active thread must pass, in
+//! lockstep); the unit retries once some mbarrier phase completed or a budget dropped.
+//!
+//! **Barriers.** `sync` (`bar.sync 0`) completes when every launched thread has reached one
+//! (not necessarily the same statement: warp-specialized branches each have their own);
+//! threads that finished the kernel do not count as arrived — on the GPU exited warps stop
+//! holding `bar.sync 0` up in practice, but code that relies on it is fragile and the
+//! compiler never puts a `sync` after the role split, so it is reported. A named barrier
+//! (`bar_sync id, n`) completes when `n` threads (whole warps) have reached barrier `id`;
+//! two counts on one id, or more threads than the count, are errors. Barriers complete when
+//! no unit can run; a completed one starts a new barrier interval (for the race checks) and
+//! shares what its threads have seen of the mbarriers.
+//!
+//! **Deadlock.** When no unit can run and no barrier completes, the run stops with a
+//! report of every waiting unit: its threads and what they wait on (the mbarrier's phase,
+//! pending arrivals and transaction bytes; the barrier and its count; the registers).
+//! The loop is bounded: it stops with an error after [`MAX_TURNS`] turns.
 
+use super::mbarrier::Wait;
 use super::*;
 use std::rc::Rc;
 
-/// One level of a warpgroup's place in the body.
+/// Turns the scheduler gives units in one block before it gives up (a safety net: a turn
+/// that makes no progress only follows a change that may unblock it).
+const MAX_TURNS: u64 = 50_000_000;
+
+/// The `if`s of `body` (by address) whose branches hold an instruction that waits for or
+/// releases other threads.
+pub(super) fn forking_ifs(body: &[Stmt]) -> std::collections::HashSet<usize> {
+    fn synchronizes(stmts: &[Stmt]) -> bool {
+        let mut found = false;
+        tile_ir::walk_stmts(stmts, &mut |s| {
+            found |= matches!(
+                s,
+                Stmt::Inst(
+                    Inst::Sync(_)
+                        | Inst::NamedBarrier(_)
+                        | Inst::MbarrierWait(_)
+                        | Inst::MbarrierArrive(_)
+                        | Inst::TmaLoad(_)
+                        | Inst::SetMaxNReg(_)
+                )
+            )
+        });
+        found
+    }
+    let mut out = std::collections::HashSet::new();
+    tile_ir::walk_stmts(body, &mut |s| {
+        if let Stmt::If { then, otherwise, .. } = s {
+            if synchronizes(then) || synchronizes(otherwise) {
+                out.insert(s as *const Stmt as usize);
+            }
+        }
+    });
+    out
+}
+
+/// One level of a unit's place in the body.
 enum Frame<'m> {
     /// Statements run by `active`, `next` the one to run.
     Block { stmts: &'m [Stmt], next: usize, active: Rc<Vec<u32>> },
@@ -30,22 +96,80 @@ enum Frame<'m> {
     Else { stmts: &'m [Stmt], active: Rc<Vec<u32>> },
 }
 
-/// Why a warpgroup stopped running.
-enum Stop {
-    Done,
-    /// At a barrier, reached by these threads.
-    Barrier(Rc<Vec<u32>>),
-    /// Past a wait: others may run first.
-    Yield,
+/// Threads at a barrier: `sync` (id 0, every launched thread) or `bar_sync id, count`.
+struct Arrival {
+    id: u32,
+    count: u32,
+    sync: bool,
+    threads: Rc<Vec<u32>>,
 }
 
-/// A warpgroup's run: where it is, the last comment it passed (error messages name it),
-/// and the threads it has at a barrier, if it waits at one.
+impl Arrival {
+    fn text(&self) -> String {
+        if self.sync {
+            "sync".into()
+        } else {
+            format!("bar_sync {}, {}", self.id, self.count)
+        }
+    }
+}
+
+/// Why a unit stopped running.
+enum Stop<'m> {
+    Done,
+    Barrier(Arrival),
+    /// Past a yield point: others may run first.
+    Yield,
+    /// At a wait it cannot pass yet (the statement runs again on its next turn).
+    Blocked(Wait, Rc<Vec<u32>>),
+    /// At a diverged `if`: each side runs as a unit of its own.
+    Fork([(&'m [Stmt], Rc<Vec<u32>>); 2]),
+}
+
+enum State {
+    Ready,
+    Barrier(Arrival),
+    /// Blocked, as of this many mbarrier and register events.
+    Blocked(Wait, Rc<Vec<u32>>, u64),
+    /// Waiting for this many units it forked.
+    Joining(usize),
+    Done,
+}
+
+/// A unit's run: where it is, the last comment it passed (error messages name it), its
+/// state, its warpgroup and age (the order of turns), and the unit that forked it.
 struct Unit<'m> {
     frames: Vec<Frame<'m>>,
     context: String,
-    at_barrier: Option<Rc<Vec<u32>>>,
-    done: bool,
+    state: State,
+    group: usize,
+    seq: usize,
+    parent: Option<usize>,
+}
+
+/// `thread 5`, `threads 0..127`, `threads 0..31, 64..95` (inclusive), with their
+/// warpgroups.
+fn who(ids: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        parts.push(if i == j { format!("{}", ids[i]) } else { format!("{}..{}", ids[i], ids[j]) });
+        i = j + 1;
+    }
+    let mut groups: Vec<u32> = ids.iter().map(|t| t / 128).collect();
+    groups.dedup();
+    let groups: Vec<String> = groups.iter().map(|g| g.to_string()).collect();
+    format!(
+        "{} {} (warpgroup{} {})",
+        if ids.len() == 1 { "thread" } else { "threads" },
+        parts.join(", "),
+        if groups.len() == 1 { "" } else { "s" },
+        groups.join(", ")
+    )
 }
 
 impl<'m> Machine<'m> {
@@ -53,70 +177,245 @@ impl<'m> Machine<'m> {
     pub(super) fn run_block(&mut self) -> Result<(), Diagnostic> {
         let body: &'m [Stmt] = &self.m.kernel.body;
         let threads = self.threads as u32;
-        let mut units: Vec<Unit<'m>> = (0..threads.div_ceil(128))
-            .map(|g| Unit {
-                frames: vec![Frame::Block {
-                    stmts: body,
-                    next: 0,
-                    active: Rc::new((128 * g..(128 * g + 128).min(threads)).collect()),
-                }],
-                context: String::new(),
-                at_barrier: None,
-                done: false,
+        let groups = threads.div_ceil(128) as usize;
+        let mut units: Vec<Option<Unit<'m>>> = (0..groups as u32)
+            .map(|g| {
+                Some(Unit {
+                    frames: vec![Frame::Block {
+                        stmts: body,
+                        next: 0,
+                        active: Rc::new((128 * g..(128 * g + 128).min(threads)).collect()),
+                    }],
+                    context: String::new(),
+                    state: State::Ready,
+                    group: g as usize,
+                    seq: g as usize,
+                    parent: None,
+                })
             })
             .collect();
-        let n = units.len();
+        let mut seq = groups;
         let mut interval = 0;
+        let mut turns = 0u64;
+        // threads that finished the kernel
+        let mut finished: Vec<u32> = Vec::new();
         loop {
-            // turns until every warpgroup waits at a barrier or is done
-            let mut ran = true;
-            while ran {
-                ran = false;
-                for i in 0..n {
-                    let u = &mut units[(i + interval) % n];
-                    if u.done || u.at_barrier.is_some() {
+            let events = self.mbar.events;
+            let mut order: Vec<usize> = (0..units.len())
+                .filter(|&i| match units[i].as_ref().map(|u| &u.state) {
+                    Some(State::Ready) => true,
+                    Some(State::Blocked(_, _, at)) => *at != events,
+                    _ => false,
+                })
+                .collect();
+            if !order.is_empty() {
+                let key = |u: &Unit| ((u.group + groups - interval % groups) % groups, u.seq);
+                order.sort_by_key(|&i| key(units[i].as_ref().expect("a live unit")));
+                let mut queue: std::collections::VecDeque<usize> = order.into();
+                while let Some(i) = queue.pop_front() {
+                    let before = self.mbar.events;
+                    let runnable = match units[i].as_ref().map(|u| &u.state) {
+                        Some(State::Ready) => true,
+                        Some(State::Blocked(_, _, at)) => *at != before,
+                        _ => false,
+                    };
+                    if !runnable {
                         continue;
                     }
-                    ran = true;
+                    turns += 1;
+                    if turns > MAX_TURNS {
+                        return Err(self.err(format!(
+                            "the scheduler gave up after {MAX_TURNS} turns without the block finishing"
+                        )));
+                    }
+                    let u = units[i].as_mut().expect("a live unit");
                     std::mem::swap(&mut self.context, &mut u.context);
                     let stop = self.run_unit(&mut u.frames);
                     std::mem::swap(&mut self.context, &mut u.context);
-                    // (an error was written with the warpgroup's context)
-                    match stop? {
-                        Stop::Done => u.done = true,
-                        Stop::Barrier(arrived) => u.at_barrier = Some(arrived),
-                        Stop::Yield => {}
+                    // (an error was written with the unit's context)
+                    let stop = stop?;
+                    let u = units[i].as_mut().expect("a live unit");
+                    match stop {
+                        Stop::Done => match u.parent {
+                            None => {
+                                u.state = State::Done;
+                                let g = u.group as u32;
+                                finished.extend(128 * g..(128 * g + 128).min(threads));
+                            }
+                            Some(p) => {
+                                // a unit whose forks are all done goes on past its `if`
+                                units[i] = None;
+                                let parent = units[p].as_mut().expect("a live parent");
+                                let State::Joining(n) = &mut parent.state else {
+                                    unreachable!("a joining parent")
+                                };
+                                *n -= 1;
+                                if *n == 0 {
+                                    parent.state = State::Ready;
+                                }
+                            }
+                        },
+                        Stop::Barrier(a) => {
+                            let other = units.iter().flatten().find_map(|u| match &u.state {
+                                State::Barrier(b) if b.id == a.id && b.count != a.count => Some(b.text()),
+                                _ => None,
+                            });
+                            if let Some(other) = other {
+                                let u = units[i].as_ref().expect("a live unit");
+                                self.context = u.context.clone();
+                                return Err(self.err(format!(
+                                    "{} reach {} while other threads wait at {other}: one barrier id, two thread counts",
+                                    who(&a.threads),
+                                    a.text()
+                                )));
+                            }
+                            units[i].as_mut().expect("a live unit").state = State::Barrier(a);
+                        }
+                        Stop::Yield => u.state = State::Ready,
+                        Stop::Blocked(w, active) => u.state = State::Blocked(w, active, self.mbar.events),
+                        Stop::Fork(sides) => {
+                            let (group, context) = (u.group, u.context.clone());
+                            u.state = State::Joining(2);
+                            for (stmts, active) in sides {
+                                units.push(Some(Unit {
+                                    frames: vec![Frame::Block { stmts, next: 0, active }],
+                                    context: context.clone(),
+                                    state: State::Ready,
+                                    group,
+                                    seq,
+                                    parent: Some(i),
+                                }));
+                                seq += 1;
+                            }
+                        }
+                    }
+                    if self.mbar.events != before {
+                        // a phase completed or registers were given back: the units blocked
+                        // on them run first (a stage released early is refilled before its
+                        // reader reads it)
+                        let now = self.mbar.events;
+                        let mut woken: Vec<usize> = (0..units.len())
+                            .filter(|&w| {
+                                matches!(units[w].as_ref().map(|u| &u.state), Some(State::Blocked(_, _, at)) if *at != now)
+                            })
+                            .collect();
+                        woken.sort_by_key(|&w| key(units[w].as_ref().expect("a live unit")));
+                        for w in woken.into_iter().rev() {
+                            queue.push_front(w);
+                        }
+                    }
+                }
+                continue;
+            }
+            if units.iter().flatten().all(|u| matches!(u.state, State::Done)) {
+                return Ok(());
+            }
+            // no unit can run: complete the barriers whose threads are all there
+            let mut ids: Vec<u32> = units
+                .iter()
+                .flatten()
+                .filter_map(|u| match &u.state {
+                    State::Barrier(a) => Some(a.id),
+                    _ => None,
+                })
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            let mut released = false;
+            for id in ids {
+                let at: Vec<usize> = (0..units.len())
+                    .filter(|&i| matches!(units[i].as_ref().map(|u| &u.state), Some(State::Barrier(a)) if a.id == id))
+                    .collect();
+                let mut arrived: Vec<u32> = Vec::new();
+                let mut count = 0;
+                for &i in &at {
+                    if let Some(State::Barrier(a)) = units[i].as_ref().map(|u| &u.state) {
+                        arrived.extend(a.threads.iter());
+                        count = a.count;
+                    }
+                }
+                arrived.sort_unstable();
+                if arrived.len() > count as usize {
+                    let u = units[at[0]].as_ref().expect("a live unit");
+                    let State::Barrier(a) = &u.state else { unreachable!() };
+                    let text = a.text();
+                    self.context = u.context.clone();
+                    return Err(self.err(format!(
+                        "{} reach {text}: more threads than its count (two groups of threads share barrier {id}?)",
+                        who(&arrived)
+                    )));
+                }
+                if arrived.len() == count as usize {
+                    released = true;
+                    self.mbar.share(&arrived);
+                    for i in at {
+                        units[i].as_mut().expect("a live unit").state = State::Ready;
                     }
                 }
             }
-            if units.iter().all(|u| u.done) {
-                return Ok(());
+            if released {
+                self.epoch += 1;
+                interval += 1;
+                continue;
             }
-            let mut arrived: Vec<u32> =
-                units.iter().filter_map(|u| u.at_barrier.as_ref()).flat_map(|a| a.iter().copied()).collect();
-            arrived.sort_unstable();
-            if arrived.len() != self.threads {
-                self.context = units
-                    .iter()
-                    .find(|u| u.at_barrier.is_some())
-                    .map(|u| u.context.clone())
-                    .unwrap_or_default();
-                return Err(self.err(format!(
-                    "deadlock: barrier reached by threads {} of {} (the others never arrive)",
-                    ranges(&arrived),
-                    self.threads
-                )));
-            }
-            self.epoch += 1;
-            interval += 1;
-            for u in &mut units {
-                u.at_barrier = None;
-            }
+            return Err(self.deadlock(&units, &finished));
         }
     }
 
-    /// Run one warpgroup from where it is to its next barrier, wait or end.
-    fn run_unit(&mut self, frames: &mut Vec<Frame<'m>>) -> Result<Stop, Diagnostic> {
+    /// The report of a block in which no unit can run.
+    fn deadlock(&mut self, units: &[Option<Unit<'m>>], finished: &[u32]) -> Diagnostic {
+        let mut lines = Vec::new();
+        let mut synced: Vec<u32> = Vec::new();
+        let mut context = None;
+        for u in units.iter().flatten() {
+            let line = match &u.state {
+                State::Barrier(a) if a.sync => {
+                    synced.extend(a.threads.iter());
+                    format!("{} wait at sync", who(&a.threads))
+                }
+                State::Barrier(a) => {
+                    let arrived: usize = units
+                        .iter()
+                        .flatten()
+                        .map(|v| match &v.state {
+                            State::Barrier(b) if b.id == a.id => b.threads.len(),
+                            _ => 0,
+                        })
+                        .sum();
+                    format!(
+                        "{} wait at {} ({arrived} of {} threads arrived)",
+                        who(&a.threads),
+                        a.text(),
+                        a.count
+                    )
+                }
+                State::Blocked(w, active, _) => format!("{} {}", who(active), self.mbar.describe(w)),
+                _ => continue,
+            };
+            context.get_or_insert_with(|| u.context.clone());
+            lines.push(line);
+        }
+        synced.sort_unstable();
+        let head = if synced.is_empty() {
+            "deadlock: no thread can go on".to_string()
+        } else {
+            format!(
+                "deadlock: barrier reached by threads {} of {} (the others never arrive)",
+                ranges(&synced),
+                self.threads
+            )
+        };
+        if !finished.is_empty() {
+            let mut f = finished.to_vec();
+            f.sort_unstable();
+            lines.push(format!("{} finished the kernel", who(&f)));
+        }
+        self.context = context.unwrap_or_default();
+        self.err(format!("{head}:\n  {}", lines.join("\n  ")))
+    }
+
+    /// Run one unit from where it is to its next barrier, wait, yield point or end.
+    fn run_unit(&mut self, frames: &mut Vec<Frame<'m>>) -> Result<Stop<'m>, Diagnostic> {
         loop {
             let (s, active) = match frames.last_mut() {
                 None => return Ok(Stop::Done),
@@ -127,6 +426,12 @@ impl<'m> Machine<'m> {
                 Some(_) => {
                     self.end_frame(frames);
                     continue;
+                }
+            };
+            // a wait that cannot pass runs again on the unit's next turn
+            let again = |frames: &mut Vec<Frame<'m>>| {
+                if let Some(Frame::Block { next, .. }) = frames.last_mut() {
+                    *next -= 1;
                 }
             };
             match s {
@@ -146,11 +451,43 @@ impl<'m> Machine<'m> {
                             no.push(t)
                         }
                     }
+                    let diverged =
+                        !yes.is_empty() && !no.is_empty() && !then.is_empty() && !otherwise.is_empty();
+                    if diverged && self.forking_ifs.contains(&(s as *const Stmt as usize)) {
+                        return Ok(Stop::Fork([(then, Rc::new(yes)), (otherwise, Rc::new(no))]));
+                    }
                     frames.push(Frame::Else { stmts: otherwise, active: Rc::new(no) });
                     frames.push(Frame::Block { stmts: then, next: 0, active: Rc::new(yes) });
                 }
-                Stmt::Inst(Inst::Sync(_)) => return Ok(Stop::Barrier(active)),
-                Stmt::Inst(Inst::WgmmaWait(_) | Inst::AsyncWait(_)) => {
+                Stmt::Inst(Inst::Sync(_)) => {
+                    let count = self.threads as u32;
+                    return Ok(Stop::Barrier(Arrival { id: 0, count, sync: true, threads: active }));
+                }
+                Stmt::Inst(Inst::NamedBarrier(b)) => {
+                    self.check_named_barrier(&active, b)?;
+                    return Ok(Stop::Barrier(Arrival {
+                        id: b.id,
+                        count: b.threads,
+                        sync: false,
+                        threads: active,
+                    }));
+                }
+                Stmt::Inst(Inst::MbarrierWait(w)) => {
+                    if let Some(wait) = self.mbarrier_wait(&active, w)? {
+                        again(frames);
+                        return Ok(Stop::Blocked(wait, active));
+                    }
+                }
+                Stmt::Inst(Inst::SetMaxNReg(r)) => {
+                    if let Some(wait) = self.setmaxnreg(&active, r)? {
+                        again(frames);
+                        return Ok(Stop::Blocked(wait, active));
+                    }
+                }
+                // an arrive releases what others may wait for; one with expect_tx is not a
+                // yield point (the copies that complete its phase follow it)
+                Stmt::Inst(Inst::MbarrierArrive(inst::MbarrierArrive { expect_tx: None, .. }))
+                | Stmt::Inst(Inst::WgmmaWait(_) | Inst::AsyncWait(_)) => {
                     self.stmt(s, &active)?;
                     return Ok(Stop::Yield);
                 }

@@ -19,7 +19,9 @@
 //! last accessed by another instruction (or none at all in the block); one that reads
 //! shared bytes whose last ordinary write (store, vector store, stmatrix, landed
 //! `cp.async`) its writer did not follow with `fence_proxy_async` and then a barrier;
-//! wgmmas still pending at the end of the block.
+//! bytes a TMA copy wrote (async proxy: no fence needed) that a thread of its warpgroup
+//! read without waiting on the copy's mbarrier phase; wgmmas still pending at the end of
+//! the block.
 
 use super::*;
 
@@ -148,7 +150,7 @@ const A_REGISTER_BYTES: usize = 16;
 impl Machine<'_> {
     /// The warpgroup-collective instructions need all 128 threads of each warpgroup they
     /// touch (`.sync.aligned`).
-    fn full_warpgroups(&self, active: &[u32], what: &str) -> Result<(), Diagnostic> {
+    pub(super) fn full_warpgroups(&self, active: &[u32], what: &str) -> Result<(), Diagnostic> {
         let mut count = std::collections::BTreeMap::<u32, u32>::new();
         for &t in active {
             *count.entry(t / 128).or_default() += 1;
@@ -310,9 +312,12 @@ impl Machine<'_> {
     }
 
     /// Read a `rows × k` operand of `buf`'s type (`rows` along M or N) through a
-    /// descriptor, as `[row][k]` values; the shared bytes read are appended to `read`.
+    /// descriptor for the warpgroup `group`, as `[row][k]` values; the shared bytes read are
+    /// appended to `read`.
+    #[allow(clippy::too_many_arguments)]
     fn read_operand(
         &mut self,
+        group: &[u32],
         bits: u64,
         buf: BufferId,
         rows: i64,
@@ -342,7 +347,7 @@ impl Machine<'_> {
                     )));
                 }
                 let at = at as usize;
-                self.track_async_read(at, eb as usize)?;
+                self.track_async_read(group, at, eb as usize)?;
                 read.extend(at..at + eb as usize);
                 out[(row * k + kk) as usize] = read_val(&self.smem[at..at + eb as usize], dt).as_f64();
             }
@@ -350,15 +355,20 @@ impl Machine<'_> {
         Ok(out)
     }
 
-    /// A read of shared bytes by a wgmma (the async proxy): no
-    /// `cp.async` may be in flight into them, and their last ordinary write must have been
-    /// followed, by its writer, with `fence_proxy_async` and then a barrier.
-    fn track_async_read(&mut self, at: usize, len: usize) -> Result<(), Diagnostic> {
+    /// A read of shared bytes by a wgmma of the warpgroup `group` (the async proxy): no
+    /// `cp.async` may be in flight into them, their last ordinary write must have been
+    /// followed, by its writer, with `fence_proxy_async` and then a barrier, and bytes a TMA
+    /// copy wrote (async proxy too: no fence needed) need a wait on its mbarrier phase by
+    /// every thread of the warpgroup.
+    fn track_async_read(&mut self, group: &[u32], at: usize, len: usize) -> Result<(), Diagnostic> {
         for a in at..at + len {
             if self.races.in_flight[a] > 0 {
                 return Err(self.err(format!(
                     "a wgmma reads shared byte {a} while a cp.async into it is in flight (missing async_wait)"
                 )));
+            }
+            if self.races.needs_visibility_check(a) {
+                self.check_mbarrier_visibility(memory::Who::Wgmma(group[0] / 128), "reads", group, a)?;
             }
             let writer = self.races.writer[a];
             if writer != NOBODY {
@@ -491,13 +501,13 @@ impl Machine<'_> {
             let mut shared = Vec::new();
             let b_bits = self.descriptor(w.b, b_at, w.b_k_major)?;
             // B as [n][k]
-            let bm = self.read_operand(b_bits, w.b, n, k, w.b_k_major, &mut shared)?;
+            let bm = self.read_operand(group, b_bits, w.b, n, k, w.b_k_major, &mut shared)?;
             let mut a_registers = None;
             let am = match &w.a_from {
                 inst::WgmmaA::Shared { k_major, .. } => {
                     let a_at = self.uniform_in(group, &as_i64(&a_first[span.clone()]), "the A descriptor")?;
                     let a_bits = self.descriptor(w.a, a_at as usize, *k_major)?;
-                    self.read_operand(a_bits, w.a, 64, k, *k_major, &mut shared)?
+                    self.read_operand(group, a_bits, w.a, 64, k, *k_major, &mut shared)?
                 }
                 inst::WgmmaA::Registers { .. } => {
                     self.uniform_in(group, &as_i64(&a_first[span.clone()]), "the A registers")?;
