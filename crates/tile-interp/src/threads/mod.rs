@@ -115,6 +115,10 @@ use tile_ir::{
 };
 use tile_ir::{Level, UnOp, VarKind};
 
+/// Blocks the model launches for a persistent kernel: fewer than its tiles, so that each
+/// block walks several (and the ring of its pipeline wraps across tiles).
+const PERSISTENT_BLOCKS: i64 = 3;
+
 /// What to run.
 #[derive(Clone, Debug, Default)]
 pub struct Options {
@@ -362,6 +366,8 @@ enum Space {
 struct Machine<'m> {
     m: &'m Module,
     threads: usize,
+    /// Blocks launched of a persistent kernel (`gridDim.x`; 0 for others).
+    launched: i64,
     /// Block-uniform values: scalar parameters and block indices.
     uniform: Vec<Option<Val>>,
     /// Per-thread values of loop variables, lets and the thread index: `var * threads + t`.
@@ -443,6 +449,7 @@ impl<'m> Machine<'m> {
             block: [0; 3],
             context: String::new(),
             blocks_run: 0,
+            launched: 0,
             banks: Default::default(),
             swizzled: Default::default(),
             let_bound: {
@@ -510,7 +517,13 @@ impl<'m> Machine<'m> {
             grid[axis] = v;
         }
         let mut blocks = Vec::new();
+        if let Some(tiles) = m.tiles() {
+            // a persistent kernel: a few blocks, each walking several tiles
+            self.launched = tiles.clamp(0, PERSISTENT_BLOCKS);
+            blocks.extend((0..self.launched).map(|l| [l, 0, 0]));
+        }
         match &opts.blocks {
+            _ if m.tiles().is_some() => {}
             Some(list) => {
                 blocks.extend(list.iter().filter(|b| (0..3).all(|a| b[a] >= 0 && b[a] < grid[a])).copied())
             }
@@ -544,6 +557,10 @@ impl<'m> Machine<'m> {
                 }
                 VarKind::BlockIdx(axis) | VarKind::LaunchIdx(axis) => {
                     self.uniform[i] = Some(Val::I(block[axis as usize]))
+                }
+                VarKind::LaunchDim(axis) => {
+                    self.uniform[i] =
+                        Some(Val::I(if axis == 0 && self.launched > 0 { self.launched } else { 1 }))
                 }
                 VarKind::ThreadIdx => {
                     for t in 0..self.threads {
