@@ -10,6 +10,7 @@ config is built once more with M = T.dynamic("M") — one kernel for every M, it
 kept — and the two are re-timed interleaved with cuBLAS over several rounds: the row
 reports the median static/dynamic time ratio and its spread over the rounds."""
 
+import json
 import os
 import sys
 
@@ -21,6 +22,8 @@ import kernels  # noqa: E402
 from common import interleaved, write_results  # noqa: E402
 
 ROUNDS = int(os.environ.get("GEMM_ROUNDS", "3"))
+# extra tilers.compile options for every tilers kernel, e.g. GEMM_COMPILE='{"persistent": false}'
+COMPILE = json.loads(os.environ.get("GEMM_COMPILE", "{}"))
 
 CONFIGS = [  # block_M, block_N, block_K, stages, threads, T.use_swizzle panel (0: none)
     # on sm_90a, two warpgroups split 128x256 either way: the policy goes last when given
@@ -187,7 +190,9 @@ def best_static_config(torch, M, N, K, a, b, c, want):
     for config in CONFIGS:
         bm, bn, bk, st, th, panel = config[:6]
         try:
-            k = tilers.compile(kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)))
+            k = tilers.compile(
+                kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)), **COMPILE
+            )
             k(a, b, c)
             torch.cuda.synchronize()
             if ((c.float() - want).abs().max() / (want.abs().max() + 1)).item() > 1e-2:
@@ -214,7 +219,9 @@ def dynamic_rows():
         want = a.float() @ b.float()
         config = best_static_config(torch, M, N, K, a, b, c, want)
         bm, bn, bk, st, th, panel = config[:6]
-        static = tilers.compile(kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)))
+        static = tilers.compile(
+                kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)), **COMPILE
+            )
         dynamic = tilers.compile(
             kernels.matmul(T.dynamic("M"), N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config))
         )
@@ -291,7 +298,8 @@ def main():
                                 trans_B=trans_B,
                                 panel=panel,
                                 **policy_of(config),
-                            )
+                            ),
+                            **COMPILE,
                         )
                         k(a, b, c)
                         torch.cuda.synchronize()
