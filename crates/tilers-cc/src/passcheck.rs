@@ -210,9 +210,11 @@ pub fn check_passes(program: &str, opts: &CheckOptions) -> Result<PassCheck, Com
 pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<PassCheck, CompileError> {
     let simplified = simplify_stage(stages)?;
     let draws = size_draws(simplified);
+    // a persistent kernel runs whole (`few_blocks`): so do the reference and every stage
+    let blocks = if stages.iter().any(|(_, m)| m.tiles().is_some()) { Blocks::All } else { opts.blocks };
     let references = draws
         .iter()
-        .map(|sizes| reference_at(stages, opts.seed, opts.blocks, sizes))
+        .map(|sizes| reference_at(stages, opts.seed, blocks, sizes))
         .collect::<Result<Vec<_>, _>>()?;
     let mut results = Vec::new();
     let mut first_failure = None;
@@ -227,7 +229,7 @@ pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<
                     format!("{e} (at sizes {})", sizes_text(simplified, sizes))
                 }
             };
-            outcome = match check(r, m, opts.blocks) {
+            outcome = match check(r, m, blocks) {
                 Ok(()) => Outcome::Ok,
                 Err(Failure::Error(e))
                     if m.level == Level::Tile && pass != "verify" && pass != "simplify" =>
@@ -378,6 +380,12 @@ pub fn check(r: &Reference, m: &Module, blocks: Blocks) -> Result<(), Failure> {
 
 /// Wrap the body in `if` block ∈ {first, last} along every grid axis.
 pub fn few_blocks(mut m: Module) -> Module {
+    if m.tiles().is_some() {
+        // a persistent kernel binds its block indices per tile inside its tile loop, and its
+        // pipeline's ring runs through every tile a block walks: it runs whole (the model
+        // launches a few blocks, each walking several tiles)
+        return m;
+    }
     let mut cond = Expr::bool(true);
     for (i, v) in m.vars.iter().enumerate() {
         if let VarKind::BlockIdx(axis) = v.kind {

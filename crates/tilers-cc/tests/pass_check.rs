@@ -463,13 +463,25 @@ fn mutation_stmatrix_row_half_dropped() {
 
 // ------------------------------------------------------------------ wgmma (sm_90a)
 
-/// The compile options of the wgmma tests: sm_90a, T.gemm free to choose wgmma.
+/// The compile options of the wgmma tests: sm_90a, T.gemm free to choose wgmma, TMA
+/// pipelines one tile per block (so the edge blocks alone can be checked;
+/// `persistent_tma_gemms_agree_with_the_reference` runs persistent ones whole).
 fn wgmma_options() -> CompileOptions {
-    CompileOptions { arch: "sm_90a".into(), ..Default::default() }
+    CompileOptions { arch: "sm_90a".into(), no_persistent: true, ..Default::default() }
+}
+
+/// sm_90a with the pipelines on cp.async (`tma=False`): the generic-proxy writes wgmma
+/// reads, which need `fence.proxy.async`.
+fn cp_async_options() -> CompileOptions {
+    CompileOptions { no_tma: true, ..wgmma_options() }
 }
 
 fn wgmma_stages(name: &str) -> Vec<(String, Module)> {
-    compile_stages(&program_text(name), &wgmma_options()).unwrap_or_else(|e| panic!("{name}: {e}"))
+    wgmma_stages_with(name, &wgmma_options())
+}
+
+fn wgmma_stages_with(name: &str, opts: &CompileOptions) -> Vec<(String, Module)> {
+    compile_stages(&program_text(name), opts).unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 fn has_wgmma(m: &Module) -> bool {
@@ -510,7 +522,11 @@ fn wgmma_gemms_agree_with_the_reference_at_every_pass() {
 
 /// The reference run and the final sm_90a module of `name`, which agrees with it.
 fn wgmma_final(name: &str) -> (Reference, Module) {
-    let stages = wgmma_stages(name);
+    wgmma_final_with(name, &wgmma_options())
+}
+
+fn wgmma_final_with(name: &str, opts: &CompileOptions) -> (Reference, Module) {
+    let stages = wgmma_stages_with(name, opts);
     let r = reference(&stages, 2);
     let m = final_module(&stages);
     assert!(has_wgmma(&m), "{name} does not lower to wgmma");
@@ -526,7 +542,17 @@ fn wgmma_mutated(
     n: usize,
     f: &mut dyn FnMut(Stmt) -> Vec<Stmt>,
 ) -> (Reference, Module) {
-    let (r, mut m) = wgmma_final(name);
+    wgmma_mutated_with(name, &wgmma_options(), pick, n, f)
+}
+
+fn wgmma_mutated_with(
+    name: &str,
+    opts: &CompileOptions,
+    pick: &dyn Fn(&Stmt) -> bool,
+    n: usize,
+    f: &mut dyn FnMut(Stmt) -> Vec<Stmt>,
+) -> (Reference, Module) {
+    let (r, mut m) = wgmma_final_with(name, opts);
     let mut n = n;
     assert!(mutate_nth(&mut m.kernel.body, pick, &mut n, f), "{name}: nothing to mutate");
     (r, m)
@@ -605,8 +631,9 @@ fn mutation_wgmma_fence_before_the_accumulator_is_cleared() {
 fn mutation_fence_proxy_async_dropped() {
     // the cp.async data that lands at the wait is written by the generic proxy: without
     // the fence the wgmma (async proxy) may not see it
-    let (r, m) = wgmma_mutated(
+    let (r, m) = wgmma_mutated_with(
         "matmul_nn_f16",
+        &cp_async_options(),
         &|s| matches!(s, Stmt::Inst(Inst::FenceProxyAsync(_))),
         0,
         &mut |_| vec![],
@@ -617,8 +644,9 @@ fn mutation_fence_proxy_async_dropped() {
 #[test]
 fn mutation_fence_proxy_async_after_the_barrier() {
     // fence, then barrier: the other way round the fence orders nothing for the readers
-    let (r, m) = wgmma_mutated(
+    let (r, m) = wgmma_mutated_with(
         "matmul_nn_f16",
+        &cp_async_options(),
         &|s| matches!(s, Stmt::Inst(Inst::FenceProxyAsync(_))),
         0,
         &mut |_| vec![],
@@ -657,8 +685,9 @@ fn mutation_wgmma_b_major_flipped() {
 fn mutation_wgmma_reads_b_through_another_swizzle() {
     // the tile is written (cp.async) in 128-byte-swizzled panels of 64 columns, but the
     // wgmma's descriptor describes 64-byte-swizzled panels of 32: mode and strides of a
-    // valid layout that is not the one the data has
-    let (r, mut m) = wgmma_final("matmul_nn_f16");
+    // valid layout that is not the one the data has (on the TMA path the bulk copy's own
+    // alignment check catches a changed tile first)
+    let (r, mut m) = wgmma_final_with("matmul_nn_f16", &cp_async_options());
     let b = find(&m.kernel.body, &|s| matches!(s, Stmt::Inst(Inst::Wgmma(_))))
         .map(|s| match s {
             Stmt::Inst(Inst::Wgmma(w)) => w.b,
@@ -679,6 +708,136 @@ fn mutation_wgmma_reads_b_through_another_swizzle() {
     // is no wgmma layout at all, which the model refuses to build a descriptor for
     m.buffer_mut(b).swizzle = Swizzle::span(64);
     caught(&r, &m, "not a wgmma layout");
+}
+
+// ------------------------------------------------------------------ TMA pipelines (sm_90a)
+
+/// An mbarrier instruction on the barrier buffer named `bar`.
+fn on_barrier<'a>(m: &'a Module, bar: &'a str, wait: bool) -> impl Fn(&Stmt) -> bool + 'a {
+    move |s| match s {
+        Stmt::Inst(Inst::MbarrierWait(w)) if wait => m.buffer(w.bar).name == bar,
+        Stmt::Inst(Inst::MbarrierArrive(a)) if !wait => m.buffer(a.bar).name == bar,
+        _ => false,
+    }
+}
+
+/// The warp-specialized final module of `name` (producer warpgroup, TMA, mbarriers).
+fn tma_final(name: &str) -> (Reference, Module) {
+    let (r, m) = wgmma_final(name);
+    assert!(m.kernel.roles.is_some(), "{name} is not warp-specialized");
+    (r, m)
+}
+
+/// Persistent TMA GEMMs (every tile walked by three blocks, the ring wrapping across tiles,
+/// a raster numbering them) agree with the reference at every thread-level pass.
+#[test]
+fn persistent_tma_gemms_agree_with_the_reference() {
+    let opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
+    let check_opts = CheckOptions { seed: 5, compile: opts.clone(), ..Default::default() };
+    for name in ["matmul_tt_f16", "matmul_rasterized_col"] {
+        let stages = wgmma_stages_with(name, &opts);
+        let m = final_module(&stages);
+        assert!(m.tiles().is_some_and(|t| t > 3), "{name} is not persistent over more tiles than blocks");
+        let result = passcheck::check_stages(&stages, &check_opts).unwrap();
+        let mut ran = 0;
+        for s in &result.stages {
+            match &s.outcome {
+                passcheck::Outcome::Ok if s.level == Level::Thread => ran += 1,
+                passcheck::Outcome::Ok | passcheck::Outcome::Skipped(_) => {}
+                o => panic!("{name} after {}: {}", s.pass, o.message()),
+            }
+        }
+        assert!(ran >= 5, "{name}: {ran} thread-level stages");
+    }
+}
+
+#[test]
+fn tma_gemms_are_warp_specialized_and_checked() {
+    // the pass check above ran these; here: they are the TMA form, persistent ones too
+    for name in ["matmul_nn_f16", "article_matmul", "matmul_tt_f16", "matmul_dynamic_m"] {
+        let (_, m) = tma_final(name);
+        assert!(find(&m.kernel.body, &|s| matches!(s, Stmt::Inst(Inst::TmaLoad(_)))).is_some(), "{name}");
+    }
+}
+
+fn mutated_barrier(
+    name: &str,
+    bar: &str,
+    wait: bool,
+    f: &mut dyn FnMut(Stmt) -> Vec<Stmt>,
+) -> (Reference, Module) {
+    let (r, mut m) = tma_final(name);
+    let pick = {
+        let probe = m.clone();
+        move |s: &Stmt| on_barrier(&probe, bar, wait)(s)
+    };
+    assert!(mutate_nth(&mut m.kernel.body, &pick, &mut 0, f), "{name}: no {bar} instruction");
+    (r, m)
+}
+
+#[test]
+fn mutation_tma_transaction_count_too_large() {
+    // the producer expects more bytes than its copies bring: the phase never completes
+    let (r, m) = mutated_barrier("matmul_nn_f16", "full_bar", false, &mut |s| {
+        let Stmt::Inst(Inst::MbarrierArrive(mut a)) = s else { unreachable!() };
+        a.expect_tx = a.expect_tx.map(|b| b + 16);
+        vec![Stmt::inst(a)]
+    });
+    caught(&r, &m, "deadlock");
+}
+
+#[test]
+fn mutation_tma_transaction_count_too_small() {
+    // fewer bytes expected than the copies complete: the count goes below zero (the phase
+    // would complete before the data is there)
+    let (r, m) = mutated_barrier("matmul_nn_f16", "full_bar", false, &mut |s| {
+        let Stmt::Inst(Inst::MbarrierArrive(mut a)) = s else { unreachable!() };
+        a.expect_tx = a.expect_tx.map(|b| b - 16);
+        vec![Stmt::inst(a)]
+    });
+    caught(&r, &m, "transaction count");
+}
+
+#[test]
+fn mutation_tma_consumer_phase_bit_flipped() {
+    // the consumers wait for the other parity of their full barrier: the first wait passes
+    // at once, before the stage's bytes arrived
+    let (r, m) = mutated_barrier("matmul_nn_f16", "full_bar", true, &mut |s| {
+        let Stmt::Inst(Inst::MbarrierWait(mut w)) = s else { unreachable!() };
+        w.parity =
+            Expr::binary(BinOp::FloorMod, Expr::binary(BinOp::Add, w.parity, Expr::int(1)), Expr::int(2));
+        vec![Stmt::inst(w)]
+    });
+    caught(&r, &m, "");
+}
+
+#[test]
+fn mutation_tma_consumer_releases_its_stage_early() {
+    // the release of k-tile i - 1's stage (after the wait that retires its wgmmas) moved to
+    // k-tile i's own stage, which its wgmmas still read: the producer refills it under them
+    let (r, mut m) = tma_final("matmul_nn_f16");
+    let probe = m.clone();
+    let pick = |s: &Stmt| {
+        on_barrier(&probe, "empty_bar", false)(s)
+            && matches!(s, Stmt::Inst(Inst::MbarrierArrive(a)) if matches!(&a.idx, Expr::Binary { .. }))
+    };
+    assert!(mutate_nth(&mut m.kernel.body, &pick, &mut 0, &mut |s| {
+        let Stmt::Inst(Inst::MbarrierArrive(mut a)) = s else { unreachable!() };
+        // floormod(i - 1, s) -> floormod(i, s)
+        a.idx = a.idx.map(&mut |e| match e {
+            Expr::Binary { op: BinOp::Add, a, b, .. } if b.as_int() == Some(-1) => *a,
+            other => other,
+        });
+        vec![Stmt::inst(a)]
+    }));
+    caught(&r, &m, "");
+}
+
+#[test]
+fn mutation_tma_producer_overruns_the_ring() {
+    // the producer no longer waits for a released stage: it refills stages still in use
+    let (r, m) = mutated_barrier("matmul_nn_f16", "empty_bar", true, &mut |_| vec![]);
+    caught(&r, &m, "");
 }
 
 /// Run the final sm_90a module of `name` with every wgmma descriptor changed by `fault`
