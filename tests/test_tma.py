@@ -100,3 +100,17 @@ def test_fixed_grids_are_persistent_and_say_so():
     dyn = compiled(kernels.matmul(T.dynamic("M"), 4096, 4096, 128, 256, 64, 4, 256))
     assert "not persistent: the kernel has symbolic sizes" in dyn.report()
     assert len(k.cubin) > 0 and len(off.cubin) > 0
+
+
+@pytest.mark.parametrize("k_tiles", [0, 1, 2, 3, 4])
+def test_warp_specialized_gemm_passes_the_pass_check_at_every_trip_count(k_tiles):
+    """On the CPU warp model (mbarrier phases, TMA landing, roles scheduled on their own, a
+    persistent walk of 4 tiles by 3 blocks): 0, 1, 2, num_stages and num_stages + 1 k-tiles
+    terminate and agree with the tile-level result after every pass."""
+    from tilers import testing
+
+    # 0: a T.dynamic K, which the pass check draws at 0, 8, one tile and more
+    K = 64 * k_tiles if k_tiles else T.dynamic("K", multiple_of=8)
+    f = kernels.matmul(256, 200, K, 128, 128, 64, 3, 128)
+    assert "warp-specialized" in compiled(f).report()
+    testing.check_passes(f, arch="sm_90a", blocks="all", check=True)
