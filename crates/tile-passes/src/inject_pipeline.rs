@@ -170,21 +170,7 @@ fn pipeline(
     // a wgmma consumer: fence its operands' writes; keep its group in flight when it can
     let wgmma_at: Vec<usize> =
         consumers.iter().enumerate().filter(|(_, c)| is_wgmma(c)).map(|(k, _)| k).collect();
-    let mut drain = None;
-    if stages >= 3 && wgmma_at.len() == 1 {
-        let k = wgmma_at[0];
-        let Stmt::Gemm(op) = &consumers[k] else { unreachable!("is_wgmma") };
-        let acc = op.c;
-        let others_touch = consumers.iter().enumerate().any(|(j, s)| j != k && touches(s, acc));
-        if !others_touch {
-            if let Stmt::Gemm(op) = &mut consumers[k] {
-                if let Some(inst) = &mut op.inst {
-                    inst.in_flight = true;
-                    drain = Some(acc);
-                }
-            }
-        }
-    }
+    let drain = keep_in_flight(&mut consumers, stages);
     // iterations the copies run ahead
     let ahead = if drain.is_some() { stages - 2 } else { stages - 1 };
     // multi-buffer the tiles
@@ -255,6 +241,27 @@ fn pipeline(
         out.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
     }
     out
+}
+
+/// With three stages or more and one wgmma gemm among the consumers whose accumulator no
+/// other consumer touches, that gemm returns with its group in flight (`GemmInst::
+/// in_flight`); the accumulator, which the loop then drains, or None.
+pub(crate) fn keep_in_flight(consumers: &mut [Stmt], stages: u32) -> Option<BufferId> {
+    let wgmma_at: Vec<usize> =
+        consumers.iter().enumerate().filter(|(_, c)| is_wgmma(c)).map(|(k, _)| k).collect();
+    if stages < 3 || wgmma_at.len() != 1 {
+        return None;
+    }
+    let k = wgmma_at[0];
+    let Stmt::Gemm(op) = &consumers[k] else { unreachable!("is_wgmma") };
+    let acc = op.c;
+    if consumers.iter().enumerate().any(|(j, s)| j != k && touches(s, acc)) {
+        return None;
+    }
+    let Stmt::Gemm(op) = &mut consumers[k] else { unreachable!("is_wgmma") };
+    let inst = op.inst.as_mut()?;
+    inst.in_flight = true;
+    Some(acc)
 }
 
 /// A `T.gemm` that `select_instructions` gave a `wgmma`.

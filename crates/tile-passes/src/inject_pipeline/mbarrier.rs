@@ -28,7 +28,7 @@
 //! barrier and nothing waits forever. The consumers' barriers become named barriers over
 //! their threads (`lower_tile_ops`), never `__syncthreads`, which the producers do not reach.
 
-use super::{is_wgmma, select_stage, touches};
+use super::{keep_in_flight, select_stage};
 use crate::lower::tma;
 use crate::Ctx;
 use std::collections::BTreeSet;
@@ -158,23 +158,7 @@ pub(super) fn warp_specialize(
     let tiles: BTreeSet<BufferId> = producers.iter().map(|op| op.dst.buf).collect();
     // a wgmma consumer keeps its group in flight when nothing else touches its accumulator
     // (with two stages that would leave the producer nothing to prefetch into)
-    let wgmma_at: Vec<usize> =
-        consumers.iter().enumerate().filter(|(_, c)| is_wgmma(c)).map(|(k, _)| k).collect();
-    let mut drain = None;
-    if stages >= 3 && wgmma_at.len() == 1 {
-        let k = wgmma_at[0];
-        let Stmt::Gemm(op) = &consumers[k] else { unreachable!("is_wgmma") };
-        let acc = op.c;
-        let others_touch = consumers.iter().enumerate().any(|(j, s)| j != k && touches(s, acc));
-        if !others_touch {
-            if let Stmt::Gemm(op) = &mut consumers[k] {
-                if let Some(inst) = &mut op.inst {
-                    inst.in_flight = true;
-                    drain = Some(acc);
-                }
-            }
-        }
-    }
+    let drain = keep_in_flight(&mut consumers, stages);
     for &t in &tiles {
         m.buffer_mut(t).shape.insert(0, Dim::Fixed(stages as i64));
     }
