@@ -117,7 +117,14 @@ class JitFunction:
     """
 
     def __init__(
-        self, factory, out_idx=None, target="auto", lineinfo=False, wgmma=True, tma=True
+        self,
+        factory,
+        out_idx=None,
+        target="auto",
+        lineinfo=False,
+        wgmma=True,
+        tma=True,
+        persistent=True,
     ):
         functools.update_wrapper(self, factory)
         self.factory = factory
@@ -126,6 +133,7 @@ class JitFunction:
         self.lineinfo = lineinfo
         self.wgmma = wgmma
         self.tma = tma
+        self.persistent = persistent
         self.kernels = {}
 
     def __call__(self, *args, **kwargs):
@@ -147,6 +155,7 @@ class JitFunction:
             self.prim_func(*args, **kwargs), out_idx=out_idx, target=target, lineinfo=self.lineinfo,
             wgmma=self.wgmma,
             tma=self.tma,
+            persistent=self.persistent,
         )
         if key is not None:
             self.kernels[key] = result
@@ -163,11 +172,21 @@ class JitFunction:
         return result
 
 
-def jit(func=None, *, out_idx=None, target="auto", lineinfo=False, wgmma=True, tma=True):
+def jit(
+    func=None,
+    *,
+    out_idx=None,
+    target="auto",
+    lineinfo=False,
+    wgmma=True,
+    tma=True,
+    persistent=True,
+):
     """Decorate a factory of prim_funcs: ``@tilers.jit`` or ``@tilers.jit(out_idx=[2])``."""
     if func is None:
         return lambda f: jit(
-            f, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma
+            f, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma,
+            persistent=persistent,
         )
     if isinstance(func, PrimFunc):
         raise TileError(
@@ -175,5 +194,6 @@ def jit(func=None, *, out_idx=None, target="auto", lineinfo=False, wgmma=True, t
             f"compile the prim_func '{func.__name__}' with tilers.compile instead"
         )
     return JitFunction(
-        func, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma
+        func, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma,
+        persistent=persistent,
     )
