@@ -76,7 +76,8 @@ def test_wgmma_can_be_turned_off_and_sm80_never_has_it():
 
 
 def test_operand_tiles_take_wgmma_layouts_and_the_pipeline_keeps_a_group_in_flight():
-    k = compiled(kernels.matmul(512, 512, 512, 128, 128, 64, 3, 128))
+    # the cp.async pipeline (tests/test_tma.py has the warp-specialized one)
+    k = compiled(kernels.matmul(512, 512, 512, 128, 128, 64, 3, 128), tma=False)
     report = k.report()
     assert "shared tile 'A_shared' in wgmma's layout: panels of 128-byte rows" in report
     assert "copies into A_shared, B_shared issued 1 iteration(s) ahead" in report
@@ -84,7 +85,7 @@ def test_operand_tiles_take_wgmma_layouts_and_the_pipeline_keeps_a_group_in_flig
     layouts = k.layouts()
     assert "panels of 64 columns" in str(layouts), layouts
     # two stages: no room for a group in flight, the copies run one iteration ahead
-    k2 = compiled(kernels.matmul(512, 512, 512, 128, 128, 64, 2, 128))
+    k2 = compiled(kernels.matmul(512, 512, 512, 128, 128, 64, 2, 128), tma=False)
     assert "stays in flight" not in k2.report()
     assert "wgmma.wait_group.sync.aligned 0;" in k2.source
     assert "wgmma.wait_group.sync.aligned 1;" not in k2.source

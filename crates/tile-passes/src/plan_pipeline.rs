@@ -62,9 +62,22 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         planned = true;
         let producers = inject_pipeline::producers(&m, body);
         let Stmt::For { body, .. } = &mut m.kernel.body[k] else { unreachable!() };
+        let mut copies = Vec::new();
         for p in producers {
             if let Stmt::Copy(op) = &mut body[p] {
                 op.inst = Some(CopyInst::Tma);
+                copies.push((op.loc, op.src.buf, op.dst.buf));
+            }
+        }
+        // select_instructions' line for each such copy said cp.async: it is TMA now
+        for (loc, src, dst) in copies {
+            let at = m.sources.short(loc).unwrap_or_default();
+            let (s, d) = (&m.buffer(src).name, &m.buffer(dst).name);
+            let before = format!("{at}: T.copy {s} -> {d}: cp.async");
+            for line in ctx.report.iter_mut().filter(|l| l.starts_with(&before)) {
+                *line = format!(
+                    "{at}: T.copy {s} -> {d}: TMA (a bulk tensor copy by the producer warpgroup), zero-filled past the edge"
+                );
             }
         }
     }
