@@ -114,3 +114,23 @@ def test_warp_specialized_gemm_passes_the_pass_check_at_every_trip_count(k_tiles
     f = kernels.matmul(256, 200, K, 128, 128, 64, 3, 128)
     assert "warp-specialized" in compiled(f).report()
     testing.check_passes(f, arch="sm_90a", blocks="all", check=True)
+
+
+def test_a_pipelined_loop_inside_another_loop_says_why_it_stays_on_cp_async():
+    @T.prim_func
+    def batched(A: T.Tensor((4, 512, 512), "float16"), B: T.Tensor((512, 512), "float16"),
+                C: T.Tensor((4, 512, 512), "float16")):
+        with T.Kernel(4, 4, threads=128) as (bx, by):
+            As = T.alloc_shared((128, 64), "float16")
+            Bs = T.alloc_shared((64, 128), "float16")
+            acc = T.alloc_fragment((128, 128), "float32")
+            for z in T.serial(4):
+                T.clear(acc)
+                for ko in T.Pipelined(8, num_stages=3):
+                    T.copy(A[z, by * 128, ko * 64], As)
+                    T.copy(B[ko * 64, bx * 128], Bs)
+                    T.gemm(As, Bs, acc)
+                T.copy(acc, C[z, by * 128, bx * 128])
+
+    k = tilers.compile(batched, target="cuda:sm_90a")
+    assert "it is inside another statement" in k.report() and not k.info["tensor_maps"]

@@ -19,6 +19,34 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     if !ctx.target.caps.tma || !ctx.target.caps.mbarrier_tx {
         return Ok(m);
     }
+    // pipelined loops inside other statements: the role split is of the whole kernel
+    let mut nested = Vec::new();
+    for s in &m.kernel.body {
+        if let Stmt::For { body, .. } | Stmt::If { then: body, .. } = s {
+            walk_stmts(body, &mut |x| {
+                if let Stmt::For { kind: ForKind::Pipelined { stages }, loc, .. } = x {
+                    if *stages >= 2 {
+                        nested.push((*loc, *stages));
+                    }
+                }
+            });
+        }
+        if let Stmt::If { otherwise, .. } = s {
+            walk_stmts(otherwise, &mut |x| {
+                if let Stmt::For { kind: ForKind::Pipelined { stages }, loc, .. } = x {
+                    if *stages >= 2 {
+                        nested.push((*loc, *stages));
+                    }
+                }
+            });
+        }
+    }
+    for (loc, stages) in nested {
+        let at = m.sources.short(loc).unwrap_or_default();
+        ctx.report.push(format!(
+            "{at}: T.Pipelined(num_stages={stages}) stays on cp.async, not TMA: it is inside another statement (warp specialization splits the whole kernel around a top-level loop)"
+        ));
+    }
     let mut planned = false;
     for k in 0..m.kernel.body.len() {
         let Stmt::For { start, extent, kind: ForKind::Pipelined { stages }, body, loc, .. } =
