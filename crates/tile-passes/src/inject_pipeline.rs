@@ -270,7 +270,7 @@ pub fn is_wgmma(s: &Stmt) -> bool {
 }
 
 /// Whether a statement (with its children) reads or writes `buf`.
-fn touches(s: &Stmt, buf: BufferId) -> bool {
+pub(crate) fn touches(s: &Stmt, buf: BufferId) -> bool {
     let mut found = false;
     walk_stmts(std::slice::from_ref(s), &mut |st| {
         stmt_exprs(st, &mut |e| {

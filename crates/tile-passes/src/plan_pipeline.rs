@@ -70,8 +70,22 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             Some("its bounds are read from memory".to_string())
         } else {
             let producers = inject_pipeline::producers(&m, body);
+            // the producer fills its tiles while the consumers still run the statements
+            // before the loop: no other statement may use them
+            let used_outside = producers.iter().find_map(|&p| {
+                let Stmt::Copy(op) = &body[p] else { return None };
+                let outside = m
+                    .kernel
+                    .body
+                    .iter()
+                    .enumerate()
+                    .any(|(j, s)| j != k && inject_pipeline::touches(s, op.dst.buf));
+                outside.then(|| m.buffer(op.dst.buf).name.clone())
+            });
             if producers.is_empty() {
                 Some("no copy from global into a shared tile to run ahead".to_string())
+            } else if let Some(tile) = used_outside {
+                Some(format!("its tile '{tile}' is also used outside the loop"))
             } else {
                 producers.iter().find_map(|&p| {
                     let Stmt::Copy(op) = &body[p] else { unreachable!("producers are copies") };
