@@ -17,6 +17,7 @@ def compile(
     wgmma=True,
     tma=True,
     persistent=True,
+    tma_store=True,
     **params,
 ):
     """Compile a ``@T.prim_func`` into a callable kernel.
@@ -31,7 +32,9 @@ def compile(
     ``cp.async`` issued by the kernel's own threads; by default an sm_90a pipeline whose
     copies TMA can carry out gets a producer warpgroup (launched after the kernel's
     ``threads``) issuing them, on mbarriers; ``persistent=False`` launches such a kernel one
-    tile per block instead of one block per SM walking the tiles.
+    tile per block instead of one block per SM walking the tiles; ``tma_store=False`` keeps
+    such a kernel's accumulator stores on the threads (16-byte stores from a staging tile)
+    instead of TMA stores.
 
     >>> kernel = tilers.compile(add, out_idx=[2], M=1024, N=1000, block_M=32, block_N=128)
     """
@@ -43,7 +46,7 @@ def compile(
     out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
     try:
         key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo), bool(wgmma), bool(tma),
-               bool(persistent))
+               bool(persistent), bool(tma_store))
         hash(key)
     except TypeError:  # an unhashable parameter value: compile without the memo
         key = None
@@ -59,6 +62,7 @@ def compile(
     options_json = kernel.compile_options(
         arch, lineinfo, fast_math=False, wgmma=bool(wgmma), tma=bool(tma),
         persistent=bool(persistent),
+        tma_store=bool(tma_store),
     )
     try:
         if target == "interp":
@@ -79,6 +83,7 @@ def compile(
         wgmma=bool(wgmma),
         tma=bool(tma),
         persistent=bool(persistent),
+        tma_store=bool(tma_store),
     )
     if key is not None:
         prim_func.compiled[key] = result

@@ -44,6 +44,7 @@ def compile_options(
     wgmma: bool = True,
     tma: bool = True,
     persistent: bool = True,
+    tma_store: bool = True,
 ) -> str:
     """The options JSON of `_tilers.compile` (docs/format.md): one place, so that a kernel
     compiled again for kernel.ir() / kernel.layouts() is compiled exactly as it was."""
@@ -54,6 +55,8 @@ def compile_options(
         options["tma"] = False
     if not persistent:
         options["persistent"] = False
+    if not tma_store:
+        options["tma_store"] = False
     if keep_ir:
         options["keep_ir"] = True
     return json.dumps(options)
@@ -178,6 +181,7 @@ class JITKernel:
         wgmma: bool = True,
         tma: bool = True,
         persistent: bool = True,
+        tma_store: bool = True,
     ):
         self.name = name
         self.program_json = program_json
@@ -191,6 +195,7 @@ class JITKernel:
         self.wgmma = wgmma
         self.tma = tma
         self.persistent = persistent
+        self.tma_store = tma_store
         self.params = [spec["name"] for spec in info["params"]]
         self.out_idx = normalize_out_idx(out_idx, name, info["params"])
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
@@ -248,7 +253,8 @@ class JITKernel:
         """The options JSON this kernel was compiled with (`_tilers.compile`)."""
         # a kernel for the interpreter has no lowering of its own: show the default target's
         arch = self.arch if self.source is not None else runtime.DEFAULT_ARCH
-        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir, self.wgmma, self.tma, self.persistent)
+        return compile_options(arch, self.lineinfo, self.fast_math, keep_ir, self.wgmma, self.tma, self.persistent,
+            self.tma_store)
 
     def _inspect(self, keep_ir: bool) -> None:
         """Compile the program again with this kernel's options, for its layouts and, with

@@ -64,8 +64,9 @@ pub struct Effects {
     /// shared memory (`wgmma.fence`, `commit_group`, `wait_group`, `fence.proxy.async`): no
     /// effect on values in a program that runs one statement after another.
     pub orders_tensor_core: bool,
-    /// Initializes, arrives at or waits on an mbarrier (`mbarrier.*`): orders the threads
-    /// and bulk copies that use that barrier; the barrier word is not a data access.
+    /// Initializes, arrives at or waits on an mbarrier (`mbarrier.*`), or commits or waits
+    /// for a group of bulk stores (`cp.async.bulk.{commit,wait}_group`): orders the threads
+    /// and bulk copies that use it; the barrier word is not a data access.
     pub mbarrier: bool,
     /// A bulk tensor copy (TMA): its writes land later, in the async proxy, and complete
     /// their bytes on an mbarrier; a wait on that barrier's phase makes them visible.
@@ -995,6 +996,143 @@ impl Instruction for TmaLoad {
     }
 }
 
+/// One bulk tensor store (`cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group`),
+/// issued by one thread: the box of tensor map `map` (of tensor `dst`) whose first element
+/// is `dst[coords]` (outermost first) is written from shared `src` (from `src[src_idx]` on,
+/// `bytes` of it, swizzled as the map says); elements past the tensor's edge are not
+/// written. It reads shared memory in the async proxy (the generic writes before it need
+/// `fence.proxy.async` and a barrier) and belongs to the bulk group the next `bulk_commit`
+/// closes: `bulk_wait read` says when its shared bytes may be written again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TmaStore {
+    pub map: u32,
+    pub src: BufferId,
+    pub src_idx: Vec<Expr>,
+    pub dst: BufferId,
+    pub coords: Vec<Expr>,
+    pub bytes: i64,
+}
+
+impl Instruction for TmaStore {
+    fn exprs(&self) -> Vec<&Expr> {
+        self.src_idx.iter().chain(&self.coords).collect()
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        let src_idx = map_all(self.src_idx, f);
+        TmaStore { src_idx, coords: map_all(self.coords, f), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![
+            Access {
+                buf: self.src,
+                kind: AccessKind::Read,
+                index: Index::Element(&self.src_idx),
+                elements: 0,
+            },
+            Access {
+                buf: self.dst,
+                kind: AccessKind::Write,
+                index: Index::Element(&self.coords),
+                elements: 0,
+            },
+        ]
+    }
+    fn effects(&self) -> Effects {
+        Effects { bulk_async: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!(
+            "tma_store map{} {}[{}] <- {}[{}] ({} bytes)",
+            self.map,
+            t.buffer(self.dst),
+            t.exprs(&self.coords),
+            t.buffer(self.src),
+            t.exprs(&self.src_idx),
+            self.bytes
+        )
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "tma_store" {
+            return None;
+        }
+        Some((|| {
+            let map = map_number(r)?;
+            let (dst, coords) = r.element()?;
+            r.punct("<-")?;
+            let (src, src_idx) = r.element()?;
+            r.punct("(")?;
+            let bytes = r.int()?;
+            r.keyword("bytes")?;
+            r.punct(")")?;
+            Ok(TmaStore { map, src, src_idx, dst, coords, bytes })
+        })())
+    }
+}
+
+/// `cp.async.bulk.commit_group`: this thread's bulk stores since the last commit form a
+/// group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BulkCommit;
+
+impl Instruction for BulkCommit {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { mbarrier: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        "bulk_commit".into()
+    }
+    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        (op == "bulk_commit").then_some(Ok(BulkCommit))
+    }
+}
+
+/// `cp.async.bulk.wait_group{.read} pending`: until at most `pending` of this thread's
+/// bulk groups are in flight — with `read`, only until their shared bytes have been read
+/// (the tile may be written again), else until their global writes are done.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BulkWait {
+    pub read: bool,
+    pub pending: u32,
+}
+
+impl Instruction for BulkWait {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { mbarrier: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        format!("bulk_wait{} {}", if self.read { " read" } else { "" }, self.pending)
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "bulk_wait" {
+            return None;
+        }
+        Some((|| {
+            let read = r.keyword("read").is_ok();
+            let n = r.int()?;
+            let pending = u32::try_from(n).map_err(|_| r.error(&format!("bad group count {n}")))?;
+            Ok(BulkWait { read, pending })
+        })())
+    }
+}
+
 /// `mapN`: a tensor map by its number.
 fn map_number(r: &mut dyn TextReader) -> Result<u32, String> {
     for k in 0..64u32 {
@@ -1229,6 +1367,9 @@ instructions!(
     MbarrierArrive,
     MbarrierWait,
     TmaLoad,
+    TmaStore,
+    BulkCommit,
+    BulkWait,
     SetMaxNReg,
     NamedBarrier,
     AsyncCopy,

@@ -833,6 +833,10 @@ pub enum CopyInst {
     /// accumulator) is written to a swizzled shared tile — by `stmatrix` where given — and
     /// from there to global memory in 16-byte vectors along rows.
     Staged { stmatrix: Option<&'static CopyAtom> },
+    /// A wgmma accumulator written to a shared tile in the panel layout by the threads and
+    /// from there to global memory by one bulk tensor store (TMA) per panel: the epilogue of
+    /// a warp-specialized kernel (`plan_pipeline` chooses it).
+    StagedTma,
     /// A bulk tensor copy (TMA) of a pipelined loop's producer, issued by one producer
     /// thread and completing on the stage's mbarrier (`plan_pipeline` chooses it,
     /// `inject_pipeline` expands it).

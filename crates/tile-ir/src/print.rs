@@ -409,6 +409,7 @@ pub fn copy_inst_text(i: CopyInst) -> String {
         CopyInst::Threads => "threads".into(),
         CopyInst::CpAsync => "cp.async".into(),
         CopyInst::Tma => "tma".into(),
+        CopyInst::StagedTma => "staged_tma".into(),
         CopyInst::Staged { stmatrix: None } => "staged".into(),
         CopyInst::Staged { stmatrix: Some(atom) } => format!("staged.{}", atom.name),
     }

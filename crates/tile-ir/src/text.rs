@@ -607,6 +607,7 @@ impl Parser {
                         "threads" => CopyInst::Threads,
                         "cp.async" => CopyInst::CpAsync,
                         "tma" => CopyInst::Tma,
+                        "staged_tma" => CopyInst::StagedTma,
                         "staged" => CopyInst::Staged { stmatrix: None },
                         s if s.starts_with("staged.") => {
                             let atom = CopyAtom::by_name(&s["staged.".len()..])

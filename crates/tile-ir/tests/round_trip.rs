@@ -104,6 +104,10 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   mbarrier_arrive bars[1]
   setmaxnreg dec 40
   bar_sync 1, 32
+  tma_store map0 A[0, mul(%lane, 0)] <- B_s[0, 0] (8192 bytes)
+  bulk_commit
+  bulk_wait read 0
+  bulk_wait 0
   printf("lane %d: %g\n", %lane, c[0])
   if lt(c[0], 0.0:float32) {
     trap
@@ -145,11 +149,14 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::TmaLoad(_) => "tma_load",
                 Inst::SetMaxNReg(_) => "setmaxnreg",
                 Inst::NamedBarrier(_) => "bar_sync",
+                Inst::TmaStore(_) => "tma_store",
+                Inst::BulkCommit(_) => "bulk_commit",
+                Inst::BulkWait(_) => "bulk_wait",
             };
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 22, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 25, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]

@@ -44,6 +44,9 @@ pub struct Options {
     /// Launch a warp-specialized kernel one tile per block instead of persistent
     /// (`tilers.compile(..., persistent=False)`, options JSON `"persistent": false`).
     pub no_persistent: bool,
+    /// Keep a warp-specialized kernel's staged epilogue on the threads' 16-byte stores
+    /// instead of TMA stores (options JSON `"tma_store": false`).
+    pub no_tma_store: bool,
 }
 
 /// State shared by the passes of one compilation.

@@ -102,6 +102,8 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             continue;
         }
         planned = true;
+        tma_epilogues(&mut m, k, ctx);
+        let Stmt::For { body, .. } = &m.kernel.body[k] else { unreachable!() };
         let producers = inject_pipeline::producers(&m, body);
         let Stmt::For { body, .. } = &mut m.kernel.body[k] else { unreachable!() };
         let mut copies = Vec::new();
@@ -124,6 +126,32 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         }
     }
     Ok(m)
+}
+
+/// The staged accumulator stores after the TMA loop at `k` leave their staging tile by bulk
+/// tensor stores, where they can (`lower::tma::store_fit`).
+fn tma_epilogues(m: &mut Module, k: usize, ctx: &mut Ctx) {
+    for j in k + 1..m.kernel.body.len() {
+        let Stmt::Copy(op) = &m.kernel.body[j] else { continue };
+        if !matches!(op.inst, Some(CopyInst::Staged { .. })) {
+            continue;
+        }
+        let at = m.sources.short(op.loc).unwrap_or_default();
+        let (s, d) = (m.buffer(op.src.buf).name.clone(), m.buffer(op.dst.buf).name.clone());
+        let fit =
+            if ctx.options.no_tma_store { Err("tma_store=False".to_string()) } else { tma::store_fit(m, op) };
+        match fit {
+            Ok(()) => {
+                ctx.report.push(format!(
+                    "{at}: T.copy {s} -> {d}: through a swizzled panel tile and TMA stores (one thread; the next tile's copies go on)"
+                ));
+                if let Stmt::Copy(op) = &mut m.kernel.body[j] {
+                    op.inst = Some(CopyInst::StagedTma);
+                }
+            }
+            Err(why) => ctx.report.push(format!("{at}: T.copy {s} -> {d} is not stored by TMA: {why}")),
+        }
+    }
 }
 
 fn reads_memory(e: &Expr) -> bool {

@@ -55,6 +55,8 @@ pub struct CompileOptions {
     pub no_tma: bool,
     /// `tile_passes::Options::no_persistent` (`"persistent": false`).
     pub no_persistent: bool,
+    /// `tile_passes::Options::no_tma_store` (`"tma_store": false`).
+    pub no_tma_store: bool,
 }
 
 impl CompileOptions {
@@ -83,6 +85,7 @@ impl CompileOptions {
                 "wgmma" => opts.mma_sync_only = !val.as_bool().unwrap_or(true),
                 "tma" => opts.no_tma = !val.as_bool().unwrap_or(true),
                 "persistent" => opts.no_persistent = !val.as_bool().unwrap_or(true),
+                "tma_store" => opts.no_tma_store = !val.as_bool().unwrap_or(true),
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }
@@ -223,6 +226,7 @@ fn compile_inner(
         mma_sync_only: opts.mma_sync_only,
         no_tma: opts.no_tma,
         no_persistent: opts.no_persistent,
+        no_tma_store: opts.no_tma_store,
     };
     let mut ctx = Ctx::new(target.clone(), options);
     let sources = module.sources.clone();

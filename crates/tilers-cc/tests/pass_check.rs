@@ -840,6 +840,25 @@ fn mutation_tma_producer_overruns_the_ring() {
     caught(&r, &m, "");
 }
 
+#[test]
+fn mutation_tma_store_without_proxy_fence() {
+    // the threads' writes of the epilogue's staging tile are generic-proxy writes: without
+    // fence.proxy.async the bulk store (async proxy) may read stale bytes
+    let (r, mut m) = tma_final("matmul_nn_f16");
+    let fence = |s: &Stmt| matches!(s, Stmt::Inst(Inst::FenceProxyAsync(_)));
+    assert!(mutate_nth(&mut m.kernel.body, &fence, &mut 0, &mut |_| vec![]), "no fence to drop");
+    caught(&r, &m, "no fence_proxy_async after it");
+}
+
+#[test]
+fn mutation_tma_store_never_waited_for() {
+    // the block exits with its bulk stores in flight
+    let (r, mut m) = tma_final("matmul_nn_f16");
+    let full_wait = |s: &Stmt| matches!(s, Stmt::Inst(Inst::BulkWait(w)) if !w.read);
+    assert!(mutate_nth(&mut m.kernel.body, &full_wait, &mut 0, &mut |_| vec![]), "no bulk_wait to drop");
+    caught(&r, &m, "TMA stores pending at the end");
+}
+
 /// Run the final sm_90a module of `name` with every wgmma descriptor changed by `fault`
 /// (the model's test knob), on the edge blocks, against the reference.
 fn with_descriptor_fault(name: &str, fault: threads::DescriptorFault) -> Result<(), String> {

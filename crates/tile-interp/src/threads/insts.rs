@@ -19,6 +19,9 @@ impl Machine<'_> {
             Inst::FenceMbarrierInit(_) => self.fence_mbarrier_init(active),
             Inst::MbarrierArrive(b) => self.mbarrier_arrive(active, b)?,
             Inst::TmaLoad(t) => self.tma_load(active, t)?,
+            Inst::TmaStore(t) => self.tma_store(active, t)?,
+            Inst::BulkCommit(_) => self.bulk_commit(active),
+            Inst::BulkWait(w) => self.bulk_wait(active, w.pending),
             Inst::VecCopy(inst::VecCopy { dst, dst_idx, src, src_idx, width }) => {
                 let (db, sb) = (m.buffer(*dst), m.buffer(*src));
                 let bytes = *width as usize * sb.dtype.bytes() as usize;

@@ -189,6 +189,11 @@ impl Machine<'_> {
                 self.err(format!("{who} writes shared byte {a} while a cp.async into it is in flight"))
             );
         }
+        if self.races.bulk_reads[a] > 0 {
+            return Err(self.err(format!(
+                "{who} writes shared byte {a} while a TMA store that reads it is pending (no bulk_wait read retired its group)"
+            )));
+        }
         if self.races.wgmma_reads[a] > 0 {
             return Err(self.err(format!(
                 "{who} writes shared byte {a} while a wgmma that reads it is pending (no wgmma_wait retired its group)"

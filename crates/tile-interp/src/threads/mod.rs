@@ -105,6 +105,7 @@ mod memory;
 mod schedule;
 mod stmatrix;
 mod tma;
+mod tma_store;
 mod wgmma;
 
 use crate::num::{self, OpError, Val};
@@ -301,6 +302,8 @@ struct RaceTracker {
     reader: Vec<u32>,
     in_flight: Vec<u16>,
     wgmma_reads: Vec<u16>,
+    /// Bulk tensor stores (TMA) reading the byte whose group no `bulk_wait` retired yet.
+    bulk_reads: Vec<u16>,
     fence_mark: Vec<u32>,
     tma_bar: Vec<u32>,
     tma_phase: Vec<u32>,
@@ -318,6 +321,7 @@ impl RaceTracker {
             reader: vec![NOBODY; n],
             in_flight: vec![0; n],
             wgmma_reads: vec![0; n],
+            bulk_reads: vec![0; n],
             fence_mark: vec![0; n],
             tma_bar: vec![NOBODY; n],
             tma_phase: vec![0; n],
@@ -333,6 +337,7 @@ impl RaceTracker {
         self.reader.fill(NOBODY);
         self.in_flight.fill(0);
         self.wgmma_reads.fill(0);
+        self.bulk_reads.fill(0);
         self.fence_mark.fill(0);
         self.tma_bar.fill(NOBODY);
         self.tma_phase.fill(0);
@@ -366,6 +371,9 @@ enum Space {
 struct Machine<'m> {
     m: &'m Module,
     threads: usize,
+    /// Per thread: the shared bytes of its bulk stores not yet committed, and of each
+    /// committed group (oldest first) until a `bulk_wait` retires it.
+    bulk: Vec<tma_store::BulkGroups>,
     /// Blocks launched of a persistent kernel (`gridDim.x`; 0 for others).
     launched: i64,
     /// Block-uniform values: scalar parameters and block indices.
@@ -449,6 +457,7 @@ impl<'m> Machine<'m> {
             block: [0; 3],
             context: String::new(),
             blocks_run: 0,
+            bulk: vec![Default::default(); threads],
             launched: 0,
             banks: Default::default(),
             swizzled: Default::default(),
@@ -541,6 +550,7 @@ impl<'m> Machine<'m> {
             self.start_block(block);
             self.run_block()?;
             self.end_block_wgmma()?;
+            self.end_block_bulk()?;
             self.blocks_run += 1;
         }
         Ok(())
@@ -583,6 +593,9 @@ impl<'m> Machine<'m> {
         }
         for f in &mut self.proxy_fences {
             f.clear();
+        }
+        for b in &mut self.bulk {
+            *b = Default::default();
         }
         for g in &mut self.warpgroups {
             *g = Default::default();

@@ -31,6 +31,9 @@ impl Lowerer {
         if let CopyInst::Staged { stmatrix } = inst {
             return self.staged_store(op, stmatrix);
         }
+        if inst == CopyInst::StagedTma {
+            return self.staged_tma_store(op);
+        }
         if inst == CopyInst::Tma {
             // inject_pipeline expands TMA producers into their bulk copies
             self.diags.push(Diagnostic::bug("a TMA copy outside a warp-specialized pipeline"));

@@ -95,6 +95,14 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
             *then = consumer_barriers(std::mem::take(then), threads);
         }
     }
+    // the stores of a TMA epilogue are done before the block exits
+    let mut stores = false;
+    walk_stmts(&body, &mut |s| stores |= matches!(s, Stmt::Inst(Inst::TmaStore(_))));
+    if stores {
+        let one = Expr::binary(BinOp::Eq, lw.tid(), i32c(0));
+        let wait = Stmt::inst(inst::BulkWait { read: false, pending: 0 });
+        body.push(Stmt::If { cond: one, then: vec![wait], otherwise: vec![], loc: Loc::UNKNOWN });
+    }
     prologue.append(&mut body);
     let body = prologue;
     let Lowerer { mut m, diags, report, .. } = lw;

@@ -150,3 +150,116 @@ pub fn loads(
     }
     Ok(out)
 }
+
+/// Whether a staged accumulator store `op` (fragment → global) can leave its staging tile
+/// by bulk tensor stores, or why not: the epilogue of a warp-specialized kernel.
+pub fn store_fit(m: &Module, op: &CopyOp) -> Result<(), String> {
+    let (s, d) = resolve_copy(m, &op.src, &op.dst, op.loc).map_err(|e| e.message)?;
+    let (sb, db) = (m.buffer(s.buf), m.buffer(d.buf));
+    if sb.scope != Scope::Fragment || db.scope != Scope::Global || sb.rank() != 2 {
+        return Err("it is not a 2-D fragment stored to a global tensor".into());
+    }
+    if op.pad.is_some() {
+        return Err("it has a pad value".into());
+    }
+    let tile = sb.extents();
+    let n = db.rank();
+    if !(2..=5).contains(&n) || !d.kept[n - 1] || d.extents[n - 1] != tile[1] {
+        return Err(format!("the rows of '{}' are not along the rows of '{}'", sb.name, db.name));
+    }
+    if d.starts.iter().any(reads_memory) {
+        return Err("its position in the tensor is read from memory".into());
+    }
+    let eb = db.dtype.bytes() as i64;
+    if m.stride_multiples(d.buf)[..n - 1].iter().any(|st| st * eb % 16 != 0) {
+        return Err(format!("the rows of '{}' are not a multiple of 16 bytes long", db.name));
+    }
+    let layout = SharedLayout::wgmma(&tile, db.dtype).ok_or_else(|| {
+        format!("a {}x{} tile of {} has no swizzled panel layout", tile[0], tile[1], db.dtype)
+    })?;
+    let panel = layout.panel.expect("a wgmma layout has panels");
+    if d.extents.iter().enumerate().any(|(k, &e)| !(1..=256).contains(&if k == n - 1 { panel } else { e })) {
+        return Err("a box dimension above 256 elements".into());
+    }
+    Ok(())
+}
+
+impl super::Lowerer {
+    /// `op` (a `CopyInst::StagedTma`): the threads write the fragment into a staging tile in
+    /// the panel layout, fence it for the async proxy, and one thread stores it with one
+    /// bulk tensor store per panel, after its previous stores finished reading the tile.
+    pub(super) fn staged_tma_store(&mut self, op: &CopyOp) -> Vec<Stmt> {
+        let (sb, db) = (self.m.buffer(op.src.buf).clone(), self.m.buffer(op.dst.buf).clone());
+        let (_, d) = match resolve_copy(&self.m, &op.src, &op.dst, op.loc) {
+            Ok(x) => x,
+            Err(e) => {
+                self.diags.push(e);
+                return vec![];
+            }
+        };
+        let tile = sb.extents();
+        let Some(layout) = SharedLayout::wgmma(&tile, db.dtype) else {
+            self.diags.push(Diagnostic::bug("a TMA-store epilogue tile without a panel layout"));
+            return vec![];
+        };
+        let panel = layout.panel.expect("a wgmma layout has panels");
+        let stage = self.m.add_buffer(Buffer {
+            name: format!("{}_stage", sb.name),
+            scope: Scope::Shared,
+            dtype: db.dtype,
+            shape: sb.shape.clone(),
+            loc: op.loc,
+            layout: None,
+            shared_offset: None,
+            panel: Some(panel),
+            swizzle: layout.swizzle,
+        });
+        let eb = db.dtype.bytes() as i64;
+        let n = db.rank();
+        let mut box_dims = d.extents.clone();
+        box_dims[n - 1] = panel;
+        let desc = TensorMapDesc { tensor: d.buf, box_dims: box_dims.clone(), swizzle: (panel * eb) as u32 };
+        let map = match self.m.kernel.tensor_maps.iter().position(|t| *t == desc) {
+            Some(k) => k,
+            None => {
+                self.m.kernel.tensor_maps.push(desc);
+                self.m.kernel.tensor_maps.len() - 1
+            }
+        };
+        let box_bytes = box_dims.iter().product::<i64>() * eb;
+        let one = Expr::binary(BinOp::Eq, self.tid(), Expr::int(0));
+        let whole = Region { buf: stage, dims: vec![], loc: op.loc };
+        let threads =
+            CopyOp { src: op.src.clone(), dst: whole, pad: None, loc: op.loc, inst: Some(CopyInst::Threads) };
+        let mut code = vec![
+            // the tile is free once the previous stores from it have been read
+            Stmt::If {
+                cond: one.clone(),
+                then: vec![Stmt::inst(inst::BulkWait { read: true, pending: 0 })],
+                otherwise: vec![],
+                loc: op.loc,
+            },
+            Stmt::inst(inst::Sync),
+        ];
+        code.extend(self.copy(&threads));
+        code.push(Stmt::inst(inst::FenceProxyAsync));
+        code.push(Stmt::inst(inst::Sync));
+        let mut stores = Vec::new();
+        for p in 0..tile[1] / panel {
+            let mut coords: Vec<Expr> =
+                d.starts.iter().map(|e| simplify(Expr::cast(e.clone(), DType::I32))).collect();
+            coords[n - 1] = simplify(Expr::binary(BinOp::Add, coords[n - 1].clone(), Expr::int(p * panel)));
+            stores.push(Stmt::inst(inst::TmaStore {
+                map: map as u32,
+                src: stage,
+                src_idx: vec![Expr::int(0), Expr::int(p * panel)],
+                dst: d.buf,
+                coords,
+                bytes: box_bytes,
+            }));
+        }
+        stores.push(Stmt::inst(inst::BulkCommit));
+        code.push(Stmt::If { cond: one, then: stores, otherwise: vec![], loc: op.loc });
+        code
+    }
+}

@@ -54,7 +54,7 @@ static __device__ __forceinline__ void tl_mbarrier_wait(unsigned int bar, unsign
   } while (!done);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C, const int M, const __grid_constant__ tl_tensor_map tl_tmap0, const __grid_constant__ tl_tensor_map tl_tmap1) {
+extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C, const int M, const __grid_constant__ tl_tensor_map tl_tmap0, const __grid_constant__ tl_tensor_map tl_tmap1, const __grid_constant__ tl_tensor_map tl_tmap2) {
   const int bx = blockIdx.x;
   const int by = blockIdx.y;
   const int tid = threadIdx.x;
@@ -68,95 +68,88 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
   tl_half* acc_stage = (tl_half*)(tl_smem + 0);  // [64, 64]
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 8 registers; 32 registers per thread
   __align__(16) tl_half acc_stage_out[2];
-  __align__(16) tl_half acc_stage_v[8];
-  __align__(16) tl_half C_out[8];
-  // blocks inside every tensor run without bounds checks; blocks at an edge take the else branch
-  {
+  #pragma unroll
+  for (int s = 0; s < 32; ++s) {
+    acc[s] = 0.0f;
+  }
+  if ((tid == 0)) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24576)), "r"(1) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24608)), "r"(128) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24584)), "r"(1) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24616)), "r"(128) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24592)), "r"(1) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24624)), "r"(128) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if ((tid < 128)) {
+    // kernels.py:266: T.fill
     #pragma unroll
-    for (int s = 0; s < 32; ++s) {
-      acc[s] = 0.0f;
+    for (int s_1 = 0; s_1 < 32; ++s_1) {
+      acc[s_1] = 0.0f;
     }
-    if ((tid == 0)) {
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24576)), "r"(1) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24608)), "r"(128) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24584)), "r"(1) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24616)), "r"(128) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24592)), "r"(1) : "memory");
-      asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)(24624)), "r"(128) : "memory");
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
-    __syncthreads();
-    if ((tid < 128)) {
-      // kernels.py:266: T.fill
-      #pragma unroll
-      for (int s_1 = 0; s_1 < 32; ++s_1) {
-        acc[s_1] = 0.0f;
-      }
-      for (int ko = 0; ko < 8; ++ko) {
-        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko % 3) * 8) + 24576)), (unsigned int)(((ko / 3) % 2)));
-        // kernels.py:276: T.gemm
-        const int group_m = 0;
-        const int group_n = 0;
-        #pragma unroll
-        for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-        asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 12288)), 4096u, 1024u, 1u); float* c = &acc[0];
-          asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-        { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 14336)), 4096u, 1024u, 1u); float* c = &acc[0];
-          asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
-        asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-        #pragma unroll
-        for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-        if ((ko > 0)) {
-          asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(((tl_floormod((ko + (-1)), 3) * 8) + 24608))) : "memory");
-        }
-      }
-      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    for (int ko = 0; ko < 8; ++ko) {
+      tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko % 3) * 8) + 24576)), (unsigned int)(((ko / 3) % 2)));
+      // kernels.py:276: T.gemm
+      const int group_m = 0;
+      const int group_n = 0;
       #pragma unroll
       for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
-      {
-        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(24616)) : "memory");
-      }
-      // kernels.py:279: T.copy
-      asm volatile("bar.sync 1, 128;" ::: "memory");
-      const int t0 = ((tid / 4) % 8);
-      const int t0_1 = (tid / 32);
-      const int t1 = (tid % 4);
+      asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 12288)), 4096u, 1024u, 1u); float* c = &acc[0];
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+      { const unsigned long long da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 64) >> 1) & 3) << 3)) * 2) + ((ko % 3) * 4096)) + (group_m * 4096))), 16u, 512u, 2u); const unsigned long long db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + ((ko % 3) * 4096)) + 14336)), 4096u, 1024u, 1u); float* c = &acc[0];
+        asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]), "+f"(c[4]), "+f"(c[5]), "+f"(c[6]), "+f"(c[7]), "+f"(c[8]), "+f"(c[9]), "+f"(c[10]), "+f"(c[11]), "+f"(c[12]), "+f"(c[13]), "+f"(c[14]), "+f"(c[15]), "+f"(c[16]), "+f"(c[17]), "+f"(c[18]), "+f"(c[19]), "+f"(c[20]), "+f"(c[21]), "+f"(c[22]), "+f"(c[23]), "+f"(c[24]), "+f"(c[25]), "+f"(c[26]), "+f"(c[27]), "+f"(c[28]), "+f"(c[29]), "+f"(c[30]), "+f"(c[31]) : "l"(da), "l"(db), "r"((int)(1)) : "memory"); }
+      asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
       #pragma unroll
-      for (int o0 = 0; o0 < 2; ++o0) {
-        #pragma unroll
-        for (int o1 = 0; o1 < 8; ++o1) {
-          #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            acc_stage_out[e] = tl_to_half((float)(acc[(((o0 * 2) + (o1 * 4)) + e)]));
-          }
-          *(unsigned int*)(&acc_stage[((((t0 * 64) + (o0 * 512)) + (t0_1 * 1024)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
-        }
-      }
-      asm volatile("bar.sync 1, 128;" ::: "memory");
-      const int t0_2 = (tid / 8);
-      const int t1_1 = (tid % 8);
-      #pragma unroll
-      for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-        {
-          *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_2 * 64) + (o0_1 * 1024)) + ((t1_1 * 8) ^ ((t0_2 & 7) << 3)))]);
-          #pragma unroll
-          for (int e_1 = 0; e_1 < 8; ++e_1) {
-            C_out[e_1] = acc_stage_v[e_1];
-          }
-          *(uint4*)(&C[((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_1) * 16ll))) * 256ll + ((((long long)bx) * 64ll) + (((long long)t1_1) * 8ll))]) = *(const uint4*)(&C_out[0]);
-        }
-      }
-    } else {
-      if ((tid == 128)) {
-        for (int ko_p = 0; ko_p < 8; ++ko_p) {
-          tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24608)), (unsigned int)((((ko_p / 3) + 1) % 2)));
-          asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))), "r"(8192) : "memory");
-          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_p % 3) * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((((long long)ko_p) * 32ll))), "r"((int)((((long long)by) * 64ll))), "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))) : "memory");
-          asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 4096) + 12288))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_p * 32))), "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))) : "memory");
-        }
+      for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+      if ((ko > 0)) {
+        asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(((tl_floormod((ko + (-1)), 3) * 8) + 24608))) : "memory");
       }
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    #pragma unroll
+    for (int tl_r = 0; tl_r < 32; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
+    {
+      asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)(24616)) : "memory");
+    }
+    // kernels.py:279: T.copy
+    if ((tid == 0)) {
+      asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+    }
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    const int t0 = ((tid / 4) % 8);
+    const int t0_1 = (tid / 32);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 2; ++o0) {
+      #pragma unroll
+      for (int o1 = 0; o1 < 8; ++o1) {
+        #pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          acc_stage_out[e] = tl_to_half((float)(acc[(((o0 * 2) + (o1 * 4)) + e)]));
+        }
+        *(unsigned int*)(&acc_stage[((((((t1 * 2) + (o1 * 8)) / 64) * 4096) + (((t0 * 64) + (o0 * 512)) + (t0_1 * 1024))) + ((((t1 * 2) + (o1 * 8)) % 64) ^ ((((t0 + (o0 * 8)) + (t0_1 * 16)) & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+      }
+    }
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    if ((tid == 0)) {
+      asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];" :: "l"((unsigned long long)&tl_tmap2), "r"((int)((((long long)bx) * 64ll))), "r"((int)((((long long)by) * 64ll))), "r"(tl_smem_u32 + (unsigned int)(0)) : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+  } else {
+    if ((tid == 128)) {
+      for (int ko_p = 0; ko_p < 8; ++ko_p) {
+        tl_mbarrier_wait(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24608)), (unsigned int)((((ko_p / 3) + 1) % 2)));
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))), "r"(8192) : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)(((ko_p % 3) * 4096))), "l"((unsigned long long)&tl_tmap0), "r"((int)((((long long)ko_p) * 32ll))), "r"((int)((((long long)by) * 64ll))), "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))) : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" :: "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 4096) + 12288))), "l"((unsigned long long)&tl_tmap1), "r"((int)((bx * 64))), "r"((int)((ko_p * 32))), "r"(tl_smem_u32 + (unsigned int)((((ko_p % 3) * 8) + 24576))) : "memory");
+      }
+    }
+  }
+  if ((tid == 0)) {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
 }

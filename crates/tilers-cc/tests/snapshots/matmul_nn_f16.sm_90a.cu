@@ -54,7 +54,7 @@ static __device__ __forceinline__ void tl_mbarrier_wait(unsigned int bar, unsign
   } while (!done);
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C, const __grid_constant__ tl_tensor_map tl_tmap0, const __grid_constant__ tl_tensor_map tl_tmap1) {
+extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half* __restrict__ A, const tl_half* __restrict__ B, tl_half* __restrict__ C, const __grid_constant__ tl_tensor_map tl_tmap0, const __grid_constant__ tl_tensor_map tl_tmap1, const __grid_constant__ tl_tensor_map tl_tmap2) {
   const int tid = threadIdx.x;
   const int launch_x = blockIdx.x;
   const int launched = gridDim.x;
@@ -65,11 +65,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
   tl_half* B_shared = (tl_half*)(tl_smem + 24576);  // [3, 32, 128]
   long long* full_bar = (long long*)(tl_smem + 49152);  // [3]
   long long* empty_bar = (long long*)(tl_smem + 49184);  // [3]
-  tl_half* acc_stage = (tl_half*)(tl_smem + 49280);  // [128, 128]
+  tl_half* acc_stage = (tl_half*)(tl_smem + 50176);  // [128, 128]
   __align__(16) float acc[128];  // fragment[128, 128] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32) . 2 registers, dim1 = 2 registers . 4 threads (stride 1) . 16 registers; 128 registers per thread
   __align__(16) tl_half acc_stage_out[2];
-  __align__(16) tl_half acc_stage_v[8];
-  __align__(16) tl_half C_out[8];
   #pragma unroll
   for (int s = 0; s < 128; ++s) {
     acc[s] = 0.0f;
@@ -125,6 +123,9 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
         asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(tl_smem_u32 + (unsigned int)((((((tile * 32) + 31) % 3) * 8) + 49184))) : "memory");
       }
       // kernels.py:279: T.copy
+      if ((tid == 0)) {
+        asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+      }
       asm volatile("bar.sync 1, 128;" ::: "memory");
       const int t0 = ((tid / 4) % 8);
       const int t0_1 = (tid / 32);
@@ -139,30 +140,16 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
             for (int e = 0; e < 2; ++e) {
               acc_stage_out[e] = tl_to_half((float)(acc[((((o0 * 2) + (o0_1 * 64)) + (o1 * 4)) + e)]));
             }
-            *(unsigned int*)(&acc_stage[(((((t0 * 128) + (o0 * 1024)) + (t0_1 * 2048)) + (o0_1 * 8192)) + (((t1 * 2) + (o1 * 8)) ^ ((t0 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+            *(unsigned int*)(&acc_stage[((((((t1 * 2) + (o1 * 8)) / 64) * 8192) + ((((t0 * 64) + (o0 * 512)) + (t0_1 * 1024)) + (o0_1 * 4096))) + ((((t1 * 2) + (o1 * 8)) % 64) ^ (((((t0 + (o0 * 8)) + (t0_1 * 16)) + (o0_1 * 64)) & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
           }
         }
       }
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
       asm volatile("bar.sync 1, 128;" ::: "memory");
-      const int t0_2 = (tid / 16);
-      const int t1_1 = (tid % 16);
-      #pragma unroll
-      for (int o0_2 = 0; o0_2 < 16; ++o0_2) {
-        if ((((((by * 128) + t0_2) + (o0_2 * 8)) < 1000) && ((((bx * 128) + (t1_1 * 8)) + 8) <= 1000))) {
-          *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_2 * 128) + (o0_2 * 1024)) + ((t1_1 * 8) ^ ((t0_2 & 7) << 3)))]);
-          #pragma unroll
-          for (int e_1 = 0; e_1 < 8; ++e_1) {
-            C_out[e_1] = acc_stage_v[e_1];
-          }
-          *(uint4*)(&C[((((by * 128) + t0_2) + (o0_2 * 8))) * 1000 + ((bx * 128) + (t1_1 * 8))]) = *(const uint4*)(&C_out[0]);
-        } else {
-          #pragma unroll
-          for (int e_1 = 0; e_1 < 8; ++e_1) {
-            if ((((((by * 128) + t0_2) + (o0_2 * 8)) < 1000) && ((((bx * 128) + (t1_1 * 8)) + e_1) < 1000))) {
-              C[((((by * 128) + t0_2) + (o0_2 * 8))) * 1000 + (((bx * 128) + (t1_1 * 8)) + e_1)] = acc_stage[(((t0_2 * 128) + (o0_2 * 1024)) + (((t1_1 * 8) + e_1) ^ ((t0_2 & 7) << 3)))];
-            }
-          }
-        }
+      if ((tid == 0)) {
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];" :: "l"((unsigned long long)&tl_tmap2), "r"((int)((bx * 128))), "r"((int)((by * 128))), "r"(tl_smem_u32 + (unsigned int)(50176)) : "memory");
+        asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];" :: "l"((unsigned long long)&tl_tmap2), "r"((int)(((bx * 128) + 64))), "r"((int)((by * 128))), "r"(tl_smem_u32 + (unsigned int)(66560)) : "memory");
+        asm volatile("cp.async.bulk.commit_group;" ::: "memory");
       }
     }
   } else {
@@ -180,5 +167,8 @@ extern "C" __global__ void __launch_bounds__(256, 1) matmul_kernel(const tl_half
         }
       }
     }
+  }
+  if ((tid == 0)) {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
   }
 }

@@ -53,6 +53,19 @@ impl Emitter<'_> {
             Inst::MbarrierArrive(x) => self.mbarrier_arrive(x),
             Inst::MbarrierWait(x) => self.mbarrier_wait(x),
             Inst::TmaLoad(x) => self.tma_load(x),
+            Inst::TmaStore(x) => self.tma_store(x),
+            Inst::BulkCommit(_) => {
+                self.line("asm volatile(\"cp.async.bulk.commit_group;\" ::: \"memory\");");
+                Ok(())
+            }
+            Inst::BulkWait(x) => {
+                let read = if x.read { ".read" } else { "" };
+                self.line(&format!(
+                    "asm volatile(\"cp.async.bulk.wait_group{read} {};\" ::: \"memory\");",
+                    x.pending
+                ));
+                Ok(())
+            }
             Inst::SetMaxNReg(x) => self.setmaxnreg(x),
             Inst::NamedBarrier(x) => self.named_barrier(x),
             Inst::Stmatrix(x) => self.stmatrix(x),

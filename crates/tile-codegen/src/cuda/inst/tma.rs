@@ -63,6 +63,27 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    pub(super) fn tma_store(&mut self, i: &inst::TmaStore) -> Result<(), Diagnostic> {
+        let rank = i.coords.len();
+        if !(1..=5).contains(&rank) {
+            return Err(Diagnostic::bug(format!("a bulk tensor store of rank {rank}")));
+        }
+        let src = self.shared_address(i.src, &i.src_idx)?;
+        let mut coords = Vec::new();
+        for c in i.coords.iter().rev() {
+            coords.push(format!("\"r\"((int)({}))", self.expr(c)?));
+        }
+        let slots: Vec<String> = (0..rank).map(|k| format!("%{}", k + 1)).collect();
+        self.line(&format!(
+            "asm volatile(\"cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group [%0, {{{}}}], [%{}];\" :: \"l\"((unsigned long long)&tl_tmap{}), {}, \"r\"({src}) : \"memory\");",
+            slots.join(", "),
+            rank + 1,
+            i.map,
+            coords.join(", ")
+        ));
+        Ok(())
+    }
+
     pub(super) fn setmaxnreg(&mut self, i: &inst::SetMaxNReg) -> Result<(), Diagnostic> {
         let dir = if i.inc { "inc" } else { "dec" };
         self.line(&format!(
