@@ -22,24 +22,43 @@
 
 use super::*;
 
-impl Machine<'_> {
+impl<'m> Machine<'m> {
+    /// The tensor map `map` of a bulk copy (`op`: "tma_load" or "tma_store") between the
+    /// global tensor `tensor` and the shared buffer `smem`, with the instruction's name for
+    /// messages: the map exists, is over `tensor`, and the two sides are in those spaces.
+    pub(super) fn bulk_map(
+        &self,
+        op: &str,
+        map: u32,
+        tensor: BufferId,
+        smem: BufferId,
+    ) -> Result<(&'m tile_ir::TensorMapDesc, String), Diagnostic> {
+        let m = self.m;
+        let Some(desc) = m.kernel.tensor_maps.get(map as usize) else {
+            return Err(self
+                .err(format!("{op} map{map}: the kernel has {} tensor map(s)", m.kernel.tensor_maps.len())));
+        };
+        let (load, (to, from)) = (op == "tma_load", (m.buffer(tensor), m.buffer(smem)));
+        let what = if load {
+            format!("{op} map{map} {} <- {}", from.name, to.name)
+        } else {
+            format!("{op} map{map} {} <- {}", to.name, from.name)
+        };
+        if desc.tensor != tensor {
+            return Err(self.err(format!("{what}: map{map} is over '{}'", m.buffer(desc.tensor).name)));
+        }
+        if self.space(tensor) != Space::Global || self.space(smem) != Space::Shared {
+            return Err(
+                self.err(format!("{what}: a bulk tensor copy is between a global tensor and shared memory"))
+            );
+        }
+        Ok((desc, what))
+    }
+
     pub(super) fn tma_load(&mut self, active: &[u32], i: &inst::TmaLoad) -> Result<(), Diagnostic> {
         let m = self.m;
-        let Some(map) = m.kernel.tensor_maps.get(i.map as usize) else {
-            return Err(self.err(format!(
-                "tma_load map{}: the kernel has {} tensor map(s)",
-                i.map,
-                m.kernel.tensor_maps.len()
-            )));
-        };
+        let (map, what) = self.bulk_map("tma_load", i.map, i.src, i.dst)?;
         let (sb, db) = (m.buffer(i.src), m.buffer(i.dst));
-        let what = format!("tma_load map{} {} <- {}", i.map, db.name, sb.name);
-        if map.tensor != i.src {
-            return Err(self.err(format!("{what}: map{} is over '{}'", i.map, m.buffer(map.tensor).name)));
-        }
-        if self.space(i.src) != Space::Global || self.space(i.dst) != Space::Shared {
-            return Err(self.err(format!("{what}: a TMA load copies a global tensor to shared memory")));
-        }
         let shape = sb.extents();
         let rank = shape.len();
         if i.coords.len() != rank || map.box_dims.len() != rank || !(1..=5).contains(&rank) {

@@ -24,21 +24,8 @@ pub(super) struct BulkGroups {
 impl Machine<'_> {
     pub(super) fn tma_store(&mut self, active: &[u32], i: &inst::TmaStore) -> Result<(), Diagnostic> {
         let m = self.m;
-        let Some(map) = m.kernel.tensor_maps.get(i.map as usize) else {
-            return Err(self.err(format!(
-                "tma_store map{}: the kernel has {} tensor map(s)",
-                i.map,
-                m.kernel.tensor_maps.len()
-            )));
-        };
+        let (map, what) = self.bulk_map("tma_store", i.map, i.dst, i.src)?;
         let (sb, db) = (m.buffer(i.src), m.buffer(i.dst));
-        let what = format!("tma_store map{} {} <- {}", i.map, db.name, sb.name);
-        if map.tensor != i.dst {
-            return Err(self.err(format!("{what}: map{} is over '{}'", i.map, m.buffer(map.tensor).name)));
-        }
-        if self.space(i.src) != Space::Shared || self.space(i.dst) != Space::Global {
-            return Err(self.err(format!("{what}: a TMA store copies shared memory to a global tensor")));
-        }
         let shape = db.extents();
         let rank = shape.len();
         if i.coords.len() != rank || map.box_dims.len() != rank {
