@@ -298,10 +298,15 @@ impl Module {
     /// The top-level statement that splits a warp-specialized kernel into its roles
     /// (`if tid < threads { consumers } else { producers }`), by position.
     pub fn role_split(&self) -> Option<usize> {
+        self.role_split_in(&self.kernel.body)
+    }
+
+    /// [`Module::role_split`] in `body` (a kernel body being rebuilt).
+    pub fn role_split_in(&self, body: &[Stmt]) -> Option<usize> {
         self.kernel.roles?;
         let tid = self.vars.iter().position(|v| v.kind == VarKind::ThreadIdx)?;
         let cond = self.consumer_cond(VarId(tid as u32));
-        self.kernel.body.iter().position(|s| matches!(s, Stmt::If { cond: c, .. } if *c == cond))
+        body.iter().position(|s| matches!(s, Stmt::If { cond: c, .. } if *c == cond))
     }
 
     pub fn buffer(&self, id: BufferId) -> &Buffer {

@@ -11,7 +11,7 @@
 //! and an empty mbarrier per stage). The report says, for a loop that stays on cp.async,
 //! why. Does not: rewrite loops, or change the user's `num_stages`.
 
-use crate::lower::tma;
+use crate::lower::tma::{self, reads_memory};
 use crate::{inject_pipeline, Ctx};
 use tile_ir::*;
 
@@ -22,24 +22,18 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     // pipelined loops inside other statements: the role split is of the whole kernel
     let mut nested = Vec::new();
     for s in &m.kernel.body {
-        if let Stmt::For { body, .. } | Stmt::If { then: body, .. } = s {
-            walk_stmts(body, &mut |x| {
-                if let Stmt::For { kind: ForKind::Pipelined { stages }, loc, .. } = x {
-                    if *stages >= 2 {
-                        nested.push((*loc, *stages));
-                    }
+        let inside: &[Stmt] = match s {
+            Stmt::For { body, .. } => body,
+            Stmt::If { .. } => std::slice::from_ref(s),
+            _ => &[],
+        };
+        walk_stmts(inside, &mut |x| {
+            if let Stmt::For { kind: ForKind::Pipelined { stages }, loc, .. } = x {
+                if *stages >= 2 {
+                    nested.push((*loc, *stages));
                 }
-            });
-        }
-        if let Stmt::If { otherwise, .. } = s {
-            walk_stmts(otherwise, &mut |x| {
-                if let Stmt::For { kind: ForKind::Pipelined { stages }, loc, .. } = x {
-                    if *stages >= 2 {
-                        nested.push((*loc, *stages));
-                    }
-                }
-            });
-        }
+            }
+        });
     }
     for (loc, stages) in nested {
         let at = m.sources.short(loc).unwrap_or_default();
@@ -152,10 +146,4 @@ fn tma_epilogues(m: &mut Module, k: usize, ctx: &mut Ctx) {
             Err(why) => ctx.report.push(format!("{at}: T.copy {s} -> {d} is not stored by TMA: {why}")),
         }
     }
-}
-
-fn reads_memory(e: &Expr) -> bool {
-    let mut found = false;
-    e.walk(&mut |x| found |= matches!(x, Expr::Load { .. }));
-    found
 }

@@ -83,10 +83,7 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         ));
     }
     let mut body = lw.block(body);
-    let split = lw.m.kernel.roles.and_then(|_| {
-        let cond = lw.m.consumer_cond(lw.tid);
-        body.iter().position(|s| matches!(s, Stmt::If { cond: c, .. } if *c == cond))
-    });
+    let split = lw.m.role_split_in(&body);
     if let Some(k) = split {
         // the consumers of a warp-specialized kernel synchronize among themselves: the
         // producer warps never reach their barriers

@@ -27,7 +27,8 @@ pub struct TmaCopy {
     pub bytes: i64,
 }
 
-fn reads_memory(e: &Expr) -> bool {
+/// Whether `e` loads from memory (a position or bound a bulk copy's issuer cannot know).
+pub(crate) fn reads_memory(e: &Expr) -> bool {
     let mut found = false;
     e.walk(&mut |x| found |= matches!(x, Expr::Load { .. }));
     found
