@@ -26,28 +26,38 @@ DTYPES = (
     "int8",
     "uint8",
     "int16",
+    "uint16",
     "int32",
     "uint32",
     "int64",
+    "uint64",
     "float16",
     "bfloat16",
     "float32",
     "float64",
 )
-_DTYPE_ALIASES = {"float": "float32", "half": "float16"}
-_INT_BITS = {"int8": 8, "uint8": 8, "int16": 16, "int32": 32, "uint32": 32, "int64": 64}
+_DTYPE_ALIASES = {
+    "float": "float32", "half": "float16", "double": "float64", "int": "int32", "uint": "uint32",
+    "short": "int16", "long": "int64",
+}
+_INT_BITS = {
+    "int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32, "int64": 64,
+    "uint64": 64,
+}
 _FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
 _DTYPE_BYTES = {
     "bool": 1,
     "int8": 1,
     "uint8": 1,
     "int16": 2,
+    "uint16": 2,
     "float16": 2,
     "bfloat16": 2,
     "int32": 4,
     "uint32": 4,
     "float32": 4,
     "int64": 8,
+    "uint64": 8,
     "float64": 8,
 }
 
@@ -58,16 +68,79 @@ def dtype_bytes(dtype: str) -> int:
 
 
 class DType(str):
-    """A dtype name (a str) that also converts values: ``T.float32(1.0)``, ``T.int64(i)``."""
+    """A dtype: its name (a str, so ``T.float16 == "float16"``) that also converts values
+    (``T.float32(1.0)``, ``T.int64(i)``) and knows its width (``.bits``, ``.bytes``) and its
+    torch dtype (``.as_torch()``). ``T.dtype("float16")`` makes one from a name, a torch or
+    numpy dtype; ``dtype: T.dtype = T.float16`` annotates a configuration parameter."""
 
     __slots__ = ()
+
+    def __new__(cls, name="float32"):
+        if isinstance(name, DType):
+            return name
+        return str.__new__(cls, normalize_dtype(name))
 
     def __call__(self, value):
         return cast(value, self)
 
+    def __repr__(self):
+        return f"T.{self}"
+
+    @property
+    def bits(self) -> int:
+        return 8 * _DTYPE_BYTES[str(self)]
+
+    @property
+    def bytes(self) -> int:
+        return _DTYPE_BYTES[str(self)]
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    def as_torch(self):
+        """The torch dtype of the same name (``torch.float16``); imports torch."""
+        import torch
+
+        return getattr(torch, "bool" if self == "bool" else str(self))
+
+    def as_numpy(self):
+        """The numpy dtype (bfloat16 through ml_dtypes)."""
+        from .host import numpy_dtype
+
+        return numpy_dtype(str(self))
+
+
+# Names TileLang has that tilers reserves for the quantized GEMM work: using one is an error
+# that says so (T.float8_e4m3fn exists, so an import or a default argument does not fail).
+RESERVED_DTYPES = (
+    "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+    "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
+)
+
+
+class ReservedDType(str):
+    """A dtype name tilers does not implement yet: any use in a kernel is an error."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return f"T.{str(self)}"
+
+    def __call__(self, value):
+        raise user_error(*_reserved_message(self))
+
+
+def _reserved_message(name) -> tuple:
+    return (
+        f"dtype {str(name)} is not supported by tilers yet (float8/float6/float4 come with "
+        "the quantized GEMM work)",
+    )
+
 
 def normalize_dtype(dtype) -> str:
-    """The canonical dtype name of a string, a DType, Python's int/float/bool or a torch dtype."""
+    """The canonical dtype name of a string, a DType, Python's int/float/bool, a torch or a
+    numpy dtype."""
     if dtype is int:
         return "int32"
     if dtype is float:
@@ -78,6 +151,11 @@ def normalize_dtype(dtype) -> str:
     text = text.removeprefix("torch.")
     text = _DTYPE_ALIASES.get(text, text)
     if text not in DTYPES:
+        if text in RESERVED_DTYPES or text.startswith(("float8", "float6", "float4")):
+            raise user_error(
+                *_reserved_message(text),
+                help="use float16 or bfloat16 operands (and a float32 accumulator) for now",
+            )
         raise user_error(f"unknown dtype {dtype!r}", help="use one of: " + ", ".join(DTYPES))
     return text
 
@@ -684,7 +762,7 @@ def index_node(value, extent: int | None, loc: Loc) -> dict:
             loc=loc,
             help='convert it with T.cast(x, "int32")',
         )
-    if expr.dtype in ("uint32", "int64"):
+    if expr.dtype in ("uint32", "int64", "uint64"):
         return cast(expr, "int64").node()
     return cast(expr, "int32").node()
 

@@ -9,9 +9,9 @@ from tilers import _sizes
 
 # numpy dtype names of the KernelInfo dtypes; bfloat16 comes from ml_dtypes
 NUMPY_DTYPES = {
-    "bool": "bool", "int8": "int8", "uint8": "uint8", "int16": "int16", "int32": "int32",
-    "uint32": "uint32", "int64": "int64", "float16": "float16", "float32": "float32",
-    "float64": "float64",
+    "bool": "bool", "int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "uint16",
+    "int32": "int32", "uint32": "uint32", "int64": "int64", "uint64": "uint64",
+    "float16": "float16", "float32": "float32", "float64": "float64",
 }
 
 

@@ -9,6 +9,25 @@ from . import _trace
 from ._trace import cast
 
 __all__ = [
+    "short",
+    "long",
+    "float4_e2m1fn",
+    "float6_e3m2fn",
+    "float6_e2m3fn",
+    "float8_e8m0fnu",
+    "float8_e5m2fnuz",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e4m3fn",
+    "float8_e4m3",
+    "dtype",
+    "double",
+    "half",
+    "uint",
+    "int",
+    "float",
+    "uint64",
+    "uint16",
     "annotate_layout",
     "make_swizzled_layout",
     "use_swizzle",
@@ -74,17 +93,38 @@ __all__ = [
 
 # dtypes: strings that also work as scalar-parameter annotations (`n: T.int32`) and as
 # converters (`T.float32(1.0)`).
+dtype = _trace.DType
 bool = _trace.DType("bool")
 int8 = _trace.DType("int8")
 uint8 = _trace.DType("uint8")
 int16 = _trace.DType("int16")
+uint16 = _trace.DType("uint16")
 int32 = _trace.DType("int32")
 uint32 = _trace.DType("uint32")
 int64 = _trace.DType("int64")
+uint64 = _trace.DType("uint64")
 float16 = _trace.DType("float16")
 bfloat16 = _trace.DType("bfloat16")
 float32 = _trace.DType("float32")
 float64 = _trace.DType("float64")
+# TileLang's aliases
+float = float32
+int = int32
+uint = uint32
+half = float16
+double = float64
+short = int16
+long = int64
+# reserved (quantized GEMM work): they exist, and using one is an error that says so
+float8_e4m3 = _trace.ReservedDType("float8_e4m3")
+float8_e4m3fn = _trace.ReservedDType("float8_e4m3fn")
+float8_e4m3fnuz = _trace.ReservedDType("float8_e4m3fnuz")
+float8_e5m2 = _trace.ReservedDType("float8_e5m2")
+float8_e5m2fnuz = _trace.ReservedDType("float8_e5m2fnuz")
+float8_e8m0fnu = _trace.ReservedDType("float8_e8m0fnu")
+float6_e2m3fn = _trace.ReservedDType("float6_e2m3fn")
+float6_e3m2fn = _trace.ReservedDType("float6_e3m2fn")
+float4_e2m1fn = _trace.ReservedDType("float4_e2m1fn")
 
 
 # ----------------------------------------------------------------------------------------
@@ -129,7 +169,7 @@ class Kernel:
         self.grid = [_grid_node(g, self.loc) for g in grid]
         if threads is None:
             threads = 128
-        if not isinstance(threads, int) or isinstance(threads, _builtins.bool) or threads <= 0:
+        if not isinstance(threads, _builtins.int) or isinstance(threads, _builtins.bool) or threads <= 0:
             raise _trace.user_error(
                 f"threads must be a positive int, got {threads!r}",
                 loc=self.loc,
@@ -183,7 +223,7 @@ def _grid_node(value, loc) -> dict:
             loc=loc,
             help="compute the grid with integers, e.g. T.ceildiv(N, block_N)",
         )
-    return cast(expr, "int64" if expr.dtype in ("int64", "uint32") else "int32").node()
+    return cast(expr, "int64" if expr.dtype in ("int64", "uint32", "uint64") else "int32").node()
 
 
 def _alloc(scope: str, shape, dtype):
@@ -202,7 +242,7 @@ def _alloc(scope: str, shape, dtype):
             "T.dynamic dimensions",
         )
     if not dims or not all(
-        isinstance(d, int) and not isinstance(d, _builtins.bool) and d > 0 for d in dims
+        isinstance(d, _builtins.int) and not isinstance(d, _builtins.bool) and d > 0 for d in dims
     ):
         raise _trace.user_error(
             f"a {scope} buffer's shape must be positive Python ints, got {dims!r}",
@@ -227,7 +267,7 @@ def use_swizzle(panel_size: int = 10, order: str = "row", enable: _builtins.bool
         return
     if (
         isinstance(panel_size, _builtins.bool)
-        or not isinstance(panel_size, int)
+        or not isinstance(panel_size, _builtins.int)
         or not (1 <= panel_size <= 65535)
     ):
         raise _trace.user_error(
@@ -406,7 +446,7 @@ def _reduce(kind: str, src, dst, dim: int, clear: _builtins.bool):
                 help="reduce a fragment, e.g. T.reduce_max(scores, row_max, dim=1)",
             )
     rank = len(src.shape)
-    if not isinstance(dim, int) or not -rank <= dim < rank:
+    if not isinstance(dim, _builtins.int) or not -rank <= dim < rank:
         raise _trace.user_error(
             f"dim={dim!r} is out of range for '{src.name}' with {rank} dimensions",
             loc=loc,
@@ -545,7 +585,7 @@ def Parallel(*extents):
                 help=f"loop over a fixed tile (T.Parallel(block_M)) inside a loop over "
                 f"T.ceildiv({extent.name}, block_M) tiles, or use T.serial({extent.name})",
             )
-        if not isinstance(extent, int) or isinstance(extent, _builtins.bool) or extent <= 0:
+        if not isinstance(extent, _builtins.int) or isinstance(extent, _builtins.bool) or extent <= 0:
             raise _trace.user_error(
                 f"T.Parallel extents must be positive Python ints, got {extent!r}",
                 loc=loc,
@@ -578,7 +618,7 @@ def _for_loop(kind: str, start, stop, stages, what: str):
     _trace.require_kernel(builder, what, loc)
     if stop is None:
         start, stop = 0, start
-    extent = stop if isinstance(start, int) and start == 0 else stop - start
+    extent = stop if isinstance(start, _builtins.int) and start == 0 else stop - start
     start_node = _loop_bound(start, loc, what)
     extent_node = _loop_bound(extent, loc, what)
     names = _trace.target_names(loc, _trace._FOR_TARGETS, 1)
@@ -625,7 +665,7 @@ def unroll(start, stop=None):
 
 def Pipelined(start, stop=None, num_stages=0):
     """A loop whose copies are software-pipelined: ``for k in T.Pipelined(n, num_stages=3):``."""
-    if not isinstance(num_stages, int) or num_stages < 0:
+    if not isinstance(num_stages, _builtins.int) or num_stages < 0:
         raise _trace.user_error(
             f"num_stages must be a non-negative int, got {num_stages!r}",
             help="use num_stages=2 or 3 to overlap copies with compute, or 0 for none",
@@ -793,7 +833,7 @@ def infinity(dtype):
             f"T.infinity needs a float dtype, got {dtype}",
             help='use a float dtype such as T.infinity("float32")',
         )
-    return _trace.const(float("inf"), dtype)
+    return _trace.const(_builtins.float("inf"), dtype)
 
 
 def dynamic(name, dtype="int32", multiple_of=None):
@@ -817,7 +857,7 @@ def symbolic(name, dtype="int32", multiple_of=None):
 
 def ceildiv(a, b):
     """``(a + b - 1) // b``; plain ints give a plain int: ``T.ceildiv(1000, 128) == 8``."""
-    if isinstance(a, int) and isinstance(b, int):
+    if isinstance(a, _builtins.int) and isinstance(b, _builtins.int):
         return -(-a // b)
     return (a + b - 1) // b
 
@@ -857,7 +897,7 @@ def print(value, msg="", block=None):
 def _print_block(block, loc) -> list:
     coords = list(block) if isinstance(block, (tuple, list)) else [block]
     ok = 1 <= len(coords) <= 3 and all(
-        isinstance(c, int) and not isinstance(c, _builtins.bool) and c >= 0 for c in coords
+        isinstance(c, _builtins.int) and not isinstance(c, _builtins.bool) and c >= 0 for c in coords
     )
     if not ok:
         raise _trace.user_error(
