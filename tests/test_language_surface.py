@@ -6,8 +6,15 @@ import tilers.language as T
 # that shows up here by accident (an import, a module-level function) should be `_private`.
 DSL = {
     # dtypes
-    "bool", "int8", "uint8", "int16", "int32", "uint32", "int64",
-    "float16", "bfloat16", "float32", "float64",
+    "bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
+    "float16", "bfloat16", "float32", "float64", "dtype",
+    # TileLang's dtype aliases
+    "float", "int", "uint", "half", "double", "short", "long",
+    # reserved for the quantized GEMM work (using one is an error)
+    "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+    "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
+    # the eager @tilers.jit
+    "const", "empty",
     # functions, parameters and the kernel
     "prim_func", "Tensor", "Buffer", "Kernel",
     # symbolic sizes

@@ -120,7 +120,8 @@ RESERVED_DTYPES = (
 
 
 class ReservedDType(str):
-    """A dtype name tilers does not implement yet: any use in a kernel is an error."""
+    """A dtype name tilers does not implement yet (``T.float8_e4m3fn``): it can be named, as
+    a default argument say, but any use in a kernel is an error that says so."""
 
     __slots__ = ()
 

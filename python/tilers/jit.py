@@ -18,6 +18,8 @@ def compile(
     tma=True,
     persistent=True,
     tma_store=True,
+    pass_configs=None,
+    fast_math=False,
     **params,
 ):
     """Compile a ``@T.prim_func`` into a callable kernel.
@@ -34,19 +36,26 @@ def compile(
     ``threads``) issuing them, on mbarriers; ``persistent=False`` launches such a kernel one
     tile per block instead of one block per SM walking the tiles; ``tma_store=False`` keeps
     such a kernel's accumulator stores on the threads (16-byte stores from a staging tile)
-    instead of TMA stores.
+    instead of TMA stores. ``pass_configs`` takes TileLang's switches
+    (``{tilers.PassConfigKey.TL_DISABLE_TMA_LOWER: True}``; see tilers/pass_config.py).
 
     >>> kernel = tilers.compile(add, out_idx=[2], M=1024, N=1000, block_M=32, block_N=128)
     """
     if not isinstance(prim_func, PrimFunc):
-        raise TileError(f"tilers.compile expects a @T.prim_func, got {type(prim_func).__name__}")
-    import json
+        from .eager import EagerFunction
 
+        if isinstance(prim_func, (JitFunction, EagerFunction)):
+            raise TileError(
+                f"tilers.compile expects a @T.prim_func, got the @tilers.jit function "
+                f"'{prim_func.__name__}': call it, or use {prim_func.__name__}.compile(...)"
+            )
+        raise TileError(f"tilers.compile expects a @T.prim_func, got {type(prim_func).__name__}")
+    options = compile_options(target, lineinfo, wgmma, tma, persistent, tma_store, fast_math,
+                              pass_configs)
     # out_idx is checked and normalized once, against the compiled parameters (JITKernel)
     out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
     try:
-        key = (tuple(sorted(params.items())), out_key, target, bool(lineinfo), bool(wgmma), bool(tma),
-               bool(persistent), bool(tma_store))
+        key = (tuple(sorted(params.items())), out_key, tuple(sorted(options.items())))
         hash(key)
     except TypeError:  # an unhashable parameter value: compile without the memo
         key = None
@@ -54,15 +63,36 @@ def compile(
         return prim_func.compiled[key]
 
     program = trace(prim_func, params)
-    program_text = program_json(program)
+    result = build_kernel(program, program_json(program), out_idx, **options)
+    if key is not None:
+        prim_func.compiled[key] = result
+    return result
+
+
+def compile_options(target="auto", lineinfo=False, wgmma=True, tma=True, persistent=True,
+                    tma_store=True, fast_math=False, pass_configs=None) -> dict:
+    """The keyword options of build_kernel, with TileLang's ``pass_configs`` applied."""
+    from . import pass_config
+
+    options = {
+        "target": target, "lineinfo": bool(lineinfo), "wgmma": bool(wgmma), "tma": bool(tma),
+        "persistent": bool(persistent), "tma_store": bool(tma_store),
+        "fast_math": bool(fast_math),
+    }
+    return pass_config.apply(pass_configs, options)
+
+
+def build_kernel(program: dict, program_text: str, out_idx, *, target="auto", lineinfo=False,
+                 wgmma=True, tma=True, persistent=True, tma_store=True, fast_math=False):
+    """A traced program compiled by the Rust core into a JITKernel (its cubin on first use)."""
+    import json
 
     from . import _tilers, kernel, runtime
 
     arch = runtime.resolve_target(target)
     options_json = kernel.compile_options(
-        arch, lineinfo, fast_math=False, wgmma=bool(wgmma), tma=bool(tma),
-        persistent=bool(persistent),
-        tma_store=bool(tma_store),
+        arch, lineinfo, fast_math=fast_math, wgmma=wgmma, tma=tma, persistent=persistent,
+        tma_store=tma_store,
     )
     try:
         if target == "interp":
@@ -72,22 +102,20 @@ def compile(
             source, info_json = _compile_program(program_text, options_json)
     except _tilers.CompileError as err:
         raise errors.from_compiler(str(err)) from None
-    result = kernel.JITKernel(
+    return kernel.JITKernel(
         name=program["name"],
         program_json=program_text,
         source=source,
         info=json.loads(info_json),
         target=target,
         out_idx=out_idx,
-        lineinfo=bool(lineinfo),
-        wgmma=bool(wgmma),
-        tma=bool(tma),
-        persistent=bool(persistent),
-        tma_store=bool(tma_store),
+        lineinfo=lineinfo,
+        fast_math=fast_math,
+        wgmma=wgmma,
+        tma=tma,
+        persistent=persistent,
+        tma_store=tma_store,
     )
-    if key is not None:
-        prim_func.compiled[key] = result
-    return result
 
 
 # In-process memo of the Rust core's output, keyed by the program text: a program traced
@@ -121,24 +149,12 @@ class JitFunction:
     >>> kernel = add_kernel(1024, 1024, 32, 128)
     """
 
-    def __init__(
-        self,
-        factory,
-        out_idx=None,
-        target="auto",
-        lineinfo=False,
-        wgmma=True,
-        tma=True,
-        persistent=True,
-    ):
+    def __init__(self, factory, out_idx=None, **options):
         functools.update_wrapper(self, factory)
         self.factory = factory
         self.out_idx = out_idx
-        self.target = target
-        self.lineinfo = lineinfo
-        self.wgmma = wgmma
-        self.tma = tma
-        self.persistent = persistent
+        self.options = options
+        self.target = options["target"]
         self.kernels = {}
 
     def __call__(self, *args, **kwargs):
@@ -146,33 +162,35 @@ class JitFunction:
 
     def compile(self, *args, target=None, out_idx=None, **kwargs):
         """The kernel for these factory arguments, compiled once per distinct arguments."""
-        target = self.target if target is None else target
+        options = dict(self.options)
+        if target is not None:
+            options["target"] = target
         out_idx = self.out_idx if out_idx is None else out_idx
         out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
-        key = (args, tuple(sorted(kwargs.items())), target, out_key)
+        key = (args, tuple(sorted(kwargs.items())), options["target"], out_key)
         try:
             return self.kernels[key]
         except KeyError:
             pass
         except TypeError:  # unhashable arguments: compile without the memo
             key = None
-        result = compile(
-            self.prim_func(*args, **kwargs), out_idx=out_idx, target=target, lineinfo=self.lineinfo,
-            wgmma=self.wgmma,
-            tma=self.tma,
-            persistent=self.persistent,
-        )
+        result = compile(self.prim_func(*args, **kwargs), out_idx=out_idx, **options)
         if key is not None:
             self.kernels[key] = result
         return result
+
+    def get_kernel_source(self, *args, **kwargs) -> str:
+        return self.compile(*args, **kwargs).get_kernel_source()
 
     def prim_func(self, *args, **kwargs) -> PrimFunc:
         """Run the factory; the prim_func it returns (not compiled)."""
         result = self.factory(*args, **kwargs)
         if not isinstance(result, PrimFunc):
             raise TileError(
-                f"{self.__name__} returned {type(result).__name__}; a @tilers.jit "
-                "function must return a @T.prim_func"
+                f"{self.__name__} returned {type(result).__name__}; a @tilers.jit factory "
+                "must return a @T.prim_func (an eager @tilers.jit function opens "
+                "`with T.Kernel(...)` in its own body and returns its T.empty outputs; see "
+                "docs/porting.md)"
             )
         return result
 
@@ -186,19 +204,50 @@ def jit(
     wgmma=True,
     tma=True,
     persistent=True,
+    tma_store=True,
+    fast_math=False,
+    pass_configs=None,
+    **tilelang_options,
 ):
-    """Decorate a factory of prim_funcs: ``@tilers.jit`` or ``@tilers.jit(out_idx=[2])``."""
+    """Decorate a kernel function: ``@tilers.jit`` or ``@tilers.jit(out_idx=[2])``.
+
+    Two styles (the rule, docs/porting.md): a function containing a nested ``@T.prim_func``
+    that it returns is a *factory* (calling it returns a compiled kernel); a function whose
+    own body opens ``with T.Kernel(...)`` (declaring its tensors with ``A: T.Tensor(...)``,
+    sizes with ``T.const`` and outputs with ``T.empty``) is *eager*: calling it with tensors
+    compiles (once per shapes, dtypes and configuration) and runs it, and returns its
+    outputs. TileLang's other options (``execution_backend``, ``verbose``, ``target_host``,
+    ``debug_root_path``, ``compile_flags``) are accepted and have no effect.
+    """
+    unknown = set(tilelang_options) - _TILELANG_NO_OPS
+    if unknown:
+        raise TypeError(f"tilers.jit() got an unexpected keyword argument '{sorted(unknown)[0]}'")
     if func is None:
         return lambda f: jit(
             f, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma,
-            persistent=persistent,
+            persistent=persistent, tma_store=tma_store, fast_math=fast_math,
+            pass_configs=pass_configs, **tilelang_options,
         )
     if isinstance(func, PrimFunc):
         raise TileError(
             f"@tilers.jit wraps a function that returns a prim_func; "
             f"compile the prim_func '{func.__name__}' with tilers.compile instead"
         )
-    return JitFunction(
-        func, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma,
-        persistent=persistent,
-    )
+    options = compile_options(target, lineinfo, wgmma, tma, persistent, tma_store, fast_math,
+                              pass_configs)
+    from . import eager
+
+    if eager.is_eager(func):
+        if out_idx is not None:
+            raise TileError(
+                f"@tilers.jit(out_idx=...) on the eager function '{func.__name__}': an eager "
+                "function allocates its outputs with T.empty and returns them, so there is "
+                "no output parameter to name; drop out_idx (it is for factories returning a "
+                "@T.prim_func)"
+            )
+        return eager.EagerFunction(func, options)
+    return JitFunction(func, out_idx=out_idx, **options)
+
+
+# TileLang's jit options that have no counterpart in tilers (accepted, no effect)
+_TILELANG_NO_OPS = {"execution_backend", "verbose", "target_host", "debug_root_path", "compile_flags"}

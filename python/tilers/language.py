@@ -9,6 +9,8 @@ from . import _trace
 from ._trace import cast
 
 __all__ = [
+    "empty",
+    "const",
     "short",
     "long",
     "float4_e2m1fn",
@@ -140,12 +142,48 @@ def prim_func(func) -> _trace.PrimFunc:
     return _trace.PrimFunc(func)
 
 
-def Tensor(shape, dtype="float32") -> _trace.TensorType:
-    """The annotation of a tensor parameter: ``A: T.Tensor((M, N), "float16")``."""
-    return _trace.TensorType(shape, dtype)
+class _TensorAnnotation:
+    """``T.Tensor((M, N), "float16")`` or ``T.Tensor[(M, N), "float16"]``: the annotation of a
+    tensor parameter (in a prim_func's header, or in an eager function's body)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def __call__(self, shape, dtype="float32"):
+        return _trace.TensorType(shape, dtype)
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], (tuple, list)):
+            return _trace.TensorType(key[0], key[1])
+        if isinstance(key, tuple) and len(key) == 2 and not isinstance(key[1], (tuple, list)):
+            return _trace.TensorType(key[0], key[1])
+        return _trace.TensorType(key, "float32")
+
+    def __repr__(self):
+        return f"T.{self._name}"
 
 
-Buffer = Tensor
+Tensor = _TensorAnnotation("Tensor")
+Buffer = _TensorAnnotation("Buffer")
+
+
+def const(names, dtype="int32"):
+    """Sizes of an eager ``@tilers.jit`` function: ``M, N, K = T.const("M, N, K")``, each
+    bound from the first tensor dimension that is that name (``A: T.Tensor((M, K), dtype)``)
+    in the call, or from a keyword of that name; a kernel is compiled per distinct value."""
+    from . import eager
+
+    return eager.const(names, dtype)
+
+
+def empty(*shape, dtype="float32"):
+    """An output of an eager ``@tilers.jit`` function: ``C = T.empty((M, N), dtype)``,
+    allocated by each call and returned by it (``return C``)."""
+    from . import eager
+
+    return eager.empty(*shape, dtype=dtype)
 
 
 # ----------------------------------------------------------------------------------------
@@ -159,6 +197,9 @@ class Kernel:
     """
 
     def __init__(self, *grid, threads=128):
+        from . import eager
+
+        eager.stop_discovery()  # an eager function's declarations come before its kernel
         self.loc = _trace.capture()
         if not 1 <= len(grid) <= 3:
             raise _trace.user_error(
