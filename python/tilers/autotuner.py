@@ -420,6 +420,14 @@ class AutotunedFunction:
     ):
         from .jit import JitFunction
 
+        from .eager import EagerFunction
+
+        if isinstance(jit_function, EagerFunction):
+            raise TileError(
+                f"@tilers.autotune over the eager function '{jit_function.__name__}' is not "
+                "supported yet: tune a factory (a @tilers.jit function returning a "
+                "@T.prim_func), or call the eager function with a chosen config"
+            )
         if not isinstance(jit_function, JitFunction):
             raise TileError(
                 "@tilers.autotune goes above @tilers.jit: it tunes a factory of prim_funcs "
@@ -480,6 +488,10 @@ class AutotunedFunction:
         if memo_key is not None:
             self._kernels[memo_key] = kernel
         return kernel
+
+    def compile(self, *args, **kwargs):
+        """The tuned kernel for these arguments (TileLang's ``autotune(...).compile``)."""
+        return self(*args, **kwargs)
 
     def _first_kernel(self, args, kwargs):
         """The kernel of the first config that compiles (None if none does): whether the
@@ -889,13 +901,17 @@ class AutotunedFunction:
                             cutoff_ms=cutoff_ms)
 
     def _profiler(self, kernel, state):
-        """The profiler of this config, sharing the search's inputs."""
+        """The profiler of this config, sharing the search's inputs (those of an enclosing
+        ``with set_autotune_inputs(...)`` when there is one)."""
         from .profiler import Profiler
 
         profiler = Profiler(kernel, supply_type=self.supply_type, scalars=self.scalars,
                             sizes=state.sizes)
         if state.profiler is None:
             state.profiler = profiler
+            given = getattr(_autotune_inputs, "tensors", None)
+            if given is not None:
+                profiler._inputs = list(given)
         else:
             profiler._inputs = state.profiler.inputs()
         return profiler
@@ -1007,3 +1023,94 @@ def autotune(
         )
 
     return decorate
+
+
+# ---------------------------------------------------------------------------------------
+# TileLang's other spellings: set_autotune_inputs and the AutoTuner builder
+# ---------------------------------------------------------------------------------------
+
+import contextlib as _contextlib
+import threading as _threading
+
+_autotune_inputs = _threading.local()
+
+
+@_contextlib.contextmanager
+def set_autotune_inputs(*tensors):
+    """Within the block, tuning runs every config on these inputs (the kernel's input
+    arguments, in order) instead of random ones: ``with set_autotune_inputs(a, b): f(M, N)``;
+    one list argument is the list of inputs."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    previous = getattr(_autotune_inputs, "tensors", None)
+    _autotune_inputs.tensors = tensors
+    try:
+        yield
+    finally:
+        _autotune_inputs.tensors = previous
+
+
+def get_autotune_inputs():
+    return getattr(_autotune_inputs, "tensors", None)
+
+
+class AutoTuner:
+    """TileLang's builder form of ``@tilers.autotune``::
+
+        result = (AutoTuner.from_kernel(kernel=factory, configs=configs)
+                  .set_compile_args(out_idx=[-1])
+                  .set_profile_args(ref_prog=ref, rtol=1e-2, atol=1e-2)
+                  .run(warmup=25, rep=100))
+        result.config, result.latency, result.kernel
+
+    ``factory(**config)`` returns a ``@T.prim_func`` (or is a ``@tilers.jit`` factory)."""
+
+    def __init__(self, fn, configs):
+        self.fn = fn
+        self.configs = configs
+        self.compile_args: dict = {}
+        self.profile_args: dict = {}
+
+    @classmethod
+    def from_kernel(cls, kernel, configs):
+        return cls(kernel, configs)
+
+    def set_compile_args(self, out_idx=None, target="auto", execution_backend=None,
+                         target_host=None, verbose=None, pass_configs=None):
+        self.compile_args = {"out_idx": out_idx, "target": target or "auto",
+                             "pass_configs": pass_configs}
+        return self
+
+    def set_profile_args(self, warmup=25, rep=100, timeout=30, supply_type="auto",
+                         ref_prog=None, supply_prog=None, rtol=1e-2, atol=1e-2,
+                         max_mismatched_ratio=0.01, skip_check=False, manual_check_prog=None,
+                         cache_input_tensors=False, backend="event"):
+        if supply_prog is not None or manual_check_prog is not None:
+            raise TileError(
+                "AutoTuner.set_profile_args: supply_prog and manual_check_prog are not "
+                "supported; use `with tilers.autotuner.set_autotune_inputs(...)` for chosen "
+                "inputs and ref_prog for the check"
+            )
+        from .utils.tensor import supply_name
+
+        self.profile_args = {
+            "warmup": warmup, "rep": rep, "supply_type": supply_name(supply_type),
+            "ref_prog": None if skip_check else ref_prog, "rtol": rtol, "atol": atol,
+        }
+        return self
+
+    def run(self, warmup=None, rep=None, timeout=None, **_ignored):
+        from .jit import JitFunction, jit
+
+        function = self.fn
+        if not isinstance(function, JitFunction):
+            function = jit(function, **{k: v for k, v in self.compile_args.items() if v is not None})
+        profile = dict(self.profile_args)
+        if warmup is not None:
+            profile["warmup"] = warmup
+        if rep is not None:
+            profile["rep"] = rep
+        tuned = AutotunedFunction(function, self.configs, **profile)
+        return tuned.tune()
+
+    __call__ = run

@@ -50,8 +50,19 @@ def cache_dir() -> str:
     return os.path.join(os.path.expanduser("~"), ".cache", "tilers")
 
 
+# tilers.disable_cache() / enable_cache() (TileLang's names): None follows $TILERS_CACHE
+_enabled: bool | None = None
+
+
 def disk_cache_enabled() -> bool:
+    if _enabled is not None:
+        return _enabled
     return os.environ.get("TILERS_CACHE", "1") != "0"
+
+
+def set_enabled(enabled: bool | None) -> None:
+    global _enabled
+    _enabled = enabled
 
 
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}

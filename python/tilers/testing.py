@@ -202,3 +202,162 @@ def check_passes(
     if check:
         result.assert_ok()
     return result
+
+
+# ---------------------------------------------------------------------------------------
+# TileLang's testing helpers, by its names (tilelang.testing)
+# ---------------------------------------------------------------------------------------
+
+
+def torch_assert_close(
+    tensor_a, tensor_b, rtol=1e-2, atol=1e-3, max_mismatched_ratio=0.001, verbose=False,
+    equal_nan=True, check_device=True, check_dtype=True, check_layout=True,
+    check_stride=False, base_name="LHS", ref_name="RHS",
+):
+    """Raise AssertionError when more than ``max_mismatched_ratio`` of the elements differ
+    by more than ``atol + rtol * |b|`` (TileLang's check; ``torch.testing.assert_close``
+    allows no mismatch); True otherwise. Shapes must agree, and dtypes and devices when
+    checked."""
+    from .utils.tensor import torch_assert_close as check
+
+    return check(
+        tensor_a, tensor_b, rtol=rtol, atol=atol, max_mismatched_ratio=max_mismatched_ratio,
+        verbose=verbose, equal_nan=equal_nan, check_device=check_device,
+        check_dtype=check_dtype, check_layout=check_layout, check_stride=check_stride,
+        base_name=base_name, ref_name=ref_name,
+    )
+
+
+def set_random_seed(seed: int = 42) -> None:
+    """Seed Python's, numpy's and torch's generators (every GPU's too)."""
+    import random
+
+    random.seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:
+        pass
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def _gpu_capability():
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_capability()
+    except Exception:  # noqa: BLE001 - no usable torch means no GPU
+        pass
+    return None
+
+
+def _skip_unless(condition: bool, reason: str):
+    def decorate(func):
+        try:
+            import pytest
+        except ImportError:  # outside pytest the function runs (and fails where it must)
+            return func
+        return pytest.mark.skipif(not condition, reason=reason)(func)
+
+    return decorate
+
+
+def requires_cuda(func=None):
+    """Skip the test (pytest) when no CUDA GPU is usable: ``@tilers.testing.requires_cuda``."""
+    decorate = _skip_unless(_gpu_capability() is not None, "needs a CUDA GPU")
+    return decorate if func is None else decorate(func)
+
+
+def requires_package(*names):
+    """Skip the test when one of the packages cannot be imported."""
+    import importlib.util
+
+    missing = [n for n in names if importlib.util.find_spec(n) is None]
+    return _skip_unless(not missing, f"needs {', '.join(missing)}")
+
+
+_COMPARE = {
+    "ge": lambda a, b: a >= b, "gt": lambda a, b: a > b, "le": lambda a, b: a <= b,
+    "lt": lambda a, b: a < b, "eq": lambda a, b: a == b,
+}
+
+
+def requires_cuda_compute_version(major: int, minor: int = 0, mode: str = "ge"):
+    """Skip unless the GPU's compute capability compares with (major, minor) by ``mode``
+    ("ge", "gt", "le", "lt", "eq"): ``@requires_cuda_compute_version(9, 0)`` for Hopper."""
+    if mode not in _COMPARE:
+        raise ValueError(f"parameter 'mode': expected one of {', '.join(_COMPARE)}, got {mode!r}")
+    capability = _gpu_capability()
+    ok = capability is not None and _COMPARE[mode](tuple(capability), (major, minor))
+    return _skip_unless(ok, f"needs a GPU of compute capability {mode} {major}.{minor}")
+
+
+def requires_cuda_compute_version_ge(major: int, minor: int = 0):
+    return requires_cuda_compute_version(major, minor, "ge")
+
+
+def requires_cuda_compute_version_gt(major: int, minor: int = 0):
+    return requires_cuda_compute_version(major, minor, "gt")
+
+
+def requires_cuda_compute_version_le(major: int, minor: int = 0):
+    return requires_cuda_compute_version(major, minor, "le")
+
+
+def requires_cuda_compute_version_lt(major: int, minor: int = 0):
+    return requires_cuda_compute_version(major, minor, "lt")
+
+
+def requires_cuda_compute_version_eq(major: int, minor: int = 0):
+    return requires_cuda_compute_version(major, minor, "eq")
+
+
+def main():
+    """Run the calling file's tests with pytest (``if __name__ == "__main__":
+    tilers.testing.main()``) and exit with its status."""
+    import inspect
+    import sys
+
+    import pytest
+
+    caller = inspect.stack()[1].filename
+    sys.exit(pytest.main([caller, *sys.argv[1:]]))
+
+
+_recorded: list = []
+
+
+def process_func(func, name=None, /, **kwargs):
+    """Call ``func(**kwargs)`` (a benchmark returning its latency in ms) and record the result
+    under ``name``; the latency."""
+    latency = func(**kwargs)
+    _recorded.append((name or getattr(func, "__name__", "func"), latency))
+    return latency
+
+
+def regression(prefixes=("regression_",), verbose=True):
+    """Run the calling module's ``regression_*`` functions; print a table of their latencies."""
+    import inspect
+
+    caller = inspect.stack()[1].frame.f_globals
+    rows = []
+    for name, value in list(caller.items()):
+        if callable(value) and name.startswith(tuple(prefixes)):
+            start = len(_recorded)
+            result = value()
+            if len(_recorded) == start and isinstance(result, (int, float)):
+                _recorded.append((name, result))
+            rows.extend(_recorded[start:])
+    if verbose:
+        print("| name | latency (ms) |\n| --- | --- |")
+        for name, latency in rows:
+            print(f"| {name} | {latency} |")
+    return rows
