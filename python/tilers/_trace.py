@@ -10,7 +10,7 @@ import threading
 import types
 from collections import namedtuple
 
-from ._source import Loc, add_call_site, capture, line_text, user_error
+from ._source import _PACKAGE_DIRS, Loc, add_call_site, capture, line_text, user_error
 from .errors import TileError
 
 FORMAT_VERSION = 1
@@ -137,6 +137,12 @@ def _reserved_message(name) -> tuple:
         f"dtype {str(name)} is not supported by tilers yet (float8/float6/float4 come with "
         "the quantized GEMM work)",
     )
+
+
+def is_reserved(dtype) -> bool:
+    """Whether a dtype is one of the names reserved for the quantized GEMM work."""
+    text = str(dtype).removeprefix("torch.")
+    return text in RESERVED_DTYPES or text.startswith(("float8", "float6", "float4"))
 
 
 def normalize_dtype(dtype) -> str:
@@ -1023,7 +1029,11 @@ def trace(prim_func: PrimFunc, params: dict | None = None) -> dict:
     _state.builder = builder
     try:
         args = declare_params(builder, func, annotations)
-        func(*args)
+        try:
+            func(*args)
+        except NameError as error:
+            how = f"tilers.compile({prim_func.__name__}, {{name}}=...)"
+            raise unbound_name_error(error, how) from None
         if builder.blocks:  # a T.Kernel left by an exception is unwound by __exit__
             raise user_error("the function ended inside an open block", loc=builder.blocks[-1].loc)
         if builder.kernel is None:
@@ -1035,6 +1045,26 @@ def trace(prim_func: PrimFunc, params: dict | None = None) -> dict:
     finally:
         _state.builder = previous
     return builder.program()
+
+
+def unbound_name_error(error: NameError, how: str) -> Exception:
+    """A NameError raised by a kernel's own line as a TileError there: the name it reads
+    that nothing binds, and the keyword that would bind it (``how`` names the call)."""
+    import traceback
+
+    name = getattr(error, "name", None)
+    frames = traceback.extract_tb(error.__traceback__)
+    user = [f for f in frames if not f.filename.startswith(_PACKAGE_DIRS)]
+    if name is None or not user:
+        return error
+    frame = user[-1]
+    loc = Loc(frame.filename, frame.lineno, (frame.colno or 0) + 1 if frame.colno is not None else 0)
+    return user_error(
+        f"name '{name}' is not defined: the kernel reads it, but nothing binds it",
+        loc=loc,
+        help=f"pass its value when compiling: {how.format(name=name)}, or define it "
+        "before the kernel",
+    )
 
 
 def bind(prim_func: PrimFunc, params: dict) -> tuple:
@@ -1218,7 +1248,9 @@ def declare_params(builder: Builder, func, annotations: dict) -> list:
                 dtype = normalize_dtype(annotation.dtype)
             except TileError:
                 raise user_error(
-                    f"parameter '{name}' has unknown dtype {annotation.dtype!r}",
+                    f"parameter '{name}' has unknown dtype {annotation.dtype!r}"
+                    if not is_reserved(annotation.dtype) else
+                    f"parameter '{name}': " + _reserved_message(annotation.dtype)[0],
                     loc=loc,
                     help="use one of: " + ", ".join(DTYPES),
                 ) from None

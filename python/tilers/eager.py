@@ -364,6 +364,16 @@ class _Trace:
         self.declared_shapes.append((name, annotation.shape))
         if self.consts is None:
             return value
+        dims = annotation.shape if isinstance(annotation.shape, (tuple, list)) else (annotation.shape,)
+        for axis, d in enumerate(dims):
+            if isinstance(d, int) and not isinstance(d, bool) and d <= 0:
+                raise user_error(
+                    f"parameter '{name}': dimension {axis} is {d}; a T.const or fixed size "
+                    "must be positive",
+                    loc=loc,
+                    help="declare the size with T.dynamic (one kernel for every value, 0 "
+                    "included) to take empty tensors",
+                )
         shape = _trace._tensor_shape(name, annotation.shape, loc)
         for d in shape:
             if isinstance(d, _trace.Size):
@@ -372,7 +382,9 @@ class _Trace:
             dtype = _trace.normalize_dtype(annotation.dtype)
         except TileError:
             raise user_error(
-                f"parameter '{name}' has unknown dtype {annotation.dtype!r}",
+                f"parameter '{name}' has unknown dtype {annotation.dtype!r}"
+                if not _trace.is_reserved(annotation.dtype) else
+                f"parameter '{name}': " + _trace._reserved_message(annotation.dtype)[0],
                 loc=loc,
                 help="use one of: " + ", ".join(_trace.DTYPES),
             ) from None
@@ -445,9 +457,10 @@ def _check_tensor_value(trace: _Trace, name: str, shape: tuple, dtype: str, valu
     if value is _MISSING or value is None or isinstance(value, _trace.TensorType):
         return  # .compile() without tensors
     fn = trace.eager.__name__
+    text = _declared_text(trace, name, shape)
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         raise TypeError(
-            f"{fn}: parameter '{name}' expects a tensor ({dtype}{_shape_text(shape)}), got "
+            f"{fn}: parameter '{name}' expects a tensor ({dtype}{text}), got "
             f"{type(value).__name__} {value!r:.60}"
         )
     got_dtype = _dtype_name(value.dtype)
@@ -456,7 +469,7 @@ def _check_tensor_value(trace: _Trace, name: str, shape: tuple, dtype: str, valu
     got = tuple(int(d) for d in value.shape)
     if len(got) != len(shape):
         raise ValueError(
-            f"{fn}: parameter '{name}' expects a {len(shape)}-D tensor {_shape_text(shape)}, "
+            f"{fn}: parameter '{name}' expects a {len(shape)}-D tensor {text}, "
             f"got shape {list(got)}"
         )
     for axis, (want, have) in enumerate(zip(shape, got)):
@@ -483,6 +496,24 @@ def _which_const(trace: _Trace, name: str, axis: int) -> str | None:
 
 def _same_name(dim, const: str) -> bool:
     return isinstance(dim, _trace.Size) and dim.name == const
+
+
+def _declared_text(trace: _Trace, name: str, shape: tuple) -> str:
+    """``[M=64, 16]``: a declared shape, each T.const dimension with its name."""
+    names = {}
+    for param, dims in trace.discovered_shapes:
+        if param == name:
+            dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+            names = {a: d.name for a, d in enumerate(dims) if isinstance(d, _trace.Size)}
+    parts = []
+    for axis, d in enumerate(shape):
+        if isinstance(d, _trace.Size):
+            parts.append(d.name)
+        elif axis in names:
+            parts.append(f"{names[axis]}={d}")
+        else:
+            parts.append(str(d))
+    return "[" + ", ".join(parts) + "]"
 
 
 def _shape_text(shape) -> str:
@@ -662,6 +693,9 @@ class EagerFunction:
         _state.trace = trace
         try:
             return function(*positional, **keywords)
+        except NameError as error:
+            how = f"{self.__name__}(..., {{name}}=...) or a parameter named '{{name}}'"
+            raise _trace.unbound_name_error(error, how) from None
         finally:
             _trace._state.builder = previous
             _state.trace = previous_trace
