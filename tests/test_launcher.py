@@ -204,6 +204,20 @@ def test_scalar_ranges_and_kinds(reader):
     assert launcher(a, *good[:7], float("nan"), 2**1024 - 1) == "checked in Python"
 
 
+def test_unsigned_16_and_64_bit_scalars(reader):
+    params = [tensor("A"), scalar("h", "uint16"), scalar("q", "uint64")]
+    launcher, kernel = make(params, reader)
+    a = fp16()
+    assert launcher(a, 0, 0) is None
+    assert launcher(a, 2**16 - 1, 2**64 - 1) is None  # past 2^63: packed as its bits
+    assert launcher(a, 7, 2**63) is None
+    assert kernel.calls == []
+    bad = [(-1, 0), (2**16, 0), (0, -1), (0, 2**64), (0, 1.0)]
+    for args in bad:
+        assert launcher(a, *args) == "checked in Python", args
+    assert len(kernel.calls) == len(bad)
+
+
 def test_outputs_are_allocated_and_returned(reader):
     params = [tensor("A"), tensor("B", "float32", written=True), tensor("C", written=True)]
     launcher, kernel = make(params, reader, outputs=[1, 2])

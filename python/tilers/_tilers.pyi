@@ -102,9 +102,9 @@ def launch(
     """cuLaunchKernel on `stream` (0: the legacy default stream), `context` made current
     unless it is (0: the current one). `kinds` has one byte per argument: `T` a tensor
     (its data_ptr()), `P` a device pointer int, or a scalar: `?` bool, `b`/`B` int8/uint8,
-    `h` int16, `i`/`I` int32/uint32, `q` int64, `f` float32, `d` float64. Never
-    synchronizes; releases the GIL around the driver call. For tests and benchmarks:
-    kernels launch through `Launcher`."""
+    `h`/`H` int16/uint16, `i`/`I` int32/uint32, `q`/`Q` int64/uint64, `f` float32, `d`
+    float64. Never synchronizes; releases the GIL around the driver call. For tests and
+    benchmarks: kernels launch through `Launcher`."""
 
 # ---- torch (the launcher reads tensors through torch's stable C shim)
 

@@ -58,6 +58,7 @@ fn wrapper(dt: DType) -> fn(i64) -> i64 {
         DType::I8 => |v| v as i8 as i64,
         DType::U8 => |v| v as u8 as i64,
         DType::I16 => |v| v as i16 as i64,
+        DType::U16 => |v| v as u16 as i64,
         DType::I32 => |v| v as i32 as i64,
         DType::U32 => |v| v as u32 as i64,
         _ => |v| v,
@@ -98,7 +99,8 @@ fn binary_col(op: BinOp, a: Col, b: Col, dt: DType, out: DType) -> Result<Col, O
                 BinOp::Add => zip_map(&a, &b, |x, y| w(x.wrapping_add(y))),
                 BinOp::Sub => zip_map(&a, &b, |x, y| w(x.wrapping_sub(y))),
                 BinOp::Mul => zip_map(&a, &b, |x, y| w(x.wrapping_mul(y))),
-                BinOp::Lt => zip_map(&a, &b, |x, y| (x < y) as i64),
+                // a uint64's bits compare as u64 (num::int_binary)
+                BinOp::Lt if dt != DType::U64 => zip_map(&a, &b, |x, y| (x < y) as i64),
                 _ => a
                     .iter()
                     .zip(&b)
@@ -725,7 +727,9 @@ impl<'m> Interp<'m> {
                     );
                     let x = match (kind, x) {
                         (ReduceKind::AbsMax, Val::F(f)) => Val::F(f.abs()),
-                        (ReduceKind::AbsMax, Val::I(v)) => Val::I(wrap_int(v.wrapping_abs(), acc_dt)),
+                        (ReduceKind::AbsMax, Val::I(v)) if acc_dt.is_signed() => {
+                            Val::I(wrap_int(v.wrapping_abs(), acc_dt))
+                        }
                         (_, x) => x,
                     };
                     acc = num::reduce_combine(kind, acc, x, acc_dt);

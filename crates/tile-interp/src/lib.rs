@@ -21,7 +21,7 @@
 //! integers wrap to their width; float → int truncates and saturates (NaN → 0);
 //! `floordiv`/`floormod` round toward −∞ (integer division by zero is an error; on floats
 //! they are `floor(a / b)` and `a - floor(a / b) * b` in the C type); float `max`/`min`
-//! return the other operand of a NaN; shift counts are masked to 31 (63 for int64), like
+//! return the other operand of a NaN; shift counts are masked to 31 (63 for 64-bit types), like
 //! the GPU's shifts of promoted 32-bit ints; `and`/`or`/`select` evaluate only the operands
 //! C would. Math functions are computed in f64 and rounded; `erf` is `libm`'s. Reductions
 //! fold in index order from the identity, accumulating fp16/bf16 in float32. `gemm` sums
@@ -33,7 +33,7 @@
 //! buffer read after the `parallel` loop that wrote it holds the last iteration's value.
 //! fp16/bf16 conversions from float64 go through float32 (as the generated code's
 //! `(float)` casts do). A float scalar parameter accepts [`Arg::Int`]; an integer one must
-//! fit its dtype.
+//! fit its dtype (a uint64 one from 2^63 up comes as [`Arg::UInt`]).
 //!
 //! **Speed** (release build, one core, `tests/programs.rs`): the fp16 `add` over
 //! 2048 × 2048 elements (512 blocks of 32 × 128) runs in about 0.4 s, the 1000 × 1000
@@ -57,6 +57,8 @@ pub enum Arg {
     /// (len = numel * dtype bytes). Written in place.
     Tensor(Vec<u8>),
     Int(i64),
+    /// An integer past `i64::MAX`: a uint64 scalar from 2^63 up.
+    UInt(u64),
     Float(f64),
 }
 
@@ -64,6 +66,7 @@ fn describe(a: &Arg) -> String {
     match a {
         Arg::Tensor(b) => format!("a tensor of {} bytes", b.len()),
         Arg::Int(v) => format!("the integer {v}"),
+        Arg::UInt(v) => format!("the integer {v}"),
         Arg::Float(x) => format!("the float {x}"),
     }
 }
@@ -72,17 +75,26 @@ fn describe(a: &Arg) -> String {
 /// takes an integer (Python passes `2` for `2.0`).
 fn scalar_arg(name: &str, dt: DType, a: &Arg) -> Result<Val, Diagnostic> {
     let bad = |what: String| Diagnostic::error(format!("argument '{name}': {what}"), Loc::UNKNOWN);
-    match (a, dt.is_float()) {
-        (Arg::Int(v), false) => {
-            let wrapped = tile_ir::simplify::wrap_int(*v, dt);
-            if wrapped != *v {
+    let integer = match a {
+        Arg::Int(v) => Some(*v as i128),
+        Arg::UInt(v) => Some(*v as i128),
+        _ => None,
+    };
+    match (integer, dt.int_range(), a) {
+        (Some(v), Some((lo, hi)), _) => {
+            if v < lo || v > hi {
                 return Err(bad(format!("expected {dt}, got {v}, which does not fit")));
             }
-            Ok(Val::I(*v))
+            // held as the interpreter holds values of dt (a uint64 as its bit pattern)
+            Ok(Val::I(v as i64))
         }
-        (Arg::Int(v), true) => Ok(num::cast(Val::I(*v), DType::I64, dt)),
-        (Arg::Float(x), true) => Ok(num::cast(Val::F(*x), DType::F64, dt)),
-        (other, _) => Err(bad(format!("expected a scalar of {dt}, got {}", describe(other)))),
+        (Some(v), None, _) if dt.is_float() => {
+            // past i64::MAX, the integer is held as a uint64's bits
+            let from = if v > i64::MAX as i128 { DType::U64 } else { DType::I64 };
+            Ok(num::cast(Val::I(v as i64), from, dt))
+        }
+        (None, None, Arg::Float(x)) if dt.is_float() => Ok(num::cast(Val::F(*x), DType::F64, dt)),
+        _ => Err(bad(format!("expected a scalar of {dt}, got {}", describe(a)))),
     }
 }
 
@@ -113,7 +125,11 @@ pub fn bind_sizes(m: &Module, args: &[Arg]) -> Result<(Module, Vec<(VarId, i64)>
     for (v, a) in sizes.iter().zip(&args[n..]) {
         let var = m.var(*v);
         let bad = |what: String| Diagnostic::error(format!("size '{}': {what}", var.name), Loc::UNKNOWN);
-        let Arg::Int(x) = a else { return Err(bad(format!("expected an integer, got {}", describe(a)))) };
+        let x = match a {
+            Arg::Int(x) => x,
+            Arg::UInt(x) => return Err(bad(format!("{x} is not a size of {}", var.dtype))),
+            _ => return Err(bad(format!("expected an integer, got {}", describe(a)))),
+        };
         if *x < 0 || *x > size_max(var.dtype) {
             return Err(bad(format!("{x} is not a size of {} (0 to {})", var.dtype, size_max(var.dtype))));
         }

@@ -1,8 +1,10 @@
 //! Scalar arithmetic of the language: 16-bit float formats, rounding, casts, operators.
 //!
-//! Every value is held as an `i64` (integers and bool, already wrapped to their width; uint32
-//! as its non-negative value) or an `f64` (floats, already rounded to their dtype, so an
-//! fp16 value is an `f64` that fp16 represents exactly).
+//! Every value is held as an `i64` (integers and bool, already wrapped to their width; the
+//! narrower unsigned types as their non-negative value, uint64 as its bit pattern, as
+//! `tile_ir::types` says) or an `f64` (floats, already rounded to their dtype, so an fp16
+//! value is an `f64` that fp16 represents exactly). Operators on uint64 reinterpret the
+//! bits as `u64` where the sign matters: order, division, right shift, conversion to float.
 
 use tile_ir::simplify::wrap_int;
 use tile_ir::{BinOp, ConstValue, DType, ReduceKind, UnOp};
@@ -75,12 +77,16 @@ pub(crate) fn cast(v: Val, from: DType, to: DType) -> Val {
             DType::I8 => x as i8 as i64,
             DType::U8 => x as u8 as i64,
             DType::I16 => x as i16 as i64,
+            DType::U16 => x as u16 as i64,
             DType::I32 => x as i32 as i64,
             DType::U32 => x as u32 as i64,
+            DType::U64 => x as u64 as i64,
             _ => x as i64,
         }),
         (Val::I(i), false) => Val::I(wrap_int(i, to)),
         // ints round straight to float32 (not through f64, which would round twice)
+        (Val::I(i), true) if from == DType::U64 && to == DType::F64 => Val::F(i as u64 as f64),
+        (Val::I(i), true) if from == DType::U64 => Val::F(round(to, i as u64 as f32 as f64)),
         (Val::I(i), true) if to == DType::F64 => Val::F(i as f64),
         (Val::I(i), true) => Val::F(round(to, i as f32 as f64)),
         (Val::F(x), true) if from == to => Val::F(x),
@@ -98,13 +104,16 @@ pub(crate) enum OpError {
 }
 
 /// Shift count as the GPU's C shifts see it: masked to the width of the promoted operand
-/// (31 for types up to 32 bits, which C promotes to int; 63 for int64).
+/// (31 for types up to 32 bits, which C promotes to int; 63 for int64 and uint64).
 fn shift_count(b: i64, dt: DType) -> u32 {
-    (b & if dt == DType::I64 { 63 } else { 31 }) as u32
+    (b & if dt.bytes() == 8 { 63 } else { 31 }) as u32
 }
 
 /// An integer (or bool) binary operator; `dt` is the operands' dtype, `out` the result's.
 pub(crate) fn int_binary(op: BinOp, a: i64, b: i64, dt: DType, out: DType) -> Result<i64, OpError> {
+    if dt == DType::U64 {
+        return u64_binary(op, a as u64, b as u64).map(|r| wrap_int(r as i64, out));
+    }
     let r = match op {
         BinOp::Add => a.wrapping_add(b),
         BinOp::Sub => a.wrapping_sub(b),
@@ -132,6 +141,35 @@ pub(crate) fn int_binary(op: BinOp, a: i64, b: i64, dt: DType, out: DType) -> Re
         BinOp::Shr => a >> shift_count(b, dt),
     };
     Ok(wrap_int(r, out))
+}
+
+/// [`int_binary`] on uint64 operands (C's `unsigned long long`: wraps modulo 2^64).
+fn u64_binary(op: BinOp, a: u64, b: u64) -> Result<u64, OpError> {
+    Ok(match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        BinOp::FloorDiv | BinOp::FloorMod | BinOp::Div if b == 0 => return Err(OpError::DivisionByZero),
+        // unsigned: C's / and % are already Python's
+        BinOp::FloorDiv => a / b,
+        BinOp::FloorMod => a % b,
+        BinOp::Div => return Err(OpError::Unsupported),
+        BinOp::Max => a.max(b),
+        BinOp::Min => a.min(b),
+        BinOp::Eq => (a == b) as u64,
+        BinOp::Ne => (a != b) as u64,
+        BinOp::Lt => (a < b) as u64,
+        BinOp::Le => (a <= b) as u64,
+        BinOp::Gt => (a > b) as u64,
+        BinOp::Ge => (a >= b) as u64,
+        BinOp::And => (a != 0 && b != 0) as u64,
+        BinOp::Or => (a != 0 || b != 0) as u64,
+        BinOp::BitAnd => a & b,
+        BinOp::BitOr => a | b,
+        BinOp::BitXor => a ^ b,
+        BinOp::Shl => a.wrapping_shl(shift_count(b as i64, DType::U64)),
+        BinOp::Shr => a >> shift_count(b as i64, DType::U64),
+    })
 }
 
 /// A float binary operator on values of `dt`, rounded to `dt` (comparisons give 0/1 as f64).
@@ -200,6 +238,8 @@ pub(crate) fn int_unary(op: UnOp, a: i64, dt: DType) -> Result<i64, OpError> {
     let r = match op {
         UnOp::Neg => a.wrapping_neg(),
         UnOp::Not => (a == 0) as i64,
+        // an unsigned value is its own absolute value (a uint64's bits may look negative)
+        UnOp::Abs if !dt.is_signed() => a,
         UnOp::Abs => a.wrapping_abs(),
         _ => return Err(OpError::Unsupported),
     };
@@ -218,14 +258,10 @@ pub(crate) fn binary(op: BinOp, a: Val, b: Val, dt: DType, out: DType) -> Result
 
 /// The starting value of a reduction in the accumulator dtype.
 pub(crate) fn reduce_identity(kind: ReduceKind, dt: DType) -> Val {
-    let (lo, hi) = match dt {
-        DType::I8 => (i8::MIN as i64, i8::MAX as i64),
-        DType::U8 => (0, u8::MAX as i64),
-        DType::I16 => (i16::MIN as i64, i16::MAX as i64),
-        DType::I32 => (i32::MIN as i64, i32::MAX as i64),
-        DType::U32 => (0, u32::MAX as i64),
-        DType::Bool => (0, 1),
-        _ => (i64::MIN, i64::MAX),
+    // the type's least and greatest values, held as values of it are (uint64's greatest: -1)
+    let (lo, hi) = match dt.int_range() {
+        Some((lo, hi)) => (lo as i64, hi as i64),
+        None => (i64::MIN, i64::MAX),
     };
     match (kind, dt.is_float()) {
         (ReduceKind::Sum | ReduceKind::AbsMax, true) => Val::F(0.0),
@@ -400,6 +436,61 @@ mod tests {
         assert_eq!(int_unary(UnOp::Abs, -128, DType::I8), Ok(-128));
         assert_eq!(int_unary(UnOp::Neg, -128, DType::I8), Ok(-128));
         assert_eq!(int_unary(UnOp::Not, 1, DType::Bool), Ok(0));
+    }
+
+    #[test]
+    fn uint16_wraps_like_cuda() {
+        let u16_op = |op, a, b| int_binary(op, a, b, DType::U16, DType::U16);
+        assert_eq!(u16_op(BinOp::Add, 65535, 1), Ok(0));
+        assert_eq!(u16_op(BinOp::Sub, 0, 1), Ok(65535));
+        assert_eq!(u16_op(BinOp::Mul, 65535, 65535), Ok(1));
+        assert_eq!(u16_op(BinOp::Shr, 0x8000, 15), Ok(1));
+        assert_eq!(int_unary(UnOp::Neg, 1, DType::U16), Ok(65535));
+        assert_eq!(int_unary(UnOp::Abs, 65535, DType::U16), Ok(65535));
+        assert_eq!(cast(Val::I(-1), DType::I32, DType::U16), Val::I(65535));
+        assert_eq!(cast(Val::I(65535), DType::U16, DType::I16), Val::I(-1));
+        assert_eq!(cast(Val::F(70000.0), DType::F32, DType::U16), Val::I(65535));
+        assert_eq!(cast(Val::F(-3.5), DType::F32, DType::U16), Val::I(0));
+        assert_eq!(cast(Val::I(65535), DType::U16, DType::F32), Val::F(65535.0));
+        assert_eq!(reduce_identity(ReduceKind::Min, DType::U16), Val::I(65535));
+        assert_eq!(reduce_identity(ReduceKind::Max, DType::U16), Val::I(0));
+    }
+
+    #[test]
+    fn uint64_is_held_as_its_bits() {
+        let max = u64::MAX as i64; // -1
+        let top = (1u64 << 63) as i64; // 2^63, held as i64::MIN
+        let u64_op = |op, a, b| int_binary(op, a, b, DType::U64, DType::U64);
+        let cmp = |op, a, b| int_binary(op, a, b, DType::U64, DType::Bool);
+        assert_eq!(u64_op(BinOp::Add, max, 1), Ok(0));
+        assert_eq!(u64_op(BinOp::Sub, 0, 1), Ok(max));
+        assert_eq!(u64_op(BinOp::Mul, top, 2), Ok(0));
+        assert_eq!(u64_op(BinOp::Max, top, 1), Ok(top));
+        assert_eq!(u64_op(BinOp::Min, max, 7), Ok(7));
+        assert_eq!(cmp(BinOp::Lt, 1, max), Ok(1));
+        assert_eq!(cmp(BinOp::Ge, top, 5), Ok(1));
+        assert_eq!(u64_op(BinOp::FloorDiv, max, 2), Ok(i64::MAX));
+        assert_eq!(u64_op(BinOp::FloorMod, max, 10), Ok(5)); // 18446744073709551615 % 10
+        assert_eq!(u64_op(BinOp::FloorDiv, 1, 0), Err(OpError::DivisionByZero));
+        assert_eq!(u64_op(BinOp::Shr, top, 63), Ok(1)); // logical, not arithmetic
+        assert_eq!(u64_op(BinOp::Shl, 1, 63), Ok(top));
+        assert_eq!(u64_op(BinOp::Shl, 1, 64), Ok(1)); // count masked to 63
+        assert_eq!(int_unary(UnOp::Abs, max, DType::U64), Ok(max));
+        assert_eq!(int_unary(UnOp::Neg, 1, DType::U64), Ok(max));
+        // conversions
+        assert_eq!(cast(Val::I(max), DType::U64, DType::F64), Val::F(u64::MAX as f64));
+        assert_eq!(cast(Val::I(max), DType::U64, DType::F32), Val::F(u64::MAX as f32 as f64));
+        assert_eq!(cast(Val::I(top), DType::U64, DType::I64), Val::I(i64::MIN));
+        assert_eq!(cast(Val::I(max), DType::U64, DType::U32), Val::I(u32::MAX as i64));
+        assert_eq!(cast(Val::I(-1), DType::I32, DType::U64), Val::I(max));
+        assert_eq!(cast(Val::F(1e30), DType::F32, DType::U64), Val::I(max)); // saturates
+        assert_eq!(cast(Val::F(1e19), DType::F64, DType::U64), Val::I(10_000_000_000_000_000_000u64 as i64));
+        assert_eq!(cast(Val::F(-1.0), DType::F32, DType::U64), Val::I(0));
+        assert_eq!(cast(Val::F(f64::NAN), DType::F32, DType::U64), Val::I(0));
+        assert_eq!(constant(ConstValue::Int(max), DType::U64), Val::I(max));
+        assert_eq!(reduce_identity(ReduceKind::Min, DType::U64), Val::I(max));
+        assert_eq!(reduce_identity(ReduceKind::Max, DType::U64), Val::I(0));
+        assert_eq!(reduce_combine(ReduceKind::Max, Val::I(5), Val::I(top), DType::U64), Val::I(top));
     }
 
     #[test]

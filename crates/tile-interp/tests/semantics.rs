@@ -1,6 +1,7 @@
 //! Small hand-written programs pinning down the interpreter's semantics and errors:
 //! Python floor division, division by zero, on-chip range errors at the user's line,
-//! per-iteration `local` temporaries, short-circuit `select`, argument checking.
+//! per-iteration `local` temporaries, short-circuit `select`, argument checking, uint64
+//! values past 2^63.
 
 mod common;
 
@@ -260,4 +261,68 @@ fn grid_from_a_parameter_must_not_be_negative() {
     args[3] = Arg::Int(-1);
     let d = run(&m, &mut args).unwrap_err();
     assert!(d.message.contains("grid dimension 1 is -1"), "{}", d.message);
+}
+
+/// Y[i] = A[i] // n + n and Z[i] = A[i] > n over 4 uint64 elements, n a uint64 parameter.
+fn uint64_program() -> Module {
+    let a_i = || load(0, vec![var(1)], "uint64", 3);
+    let n = || json!({"op": "var", "dtype": "uint64", "id": 2});
+    let doc = json!({
+        "version": 1,
+        "name": "k",
+        "sources": [{"file": "t.py", "lines": {"3": "    line 3"}}],
+        "params": [
+            {"kind": "tensor", "name": "A", "buffer": 0},
+            {"kind": "tensor", "name": "Y", "buffer": 1},
+            {"kind": "tensor", "name": "Z", "buffer": 2},
+            {"kind": "scalar", "name": "n", "var": 2},
+        ],
+        "buffers": [
+            buffer(0, "A", "global", "uint64", vec![4]),
+            buffer(1, "Y", "global", "uint64", vec![4]),
+            buffer(2, "Z", "global", "uint64", vec![4]),
+        ],
+        "vars": [
+            {"id": 0, "name": "bx", "kind": "block_idx", "axis": 0, "dtype": "int32"},
+            {"id": 1, "name": "i", "kind": "loop", "dtype": "int32"},
+            {"id": 2, "name": "n", "kind": "param", "dtype": "uint64"},
+        ],
+        "kernel": {"grid": [c(1)], "threads": 128, "loc": [0, 1, 1], "body": [parallel(vec![1], vec![4], vec![
+            store(1, vec![var(1)], bin("add", bin("floordiv", a_i(), n(), "uint64"), n(), "uint64"), 3),
+            store(2, vec![var(1)], json!({"op": "cast", "dtype": "uint64", "a": bin("gt", a_i(), n(), "bool")}), 3),
+        ])]},
+    });
+    parse_and_verify(&doc.to_string())
+}
+
+fn u64s(v: &[u64]) -> Arg {
+    Arg::Tensor(v.iter().flat_map(|x| x.to_le_bytes()).collect())
+}
+
+fn to_u64s(a: &Arg) -> Vec<u64> {
+    let Arg::Tensor(b) = a else { panic!("a tensor") };
+    b.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn uint64_parameters_and_values_past_2_63() {
+    let m = uint64_program();
+    let a = [0, 7, u64::MAX, 1 << 63];
+    for nv in [u64::MAX - 1, 3, 1 << 63] {
+        // as the Python binding passes them: past i64::MAX as UInt
+        let n = if nv > i64::MAX as u64 { Arg::UInt(nv) } else { Arg::Int(nv as i64) };
+        let mut args = [u64s(&a), u64s(&[0; 4]), u64s(&[0; 4]), n];
+        run(&m, &mut args).unwrap();
+        let want_y: Vec<u64> = a.iter().map(|x| (x / nv).wrapping_add(nv)).collect();
+        let want_z: Vec<u64> = a.iter().map(|x| (*x > nv) as u64).collect();
+        assert_eq!((to_u64s(&args[1]), to_u64s(&args[2])), (want_y, want_z), "n = {nv}");
+    }
+    // a negative integer does not fit a uint64 parameter
+    let mut args = [u64s(&a), u64s(&[0; 4]), u64s(&[0; 4]), Arg::Int(-1)];
+    let d = run(&m, &mut args).unwrap_err();
+    assert!(d.message.contains("'n'") && d.message.contains("does not fit"), "{}", d.message);
+    // nor does a uint64 past 2^63 fit an int32 one
+    let d =
+        run(&divide(), &mut [ints(&[0; 8]), ints(&[0; 8]), ints(&[0; 8]), Arg::UInt(1 << 63)]).unwrap_err();
+    assert!(d.message.contains("'n'") && d.message.contains("does not fit"), "{}", d.message);
 }

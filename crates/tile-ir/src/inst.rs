@@ -559,7 +559,7 @@ impl Instruction for Sync {
     }
 }
 
-/// CUDA `printf(format, args...)`. `format` holds the C conversions (`%d`, `%lld`, `%u`,
+/// CUDA `printf(format, args...)`. `format` holds the C conversions (`%d`, `%lld`, `%u`, `%llu`,
 /// `%g`, `%%`) matching the args' dtypes (see [`crate::ir::printf_conversion`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Printf {

@@ -1173,9 +1173,10 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
 /// default argument promotions; fp16/bf16 are computed in float, so they print as `%g`).
 pub fn printf_conversion(dt: DType) -> &'static str {
     match dt {
-        DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::I32 => "%d",
+        DType::Bool | DType::I8 | DType::U8 | DType::I16 | DType::U16 | DType::I32 => "%d",
         DType::U32 => "%u",
         DType::I64 => "%lld",
+        DType::U64 => "%llu",
         DType::F16 | DType::BF16 | DType::F32 | DType::F64 => "%g",
     }
 }

@@ -458,6 +458,7 @@ impl Parser {
                     _ => return err(&o.p("value"), "expected a number"),
                 };
                 let value = match (value, dt.is_float()) {
+                    (ConstValue::Float(f), false) if dt == DType::U64 => ConstValue::Int(f as u64 as i64),
                     (ConstValue::Float(f), false) => ConstValue::Int(f as i64),
                     (ConstValue::Int(i), true) => ConstValue::Float(i as f64),
                     (v, _) => v,

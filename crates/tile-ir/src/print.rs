@@ -375,7 +375,7 @@ impl Printer<'_> {
         match e {
             Expr::Const { value, dtype } => match value {
                 ConstValue::Int(i) if *dtype == crate::DType::I32 => format!("{i}"),
-                ConstValue::Int(i) => format!("{i}:{dtype}"),
+                ConstValue::Int(i) => format!("{}:{dtype}", dtype.int_value(*i)),
                 ConstValue::Float(f) => format!("{f:?}:{dtype}"),
             },
             Expr::Var { id, .. } => format!("%{}", self.var_name(*id)),

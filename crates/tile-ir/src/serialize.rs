@@ -24,6 +24,7 @@ pub fn expr(e: &Expr) -> Value {
     match e {
         Expr::Const { value, dtype } => {
             let v = match value {
+                ConstValue::Int(i) if *dtype == crate::DType::U64 => json!(*i as u64),
                 ConstValue::Int(i) => json!(i),
                 ConstValue::Float(f) if f.is_nan() => json!("nan"),
                 ConstValue::Float(f) if f.is_infinite() => json!(if *f > 0.0 { "inf" } else { "-inf" }),

@@ -79,7 +79,12 @@ pub fn from_affine(a: &Affine, dtype: DType) -> Expr {
     }
 }
 
-fn fold_int(op: BinOp, a: i64, b: i64) -> Option<i64> {
+/// `a op b` for integer (or bool) operands of `dt`, unwrapped (the caller wraps to the
+/// result's type); None where it has no value or is left to run time.
+fn fold_int(op: BinOp, a: i64, b: i64, dt: DType) -> Option<i64> {
+    if dt == DType::U64 {
+        return fold_u64(op, a as u64, b as u64).map(|v| v as i64);
+    }
     Some(match op {
         BinOp::Add => a.wrapping_add(b),
         BinOp::Sub => a.wrapping_sub(b),
@@ -105,6 +110,33 @@ fn fold_int(op: BinOp, a: i64, b: i64) -> Option<i64> {
     })
 }
 
+/// [`fold_int`] for uint64 operands: unsigned order, division and logical shifts.
+fn fold_u64(op: BinOp, a: u64, b: u64) -> Option<u64> {
+    Some(match op {
+        BinOp::Add => a.wrapping_add(b),
+        BinOp::Sub => a.wrapping_sub(b),
+        BinOp::Mul => a.wrapping_mul(b),
+        BinOp::FloorDiv if b != 0 => a / b,
+        BinOp::FloorMod if b != 0 => a % b,
+        BinOp::Max => a.max(b),
+        BinOp::Min => a.min(b),
+        BinOp::Eq => (a == b) as u64,
+        BinOp::Ne => (a != b) as u64,
+        BinOp::Lt => (a < b) as u64,
+        BinOp::Le => (a <= b) as u64,
+        BinOp::Gt => (a > b) as u64,
+        BinOp::Ge => (a >= b) as u64,
+        BinOp::And => ((a != 0) && (b != 0)) as u64,
+        BinOp::Or => ((a != 0) || (b != 0)) as u64,
+        BinOp::BitAnd => a & b,
+        BinOp::BitOr => a | b,
+        BinOp::BitXor => a ^ b,
+        BinOp::Shl if b < 64 => a << b,
+        BinOp::Shr if b < 64 => a >> b,
+        _ => return None,
+    })
+}
+
 /// Wrap an integer to the width of `dtype` (two's complement).
 pub fn wrap_int(v: i64, dtype: DType) -> i64 {
     match dtype {
@@ -112,8 +144,10 @@ pub fn wrap_int(v: i64, dtype: DType) -> i64 {
         DType::I8 => v as i8 as i64,
         DType::U8 => v as u8 as i64,
         DType::I16 => v as i16 as i64,
+        DType::U16 => v as u16 as i64,
         DType::I32 => v as i32 as i64,
         DType::U32 => v as u32 as i64,
+        // int64 and uint64 (its bit pattern) use every bit
         _ => v,
     }
 }
@@ -125,7 +159,7 @@ pub fn simplify(e: Expr) -> Expr {
             let (ca, cb) = (a.as_int(), b.as_int());
             let int_operands = a.dtype().is_int() || a.dtype() == DType::Bool;
             if let (Some(x), Some(y), true) = (ca, cb, int_operands) {
-                if let Some(v) = fold_int(op, x, y) {
+                if let Some(v) = fold_int(op, x, y, a.dtype()) {
                     return Expr::int_of(wrap_int(v, dtype), dtype);
                 }
             }

@@ -370,7 +370,9 @@ impl Parser {
         let value = if float_literal {
             ConstValue::Float(s.parse().map_err(|_| format!("line {}: bad number {s}", self.line()))?)
         } else {
-            ConstValue::Int(s.parse().map_err(|_| format!("line {}: bad integer {s}", self.line()))?)
+            // a uint64 from 2^63 up is held as its bit pattern
+            let value = s.parse::<i64>().or_else(|_| s.parse::<u64>().map(|u| u as i64));
+            ConstValue::Int(value.map_err(|_| format!("line {}: bad integer {s}", self.line()))?)
         };
         Ok(Expr::Const { value, dtype })
     }

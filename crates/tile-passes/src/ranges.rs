@@ -47,15 +47,20 @@ impl Lin {
     }
 }
 
+/// The values of `dt` the ranges work with: the whole type up to 32 bits; for the 64-bit
+/// types a part that leaves the exact (i128) sums of `Lin` room, and where a uint64's bit
+/// pattern (see `tile_ir::types`) is its value.
 pub(crate) fn dtype_bounds(dt: DType) -> Option<(i64, i64)> {
     Some(match dt {
         DType::Bool => (0, 1),
         DType::I8 => (i8::MIN as i64, i8::MAX as i64),
         DType::U8 => (0, u8::MAX as i64),
         DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+        DType::U16 => (0, u16::MAX as i64),
         DType::I32 => (i32::MIN as i64, i32::MAX as i64),
         DType::U32 => (0, u32::MAX as i64),
         DType::I64 => (i64::MIN / 4, i64::MAX / 4),
+        DType::U64 => (0, i64::MAX / 4),
         _ => return None,
     })
 }
@@ -111,8 +116,10 @@ impl Ranges {
     /// the casts that widen an integer (they keep its value; `widen_indices` adds them).
     fn with_quotients(&self, e: &Expr) -> Expr {
         let widens = |from: DType, to: DType| {
-            matches!((from, to), (DType::I32 | DType::I16 | DType::I8 | DType::U8 | DType::U32, DType::I64))
-                || from == to
+            matches!(
+                (from, to),
+                (DType::I32 | DType::I16 | DType::U16 | DType::I8 | DType::U8 | DType::U32, DType::I64)
+            ) || from == to
         };
         e.clone().map(&mut |x| match x {
             Expr::Cast { a, dtype } if a.dtype().is_int() && widens(a.dtype(), dtype) => *a,
@@ -378,7 +385,12 @@ impl Ranges {
             self.assume(b);
             return;
         }
-        if !matches!(op, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge) || !a.dtype().is_int() {
+        // a uint64 comparison orders bit patterns above 2^63 after the rest, which the
+        // (signed) bounds below would leave out: `v > 10` holds for them too
+        if !matches!(op, BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge)
+            || !a.dtype().is_int()
+            || a.dtype() == DType::U64
+        {
             return;
         }
         // c * v + k (op) 0
@@ -409,5 +421,31 @@ impl Ranges {
             // v >= ceil(rhs / c) for negative c
             self.set(*id, -floor_div(rhs, -c), i64::MAX / 4);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uint64_comparison_bounds_nothing() {
+        // `v > 10` holds for v = 2^64 - 1, held as -1: a lower bound of 11 would be wrong
+        let v = VarId(0);
+        let mut r = Ranges::default();
+        r.assume(&Expr::binary(BinOp::Gt, Expr::var(v, DType::U64), Expr::int_of(10, DType::U64)));
+        assert_eq!(r.vars.get(&v), None);
+        let mut r = Ranges::default();
+        r.assume(&Expr::binary(BinOp::Gt, Expr::var(v, DType::U32), Expr::int_of(10, DType::U32)));
+        assert_eq!(r.vars.get(&v).map(|b| b.0), Some(11));
+    }
+
+    #[test]
+    fn unsigned_bounds() {
+        assert_eq!(dtype_bounds(DType::U16), Some((0, 65535)));
+        // a uint64 constant from 2^63 up (held negative) has no range of its type
+        let big = Expr::int_of(-1, DType::U64);
+        assert_eq!(Ranges::default().range(&big), None);
+        assert_eq!(Ranges::default().range(&Expr::int_of(7, DType::U64)), Some((7, 7)));
     }
 }

@@ -82,7 +82,7 @@ fn is_arith(op: BinOp) -> bool {
 
 /// Integer types narrower than int64 that index arithmetic is written in.
 fn narrow_int(dt: DType) -> bool {
-    dt.is_int() && dt != DType::I64 && dt != DType::Bool
+    dt.is_int() && dt.bytes() < 8
 }
 
 fn to64(e: Expr) -> Expr {

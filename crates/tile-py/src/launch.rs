@@ -365,9 +365,11 @@ fn pack(arg: &Bound<'_, PyAny>, kind: u8) -> PyResult<u64> {
         b'b' => arg.extract::<i8>()? as u8 as u64,
         b'B' => arg.extract::<u8>()? as u64,
         b'h' => arg.extract::<i16>()? as u16 as u64,
+        b'H' => arg.extract::<u16>()? as u64,
         b'i' => arg.extract::<i32>()? as u32 as u64,
         b'I' => arg.extract::<u32>()? as u64,
         b'q' => arg.extract::<i64>()? as u64,
+        b'Q' => arg.extract::<u64>()?,
         b'f' => {
             let value = arg.extract::<f64>()?;
             let narrowed = value as f32;
@@ -379,7 +381,7 @@ fn pack(arg: &Bound<'_, PyAny>, kind: u8) -> PyResult<u64> {
         b'd' => arg.extract::<f64>()?.to_bits(),
         other => {
             return Err(PyValueError::new_err(format!(
-                "unknown kind {:?} (expected one of T P ? b B h i I q f d)",
+                "unknown kind {:?} (expected one of T P ? b B h H i I q Q f d)",
                 other as char
             )))
         }
@@ -470,7 +472,8 @@ pub(crate) fn run(driver: &Driver, launch: Launch) -> PyResult<()> {
 ///
 /// `kinds` has one byte per argument: `T` a tensor (its `data_ptr()` is read), `P` a
 /// device pointer as an int, or a scalar passed by value: `?` bool, `b`/`B` int8/uint8,
-/// `h` int16, `i`/`I` int32/uint32, `q` int64, `f` float32, `d` float64. `context` is
+/// `h`/`H` int16/uint16, `i`/`I` int32/uint32, `q`/`Q` int64/uint64, `f` float32, `d`
+/// float64 (Python's `struct` letters). `context` is
 /// made current for the launch unless it already is (0: use the current one). Allocates
 /// nothing on the device, never synchronizes, and releases the GIL around cuLaunchKernel
 /// (which blocks when the launch queue is full).

@@ -92,8 +92,8 @@ struct MapParam {
 
 enum Param {
     Tensor(TensorSpec),
-    /// `kind` is how the value is packed: `?` bool, `b`/`B` int8/uint8, `h` int16,
-    /// `i`/`I` int32/uint32, `q` int64, `f` float32, `d` float64.
+    /// `kind` is how the value is packed: `?` bool, `b`/`B` int8/uint8, `h`/`H`
+    /// int16/uint16, `i`/`I` int32/uint32, `q`/`Q` int64/uint64, `f` float32, `d` float64.
     Scalar {
         kind: u8,
     },
@@ -172,9 +172,11 @@ fn scalar_kind(name: &str, dtype: &str) -> PyResult<u8> {
         "int8" => b'b',
         "uint8" => b'B',
         "int16" => b'h',
+        "uint16" => b'H',
         "int32" => b'i',
         "uint32" => b'I',
         "int64" => b'q',
+        "uint64" => b'Q',
         "float32" => b'f',
         "float64" => b'd',
         _ => {
@@ -261,11 +263,15 @@ impl Launcher {
                 if !arg.is_exact_instance_of::<PyInt>() && !arg.is_instance(self.integral.bind(py)).ok()? {
                     return None;
                 }
+                if kind == b'Q' {
+                    return arg.extract::<u64>().ok();
+                }
                 let value = arg.extract::<i64>().ok()?;
                 let (low, high) = match kind {
                     b'b' => (i8::MIN as i64, i8::MAX as i64),
                     b'B' => (0, u8::MAX as i64),
                     b'h' => (i16::MIN as i64, i16::MAX as i64),
+                    b'H' => (0, u16::MAX as i64),
                     b'i' => (i32::MIN as i64, i32::MAX as i64),
                     b'I' => (0, u32::MAX as i64),
                     _ => (i64::MIN, i64::MAX),

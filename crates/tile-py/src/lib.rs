@@ -89,6 +89,8 @@ fn interpret(
             converted.push(Arg::Tensor(b.as_bytes().to_vec()));
         } else if let Ok(v) = a.extract::<i64>() {
             converted.push(Arg::Int(v));
+        } else if let Ok(v) = a.extract::<u64>() {
+            converted.push(Arg::UInt(v));
         } else if let Ok(v) = a.extract::<f64>() {
             converted.push(Arg::Float(v));
         } else {

@@ -24,6 +24,7 @@ pub(crate) mod data_type {
     pub const UINT16: u32 = 1;
     pub const UINT32: u32 = 2;
     pub const INT32: u32 = 3;
+    pub const UINT64: u32 = 4;
     pub const INT64: u32 = 5;
     pub const FLOAT16: u32 = 6;
     pub const FLOAT32: u32 = 7;
@@ -62,10 +63,11 @@ impl EncodedMap {
 pub(crate) fn tma_data_type(dtype: &str) -> Option<(u32, u64)> {
     Some(match dtype {
         "bool" | "int8" | "uint8" => (data_type::UINT8, 1),
-        "int16" => (data_type::UINT16, 2),
+        "int16" | "uint16" => (data_type::UINT16, 2),
         "int32" => (data_type::INT32, 4),
         "uint32" => (data_type::UINT32, 4),
         "int64" => (data_type::INT64, 8),
+        "uint64" => (data_type::UINT64, 8),
         "float16" => (data_type::FLOAT16, 2),
         "bfloat16" => (data_type::BFLOAT16, 2),
         "float32" => (data_type::FLOAT32, 4),
@@ -414,9 +416,11 @@ mod tests {
             ("uint8", data_type::UINT8, 1),
             ("bool", data_type::UINT8, 1),
             ("int16", data_type::UINT16, 2),
+            ("uint16", data_type::UINT16, 2),
             ("int32", data_type::INT32, 4),
             ("uint32", data_type::UINT32, 4),
             ("int64", data_type::INT64, 8),
+            ("uint64", data_type::UINT64, 8),
         ];
         for (dtype, code, bytes) in types {
             assert_eq!(tma_data_type(dtype), Some((code, bytes)), "{dtype}");

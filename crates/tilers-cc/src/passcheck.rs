@@ -474,9 +474,11 @@ fn value(bytes: &[u8], dt: DType) -> f64 {
         DType::Bool | DType::U8 => bytes[0] as f64,
         DType::I8 => bytes[0] as i8 as f64,
         DType::I16 => i16::from_le_bytes([bytes[0], bytes[1]]) as f64,
+        DType::U16 => u16::from_le_bytes([bytes[0], bytes[1]]) as f64,
         DType::I32 => i32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
         DType::U32 => u32::from_le_bytes(bytes[..4].try_into().unwrap()) as f64,
         DType::I64 => i64::from_le_bytes(bytes[..8].try_into().unwrap()) as f64,
+        DType::U64 => u64::from_le_bytes(bytes[..8].try_into().unwrap()) as f64,
     }
 }
 

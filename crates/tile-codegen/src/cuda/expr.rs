@@ -120,6 +120,8 @@ impl Emitter<'_> {
                 }
                 (ConstValue::Int(v), DType::I64) => format!("{v}ll"),
                 (ConstValue::Int(v), DType::U32) => format!("{v}u"),
+                // held as its bit pattern: the literal is the number
+                (ConstValue::Int(v), DType::U64) => format!("{}ull", *v as u64),
                 (ConstValue::Int(v), DType::I32) if *v == i32::MIN as i64 => "(-2147483647 - 1)".into(),
                 (ConstValue::Int(v), d) if d.is_int() => {
                     if *v < 0 {
@@ -154,6 +156,9 @@ impl Emitter<'_> {
                 let raw = match op {
                     BinOp::Add => infix("+"),
                     BinOp::Sub => infix("-"),
+                    // uint16 operands promote to int, whose product can overflow: multiply
+                    // them as unsigned int (the result is wrapped to 16 bits below)
+                    BinOp::Mul if operand == DType::U16 => format!("((unsigned int){x} * {y})"),
                     BinOp::Mul => infix("*"),
                     BinOp::Div => infix("/"),
                     BinOp::FloorDiv | BinOp::FloorMod if operand.is_int() => {
@@ -185,13 +190,14 @@ impl Emitter<'_> {
                         } else {
                             let cty = value_type(operand);
                             let cast = |s: &str| {
-                                if matches!(operand, DType::I32 | DType::U32 | DType::I64) {
+                                if matches!(operand, DType::I32 | DType::U32 | DType::I64 | DType::U64) {
                                     s.to_string()
                                 } else {
                                     format!("(int)({s})")
                                 }
                             };
                             let _ = cty;
+                            self.uses_uint64_helpers |= operand == DType::U64;
                             format!("tl_{name}({}, {})", cast(&x), cast(&y))
                         }
                     }
@@ -268,12 +274,12 @@ impl Emitter<'_> {
         match dt {
             DType::F16 => format!("tl_round_half({raw})"),
             DType::BF16 => format!("tl_round_bf16({raw})"),
-            DType::I8 | DType::U8 | DType::I16 => format!("(({}){raw})", storage_type(dt)),
+            DType::I8 | DType::U8 | DType::I16 | DType::U16 => format!("(({}){raw})", storage_type(dt)),
             _ => raw,
         }
     }
 
-    pub(super) fn cast(&self, x: String, from: DType, to: DType) -> String {
+    pub(super) fn cast(&mut self, x: String, from: DType, to: DType) -> String {
         if from == to {
             return x;
         }
@@ -285,11 +291,16 @@ impl Emitter<'_> {
             let p = if from == DType::F64 { "tl_d" } else { "tl_f" };
             return match to {
                 DType::I64 => format!("{p}2ll({x})"),
+                DType::U64 => {
+                    self.uses_uint64_helpers = true;
+                    format!("{p}2ull({x})")
+                }
                 DType::U32 => format!("{p}2u({x})"),
                 DType::I32 => format!("{p}2i({x})"),
                 DType::I8 => format!("((signed char){p}2i_sat({x}, -128, 127))"),
                 DType::U8 => format!("((unsigned char){p}2i_sat({x}, 0, 255))"),
                 DType::I16 => format!("((short){p}2i_sat({x}, -32768, 32767))"),
+                DType::U16 => format!("((unsigned short){p}2i_sat({x}, 0, 65535))"),
                 _ => unreachable!(),
             };
         }

@@ -16,7 +16,7 @@ mod prelude;
 use crate::names::Namer;
 use crate::CodegenOptions;
 use expr::c_string;
-use prelude::{BF16_ATOMIC_CAS, BF16_ATOMIC_SM90, PRELUDE, TMA, WGMMA};
+use prelude::{BF16_ATOMIC_CAS, BF16_ATOMIC_SM90, PRELUDE, TMA, UINT64, WGMMA};
 use std::fmt::Write;
 use tile_ir::*;
 
@@ -32,6 +32,7 @@ pub(crate) fn write_kernel(
         target,
         opts,
         non_negative: Default::default(),
+        uses_uint64_helpers: false,
         names: Namer::new(m),
         out: String::new(),
         depth: 1,
@@ -47,9 +48,11 @@ pub(super) fn storage_type(dt: DType) -> &'static str {
         DType::I8 => "signed char",
         DType::U8 => "unsigned char",
         DType::I16 => "short",
+        DType::U16 => "unsigned short",
         DType::I32 => "int",
         DType::U32 => "unsigned int",
         DType::I64 => "long long",
+        DType::U64 => "unsigned long long",
         DType::F16 => "tl_half",
         DType::BF16 => "tl_bf16",
         DType::F32 => "float",
@@ -81,6 +84,8 @@ pub(super) struct Emitter<'a> {
     /// Variables known to be non-negative: loop counters from a non-negative start, lets
     /// of non-negative values (plain `/` and `%` are then Python's floor division).
     non_negative: std::collections::BTreeSet<VarId>,
+    /// The code written so far calls the uint64 overloads of the prelude (`UINT64`).
+    uses_uint64_helpers: bool,
     target: &'a Target,
     opts: &'a CodegenOptions,
     names: Namer,
@@ -141,6 +146,8 @@ impl Emitter<'_> {
         if uses_mbarrier {
             head.push_str(TMA);
         }
+        // the uint64 helpers go here once the body says whether it calls them
+        let uint64_helpers_at = head.len();
         head.push('\n');
         let mut params = Vec::new();
         for p in &m.params {
@@ -250,6 +257,9 @@ impl Emitter<'_> {
         }
         let body = &m.kernel.body;
         self.stmts(body)?;
+        if self.uses_uint64_helpers {
+            head.insert_str(uint64_helpers_at, UINT64);
+        }
         let mut src = head;
         src.push_str(&self.out);
         src.push_str("}\n");

@@ -48,7 +48,7 @@ pub(crate) fn format_g(v: f64) -> String {
 fn format_value(v: Val, dt: DType) -> String {
     match v {
         Val::F(x) if dt.is_float() => format_g(x),
-        other => other.as_i64().to_string(),
+        other => dt.int_value(other.as_i64()).to_string(),
     }
 }
 

@@ -20,6 +20,7 @@ pub(super) fn identity(kind: ReduceKind, dt: DType) -> Expr {
         (ReduceKind::Sum | ReduceKind::AbsMax, false) => i(0),
         (ReduceKind::Max, true) => f(f64::NEG_INFINITY),
         (ReduceKind::Min, true) => f(f64::INFINITY),
+        // the type's least and greatest values (a uint64's greatest held as its bits, -1)
         (ReduceKind::Max, false) => i(match dt {
             DType::I8 => i8::MIN as i64,
             DType::I16 => i16::MIN as i64,
@@ -31,8 +32,10 @@ pub(super) fn identity(kind: ReduceKind, dt: DType) -> Expr {
             DType::I8 => i8::MAX as i64,
             DType::U8 => u8::MAX as i64,
             DType::I16 => i16::MAX as i64,
+            DType::U16 => u16::MAX as i64,
             DType::I32 => i32::MAX as i64,
             DType::U32 => u32::MAX as i64,
+            DType::U64 => u64::MAX as i64,
             _ => i64::MAX,
         }),
     }
@@ -256,5 +259,22 @@ impl Lowerer {
             loc,
         });
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsigned_identities_are_the_type_bounds() {
+        let held = |kind, dt| identity(kind, dt).as_int();
+        assert_eq!(held(ReduceKind::Max, DType::U16), Some(0));
+        assert_eq!(held(ReduceKind::Min, DType::U16), Some(u16::MAX as i64));
+        assert_eq!(held(ReduceKind::Max, DType::U64), Some(0));
+        // uint64's greatest value, held as its bit pattern
+        assert_eq!(held(ReduceKind::Min, DType::U64), Some(-1));
+        assert_eq!(held(ReduceKind::Min, DType::I64), Some(i64::MAX));
+        assert_eq!(held(ReduceKind::Sum, DType::U64), Some(0));
     }
 }
