@@ -15,6 +15,11 @@ DSL = {
     "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
     # the eager @tilers.jit
     "const", "empty",
+    # explicit warp specialization (TileLang's expert controls)
+    "ws", "WarpSpecialize", "alloc_barrier", "barrier_wait", "mbarrier_wait_parity",
+    "barrier_arrive", "mbarrier_arrive", "mbarrier_expect_tx", "tma_copy", "set_max_nreg",
+    "inc_max_nreg", "dec_max_nreg", "annotate_producer_reg_dealloc",
+    "annotate_consumer_reg_alloc", "no_set_max_nreg", "disable_warp_group_reg_alloc",
     # functions, parameters and the kernel
     "prim_func", "Tensor", "Buffer", "Kernel",
     # symbolic sizes

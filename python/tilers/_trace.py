@@ -646,9 +646,10 @@ class Buffer:
     ``A[i, j] = v`` records a store.
     """
 
-    __slots__ = ("dtype", "id", "loc", "name", "scope", "shape", "swizzle")
+    __slots__ = ("dtype", "id", "is_barrier", "loc", "name", "scope", "shape", "swizzle")
 
     def __init__(self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc):
+        self.is_barrier = False  # T.alloc_barrier: mbarriers, not data
         self.id = id
         self.name = name
         self.scope = scope
@@ -880,6 +881,15 @@ class Builder:
         self.kernel_opened = False
         self.raster: dict | None = None  # T.use_swizzle
         self.sizes: dict[str, tuple[Size, Expr]] = {}  # T.dynamic sizes by name
+        self.kernel_threads = 0  # T.Kernel's threads, once opened
+        self.open_threads = False  # inside a T.ws region
+        self.reg_budget: dict = {}  # T.annotate_*_reg_* / T.no_set_max_nreg
+
+    def thread_var(self) -> Expr:
+        """The thread index (``threadIdx.x``) of this kernel, declared on first use."""
+        if getattr(self, "_thread_var", None) is None:
+            self._thread_var = self.new_var("tid", "thread_idx")
+        return self._thread_var
 
     def size_var(self, size: Size) -> Expr:
         """The variable of a T.dynamic size in this kernel (one per name)."""

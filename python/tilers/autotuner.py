@@ -986,11 +986,122 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+class AutotunedEager:
+    """``@tilers.autotune`` over an eager ``@tilers.jit`` function: a call tunes the configs
+    on the call's own tensors (once per shapes, dtypes and other arguments, remembered in
+    this process), then runs the best and returns its outputs. Every config is compiled,
+    checked against ``ref_prog`` (when given: its outputs against the kernel's, on the
+    same inputs) and timed; a config that fails is reported and never chosen."""
+
+    def __init__(self, function, configs, warmup=25, rep=100, ref_prog=None, rtol=1e-2,
+                 atol=1e-2, verbose=True):
+        self.function = function
+        self.__name__ = function.__name__
+        self.__doc__ = function.__doc__
+        self.configs = configs
+        self.warmup, self.rep = warmup, rep
+        self.ref_prog, self.rtol, self.atol = ref_prog, rtol, atol
+        self.verbose = verbose
+        self.best: dict = {}  # call key -> (config, ms)
+        self.last_results: list = []
+
+    def config_space(self, *args, **kwargs) -> list:
+        configs = self.configs(*args, **kwargs) if callable(self.configs) else self.configs
+        configs = [dict(c) for c in configs]
+        if not configs:
+            raise TileError(f"@tilers.autotune on {self.__name__}: the config space is empty")
+        params = set(self.function.signature.parameters)
+        for c in configs:
+            unknown = set(c) - params
+            if unknown:
+                raise TileError(
+                    f"@tilers.autotune on {self.__name__}: config key '{sorted(unknown)[0]}' is not a "
+                    f"parameter of {self.__name__} ({', '.join(params)})"
+                )
+        return configs
+
+    def _bind(self, args, kwargs, config):
+        """The call's arguments with `config` bound by keyword (a tuned parameter given
+        positionally is replaced)."""
+        names = self.function._names
+        args = list(args)
+        kwargs = dict(kwargs)
+        for name, value in config.items():
+            if name in names and names.index(name) < len(args):
+                args[names.index(name)] = value
+            else:
+                kwargs[name] = value
+        return tuple(args), kwargs
+
+    def __call__(self, *args, **kwargs):
+        config = self.tune(*args, **kwargs)
+        call_args, call_kwargs = self._bind(args, kwargs, config)
+        return self.function(*call_args, **call_kwargs)
+
+    def compile(self, *args, **kwargs):
+        """The best kernel for these arguments (tuned on first use)."""
+        config = self.tune(*args, **kwargs)
+        call_args, call_kwargs = self._bind(args, kwargs, config)
+        return self.function.compile(*call_args, **call_kwargs)
+
+    def tune(self, *args, **kwargs) -> dict:
+        """The best config for a call with these arguments."""
+        key = self.function._key(args, kwargs)
+        known = self.best.get(key)
+        if known is not None:
+            return known[0]
+        from .profiler import bench_timing
+
+        results = []
+        for config in self.config_space(*args, **kwargs):
+            call_args, call_kwargs = self._bind(args, kwargs, config)
+            try:
+                kernel, getters = self.function._prepare(call_args, call_kwargs)
+                inputs = [
+                    call_args[g] if type(g) is int else call_kwargs[g] if type(g) is str else g[0]
+                    for g in getters
+                ]
+                out = kernel(*inputs)
+                if self.ref_prog is not None:
+                    _check_outputs(out, self.ref_prog(*inputs), self.rtol, self.atol)
+                ms = bench_timing(lambda: kernel(*inputs), self.warmup, self.rep).ms
+                results.append(ConfigResult(config, "ok", ms))
+            except Exception as error:  # noqa: BLE001 - a failing config is reported, not fatal
+                results.append(ConfigResult(config, "failed", None, f"{type(error).__name__}: {error}"))
+        self.last_results = results
+        good = [r for r in results if r.status == "ok"]
+        if not good:
+            raise TileError(
+                f"@tilers.autotune on {self.__name__}: no config compiled, matched the reference and "
+                f"ran; first failure: {results[0].error}"
+            )
+        best = min(good, key=lambda r: r.ms)
+        if self.verbose:
+            print(f"tilers.autotune {self.__name__}: best {config_text(best.config)} "
+                  f"{best.ms:.4f} ms of {len(results)} configs ({len(results) - len(good)} failed)")
+        self.best[key] = (best.config, best.ms)
+        return best.config
+
+
+def _check_outputs(out, expected, rtol, atol):
+    import torch
+
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    wants = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+    if len(outs) != len(wants):
+        raise AssertionError(f"{len(outs)} outputs, the reference returned {len(wants)}")
+    for got, want in zip(outs, wants):
+        torch.testing.assert_close(got.double(), torch.as_tensor(want, device=got.device).double(),
+                                   rtol=rtol, atol=atol)
+
+
 def autotune(
     configs=None, warmup=25, rep=100, ref_prog=None, rtol=1e-2, atol=1e-2, key=None, *,
     supply_type="auto", scalars=None, flops=None, bytes=None, search="auto", tile_keys=None,
     keep=3, early_stop=1.5, max_workers=None, records=True, records_dir=None, verbose=True,
-    bucket=None,
+    bucket=None, timeout=None, early_stop_factor=None, skip_check=False,
+    max_mismatched_ratio=None, cache_input_tensors=None, supply_prog=None,
+    manual_check_prog=None, do_not_specialize=None,
 ):
     """Tune a ``@tilers.jit`` factory over ``configs`` (see the module docstring).
 
@@ -1009,11 +1120,26 @@ def autotune(
         ``bucket={"M": lambda m: m}`` tunes every value of M on its own.
     """
 
+    if supply_prog is not None or manual_check_prog is not None:
+        raise TileError(
+            "tilers.autotune: supply_prog and manual_check_prog are not supported; use "
+            "`with tilers.autotuner.set_autotune_inputs(...)` for chosen inputs and ref_prog "
+            "for the check"
+        )
+    if early_stop_factor is not None:  # TileLang's name
+        early_stop = early_stop_factor
+    if skip_check:
+        ref_prog = None
+
     def decorate(function):
+        from .eager import EagerFunction
         from .jit import JitFunction, jit
 
-        if not isinstance(function, JitFunction):
+        if not isinstance(function, (JitFunction, EagerFunction)):
             function = jit(function)
+        if isinstance(function, EagerFunction):
+            return AutotunedEager(function, configs, warmup=warmup, rep=rep, ref_prog=ref_prog,
+                                  rtol=rtol, atol=atol, verbose=verbose)
         return AutotunedFunction(
             function, configs, warmup=warmup, rep=rep, ref_prog=ref_prog, rtol=rtol, atol=atol,
             key=key, supply_type=supply_type, scalars=scalars, flops=flops, bytes=bytes,

@@ -9,6 +9,22 @@ from . import _trace
 from ._trace import cast
 
 __all__ = [
+    "disable_warp_group_reg_alloc",
+    "no_set_max_nreg",
+    "annotate_consumer_reg_alloc",
+    "annotate_producer_reg_dealloc",
+    "dec_max_nreg",
+    "inc_max_nreg",
+    "set_max_nreg",
+    "WarpSpecialize",
+    "ws",
+    "tma_copy",
+    "mbarrier_expect_tx",
+    "mbarrier_arrive",
+    "barrier_arrive",
+    "mbarrier_wait_parity",
+    "barrier_wait",
+    "alloc_barrier",
     "empty",
     "const",
     "short",
@@ -227,6 +243,7 @@ class Kernel:
                 help="put all of the kernel's statements in one T.Kernel block",
             )
         builder.kernel_opened = True
+        builder.kernel_threads = self.threads
         count = len(self.grid)
         names = _trace.target_names(self.loc, _trace._WITH_TARGETS, count)
         names = names or ["bx", "by", "bz"][:count]
@@ -245,6 +262,8 @@ class Kernel:
             "body": self.body,
             "loc": builder.json_loc(self.loc),
         }
+        if builder.reg_budget:
+            builder.kernel["reg_budget"] = dict(builder.reg_budget)
         if builder.raster is not None:
             if len(self.grid) < 2:
                 raise _trace.user_error(
@@ -704,12 +723,39 @@ def unroll(start, stop=None):
     return _for_loop("unroll", start, stop, None, "T.unroll")
 
 
-def Pipelined(start, stop=None, num_stages=0):
-    """A loop whose copies are software-pipelined: ``for k in T.Pipelined(n, num_stages=3):``."""
+def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):
+    """A loop whose copies are software-pipelined: ``for k in T.Pipelined(n, num_stages=3):``.
+
+    TileLang's manual schedule (``order=``, ``stage=``, ``group=``, ``sync=``: a stage and a
+    position per body statement) is accepted and checked for shape, and tilers schedules the
+    loop itself (its copies ``num_stages - 1`` iterations ahead); a warning says so once per
+    loop."""
     if not isinstance(num_stages, _builtins.int) or num_stages < 0:
         raise _trace.user_error(
             f"num_stages must be a non-negative int, got {num_stages!r}",
             help="use num_stages=2 or 3 to overlap copies with compute, or 0 for none",
+        )
+    hints = {"order": order, "stage": stage, "group": group}
+    for name, value in hints.items():
+        if value is not None and not isinstance(value, (list, tuple)):
+            raise _trace.user_error(
+                f"T.Pipelined({name}=...) takes a list (one entry per statement of the loop body), got {value!r}",
+                help=f"e.g. {name}=[0, 0, 1]",
+            )
+    if order is not None and stage is not None and len(order) != len(stage):
+        raise _trace.user_error(
+            f"T.Pipelined: order= has {len(order)} entries and stage= {len(stage)}; they describe the "
+            "same statements",
+            help="give one order and one stage per statement of the loop body",
+        )
+    if any(v is not None for v in (order, stage, group, sync)):
+        import warnings
+
+        loc = _trace.capture()
+        warnings.warn_explicit(
+            "T.Pipelined(order=/stage=/group=/sync=): tilers schedules the pipeline itself (copies "
+            f"num_stages - 1 = {_builtins.max(num_stages - 1, 0)} iterations ahead); the manual schedule is not used",
+            UserWarning, loc.file, loc.line,
         )
     return _for_loop("pipelined", start, stop, num_stages, "T.Pipelined")
 
@@ -973,3 +1019,281 @@ def device_assert(cond, msg=""):
             help="use a comparison, e.g. T.device_assert(x >= 0)",
         )
     builder.emit({"op": "device_assert", "cond": condition.node(), "msg": msg}, loc)
+
+
+# ----------------------------------------------------------------------------------------
+# explicit warp specialization (TileLang's expert controls)
+
+
+def alloc_barrier(arrive_count):
+    """Shared-memory mbarriers the kernel synchronizes on itself:
+    ``bar = T.alloc_barrier(128)`` (one barrier that completes a phase when 128 threads
+    arrive) or ``bars = T.alloc_barrier([128] * 4)`` (four: ``bars[i]``). Initialized
+    before the kernel's first statement; waited on with ``T.barrier_wait(bar, parity)``,
+    arrived at with ``T.barrier_arrive(bar)``, completed by ``T.tma_copy(..., barrier=bar)``.
+    """
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.alloc_barrier", loc)
+    counts = [arrive_count] if isinstance(arrive_count, _builtins.int) else arrive_count
+    try:
+        counts = [c.__index__() for c in counts]
+    except (TypeError, AttributeError):
+        counts = None
+    if not counts or any(isinstance(c, _builtins.bool) or not 1 <= c <= (1 << 20) - 1 for c in counts):
+        raise _trace.user_error(
+            f"T.alloc_barrier takes a positive arrive count or a list of them, got {arrive_count!r}",
+            loc=loc,
+            help="e.g. T.alloc_barrier(128), or T.alloc_barrier([128, 128]) for two barriers",
+        )
+    if len(builder.blocks) != 1:
+        raise _trace.user_error(
+            "T.alloc_barrier must be called at the top of the kernel, outside loops, T.ws "
+            "regions and branches",
+            loc=loc,
+            help="allocate the barriers next to the shared tiles, before the loop",
+        )
+    name = _trace.assigned_name(loc) or "barrier"
+    buffer = builder.new_buffer(name, "shared", "int64", (len(counts),), loc)
+    buffer.is_barrier = True
+    for i, count in enumerate(counts):
+        builder.emit(
+            {"op": "barrier_init", "bar": buffer.id, "idx": _trace.const(i, "int32").node(), "count": count},
+            loc,
+        )
+    return buffer
+
+
+def _barrier_ref(barrier, what: str, loc):
+    """(buffer, index node) of ``bar`` (a one-barrier allocation) or ``bars[i]``."""
+    if isinstance(barrier, _trace.Buffer) and getattr(barrier, "is_barrier", False):
+        if barrier.shape[0] != 1:
+            raise _trace.user_error(
+                f"{what}: '{barrier.name}' holds {barrier.shape[0]} barriers; pick one",
+                loc=loc,
+                help=f"index it: {barrier.name}[i]",
+            )
+        return barrier, _trace.const(0, "int32").node()
+    if isinstance(barrier, _trace.Load) and getattr(barrier.buffer, "is_barrier", False):
+        if len(barrier.indices) != 1 or isinstance(barrier.indices[0], slice):
+            raise _trace.user_error(
+                f"{what}: index a barrier array with one index, as {barrier.buffer.name}[i]",
+                loc=loc,
+            )
+        index = _trace.index_node(barrier.indices[0], barrier.buffer.shape[0], loc)
+        return barrier.buffer, index
+    raise _trace.user_error(
+        f"{what} takes a barrier from T.alloc_barrier, got {type(barrier).__name__}",
+        loc=loc,
+        help="bar = T.alloc_barrier(128), then pass bar (or bars[i])",
+    )
+
+
+def _int_node(value, what: str, loc):
+    expr = _trace.literal(value)
+    if not _trace.is_int(expr.dtype):
+        raise _trace.user_error(f"{what} must be an integer, got {expr.dtype}", loc=loc)
+    return cast(expr, "int32").node()
+
+
+def barrier_wait(mbarrier, parity):
+    """Wait until the phase of ``mbarrier`` with this parity (0 or 1) has completed:
+    ``T.barrier_wait(bar, ko % 2)``. A fresh barrier's phase 0 is in progress, so waiting
+    for parity 1 passes at once (the idiom for "the slot is free" in the first round)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.barrier_wait", loc)
+    buffer, index = _barrier_ref(mbarrier, "T.barrier_wait", loc)
+    builder.emit(
+        {"op": "barrier_wait", "bar": buffer.id, "idx": index,
+         "parity": _int_node(parity, "the parity of T.barrier_wait", loc)},
+        loc,
+    )
+
+
+def mbarrier_wait_parity(mbarrier, parity):
+    """TileLang's name of ``T.barrier_wait``: ``T.mbarrier_wait_parity(bars[k % 2], (k // 2) % 2)``."""
+    return barrier_wait(mbarrier, parity)
+
+
+def barrier_arrive(mbarrier):
+    """Every thread running the statement arrives at ``mbarrier`` (the threads of its
+    ``T.ws`` region, or all of the kernel's): ``T.barrier_arrive(bar)``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.barrier_arrive", loc)
+    buffer, index = _barrier_ref(mbarrier, "T.barrier_arrive", loc)
+    builder.emit({"op": "barrier_arrive", "bar": buffer.id, "idx": index}, loc)
+
+
+def mbarrier_arrive(mbarrier, cta_id=None):
+    """TileLang's name of ``T.barrier_arrive`` (``cta_id``, a peer block of a cluster, is not
+    supported: tilers has no thread-block clusters yet)."""
+    if cta_id is not None:
+        raise _trace.user_error(
+            "T.mbarrier_arrive(..., cta_id=...) arrives at a barrier of another block of a "
+            "thread-block cluster; tilers does not launch clusters yet",
+            help="arrive at this block's barrier: T.mbarrier_arrive(bar)",
+        )
+    return barrier_arrive(mbarrier)
+
+
+def mbarrier_expect_tx(mbarrier, tx):
+    """One thread of the statement's threads adds ``tx`` bytes of expected transactions to the
+    barrier's current phase (``T.tma_copy`` does this itself)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.mbarrier_expect_tx", loc)
+    buffer, index = _barrier_ref(mbarrier, "T.mbarrier_expect_tx", loc)
+    builder.emit(
+        {"op": "barrier_expect_tx", "bar": buffer.id, "idx": index,
+         "bytes": _int_node(tx, "the byte count of T.mbarrier_expect_tx", loc)},
+        loc,
+    )
+
+
+def tma_copy(src, dst, *, barrier=None, cluster_mask=None, leader_scope_threads=None,
+             eviction_policy=None, annotations=None):
+    """A bulk tensor copy (TMA) of a global tile into a shared one, completing on
+    ``barrier``: ``T.tma_copy(A[by * bM, k * bK], A_s, barrier=bar)``. One thread issues it
+    and adds its bytes to the barrier's phase; the threads then ``T.barrier_arrive(bar)``
+    and the consumers ``T.barrier_wait(bar, parity)`` for the data (sm_90a)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.tma_copy", loc)
+    if cluster_mask is not None:
+        raise _trace.user_error(
+            "T.tma_copy(..., cluster_mask=...) multicasts within a thread-block cluster; "
+            "tilers does not launch clusters yet",
+            loc=loc,
+            help="drop cluster_mask: each block loads its own tile",
+        )
+    if barrier is None:
+        raise _trace.user_error(
+            "T.tma_copy needs the barrier its bytes complete on: T.tma_copy(src, dst, barrier=bar)",
+            loc=loc,
+            help="bar = T.alloc_barrier(128) before the loop; T.tma_store-style copies to "
+            "global memory are written with T.copy",
+        )
+    buffer, index = _barrier_ref(barrier, "T.tma_copy", loc)
+    src_region = _trace.region(src, dst, loc)
+    dst_region = _trace.region(dst, src, loc)
+    builder.emit(
+        {"op": "tma_copy", "src": src_region, "dst": dst_region, "bar": buffer.id, "idx": index},
+        loc,
+    )
+
+
+class ws:
+    """A warp-role region: ``with T.ws(0):`` runs on warpgroup 0 (threads 0-127) only,
+    ``with T.ws(1):`` on threads 128-255, ``with T.ws(0, 1):`` on both. Tile operations
+    inside are spread over the region's threads; the kernel's own regions replace the
+    warp roles tilers would choose (its pipelines then stay on the threads that run them)."""
+
+    def __init__(self, *groups):
+        self.loc = _trace.capture()
+        if not groups or not all(isinstance(g, _builtins.int) and not isinstance(g, _builtins.bool) and g >= 0 for g in groups):
+            raise _trace.user_error(
+                f"T.ws takes warpgroup indices (0, 1, ...), got {groups!r}",
+                loc=self.loc,
+                help="with T.ws(0): ... runs on threads 0-127",
+            )
+        ordered = sorted(set(groups))
+        if ordered != list(range(ordered[0], ordered[-1] + 1)):
+            raise _trace.user_error(
+                f"T.ws({', '.join(map(str, groups))}): a region's warpgroups must be consecutive",
+                loc=self.loc,
+                help="write one region per run of consecutive warpgroups",
+            )
+        self.first = 128 * ordered[0]
+        self.count = 128 * len(ordered)
+
+    def __enter__(self):
+        builder = _trace.current_builder()
+        _trace.require_kernel(builder, "T.ws", self.loc)
+        threads = builder.open_threads
+        kernel_threads = builder.kernel_threads
+        if self.first + self.count > kernel_threads:
+            raise _trace.user_error(
+                f"T.ws runs on threads {self.first}-{self.first + self.count - 1}, but the kernel "
+                f"has threads={kernel_threads}",
+                loc=self.loc,
+                help=f"launch threads={self.first + self.count} in T.Kernel, or use a lower warpgroup",
+            )
+        if threads:
+            raise _trace.user_error(
+                "T.ws regions cannot be nested", loc=self.loc,
+                help="close the outer `with T.ws(...)` first",
+            )
+        builder.open_threads = True
+        self.body = builder.open_block("T.ws", self.loc)
+        return None
+
+    def __exit__(self, exc_type, exc, tb):
+        builder = _trace.current_builder()
+        builder.open_threads = False
+        if exc_type is not None:
+            return False
+        builder.close_block(self.body)
+        tid = builder.thread_var()
+        cond = tid < self.first + self.count
+        if self.first:
+            cond = (tid >= self.first) & cond
+        builder.emit({"op": "if", "cond": cond.node(), "then": self.body}, self.loc)
+        return False
+
+
+WarpSpecialize = ws
+
+
+def set_max_nreg(reg_count, is_inc):
+    """``setmaxnreg``: the warpgroup running it raises (``is_inc=1``) or lowers (0) its
+    register budget to ``reg_count`` (24-256, a multiple of 8): ``T.set_max_nreg(240, 1)``
+    in a consumer region, ``T.set_max_nreg(40, 0)`` in a producer one (sm_90a)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.set_max_nreg", loc)
+    if (not isinstance(reg_count, _builtins.int) or isinstance(reg_count, _builtins.bool)
+            or not 24 <= reg_count <= 256 or reg_count % 8):
+        raise _trace.user_error(
+            f"T.set_max_nreg: the register count must be a multiple of 8 in 24..256, got {reg_count!r}",
+            loc=loc,
+        )
+    builder.emit({"op": "set_max_nreg", "regs": reg_count, "inc": _builtins.bool(is_inc)}, loc)
+
+
+def inc_max_nreg(reg_count):
+    """``T.set_max_nreg(reg_count, 1)``: ``T.inc_max_nreg(240)``."""
+    return set_max_nreg(reg_count, 1)
+
+
+def dec_max_nreg(reg_count):
+    """``T.set_max_nreg(reg_count, 0)``: ``T.dec_max_nreg(40)``."""
+    return set_max_nreg(reg_count, 0)
+
+
+def _reg_budget(key, value):
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "the register annotation", loc)
+    builder.reg_budget[key] = value
+
+
+def annotate_producer_reg_dealloc(reg_count=24):
+    """The register budget of the producer warpgroup tilers adds to a warp-specialized
+    pipeline: ``T.annotate_producer_reg_dealloc(24)`` (default 40)."""
+    _reg_budget("producer", reg_count)
+
+
+def annotate_consumer_reg_alloc(reg_count=240):
+    """The register budget of the consumer warpgroups of a warp-specialized pipeline:
+    ``T.annotate_consumer_reg_alloc(240)`` (default 232 for two consumer warpgroups)."""
+    _reg_budget("consumer", reg_count)
+
+
+def no_set_max_nreg():
+    """No ``setmaxnreg`` in this kernel's warp-specialized pipeline: ``T.no_set_max_nreg()``."""
+    _reg_budget("none", True)
+
+
+disable_warp_group_reg_alloc = no_set_max_nreg

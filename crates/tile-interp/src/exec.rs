@@ -369,6 +369,18 @@ impl<'m> Interp<'m> {
                     self.exec(body, ids)?;
                 }
             }
+            // a warp-role region (`T.ws`): the block's tile ops in program order, whichever
+            // threads run them
+            Stmt::If { cond, then, .. } if self.m.thread_range(cond).is_some() => self.exec(then, ids)?,
+            // the kernel's own barriers order nothing here (the interpreter runs a block's
+            // statements one after another; the warp model of the lowered code runs them);
+            // a TMA copy is its copy
+            Stmt::Barrier(BarrierOp { kind, loc, .. }) => {
+                if let BarrierKind::TmaLoad { copy } = kind {
+                    self.copy(&copy.src, &copy.dst, None, *loc)?;
+                }
+            }
+            Stmt::Inst(tile_ir::inst::Inst::SetMaxNReg(_)) => {}
             Stmt::If { cond, then, otherwise, loc } => {
                 let c = truth(self.eval(cond, ids, *loc)?);
                 let (yes, no) = split(ids, &c);

@@ -215,7 +215,11 @@ pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
             Loc::UNKNOWN,
         ));
     }
-    if let Some(v) = m.vars.iter().find(|v| matches!(v.kind, VarKind::ThreadIdx | VarKind::Temp)) {
+    // the thread index of the kernel's own warp-role regions (`T.ws`) only selects them
+    let regions = m.own_warp_roles();
+    if let Some(v) =
+        m.vars.iter().find(|v| v.kind == VarKind::Temp || (v.kind == VarKind::ThreadIdx && !regions))
+    {
         return Err(Diagnostic::error(
             format!("the interpreter runs tile-level programs; '{}' is a thread-level variable", v.name),
             Loc::UNKNOWN,

@@ -22,6 +22,7 @@ fn module(threads: u32) -> Module {
             raster: None,
             roles: None,
             tensor_maps: vec![],
+            reg_budget: None,
         },
         level: Level::Thread,
     };

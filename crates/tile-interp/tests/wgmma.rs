@@ -115,6 +115,7 @@ fn gemm_module(g: Gemm) -> Module {
             raster: None,
             roles: None,
             tensor_maps: vec![],
+            reg_budget: None,
         },
         level: Level::Thread,
     };

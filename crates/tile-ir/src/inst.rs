@@ -877,6 +877,43 @@ impl Instruction for MbarrierArrive {
     }
 }
 
+/// `mbarrier.expect_tx` on `bar[idx]` by this thread: `bytes` more transaction bytes the
+/// current phase waits for, without an arrival (`T.tma_copy` / `T.mbarrier_expect_tx` of a
+/// kernel's own barriers; its threads arrive themselves).
+#[derive(Clone, Debug, PartialEq)]
+pub struct MbarrierExpectTx {
+    pub bar: BufferId,
+    pub idx: Expr,
+    pub bytes: i64,
+}
+
+impl Instruction for MbarrierExpectTx {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![&self.idx]
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        MbarrierExpectTx { idx: f(self.idx), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { mbarrier: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!("mbarrier_expect_tx {}[{}] {}", t.buffer(self.bar), t.expr(&self.idx), self.bytes)
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "mbarrier_expect_tx" {
+            return None;
+        }
+        Some((|| {
+            let (bar, idx) = barrier(r)?;
+            Ok(MbarrierExpectTx { bar, idx, bytes: r.int()? })
+        })())
+    }
+}
+
 /// Wait until the phase of `bar[idx]` whose parity is `parity` (0 or 1) has completed
 /// (`mbarrier.try_wait.parity` in a loop). Acquires what the arrivals released and the
 /// bulk copies that completed on the phase.
@@ -1365,6 +1402,7 @@ instructions!(
     FenceMbarrierInit,
     MbarrierInit,
     MbarrierArrive,
+    MbarrierExpectTx,
     MbarrierWait,
     TmaLoad,
     TmaStore,

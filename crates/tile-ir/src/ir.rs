@@ -209,6 +209,19 @@ pub struct Kernel {
     /// The TMA descriptors the kernel takes, after its parameters and sizes: one per
     /// (tensor, box, swizzle) its bulk tensor copies use. The launcher encodes them per call.
     pub tensor_maps: Vec<TensorMapDesc>,
+    /// The register budgets the kernel asks of the warp roles the compiler adds
+    /// (`T.annotate_producer_reg_dealloc`, `T.annotate_consumer_reg_alloc`,
+    /// `T.no_set_max_nreg`); None: the compiler's.
+    pub reg_budget: Option<RegBudget>,
+}
+
+/// The kernel's say on `plan_warp_roles`' `setmaxnreg` budgets: 0 for a role leaves the
+/// compiler's choice; `none` means no `setmaxnreg` at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RegBudget {
+    pub producer: u32,
+    pub consumer: u32,
+    pub none: bool,
 }
 
 /// The warps of a warp-specialized kernel: threads `0..threads` (the user's, numbered as
@@ -307,6 +320,65 @@ impl Module {
         let tid = self.vars.iter().position(|v| v.kind == VarKind::ThreadIdx)?;
         let cond = self.consumer_cond(VarId(tid as u32));
         body.iter().position(|s| matches!(s, Stmt::If { cond: c, .. } if *c == cond))
+    }
+
+    /// The threads `first..first + count` a condition selects when it is a warp-role region
+    /// the kernel wrote (`T.ws(k)`: `tid >= first && tid < first + count`, `tid < count` or
+    /// `tid >= first`), and none else. Tile operations inside such a branch run on those threads alone,
+    /// numbered from 0; the compiler's own role split is not one (it has `roles`).
+    pub fn thread_range(&self, cond: &Expr) -> Option<(u32, u32)> {
+        if self.kernel.roles.is_some() {
+            return None;
+        }
+        let is_tid = |e: &Expr| matches!(e, Expr::Var { id, .. } if self.vars.get(id.0 as usize).map(|v| v.kind) == Some(VarKind::ThreadIdx));
+        // (lower bound, upper bound) a comparison of the thread index gives
+        let bound = |e: &Expr| -> Option<(Option<i64>, Option<i64>)> {
+            let Expr::Binary { op, a, b, .. } = e else { return None };
+            let (op, c) = match (is_tid(a), is_tid(b), a.as_int(), b.as_int()) {
+                (true, _, _, Some(c)) => (*op, c),
+                (_, true, Some(c), _) => match op {
+                    BinOp::Lt => (BinOp::Gt, c),
+                    BinOp::Le => (BinOp::Ge, c),
+                    BinOp::Gt => (BinOp::Lt, c),
+                    BinOp::Ge => (BinOp::Le, c),
+                    _ => return None,
+                },
+                _ => return None,
+            };
+            match op {
+                BinOp::Lt => Some((None, Some(c))),
+                BinOp::Le => Some((None, Some(c + 1))),
+                BinOp::Ge => Some((Some(c), None)),
+                BinOp::Gt => Some((Some(c + 1), None)),
+                _ => None,
+            }
+        };
+        let (lo, hi) = match cond {
+            Expr::Binary { op: BinOp::And, a, b, .. } => {
+                let (x, y) = (bound(a)?, bound(b)?);
+                (x.0.or(y.0), x.1.or(y.1))
+            }
+            other => bound(other)?,
+        };
+        // the thread index is below the kernel's threads (simplify drops that half)
+        let threads = self.kernel.threads as i64;
+        let (lo, hi) = (lo.unwrap_or(0), hi.unwrap_or(threads));
+        if lo < 0 || hi > threads || lo >= hi || (lo == 0 && hi == threads) {
+            return None;
+        }
+        Some((lo as u32, (hi - lo) as u32))
+    }
+
+    /// Whether the kernel synchronizes its warps itself: warp-role regions (`T.ws`) or
+    /// barriers of its own (`T.alloc_barrier`). The compiler then adds no warp roles.
+    pub fn own_warp_roles(&self) -> bool {
+        let mut found = false;
+        walk_stmts(&self.kernel.body, &mut |s| match s {
+            Stmt::Barrier(_) => found = true,
+            Stmt::If { cond, .. } => found |= self.thread_range(cond).is_some(),
+            _ => {}
+        });
+        found
     }
 
     pub fn buffer(&self, id: BufferId) -> &Buffer {
@@ -986,6 +1058,10 @@ pub enum Stmt {
     Async {
         body: Vec<Stmt>,
     },
+    /// The kernel's own synchronization on a barrier of `T.alloc_barrier` (TileLang's
+    /// explicit warp-specialization controls); run by the threads of the statement (its
+    /// `T.ws` region, or the block). Lowered by `lower_tile_ops`.
+    Barrier(BarrierOp),
     /// Thread level: bind a per-thread scalar.
     Let {
         var: VarId,
@@ -998,6 +1074,70 @@ pub enum Stmt {
     /// Thread level: the code that follows implements the user's statement at this
     /// location (made with `lineinfo`, emitted as a `#line` directive).
     SourceLine(Loc),
+}
+
+/// A statement on element `idx` of a barrier buffer (`T.alloc_barrier`: a shared int64
+/// buffer, one mbarrier per element).
+#[derive(Clone, Debug, PartialEq)]
+pub struct BarrierOp {
+    pub kind: BarrierKind,
+    pub bar: BufferId,
+    pub idx: Expr,
+    pub loc: Loc,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum BarrierKind {
+    /// At the top of the kernel: the barrier completes a phase once `count` threads arrived
+    /// (and its expected transaction bytes landed). Initialized before the first statement.
+    Init { count: u32 },
+    /// Every thread running the statement arrives (`T.barrier_arrive`).
+    Arrive,
+    /// One thread running the statement adds `bytes` expected transaction bytes to the
+    /// current phase (`T.mbarrier_expect_tx`).
+    ExpectTx { bytes: Expr },
+    /// Every thread running the statement waits until the phase of this parity completed
+    /// (`T.barrier_wait`).
+    Wait { parity: Expr },
+    /// `T.tma_copy(src, dst, barrier=)`: one thread adds the tile's bytes to the current
+    /// phase and issues the bulk tensor copy that completes them.
+    TmaLoad { copy: Box<CopyOp> },
+}
+
+impl BarrierOp {
+    /// The expressions of the op, in order (the TMA copy's regions included).
+    pub fn exprs(&self) -> Vec<&Expr> {
+        let mut out = vec![&self.idx];
+        match &self.kind {
+            BarrierKind::Init { .. } | BarrierKind::Arrive => {}
+            BarrierKind::ExpectTx { bytes } => out.push(bytes),
+            BarrierKind::Wait { parity } => out.push(parity),
+            BarrierKind::TmaLoad { copy } => {
+                out.extend(region_exprs(&copy.src));
+                out.extend(region_exprs(&copy.dst));
+            }
+        }
+        out
+    }
+
+    pub fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> BarrierOp {
+        let kind = match self.kind {
+            BarrierKind::ExpectTx { bytes } => BarrierKind::ExpectTx { bytes: bytes.map(f) },
+            BarrierKind::Wait { parity } => BarrierKind::Wait { parity: parity.map(f) },
+            BarrierKind::TmaLoad { copy } => {
+                let copy = *copy;
+                BarrierKind::TmaLoad {
+                    copy: Box::new(CopyOp {
+                        src: map_region(copy.src, f),
+                        dst: map_region(copy.dst, f),
+                        ..copy
+                    }),
+                }
+            }
+            k => k,
+        };
+        BarrierOp { kind, idx: self.idx.map(f), ..self }
+    }
 }
 
 impl Stmt {
@@ -1014,6 +1154,7 @@ impl Stmt {
             Stmt::Copy(op) => op.loc,
             Stmt::Reduce(op) => op.loc,
             Stmt::Gemm(op) => op.loc,
+            Stmt::Barrier(op) => op.loc,
             _ => Loc::UNKNOWN,
         }
     }
@@ -1086,6 +1227,7 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
             op.b_stage.iter().for_each(&mut *f);
         }
         Stmt::Inst(i) => i.exprs().into_iter().for_each(&mut *f),
+        Stmt::Barrier(op) => op.exprs().into_iter().for_each(&mut *f),
         Stmt::Reduce(_)
         | Stmt::Parallel { .. }
         | Stmt::Async { .. }
@@ -1165,6 +1307,7 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
         Stmt::DeviceAssert { cond, msg, loc } => Stmt::DeviceAssert { cond: cond.map(f), msg, loc },
         Stmt::Let { var, value } => Stmt::Let { var, value: value.map(f) },
         Stmt::Inst(i) => Stmt::Inst(i.map_exprs(&mut |e| e.map(f))),
+        Stmt::Barrier(op) => Stmt::Barrier(op.map_exprs(f)),
         other @ (Stmt::Reduce(_) | Stmt::Comment(_) | Stmt::SourceLine(_)) => other,
     }
 }

@@ -211,6 +211,7 @@ pub fn parse_program(text: &str) -> R<Module> {
             }
             "loop" => VarKind::Loop,
             "param" => VarKind::Param,
+            "thread_idx" => VarKind::ThreadIdx,
             "size" => {
                 let multiple_of = match o.opt("multiple_of") {
                     None => 1,
@@ -342,7 +343,11 @@ pub fn parse_program(text: &str) -> R<Module> {
         }
     }
 
-    let ko = Obj::new(top.get("kernel")?, "$.kernel", &["grid", "threads", "body", "loc", "raster"])?;
+    let ko = Obj::new(
+        top.get("kernel")?,
+        "$.kernel",
+        &["grid", "threads", "body", "loc", "raster", "reg_budget"],
+    )?;
     let mut grid = Vec::new();
     for (i, g) in ko.arr("grid")?.iter().enumerate() {
         grid.push(p.expr(g, &format!("$.kernel.grid[{i}]"), n_sources)?);
@@ -373,6 +378,32 @@ pub fn parse_program(text: &str) -> R<Module> {
             Some(Raster { panel: panel as u32, by_rows })
         }
     };
+    let reg_budget = match ko.opt("reg_budget") {
+        None | Some(Value::Null) => None,
+        Some(r) => {
+            let o = Obj::new(r, "$.kernel.reg_budget", &["producer", "consumer", "none"])?;
+            let regs = |key: &str| -> R<u32> {
+                match o.opt(key) {
+                    None => Ok(0),
+                    Some(_) => {
+                        let n = o.int(key)?;
+                        if !(24..=256).contains(&n) || n % 8 != 0 {
+                            return err(
+                                &o.p(key),
+                                format!("expected a multiple of 8 from 24 to 256, got {n}"),
+                            );
+                        }
+                        Ok(n as u32)
+                    }
+                }
+            };
+            let none = match o.opt("none") {
+                None => false,
+                Some(_) => o.bool("none")?,
+            };
+            Some(RegBudget { producer: regs("producer")?, consumer: regs("consumer")?, none })
+        }
+    };
     let body = p.stmts(ko.arr("body")?, "$.kernel.body", n_sources)?;
     let kloc = loc(ko.opt("loc"), "$.kernel.loc", n_sources)?;
     Ok(Module {
@@ -389,6 +420,7 @@ pub fn parse_program(text: &str) -> R<Module> {
             raster,
             roles: None,
             tensor_maps: vec![],
+            reg_budget,
         },
         level: Level::Tile,
     })
@@ -566,6 +598,49 @@ impl Parser {
                     loc: l(&o)?,
                     inst: None,
                 })
+            }
+            "barrier_init" | "barrier_arrive" | "barrier_expect_tx" | "barrier_wait" | "tma_copy" => {
+                let o = Obj::new(
+                    v,
+                    path,
+                    &["op", "bar", "idx", "count", "bytes", "parity", "src", "dst", "loc"],
+                )?;
+                let bar = self.buffer_id(o.get("bar")?, &o.p("bar"))?;
+                let idx = self.expr(o.get("idx")?, &o.p("idx"), ns)?;
+                let kind = match op {
+                    "barrier_init" => {
+                        let count = o.int("count")?;
+                        if !(1..1 << 20).contains(&count) {
+                            return err(&o.p("count"), "expected an arrive count from 1 to 2^20 - 1");
+                        }
+                        BarrierKind::Init { count: count as u32 }
+                    }
+                    "barrier_arrive" => BarrierKind::Arrive,
+                    "barrier_expect_tx" => {
+                        BarrierKind::ExpectTx { bytes: self.expr(o.get("bytes")?, &o.p("bytes"), ns)? }
+                    }
+                    "barrier_wait" => {
+                        BarrierKind::Wait { parity: self.expr(o.get("parity")?, &o.p("parity"), ns)? }
+                    }
+                    _ => BarrierKind::TmaLoad {
+                        copy: Box::new(CopyOp {
+                            src: self.region(o.get("src")?, &o.p("src"), ns)?,
+                            dst: self.region(o.get("dst")?, &o.p("dst"), ns)?,
+                            pad: None,
+                            loc: l(&o)?,
+                            inst: Some(CopyInst::Tma),
+                        }),
+                    },
+                };
+                Stmt::Barrier(BarrierOp { kind, bar, idx, loc: l(&o)? })
+            }
+            "set_max_nreg" => {
+                let o = Obj::new(v, path, &["op", "regs", "inc", "loc"])?;
+                let regs = o.int("regs")?;
+                if !(24..=256).contains(&regs) || regs % 8 != 0 {
+                    return err(&o.p("regs"), "expected a multiple of 8 from 24 to 256");
+                }
+                Stmt::inst(crate::inst::SetMaxNReg { inc: o.bool("inc")?, regs: regs as u32 })
             }
             "fill" => {
                 let o = Obj::new(v, path, &["op", "dst", "value", "loc"])?;

@@ -106,6 +106,12 @@ impl Printer<'_> {
             }
             None => String::new(),
         };
+        let budget = match m.kernel.reg_budget {
+            Some(b) => {
+                format!(" reg_budget={}/{}{}", b.producer, b.consumer, if b.none { "/none" } else { "" })
+            }
+            None => String::new(),
+        };
         let roles = match m.kernel.roles {
             Some(r) => format!(
                 " producers={} producer_regs={} consumer_regs={}{}",
@@ -118,7 +124,7 @@ impl Printer<'_> {
         };
         let _ = writeln!(
             out,
-            "kernel {}({}) blocks({}) grid({}) threads={}{raster}{roles} level={} {{",
+            "kernel {}({}) blocks({}) grid({}) threads={}{raster}{budget}{roles} level={} {{",
             m.name,
             params.join(", "),
             blocks.join(", "),
@@ -255,6 +261,25 @@ impl Printer<'_> {
             }
             Stmt::Fill { dst, value, .. } => {
                 let _ = writeln!(out, "{pad}fill {}, {}{lc}", self.region(dst), self.expr(value));
+            }
+            Stmt::Barrier(op) => {
+                let at = format!("{}[{}]", self.buf_name(op.bar), self.expr(&op.idx));
+                let _ = match &op.kind {
+                    BarrierKind::Init { count } => writeln!(out, "{pad}barrier_init {at} count={count}{lc}"),
+                    BarrierKind::Arrive => writeln!(out, "{pad}barrier_arrive {at}{lc}"),
+                    BarrierKind::ExpectTx { bytes } => {
+                        writeln!(out, "{pad}barrier_expect_tx {at} bytes={}{lc}", self.expr(bytes))
+                    }
+                    BarrierKind::Wait { parity } => {
+                        writeln!(out, "{pad}barrier_wait {at} parity={}{lc}", self.expr(parity))
+                    }
+                    BarrierKind::TmaLoad { copy } => writeln!(
+                        out,
+                        "{pad}tma_copy {} -> {} on {at}{lc}",
+                        self.region(&copy.src),
+                        self.region(&copy.dst)
+                    ),
+                };
             }
             Stmt::Reduce(op) => {
                 let _ = writeln!(

@@ -77,6 +77,33 @@ fn stmt(s: &Stmt) -> Option<Value> {
             json!({"op": "copy", "src": region(&op.src), "dst": region(&op.dst), "pad": op.pad.as_ref().map(expr)})
         }
         Stmt::Fill { dst, value, .. } => json!({"op": "fill", "dst": region(dst), "value": expr(value)}),
+        Stmt::Barrier(op) => {
+            let mut v = json!({"bar": op.bar.0, "idx": expr(&op.idx)});
+            match &op.kind {
+                BarrierKind::Init { count } => {
+                    v["op"] = json!("barrier_init");
+                    v["count"] = json!(count);
+                }
+                BarrierKind::Arrive => v["op"] = json!("barrier_arrive"),
+                BarrierKind::ExpectTx { bytes } => {
+                    v["op"] = json!("barrier_expect_tx");
+                    v["bytes"] = expr(bytes);
+                }
+                BarrierKind::Wait { parity } => {
+                    v["op"] = json!("barrier_wait");
+                    v["parity"] = expr(parity);
+                }
+                BarrierKind::TmaLoad { copy } => {
+                    v["op"] = json!("tma_copy");
+                    v["src"] = region(&copy.src);
+                    v["dst"] = region(&copy.dst);
+                }
+            }
+            v
+        }
+        Stmt::Inst(crate::inst::Inst::SetMaxNReg(i)) => {
+            json!({"op": "set_max_nreg", "regs": i.regs, "inc": i.inc})
+        }
         Stmt::Reduce(op) => json!({
             "op": "reduce", "kind": op.kind.name(), "src": op.src.0, "dst": op.dst.0, "dim": op.dim, "clear": op.clear
         }),
@@ -184,6 +211,7 @@ pub fn program_json(m: &Module) -> Value {
                     o["axis"] = json!(axis);
                 }
                 VarKind::Param => o["kind"] = json!("param"),
+                VarKind::ThreadIdx => o["kind"] = json!("thread_idx"),
                 VarKind::Size { multiple_of } => {
                     o["kind"] = json!("size");
                     if multiple_of != 1 {
@@ -200,6 +228,19 @@ pub fn program_json(m: &Module) -> Value {
         "threads": m.kernel.threads,
         "body": stmts(&m.kernel.body),
     });
+    if let Some(b) = m.kernel.reg_budget {
+        let mut v = json!({});
+        if b.producer > 0 {
+            v["producer"] = json!(b.producer);
+        }
+        if b.consumer > 0 {
+            v["consumer"] = json!(b.consumer);
+        }
+        if b.none {
+            v["none"] = json!(true);
+        }
+        kernel["reg_budget"] = v;
+    }
     if let Some(r) = m.kernel.raster {
         kernel["raster"] = json!({"panel": r.panel, "order": if r.by_rows { "row" } else { "col" }});
     }

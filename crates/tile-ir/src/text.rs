@@ -638,6 +638,40 @@ impl Parser {
                 self.punct(",")?;
                 Ok(Stmt::Fill { dst, value: self.expr()?, loc })
             }
+            "barrier_init" | "barrier_arrive" | "barrier_expect_tx" | "barrier_wait" | "tma_copy" => {
+                let copy = if word == "tma_copy" {
+                    let src = self.region()?;
+                    self.punct("->")?;
+                    let dst = self.region()?;
+                    self.keyword("on")?;
+                    Some(CopyOp { src, dst, pad: None, loc, inst: Some(CopyInst::Tma) })
+                } else {
+                    None
+                };
+                let bar = self.buffer()?;
+                self.punct("[")?;
+                let idx = self.expr()?;
+                self.punct("]")?;
+                let named = |p: &mut Self, key: &str| -> Result<Expr, String> {
+                    p.keyword(key)?;
+                    p.punct("=")?;
+                    p.expr()
+                };
+                let kind = match word.as_str() {
+                    "barrier_init" => {
+                        let count =
+                            named(self, "count")?.as_int().filter(|c| (1..1 << 20).contains(c)).ok_or_else(
+                                || format!("line {}: an arrive count is a positive integer", self.line()),
+                            )?;
+                        BarrierKind::Init { count: count as u32 }
+                    }
+                    "barrier_arrive" => BarrierKind::Arrive,
+                    "barrier_expect_tx" => BarrierKind::ExpectTx { bytes: named(self, "bytes")? },
+                    "barrier_wait" => BarrierKind::Wait { parity: named(self, "parity")? },
+                    _ => BarrierKind::TmaLoad { copy: Box::new(copy.expect("parsed above")) },
+                };
+                Ok(Stmt::Barrier(BarrierOp { kind, bar, idx, loc }))
+            }
             "atomic_add" => {
                 let (buf, idx) = self.element()?;
                 self.punct(",")?;
@@ -965,6 +999,21 @@ impl Parser {
             let by_rows = self.kv("raster_order")? == "row";
             self.m.kernel.raster = Some(Raster { panel, by_rows });
         }
+        if self.is_word("reg_budget") {
+            let text = self.kv("reg_budget")?;
+            let parts: Vec<&str> = text.split('/').collect();
+            let num = |s: &str| {
+                s.parse::<u32>().map_err(|_| format!("line {}: reg_budget is P/C[/none]", self.line()))
+            };
+            if parts.len() < 2 || parts.len() > 3 || (parts.len() == 3 && parts[2] != "none") {
+                return Err(format!("line {}: reg_budget is P/C[/none]", self.line()));
+            }
+            self.m.kernel.reg_budget = Some(RegBudget {
+                producer: num(parts[0])?,
+                consumer: num(parts[1])?,
+                none: parts.len() == 3,
+            });
+        }
         if self.is_word("producers") {
             let producers = self.kv_parsed("producers")?;
             let producer_regs = self.kv_parsed("producer_regs")?;
@@ -1169,6 +1218,7 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
                 raster: None,
                 roles: None,
                 tensor_maps: vec![],
+                reg_budget: None,
             },
             level: Level::Tile,
         },
@@ -1223,6 +1273,14 @@ fn forget_stmt_locations(s: &mut Stmt) {
         }
         Stmt::Reduce(op) => op.loc = UNKNOWN,
         Stmt::Gemm(op) => op.loc = UNKNOWN,
+        Stmt::Barrier(op) => {
+            op.loc = UNKNOWN;
+            if let BarrierKind::TmaLoad { copy } = &mut op.kind {
+                copy.loc = UNKNOWN;
+                copy.src.loc = UNKNOWN;
+                copy.dst.loc = UNKNOWN;
+            }
+        }
         Stmt::Print { what, loc, .. } => {
             *loc = UNKNOWN;
             if let Printed::Tile(r) = what {

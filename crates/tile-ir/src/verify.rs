@@ -586,6 +586,82 @@ impl<'a> Verifier<'a> {
         }
     }
 
+    /// A statement on a barrier of `T.alloc_barrier`: an int64 shared buffer, an integer
+    /// index and parity; a TMA copy of a global tile into a shared one of its dtype.
+    fn barrier(&mut self, op: &BarrierOp) {
+        let m = self.m;
+        let b = m.buffer(op.bar);
+        if b.scope != Scope::Shared || b.dtype != DType::I64 || b.shape.len() != 1 {
+            self.err(format!("'{}' is not a barrier of T.alloc_barrier", b.name), op.loc);
+            return;
+        }
+        if self.in_parallel.is_some() {
+            self.tile_op_in_parallel("a barrier operation", op.loc);
+        }
+        for e in op.exprs() {
+            self.expr(e, op.loc);
+        }
+        for (what, e) in [
+            ("index", Some(&op.idx)),
+            (
+                "parity",
+                match &op.kind {
+                    BarrierKind::Wait { parity } => Some(parity),
+                    _ => None,
+                },
+            ),
+            (
+                "byte count",
+                match &op.kind {
+                    BarrierKind::ExpectTx { bytes } => Some(bytes),
+                    _ => None,
+                },
+            ),
+        ] {
+            if let Some(e) = e {
+                if !e.dtype().is_int() {
+                    self.err(
+                        format!("the {what} of a barrier operation must be an integer, got {}", e.dtype()),
+                        op.loc,
+                    );
+                }
+            }
+        }
+        if let BarrierKind::TmaLoad { copy } = &op.kind {
+            let (sb, db) = (m.buffer(copy.src.buf), m.buffer(copy.dst.buf));
+            if sb.scope != Scope::Global || db.scope != Scope::Shared {
+                let d = self.err(
+                    format!(
+                        "T.tma_copy loads a global tile into a shared one; '{}' is {} and '{}' is {}",
+                        sb.name,
+                        sb.scope.name(),
+                        db.name,
+                        db.scope.name()
+                    ),
+                    op.loc,
+                );
+                *d = d.clone().with_help("copy other tiles with T.copy");
+                return;
+            }
+            if sb.dtype != db.dtype {
+                self.err(
+                    format!(
+                        "T.tma_copy does not convert: '{}' is {} and '{}' {}",
+                        sb.name, sb.dtype, db.name, db.dtype
+                    ),
+                    op.loc,
+                );
+                return;
+            }
+            self.region(&copy.src);
+            self.region(&copy.dst);
+            match resolve_copy(m, &copy.src, &copy.dst, op.loc) {
+                Ok((s, d)) => self.copy_regions(&s, &d, op.loc),
+                Err(d) => self.diags.push(d),
+            }
+        }
+    }
+
     fn stmt(&mut self, s: &Stmt) {
         let m = self.m;
         match s {
@@ -609,6 +685,7 @@ impl<'a> Verifier<'a> {
                     // conversions happen in registers; allowed between on-chip tiles
                 }
             }
+            Stmt::Barrier(op) => self.barrier(op),
             Stmt::Fill { dst, value, loc } => {
                 self.region(dst);
                 self.expr(value, *loc);
@@ -762,6 +839,8 @@ impl<'a> Verifier<'a> {
             // barriers and the pipeline's commits and waits are placed by insert_syncs and
             // inject_pipeline, which run on tile-level IR
             Stmt::Inst(i) if i.effects().only_orders() => {}
+            // T.set_max_nreg, placed by the kernel
+            Stmt::Inst(crate::inst::Inst::SetMaxNReg(_)) => {}
             Stmt::Comment(_) => {}
             Stmt::Async { body } => self.stmts(body),
             Stmt::Let { .. } | Stmt::Inst(_) | Stmt::SourceLine(_) => {

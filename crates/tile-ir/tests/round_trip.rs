@@ -102,6 +102,7 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   tma_load map0 B_s[0, 0] <- A[0, mul(%lane, 0)] on bars[0] (8192 bytes)
   mbarrier_wait bars[0] parity floormod(%lane, 2)
   mbarrier_arrive bars[1]
+  mbarrier_expect_tx bars[1] 4096
   setmaxnreg dec 40
   bar_sync 1, 32
   tma_store map0 A[0, mul(%lane, 0)] <- B_s[0, 0] (8192 bytes)
@@ -145,6 +146,7 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::FenceMbarrierInit(_) => "fence_mbarrier_init",
                 Inst::MbarrierInit(_) => "mbarrier_init",
                 Inst::MbarrierArrive(_) => "mbarrier_arrive",
+                Inst::MbarrierExpectTx(_) => "mbarrier_expect_tx",
                 Inst::MbarrierWait(_) => "mbarrier_wait",
                 Inst::TmaLoad(_) => "tma_load",
                 Inst::SetMaxNReg(_) => "setmaxnreg",
@@ -156,7 +158,7 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 25, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 26, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]

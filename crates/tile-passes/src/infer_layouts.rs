@@ -122,8 +122,115 @@ fn set_accumulator(
     }
 }
 
+/// The threads of the warp-role region (`T.ws`) each fragment is used in — tile ops there
+/// run on those threads alone, so its layout spreads it over them; the kernel's threads for
+/// the others. A fragment used in regions of different sizes is an error at its second use.
+fn fragment_threads(m: &Module, diags: &mut Vec<Diagnostic>) -> BTreeMap<BufferId, u32> {
+    fn walk(
+        m: &Module,
+        body: &[Stmt],
+        threads: u32,
+        out: &mut BTreeMap<BufferId, (u32, tile_ir::Loc)>,
+        diags: &mut Vec<Diagnostic>,
+    ) {
+        for s in body {
+            if let Stmt::If { cond, then, otherwise, .. } = s {
+                if let Some((_, count)) = m.thread_range(cond) {
+                    walk(m, then, count, out, diags);
+                    walk(m, otherwise, threads, out, diags);
+                    continue;
+                }
+            }
+            let mut see = |b: BufferId, loc: tile_ir::Loc, diags: &mut Vec<Diagnostic>| {
+                if m.buffer(b).scope != Scope::Fragment {
+                    return;
+                }
+                match out.get(&b) {
+                    Some(&(t, first)) if t != threads => diags.push(
+                        Diagnostic::error(
+                            format!(
+                                "fragment '{}' is used by {threads} threads here and by {t} threads elsewhere",
+                                m.buffer(b).name
+                            ),
+                            loc,
+                        )
+                        .with_label(first, format!("used by {t} threads here"))
+                        .with_help("a fragment lives in the registers of one T.ws region's threads; give each region its own"),
+                    ),
+                    Some(_) => {}
+                    None => {
+                        out.insert(b, (threads, loc));
+                    }
+                }
+            };
+            let loc = s.loc();
+            match s {
+                Stmt::Copy(op) => {
+                    see(op.src.buf, loc, diags);
+                    see(op.dst.buf, loc, diags);
+                }
+                Stmt::Fill { dst, .. } => see(dst.buf, loc, diags),
+                Stmt::Reduce(op) => {
+                    see(op.src, loc, diags);
+                    see(op.dst, loc, diags);
+                }
+                Stmt::Gemm(op) => {
+                    see(op.a, loc, diags);
+                    see(op.b, loc, diags);
+                    see(op.c, loc, diags);
+                }
+                Stmt::Store { buf, .. } => see(*buf, loc, diags),
+                _ => {}
+            }
+            let mut loads = Vec::new();
+            stmt_exprs(s, &mut |e| {
+                e.walk(&mut |x| {
+                    if let Expr::Load { buf, .. } = x {
+                        loads.push(*buf);
+                    }
+                })
+            });
+            for b in loads {
+                see(b, loc, diags);
+            }
+            if let Stmt::Parallel { body, .. } = s {
+                // the loop's own statements: their stores and loads
+                let mut inner = Vec::new();
+                walk_stmts(body, &mut |st| {
+                    if let Stmt::Store { buf, .. } = st {
+                        inner.push(*buf);
+                    }
+                    stmt_exprs(st, &mut |e| {
+                        e.walk(&mut |x| {
+                            if let Expr::Load { buf, .. } = x {
+                                inner.push(*buf);
+                            }
+                        })
+                    });
+                });
+                for b in inner {
+                    see(b, loc, diags);
+                }
+                continue;
+            }
+            for b in s.bodies() {
+                walk(m, b, threads, out, diags);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(m, &m.kernel.body, m.kernel.threads, &mut out, diags);
+    out.into_iter().map(|(b, (t, _))| (b, t)).collect()
+}
+
 pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     let threads = m.kernel.threads;
+    let mut region_diags = Vec::new();
+    let threads_of = fragment_threads(&m, &mut region_diags);
+    if !region_diags.is_empty() {
+        return Err(region_diags);
+    }
+    let threads_for = |b: BufferId| threads_of.get(&b).copied().unwrap_or(threads);
     // first use of each fragment, in program order, for deterministic defaults
     let mut order = Order { first_use: BTreeMap::new() };
     let mut counter = 0usize;
@@ -176,8 +283,13 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     let wgmma_allowed = !ctx.options.mma_sync_only;
     for (op, (c, policy, loc, a, transpose_a, b, transpose_b)) in gemms.iter().zip(accumulators) {
         let shape = m.buffer(c).extents();
+        // the gemm runs on the threads of its accumulator's region
+        let gemm_threads = threads_for(c);
+        m.kernel.threads = gemm_threads;
+        let planned = crate::gemm::plan(&m, op, &ctx.target, wgmma_allowed);
+        m.kernel.threads = threads;
         // wgmma: the accumulator (and a register A) take the warpgroup layouts
-        if let Ok((plan, _)) = crate::gemm::plan(&m, op, &ctx.target, wgmma_allowed) {
+        if let Ok((plan, _)) = planned {
             if plan.atom.scope == tile_ir::target::ThreadScope::Warpgroup {
                 let (gm, gn) = (plan.warps_m, plan.warps_n);
                 if plan.a == tile_ir::OperandSource::Registers {
@@ -189,7 +301,7 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
                 continue;
             }
         }
-        match crate::gemm::warp_grid(policy, shape[0], shape[1], threads as i64 / 32) {
+        match crate::gemm::warp_grid(policy, shape[0], shape[1], gemm_threads as i64 / 32) {
             Ok((wm, wn)) => {
                 // an A operand kept in registers takes the instruction's A-fragment layout
                 let ab = m.buffer(a);
@@ -263,7 +375,7 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         match next {
             Some((id, _)) => {
                 let b = m.buffer(id);
-                let l = FragmentLayout::blocked(&b.extents(), threads, b.dtype.bytes());
+                let l = FragmentLayout::blocked(&b.extents(), threads_for(id), b.dtype.bytes());
                 m.buffer_mut(id).layout = Some(l);
             }
             None => break,
@@ -382,8 +494,10 @@ fn assign_loop_layouts(m: &Module, body: &mut [Stmt], threads: u32, diags: &mut 
                 *layout = Some(l);
             }
             Stmt::For { body, .. } => assign_loop_layouts(m, body, threads, diags),
-            Stmt::If { then, otherwise, .. } => {
-                assign_loop_layouts(m, then, threads, diags);
+            Stmt::If { cond, then, otherwise, .. } => {
+                // a warp-role region's loops run on its threads
+                let inner = m.thread_range(cond).map_or(threads, |(_, count)| count);
+                assign_loop_layouts(m, then, inner, diags);
                 assign_loop_layouts(m, otherwise, threads, diags);
             }
             _ => {}

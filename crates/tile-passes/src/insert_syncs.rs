@@ -10,16 +10,70 @@
 //! changes; asynchronous copies (cp.async, TMA) will need a thread-level form of it.
 
 use crate::Ctx;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use tile_ir::inst::{self, AccessKind};
 use tile_ir::{
     stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Instruction, Module, Printed, Scope, Stmt,
 };
 
 #[derive(Clone, Default, PartialEq)]
-struct Pending {
+struct Sets {
     reads: BTreeSet<BufferId>,
     writes: BTreeSet<BufferId>,
+}
+
+/// Accesses since the last barrier: by statements every thread runs, and by each of the
+/// kernel's warp-role regions (`T.ws`, by its threads `first..first + count`). A region's
+/// accesses are ordered against other regions' by the kernel's own mbarriers, not here;
+/// against the rest of the kernel by a `__syncthreads` outside the regions; among
+/// themselves by a barrier over the region's threads (a named barrier once lowered).
+#[derive(Clone, Default, PartialEq)]
+struct Pending {
+    kernel: Sets,
+    regions: BTreeMap<(u32, u32), Sets>,
+}
+
+impl Pending {
+    /// The accesses a statement running on `scope` (None: every thread) must be ordered after.
+    fn seen_by(&self, scope: Option<(u32, u32)>) -> Sets {
+        match scope {
+            Some(r) => self.regions.get(&r).cloned().unwrap_or_default(),
+            None => {
+                let mut all = self.kernel.clone();
+                for s in self.regions.values() {
+                    all.reads.extend(s.reads.iter().copied());
+                    all.writes.extend(s.writes.iter().copied());
+                }
+                all
+            }
+        }
+    }
+    fn record(&mut self, scope: Option<(u32, u32)>, reads: BTreeSet<BufferId>, writes: BTreeSet<BufferId>) {
+        let sets = match scope {
+            Some(r) => self.regions.entry(r).or_default(),
+            None => &mut self.kernel,
+        };
+        sets.reads.extend(reads);
+        sets.writes.extend(writes);
+    }
+    /// A barrier over `scope`'s threads: what it orders is done.
+    fn synced(&mut self, scope: Option<(u32, u32)>) {
+        match scope {
+            Some(r) => {
+                self.regions.remove(&r);
+            }
+            None => *self = Pending::default(),
+        }
+    }
+    fn join(&mut self, other: &Pending) {
+        self.kernel.reads.extend(other.kernel.reads.iter().copied());
+        self.kernel.writes.extend(other.kernel.writes.iter().copied());
+        for (r, s) in &other.regions {
+            let mine = self.regions.entry(*r).or_default();
+            mine.reads.extend(s.reads.iter().copied());
+            mine.writes.extend(s.writes.iter().copied());
+        }
+    }
 }
 
 pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
@@ -33,10 +87,10 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             // themselves (their barriers become named barriers over them); the producer's
             // TMA copies are ordered by the pipeline's mbarriers
             Stmt::If { cond, then, otherwise, loc } if Some(k) == split => {
-                let then = place(&m, then, &mut pending);
+                let then = place(&m, then, &mut pending, None);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
-            other => out.extend(place(&m, vec![other], &mut pending)),
+            other => out.extend(place(&m, vec![other], &mut pending, None)),
         }
     }
     m.kernel.body = out;
@@ -94,12 +148,13 @@ fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
     (reads, writes)
 }
 
-fn hazard(p: &Pending, reads: &BTreeSet<BufferId>, writes: &BTreeSet<BufferId>) -> bool {
+fn hazard(p: &Sets, reads: &BTreeSet<BufferId>, writes: &BTreeSet<BufferId>) -> bool {
     writes.iter().any(|w| p.reads.contains(w) || p.writes.contains(w))
         || reads.iter().any(|r| p.writes.contains(r))
 }
 
-fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
+/// Barriers for `body`, which runs on `scope`'s threads (None: every thread).
+fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u32)>) -> Vec<Stmt> {
     let mut out = Vec::new();
     for s in body {
         match s {
@@ -107,11 +162,10 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
                 // run the body once to learn what it leaves pending at its end, then place
                 // barriers for real with that state joined in (the loop's back edge)
                 let mut trial = pending.clone();
-                let _ = place(m, body.clone(), &mut trial);
+                let _ = place(m, body.clone(), &mut trial, scope);
                 let mut entry = pending.clone();
-                entry.reads.extend(trial.reads.iter().copied());
-                entry.writes.extend(trial.writes.iter().copied());
-                let new_body = place(m, body, &mut entry);
+                entry.join(&trial);
+                let new_body = place(m, body, &mut entry, scope);
                 *pending = entry;
                 out.push(Stmt::For { var, start, extent, kind, body: new_body, loc });
             }
@@ -120,43 +174,63 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending) -> Vec<Stmt> {
             {
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
+            Stmt::If { cond, then, otherwise, loc } if scope.is_none() && m.thread_range(&cond).is_some() => {
+                // a warp-role region: ordered after the rest of the kernel by a barrier
+                // every thread reaches (before it), then among its own threads inside
+                let region = m.thread_range(&cond);
+                let (r, w) =
+                    accesses(m, &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: vec![], loc });
+                if hazard(&pending.kernel, &r, &w) {
+                    let mut reads_async = false;
+                    walk_stmts(&then, &mut |s| reads_async |= crate::inject_pipeline::is_wgmma(s));
+                    if reads_async && !pending.kernel.writes.is_empty() {
+                        out.push(Stmt::inst(inst::FenceProxyAsync));
+                    }
+                    out.push(Stmt::inst(inst::Sync));
+                    pending.synced(None);
+                }
+                let then = place(m, then, pending, region);
+                let otherwise = place(m, otherwise, pending, None);
+                out.push(Stmt::If { cond, then, otherwise, loc });
+            }
             Stmt::If { cond, then, otherwise, loc } => {
                 // a barrier must not be conditional; sync before a branch that touches shared memory
                 let (r, w) = accesses(
                     m,
                     &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: otherwise.clone(), loc },
                 );
-                if hazard(pending, &r, &w) {
+                if hazard(&pending.seen_by(scope), &r, &w) {
                     out.push(Stmt::inst(inst::Sync));
-                    *pending = Pending::default();
+                    pending.synced(scope);
                 }
-                pending.reads.extend(r);
-                pending.writes.extend(w);
+                pending.record(scope, r, w);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             Stmt::Inst(i) if i.effects().barrier => {
-                *pending = Pending::default();
+                pending.synced(scope);
                 out.push(Stmt::Inst(i));
             }
             // ordered by the pipeline's own waits and barriers
             Stmt::Inst(i) if i.effects().only_orders() => out.push(Stmt::Inst(i)),
             s @ Stmt::Async { .. } => out.push(s),
+            // the kernel's own barriers order what they guard
+            s @ Stmt::Barrier(_) => out.push(s),
             other => {
                 let (r, w) = accesses(m, &other);
-                if hazard(pending, &r, &w) {
+                let seen = pending.seen_by(scope);
+                if hazard(&seen, &r, &w) {
                     // wgmma reads shared memory in the async proxy: fence the writes first
                     let mut reads_async = false;
                     walk_stmts(std::slice::from_ref(&other), &mut |s| {
                         reads_async |= crate::inject_pipeline::is_wgmma(s);
                     });
-                    if reads_async && !pending.writes.is_empty() {
+                    if reads_async && !seen.writes.is_empty() {
                         out.push(Stmt::inst(inst::FenceProxyAsync));
                     }
                     out.push(Stmt::inst(inst::Sync));
-                    *pending = Pending::default();
+                    pending.synced(scope);
                 }
-                pending.reads.extend(r);
-                pending.writes.extend(w);
+                pending.record(scope, r, w);
                 out.push(other);
             }
         }

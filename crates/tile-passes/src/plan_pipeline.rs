@@ -54,6 +54,8 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         let at = m.sources.short(*loc).unwrap_or_default();
         let why_not = if ctx.options.no_tma {
             Some("TMA is off (tma=False)".to_string())
+        } else if m.own_warp_roles() {
+            Some("the kernel places its own warp roles and barriers (T.ws, T.alloc_barrier)".to_string())
         } else if planned {
             Some("only the first pipelined loop of a kernel is warp-specialized".to_string())
         } else if !m.kernel.threads.is_multiple_of(128) {

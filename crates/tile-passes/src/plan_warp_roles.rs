@@ -38,6 +38,38 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     } else {
         (0, 0)
     };
+    // the kernel's own say (T.annotate_producer_reg_dealloc / _consumer_reg_alloc /
+    // T.no_set_max_nreg): checked to fit the register file
+    let (producer_regs, consumer_regs) = match m.kernel.reg_budget {
+        Some(b) if b.none => (0, 0),
+        Some(b) if ctx.target.caps.setmaxnreg && (b.producer > 0 || b.consumer > 0) => {
+            let p = if b.producer > 0 {
+                b.producer
+            } else if producer_regs > 0 {
+                producer_regs
+            } else {
+                share
+            };
+            let c = if b.consumer > 0 {
+                b.consumer
+            } else if consumer_regs > 0 {
+                consumer_regs
+            } else {
+                share
+            };
+            if p * 128 + c * 128 * consumer_groups > REGISTER_FILE {
+                return Err(vec![Diagnostic::error(
+                    format!(
+                        "register budgets of {p} (producer warpgroup) and {c} (each of {consumer_groups} consumer warpgroup(s)) per thread exceed the {REGISTER_FILE} registers of an SM"
+                    ),
+                    m.kernel.loc,
+                )
+                .with_help("lower T.annotate_consumer_reg_alloc, or raise the producer's dealloc")]);
+            }
+            (p, c)
+        }
+        _ => (producer_regs, consumer_regs),
+    };
     // persistent: a fixed grid, no sizes (version_edges wraps the body, not each tile), and
     // a k-loop whose trip count is the same for every tile (the ring's phase is computed)
     let reads_block = |e: &Expr| {

@@ -107,7 +107,13 @@ impl Selector {
                 Stmt::For { var, start, extent, kind, body, loc }
             }
             Stmt::If { cond, then, otherwise, loc } => {
+                // a warp-role region's tile ops run on its threads alone
+                let threads = m.kernel.threads;
+                if let Some((_, count)) = m.thread_range(&cond) {
+                    m.kernel.threads = count;
+                }
                 let then = self.stmts(m, then);
+                m.kernel.threads = threads;
                 let otherwise = self.stmts(m, otherwise);
                 Stmt::If { cond, then, otherwise, loc }
             }

@@ -387,6 +387,7 @@ mod tests {
                 raster: None,
                 roles: None,
                 tensor_maps: vec![],
+                reg_budget: None,
             },
             level: Level::Thread,
         };

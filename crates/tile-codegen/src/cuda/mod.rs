@@ -413,6 +413,7 @@ impl Emitter<'_> {
             | Stmt::Fill { .. }
             | Stmt::Reduce(_)
             | Stmt::Gemm(_)
+            | Stmt::Barrier(_)
             | Stmt::Async { .. }
             | Stmt::Parallel { .. }
             | Stmt::Print { .. }

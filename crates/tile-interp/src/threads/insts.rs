@@ -18,6 +18,7 @@ impl Machine<'_> {
             Inst::MbarrierInit(b) => self.mbarrier_init(active, b)?,
             Inst::FenceMbarrierInit(_) => self.fence_mbarrier_init(active),
             Inst::MbarrierArrive(b) => self.mbarrier_arrive(active, b)?,
+            Inst::MbarrierExpectTx(b) => self.mbarrier_expect_tx(active, b)?,
             Inst::TmaLoad(t) => self.tma_load(active, t)?,
             Inst::TmaStore(t) => self.tma_store(active, t)?,
             Inst::BulkCommit(_) => self.bulk_commit(active),

@@ -50,6 +50,10 @@ pub(super) struct Mbarrier {
     /// and by those of the phases already completed (what a wait acquires).
     release: Vec<u32>,
     published: Vec<u32>,
+    /// Per thread: the `fence_proxy_async`s it had run when it last arrived in the current
+    /// phase, and in the phases completed (what a wait acquires of the async proxy's view).
+    fence_release: Vec<u32>,
+    fence_published: Vec<u32>,
 }
 
 /// Why a unit cannot go on (schedule.rs retries it when `MbarrierState::events` changes).
@@ -66,6 +70,10 @@ pub(super) struct MbarrierState {
     observed: Vec<Vec<u32>>,
     /// Per thread: `fence_mbarrier_init`s run.
     init_fences: Vec<u32>,
+    /// Per thread, per writing thread: how many of the writer's `fence_proxy_async`s it
+    /// has acquired through mbarrier phases (the writer fenced, then arrived, and this
+    /// thread waited for that phase): writes before them are visible to its async proxy.
+    fences_acquired: Vec<Vec<u32>>,
     /// Per warpgroup: its per-thread register budget, and its threads.
     regs: Vec<u32>,
     group_threads: Vec<u32>,
@@ -81,6 +89,7 @@ impl MbarrierState {
             by_offset: Default::default(),
             observed: vec![vec![]; threads],
             init_fences: vec![0; threads],
+            fences_acquired: vec![vec![]; threads],
             regs: vec![0; groups],
             group_threads: (0..groups).map(|g| (threads - 128 * g).min(128) as u32).collect(),
             events: 0,
@@ -96,6 +105,9 @@ impl MbarrierState {
             o.clear();
         }
         self.init_fences.fill(0);
+        for f in &mut self.fences_acquired {
+            f.clear();
+        }
         // the launch budget: the register file split evenly, in units of 8, at most 255
         let threads: u32 = self.group_threads.iter().sum();
         let start = (REGISTER_FILE / threads.max(1) / 8 * 8).min(255);
@@ -105,6 +117,11 @@ impl MbarrierState {
 
     pub(super) fn name(&self, slot: usize) -> &str {
         &self.bars[slot].name
+    }
+
+    /// The `fence_proxy_async`s of `writer` that thread `t` acquired through mbarriers.
+    pub(super) fn fences_acquired(&self, t: u32, writer: u32) -> u32 {
+        self.fences_acquired[t as usize].get(writer as usize).copied().unwrap_or(0)
     }
 
     pub(super) fn observed(&self, t: u32, slot: usize) -> u32 {
@@ -146,6 +163,12 @@ impl MbarrierState {
             *p = (*p).max(*r);
         }
         b.release = release;
+        if b.fence_published.len() < b.fence_release.len() {
+            b.fence_published.resize(b.fence_release.len(), 0);
+        }
+        for (p, r) in b.fence_published.iter_mut().zip(&b.fence_release) {
+            *p = (*p).max(*r);
+        }
         self.events += 1;
     }
 
@@ -263,6 +286,8 @@ impl Machine<'_> {
                 init_fences: self.mbar.init_fences[t as usize],
                 release: vec![],
                 published: vec![],
+                fence_release: vec![],
+                fence_published: vec![],
             });
             self.mbar.by_offset.insert(at, slot);
             self.races.mbarrier[at..at + 8].fill(slot as u32);
@@ -300,9 +325,14 @@ impl Machine<'_> {
                     b.name, b.completed, b.expected, b.tx
                 )));
             }
+            let fences = self.proxy_fences[t as usize].len() as u32;
             let b = &mut self.mbar.bars[slot];
             b.tx = tx;
             b.pending -= 1;
+            if b.fence_release.len() <= t as usize {
+                b.fence_release.resize(t as usize + 1, 0);
+            }
+            b.fence_release[t as usize] = b.fence_release[t as usize].max(fences);
             // release what this thread has seen to the phase's waiters
             let seen = &self.mbar.observed[t as usize];
             if b.release.len() < seen.len() {
@@ -314,6 +344,33 @@ impl Machine<'_> {
             if b.pending == 0 && b.tx == 0 {
                 self.mbar.complete_phase(slot);
             }
+        }
+        Ok(())
+    }
+
+    pub(super) fn mbarrier_expect_tx(
+        &mut self,
+        active: &[u32],
+        i: &inst::MbarrierExpectTx,
+    ) -> Result<(), Diagnostic> {
+        let words = self.mbarrier_words(i.bar, &i.idx, active, "mbarrier_expect_tx")?;
+        for (&t, &at) in active.iter().zip(&words) {
+            let slot = self.live_mbarrier(i.bar, at, t, "mbarrier_expect_tx")?;
+            let b = &self.mbar.bars[slot];
+            let tx = b.tx + i.bytes;
+            if i.bytes < 0 || !(0..1 << 20).contains(&tx) {
+                return Err(self.err(format!(
+                    "mbarrier_expect_tx by thread {t} on {} expects {} transaction bytes on top of {} (the count is 0 to 2^20 - 1)",
+                    b.name, i.bytes, b.tx
+                )));
+            }
+            if b.pending == 0 && b.tx == 0 {
+                return Err(self.err(format!(
+                    "mbarrier_expect_tx by thread {t} on {}: phase {} has completed already",
+                    b.name, b.completed
+                )));
+            }
+            self.mbar.bars[slot].tx = tx;
         }
         Ok(())
     }
@@ -392,7 +449,15 @@ impl Machine<'_> {
                 seen.resize(slot + 1, 0);
             }
             seen[slot] = seen[slot].max(b.completed);
+            let fenced = b.fence_published.clone();
             self.mbar.observe(t, &seen);
+            let acquired = &mut self.mbar.fences_acquired[t as usize];
+            if acquired.len() < fenced.len() {
+                acquired.resize(fenced.len(), 0);
+            }
+            for (a, f) in acquired.iter_mut().zip(&fenced) {
+                *a = (*a).max(*f);
+            }
         }
         Ok(None)
     }

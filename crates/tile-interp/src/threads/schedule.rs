@@ -60,6 +60,7 @@ pub(super) fn forking_ifs(body: &[Stmt]) -> std::collections::HashSet<usize> {
                         | Inst::NamedBarrier(_)
                         | Inst::MbarrierWait(_)
                         | Inst::MbarrierArrive(_)
+                        | Inst::MbarrierExpectTx(_)
                         | Inst::TmaLoad(_)
                         | Inst::SetMaxNReg(_)
                 )

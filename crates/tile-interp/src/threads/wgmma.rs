@@ -379,7 +379,14 @@ impl Machine<'_> {
                             "a wgmma reads shared byte {a}, which thread {writer} wrote with no fence_proxy_async after it (the async proxy may not see the write)"
                         )))
                     }
-                    Some(&e) if e >= self.epoch => {
+                    // fenced, then a barrier, or an mbarrier phase the writer arrived at
+                    // after its fence and every reader waited for
+                    Some(&e)
+                        if e >= self.epoch
+                            && !group
+                                .iter()
+                                .all(|&r| self.mbar.fences_acquired(r, writer) > self.races.fence_mark[a]) =>
+                    {
                         return Err(self.err(format!(
                             "a wgmma reads shared byte {a}, which thread {writer} wrote and fenced (fence_proxy_async) with no barrier since"
                         )))

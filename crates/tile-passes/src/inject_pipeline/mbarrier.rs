@@ -209,7 +209,7 @@ pub(super) fn warp_specialize(
             Stmt::Copy(op) => op,
             _ => unreachable!("a copy maps to a copy"),
         };
-        pbody.extend(tma::loads(m, &op, plan, &pstage, full, &pstage).map_err(|d| vec![d])?);
+        pbody.extend(tma::loads(m, &op, plan, Some(&pstage), full, &pstage).map_err(|d| vec![d])?);
     }
     let producer_loop = Stmt::For {
         var: pvar,

@@ -26,6 +26,7 @@ mod fill;
 mod gemm;
 mod guards;
 mod reduce;
+mod regions;
 mod stmatrix;
 mod threads;
 pub mod tma;
@@ -54,10 +55,17 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         tid: VarId(0),
         lineinfo: ctx.options.lineinfo,
         block_coords: Vec::new(),
+        target: ctx.target.clone(),
+        regions: Vec::new(),
     };
     lw.tid = lw.m.thread_idx();
     lw.block_coords = debug::block_coords(&mut lw.m);
     let body = std::mem::take(&mut lw.m.kernel.body);
+    // the kernel's own barriers are initialized by one thread before anything else runs
+    let (inits, body): (Vec<Stmt>, Vec<Stmt>) = body
+        .into_iter()
+        .partition(|s| matches!(s, Stmt::Barrier(BarrierOp { kind: BarrierKind::Init { .. }, .. })));
+    let barrier_init = lw.barrier_inits(inits);
     // gemm accumulators start at zero, so `T.gemm` into a never-cleared accumulator (the
     // articles' GEMM) sums from 0
     let mut accumulators = std::collections::BTreeSet::new();
@@ -100,8 +108,8 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         let wait = Stmt::inst(inst::BulkWait { read: false, pending: 0 });
         body.push(Stmt::If { cond: one, then: vec![wait], otherwise: vec![], loc: Loc::UNKNOWN });
     }
-    prologue.append(&mut body);
-    let body = prologue;
+    let mut body = [barrier_init, prologue, body].concat();
+    let body = std::mem::take(&mut body);
     let Lowerer { mut m, diags, report, .. } = lw;
     if !diags.is_empty() {
         return Err(diags);
@@ -121,16 +129,22 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
 
 /// Every `__syncthreads` in `body` as `bar.sync 1, threads` (barrier 0 is the block's).
 fn consumer_barriers(body: Vec<Stmt>, threads: u32) -> Vec<Stmt> {
+    named_barriers(body, 1, threads)
+}
+
+/// Every `__syncthreads` in `body` as `bar.sync id, threads`: the barriers of code that only
+/// `threads` threads run.
+fn named_barriers(body: Vec<Stmt>, id: u32, threads: u32) -> Vec<Stmt> {
     body.into_iter()
         .map(|s| match s {
-            Stmt::Inst(Inst::Sync(_)) => Stmt::inst(inst::NamedBarrier { id: 1, threads }),
+            Stmt::Inst(Inst::Sync(_)) => Stmt::inst(inst::NamedBarrier { id, threads }),
             Stmt::For { var, start, extent, kind, body, loc } => {
-                Stmt::For { var, start, extent, kind, body: consumer_barriers(body, threads), loc }
+                Stmt::For { var, start, extent, kind, body: named_barriers(body, id, threads), loc }
             }
             Stmt::If { cond, then, otherwise, loc } => Stmt::If {
                 cond,
-                then: consumer_barriers(then, threads),
-                otherwise: consumer_barriers(otherwise, threads),
+                then: named_barriers(then, id, threads),
+                otherwise: named_barriers(otherwise, id, threads),
                 loc,
             },
             other => other,
@@ -155,6 +169,10 @@ struct Lowerer {
     lineinfo: bool,
     /// `blockIdx.{x,y,z}` for printed messages (empty when nothing prints).
     block_coords: Vec<Expr>,
+    target: Target,
+    /// The kernel's warp-role regions met so far (first thread, count): region `k`
+    /// synchronizes its threads on named barrier `k + 1`.
+    regions: Vec<(u32, u32)>,
 }
 
 /// Where the current element sits: per loop dimension, the value of each layout digit
@@ -308,6 +326,11 @@ impl Lowerer {
                     let body = self.block(body);
                     out.push(Stmt::For { var, start, extent, kind, body, loc });
                 }
+                Stmt::If { cond, then, otherwise, loc } if self.m.thread_range(&cond).is_some() => {
+                    let (first, count) = self.m.thread_range(&cond).expect("checked");
+                    out.extend(self.region(cond, then, otherwise, first, count, loc));
+                }
+                Stmt::Barrier(op) => out.extend(self.barrier(op)),
                 Stmt::If { cond, then, otherwise, loc } => {
                     let then = self.block(then);
                     let otherwise = self.block(otherwise);

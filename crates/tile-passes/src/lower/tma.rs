@@ -112,12 +112,13 @@ pub fn loads(
     m: &mut Module,
     op: &CopyOp,
     plan: &TmaCopy,
-    stage: &Expr,
+    stage: Option<&Expr>,
     bar: BufferId,
     bar_idx: &Expr,
 ) -> Result<Vec<Stmt>, Diagnostic> {
     let db = m.buffer(op.dst.buf);
-    let tile = db.extents()[1..].to_vec();
+    // a multi-buffered tile's stage dimension comes first
+    let tile = db.extents()[stage.is_some() as usize..].to_vec();
     let s = resolve_region(m, &op.src, Some(&tile))?;
     let desc = TensorMapDesc { tensor: s.buf, box_dims: plan.box_dims.clone(), swizzle: plan.swizzle };
     let map = match m.kernel.tensor_maps.iter().position(|t| *t == desc) {
@@ -135,7 +136,7 @@ pub fn loads(
         let mut coords: Vec<Expr> =
             s.starts.iter().map(|e| simplify(Expr::cast(e.clone(), DType::I32))).collect();
         coords[n - 1] = simplify(Expr::binary(BinOp::Add, coords[n - 1].clone(), Expr::int(p * plan.inner)));
-        let mut dst_idx = vec![stage.clone()];
+        let mut dst_idx: Vec<Expr> = stage.into_iter().cloned().collect();
         dst_idx.extend(std::iter::repeat_n(Expr::int(0), tile.len() - 1));
         dst_idx.push(Expr::int(p * plan.inner));
         out.push(Stmt::inst(inst::TmaLoad {

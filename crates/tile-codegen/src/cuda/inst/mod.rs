@@ -51,6 +51,7 @@ impl Emitter<'_> {
             }
             Inst::MbarrierInit(x) => self.mbarrier_init(x),
             Inst::MbarrierArrive(x) => self.mbarrier_arrive(x),
+            Inst::MbarrierExpectTx(x) => self.mbarrier_expect_tx(x),
             Inst::MbarrierWait(x) => self.mbarrier_wait(x),
             Inst::TmaLoad(x) => self.tma_load(x),
             Inst::TmaStore(x) => self.tma_store(x),

@@ -33,6 +33,15 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    pub(super) fn mbarrier_expect_tx(&mut self, i: &inst::MbarrierExpectTx) -> Result<(), Diagnostic> {
+        let b = self.barrier_address(i.bar, &i.idx)?;
+        self.line(&format!(
+            "asm volatile(\"mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\" :: \"r\"({b}), \"r\"({}) : \"memory\");",
+            i.bytes
+        ));
+        Ok(())
+    }
+
     pub(super) fn mbarrier_wait(&mut self, i: &inst::MbarrierWait) -> Result<(), Diagnostic> {
         let b = self.barrier_address(i.bar, &i.idx)?;
         let parity = self.expr(&i.parity)?;
