@@ -170,3 +170,29 @@ def test_autotuner_builder_and_set_autotune_inputs():
     with set_autotune_inputs(a, b):
         kernel = tuned.compile(1024, 1024)
     torch.testing.assert_close(kernel(a, b), a + b)
+
+
+@tilers.jit
+def tunable_add(A, B, block_M=None, block_N=None):
+    M, N = T.const("M, N")
+    A: T.Tensor((M, N), T.float16)
+    B: T.Tensor((M, N), T.float16)
+    C = T.empty((M, N), T.float16)
+    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
+        for i, j in T.Parallel(block_M, block_N):
+            C[by * block_M + i, bx * block_N + j] = (
+                A[by * block_M + i, bx * block_N + j] + B[by * block_M + i, bx * block_N + j]
+            )
+    return C
+
+
+def test_autotune_over_an_eager_function():
+    configs = [{"block_M": m, "block_N": n} for m in (8, 32) for n in (64, 128)]
+    tuned = tilers.autotune(configs=configs, ref_prog=lambda A, B: A + B, warmup=5, rep=10)(tunable_add)
+    a, b = randn(1000, 1000), randn(1000, 1000)
+    c = tuned(a, b)
+    torch.testing.assert_close(c, a + b)
+    assert len(tuned.last_results) == 4 and all(r.status == "ok" for r in tuned.last_results)
+    assert tuned.tune(a, b) in configs  # remembered: no second search
+    kernel = tuned.compile(a, b)
+    torch.testing.assert_close(kernel(a, b), a + b)

@@ -16,7 +16,7 @@ _LAZY = {
     "Profiler": ("profiler", "Profiler"),
     "TensorSupplyType": ("utils.tensor", "TensorSupplyType"),
 }
-_SUBMODULES = {"autotuner", "profiler", "testing", "utils", "layout", "math", "cache", "eager"}
+_SUBMODULES = {"autotuner", "profiler", "testing", "utils", "layout", "math", "cache", "eager", "transform"}
 
 
 def __getattr__(name):

@@ -28,9 +28,14 @@ def _unsupported(name):
 
 Layout = _unsupported("Layout")
 Fragment = _unsupported("Fragment")
+# TileLang's fixed-swizzle variants: tilers picks the swizzle from the tile's width (and
+# its instruction's needs), so each is the swizzled layout
 make_wgmma_swizzled_layout = make_swizzled_layout
 make_full_bank_swizzled_layout = make_swizzled_layout
+make_half_bank_swizzled_layout = make_swizzled_layout
+make_quarter_bank_swizzled_layout = make_swizzled_layout
 make_linear_layout = _unsupported("make_linear_layout")
 
-__all__ = ["Fragment", "Layout", "make_full_bank_swizzled_layout", "make_linear_layout",
-           "make_swizzled_layout", "make_wgmma_swizzled_layout"]
+__all__ = ["Fragment", "Layout", "make_full_bank_swizzled_layout", "make_half_bank_swizzled_layout",
+           "make_linear_layout", "make_quarter_bank_swizzled_layout", "make_swizzled_layout",
+           "make_wgmma_swizzled_layout"]

@@ -1,0 +1,5 @@
+"""TileLang's ``tilelang.transform`` names its examples use: ``PassConfigKey``."""
+
+from .pass_config import PassConfigKey
+
+__all__ = ["PassConfigKey"]
