@@ -573,6 +573,8 @@ class AutotunedFunction:
                     f"got {type(config).__name__} {config!r}"
                 )
             for name in config:
+                if name == "pass_configs":  # TileLang's per-config compiler switches
+                    continue
                 if name in ("target", "out_idx") or (name not in parameters and not takes_any):
                     raise TileError(
                         f"autotune {self.__name__}: config {config!r} sets '{name}', which is "
@@ -994,8 +996,9 @@ class AutotunedEager:
     same inputs) and timed; a config that fails is reported and never chosen."""
 
     def __init__(self, function, configs, warmup=25, rep=100, ref_prog=None, rtol=1e-2,
-                 atol=1e-2, verbose=True):
+                 atol=1e-2, verbose=True, supply_type="auto"):
         self.function = function
+        self.supply_type = supply_type
         self.__name__ = function.__name__
         self.__doc__ = function.__doc__
         self.configs = configs
@@ -1056,11 +1059,17 @@ class AutotunedEager:
         for config in self.config_space(*args, **kwargs):
             call_args, call_kwargs = self._bind(args, kwargs, config)
             try:
-                kernel, getters = self.function._prepare(call_args, call_kwargs)
-                inputs = [
-                    call_args[g] if type(g) is int else call_kwargs[g] if type(g) is str else g[0]
-                    for g in getters
-                ]
+                kernel, getters = self.function._prepare(call_args, call_kwargs, allow_missing=True)
+                if getters is None:
+                    inputs = list(call_args)
+                else:
+                    inputs = [
+                        call_args[g] if type(g) is int else call_kwargs.get(g, _NO_TENSOR) if type(g) is str else g[0]
+                        for g in getters
+                    ]
+                if any(i is _NO_TENSOR or i is None for i in inputs):
+                    # .compile(M=..., ...) without tensors: random inputs of the kernel's shapes
+                    inputs = kernel.get_profiler(self.supply_type).inputs()
                 out = kernel(*inputs)
                 if self.ref_prog is not None:
                     _check_outputs(out, self.ref_prog(*inputs), self.rtol, self.atol)
@@ -1081,6 +1090,9 @@ class AutotunedEager:
                   f"{best.ms:.4f} ms of {len(results)} configs ({len(results) - len(good)} failed)")
         self.best[key] = (best.config, best.ms)
         return best.config
+
+
+_NO_TENSOR = object()
 
 
 def _check_outputs(out, expected, rtol, atol):
@@ -1139,7 +1151,7 @@ def autotune(
             function = jit(function)
         if isinstance(function, EagerFunction):
             return AutotunedEager(function, configs, warmup=warmup, rep=rep, ref_prog=ref_prog,
-                                  rtol=rtol, atol=atol, verbose=verbose)
+                                  rtol=rtol, atol=atol, verbose=verbose, supply_type=supply_type)
         return AutotunedFunction(
             function, configs, warmup=warmup, rep=rep, ref_prog=ref_prog, rtol=rtol, atol=atol,
             key=key, supply_type=supply_type, scalars=scalars, flops=flops, bytes=bytes,

@@ -548,6 +548,7 @@ class EagerFunction:
             p.name for p in self.signature.parameters.values()
             if p.kind in (p.POSITIONAL_OR_KEYWORD, p.POSITIONAL_ONLY)
         ]
+        self._scalar_at = [self.rewritten.runtime.get(n) == "scalar" for n in self._names]
         self._calls: dict = {}  # call key -> (kernel, runtime argument getters)
         self._kernels: dict = {}  # program text -> JITKernel
 
@@ -567,6 +568,8 @@ class EagerFunction:
             if key is not None:
                 self._calls[key] = entry
         kernel, getters = entry
+        if getters is None:  # the runtime arguments are the call's, in order
+            return kernel(*args)
         inputs = [
             args[g] if type(g) is int else kwargs[g] if type(g) is str else g[0] for g in getters
         ]
@@ -583,13 +586,20 @@ class EagerFunction:
         return self.compile(*args, **kwargs).get_kernel_source()
 
     def _key(self, args, kwargs):
-        runtime = self.rewritten.runtime
-        names = self._names
+        # the hot path of every call: a tensor's shape and dtype (torch and numpy give
+        # hashable ones), a runtime scalar's type, a configuration value with its type
+        scalars = self._scalar_at
         parts = []
         for i, a in enumerate(args):
-            name = names[i] if i < len(names) else None
-            parts.append(_arg_key(a, runtime.get(name)))
+            shape = getattr(a, "shape", None)
+            if shape is not None:
+                parts.append((type(a), shape, a.dtype))
+            elif i < len(scalars) and scalars[i]:
+                parts.append(type(a))
+            else:
+                parts.append((type(a), a))
         if kwargs:
+            runtime = self.rewritten.runtime
             parts.append(tuple(sorted((k, _arg_key(v, runtime.get(k))) for k, v in kwargs.items())))
         key = tuple(parts)
         hash(key)
@@ -633,6 +643,8 @@ class EagerFunction:
                 getters.append(i)
             else:  # a default value
                 getters.append((values.get(name),))
+        if not kwargs and getters == list(range(len(args))):
+            getters = None
         return kernel, getters
 
     def _kernel_for(self, values: dict, extra: dict):
@@ -752,8 +764,7 @@ def _arg_key(value, runtime: str | None):
     itself."""
     shape = getattr(value, "shape", None)
     if shape is not None and hasattr(value, "dtype"):
-        device = getattr(value, "device", None)
-        return (type(value), tuple(shape), str(value.dtype), getattr(device, "type", None))
+        return (type(value), shape, value.dtype)
     if runtime == "scalar":
         return type(value)
     return (type(value), value)

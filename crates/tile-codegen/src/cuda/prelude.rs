@@ -49,8 +49,8 @@ static __device__ __forceinline__ double tl_sigmoid(double x) { double e = exp(-
 pub(super) const UINT64: &str = r#"// uint64: min/max and saturating float -> uint64 conversions (NaN -> 0).
 static __device__ __forceinline__ unsigned long long tl_max(unsigned long long a, unsigned long long b) { return a > b ? a : b; }
 static __device__ __forceinline__ unsigned long long tl_min(unsigned long long a, unsigned long long b) { return a < b ? a : b; }
-static __device__ __forceinline__ unsigned long long tl_f2ull(float f) { unsigned long long r; asm("cvt.rzi.u64.f32 %0, %1;" : "=l"(r) : "f"(f)); return r; }
-static __device__ __forceinline__ unsigned long long tl_d2ull(double f) { unsigned long long r; asm("cvt.rzi.u64.f64 %0, %1;" : "=l"(r) : "d"(f)); return r; }
+static __device__ __forceinline__ unsigned long long tl_f2ull(float f) { unsigned long long r; asm("cvt.rzi.u64.f32 %0, %1;" : "=l"(r) : "f"(f)); return f != f ? 0ull : r; }
+static __device__ __forceinline__ unsigned long long tl_d2ull(double f) { unsigned long long r; asm("cvt.rzi.u64.f64 %0, %1;" : "=l"(r) : "d"(f)); return f != f ? 0ull : r; }
 "#;
 
 pub(super) const BF16_ATOMIC_SM90: &str = r#"static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_bf16 h = tl_to_bf16(v); asm volatile("red.add.noftz.bf16 [%0], %1;" :: "l"(p), "h"(h.bits) : "memory"); }
