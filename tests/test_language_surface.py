@@ -12,7 +12,8 @@ DSL = {
     "float", "int", "uint", "half", "double", "short", "long",
     # reserved for the quantized GEMM work (using one is an error)
     "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
-    "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
+    "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "tfloat32", "int4",
+    "uint4",
     # the eager @tilers.jit
     "const", "empty",
     # explicit warp specialization (TileLang's expert controls)

@@ -115,7 +115,8 @@ class DType(str):
 # that says so (T.float8_e4m3fn exists, so an import or a default argument does not fail).
 RESERVED_DTYPES = (
     "float8_e4m3", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
-    "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn",
+    "float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "tfloat32", "int4",
+    "uint4",
 )
 
 
@@ -134,15 +135,15 @@ class ReservedDType(str):
 
 def _reserved_message(name) -> tuple:
     return (
-        f"dtype {str(name)} is not supported by tilers yet (float8/float6/float4 come with "
-        "the quantized GEMM work)",
+        f"dtype {str(name)} is not supported by tilers yet (float8/float6/float4, int4 and "
+        "tfloat32 come with the quantized GEMM work)",
     )
 
 
 def is_reserved(dtype) -> bool:
     """Whether a dtype is one of the names reserved for the quantized GEMM work."""
     text = str(dtype).removeprefix("torch.")
-    return text in RESERVED_DTYPES or text.startswith(("float8", "float6", "float4"))
+    return text in RESERVED_DTYPES or text.startswith(("float8", "float6", "float4", "int4", "uint4"))
 
 
 def normalize_dtype(dtype) -> str:
@@ -158,7 +159,7 @@ def normalize_dtype(dtype) -> str:
     text = text.removeprefix("torch.")
     text = _DTYPE_ALIASES.get(text, text)
     if text not in DTYPES:
-        if text in RESERVED_DTYPES or text.startswith(("float8", "float6", "float4")):
+        if is_reserved(text):
             raise user_error(
                 *_reserved_message(text),
                 help="use float16 or bfloat16 operands (and a float32 accumulator) for now",

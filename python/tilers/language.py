@@ -9,6 +9,9 @@ from . import _trace
 from ._trace import cast
 
 __all__ = [
+    "uint4",
+    "int4",
+    "tfloat32",
     "disable_warp_group_reg_alloc",
     "no_set_max_nreg",
     "annotate_consumer_reg_alloc",
@@ -143,6 +146,9 @@ float8_e8m0fnu = _trace.ReservedDType("float8_e8m0fnu")
 float6_e2m3fn = _trace.ReservedDType("float6_e2m3fn")
 float6_e3m2fn = _trace.ReservedDType("float6_e3m2fn")
 float4_e2m1fn = _trace.ReservedDType("float4_e2m1fn")
+tfloat32 = _trace.ReservedDType("tfloat32")
+int4 = _trace.ReservedDType("int4")
+uint4 = _trace.ReservedDType("uint4")
 
 
 # ----------------------------------------------------------------------------------------
