@@ -21,6 +21,9 @@ DSL = {
     "barrier_arrive", "mbarrier_arrive", "mbarrier_expect_tx", "tma_copy", "set_max_nreg",
     "inc_max_nreg", "dec_max_nreg", "annotate_producer_reg_dealloc",
     "annotate_consumer_reg_alloc", "no_set_max_nreg", "disable_warp_group_reg_alloc",
+    # TileLang's API, part 2
+    "Var", "alloc_var", "get_thread_binding", "macro", "Cast", "Serial", "clamp", "floordiv",
+    "floormod",
     # functions, parameters and the kernel
     "prim_func", "Tensor", "Buffer", "Kernel",
     # symbolic sizes

@@ -516,7 +516,16 @@ class Expr:
         return invert(self)
 
     def __bool__(self):
-        raise user_error("a traced value cannot be used as a Python bool", help=BOOL_HELP)
+        raise user_error(
+            "a traced value cannot be used as a Python bool here (inside the kernel body, "
+            "`if`, `and`, `or`, `not` and `x if c else y` on traced values are device control "
+            "flow; this use is outside it, or in a helper function or a `while`)",
+            help=BOOL_HELP + "; make a helper a T.macro",
+        )
+
+    def astype(self, dtype):
+        """``x.astype("float16")``: ``T.cast(x, dtype)``."""
+        return cast(self, dtype)
 
     def __int__(self):
         raise user_error(
@@ -1086,9 +1095,13 @@ def bind(prim_func: PrimFunc, params: dict) -> tuple:
     func = prim_func.func
     code = func.__code__
     annotations = {k: v for k, v in func.__annotations__.items() if k != "return"}
+    # the kernel body with Python control flow on traced values rewritten (tilers/_rewrite.py)
+    from . import _rewrite
+
+    rewritten = _rewrite.prim_func_code(func)
     # A plain str annotation comes from `from __future__ import annotations` (a DType is a
     # str subclass and is already evaluated).
-    if not params and not any(type(v) is str for v in annotations.values()):
+    if not params and not any(type(v) is str for v in annotations.values()) and rewritten is None:
         return func, annotations
 
     syntax = function_syntax(func)
@@ -1119,16 +1132,21 @@ def bind(prim_func: PrimFunc, params: dict) -> tuple:
                     error, "pass only names the function reads (a misspelled name?)"
                 )
 
-    namespace = dict(func.__globals__, **params)
-    cells = func.__closure__ or ()
+    namespace = dict(func.__globals__, **params) if params else func.__globals__
+    cells = dict(zip(code.co_freevars, func.__closure__ or ()))
+    run_code = rewritten if rewritten is not None else code
     closure = tuple(
-        types.CellType(params[n]) if n in params else cell
-        for n, cell in zip(code.co_freevars, cells)
+        types.CellType(_rewrite.Flow) if n == _rewrite.HELPER
+        else types.CellType(params[n]) if n in params else cells[n]
+        for n in run_code.co_freevars
     )
-    bound = types.FunctionType(code, namespace, func.__name__, func.__defaults__, closure or None)
+    bound = types.FunctionType(run_code, namespace, func.__name__, func.__defaults__, closure or None)
     bound.__kwdefaults__ = func.__kwdefaults__
     local_values = {}
-    for name, cell in zip(code.co_freevars, closure):
+    for name, cell in cells.items():
+        if name in params:
+            local_values[name] = params[name]
+            continue
         try:
             local_values[name] = cell.cell_contents
         except ValueError:  # an empty cell

@@ -34,7 +34,7 @@ import inspect
 import textwrap
 import threading
 
-from . import _trace
+from . import _rewrite, _trace
 from ._source import Loc, capture, user_error
 from .errors import TileError
 
@@ -237,8 +237,14 @@ class Rewritten:
             self.extra = _EXTRA
         else:
             self.extra = args.kwarg.arg
-        rewrite = _Rewrite()
-        definition.body = [rewrite.visit(stmt) for stmt in definition.body]
+        # range loops and Python control flow inside `with T.Kernel` (tilers/_rewrite.py)
+        rewrite = _rewrite.ControlFlow(range_loops=True, helper=_HELPER)
+        body = []
+        for stmt in definition.body:
+            done = rewrite.visit(stmt)
+            body.extend(done if isinstance(done, list) else [done])
+        definition.body = body
+        ast.fix_missing_locations(definition)
         code = func.__code__
         self.freevars = code.co_freevars
         maker = ast.FunctionDef(
@@ -307,7 +313,7 @@ class _Stop(Exception):
     """Raised at the first T.Kernel of a discovery trace: the declarations are all known."""
 
 
-class _Trace:
+class _Trace(_rewrite.Flow):
     """The state of tracing one eager call: the argument values by name, the T.const values,
     and the parameters declared so far."""
 

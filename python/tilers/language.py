@@ -9,6 +9,15 @@ from . import _trace
 from ._trace import cast
 
 __all__ = [
+    "floormod",
+    "floordiv",
+    "clamp",
+    "Serial",
+    "Cast",
+    "macro",
+    "get_thread_binding",
+    "alloc_var",
+    "Var",
     "uint4",
     "int4",
     "tfloat32",
@@ -1303,3 +1312,154 @@ def no_set_max_nreg():
 
 
 disable_warp_group_reg_alloc = no_set_max_nreg
+
+
+# ----------------------------------------------------------------------------------------
+# scalar variables, thread indices, macros (TileLang's API, part 2)
+
+
+class Var(_trace.Load):
+    """A scalar register variable: ``x = T.alloc_var(T.float32, init=0)``; then ``x = x + v``
+    (or ``x += v``) stores into it inside the kernel, and ``x`` reads it. Reading it before
+    any value was written is an error at that line."""
+
+    __slots__ = ("written",)
+
+    def __init__(self, buffer, loc):
+        super().__init__(buffer, (0,), loc)
+        self.written = False
+
+    def node(self) -> dict:
+        if not self.written:
+            raise _trace.user_error(
+                f"T.alloc_var '{self.buffer.name}' is read before any value is written to it",
+                help=f"give it a first value: {self.buffer.name} = T.alloc_var(dtype, init=0), "
+                f"or assign {self.buffer.name} = ... before reading it",
+            )
+        return super().node()
+
+    def set(self, value):
+        """Store ``value`` (cast to the variable's dtype)."""
+        self.buffer[0] = value
+        self.written = True
+
+    def _update(self, op, other):
+        self.set(getattr(_trace.Expr, op)(self, other))
+        return self
+
+    def __iadd__(self, other):
+        return self._update("__add__", other)
+
+    def __isub__(self, other):
+        return self._update("__sub__", other)
+
+    def __imul__(self, other):
+        return self._update("__mul__", other)
+
+    def __itruediv__(self, other):
+        return self._update("__truediv__", other)
+
+    def __ifloordiv__(self, other):
+        return self._update("__floordiv__", other)
+
+    def __imod__(self, other):
+        return self._update("__mod__", other)
+
+    def __iand__(self, other):
+        return self._update("__and__", other)
+
+    def __ior__(self, other):
+        return self._update("__or__", other)
+
+    def __ixor__(self, other):
+        return self._update("__xor__", other)
+
+    def __ilshift__(self, other):
+        return self._update("__lshift__", other)
+
+    def __irshift__(self, other):
+        return self._update("__rshift__", other)
+
+    def __repr__(self):
+        return f"<T.alloc_var {self.buffer.name}: {self.dtype}>"
+
+
+def alloc_var(dtype, init=None, scope="local.var"):
+    """A scalar register variable: ``k = T.alloc_var(T.int32, init=0)``; assigning
+    ``k = k + 1`` inside the kernel stores into it (the rewrite of the kernel body)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.alloc_var", loc)
+    name = _trace.assigned_name(loc) or f"var{len(builder.buffers)}"
+    buffer = builder.new_buffer(name, "local", _trace.normalize_dtype(dtype), (1,), loc)
+    var = Var(buffer, loc)
+    if init is not None:
+        var.set(init)
+    return var
+
+
+def get_thread_binding(dim=0):
+    """The thread index (``threadIdx.x``): ``tx = T.get_thread_binding()``, for conditions
+    that select warp-role regions (``if tx < 128:`` is ``with T.ws(0):``)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.get_thread_binding", loc)
+    if dim != 0:
+        raise _trace.user_error(
+            f"T.get_thread_binding({dim}): tilers launches one-dimensional blocks (threads=n)",
+            loc=loc,
+            help="use T.get_thread_binding() (dimension 0)",
+        )
+    return builder.thread_var()
+
+
+def macro(func):
+    """A helper traced inline at each call: ``@T.macro def step(...): ...`` — its statements
+    land where it is called, its errors point at its own lines (and the call)."""
+    import functools
+
+    from . import _rewrite
+
+    code = _rewrite.prim_func_code(func, inside_kernel=True)
+    if code is not None:
+        import types
+
+        cells = dict(zip(func.__code__.co_freevars, func.__closure__ or ()))
+        closure = tuple(
+            types.CellType(_rewrite.Flow) if n == _rewrite.HELPER else cells[n] for n in code.co_freevars
+        )
+        body = types.FunctionType(code, func.__globals__, func.__name__, func.__defaults__, closure or None)
+        body.__kwdefaults__ = func.__kwdefaults__
+    else:
+        body = func
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        return body(*args, **kwargs)
+
+    return call
+
+
+def Cast(dtype, value):
+    """TileLang's spelling of ``T.cast(value, dtype)``: ``T.Cast(T.float16, x)``."""
+    return cast(value, dtype)
+
+
+def Serial(start, stop=None):
+    """TileLang's spelling of ``T.serial``: ``for k in T.Serial(n):``."""
+    return serial(start, stop)
+
+
+def clamp(x, lo, hi):
+    """``min(max(x, lo), hi)``: ``T.clamp(v, 0, 255)``."""
+    return min(max(x, lo), hi)
+
+
+def floordiv(a, b):
+    """Integer division rounding down (Python's ``//``): ``T.floordiv(i, 4)``."""
+    return a // b
+
+
+def floormod(a, b):
+    """The remainder of ``T.floordiv`` (Python's ``%``): ``T.floormod(i, 4)``."""
+    return a % b

@@ -405,6 +405,15 @@ impl<'a> Verifier<'a> {
         let m = self.m;
         let mut errors: Vec<(String, Loc, Option<String>)> = Vec::new();
         e.walk(&mut |x| match x {
+            // the thread index (T.get_thread_binding) selects warp-role regions; elsewhere a
+            // tile statement runs once per block, with no thread of its own
+            Expr::Var { id, .. } if m.var(*id).kind == VarKind::ThreadIdx => {
+                errors.push((
+                    "the thread index (T.get_thread_binding) can only select warp-role regions here, as in `if tx < 128:` or `if tx >= 128:`".into(),
+                    loc,
+                    Some("write per-thread work as T.Parallel loops (the compiler maps their iterations to threads), or split the warpgroups with T.ws(k)".into()),
+                ));
+            }
             Expr::Var { id, .. }
                 if !self.bound(*id) => {
                     errors.push((
@@ -818,7 +827,9 @@ impl<'a> Verifier<'a> {
                 self.scope.pop();
             }
             Stmt::If { cond, then, otherwise, loc } => {
-                self.expr(cond, *loc);
+                if m.thread_range(cond).is_none() {
+                    self.expr(cond, *loc);
+                }
                 if cond.dtype() != DType::Bool {
                     self.err("the condition of T.If must be a comparison (bool)".into(), *loc);
                 }

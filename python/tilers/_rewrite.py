@@ -1,0 +1,386 @@
+"""Python control flow on traced values inside a kernel body.
+
+TileLang parses a kernel's body, so its users write ``if i < n:``, ``a and b``, ``not c``,
+``x if c else y`` and ``lo <= i < hi`` on device values. tilers traces by running Python, and
+Python asks such values for a bool. So the body of a kernel function — the statements inside
+``with T.Kernel(...)`` — is rewritten before it runs (same file, same lines, so errors still
+point at the user's code):
+
+- ``if test: A else: B`` runs ``A`` / ``B`` as Python when ``test`` is a Python value
+  (compile-time metaprogramming), and records ``with T.If(test): A`` / ``T.Else(): B`` when
+  it is a traced value;
+- ``a and b`` / ``a or b`` / ``not a`` keep Python's meaning for Python values and become
+  logical operations of traced ones (``b`` is evaluated only where Python would);
+- ``x if c else y`` is ``T.if_then_else(c, x, y)`` for a traced ``c``;
+- ``a < b < c`` is ``a < b and b < c``;
+- ``x = value`` where ``x`` is a ``T.alloc_var`` stores into it (``x += 1`` too).
+
+What stays an error: ``while`` on a traced value, a traced value in a Python ``for``'s
+iterable or ``range`` bound where a device loop is not written (use ``T.serial``), and
+control flow in a helper function called from the kernel (it runs as plain Python: make it
+a ``T.macro``).
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+
+HELPER = "__tilers_flow__"
+_UNBOUND = object()
+
+
+def _attr_name(node):
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+def is_kernel_with(node) -> bool:
+    return isinstance(node, ast.With) and any(
+        isinstance(i.context_expr, ast.Call) and _attr_name(i.context_expr.func) in ("Kernel", "ClusterKernel")
+        for i in node.items
+    )
+
+
+def _helper(attr: str, like):
+    return ast.copy_location(ast.Attribute(ast.Name(HELPER, ast.Load()), attr, ast.Load()), like)
+
+
+def _thunk(expr):
+    return ast.copy_location(
+        ast.Lambda(
+            args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+            body=expr,
+        ),
+        expr,
+    )
+
+
+class ControlFlow(ast.NodeTransformer):
+    """Rewrites the statements inside ``with T.Kernel`` (see the module docstring); with
+    ``range_loops``, ``for ... in range(...)`` there becomes a ``T.serial`` loop too (the
+    eager style, as TileLang's)."""
+
+    def __init__(self, range_loops: bool = False, helper: str = HELPER):
+        self.depth = 0
+        self.range_loops = range_loops
+        self.helper = helper
+        self.counter = 0
+        self.changed = False
+
+    def h(self, attr, like):
+        return ast.copy_location(ast.Attribute(ast.Name(self.helper, ast.Load()), attr, ast.Load()), like)
+
+    # nested functions run as written (a helper called from the kernel is plain Python)
+    def visit_FunctionDef(self, node):
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_Lambda = visit_FunctionDef
+    visit_ClassDef = visit_FunctionDef
+
+    def visit_With(self, node):
+        kernel = is_kernel_with(node)
+        self.depth += kernel
+        self.generic_visit(node)
+        self.depth -= kernel
+        return node
+
+    def visit_For(self, node):
+        self.generic_visit(node)
+        call = node.iter
+        if (self.depth and self.range_loops and isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Name) and call.func.id == "range"):
+            call.func = self.h("range", call.func)
+            self.changed = True
+        return node
+
+    def visit_If(self, node):
+        self.generic_visit(node)
+        if not self.depth:
+            return node
+        self.changed = True
+        self.counter += 1
+        name = f"__tilers_cond{self.counter}"
+        store = ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], node.test), node)
+        test = ast.copy_location(ast.Name(name, ast.Load()), node)
+        traced = ast.copy_location(ast.Call(self.h("traced", node), [test], []), node)
+        device = [
+            ast.copy_location(
+                ast.With(
+                    items=[ast.withitem(ast.copy_location(ast.Call(self.h("If", node), [test], []), node))],
+                    body=node.body,
+                ),
+                node,
+            )
+        ]
+        if node.orelse:
+            device.append(
+                ast.copy_location(
+                    ast.With(
+                        items=[ast.withitem(ast.copy_location(ast.Call(self.h("Else", node), [], []), node))],
+                        body=node.orelse,
+                    ),
+                    node.orelse[0],
+                )
+            )
+        python = ast.copy_location(ast.If(test, node.body, node.orelse), node)
+        return [store, ast.copy_location(ast.If(traced, device, [python]), node)]
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        if not self.depth:
+            return node
+        self.changed = True
+        attr = "and_" if isinstance(node.op, ast.And) else "or_"
+        first, *rest = node.values
+        return ast.copy_location(ast.Call(self.h(attr, node), [first] + [_thunk(v) for v in rest], []), node)
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if not self.depth or not isinstance(node.op, ast.Not):
+            return node
+        self.changed = True
+        return ast.copy_location(ast.Call(self.h("not_", node), [node.operand], []), node)
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        if not self.depth:
+            return node
+        self.changed = True
+        return ast.copy_location(
+            ast.Call(self.h("ifexp", node), [node.test, _thunk(node.body), _thunk(node.orelse)], []), node
+        )
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if not self.depth or len(node.ops) < 2:
+            return node
+        self.changed = True
+        parts = []
+        left = node.left
+        for op, right in zip(node.ops, node.comparators):
+            parts.append(ast.copy_location(ast.Compare(left, [op], [right]), node))
+            left = right
+        first, *rest = parts
+        return ast.copy_location(ast.Call(self.h("and_", node), [first] + [_thunk(p) for p in rest], []), node)
+
+    def visit_Assign(self, node):
+        self.generic_visit(node)
+        if not self.depth or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            return node
+        self.changed = True
+        name = node.targets[0].id
+        current = ast.copy_location(
+            ast.Call(
+                ast.Attribute(ast.Call(ast.Name("locals", ast.Load()), [], []), "get", ast.Load()),
+                [ast.Constant(name), self.h("UNBOUND", node)],
+                [],
+            ),
+            node,
+        )
+        node.value = ast.copy_location(ast.Call(self.h("assign", node), [current, node.value], []), node)
+        return node
+
+
+class Flow:
+    """The helpers the rewritten body calls (``__tilers_flow__``)."""
+
+    UNBOUND = _UNBOUND
+
+    @staticmethod
+    def traced(value) -> bool:
+        from . import _trace
+
+        return isinstance(value, _trace.Expr)
+
+    @staticmethod
+    def If(cond):
+        from . import language
+
+        return language.If(_as_bool(cond))
+
+    @staticmethod
+    def Else():
+        from . import language
+
+        return language.Else()
+
+    @staticmethod
+    def and_(first, *thunks):
+        value = first
+        for thunk in thunks:
+            if Flow.traced(value):
+                other = thunk()
+                value = _as_bool(value) & _as_bool(other) if Flow.traced(other) else (
+                    _as_bool(value) if other else False)
+            elif not value:
+                return value
+            else:
+                value = thunk()
+        return value
+
+    @staticmethod
+    def or_(first, *thunks):
+        value = first
+        for thunk in thunks:
+            if Flow.traced(value):
+                other = thunk()
+                value = _as_bool(value) | _as_bool(other) if Flow.traced(other) else (
+                    True if other else _as_bool(value))
+            elif value:
+                return value
+            else:
+                value = thunk()
+        return value
+
+    @staticmethod
+    def not_(value):
+        if Flow.traced(value):
+            from . import _trace
+
+            return _trace.binary("eq", _as_bool(value), False)
+        return not value
+
+    @staticmethod
+    def ifexp(cond, then, otherwise):
+        if Flow.traced(cond):
+            from . import language
+
+            return language.if_then_else(_as_bool(cond), then(), otherwise())
+        return then() if cond else otherwise()
+
+    @staticmethod
+    def assign(current, value):
+        from . import language
+
+        if isinstance(current, language.Var):
+            current.set(value)
+            return current
+        return value
+
+    @staticmethod
+    def range(*args):
+        from . import language as T
+        from ._source import user_error
+
+        if len(args) == 3:
+            start, stop, step = args
+            if not (isinstance(step, int) and step == 1):
+                raise user_error(
+                    "a range loop inside T.Kernel becomes T.serial, which steps by 1; "
+                    f"this one steps by {step!r}",
+                    help="loop over the count and scale the index: for i in range(n): x = start + i * step",
+                )
+            return T.serial(start, stop)
+        if not 1 <= len(args) <= 2:
+            raise user_error(f"range expected 1 to 3 arguments, got {len(args)}")
+        return T.serial(*args)
+
+
+def _as_bool(value):
+    from . import _trace
+
+    if isinstance(value, _trace.Expr) and value.dtype != "bool":
+        return value != 0
+    return value
+
+
+# ---------------------------------------------------------------------------------------
+# rewriting a function
+
+
+def syntax(func):
+    """(source, ast.FunctionDef) of ``func`` with the file's own line and column numbers."""
+    try:
+        lines, first = inspect.getsourcelines(func)
+    except (OSError, TypeError):
+        return None
+    source = "".join(lines)
+    indent = len(source) - len(source.lstrip())
+    text = "if 1:\n" + source if indent else source  # columns stay the file's
+    try:
+        tree = ast.parse(text)
+        offset = first - 2 if indent else first - 1
+    except SyntaxError:
+        try:
+            tree = ast.parse(textwrap.dedent(source))
+        except SyntaxError:
+            return None
+        offset = first - 1
+    ast.increment_lineno(tree, offset)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func.__name__:
+            return source, node
+    return None
+
+
+def make_maker(func, definition, helpers: list[str]):
+    """Compile the rewritten ``definition`` inside a function taking ``helpers`` and the
+    original's free names, which returns it (so its globals stay the function's own)."""
+    code = func.__code__
+    freevars = code.co_freevars
+    maker = ast.FunctionDef(
+        name="__tilers_make__",
+        args=ast.arguments(
+            posonlyargs=[], args=[ast.arg(h) for h in helpers] + [ast.arg(n) for n in freevars],
+            kwonlyargs=[], kw_defaults=[], defaults=[],
+        ),
+        body=[definition, ast.Return(ast.Name(definition.name, ast.Load()))],
+        decorator_list=[],
+        returns=None,
+        type_params=[],
+    )
+    ast.copy_location(maker, definition)
+    module = ast.Module(body=[maker], type_ignores=[])
+    ast.fix_missing_locations(module)
+    namespace: dict = {}
+    exec(compile(module, code.co_filename, "exec"), func.__globals__, namespace)
+    return namespace["__tilers_make__"]
+
+
+_prim_cache: dict = {}
+
+
+def prim_func_code(func, inside_kernel: bool = False):
+    """The code of a prim_func's function with its kernel body rewritten, or None when the
+    body has nothing to rewrite (the function then runs as written). Its free names: the
+    helper ``__tilers_flow__`` and any of the original's. ``inside_kernel``: the whole body
+    is kernel code (a ``T.macro``)."""
+    # by identity: code objects of two files compare equal when only their file differs
+    key = (id(func.__code__), inside_kernel)
+    known = _prim_cache.get(key)
+    if known is not None and known[0] is func.__code__:
+        return known[1]
+    result = None
+    found = syntax(func)
+    if found is not None:
+        _, definition = found
+        definition.decorator_list = []
+        definition.returns = None
+        args = definition.args
+        for arg in args.posonlyargs + args.args + args.kwonlyargs:
+            arg.annotation = None  # evaluated by the tracer from the original
+        for arg in (args.vararg, args.kwarg):
+            if arg is not None:
+                arg.annotation = None
+        flow = ControlFlow()
+        flow.depth = int(inside_kernel)
+        definition.body = [flow.visit(s) for s in definition.body]
+        flat = []
+        for s in definition.body:
+            flat.extend(s if isinstance(s, list) else [s])
+        definition.body = flat
+        if flow.changed:
+            ast.fix_missing_locations(definition)
+            maker = make_maker(func, definition, [HELPER])
+            inner = maker(Flow, *([None] * len(func.__code__.co_freevars)))
+            result = inner.__code__
+    _prim_cache[key] = (func.__code__, result)
+    return result

@@ -1,0 +1,225 @@
+"""Python control flow on traced values inside a kernel body (the rewrite of tilers/_rewrite.py),
+`T.alloc_var`, `T.get_thread_binding` for warp-role conditions, `T.macro`, and TileLang's
+small spellings (`T.Cast`, `.astype`, `T.Serial`, `T.clamp`, `T.floordiv`, `T.floormod`).
+Kernels run on the interpreter against numpy; misuse is an error at the user's line."""
+
+import numpy as np
+import pytest
+import tilers
+import tilers.language as T
+from tilers.errors import TileError
+
+
+def rand(*shape, dtype="float32", seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def run(func, *arrays, out_idx=None, **params):
+    return tilers.compile(func, out_idx=out_idx, target="interp", **params)(*arrays)
+
+
+def test_if_on_a_traced_value_is_a_device_branch_and_on_a_python_value_a_compile_time_one():
+    def make(wide):
+        @T.prim_func
+        def k(A: T.Tensor((4, 64), "float32"), B: T.Tensor((4, 64), "float32")):
+            with T.Kernel(4, threads=64) as bx:
+                for j in T.Parallel(64):
+                    if bx < 2:  # traced: a branch per block
+                        B[bx, j] = A[bx, j] * 2.0
+                    elif bx == 2:
+                        B[bx, j] = -A[bx, j]
+                    else:
+                        B[bx, j] = A[bx, j] + (100.0 if wide else 1.0)  # Python: chosen now
+
+        return k
+
+    a = rand(4, 64)
+    for wide in (True, False):
+        b = np.zeros_like(a)
+        tilers.compile(make(wide), target="interp")(a, b)
+        np.testing.assert_allclose(b[:2], a[:2] * 2, rtol=1e-6)
+        np.testing.assert_allclose(b[2], -a[2], rtol=1e-6)
+        np.testing.assert_allclose(b[3], a[3] + (100.0 if wide else 1.0), rtol=1e-6)
+    program = tilers.compile(make(True), target="interp").program_json
+    assert program.count('"op":"if"') >= 2
+
+
+def test_and_or_not_ternaries_and_chained_comparisons_on_traced_values():
+    n = 50
+
+    @T.prim_func
+    def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                inside = 0 <= i < n
+                B[i] = T.if_then_else(inside and not (i % 2 == 0 or i > 40), A[i], 0.0)
+                if i >= 60 or (i < 2 and A[i] > 0):
+                    B[i] = 7.0
+                B[i] = B[i] + (1.0 if i < 10 else 0.0)
+
+    a = rand(64)
+    b = np.zeros_like(a)
+    tilers.compile(k, target="interp")(a, b)
+    i = np.arange(64)
+    want = np.where((i < n) & ~((i % 2 == 0) | (i > 40)), a, 0.0)
+    want = np.where((i >= 60) | ((i < 2) & (a > 0)), 7.0, want) + np.where(i < 10, 1.0, 0.0)
+    np.testing.assert_allclose(b, want.astype(np.float32), rtol=1e-6)
+
+
+def test_python_values_keep_pythons_meaning():
+    items = [1, 2, 3]
+
+    @T.prim_func
+    def k(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            scale = 2.0 if len(items) > 2 else 3.0
+            first = items and items[0]
+            flag = not items
+            for i in T.Parallel(8):
+                A[i] = A[i] * scale + first + (10.0 if flag else 0.0)
+
+    a = rand(8)
+    want = a * 2.0 + 1
+    tilers.compile(k, target="interp")(a)
+    np.testing.assert_allclose(a, want, rtol=1e-6)
+
+
+def test_alloc_var_assignment_stores_into_it():
+    @T.prim_func
+    def k(A: T.Tensor((100,), "float32"), S: T.Tensor((2,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            total = T.alloc_var(T.float32, init=0.0)
+            count = T.alloc_var("int32")
+            count = 0
+            for j in T.serial(100):
+                if A[j] > 0:
+                    total = total + A[j]
+                    count += 1
+            S[0] = total
+            S[1] = T.Cast("float32", count)
+
+    a = rand(100)
+    s = np.zeros(2, np.float32)
+    tilers.compile(k, target="interp")(a, s)
+    np.testing.assert_allclose(s[0], a[a > 0].sum(), rtol=1e-5)
+    assert s[1] == (a > 0).sum()
+    assert tilers.compile(k, target="cuda:sm_90a").cubin[:4] == b"\x7fELF"
+
+
+def test_an_alloc_var_read_before_any_write_is_an_error_at_the_read():
+    @T.prim_func
+    def k(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            x = T.alloc_var(T.float32)
+            A[0] = x + 1.0  # <- read before write
+
+    with pytest.raises(TileError, match="T.alloc_var 'x' is read before any value is written") as info:
+        tilers.compile(k, target="interp")
+    assert "A[0] = x + 1.0" in str(info.value)
+
+
+def test_get_thread_binding_selects_warp_role_regions():
+    @T.prim_func
+    def k(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            tx = T.get_thread_binding()
+            if tx < 128:
+                for i in T.Parallel(128):
+                    B[i] = A[i] + 1.0
+            if tx >= 128:
+                for i in T.Parallel(128):
+                    B[128 + i] = A[128 + i] * 2.0
+
+    kernel = tilers.compile(k, target="cuda:sm_90a")
+    assert "T.ws region on threads 0-127" in kernel.report()
+    a = rand(256)
+    b = np.zeros_like(a)
+    kernel(a, b)
+    np.testing.assert_allclose(b, np.concatenate([a[:128] + 1, a[128:] * 2]), rtol=1e-6)
+    assert tilers.testing.check_passes(k, arch="sm_90a").ok
+
+
+def test_the_thread_index_elsewhere_is_an_error_at_the_line():
+    @T.prim_func
+    def k(A: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            tx = T.get_thread_binding()
+            A[tx] = 1.0  # <- per-thread code outside a parallel loop
+
+    with pytest.raises(TileError, match="the thread index .* can only select warp-role regions") as info:
+        tilers.compile(k, target="cuda:sm_90a")
+    assert "A[tx] = 1.0" in str(info.value)
+
+
+def test_a_macro_is_traced_at_each_call():
+    @T.macro
+    def axpy(dst, src, alpha, n):
+        for i in T.Parallel(n):
+            if alpha > 0:
+                dst[i] = dst[i] + src[i] * alpha
+            else:
+                dst[i] = src[i]
+
+    @T.prim_func
+    def k(X: T.Tensor((64,), "float32"), Y: T.Tensor((64,), "float32"), a: T.float32):
+        with T.Kernel(1, threads=64) as bx:
+            axpy(Y, X, a, 64)
+            axpy(Y, X, 1.0, 64)
+
+    x, y = rand(64), rand(64, seed=1)
+    want = y + x * 0.5 + x
+    tilers.compile(k, target="interp")(x, y, 0.5)
+    np.testing.assert_allclose(y, want, rtol=1e-5)
+
+
+def test_small_spellings():
+    @T.prim_func
+    def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float16"), C: T.Tensor((64,), "int32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                B[i] = T.clamp(A[i], -1.0, 1.0).astype("float16")
+                C[i] = T.floordiv(i - 32, 5) * 100 + T.floormod(i - 32, 5)
+            for k2 in T.Serial(2):
+                C[k2] = C[k2] + 1
+
+    a = rand(64) * 3
+    b = np.zeros(64, np.float16)
+    c = np.zeros(64, np.int32)
+    tilers.compile(k, target="interp")(a, b, c)
+    np.testing.assert_allclose(b, np.clip(a, -1, 1).astype(np.float16))
+    i = np.arange(64) - 32
+    want = (i // 5) * 100 + i % 5
+    want[:2] += 1
+    np.testing.assert_array_equal(c, want)
+
+
+def test_while_on_a_traced_value_stays_an_error():
+    @T.prim_func
+    def k(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            while A[0] > 0:
+                A[0] = A[0] - 1.0
+
+    with pytest.raises(TileError, match="cannot be used as a Python bool here"):
+        tilers.compile(k, target="interp")
+
+
+@tilers.jit
+def eager_relu_shift(A, shift=1.0):
+    N = T.const("N")
+    A: T.Tensor((N,), T.float32)
+    B = T.empty((N,), T.float32)
+    with T.Kernel(T.ceildiv(N, 128), threads=128) as bx:
+        for i in T.Parallel(128):
+            x = A[bx * 128 + i]
+            if x > 0 and shift != 0:
+                B[bx * 128 + i] = x + shift
+            else:
+                B[bx * 128 + i] = 0.0
+    return B
+
+
+def test_the_eager_style_has_the_same_control_flow():
+    a = rand(300)
+    np.testing.assert_allclose(eager_relu_shift(a), np.where(a > 0, a + 1.0, 0.0), rtol=1e-6)
+    np.testing.assert_allclose(eager_relu_shift(a, 0.0), np.zeros_like(a))
