@@ -223,3 +223,26 @@ def test_the_eager_style_has_the_same_control_flow():
     a = rand(300)
     np.testing.assert_allclose(eager_relu_shift(a), np.where(a > 0, a + 1.0, 0.0), rtol=1e-6)
     np.testing.assert_allclose(eager_relu_shift(a, 0.0), np.zeros_like(a))
+
+
+def test_tile_ops_inside_a_device_branch_get_their_barriers():
+    # a copy into shared memory and a read of it, both inside `if` on a traced value: the
+    # barrier between them goes inside the branch (the condition is the block's)
+    @T.prim_func
+    def k(A: T.Tensor((256, 64), "float32"), B: T.Tensor((256, 64), "float32"), n: T.int32):
+        with T.Kernel(4, threads=128) as bx:
+            S = T.alloc_shared((64, 64), "float32")
+            if bx < n:
+                T.copy(A[bx * 64, 0], S)
+                for i, j in T.Parallel(64, 64):
+                    B[bx * 64 + i, j] = S[63 - i, j] * 2.0
+            else:
+                T.copy(A[bx * 64, 0], S)
+                for i, j in T.Parallel(64, 64):
+                    B[bx * 64 + i, j] = S[i, 63 - j]
+
+    result = tilers.testing.check_passes(k, arch="sm_90a")
+    assert result.ok, result.failure_message()
+    source = tilers.compile(k, target="cuda:sm_90a").source
+    body = source[source.index("if ((bx < n))"):]
+    assert body.count("__syncthreads();") >= 2

@@ -194,16 +194,19 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             Stmt::If { cond, then, otherwise, loc } => {
-                // a barrier must not be conditional; sync before a branch that touches shared memory
-                let (r, w) = accesses(
-                    m,
-                    &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: otherwise.clone(), loc },
-                );
-                if hazard(&pending.seen_by(scope), &r, &w) {
+                // a tile-level condition is the same on every thread of the block (it reads
+                // no thread's own values: verify), so each branch gets its barriers inside;
+                // what either leaves pending is pending after the branch
+                let (r, _) = accesses(m, &Stmt::If { cond: cond.clone(), then: vec![], otherwise: vec![], loc });
+                if hazard(&pending.seen_by(scope), &r, &BTreeSet::new()) {
                     out.push(Stmt::inst(inst::Sync));
                     pending.synced(scope);
                 }
-                pending.record(scope, r, w);
+                pending.record(scope, r, BTreeSet::new());
+                let mut other = pending.clone();
+                let then = place(m, then, pending, scope);
+                let otherwise = place(m, otherwise, &mut other, scope);
+                pending.join(&other);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             Stmt::Inst(i) if i.effects().barrier => {
