@@ -246,3 +246,31 @@ def test_tile_ops_inside_a_device_branch_get_their_barriers():
     source = tilers.compile(k, target="cuda:sm_90a").source
     body = source[source.index("if ((bx < n))"):]
     assert body.count("__syncthreads();") >= 2
+
+
+def test_barriers_the_kernel_places():
+    @T.prim_func
+    def k(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            S = T.alloc_shared((256,), "float32")
+            for i in T.Parallel(256):
+                S[i] = A[i]
+            T.sync_threads()
+            for i in T.Parallel(256):
+                B[i] = S[255 - i]
+            T.sync_threads(3, 128)
+            T.wait_wgmma(0)
+
+    kernel = tilers.compile(k, target="cuda:sm_90a")
+    assert "bar.sync 3, 128;" in kernel.source and "__syncthreads();" in kernel.source
+    a = rand(256)
+    b = np.zeros_like(a)
+    tilers.compile(k, target="interp")(a, b)
+    np.testing.assert_array_equal(b, a[::-1])
+    with pytest.raises(TileError, match="a named barrier is an id from 0 to 15"):
+        @T.prim_func
+        def bad(A: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=128) as bx:
+                T.sync_threads(3, 100)
+
+        tilers.compile(bad, target="interp")

@@ -103,6 +103,10 @@ class TuneResult:
     def latency(self) -> float:  # TileLang's name
         return self.ms
 
+    @property
+    def ref_latency(self):  # TileLang's: the reference's time; tilers does not time it
+        return None
+
 
 # ---------------------------------------------------------------------------------------
 # record keys

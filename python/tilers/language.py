@@ -9,6 +9,9 @@ from . import _trace
 from ._trace import cast
 
 __all__ = [
+    "wait_wgmma",
+    "wgmma_gemm",
+    "sync_threads",
     "floormod",
     "floordiv",
     "clamp",
@@ -1463,3 +1466,41 @@ def floordiv(a, b):
 def floormod(a, b):
     """The remainder of ``T.floordiv`` (Python's ``%``): ``T.floormod(i, 4)``."""
     return a % b
+
+
+def sync_threads(barrier_id=None, arrive_count=None):
+    """A barrier the kernel places itself: ``T.sync_threads()`` (every thread of the block,
+    ``__syncthreads``) or ``T.sync_threads(3, 128)`` (named barrier 3 over 128 threads). tilers
+    places the barriers tile operations need on its own; this one orders what it does not
+    see (e.g. between warp-role regions)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.sync_threads", loc)
+    if barrier_id is None:
+        builder.emit({"op": "sync"}, loc)
+        return
+    count = arrive_count if arrive_count is not None else builder.kernel_threads
+    if (not isinstance(barrier_id, _builtins.int) or not 0 <= barrier_id < 16
+            or not isinstance(count, _builtins.int) or count <= 0 or count % 32):
+        raise _trace.user_error(
+            f"T.sync_threads({barrier_id!r}, {arrive_count!r}): a named barrier is an id from 0 to 15 "
+            "over a positive multiple of 32 threads",
+            loc=loc,
+        )
+    builder.emit({"op": "sync", "id": barrier_id, "threads": count}, loc)
+
+
+def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,
+               clear_accum=False):
+    """TileLang's asynchronous ``wgmma`` gemm: ``T.wgmma_gemm(A_s, B_s, acc)`` is ``T.gemm``
+    (wgmma on sm_90a, its completion waited for before the next use of ``acc``; the wait of
+    ``T.wait_wgmma`` is already done)."""
+    return gemm(A, B, C, transpose_A=transpose_A, transpose_B=transpose_B, policy=policy,
+                clear_accum=clear_accum)
+
+
+def wait_wgmma(pending=0):
+    """TileLang's wait for ``T.wgmma_gemm`` groups: ``T.wait_wgmma(0)``. tilers' gemms
+    complete before their accumulator is used, so there is nothing left to wait for."""
+    if not isinstance(pending, _builtins.int) or pending < 0:
+        raise _trace.user_error(f"T.wait_wgmma takes a non-negative count, got {pending!r}")

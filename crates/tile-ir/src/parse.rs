@@ -634,6 +634,24 @@ impl Parser {
                 };
                 Stmt::Barrier(BarrierOp { kind, bar, idx, loc: l(&o)? })
             }
+            "sync" => {
+                // T.sync_threads(): the block's barrier; T.sync_threads(id, n): named barrier id over n threads
+                let o = Obj::new(v, path, &["op", "id", "threads", "loc"])?;
+                match o.opt("id") {
+                    None => Stmt::inst(crate::inst::Sync),
+                    Some(_) => {
+                        let id = o.int("id")?;
+                        let threads = o.int("threads")?;
+                        if !(0..16).contains(&id) || threads <= 0 || threads % 32 != 0 {
+                            return err(
+                                path,
+                                "a named barrier is id 0 to 15 over a positive multiple of 32 threads",
+                            );
+                        }
+                        Stmt::inst(crate::inst::NamedBarrier { id: id as u32, threads: threads as u32 })
+                    }
+                }
+            }
             "set_max_nreg" => {
                 let o = Obj::new(v, path, &["op", "regs", "inc", "loc"])?;
                 let regs = o.int("regs")?;

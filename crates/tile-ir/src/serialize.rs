@@ -104,6 +104,10 @@ fn stmt(s: &Stmt) -> Option<Value> {
         Stmt::Inst(crate::inst::Inst::SetMaxNReg(i)) => {
             json!({"op": "set_max_nreg", "regs": i.regs, "inc": i.inc})
         }
+        Stmt::Inst(crate::inst::Inst::Sync(_)) => json!({"op": "sync"}),
+        Stmt::Inst(crate::inst::Inst::NamedBarrier(b)) => {
+            json!({"op": "sync", "id": b.id, "threads": b.threads})
+        }
         Stmt::Reduce(op) => json!({
             "op": "reduce", "kind": op.kind.name(), "src": op.src.0, "dst": op.dst.0, "dim": op.dim, "clear": op.clear
         }),

@@ -13,7 +13,7 @@ use crate::Ctx;
 use std::collections::{BTreeMap, BTreeSet};
 use tile_ir::inst::{self, AccessKind};
 use tile_ir::{
-    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Instruction, Module, Printed, Scope, Stmt,
+    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Inst, Instruction, Module, Printed, Scope, Stmt,
 };
 
 #[derive(Clone, Default, PartialEq)]
@@ -197,7 +197,8 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                 // a tile-level condition is the same on every thread of the block (it reads
                 // no thread's own values: verify), so each branch gets its barriers inside;
                 // what either leaves pending is pending after the branch
-                let (r, _) = accesses(m, &Stmt::If { cond: cond.clone(), then: vec![], otherwise: vec![], loc });
+                let (r, _) =
+                    accesses(m, &Stmt::If { cond: cond.clone(), then: vec![], otherwise: vec![], loc });
                 if hazard(&pending.seen_by(scope), &r, &BTreeSet::new()) {
                     out.push(Stmt::inst(inst::Sync));
                     pending.synced(scope);
@@ -209,6 +210,8 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                 pending.join(&other);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
+            // a named barrier the kernel placed orders only the threads it names
+            s @ Stmt::Inst(Inst::NamedBarrier(_)) => out.push(s),
             Stmt::Inst(i) if i.effects().barrier => {
                 pending.synced(scope);
                 out.push(Stmt::Inst(i));
