@@ -459,3 +459,11 @@ def test_tooling_namespaces():
     assert tilers.is_cache_enabled()
     with pytest.raises(TileError, match="tilers.layout.Fragment is not supported yet"):
         tilers.layout.Fragment((16, 16), lambda i, j: i)
+
+
+def test_autotuning_an_eager_function_with_its_parameters_given_compiles_that_config():
+    tuned = tilers.autotune(configs=[{"block_M": 16}, {"block_M": 32}])(eager_add)
+    kernel = tuned.compile(M=64, N=16, block_M=16)  # nothing to tune: no GPU needed
+    assert isinstance(kernel, tilers.JITKernel)
+    a, b = rand(64, 16), rand(64, 16, seed=1)
+    np.testing.assert_array_equal(tuned(a, b, 32), a + b)

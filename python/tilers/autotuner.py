@@ -1040,13 +1040,28 @@ class AutotunedEager:
                 kwargs[name] = value
         return tuple(args), kwargs
 
+    def _given(self, args, kwargs) -> bool:
+        """Whether the call passes a tuned parameter itself (then nothing is tuned, as in
+        TileLang: the call compiles what it names)."""
+        if callable(self.configs):
+            return False
+        tuned = {k for c in self.configs for k in c}
+        names = self.function._names
+        positional = set(names[: len(args)])
+        return bool(tuned & (set(kwargs) | positional))
+
     def __call__(self, *args, **kwargs):
+        if self._given(args, kwargs):
+            return self.function(*args, **kwargs)
         config = self.tune(*args, **kwargs)
         call_args, call_kwargs = self._bind(args, kwargs, config)
         return self.function(*call_args, **call_kwargs)
 
     def compile(self, *args, **kwargs):
-        """The best kernel for these arguments (tuned on first use)."""
+        """The best kernel for these arguments (tuned on first use); with a tuned parameter
+        given, the kernel of those arguments."""
+        if self._given(args, kwargs):
+            return self.function.compile(*args, **kwargs)
         config = self.tune(*args, **kwargs)
         call_args, call_kwargs = self._bind(args, kwargs, config)
         return self.function.compile(*call_args, **call_kwargs)
