@@ -346,7 +346,7 @@ def test_an_annotation_of_a_name_that_is_no_parameter_is_an_error():
     def body(A):
         N = T.const("N")
         A: T.Tensor((N,), T.float32)
-        X: T.Tensor((N,), T.float32)
+        X: T.Tensor((N,), T.float32)  # noqa: F842 - the mistake under test
         with T.Kernel(1) as bx:
             A[0] = 1.0
 

@@ -2,6 +2,9 @@
 and the tooling names (profiler back ends, TensorSupplyType, torch_assert_close, AutoTuner,
 set_autotune_inputs)."""
 
+import os
+import sys
+
 import pytest
 import tilers
 import tilers.language as T
@@ -9,25 +12,11 @@ import tilers.language as T
 pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.dirname(__file__))
+import test_eager  # noqa: E402
 
-
-@tilers.jit
-def matmul(A, B, block_M, block_N, block_K, dtype=T.float16, accum_dtype=T.float32, num_stages=3):
-    M, N, K = T.const("M, N, K")
-    A: T.Tensor((M, K), dtype)
-    B: T.Tensor((K, N), dtype)
-    C = T.empty((M, N), dtype)
-    with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=128) as (bx, by):
-        A_s = T.alloc_shared((block_M, block_K), dtype)
-        B_s = T.alloc_shared((block_K, block_N), dtype)
-        acc = T.alloc_fragment((block_M, block_N), accum_dtype)
-        T.clear(acc)
-        for ko in T.Pipelined(T.ceildiv(K, block_K), num_stages=num_stages):
-            T.copy(A[by * block_M, ko * block_K], A_s)
-            T.copy(B[ko * block_K, bx * block_N], B_s)
-            T.gemm(A_s, B_s, acc)
-        T.copy(acc, C[by * block_M, bx * block_N])
-    return C
+# the CPU tests' eager GEMM (tests/test_eager.py), here on torch tensors
+matmul = test_eager.eager_matmul
 
 
 @tilers.jit

@@ -31,7 +31,7 @@ HELPER = "__tilers_flow__"
 _UNBOUND = object()
 
 
-def _attr_name(node):
+def attr_name(node):
     if isinstance(node, ast.Call):
         node = node.func
     if isinstance(node, ast.Attribute):
@@ -43,13 +43,9 @@ def _attr_name(node):
 
 def is_kernel_with(node) -> bool:
     return isinstance(node, ast.With) and any(
-        isinstance(i.context_expr, ast.Call) and _attr_name(i.context_expr.func) in ("Kernel", "ClusterKernel")
+        isinstance(i.context_expr, ast.Call) and attr_name(i.context_expr.func) in ("Kernel", "ClusterKernel")
         for i in node.items
     )
-
-
-def _helper(attr: str, like):
-    return ast.copy_location(ast.Attribute(ast.Name(HELPER, ast.Load()), attr, ast.Load()), like)
 
 
 def _thunk(expr):

@@ -37,6 +37,7 @@ record's key, so a nearby batch size finds the tuned config again without a sear
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import hashlib
@@ -46,6 +47,7 @@ import math
 import os
 import sys
 import textwrap
+import threading
 import time
 import types
 
@@ -422,9 +424,8 @@ class AutotunedFunction:
         search="auto", tile_keys=None, keep=3, early_stop=1.5, max_workers=None,
         records=True, records_dir=None, verbose=True, bucket=None,
     ):
-        from .jit import JitFunction
-
         from .eager import EagerFunction
+        from .jit import JitFunction
 
         if isinstance(jit_function, EagerFunction):
             raise TileError(
@@ -1186,13 +1187,10 @@ def autotune(
 # TileLang's other spellings: set_autotune_inputs and the AutoTuner builder
 # ---------------------------------------------------------------------------------------
 
-import contextlib as _contextlib
-import threading as _threading
-
-_autotune_inputs = _threading.local()
+_autotune_inputs = threading.local()
 
 
-@_contextlib.contextmanager
+@contextlib.contextmanager
 def set_autotune_inputs(*tensors):
     """Within the block, tuning runs every config on these inputs (the kernel's input
     arguments, in order) instead of random ones: ``with set_autotune_inputs(a, b): f(M, N)``;

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import textwrap
 import threading
 
 from . import _rewrite, _trace
@@ -51,18 +50,18 @@ def is_eager(func) -> bool:
     """The rule (docs/porting.md): a function containing a nested ``@T.prim_func`` is a
     factory; one whose own body opens ``with T.Kernel(...)``, or calls ``T.const`` or
     ``T.empty``, is eager; anything else (or a function without source) is a factory."""
-    syntax = _syntax(func)
+    syntax = _rewrite.syntax(func)
     if syntax is None:
         return False
     definition = syntax[1]
     eager = False
     for node in _own_nodes(definition):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not definition:
-            if any(_attr_name(d) == "prim_func" for d in node.decorator_list):
+            if any(_rewrite.attr_name(d) == "prim_func" for d in node.decorator_list):
                 return False
-        if isinstance(node, ast.With) and any(_is_kernel(item.context_expr) for item in node.items):
+        if isinstance(node, ast.With) and _rewrite.is_kernel_with(node):
             eager = True
-        if isinstance(node, ast.Call) and _attr_name(node.func) in ("const", "empty"):
+        if isinstance(node, ast.Call) and _rewrite.attr_name(node.func) in ("const", "empty"):
             eager = True
     return eager
 
@@ -80,85 +79,8 @@ def _own_nodes(definition):
         pending.extend(ast.iter_child_nodes(node))
 
 
-def _attr_name(node) -> str | None:
-    """``prim_func`` for ``T.prim_func``, ``prim_func`` or ``T.prim_func(...)``."""
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Attribute):
-        return node.attr
-    if isinstance(node, ast.Name):
-        return node.id
-    return None
-
-
-def _is_kernel(node) -> bool:
-    return isinstance(node, ast.Call) and _attr_name(node.func) in ("Kernel", "ClusterKernel")
-
-
-def _syntax(func):
-    """(source lines, ast.FunctionDef) with the file's own line and column numbers."""
-    try:
-        lines, first = inspect.getsourcelines(func)
-    except (OSError, TypeError):
-        return None
-    source = "".join(lines)
-    indent = len(source) - len(source.lstrip())
-    # parse the indented source under `if 1:` so columns stay the file's
-    text = "if 1:\n" + source if indent else source
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        try:
-            tree = ast.parse(textwrap.dedent(source))
-        except SyntaxError:
-            return None
-        offset = first - 1
-    else:
-        offset = first - 2 if indent else first - 1
-    ast.increment_lineno(tree, offset)
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == func.__name__:
-            return source, node
-    return None
-
-
 # ----------------------------------------------------------------------------------------
 # the rewrite
-
-
-class _Rewrite(ast.NodeTransformer):
-    """``range`` loops inside ``with T.Kernel`` become ``T.serial`` loops (nested function
-    bodies keep Python's semantics)."""
-
-    def __init__(self):
-        self.kernel_depth = 0
-
-    def visit_With(self, node):
-        kernel = any(_is_kernel(item.context_expr) for item in node.items)
-        self.kernel_depth += kernel
-        self.generic_visit(node)
-        self.kernel_depth -= kernel
-        return node
-
-    def visit_For(self, node):
-        self.generic_visit(node)
-        call = node.iter
-        if (
-            self.kernel_depth
-            and isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Name)
-            and call.func.id == "range"
-        ):
-            call.func = ast.copy_location(
-                ast.Attribute(ast.Name(_HELPER, ast.Load()), "range", ast.Load()), call.func
-            )
-        return node
-
-    def visit_FunctionDef(self, node):
-        return node  # a helper defined in the body runs as written
-
-    visit_AsyncFunctionDef = visit_FunctionDef
-    visit_Lambda = visit_FunctionDef
 
 
 def _declaration(name: str, annotation, loc_node, header: bool):
@@ -178,7 +100,7 @@ class Rewritten:
     """The rewritten function's code and what the rewrite learned about the parameters."""
 
     def __init__(self, func):
-        syntax = _syntax(func)
+        syntax = _rewrite.syntax(func)
         if syntax is None:
             raise TileError(
                 f"@tilers.jit: the source of '{func.__name__}' is not available, so its eager "
@@ -245,28 +167,8 @@ class Rewritten:
             body.extend(done if isinstance(done, list) else [done])
         definition.body = body
         ast.fix_missing_locations(definition)
-        code = func.__code__
-        self.freevars = code.co_freevars
-        maker = ast.FunctionDef(
-            name="__tilers_make__",
-            args=ast.arguments(
-                posonlyargs=[],
-                args=[ast.arg(_HELPER)] + [ast.arg(n) for n in self.freevars],
-                kwonlyargs=[],
-                kw_defaults=[],
-                defaults=[],
-            ),
-            body=[definition, ast.Return(ast.Name(definition.name, ast.Load()))],
-            decorator_list=[],
-            returns=None,
-            type_params=[],
-        )
-        ast.copy_location(maker, definition)
-        module = ast.Module(body=[maker], type_ignores=[])
-        ast.fix_missing_locations(module)
-        namespace: dict = {}
-        exec(compile(module, code.co_filename, "exec"), func.__globals__, namespace)
-        self.make = namespace["__tilers_make__"]
+        self.freevars = func.__code__.co_freevars
+        self.make = _rewrite.make_maker(func, definition, [_HELPER])
         self.func = func
 
     def function(self, helper):
@@ -288,7 +190,7 @@ def _annotation_kind(node) -> str | None:
     target = node
     if isinstance(target, (ast.Call, ast.Subscript)):
         target = target.func if isinstance(target, ast.Call) else target.value
-        name = _attr_name(target)
+        name = _rewrite.attr_name(target)
         return "tensor" if name in _TENSOR_NAMES else None
     if isinstance(target, ast.Attribute) and target.attr in _SCALAR_NAMES:
         return "scalar"
@@ -331,23 +233,6 @@ class _Trace(_rewrite.Flow):
         self.sources: dict[str, tuple] = {}  # T.const name -> (value, where it came from)
 
     # --- helpers called by the rewritten code ---------------------------------------
-
-    def range(self, *args):
-        from . import language as T
-
-        if len(args) == 3:
-            start, stop, step = args
-            if not (isinstance(step, int) and step == 1):
-                raise user_error(
-                    "a range loop inside T.Kernel becomes T.serial, which steps by 1; "
-                    f"this one steps by {step!r}",
-                    help="loop over the count and scale the index: "
-                    "for i in range(n): x = start + i * step",
-                )
-            return T.serial(start, stop)
-        if not 1 <= len(args) <= 2:
-            raise user_error(f"range expected 1 to 3 arguments, got {len(args)}")
-        return T.serial(*args)
 
     def declare(self, name: str, annotation, header: bool):
         from . import language as T  # noqa: F401  (the annotation was evaluated already)

@@ -309,7 +309,6 @@ class Profiler:
 
     def __init__(self, kernel, supply_type="auto", scalars=None, seed=0, sizes=None):
         from tilers import _sizes
-
         from tilers.utils.tensor import supply_name
 
         supply_type = supply_name(supply_type)
