@@ -15,6 +15,7 @@ _LAZY = {
     "JITKernel": ("kernel", "JITKernel"),
     "Profiler": ("profiler", "Profiler"),
     "TensorSupplyType": ("utils.tensor", "TensorSupplyType"),
+    "env": ("env", "env"),
 }
 _SUBMODULES = {"autotuner", "profiler", "testing", "utils", "layout", "math", "cache", "eager", "transform"}
 
