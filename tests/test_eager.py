@@ -452,6 +452,7 @@ def test_tooling_namespaces():
     from tilers.testing import requires_cuda, set_random_seed, torch_assert_close  # noqa: F401
     from tilers.utils.tensor import TensorSupplyType, get_tensor_supply  # noqa: F401
 
+    assert tilers.env.TILELANG_CACHE_DIR == tilers.cache.cache_dir()
     assert tilers.is_cache_enabled()
     tilers.disable_cache()
     assert not tilers.is_cache_enabled()
