@@ -468,3 +468,8 @@ def test_autotuning_an_eager_function_with_its_parameters_given_compiles_that_co
     assert isinstance(kernel, tilers.JITKernel)
     a, b = rand(64, 16), rand(64, 16, seed=1)
     np.testing.assert_array_equal(tuned(a, b, 32), a + b)
+
+
+def test_a_scalar_for_a_tensor_parameter_is_named():
+    with pytest.raises(TypeError, match="eager_add: parameter 'A' expects a tensor, got int 3"):
+        eager_add(3, rand(4, 4))

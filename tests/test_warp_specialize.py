@@ -398,3 +398,19 @@ def test_a_manual_pipeline_schedule_is_accepted_with_a_warning():
     assert any("the manual schedule is not used" in str(w.message) for w in caught)
     with pytest.raises(TileError, match="order= has 2 entries and stage= 3"):
         T.Pipelined(4, num_stages=2, order=[0, 1], stage=[0, 1, 2])
+
+
+def test_constant_barrier_indices_and_parities_are_checked_at_the_line():
+    def oob(A, B, A_s):
+        bars = T.alloc_barrier([128, 128])
+        T.barrier_arrive(bars[5])
+
+    with pytest.raises(TileError, match="'bars' holds 2 barrier\\(s\\); index 5 is out of range"):
+        kernel_with(oob)
+
+    def parity(A, B, A_s):
+        bar = T.alloc_barrier(128)
+        T.barrier_wait(bar, 2)
+
+    with pytest.raises(TileError, match="a phase parity is 0 or 1, got 2"):
+        kernel_with(parity)

@@ -309,6 +309,15 @@ class _Trace(_rewrite.Flow):
                 self.const_names[name] = placeholder
                 values.append(placeholder)
             elif name not in self.consts:
+                # a size no tensor gave: first, a non-tensor where a tensor was declared
+                for param, kind in self.eager.rewritten.runtime.items():
+                    value = self.values.get(param)
+                    if kind == "tensor" and value is not None and not isinstance(value, _trace.TensorType) \
+                            and not (hasattr(value, "shape") and hasattr(value, "dtype")):
+                        raise TypeError(
+                            f"{self.eager.__name__}: parameter '{param}' expects a tensor, got "
+                            f"{type(value).__name__} {value!r:.60}"
+                        )
                 raise user_error(
                     f"T.const size '{name}' has no value: it is not a dimension of any tensor "
                     "parameter this call was given, and no keyword names it",

@@ -1098,7 +1098,15 @@ def _barrier_ref(barrier, what: str, loc):
                 f"{what}: index a barrier array with one index, as {barrier.buffer.name}[i]",
                 loc=loc,
             )
-        index = _trace.index_node(barrier.indices[0], barrier.buffer.shape[0], loc)
+        i = barrier.indices[0]
+        count = barrier.buffer.shape[0]
+        if isinstance(i, _builtins.int) and not isinstance(i, _builtins.bool) and not -count <= i < count:
+            raise _trace.user_error(
+                f"{what}: '{barrier.buffer.name}' holds {count} barrier(s); index {i} is out of range",
+                loc=loc,
+                help=f"index it from 0 to {count - 1}",
+            )
+        index = _trace.index_node(i, count, loc)
         return barrier.buffer, index
     raise _trace.user_error(
         f"{what} takes a barrier from T.alloc_barrier, got {type(barrier).__name__}",
@@ -1122,6 +1130,12 @@ def barrier_wait(mbarrier, parity):
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.barrier_wait", loc)
     buffer, index = _barrier_ref(mbarrier, "T.barrier_wait", loc)
+    if isinstance(parity, _builtins.int) and parity not in (0, 1):
+        raise _trace.user_error(
+            f"T.barrier_wait: a phase parity is 0 or 1, got {parity}",
+            loc=loc,
+            help="wait for (k // stages) % 2, the parity of the k-th use of a stage's barrier",
+        )
     builder.emit(
         {"op": "barrier_wait", "bar": buffer.id, "idx": index,
          "parity": _int_node(parity, "the parity of T.barrier_wait", loc)},
