@@ -471,5 +471,5 @@ def test_autotuning_an_eager_function_with_its_parameters_given_compiles_that_co
 
 
 def test_a_scalar_for_a_tensor_parameter_is_named():
-    with pytest.raises(TypeError, match="eager_add: parameter 'A' expects a tensor, got int 3"):
+    with pytest.raises(TypeError, match=r"eager_add: parameter 'A' expects a tensor.*, got int 3"):
         eager_add(3, rand(4, 4))
