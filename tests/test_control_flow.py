@@ -274,3 +274,33 @@ def test_barriers_the_kernel_places():
                 T.sync_threads(3, 100)
 
         tilers.compile(bad, target="interp")
+
+
+def test_tilelangs_hint_keywords_are_accepted_and_unsupported_ones_named():
+    @T.prim_func
+    def k(A: T.Tensor((128, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+          C: T.Tensor((128, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((128, 64), "float16", "shared")
+            B_s = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((128, 64), "float32")
+            T.fill(acc, 0, annotations={})
+            T.copy(A, A_s, disable_tma=True, coalesced_width=8)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, acc, k_pack=1, wg_wait=0)
+            for i, j in T.Parallel(128, 64, annotations={}):
+                T.atomic_add(C[i, j], acc[i, j], memory_order="relaxed")
+
+    a, b = rand(128, 64, dtype="float16"), rand(64, 64, dtype="float16", seed=1)
+    c = np.zeros((128, 64), np.float32)
+    tilers.compile(k, target="interp")(a, b, c)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b.astype(np.float64), rtol=2e-2, atol=2e-2)
+
+    @T.prim_func
+    def ordered(C: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            for i in T.Parallel(8):
+                T.atomic_add(C[i], 1.0, memory_order="release")
+
+    with pytest.raises(TileError, match="memory_order='release'\\) is not supported yet"):
+        tilers.compile(ordered, target="interp")

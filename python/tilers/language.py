@@ -472,11 +472,14 @@ def alloc_local(shape, dtype, scope=None):
 # tile operations
 
 
-def copy(src, dst, pad=None):
+def copy(src, dst, pad=None, *, disable_tma=False, coalesced_width=None, annotations=None,
+         eviction_policy=None):
     """Copy a region: ``T.copy(A[by * bM, k * bK], A_s)``, ``T.copy(acc, C[by * bM, bx * bN])``.
 
     ``pad`` is the value read past the end of a global tensor (0 by default),
-    e.g. ``pad=-T.infinity("float32")`` before a max.
+    e.g. ``pad=-T.infinity("float32")`` before a max. TileLang's hints ``disable_tma``,
+    ``coalesced_width``, ``annotations`` and ``eviction_policy`` are accepted: tilers chooses
+    each copy's instruction and vector width itself (``kernel.report()`` says which).
     """
     loc = _trace.capture()
     builder = _trace.current_builder()
@@ -490,7 +493,7 @@ def copy(src, dst, pad=None):
     builder.emit({"op": "copy", "src": src_region, "dst": dst_region, "pad": pad_node}, loc)
 
 
-def fill(dst, value):
+def fill(dst, value, *, annotations=None):
     """Set every element of a buffer or region: ``T.fill(acc, 0)``, ``T.fill(A_s[0:16, :], 1)``."""
     loc = _trace.capture()
     builder = _trace.current_builder()
@@ -543,22 +546,22 @@ def _reduce(kind: str, src, dst, dim: int, clear: _builtins.bool):
     )
 
 
-def reduce_max(src, dst, dim=-1, clear=True):
+def reduce_max(src, dst, dim=-1, clear=True, *, annotations=None):
     """Row maxima: ``T.reduce_max(scores, row_max, dim=1)``."""
     _reduce("max", src, dst, dim, clear)
 
 
-def reduce_min(src, dst, dim=-1, clear=True):
+def reduce_min(src, dst, dim=-1, clear=True, *, annotations=None):
     """Minima along ``dim``: ``T.reduce_min(x, m, dim=1)``."""
     _reduce("min", src, dst, dim, clear)
 
 
-def reduce_sum(src, dst, dim=-1, clear=True):
+def reduce_sum(src, dst, dim=-1, clear=True, *, annotations=None):
     """Sums along ``dim``: ``T.reduce_sum(p, row_sum, dim=1)``."""
     _reduce("sum", src, dst, dim, clear)
 
 
-def reduce_absmax(src, dst, dim=-1, clear=True):
+def reduce_absmax(src, dst, dim=-1, clear=True, *, annotations=None):
     """Largest magnitude along ``dim``: ``T.reduce_absmax(x, amax, dim=1)``."""
     _reduce("absmax", src, dst, dim, clear)
 
@@ -575,18 +578,27 @@ class GemmWarpPolicy:
 
 
 def gemm(
-    A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False
+    A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square, clear_accum=False,
+    k_pack=1, wg_wait=0, mbar=None,
 ):
     """C += A @ B on tiles: ``T.gemm(A_shared, B_shared, acc)``.
 
     A is (M, K) — (K, M) with ``transpose_A`` — and B is (K, N) — (N, K) with
     ``transpose_B``, in shared memory or fragments; C is an (M, N) fragment. float16 and
     bfloat16 inputs accumulate in float32, int8 inputs in int32. ``clear_accum=True``
-    overwrites C instead of adding to it.
+    overwrites C instead of adding to it. TileLang's ``k_pack`` and ``wg_wait`` are accepted
+    (tilers picks the instruction shape, and a gemm completes before its accumulator is read).
     """
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.gemm", loc)
+    if mbar is not None:
+        raise _trace.user_error(
+            "T.gemm(..., mbar=...) signals a barrier when an asynchronous gemm completes; tilers' "
+            "gemms complete before the next statement",
+            loc=loc,
+            help="arrive at the barrier after the gemm: T.barrier_arrive(bar)",
+        )
     for what, operand in (("A", A), ("B", B), ("C", C)):
         if not isinstance(operand, _trace.Buffer):
             raise _trace.user_error(
@@ -615,11 +627,23 @@ def gemm(
     )
 
 
-def atomic_add(dst, value):
-    """Atomically add to one element: ``T.atomic_add(C[i, j], acc[i, j])``."""
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
+    """Atomically add to one element: ``T.atomic_add(C[i, j], acc[i, j])`` (relaxed, as
+    ``memory_order="relaxed"``; stronger orders and ``return_prev`` are not supported yet)."""
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.atomic_add", loc)
+    if memory_order not in (None, "relaxed"):
+        raise _trace.user_error(
+            f"T.atomic_add(memory_order={memory_order!r}) is not supported yet: tilers' atomics are relaxed",
+            loc=loc,
+            help="order the add with a barrier, or drop memory_order",
+        )
+    if return_prev:
+        raise _trace.user_error(
+            "T.atomic_add(..., return_prev=True) is not supported yet", loc=loc,
+            help="read the element before the add where the old value is needed",
+        )
     if not isinstance(dst, _trace.Load) or dst.has_slices():
         raise _trace.user_error(
             "T.atomic_add needs one element such as C[i, j]",
@@ -643,7 +667,7 @@ def atomic_add(dst, value):
 # loops and conditions
 
 
-def Parallel(*extents):
+def Parallel(*extents, annotations=None, prefer_async=None, coalesced_width=None):
     """Element-wise loops the compiler maps onto threads: ``for i, j in T.Parallel(bM, bN):``."""
     loc = _trace.capture()
     builder = _trace.current_builder()
