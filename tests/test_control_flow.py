@@ -304,3 +304,29 @@ def test_tilelangs_hint_keywords_are_accepted_and_unsupported_ones_named():
 
     with pytest.raises(TileError, match="memory_order='release'\\) is not supported yet"):
         tilers.compile(ordered, target="interp")
+
+
+def test_a_jump_out_of_a_device_branch_is_an_error_at_the_jump():
+    @T.prim_func
+    def k(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            for i in T.serial(8):
+                if A[i] > 0:
+                    continue  # <- leaves the traced loop
+                A[i] = 1.0
+
+    with pytest.raises(TileError, match="`continue` inside an `if` on a traced value") as info:
+        tilers.compile(k, target="interp")
+    assert "continue  # <- leaves the traced loop" in str(info.value)
+
+    @T.prim_func
+    def python_jump(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            for i in range(4):  # a Python loop: its `continue` is Python's
+                if i % 2:
+                    continue
+                A[i] = 1.0
+
+    a = np.zeros(8, np.float32)
+    tilers.compile(python_jump, target="interp")(a)
+    np.testing.assert_array_equal(a, [1, 0, 1, 0, 0, 0, 0, 0])

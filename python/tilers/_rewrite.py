@@ -102,11 +102,20 @@ class ControlFlow(ast.NodeTransformer):
         if not self.depth:
             return node
         self.changed = True
+        jump = _jump_in(node.body + node.orelse)
         self.counter += 1
         name = f"__tilers_cond{self.counter}"
         store = ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], node.test), node)
         test = ast.copy_location(ast.Name(name, ast.Load()), node)
         traced = ast.copy_location(ast.Call(self.h("traced", node), [test], []), node)
+        if jump is not None:
+            # a device branch cannot leave the traced loop or function: an error at the jump
+            kind, at = jump
+            error = ast.copy_location(
+                ast.Expr(ast.Call(self.h("no_jump", at), [ast.Constant(kind)], [])), at
+            )
+            python = ast.copy_location(ast.If(test, node.body, node.orelse), node)
+            return [store, ast.copy_location(ast.If(traced, [error], [python]), node)]
         device = [
             ast.copy_location(
                 ast.With(
@@ -185,10 +194,40 @@ class ControlFlow(ast.NodeTransformer):
         return node
 
 
+def _jump_in(body):
+    """(kind, node) of a `break` / `continue` / `return` in `body` that leaves it (not one
+    inside a loop or function of its own)."""
+    pending = list(body)
+    while pending:
+        node = pending.pop(0)
+        if isinstance(node, ast.Break):
+            return "break", node
+        if isinstance(node, ast.Continue):
+            return "continue", node
+        if isinstance(node, ast.Return):
+            return "return", node
+        if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
+                             ast.ClassDef)):
+            continue
+        pending.extend(n for n in ast.iter_child_nodes(node) if isinstance(n, ast.stmt))
+    return None
+
+
 class Flow:
     """The helpers the rewritten body calls (``__tilers_flow__``)."""
 
     UNBOUND = _UNBOUND
+
+    @staticmethod
+    def no_jump(kind):
+        from ._source import user_error
+
+        raise user_error(
+            f"`{kind}` inside an `if` on a traced value: a device branch cannot leave the "
+            "loop or function being traced",
+            help="guard the statements with the condition instead (if cond: ...), or make the "
+            "condition a Python value",
+        )
 
     @staticmethod
     def traced(value) -> bool:
