@@ -394,10 +394,6 @@ def _which_const(trace: _Trace, name: str, axis: int) -> str | None:
     return None
 
 
-def _same_name(dim, const: str) -> bool:
-    return isinstance(dim, _trace.Size) and dim.name == const
-
-
 def _declared_text(trace: _Trace, name: str, shape: tuple) -> str:
     """``[M=64, 16]``: a declared shape, each T.const dimension with its name."""
     names = {}
@@ -414,10 +410,6 @@ def _declared_text(trace: _Trace, name: str, shape: tuple) -> str:
         else:
             parts.append(str(d))
     return "[" + ", ".join(parts) + "]"
-
-
-def _shape_text(shape) -> str:
-    return "[" + ", ".join(d.name if isinstance(d, _trace.Size) else str(d) for d in shape) + "]"
 
 
 def _dtype_name(dtype) -> str:

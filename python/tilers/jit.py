@@ -163,16 +163,20 @@ class JitFunction:
     def compile(self, *args, target=None, out_idx=None, pass_configs=None, **kwargs):
         """The kernel for these factory arguments, compiled once per distinct arguments
         (``pass_configs`` on top of the decorator's: an autotune config may carry its own)."""
-        options = dict(self.options)
-        if target is not None:
-            options["target"] = target
-        if pass_configs:
-            from . import pass_config
+        options = self.options
+        options_key = None  # the decorator's options (the common call: no copy, no sort)
+        if target is not None or pass_configs:
+            options = dict(options)
+            if target is not None:
+                options["target"] = target
+            if pass_configs:
+                from . import pass_config
 
-            options = pass_config.apply(pass_configs, options)
+                options = pass_config.apply(pass_configs, options)
+            options_key = tuple(sorted(options.items()))
         out_idx = self.out_idx if out_idx is None else out_idx
         out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
-        key = (args, tuple(sorted(kwargs.items())), tuple(sorted(options.items())), out_key)
+        key = (args, tuple(sorted(kwargs.items())), options_key, out_key)
         try:
             return self.kernels[key]
         except KeyError:

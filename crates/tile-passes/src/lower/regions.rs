@@ -95,13 +95,12 @@ impl Lowerer {
         let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
         let once = |then: Vec<Stmt>| Stmt::If { cond: one.clone(), then, otherwise: vec![], loc };
         match kind {
-            BarrierKind::Init { count } => {
+            BarrierKind::Init { .. } => {
                 // top-level inits were taken out first; one inside a branch or loop
                 self.diags.push(
                     Diagnostic::error("T.alloc_barrier inside a branch or loop", loc)
                         .with_help("allocate the barriers at the top of the kernel"),
                 );
-                let _ = count;
                 vec![]
             }
             BarrierKind::Arrive => {
