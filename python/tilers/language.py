@@ -584,7 +584,9 @@ def gemm(
     """C += A @ B on tiles: ``T.gemm(A_shared, B_shared, acc)``.
 
     A is (M, K) — (K, M) with ``transpose_A`` — and B is (K, N) — (N, K) with
-    ``transpose_B``, in shared memory or fragments; C is an (M, N) fragment. float16 and
+    ``transpose_B``, in shared memory or fragments; C is an (M, N) fragment. A shared operand
+    may be part of a tile: one stage of a multi-buffered tile (``A_s[k % 2, :, :]``) or a
+    window of fixed slices (``Q_s[:, 0:64]``). float16 and
     bfloat16 inputs accumulate in float32, int8 inputs in int32. ``clear_accum=True``
     overwrites C instead of adding to it. TileLang's ``k_pack`` and ``wg_wait`` are accepted
     (tilers picks the instruction shape, and a gemm completes before its accumulator is read).
@@ -599,13 +601,20 @@ def gemm(
             loc=loc,
             help="arrive at the barrier after the gemm: T.barrier_arrive(bar)",
         )
+    operands = {}
     for what, operand in (("A", A), ("B", B), ("C", C)):
+        if what != "C" and isinstance(operand, _trace.Load):
+            # part of a shared tile: a stage (A_s[k % 2, :, :]) or a window (Q_s[:, 0:64])
+            operands[what] = _trace.region(operand, None, loc)
+            continue
         if not isinstance(operand, _trace.Buffer):
             raise _trace.user_error(
-                f"operand {what} of T.gemm must be a whole buffer (a shared or fragment tile)",
+                f"operand {what} of T.gemm must be a shared or fragment tile"
+                + (" or a slice of a shared tile" if what != "C" else " (the accumulator, used whole)"),
                 loc=loc,
                 help="allocate tiles with T.alloc_shared / T.alloc_fragment and copy into them",
             )
+        operands[what] = operand.id
     if policy not in (GemmWarpPolicy.Square, GemmWarpPolicy.FullRow, GemmWarpPolicy.FullCol):
         raise _trace.user_error(
             f"policy={policy!r} is not a T.GemmWarpPolicy (Square, FullRow or FullCol)",
@@ -615,9 +624,9 @@ def gemm(
     builder.emit(
         {
             "op": "gemm",
-            "a": A.id,
-            "b": B.id,
-            "c": C.id,
+            "a": operands["A"],
+            "b": operands["B"],
+            "c": operands["C"],
             "transpose_a": _builtins.bool(transpose_A),
             "transpose_b": _builtins.bool(transpose_B),
             "policy": policy,

@@ -320,34 +320,52 @@ impl<'m> Interp<'m> {
                 self.tile_op_outside_parallel("T.reduce", *loc)?;
                 self.reduce(*kind, *src, *dst, *dim, *clear, *loc)?;
             }
-            Stmt::Gemm(GemmOp {
-                a,
-                b,
-                c,
-                transpose_a,
-                transpose_b,
-                clear_accum,
-                loc,
-                a_stage,
-                b_stage,
-                ..
-            }) => {
-                self.tile_op_outside_parallel("T.gemm", *loc)?;
-                // a multi-buffered operand (after inject_pipeline): the stage's 2-D tile
-                let stage = |st: &Option<Expr>| -> Result<usize, Diagnostic> {
-                    match st {
-                        Some(e) => match self.scalar(e, *loc)? {
-                            Val::I(v) if v >= 0 => Ok(v as usize),
-                            _ => Err(Diagnostic::error(
-                                "T.gemm stage index is not a non-negative integer",
-                                *loc,
-                            )),
-                        },
-                        None => Ok(0),
+            Stmt::Gemm(op) => {
+                let loc = op.loc;
+                self.tile_op_outside_parallel("T.gemm", loc)?;
+                // each operand's matrix inside its buffer: a stage of a multi-buffered tile,
+                // the user's leading indices, a window of the last two dimensions
+                let mut views = Vec::new();
+                for which in 0..2 {
+                    let o = op
+                        .operand(self.m, which)
+                        .map_err(|why| Diagnostic::error(format!("T.gemm: {why}"), loc))?;
+                    let e = self.m.buffer(o.buf).extents();
+                    let mut at = Vec::new();
+                    for p in &o.prefix {
+                        match self.scalar(p, loc)? {
+                            Val::I(v) if v >= 0 => at.push(v),
+                            _ => {
+                                return Err(Diagnostic::error(
+                                    "T.gemm operand index is not a non-negative integer",
+                                    loc,
+                                ))
+                            }
+                        }
                     }
-                };
-                let stages = (stage(a_stage)?, stage(b_stage)?);
-                self.gemm(*a, *b, *c, *transpose_a, *transpose_b, *clear_accum, stages, *loc)?;
+                    at.extend(o.start);
+                    if at.iter().zip(&e).any(|(i, n)| i >= n) || at.len() != e.len() {
+                        return Err(Diagnostic::error(
+                            format!(
+                                "T.gemm operand index {at:?} is outside '{}' {e:?}",
+                                self.m.buffer(o.buf).name
+                            ),
+                            loc,
+                        ));
+                    }
+                    let base = at.iter().zip(&e).fold(0i64, |acc, (i, n)| acc * n + i);
+                    views.push(GemmView { base: base as usize, ld: e[e.len() - 1] as usize, tile: o.tile });
+                }
+                self.gemm(
+                    op.a,
+                    op.b,
+                    op.c,
+                    op.transpose_a,
+                    op.transpose_b,
+                    op.clear_accum,
+                    (&views[0], &views[1]),
+                    loc,
+                )?;
             }
             Stmt::Parallel { vars, extents, body, loc, .. } => self.parallel(vars, extents, body, *loc)?,
             Stmt::For { var, start, extent, body, loc, .. } => {
@@ -757,7 +775,7 @@ impl<'m> Interp<'m> {
         Ok(())
     }
 
-    /// `C (+)= op(A) @ op(B)`: products exact, summed over K in order, rounded to C's dtype
+    /// `C (+)= op(A) @ op(B)` over views (`GemmView`) of A and B: products exact, summed over K in order, rounded to C's dtype
     /// after every addition.
     #[allow(clippy::too_many_arguments)]
     fn gemm(
@@ -768,32 +786,24 @@ impl<'m> Interp<'m> {
         transpose_a: bool,
         transpose_b: bool,
         clear: bool,
-        (a_stage, b_stage): (usize, usize),
+        (va, vb): (&GemmView, &GemmView),
         loc: Loc,
     ) -> Result<(), Diagnostic> {
         let m = self.m;
         let (ab, bb, cb) = (m.buffer(a), m.buffer(b), m.buffer(c));
-        // operands are 2-D tiles, or stages of a multi-buffered [stages, rows, cols] tile
-        let tile = |shape: &[i64]| shape[shape.len().saturating_sub(2)..].to_vec();
-        let (a_shape, b_shape) = (tile(&ab.extents()), tile(&bb.extents()));
-        if a_shape.len() != 2
-            || b_shape.len() != 2
-            || cb.extents().len() != 2
-            || ab.extents().len() > 3
-            || bb.extents().len() > 3
-        {
+        let (a_shape, b_shape) = (va.tile, vb.tile);
+        if cb.extents().len() != 2 {
             return Err(Diagnostic::error("T.gemm operands must be 2-D", loc));
         }
-        let a_base = a_stage * (a_shape[0] * a_shape[1]) as usize;
-        let b_base = b_stage * (b_shape[0] * b_shape[1]) as usize;
+        let (a_base, b_base, lda, ldb) = (va.base, vb.base, va.ld, vb.ld);
         let (rows, k_a) = if transpose_a { (a_shape[1], a_shape[0]) } else { (a_shape[0], a_shape[1]) };
         let (k_b, cols) = if transpose_b { (b_shape[1], b_shape[0]) } else { (b_shape[0], b_shape[1]) };
         if k_a != k_b || cb.extents() != [rows, cols] {
             return Err(Diagnostic::error("T.gemm operand shapes do not agree", loc));
         }
-        let (rows, cols, k_a, k_b) = (rows as usize, cols as usize, k_a as usize, k_b as usize);
-        let a_at = |i: usize, k: usize| a_base + if transpose_a { k * rows + i } else { i * k_a + k };
-        let b_at = |k: usize, j: usize| b_base + if transpose_b { j * k_b + k } else { k * cols + j };
+        let (rows, cols, k_a) = (rows as usize, cols as usize, k_a as usize);
+        let a_at = |i: usize, k: usize| a_base + if transpose_a { k * lda + i } else { i * lda + k };
+        let b_at = |k: usize, j: usize| b_base + if transpose_b { j * ldb + k } else { k * ldb + j };
         // op(A) row by row and op(B) column by column, so the K loop reads both contiguously
         let a_rows: Vec<usize> =
             (0..rows).flat_map(|i| (0..k_a).map(move |k| (i, k))).map(|(i, k)| a_at(i, k)).collect();
@@ -851,4 +861,12 @@ impl<'m> Interp<'m> {
         self.mem[c.0 as usize].scatter(&c_all, &result);
         Ok(())
     }
+}
+
+/// A gemm operand's matrix in its buffer (row-major elements): element `(r, c)` of the
+/// stored matrix is at `base + r * ld + c`.
+struct GemmView {
+    base: usize,
+    ld: usize,
+    tile: [i64; 2],
 }

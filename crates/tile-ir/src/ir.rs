@@ -946,8 +946,132 @@ pub struct GemmOp {
     /// buffer has a leading stage dimension) selected by this index.
     pub a_stage: Option<Expr>,
     pub b_stage: Option<Expr>,
+    /// The part of each operand's buffer the gemm reads, as the user wrote it (`A_s[k % 2,
+    /// :, :]`, `Q_s[:, 0:64]`): one entry per leading dimension (after a stage dimension
+    /// `inject_pipeline` added), missing trailing dimensions whole; empty for the whole
+    /// buffer. Leading dimensions are indices, the last two the matrix (fixed slices);
+    /// `GemmOp::operand` resolves them and `verify` checks them.
+    pub a_view: Vec<RegionDim>,
+    pub b_view: Vec<RegionDim>,
     /// Set by `select_instructions`.
     pub inst: Option<GemmInst>,
+}
+
+/// A gemm operand as the instructions read it: element `(i, j)` of the matrix is
+/// `buf[prefix..., start[0] + i, start[1] + j]`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmOperand {
+    pub buf: BufferId,
+    /// The pipeline stage (if any), then the user's leading indices.
+    pub prefix: Vec<Expr>,
+    pub start: [i64; 2],
+    /// Rows and columns of the matrix as stored (K x M for a transposed A).
+    pub tile: [i64; 2],
+}
+
+impl GemmOperand {
+    /// The buffer index of matrix element `(i, j)`.
+    pub fn index(&self, i: Expr, j: Expr) -> Vec<Expr> {
+        let off = |e: Expr, s: i64| if s == 0 { e } else { Expr::binary(BinOp::Add, e, Expr::int(s)) };
+        let mut idx = self.prefix.clone();
+        idx.push(off(i, self.start[0]));
+        idx.push(off(j, self.start[1]));
+        idx
+    }
+
+    /// Whether the operand is its buffer's whole matrix (no window inside the last two
+    /// dimensions).
+    pub fn is_whole(&self, m: &Module) -> bool {
+        let e = m.buffer(self.buf).extents();
+        self.start == [0, 0] && self.tile[..] == e[e.len() - 2..]
+    }
+}
+
+impl GemmOp {
+    /// Operand A (`which` 0) or B (1) as the instructions read it; `Err` says why the view
+    /// is not a matrix of its buffer (`verify` reports it at the gemm).
+    pub fn operand(&self, m: &Module, which: usize) -> Result<GemmOperand, String> {
+        let (buf, stage, view) = match which {
+            0 => (self.a, &self.a_stage, &self.a_view),
+            _ => (self.b, &self.b_stage, &self.b_view),
+        };
+        let b = m.buffer(buf);
+        let extents = b.extents();
+        let skip = stage.is_some() as usize;
+        let dims = &extents[skip.min(extents.len())..];
+        if dims.len() < 2 {
+            return Err(format!("'{}' is not a matrix (it has {} dimension(s))", b.name, dims.len()));
+        }
+        if view.len() > dims.len() {
+            return Err(format!(
+                "'{}' has {} dimensions but the operand names {}",
+                b.name,
+                dims.len(),
+                view.len()
+            ));
+        }
+        let lead = dims.len() - 2;
+        let mut prefix: Vec<Expr> = stage.iter().cloned().collect();
+        let mut start = [0i64; 2];
+        let mut tile = [dims[lead], dims[lead + 1]];
+        for (d, &extent) in dims.iter().enumerate() {
+            let entry = view.get(d);
+            if d < lead {
+                match entry {
+                    Some(RegionDim::Index(e) | RegionDim::Origin(e)) => prefix.push(e.clone()),
+                    Some(RegionDim::Slice { start, stop }) => {
+                        let (s, t) = (crate::simplify::simplify(start.clone()), crate::simplify::simplify(stop.clone()));
+                        match (s.as_int(), t.as_int()) {
+                            (Some(s0), Some(t0)) if t0 == s0 + 1 => prefix.push(Expr::int(s0)),
+                            _ => {
+                                return Err(format!(
+                                    "dimension {d} of '{}' must be one index (the gemm reads a matrix of its last two dimensions)",
+                                    b.name
+                                ))
+                            }
+                        }
+                    }
+                    None if extent == 1 => prefix.push(Expr::int(0)),
+                    None => {
+                        return Err(format!(
+                            "'{}' has {} dimensions: index the leading {lead} (the gemm reads a matrix of the last two)",
+                            b.name,
+                            dims.len()
+                        ))
+                    }
+                }
+                continue;
+            }
+            let k = d - lead;
+            match entry {
+                None => {}
+                Some(RegionDim::Slice { start: s, stop: t }) => {
+                    let (s, t) = (crate::simplify::simplify(s.clone()), crate::simplify::simplify(t.clone()));
+                    match (s.as_int(), t.as_int()) {
+                        (Some(s0), Some(t0)) if 0 <= s0 && s0 < t0 && t0 <= extent => {
+                            start[k] = s0;
+                            tile[k] = t0 - s0;
+                        }
+                        (Some(s0), Some(t0)) => return Err(format!(
+                            "the slice {s0}:{t0} of dimension {d} of '{}' is outside its {extent} elements",
+                            b.name
+                        )),
+                        _ => {
+                            return Err(format!(
+                                "the slice of dimension {d} of '{}' must have fixed bounds (Python ints)",
+                                b.name
+                            ))
+                        }
+                    }
+                }
+                Some(RegionDim::Index(_) | RegionDim::Origin(_)) => return Err(format!(
+                    "dimension {d} of '{}' is indexed: a gemm operand is a matrix of its last two dimensions",
+                    b.name
+                )),
+            }
+        }
+        Ok(GemmOperand { buf, prefix, start, tile })
+    }
 }
 
 /// The tensor-core instruction of a `T.gemm` and how its operands reach it.
@@ -1225,6 +1349,15 @@ pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
         Stmt::Gemm(op) => {
             op.a_stage.iter().for_each(&mut *f);
             op.b_stage.iter().for_each(&mut *f);
+            for d in op.a_view.iter().chain(&op.b_view) {
+                match d {
+                    RegionDim::Index(e) | RegionDim::Origin(e) => f(e),
+                    RegionDim::Slice { start, stop } => {
+                        f(start);
+                        f(stop);
+                    }
+                }
+            }
         }
         Stmt::Inst(i) => i.exprs().into_iter().for_each(&mut *f),
         Stmt::Barrier(op) => op.exprs().into_iter().for_each(&mut *f),
@@ -1244,19 +1377,15 @@ impl fmt::Display for BufferId {
 
 /// `r` with `f` applied to every expression in it.
 pub fn map_region(r: Region, f: &mut dyn FnMut(Expr) -> Expr) -> Region {
-    Region {
-        dims: r
-            .dims
-            .into_iter()
-            .map(|d| match d {
-                RegionDim::Index(e) => RegionDim::Index(e.map(f)),
-                RegionDim::Origin(e) => RegionDim::Origin(e.map(f)),
-                RegionDim::Slice { start, stop } => {
-                    RegionDim::Slice { start: start.map(f), stop: stop.map(f) }
-                }
-            })
-            .collect(),
-        ..r
+    Region { dims: r.dims.into_iter().map(|d| map_region_dim(d, f)).collect(), ..r }
+}
+
+/// One region dimension with `f` applied to its expressions.
+pub fn map_region_dim(d: RegionDim, f: &mut dyn FnMut(Expr) -> Expr) -> RegionDim {
+    match d {
+        RegionDim::Index(e) => RegionDim::Index(e.map(f)),
+        RegionDim::Origin(e) => RegionDim::Origin(e.map(f)),
+        RegionDim::Slice { start, stop } => RegionDim::Slice { start: start.map(f), stop: stop.map(f) },
     }
 }
 
@@ -1285,6 +1414,8 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
         Stmt::Gemm(op) => Stmt::Gemm(GemmOp {
             a_stage: op.a_stage.map(|e| e.map(f)),
             b_stage: op.b_stage.map(|e| e.map(f)),
+            a_view: op.a_view.into_iter().map(|d| map_region_dim(d, f)).collect(),
+            b_view: op.b_view.into_iter().map(|d| map_region_dim(d, f)).collect(),
             ..op
         }),
         Stmt::Parallel { vars, extents, body, loc, layout } => {

@@ -702,9 +702,22 @@ impl Parser {
                     "full_col" => WarpPolicy::FullCol,
                     p => return err(&o.p("policy"), format!("unknown warp policy '{p}'")),
                 };
+                // an operand is a buffer id, or a region of one (`A_s[k % 2, :, :]`)
+                let operand = |key: &str| -> R<(BufferId, Vec<RegionDim>)> {
+                    let v = o.get(key)?;
+                    if v.is_object() {
+                        let r = self.region(v, &o.p(key), ns)?;
+                        Ok((r.buf, r.dims))
+                    } else {
+                        Ok((self.buffer_id(v, &o.p(key))?, vec![]))
+                    }
+                };
+                let ((a, a_view), (b, b_view)) = (operand("a")?, operand("b")?);
                 Stmt::Gemm(GemmOp {
-                    a: self.buffer_id(o.get("a")?, &o.p("a"))?,
-                    b: self.buffer_id(o.get("b")?, &o.p("b"))?,
+                    a,
+                    b,
+                    a_view,
+                    b_view,
                     c: self.buffer_id(o.get("c")?, &o.p("c"))?,
                     transpose_a: o.bool("transpose_a")?,
                     transpose_b: o.bool("transpose_b")?,

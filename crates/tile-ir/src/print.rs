@@ -313,14 +313,23 @@ impl Printer<'_> {
                         )
                     })
                     .unwrap_or_default();
+                let view = |v: &[RegionDim]| {
+                    if v.is_empty() {
+                        return String::new();
+                    }
+                    let r = self.region(&Region { buf: op.a, dims: v.to_vec(), loc: crate::Loc::UNKNOWN });
+                    format!("@{}", &r[r.find('[').unwrap_or(0)..])
+                };
                 let _ = writeln!(
                     out,
-                    "{pad}gemm {}{}{} x {}{}{} -> {} policy={} clear_accum={}{inst}{lc}",
+                    "{pad}gemm {}{}{}{} x {}{}{}{} -> {} policy={} clear_accum={}{inst}{lc}",
                     self.buf_name(op.a),
                     stage(&op.a_stage),
+                    view(&op.a_view),
                     if op.transpose_a { "^T" } else { "" },
                     self.buf_name(op.b),
                     stage(&op.b_stage),
+                    view(&op.b_view),
                     if op.transpose_b { "^T" } else { "" },
                     self.buf_name(op.c),
                     op.policy.name(),

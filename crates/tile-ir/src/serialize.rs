@@ -111,10 +111,22 @@ fn stmt(s: &Stmt) -> Option<Value> {
         Stmt::Reduce(op) => json!({
             "op": "reduce", "kind": op.kind.name(), "src": op.src.0, "dst": op.dst.0, "dim": op.dim, "clear": op.clear
         }),
-        Stmt::Gemm(op) => json!({
-            "op": "gemm", "a": op.a.0, "b": op.b.0, "c": op.c.0, "transpose_a": op.transpose_a,
-            "transpose_b": op.transpose_b, "policy": op.policy.name(), "clear_accum": op.clear_accum
-        }),
+        Stmt::Gemm(op) => {
+            // a viewed operand is a region (its buffer and dimensions), a whole one its id
+            let operand = |buf: BufferId, view: &[RegionDim]| {
+                if view.is_empty() {
+                    json!(buf.0)
+                } else {
+                    let r = region(&Region { buf, dims: view.to_vec(), loc: crate::Loc::UNKNOWN });
+                    json!({"buf": r["buf"], "dims": r["dims"]})
+                }
+            };
+            json!({
+                "op": "gemm", "a": operand(op.a, &op.a_view), "b": operand(op.b, &op.b_view), "c": op.c.0,
+                "transpose_a": op.transpose_a, "transpose_b": op.transpose_b, "policy": op.policy.name(),
+                "clear_accum": op.clear_accum
+            })
+        }
         Stmt::Parallel { vars, extents, body, .. } => json!({
             "op": "parallel", "vars": vars.iter().map(|v| v.0).collect::<Vec<_>>(), "extents": extents, "body": stmts(body)
         }),

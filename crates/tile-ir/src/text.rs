@@ -74,7 +74,7 @@ enum Tok {
 /// Longest first where one is a prefix of another.
 const PUNCTS: &[&str] = &[
     "->", "<-", "..+", "..", ":+", "+=", "+", "^T", "(", ")", "[", "]", "{", "}", ",", ":", ";", "=", "<",
-    ">", "*",
+    ">", "*", "@",
 ];
 
 fn lex(text: &str) -> Result<Vec<(Tok, usize)>, String> {
@@ -439,6 +439,12 @@ impl Parser {
 
     fn region(&mut self) -> R<Region> {
         let buf = self.buffer()?;
+        let dims = self.region_dims()?;
+        Ok(Region { buf, dims, loc: Loc::UNKNOWN })
+    }
+
+    /// `[i, a:b, s:+]`: the dimensions of a region.
+    fn region_dims(&mut self) -> R<Vec<RegionDim>> {
         self.punct("[")?;
         let mut dims = Vec::new();
         while !self.is_punct("]") {
@@ -458,7 +464,7 @@ impl Parser {
             }
         }
         self.punct("]")?;
-        Ok(Region { buf, dims, loc: Loc::UNKNOWN })
+        Ok(dims)
     }
 
     /// `(a,b,c)` of integers or of words.
@@ -778,7 +784,8 @@ impl Parser {
 
     /// `gemm A[stage]^T x B -> C policy=… clear_accum=… [by ATOM warps=MxN a=SRC b=SRC]`.
     fn gemm(&mut self) -> R<Stmt> {
-        let operand = |p: &mut Parser| -> R<(BufferId, Option<Expr>, bool)> {
+        type Operand = (BufferId, Option<Expr>, Vec<RegionDim>, bool);
+        let operand = |p: &mut Parser| -> R<Operand> {
             let b = p.buffer()?;
             let stage = if p.is_punct("[") {
                 p.punct("[")?;
@@ -788,15 +795,21 @@ impl Parser {
             } else {
                 None
             };
+            let view = if p.is_punct("@") {
+                p.punct("@")?;
+                p.region_dims()?
+            } else {
+                vec![]
+            };
             let t = p.is_punct("^T");
             if t {
                 p.punct("^T")?;
             }
-            Ok((b, stage, t))
+            Ok((b, stage, view, t))
         };
-        let (a, a_stage, transpose_a) = operand(self)?;
+        let (a, a_stage, a_view, transpose_a) = operand(self)?;
         self.keyword("x")?;
-        let (b, b_stage, transpose_b) = operand(self)?;
+        let (b, b_stage, b_view, transpose_b) = operand(self)?;
         self.punct("->")?;
         let c = self.buffer()?;
         let policy = match self.kv("policy")?.as_str() {
@@ -856,6 +869,8 @@ impl Parser {
             loc: Loc::UNKNOWN,
             a_stage,
             b_stage,
+            a_view,
+            b_view,
             inst,
         }))
     }

@@ -775,8 +775,17 @@ impl<'a> Verifier<'a> {
                     );
                 }
             }
-            Stmt::Gemm(GemmOp { a, b, c, transpose_a, transpose_b, loc, .. }) => {
-                self.gemm(*a, *b, *c, *transpose_a, *transpose_b, *loc)
+            Stmt::Gemm(op) => {
+                for d in op.a_view.iter().chain(&op.b_view) {
+                    match d {
+                        RegionDim::Index(e) | RegionDim::Origin(e) => self.expr(e, op.loc),
+                        RegionDim::Slice { start, stop } => {
+                            self.expr(start, op.loc);
+                            self.expr(stop, op.loc);
+                        }
+                    }
+                }
+                self.gemm(op)
             }
             Stmt::Parallel { vars, extents, body, loc, .. } => {
                 let iterations: i64 = extents.iter().product();
@@ -860,23 +869,51 @@ impl<'a> Verifier<'a> {
         }
     }
 
-    fn gemm(&mut self, a: BufferId, b: BufferId, c: BufferId, ta: bool, tb: bool, loc: Loc) {
+    fn gemm(&mut self, op: &GemmOp) {
         let m = self.m;
-        let (ab, bb, cb) = (m.buffer(a), m.buffer(b), m.buffer(c));
+        let (ta, tb, loc) = (op.transpose_a, op.transpose_b, op.loc);
+        let (ab, bb, cb) = (m.buffer(op.a), m.buffer(op.b), m.buffer(op.c));
         if self.in_parallel.is_some() {
             self.tile_op_in_parallel("T.gemm", loc);
             return;
         }
-        for (what, buf) in [("A", ab), ("B", bb)] {
-            if !matches!(buf.scope, Scope::Shared | Scope::Fragment) || buf.shape.len() != 2 {
+        let mut tiles = Vec::new();
+        for (which, what, buf) in [(0, "A", ab), (1, "B", bb)] {
+            let (view, stage) =
+                if which == 0 { (&op.a_view, &op.a_stage) } else { (&op.b_view, &op.b_stage) };
+            let viewed = !view.is_empty();
+            let whole_2d = buf.shape.len() == 2 + stage.is_some() as usize;
+            let fits = match buf.scope {
+                Scope::Shared => viewed || whole_2d,
+                Scope::Fragment => !viewed && buf.shape.len() == 2,
+                _ => false,
+            };
+            if !fits {
                 let d = self.err(
-                    format!("operand {what} of T.gemm ('{}') must be a 2-D shared or fragment tile, got a {}-D {} buffer", buf.name, buf.shape.len(), buf.scope.name()),
+                    if buf.scope == Scope::Fragment && viewed {
+                        format!("operand {what} of T.gemm is part of fragment '{}': a fragment operand is used whole", buf.name)
+                    } else {
+                        format!("operand {what} of T.gemm ('{}') must be a 2-D shared or fragment tile, got a {}-D {} buffer", buf.name, buf.shape.len(), buf.scope.name())
+                    },
                     loc,
                 );
-                *d = d.clone().with_label(buf.loc, format!("'{}' allocated here", buf.name)).with_help(format!(
-                    "copy the operand into a shared tile first: {what}_s = T.alloc_shared(...); T.copy(..., {what}_s)"
-                ));
+                *d = d.clone().with_label(buf.loc, format!("'{}' allocated here", buf.name)).with_help(if buf.scope == Scope::Fragment {
+                    format!("allocate a fragment of the operand's shape, or copy the part into a shared tile: {what}_s = T.alloc_shared(...)")
+                } else {
+                    format!("copy the operand into a shared tile first: {what}_s = T.alloc_shared(...); T.copy(..., {what}_s); a shared tile of more dimensions is indexed down to a matrix: {what}_s[k % 2, :, :]")
+                });
                 return;
+            }
+            match op.operand(m, which) {
+                Ok(o) => tiles.push(o.tile),
+                Err(why) => {
+                    let d = self.err(format!("operand {what} of T.gemm: {why}"), loc);
+                    *d = d.clone().with_label(buf.loc, format!("'{}' allocated here", buf.name)).with_help(format!(
+                        "give the leading dimensions one index each and the last two fixed slices: {}[k % 2, :, 0:64]",
+                        buf.name
+                    ));
+                    return;
+                }
             }
         }
         if cb.scope != Scope::Fragment || cb.shape.len() != 2 {
@@ -885,7 +922,7 @@ impl<'a> Verifier<'a> {
             *d = d.clone().with_help("allocate it with T.alloc_fragment((block_M, block_N), \"float32\")");
             return;
         }
-        let (a, b, c) = (ab.extents(), bb.extents(), cb.extents());
+        let (a, b, c) = (tiles[0], tiles[1], cb.extents());
         let (am, ak) = if ta { (a[1], a[0]) } else { (a[0], a[1]) };
         let (bk, bn) = if tb { (b[1], b[0]) } else { (b[0], b[1]) };
         let (cm, cn) = (c[0], c[1]);

@@ -2,7 +2,8 @@
 //! instruction plan (`plan`) that `select_instructions` records and the lowering follows.
 
 use tile_ir::{
-    DType, FragmentLayout, GemmInst, GemmOp, Module, OperandSource, Scope, SharedLayout, Target, WarpPolicy,
+    DType, FragmentLayout, GemmInst, GemmOp, GemmOperand, Module, OperandSource, Scope, SharedLayout, Target,
+    WarpPolicy,
 };
 
 /// Split `warps` into a `warps_m × warps_n` grid over an `m × n` tile so each warp's tile is
@@ -102,8 +103,8 @@ fn plan_wgmma(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, Stri
     if a_in_registers && op.transpose_a {
         return Err("A is a transposed fragment".into());
     }
-    let (ae, be) = (ab.extents(), bb.extents());
-    let (tile_a, tile_b) = (&ae[ae.len() - 2..], &be[be.len() - 2..]);
+    let (oa, ob) = operands(m, op)?;
+    let tile_a = &oa.tile[..];
     let ce = cb.extents();
     let (mm, n) = (ce[0], ce[1]);
     let k = if op.transpose_a { tile_a[0] } else { tile_a[1] };
@@ -116,22 +117,42 @@ fn plan_wgmma(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, Stri
     })?;
     let group_n = n / gn;
     let inst_n = wgmma_n(group_n);
-    // the shared operands in wgmma's canonical layouts; an MN-major operand's instructions
-    // must start on a panel
-    let layout_of = |tile: &[i64], dtype: DType, what: &str| {
-        SharedLayout::wgmma(tile, dtype).ok_or_else(|| {
+    // the shared operands in wgmma's canonical layouts (of the whole buffer: a view reads
+    // part of it); an MN-major operand's instructions must start on a panel
+    let layout_of = |o: &GemmOperand, what: &str, k_major: bool| {
+        let b = m.buffer(o.buf);
+        let e = b.extents();
+        let tile = &e[e.len() - 2..];
+        let l = SharedLayout::wgmma(tile, b.dtype).ok_or_else(|| {
             format!(
                 "the {what} tile {tile:?} has rows of less than 32 bytes or a row count not a multiple of 8"
             )
-        })
+        })?;
+        if !o.is_whole(m) {
+            // a window: whole 8-row groups, K in whole 16-column steps, MN-major columns in
+            // whole panels (where the swizzle's pattern and the descriptor's strides hold)
+            let p = l.panel.unwrap_or(1);
+            let cols_ok =
+                if k_major { o.start[1] % 16 == 0 } else { o.start[1] % p == 0 && o.tile[1] % p == 0 };
+            if o.start[0] % 8 != 0 || o.tile[0] % 8 != 0 || !cols_ok {
+                return Err(format!(
+                    "the {what} operand (rows {}.., columns {}.. of '{}') does not start on wgmma's {}",
+                    o.start[0],
+                    o.start[1],
+                    b.name,
+                    if k_major { "8-row, 16-column steps" } else { "8-row steps and whole panels" }
+                ));
+            }
+        }
+        Ok::<SharedLayout, String>(l)
     };
     if !a_in_registers {
-        let l = layout_of(tile_a, ab.dtype, "A")?;
+        let l = layout_of(&oa, "A", !op.transpose_a)?;
         if op.transpose_a && 64 % l.panel.unwrap_or(64) != 0 {
             return Err("A (stored K x M) is not in whole panels per 64 rows".into());
         }
     }
-    let lb = layout_of(tile_b, bb.dtype, "B")?;
+    let lb = layout_of(&ob, "B", op.transpose_b)?;
     if !op.transpose_b {
         // B stored (K, N): N-major, panels along N
         let p = lb.panel.unwrap_or(1);
@@ -153,6 +174,11 @@ fn plan_wgmma(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, Stri
     })
 }
 
+/// Operands A and B as the gemm reads them (`verify` checked their views).
+pub fn operands(m: &Module, op: &GemmOp) -> Result<(GemmOperand, GemmOperand), String> {
+    Ok((op.operand(m, 0)?, op.operand(m, 1)?))
+}
+
 /// The `mma.sync` plan of a gemm.
 fn plan_mma_sync(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, String> {
     let (ab, bb, cb) = (m.buffer(op.a), m.buffer(op.b), m.buffer(op.c));
@@ -166,6 +192,18 @@ fn plan_mma_sync(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, S
         m.kernel.threads as i64 / target.limits.warp_size as i64,
     )?;
     let sixteen_bit = ab.dtype.bytes() == 2;
+    // ldmatrix reads 16-byte rows: a window's columns start on one
+    let (oa, ob) = operands(m, op)?;
+    for (o, what) in [(&oa, "A"), (&ob, "B")] {
+        let eb = m.buffer(o.buf).dtype.bytes() as i64;
+        if o.start[1] * eb % 16 != 0 {
+            return Err(format!(
+                "the {what} operand starts at column {} of '{}', not on a 16-byte boundary",
+                o.start[1],
+                m.buffer(o.buf).name
+            ));
+        }
+    }
     let source = |scope: Scope, transposed: bool| match scope {
         Scope::Fragment => OperandSource::Registers,
         // ldmatrix transposes 16-bit tiles only; 8-bit tiles stored the other way are gathered

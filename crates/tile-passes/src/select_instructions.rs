@@ -205,8 +205,15 @@ impl Selector {
             self.diags.push(Diagnostic::bug("gemm operands are neither shared tiles nor fragments"));
             return op;
         }
+        let (oa, _) = match gemm::operands(m, &op) {
+            Ok(o) => o,
+            Err(why) => {
+                self.diags.push(Diagnostic::error(format!("T.gemm: {why}"), loc));
+                return op;
+            }
+        };
         let (ae, be, ce) = (ab.extents(), bb.extents(), cb.extents());
-        let (tile_a, tile_b) = (&ae[ae.len() - 2..], &be[be.len() - 2..]);
+        let tile_a = &oa.tile[..];
         let (mm, n) = (ce[0], ce[1]);
         let k = if op.transpose_a { tile_a[0] } else { tile_a[1] };
         let kstep = plan.atom.k;
@@ -227,8 +234,9 @@ impl Selector {
             op.inst = Some(plan);
             return op;
         }
-        // swizzle the operand tiles so ldmatrix reads 8 rows from 8 distinct bank groups
-        for (id, tile) in [(op.a, tile_a), (op.b, tile_b)] {
+        // swizzle the operand tiles so ldmatrix reads 8 rows from 8 distinct bank groups (the
+        // whole buffer's rows: a view reads part of them)
+        for (id, tile) in [(op.a, &ae[ae.len() - 2..]), (op.b, &be[be.len() - 2..])] {
             let buf = m.buffer(id);
             if buf.scope != Scope::Shared {
                 continue;

@@ -56,10 +56,18 @@ pub fn fit(m: &Module, op: &CopyOp, target: &Target) -> Result<TmaCopy, String> 
     if op.pad.as_ref().is_some_and(|p| !zero_pad(p)) {
         return Err("its pad value is not 0 (TMA fills with zeros)".into());
     }
-    let tile = db.extents();
-    let whole = d.starts.iter().all(|e| simplify(e.clone()).as_int() == Some(0)) && d.extents == tile;
+    // a whole tile, or one stage of a multi-buffered one (`A_s[k % 2, :, :]`: leading
+    // indices, then whole dimensions)
+    let lead = leading_indices(&d);
+    let tile = db.extents()[lead..].to_vec();
+    let whole = d.starts[lead..].iter().all(|e| simplify(e.clone()).as_int() == Some(0))
+        && d.extents[lead..] == tile[..]
+        && d.kept[lead..].iter().all(|k| *k);
     if !whole {
-        return Err(format!("it writes part of '{}' (a bulk copy fills whole tiles)", db.name));
+        return Err(format!(
+            "it writes part of '{}' (a bulk copy fills whole tiles or stages of one)",
+            db.name
+        ));
     }
     let n = sb.rank();
     if !(1..=5).contains(&n) || tile.len() < 2 {
@@ -103,7 +111,14 @@ pub fn fit(m: &Module, op: &CopyOp, target: &Target) -> Result<TmaCopy, String> 
     if let Some(b) = box_dims.iter().find(|b| !(1..=256).contains(*b)) {
         return Err(format!("a box of {b} elements along one dimension (TMA boxes hold 1 to 256)"));
     }
-    Ok(TmaCopy { box_dims, swizzle, boxes: c / inner, inner, bytes: db.bytes() })
+    let bytes = tile.iter().product::<i64>() * eb;
+    Ok(TmaCopy { box_dims, swizzle, boxes: c / inner, inner, bytes })
+}
+
+/// The leading dimensions of a shared destination that are indexed (a stage of a
+/// multi-buffered tile) rather than sliced.
+fn leading_indices(d: &tile_ir::verify::ResolvedRegion) -> usize {
+    d.kept.iter().take_while(|k| !**k).count()
 }
 
 /// The bulk copies of producer `op` into stage `stage` of its (multi-buffered) tile,
@@ -117,8 +132,14 @@ pub fn loads(
     bar_idx: &Expr,
 ) -> Result<Vec<Stmt>, Diagnostic> {
     let db = m.buffer(op.dst.buf);
-    // a multi-buffered tile's stage dimension comes first
-    let tile = db.extents()[stage.is_some() as usize..].to_vec();
+    // a multi-buffered tile's stage dimension comes first (`stage`: the pipeline's; or the
+    // destination's own leading indices)
+    let mut prefix: Vec<Expr> = stage.into_iter().cloned().collect();
+    if stage.is_none() {
+        let (_, d) = resolve_copy(m, &op.src, &op.dst, op.loc)?;
+        prefix.extend(d.starts[..leading_indices(&d)].iter().cloned());
+    }
+    let tile = db.extents()[prefix.len()..].to_vec();
     let s = resolve_region(m, &op.src, Some(&tile))?;
     let desc = TensorMapDesc { tensor: s.buf, box_dims: plan.box_dims.clone(), swizzle: plan.swizzle };
     let map = match m.kernel.tensor_maps.iter().position(|t| *t == desc) {
@@ -136,7 +157,7 @@ pub fn loads(
         let mut coords: Vec<Expr> =
             s.starts.iter().map(|e| simplify(Expr::cast(e.clone(), DType::I32))).collect();
         coords[n - 1] = simplify(Expr::binary(BinOp::Add, coords[n - 1].clone(), Expr::int(p * plan.inner)));
-        let mut dst_idx: Vec<Expr> = stage.into_iter().cloned().collect();
+        let mut dst_idx: Vec<Expr> = prefix.clone();
         dst_idx.extend(std::iter::repeat_n(Expr::int(0), tile.len() - 1));
         dst_idx.push(Expr::int(p * plan.inner));
         out.push(Stmt::inst(inst::TmaLoad {

@@ -19,11 +19,17 @@ impl Lowerer {
     pub(in crate::lower) fn gemm_mma_sync(&mut self, op: &GemmOp, plan: &GemmInst) -> Vec<Stmt> {
         let (a, b, c, ta, tb, loc) = (op.a, op.b, op.c, op.transpose_a, op.transpose_b, op.loc);
         let clear = op.clear_accum;
-        // a multi-buffered operand (leading stage dimension): its indices start with the stage
-        let a_prefix: Vec<Expr> = op.a_stage.iter().cloned().collect();
-        let b_prefix: Vec<Expr> = op.b_stage.iter().cloned().collect();
-        let with_prefix =
-            |prefix: &[Expr], idx: Vec<Expr>| prefix.iter().cloned().chain(idx).collect::<Vec<_>>();
+        // each operand's matrix: a stage of a multi-buffered tile and the user's leading
+        // indices come first, a window's start is added
+        let (oa, ob) = match crate::gemm::operands(&self.m, op) {
+            Ok(o) => o,
+            Err(why) => {
+                self.diags.push(Diagnostic::bug(format!("gemm operands: {why}")));
+                return vec![];
+            }
+        };
+        let at =
+            |o: &GemmOperand, i: Expr, j: Expr| o.index(i, j).into_iter().map(simplify).collect::<Vec<_>>();
         let (mut ab, mut bb, cb) =
             (self.m.buffer(a).clone(), self.m.buffer(b).clone(), self.m.buffer(c).clone());
         ab.shape = ab.shape[ab.rank() - 2..].to_vec();
@@ -31,7 +37,7 @@ impl Lowerer {
         let a_in_registers = plan.a == OperandSource::Registers;
         let b_in_registers = plan.b == OperandSource::Registers;
         let (m, n) = (cb.extents()[0], cb.extents()[1]);
-        let k = if ta { ab.extents()[0] } else { ab.extents()[1] };
+        let k = if ta { oa.tile[0] } else { oa.tile[1] };
         let kstep = plan.atom.k;
         let (wm, wn) = (plan.warps_m, plan.warps_n);
         let (tile_m, tile_n) = (m / wm, n / wn);
@@ -81,7 +87,7 @@ impl Lowerer {
             // rows m0 + lane % 16, 16-byte column chunk lane / 16
             let row = add(m0.clone(), rem(lane.clone(), 16));
             let col = add(mul(kk.clone(), i32c(kstep)), mul(div(lane.clone(), 16), i32c(a_elems)));
-            let src_idx = with_prefix(&a_prefix, vec![simplify(row), simplify(col)]);
+            let src_idx = at(&oa, simplify(row), simplify(col));
             vec![Stmt::inst(inst::Ldmatrix {
                 atom: CopyAtom::ldmatrix(4, false),
                 dst: a_regs,
@@ -95,7 +101,7 @@ impl Lowerer {
                 mul(div(lane.clone(), 16), i32c(8)),
             );
             let mc = add(m0.clone(), mul(rem(div(lane.clone(), 8), 2), i32c(8)));
-            let src_idx = with_prefix(&a_prefix, vec![simplify(kr), simplify(mc)]);
+            let src_idx = at(&oa, simplify(kr), simplify(mc));
             vec![Stmt::inst(inst::Ldmatrix {
                 atom: CopyAtom::ldmatrix(4, true),
                 dst: a_regs,
@@ -114,11 +120,7 @@ impl Lowerer {
                     v.push(Stmt::Store {
                         buf: a_regs,
                         idx: vec![simplify(add(a_offset.clone(), i32c(r * 4 + q)))],
-                        value: Expr::load(
-                            a,
-                            with_prefix(&a_prefix, vec![simplify(kc), simplify(row)]),
-                            ab.dtype,
-                        ),
+                        value: Expr::load(a, at(&oa, simplify(kc), simplify(row)), ab.dtype),
                         loc,
                     });
                 }
@@ -142,7 +144,7 @@ impl Lowerer {
                     let row = add(add(n0, mul(div(lane.clone(), 16), i32c(8))), rem(lane.clone(), 8));
                     let col =
                         add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
-                    let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
+                    let src_idx = at(&ob, simplify(row), simplify(col));
                     Stmt::inst(inst::Ldmatrix {
                         atom: CopyAtom::ldmatrix(4, false),
                         dst: b_regs,
@@ -154,7 +156,7 @@ impl Lowerer {
                     // stored K x N: rows k = kk * 16 + lane % 16, columns n0 + (lane / 16) * 8
                     let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
                     let col = add(n0, mul(div(lane.clone(), 16), i32c(8)));
-                    let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(col)]);
+                    let src_idx = at(&ob, simplify(kr), simplify(col));
                     Stmt::inst(inst::Ldmatrix {
                         atom: CopyAtom::ldmatrix(4, true),
                         dst: b_regs,
@@ -174,7 +176,7 @@ impl Lowerer {
                     let row = add(n0.clone(), rem(lane.clone(), 8));
                     let col =
                         add(mul(kk.clone(), i32c(kstep)), mul(rem(div(lane.clone(), 8), 2), i32c(a_elems)));
-                    let src_idx = with_prefix(&b_prefix, vec![simplify(row), simplify(col)]);
+                    let src_idx = at(&ob, simplify(row), simplify(col));
                     vec![Stmt::inst(inst::Ldmatrix {
                         atom: CopyAtom::ldmatrix(2, false),
                         dst: b_regs,
@@ -184,7 +186,7 @@ impl Lowerer {
                     })]
                 } else if sixteen_bit {
                     let kr = add(mul(kk.clone(), i32c(16)), rem(lane.clone(), 16));
-                    let src_idx = with_prefix(&b_prefix, vec![simplify(kr), simplify(n0.clone())]);
+                    let src_idx = at(&ob, simplify(kr), simplify(n0.clone()));
                     vec![Stmt::inst(inst::Ldmatrix {
                         atom: CopyAtom::ldmatrix(2, true),
                         dst: b_regs,
@@ -205,11 +207,7 @@ impl Lowerer {
                             v.push(Stmt::Store {
                                 buf: b_regs,
                                 idx: vec![simplify(add(b_offset.clone(), i32c(r * 4 + q)))],
-                                value: Expr::load(
-                                    b,
-                                    with_prefix(&b_prefix, vec![simplify(kc), simplify(col)]),
-                                    bb.dtype,
-                                ),
+                                value: Expr::load(b, at(&ob, simplify(kc), simplify(col)), bb.dtype),
                                 loc,
                             });
                         }

@@ -21,13 +21,15 @@ use tile_ir::*;
 impl Lowerer {
     pub(in crate::lower) fn gemm_wgmma(&mut self, op: &GemmOp, plan: &GemmInst) -> Vec<Stmt> {
         let (a, b, c, ta, tb) = (op.a, op.b, op.c, op.transpose_a, op.transpose_b);
-        let a_prefix: Vec<Expr> = op.a_stage.iter().cloned().collect();
-        let b_prefix: Vec<Expr> = op.b_stage.iter().cloned().collect();
-        let with_prefix =
-            |prefix: &[Expr], idx: Vec<Expr>| prefix.iter().cloned().chain(idx).collect::<Vec<_>>();
-        let ab = self.m.buffer(a).clone();
-        let ae = ab.extents();
-        let tile_a = &ae[ae.len() - 2..];
+        // each operand's matrix: its stage and leading indices, and its window's start
+        let (oa, ob) = match crate::gemm::operands(&self.m, op) {
+            Ok(o) => o,
+            Err(why) => {
+                self.diags.push(Diagnostic::bug(format!("gemm operands: {why}")));
+                return vec![];
+            }
+        };
+        let tile_a = oa.tile;
         let ce = self.m.buffer(c).extents();
         let (m, n) = (ce[0], ce[1]);
         let k = if ta { tile_a[0] } else { tile_a[1] };
@@ -52,12 +54,19 @@ impl Lowerer {
                         // the A fragment's registers: [mi][kk][8]
                         inst::WgmmaA::Registers { offset: i32c((mi * ksteps + kk) * 8) }
                     } else {
-                        let idx =
-                            if ta { vec![k0.clone(), row0.clone()] } else { vec![row0.clone(), k0.clone()] };
-                        inst::WgmmaA::Shared { idx: with_prefix(&a_prefix, idx), k_major: !ta }
+                        let idx = if ta {
+                            oa.index(k0.clone(), row0.clone())
+                        } else {
+                            oa.index(row0.clone(), k0.clone())
+                        };
+                        inst::WgmmaA::Shared { idx: idx.into_iter().map(simplify).collect(), k_major: !ta }
                     };
-                    let b_idx =
-                        if tb { vec![col0.clone(), k0.clone()] } else { vec![k0.clone(), col0.clone()] };
+                    let b_idx = if tb {
+                        ob.index(col0.clone(), k0.clone())
+                    } else {
+                        ob.index(k0.clone(), col0.clone())
+                    };
+                    let b_idx: Vec<Expr> = b_idx.into_iter().map(simplify).collect();
                     let scale_d = if op.clear_accum && kk == 0 { 0 } else { 1 };
                     out.push(Stmt::inst(inst::Wgmma {
                         atom: plan.atom,
@@ -65,7 +74,7 @@ impl Lowerer {
                         a,
                         a_from,
                         b,
-                        b_idx: with_prefix(&b_prefix, b_idx),
+                        b_idx,
                         b_k_major: tb,
                         c,
                         c_offset: i32c(mi * (tile_n / 2) + j * (plan.n / 2)),
