@@ -43,6 +43,11 @@ CONFIGS = [  # block_M, block_N, block_K, stages, threads, T.use_swizzle panel (
     (128, 128, 64, 3, 128, 0),
     (128, 128, 64, 3, 128, 8),
     (128, 128, 64, 2, 128, 8),
+    # ping-pong: two consumer slots of one warpgroup on alternate tiles (persistent="pingpong")
+    (128, 128, 64, 4, 128, 8, "square", {"persistent": "pingpong"}),
+    (128, 128, 64, 5, 128, 8, "square", {"persistent": "pingpong"}),
+    (64, 256, 64, 4, 128, 8, "square", {"persistent": "pingpong"}),
+    (128, 128, 64, 3, 256, 8, "full_row", {"persistent": "pingpong"}),
 ]
 # the Done-when shapes of the wgmma issue: GEMM_SHAPES=hopper
 HOPPER_SHAPES = [
@@ -177,7 +182,13 @@ def policy_of(config):
 def config_name(config):
     bm, bn, bk, st, th, panel = config[:6]
     name = f"{bm}x{bn}x{bk} s{st} t{th}" + (f" p{panel}" if panel else "")
-    return name + (f" {config[6]}" if len(config) > 6 else "")
+    name += f" {config[6]}" if len(config) > 6 else ""
+    return name + "".join(f" {k}={v}" for k, v in options_of(config).items())
+
+
+def options_of(config):
+    """The compile options a config adds (its eighth field) to GEMM_COMPILE's."""
+    return {**COMPILE, **(config[7] if len(config) > 7 else {})}
 
 
 DYNAMIC_SHAPES = [(4096, 4096, 4096), (64, 4096, 4096)]
@@ -191,7 +202,8 @@ def best_static_config(torch, M, N, K, a, b, c, want):
         bm, bn, bk, st, th, panel = config[:6]
         try:
             k = tilers.compile(
-                kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)), **COMPILE
+                kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)),
+                **options_of(config),
             )
             k(a, b, c)
             torch.cuda.synchronize()
@@ -220,7 +232,8 @@ def dynamic_rows():
         config = best_static_config(torch, M, N, K, a, b, c, want)
         bm, bn, bk, st, th, panel = config[:6]
         static = tilers.compile(
-                kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)), **COMPILE
+                kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)),
+                **options_of(config),
             )
         dynamic = tilers.compile(
             kernels.matmul(T.dynamic("M"), N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config))
@@ -299,7 +312,7 @@ def main():
                                 panel=panel,
                                 **policy_of(config),
                             ),
-                            **COMPILE,
+                            **options_of(config),
                         )
                         k(a, b, c)
                         torch.cuda.synchronize()

@@ -459,6 +459,12 @@ COMPILE_CASES = {
         matmul,
         dict(M=33, N=200, K=100, dtype="bfloat16", trans_B=True, block_M=64, block_N=64),
     ),
+    # many k-tiles per stage ring (16 over 2 stages) and a block walking several tiles when
+    # persistent: the ping-pong hand-over keeps each slot's ring waits one phase ahead
+    "matmul_deep_k": (
+        matmul,
+        dict(M=200, N=192, K=512, block_M=64, block_N=64, block_K=32, num_stages=2),
+    ),
     "matmul_tt_f16": (
         matmul,
         dict(M=256, N=256, K=256, trans_A=True, trans_B=True, policy=T.GemmWarpPolicy.FullRow),

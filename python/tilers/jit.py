@@ -34,7 +34,10 @@ def compile(
     ``cp.async`` issued by the kernel's own threads; by default an sm_90a pipeline whose
     copies TMA can carry out gets a producer warpgroup (launched after the kernel's
     ``threads``) issuing them, on mbarriers; ``persistent=False`` launches such a kernel one
-    tile per block instead of one block per SM walking the tiles; ``tma_store=False`` keeps
+    tile per block instead of one block per SM walking the tiles, ``persistent="pingpong"``
+    walks them with two copies of the kernel's threads taking alternate tiles, their main
+    loops in turn (one's epilogue overlapping the other's tensor-core work; the second copy
+    and the producers are launched after the kernel's ``threads``); ``tma_store=False`` keeps
     such a kernel's accumulator stores on the threads (16-byte stores from a staging tile)
     instead of TMA stores. ``pass_configs`` takes TileLang's switches
     (``{tilers.PassConfigKey.TL_DISABLE_TMA_LOWER: True}``; see tilers/pass_config.py).
@@ -76,10 +79,19 @@ def compile_options(target="auto", lineinfo=False, wgmma=True, tma=True, persist
 
     options = {
         "target": target, "lineinfo": bool(lineinfo), "wgmma": bool(wgmma), "tma": bool(tma),
-        "persistent": bool(persistent), "tma_store": bool(tma_store),
+        "persistent": _persistent(persistent), "tma_store": bool(tma_store),
         "fast_math": bool(fast_math),
     }
     return pass_config.apply(pass_configs, options)
+
+
+def _persistent(value):
+    """``persistent=``: True, False or "pingpong"."""
+    if isinstance(value, str):
+        if value != "pingpong":
+            raise TileError(f"persistent={value!r}: expected True, False or 'pingpong'")
+        return value
+    return bool(value)
 
 
 def build_kernel(program: dict, program_text: str, out_idx, *, target="auto", lineinfo=False,

@@ -45,7 +45,7 @@ def compile_options(
     keep_ir: bool = False,
     wgmma: bool = True,
     tma: bool = True,
-    persistent: bool = True,
+    persistent: bool | str = True,
     tma_store: bool = True,
 ) -> str:
     """The options JSON of `_tilers.compile` (docs/format.md): one place, so that a kernel
@@ -57,6 +57,8 @@ def compile_options(
         options["tma"] = False
     if not persistent:
         options["persistent"] = False
+    elif persistent == "pingpong":
+        options["pingpong"] = True
     if not tma_store:
         options["tma_store"] = False
     if keep_ir:

@@ -177,6 +177,7 @@ def check_passes(
     blocks: str = "edges",
     arch: str = "sm_80",
     check: bool = False,
+    compile_options: dict | None = None,
     **params,
 ) -> PassCheckResult:
     """Run ``prim_func`` (a ``@T.prim_func``, a ``@tilers.jit`` factory, a kernel it
@@ -186,14 +187,26 @@ def check_passes(
     ``params`` rebind the function's free names (as in :func:`tilers.compile`).
     ``blocks="edges"`` runs the first and last block along each grid axis (fast; ragged
     tiles are in the last); ``"all"`` runs the whole grid. With ``check=True`` a failure
-    raises ``AssertionError`` at once (else call ``.assert_ok()``).
+    raises ``AssertionError`` at once (else call ``.assert_ok()``). ``compile_options`` take
+    :func:`tilers.compile`'s switches that choose another kernel (``{"persistent":
+    "pingpong"}``, ``{"tma": False}``, ``wgmma``, ``tma_store``).
     """
     if blocks not in ("edges", "all"):
         raise TileError(f"check_passes: blocks must be 'edges' or 'all', got {blocks!r}")
     from . import _tilers
 
     program_json = _program_json(prim_func, params)
-    options = json.dumps({"arch": arch, "seed": int(seed), "blocks": blocks})
+    opts = {"arch": arch, "seed": int(seed), "blocks": blocks}
+    for key, value in (compile_options or {}).items():
+        if key == "persistent" and value == "pingpong":
+            opts["pingpong"] = True
+        elif key in ("wgmma", "tma", "persistent", "tma_store"):
+            opts[key] = bool(value)
+        else:
+            raise TileError(
+                f"check_passes: compile_options takes wgmma, tma, persistent and tma_store, got {key!r}"
+            )
+    options = json.dumps(opts)
     try:
         text = _tilers.check_passes(program_json, options)
     except _tilers.CompileError as err:

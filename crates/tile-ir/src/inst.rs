@@ -1223,11 +1223,14 @@ impl Instruction for SetMaxNReg {
 }
 
 /// `bar.sync id, threads`: a barrier among `threads` threads (whole warps) that use the
-/// same `id` — the consumers of a warp-specialized kernel, without its producers.
+/// same `id` — the consumers of a warp-specialized kernel, without its producers. With
+/// `arrive` (`bar.arrive`), the threads count towards the barrier and go on without waiting
+/// (a ping-pong consumer handing the tensor cores to the other).
 #[derive(Clone, Debug, PartialEq)]
 pub struct NamedBarrier {
     pub id: u32,
     pub threads: u32,
+    pub arrive: bool,
 }
 
 impl Instruction for NamedBarrier {
@@ -1241,15 +1244,16 @@ impl Instruction for NamedBarrier {
         vec![]
     }
     fn effects(&self) -> Effects {
-        Effects { barrier: true, ..Effects::default() }
+        Effects { barrier: !self.arrive, ..Effects::default() }
     }
     fn text(&self, _: &dyn TextNames) -> String {
-        format!("bar_sync {}, {}", self.id, self.threads)
+        format!("{} {}, {}", if self.arrive { "bar_arrive" } else { "bar_sync" }, self.id, self.threads)
     }
     fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        if op != "bar_sync" {
+        if op != "bar_sync" && op != "bar_arrive" {
             return None;
         }
+        let arrive = op == "bar_arrive";
         Some((|| {
             let id = r.int()?;
             r.punct(",")?;
@@ -1258,6 +1262,7 @@ impl Instruction for NamedBarrier {
             Ok(NamedBarrier {
                 id: u32::try_from(id).map_err(|_| bad())?,
                 threads: u32::try_from(threads).map_err(|_| bad())?,
+                arrive,
             })
         })())
     }

@@ -226,7 +226,9 @@ pub struct RegBudget {
 
 /// The warps of a warp-specialized kernel: threads `0..threads` (the user's, numbered as
 /// written) consume, `threads..threads + producers` produce (issue TMA copies). Each
-/// warpgroup sets its register budget with `setmaxnreg` at the split.
+/// warpgroup sets its register budget with `setmaxnreg` at the split. Ping-pong: two
+/// copies of the consumers (`0..threads` and `threads..2 * threads`, each numbered from 0
+/// in its own code) work on alternate tiles, the producers after both.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WarpRoles {
     pub producers: u32,
@@ -236,6 +238,16 @@ pub struct WarpRoles {
     /// the grid, which keeps its meaning for `bx`, `by`, `bz`), each walking the tiles with a
     /// stride of the blocks launched.
     pub persistent: bool,
+    /// Two consumer slots on alternate tiles of the persistent walk, their main loops in
+    /// turn (one's epilogue overlaps the other's tensor-core work).
+    pub pingpong: bool,
+}
+
+impl WarpRoles {
+    /// Copies of the user's threads that consume: 2 with ping-pong, else 1.
+    pub fn slots(&self) -> u32 {
+        1 + self.pingpong as u32
+    }
 }
 
 /// A TMA tensor map: `tensor` (a global parameter) seen in boxes of `box_dims` elements
@@ -299,12 +311,23 @@ impl Module {
 
     /// Threads launched per block: the user's `threads` plus the producer warps.
     pub fn launched_threads(&self) -> u32 {
-        self.kernel.threads + self.kernel.roles.map_or(0, |r| r.producers)
+        self.consumer_threads() + self.kernel.roles.map_or(0, |r| r.producers)
+    }
+
+    /// Threads that run the user's code: `threads`, twice with ping-pong consumers.
+    pub fn consumer_threads(&self) -> u32 {
+        self.kernel.threads * self.kernel.roles.map_or(1, |r| r.slots())
     }
 
     /// The condition that separates the roles of a warp-specialized kernel: true on the
     /// user's threads (the consumers).
     pub fn consumer_cond(&self, tid: VarId) -> Expr {
+        Expr::binary(BinOp::Lt, Expr::var(tid, DType::I32), Expr::int(self.consumer_threads() as i64))
+    }
+
+    /// The condition that separates the two consumer slots of a ping-pong kernel inside
+    /// its consumer branch: true on slot 0.
+    pub fn slot_cond(&self, tid: VarId) -> Expr {
         Expr::binary(BinOp::Lt, Expr::var(tid, DType::I32), Expr::int(self.kernel.threads as i64))
     }
 
@@ -1052,10 +1075,12 @@ impl GemmOp {
                             start[k] = s0;
                             tile[k] = t0 - s0;
                         }
-                        (Some(s0), Some(t0)) => return Err(format!(
+                        (Some(s0), Some(t0)) => {
+                            return Err(format!(
                             "the slice {s0}:{t0} of dimension {d} of '{}' is outside its {extent} elements",
                             b.name
-                        )),
+                        ))
+                        }
                         _ => {
                             return Err(format!(
                                 "the slice of dimension {d} of '{}' must have fixed bounds (Python ints)",
@@ -1064,10 +1089,12 @@ impl GemmOp {
                         }
                     }
                 }
-                Some(RegionDim::Index(_) | RegionDim::Origin(_)) => return Err(format!(
+                Some(RegionDim::Index(_) | RegionDim::Origin(_)) => {
+                    return Err(format!(
                     "dimension {d} of '{}' is indexed: a gemm operand is a matrix of its last two dimensions",
                     b.name
-                )),
+                ))
+                }
             }
         }
         Ok(GemmOperand { buf, prefix, start, tile })

@@ -636,7 +636,7 @@ impl Parser {
             }
             "sync" => {
                 // T.sync_threads(): the block's barrier; T.sync_threads(id, n): named barrier id over n threads
-                let o = Obj::new(v, path, &["op", "id", "threads", "loc"])?;
+                let o = Obj::new(v, path, &["op", "id", "threads", "arrive", "loc"])?;
                 match o.opt("id") {
                     None => Stmt::inst(crate::inst::Sync),
                     Some(_) => {
@@ -648,7 +648,12 @@ impl Parser {
                                 "a named barrier is id 0 to 15 over a positive multiple of 32 threads",
                             );
                         }
-                        Stmt::inst(crate::inst::NamedBarrier { id: id as u32, threads: threads as u32 })
+                        let arrive = o.opt("arrive").and_then(|a| a.as_bool()).unwrap_or(false);
+                        Stmt::inst(crate::inst::NamedBarrier {
+                            id: id as u32,
+                            threads: threads as u32,
+                            arrive,
+                        })
                     }
                 }
             }

@@ -114,11 +114,12 @@ impl Printer<'_> {
         };
         let roles = match m.kernel.roles {
             Some(r) => format!(
-                " producers={} producer_regs={} consumer_regs={}{}",
+                " producers={} producer_regs={} consumer_regs={}{}{}",
                 r.producers,
                 r.producer_regs,
                 r.consumer_regs,
-                if r.persistent { " persistent=1" } else { "" }
+                if r.persistent { " persistent=1" } else { "" },
+                if r.pingpong { " pingpong=1" } else { "" }
             ),
             None => String::new(),
         };

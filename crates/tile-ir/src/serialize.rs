@@ -106,7 +106,11 @@ fn stmt(s: &Stmt) -> Option<Value> {
         }
         Stmt::Inst(crate::inst::Inst::Sync(_)) => json!({"op": "sync"}),
         Stmt::Inst(crate::inst::Inst::NamedBarrier(b)) => {
-            json!({"op": "sync", "id": b.id, "threads": b.threads})
+            let mut v = json!({"op": "sync", "id": b.id, "threads": b.threads});
+            if b.arrive {
+                v["arrive"] = json!(true);
+            }
+            v
         }
         Stmt::Reduce(op) => json!({
             "op": "reduce", "kind": op.kind.name(), "src": op.src.0, "dst": op.dst.0, "dim": op.dim, "clear": op.clear

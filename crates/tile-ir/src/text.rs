@@ -1035,7 +1035,10 @@ impl Parser {
             let consumer_regs = self.kv_parsed("consumer_regs")?;
             let persistent =
                 if self.is_word("persistent") { self.kv_parsed::<u32>("persistent")? == 1 } else { false };
-            self.m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs, persistent });
+            let pingpong =
+                if self.is_word("pingpong") { self.kv_parsed::<u32>("pingpong")? == 1 } else { false };
+            self.m.kernel.roles =
+                Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong });
         }
         self.m.level = match self.kv("level")?.as_str() {
             "tile" => Level::Tile,

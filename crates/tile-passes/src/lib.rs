@@ -47,6 +47,9 @@ pub struct Options {
     /// Keep a warp-specialized kernel's staged epilogue on the threads' 16-byte stores
     /// instead of TMA stores (options JSON `"tma_store": false`).
     pub no_tma_store: bool,
+    /// A persistent warp-specialized kernel gets two consumer slots on alternate tiles
+    /// (`tilers.compile(..., persistent="pingpong")`, options JSON `"pingpong": true`).
+    pub pingpong: bool,
 }
 
 /// State shared by the passes of one compilation.

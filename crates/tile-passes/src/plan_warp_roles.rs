@@ -27,8 +27,31 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     });
     let Some((start, extent)) = tma_loop else { return Ok(m) };
     let producers = 128;
-    let consumer_groups = m.kernel.threads / 128;
-    let launched = m.kernel.threads + producers;
+    // ping-pong (asked for) needs the persistent walk: decided below, counted here
+    let reads_block = |e: &Expr| {
+        let mut found = false;
+        e.walk(&mut |x| {
+            found |= matches!(x, Expr::Var { id, .. } if matches!(m.var(*id).kind, VarKind::BlockIdx(_)))
+        });
+        found
+    };
+    let tiles = m.kernel.grid.iter().try_fold(1i64, |acc, g| g.as_int().and_then(|v| acc.checked_mul(v)));
+    let why_not_persistent = if ctx.options.no_persistent {
+        Some("persistent=False")
+    } else if !m.sizes().is_empty() {
+        Some("the kernel has symbolic sizes")
+    } else if !tiles.is_some_and(|t| (1..i32::MAX as i64).contains(&t)) {
+        Some("its grid is not a fixed number of blocks")
+    } else if reads_block(&start) || reads_block(&extent) {
+        Some("the pipelined loop's trip count depends on the block")
+    } else {
+        None
+    };
+    let persistent = why_not_persistent.is_none();
+    let pingpong = ctx.options.pingpong && persistent;
+    let slots = 1 + pingpong as u32;
+    let consumer_groups = slots * m.kernel.threads / 128;
+    let launched = slots * m.kernel.threads + producers;
     // the even share the launch bounds give every thread (a multiple of 8, at most 255)
     let share = (REGISTER_FILE / launched).min(255) / 8 * 8;
     let producer_regs = if consumer_groups >= 3 { 24 } else { 40 };
@@ -70,44 +93,37 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         }
         _ => (producer_regs, consumer_regs),
     };
-    // persistent: a fixed grid, no sizes (version_edges wraps the body, not each tile), and
-    // a k-loop whose trip count is the same for every tile (the ring's phase is computed)
-    let reads_block = |e: &Expr| {
-        let mut found = false;
-        e.walk(&mut |x| {
-            found |= matches!(x, Expr::Var { id, .. } if matches!(m.var(*id).kind, VarKind::BlockIdx(_)))
-        });
-        found
-    };
-    let tiles = m.kernel.grid.iter().try_fold(1i64, |acc, g| g.as_int().and_then(|v| acc.checked_mul(v)));
-    let why_not_persistent = if ctx.options.no_persistent {
-        Some("persistent=False")
-    } else if !m.sizes().is_empty() {
-        Some("the kernel has symbolic sizes")
-    } else if !tiles.is_some_and(|t| (1..i32::MAX as i64).contains(&t)) {
-        Some("its grid is not a fixed number of blocks")
-    } else if reads_block(&start) || reads_block(&extent) {
-        Some("the pipelined loop's trip count depends on the block")
-    } else {
-        None
-    };
-    let persistent = why_not_persistent.is_none();
-    m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs, persistent });
+    // persistent (decided above): a fixed grid, no sizes (version_edges wraps the body, not
+    // each tile), and a k-loop whose trip count is the same for every tile (the ring's phase
+    // is computed)
+    m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong });
     let budget = if consumer_regs > 0 {
         format!("setmaxnreg: producer {producer_regs}, consumers {consumer_regs} registers per thread")
     } else {
         format!("no setmaxnreg ({share} registers per thread for every warp)")
     };
     let schedule = match (why_not_persistent, tiles) {
+        (None, Some(t)) if pingpong => format!(
+            "; persistent, ping-pong: min({t} tiles, SMs) blocks walk the tiles, the two consumer slots taking alternate tiles, their main loops in turn (one's epilogue overlapping the other's tensor-core work)"
+        ),
         (None, Some(t)) => format!(
             "; persistent: min({t} tiles, SMs) blocks walk the tiles, the next tile's copies overlapping this one's epilogue"
         ),
+        (Some(why), _) if ctx.options.pingpong => {
+            format!("; one tile per block, not persistent (so not ping-pong either): {why}")
+        }
         (Some(why), _) => format!("; one tile per block, not persistent: {why}"),
         (None, None) => String::new(),
     };
+    let t = m.kernel.threads;
+    let consumers = if pingpong {
+        format!("threads 0..{t} and {t}..{} run the kernel (two consumer slots, each numbered 0..{t})", 2 * t)
+    } else {
+        format!("threads 0..{t} run the kernel (consumers)")
+    };
     ctx.report.push(format!(
-        "warp-specialized: threads 0..{} run the kernel (consumers), one producer warpgroup (threads {}..{}) issues the TMA copies; {budget}{schedule}",
-        m.kernel.threads, m.kernel.threads, launched
+        "warp-specialized: {consumers}, one producer warpgroup (threads {}..{launched}) issues the TMA copies; {budget}{schedule}",
+        slots * t
     ));
     Ok(m)
 }

@@ -57,6 +57,8 @@ pub struct CompileOptions {
     pub no_persistent: bool,
     /// `tile_passes::Options::no_tma_store` (`"tma_store": false`).
     pub no_tma_store: bool,
+    /// `tile_passes::Options::pingpong` (`"pingpong": true`).
+    pub pingpong: bool,
 }
 
 impl CompileOptions {
@@ -86,6 +88,7 @@ impl CompileOptions {
                 "tma" => opts.no_tma = !val.as_bool().unwrap_or(true),
                 "persistent" => opts.no_persistent = !val.as_bool().unwrap_or(true),
                 "tma_store" => opts.no_tma_store = !val.as_bool().unwrap_or(true),
+                "pingpong" => opts.pingpong = val.as_bool().unwrap_or(false),
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }
@@ -227,6 +230,7 @@ fn compile_inner(
         no_tma: opts.no_tma,
         no_persistent: opts.no_persistent,
         no_tma_store: opts.no_tma_store,
+        pingpong: opts.pingpong,
     };
     let mut ctx = Ctx::new(target.clone(), options);
     let sources = module.sources.clone();

@@ -46,7 +46,8 @@ impl Default for CheckOptions {
 }
 
 impl CheckOptions {
-    /// Parse `{"arch": "sm_80", "seed": 0, "blocks": "edges" | "all"}`.
+    /// Parse `{"arch": "sm_80", "seed": 0, "blocks": "edges" | "all"}`, and the compile
+    /// options `wgmma`, `tma`, `persistent`, `tma_store`, `pingpong` (bools).
     pub fn from_json(text: &str) -> Result<CheckOptions, CompileError> {
         let v: Value = serde_json::from_str(text)
             .map_err(|e| CompileError::Format(format!("options are not valid JSON: {e}")))?;
@@ -66,6 +67,12 @@ impl CheckOptions {
                         _ => return Err(bad("\"edges\" or \"all\"")),
                     }
                 }
+                // the compile options that choose another kernel (as `tilers.compile` takes them)
+                "wgmma" => opts.compile.mma_sync_only = !val.as_bool().ok_or_else(|| bad("a bool"))?,
+                "tma" => opts.compile.no_tma = !val.as_bool().ok_or_else(|| bad("a bool"))?,
+                "persistent" => opts.compile.no_persistent = !val.as_bool().ok_or_else(|| bad("a bool"))?,
+                "tma_store" => opts.compile.no_tma_store = !val.as_bool().ok_or_else(|| bad("a bool"))?,
+                "pingpong" => opts.compile.pingpong = val.as_bool().ok_or_else(|| bad("a bool"))?,
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }

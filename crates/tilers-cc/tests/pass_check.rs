@@ -891,3 +891,95 @@ fn mutation_wgmma_descriptor_fields() {
         }
     }
 }
+
+// ------------------------------------------------------------------ ping-pong consumers
+
+fn pingpong_options() -> CompileOptions {
+    CompileOptions { arch: "sm_90a".into(), pingpong: true, ..Default::default() }
+}
+
+/// Ping-pong kernels (two consumer slots on alternate tiles of the persistent walk, their
+/// main loops handed over by named barriers 3 and 4, slot 1 on its own copies of the
+/// consumers' shared tiles) agree with the reference at every thread-level pass.
+#[test]
+fn pingpong_tma_gemms_agree_with_the_reference() {
+    let check_opts = CheckOptions { seed: 9, compile: pingpong_options(), ..Default::default() };
+    for name in ["matmul_tt_f16", "matmul_rasterized_col", "matmul_nn_f16", "matmul_deep_k"] {
+        let stages = wgmma_stages_with(name, &pingpong_options());
+        let m = final_module(&stages);
+        assert!(m.kernel.roles.is_some_and(|r| r.pingpong), "{name} is not ping-pong");
+        assert_eq!(m.launched_threads(), 2 * m.kernel.threads + 128, "{name}");
+        let result = passcheck::check_stages(&stages, &check_opts).unwrap();
+        let mut ran = 0;
+        for s in &result.stages {
+            match &s.outcome {
+                passcheck::Outcome::Ok if s.level == Level::Thread => ran += 1,
+                passcheck::Outcome::Ok | passcheck::Outcome::Skipped(_) => {}
+                o => panic!("{name} after {}: {}", s.pass, o.message()),
+            }
+        }
+        assert!(ran >= 5, "{name}: {ran} thread-level stages");
+    }
+}
+
+/// The reference run (the whole grid: a persistent kernel runs whole) and the final
+/// ping-pong module of `name`, which agrees with it.
+fn pingpong_final(name: &str) -> (Reference, Module) {
+    let stages = wgmma_stages_with(name, &pingpong_options());
+    let r = passcheck::reference(&stages, 2, Blocks::All).unwrap();
+    let m = final_module(&stages);
+    assert!(m.kernel.roles.is_some_and(|r| r.pingpong), "{name} is not ping-pong");
+    passcheck::check(&r, &m, Blocks::All).unwrap_or_else(|e| panic!("{name} before the mutation: {e}"));
+    (r, m)
+}
+
+fn pingpong_caught(r: &Reference, m: &Module, expect: &str) {
+    match passcheck::check(r, m, Blocks::All) {
+        Ok(()) => panic!("the mutation went unnoticed"),
+        Err(e) => {
+            let e = e.to_string();
+            eprintln!("caught: {e}");
+            assert!(e.contains(expect), "expected a report containing '{expect}', got: {e}");
+        }
+    }
+}
+
+fn is_handoff(s: &Stmt) -> bool {
+    matches!(s, Stmt::Inst(Inst::NamedBarrier(b)) if b.id >= 3)
+}
+
+#[test]
+fn mutation_pingpong_main_loops_not_in_turn() {
+    // without the hand-over the second slot starts its tile's main loop at once: its ring
+    // waits are two phases ahead of the barrier and pass on the phase before, reading a
+    // stage before the copies of its tile landed
+    let (r, mut m) = pingpong_final("matmul_deep_k");
+    let mut removed = 0;
+    while mutate_nth(&mut m.kernel.body, &is_handoff, &mut 0, &mut |_| vec![]) {
+        removed += 1;
+    }
+    assert_eq!(removed, 4, "two waits and two hand-overs");
+    pingpong_caught(&r, &m, "");
+}
+
+#[test]
+fn mutation_pingpong_hand_over_without_its_wait() {
+    // a slot hands over but the other never waits: the arrivals pile up on the barrier
+    let (r, mut m) = pingpong_final("matmul_rasterized_col");
+    let waits = |s: &Stmt| matches!(s, Stmt::Inst(Inst::NamedBarrier(b)) if b.id >= 3 && !b.arrive);
+    assert!(mutate_nth(&mut m.kernel.body, &waits, &mut 0, &mut |_| vec![]));
+    pingpong_caught(&r, &m, "bar_arrive");
+}
+
+#[test]
+fn mutation_pingpong_slots_share_a_staging_tile() {
+    // each slot's epilogue stages its accumulator in a shared tile of its own; put slot 1's
+    // on slot 0's bytes and the two epilogues overlap there
+    let (r, mut m) = pingpong_final("matmul_rasterized_col");
+    // (C_s, the user's staging tile, has a copy for slot 1: C_s_slot1)
+    let copy = m.buffers.iter().position(|b| b.name == "C_s_slot1").expect("slot 1's own C_s");
+    let own = m.buffers.iter().position(|b| b.name == "C_s").expect("C_s");
+    assert_ne!(m.buffers[copy].shared_offset, m.buffers[own].shared_offset);
+    m.buffers[copy].shared_offset = m.buffers[own].shared_offset;
+    pingpong_caught(&r, &m, "");
+}

@@ -42,7 +42,9 @@
 //! branches meet at their own); threads that finished the kernel do not arrive, so a `sync`
 //! after the producers are done is a deadlock (the compiler never puts one after the role
 //! split). A named barrier `bar_sync id, n` completes when `n` threads (whole warps) have
-//! reached barrier `id` (two counts on one id are an error). When no unit can run and no
+//! reached barrier `id` (two counts on one id are an error); `bar_arrive id, n` counts its
+//! threads towards that barrier without waiting (a ping-pong slot handing over), arrivals
+//! left when the block ends or past the count being errors. When no unit can run and no
 //! barrier can complete, the run stops with a deadlock report naming what each waiting unit
 //! waits for. Between barriers, a shared-memory byte written by one thread and read or
 //! written by another is a race (reported), as is any access to bytes with a `cp.async` in
@@ -414,6 +416,9 @@ struct Machine<'m> {
     descriptor_fault: Option<DescriptorFault>,
     /// The block's mbarriers, what each thread has observed of them, register budgets.
     mbar: mbarrier::MbarrierState,
+    /// Threads that passed `bar.arrive id, count` towards a barrier not yet completed: per
+    /// id, the count and the threads.
+    named_arrivals: std::collections::BTreeMap<u32, (u32, Vec<u32>)>,
     /// Shared buffers some `tma_load` writes (their bytes read as unwritten until written).
     tma_destinations: Vec<BufferId>,
     /// The `if`s (by address) whose branches hold an instruction that waits for, or
@@ -496,6 +501,7 @@ impl<'m> Machine<'m> {
             },
             descriptor_fault: None,
             mbar: mbarrier::MbarrierState::new(threads),
+            named_arrivals: Default::default(),
             tma_destinations: {
                 let mut dsts = Vec::new();
                 tile_ir::walk_stmts(&m.kernel.body, &mut |s| {
@@ -606,6 +612,7 @@ impl<'m> Machine<'m> {
             r.reset();
         }
         self.mbar.reset();
+        self.named_arrivals.clear();
         for &d in &self.tma_destinations {
             let b = self.m.buffer(d);
             if let Some(off) = b.shared_offset {

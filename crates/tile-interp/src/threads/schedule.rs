@@ -309,6 +309,12 @@ impl<'m> Machine<'m> {
                 continue;
             }
             if units.iter().flatten().all(|u| matches!(u.state, State::Done)) {
+                if let Some((id, (count, threads))) = self.named_arrivals.iter().next() {
+                    return Err(self.err(format!(
+                        "the block finished with {} of {count} threads arrived at named barrier {id} (bar_arrive) and nobody waiting for the rest",
+                        threads.len()
+                    )));
+                }
                 return Ok(());
             }
             // no unit can run: complete the barriers whose threads are all there
@@ -335,6 +341,15 @@ impl<'m> Machine<'m> {
                         count = a.count;
                     }
                 }
+                // threads that passed it with bar.arrive count too
+                if let Some((c, threads)) = self.named_arrivals.get(&id) {
+                    if *c != count {
+                        return Err(self.err(format!(
+                            "named barrier {id}: bar_arrive counted to {c}, bar_sync to {count}: one barrier id, two thread counts"
+                        )));
+                    }
+                    arrived.extend(threads.iter());
+                }
                 arrived.sort_unstable();
                 if arrived.len() > count as usize {
                     let u = units[at[0]].as_ref().expect("a live unit");
@@ -348,6 +363,7 @@ impl<'m> Machine<'m> {
                 }
                 if arrived.len() == count as usize {
                     released = true;
+                    self.named_arrivals.remove(&id);
                     self.mbar.share(&arrived);
                     for i in at {
                         units[i].as_mut().expect("a live unit").state = State::Ready;
@@ -382,7 +398,8 @@ impl<'m> Machine<'m> {
                             State::Barrier(b) if b.id == a.id => b.threads.len(),
                             _ => 0,
                         })
-                        .sum();
+                        .sum::<usize>()
+                        + self.named_arrivals.get(&a.id).map_or(0, |(_, t)| t.len());
                     format!(
                         "{} wait at {} ({arrived} of {} threads arrived)",
                         who(&a.threads),
@@ -463,6 +480,26 @@ impl<'m> Machine<'m> {
                 Stmt::Inst(Inst::Sync(_)) => {
                     let count = self.threads as u32;
                     return Ok(Stop::Barrier(Arrival { id: 0, count, sync: true, threads: active }));
+                }
+                Stmt::Inst(Inst::NamedBarrier(b)) if b.arrive => {
+                    // bar.arrive: counted towards the barrier, and on without waiting
+                    self.check_named_barrier(&active, b)?;
+                    let (count, threads) = self.named_arrivals.entry(b.id).or_insert((b.threads, Vec::new()));
+                    threads.extend(active.iter());
+                    let (count, arrived) = (*count, threads.len());
+                    if count != b.threads {
+                        return Err(self.err(format!(
+                            "bar_arrive {}, {}: barrier {} already has arrivals counting to {count}: one barrier id, two thread counts",
+                            b.id, b.threads, b.id
+                        )));
+                    }
+                    if arrived > count as usize {
+                        return Err(self.err(format!(
+                            "bar_arrive {}, {}: {arrived} threads arrived at barrier {} before it completed, more than its count",
+                            b.id, b.threads, b.id
+                        )));
+                    }
+                    return Ok(Stop::Yield);
                 }
                 Stmt::Inst(Inst::NamedBarrier(b)) => {
                     self.check_named_barrier(&active, b)?;

@@ -31,7 +31,7 @@
 use super::{keep_in_flight, select_stage};
 use crate::lower::tma;
 use crate::Ctx;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use tile_ir::simplify::simplify;
 use tile_ir::*;
 
@@ -52,25 +52,51 @@ fn persistent_plan(m: &mut Module) -> Option<Persistent> {
     Some(Persistent { grid, raster: m.kernel.raster.take() })
 }
 
-/// `for t in 0..ceildiv(tiles - blockIdx.x, gridDim.x) { tile = blockIdx.x + t * gridDim.x;
-/// bx, by, bz of tile; body }`.
-fn tile_loop(m: &mut Module, plan: &Persistent, t: VarId, body: Vec<Stmt>, loc: Loc) -> Stmt {
+/// The tiles this block walks: `ceildiv(tiles - blockIdx.x, gridDim.x)`.
+fn block_tiles(m: &mut Module, plan: &Persistent) -> Expr {
     let launch = launch_var(m, VarKind::LaunchIdx(0), "launch_x");
     let launched = launch_var(m, VarKind::LaunchDim(0), "launched");
     let [gx, gy, gz] = plan.grid;
-    let tiles = gx * gy * gz;
     let bin = Expr::binary;
     let (l, g) = (Expr::var(launch, DType::I32), Expr::var(launched, DType::I32));
-    let count = bin(
+    simplify(bin(
         BinOp::Add,
-        bin(BinOp::FloorDiv, bin(BinOp::Sub, Expr::int(tiles - 1), l.clone()), g.clone()),
+        bin(BinOp::FloorDiv, bin(BinOp::Sub, Expr::int(gx * gy * gz - 1), l), g),
         Expr::int(1),
-    );
+    ))
+}
+
+/// `for t in 0..ceildiv(tiles - blockIdx.x, gridDim.x) { tile = blockIdx.x + t * gridDim.x;
+/// bx, by, bz of tile; body }`. With `slot` `(c, u)` (a ping-pong consumer slot `c` of
+/// two), the loop takes every other of the block's tiles, `u = 2 t + c` (a `let`) being
+/// the block's tile number.
+fn tile_loop(
+    m: &mut Module,
+    plan: &Persistent,
+    t: VarId,
+    slot: Option<(u32, VarId)>,
+    body: Vec<Stmt>,
+    loc: Loc,
+) -> Stmt {
+    let launch = launch_var(m, VarKind::LaunchIdx(0), "launch_x");
+    let launched = launch_var(m, VarKind::LaunchDim(0), "launched");
+    let [gx, gy, gz] = plan.grid;
+    let bin = Expr::binary;
+    let (l, g) = (Expr::var(launch, DType::I32), Expr::var(launched, DType::I32));
+    let mut count = block_tiles(m, plan);
     let tile = m.add_var("tile_id", VarKind::Temp, DType::I32);
-    let mut lets = vec![Stmt::Let {
-        var: tile,
-        value: simplify(bin(BinOp::Add, l, bin(BinOp::Mul, Expr::var(t, DType::I32), g))),
-    }];
+    let mut lets = Vec::new();
+    let mut u = Expr::var(t, DType::I32);
+    if let Some((c, local)) = slot {
+        // slot c runs tiles c, c + 2, ...: ceildiv(count - c, 2) of them
+        count = simplify(bin(BinOp::FloorDiv, bin(BinOp::Add, count, Expr::int(1 - c as i64)), Expr::int(2)));
+        lets.push(Stmt::Let {
+            var: local,
+            value: simplify(bin(BinOp::Add, bin(BinOp::Mul, u, Expr::int(2)), Expr::int(c as i64))),
+        });
+        u = Expr::var(local, DType::I32);
+    }
+    lets.push(Stmt::Let { var: tile, value: simplify(bin(BinOp::Add, l, bin(BinOp::Mul, u, g))) });
     let tile_e = Expr::var(tile, DType::I32);
     let block_var = |m: &Module, axis: u8| {
         m.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32))
@@ -100,6 +126,93 @@ fn tile_loop(m: &mut Module, plan: &Persistent, t: VarId, body: Vec<Stmt>, loc: 
     }
     lets.extend(body);
     Stmt::For { var: t, start: Expr::int(0), extent: simplify(count), kind: ForKind::Serial, body: lets, loc }
+}
+
+/// `s` with every buffer in `map` replaced by its image (a ping-pong slot's own copies of
+/// the consumers' shared tiles).
+fn remap_buffers(s: Stmt, map: &BTreeMap<BufferId, BufferId>) -> Stmt {
+    let b = |id: BufferId| *map.get(&id).unwrap_or(&id);
+    let e = |x: Expr| {
+        x.map(&mut |y| match y {
+            Expr::Load { buf, idx, dtype, loc, oob } => Expr::Load { buf: b(buf), idx, dtype, loc, oob },
+            other => other,
+        })
+    };
+    let region = |r: Region| Region {
+        buf: b(r.buf),
+        dims: r.dims.into_iter().map(|d| map_region_dim(d, &mut |x| e(x))).collect(),
+        ..r
+    };
+    let body = |v: Vec<Stmt>| v.into_iter().map(|x| remap_buffers(x, map)).collect::<Vec<_>>();
+    match s {
+        Stmt::Store { buf, idx, value, loc } => {
+            Stmt::Store { buf: b(buf), idx: idx.into_iter().map(e).collect(), value: e(value), loc }
+        }
+        Stmt::AtomicAdd { buf, idx, value, loc } => {
+            Stmt::AtomicAdd { buf: b(buf), idx: idx.into_iter().map(e).collect(), value: e(value), loc }
+        }
+        Stmt::Copy(op) => {
+            Stmt::Copy(CopyOp { src: region(op.src), dst: region(op.dst), pad: op.pad.map(e), ..op })
+        }
+        Stmt::Fill { dst, value, loc } => Stmt::Fill { dst: region(dst), value: e(value), loc },
+        Stmt::Reduce(op) => Stmt::Reduce(ReduceOp { src: b(op.src), dst: b(op.dst), ..op }),
+        Stmt::Gemm(op) => Stmt::Gemm(GemmOp { a: b(op.a), b: b(op.b), c: b(op.c), ..op }),
+        Stmt::Parallel { vars, extents, body: v, loc, layout } => {
+            Stmt::Parallel { vars, extents, body: body(v), loc, layout }
+        }
+        Stmt::For { var, start, extent, kind, body: v, loc } => {
+            Stmt::For { var, start: e(start), extent: e(extent), kind, body: body(v), loc }
+        }
+        Stmt::If { cond, then, otherwise, loc } => {
+            Stmt::If { cond: e(cond), then: body(then), otherwise: body(otherwise), loc }
+        }
+        Stmt::Print { what: Printed::Tile(r), msg, block, loc } => {
+            Stmt::Print { what: Printed::Tile(region(r)), msg, block, loc }
+        }
+        Stmt::Async { body: v } => Stmt::Async { body: body(v) },
+        leaf => map_stmt_exprs(leaf, &mut |x| match x {
+            Expr::Load { buf, idx, dtype, loc, oob } => Expr::Load { buf: b(buf), idx, dtype, loc, oob },
+            other => other,
+        }),
+    }
+}
+
+/// The shared buffers `stmts` name (loads, stores, regions, gemm operands).
+fn shared_buffers(m: &Module, stmts: &[Stmt]) -> BTreeSet<BufferId> {
+    let mut out = BTreeSet::new();
+    walk_stmts(stmts, &mut |s| {
+        let mut see = |id: BufferId| {
+            if m.buffer(id).scope == Scope::Shared {
+                out.insert(id);
+            }
+        };
+        match s {
+            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => see(*buf),
+            Stmt::Copy(op) => {
+                see(op.src.buf);
+                see(op.dst.buf);
+            }
+            Stmt::Fill { dst, .. } | Stmt::Print { what: Printed::Tile(dst), .. } => see(dst.buf),
+            Stmt::Reduce(op) => {
+                see(op.src);
+                see(op.dst);
+            }
+            Stmt::Gemm(op) => {
+                see(op.a);
+                see(op.b);
+                see(op.c);
+            }
+            _ => {}
+        }
+        stmt_exprs(s, &mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Load { buf, .. } = x {
+                    see(*buf)
+                }
+            })
+        });
+    });
+    out
 }
 
 fn launch_var(m: &mut Module, kind: VarKind, name: &str) -> VarId {
@@ -220,59 +333,144 @@ pub(super) fn warp_specialize(
         loc,
     };
     let producer_work = match (&persistent, ptile) {
-        (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, vec![producer_loop], loc)],
+        (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, None, vec![producer_loop], loc)],
         _ => vec![producer_loop],
     };
-    let one_thread = Expr::binary(BinOp::Eq, tid_e.clone(), Expr::int(threads as i64));
+    let one_thread = Expr::binary(BinOp::Eq, tid_e.clone(), Expr::int(m.consumer_threads() as i64));
     let mut producer = Vec::new();
     if roles.producer_regs > 0 {
         producer.push(Stmt::inst(inst::SetMaxNReg { inc: false, regs: roles.producer_regs }));
     }
     producer.push(Stmt::If { cond: one_thread, then: producer_work, otherwise: vec![], loc });
 
-    // the consumers: wait for the stage, compute, release it
-    let ctile = persistent.as_ref().map(|_| m.add_var("tile", VarKind::Loop, DType::I32));
-    let cbase = tile_base(ctile);
-    let local_i = count_of(var);
-    let ci = global(&cbase, local_i.clone());
-    let cstage = stage_of(&ci);
-    let mut cbody =
-        vec![Stmt::inst(inst::MbarrierWait { bar: full, idx: cstage.clone(), parity: parity_of(&ci, 0) })];
-    cbody.extend(consumers.into_iter().map(|c| select_stage(c, &tiles, &cstage)));
-    let release =
-        |i: Expr| Stmt::inst(inst::MbarrierArrive { bar: empty, idx: stage_of(&i), expect_tx: None });
-    if drain.is_some() {
-        // the wgmmas of iteration i - 1 retired at this iteration's wait: release their stage
-        cbody.push(Stmt::If {
-            cond: simplify(Expr::binary(BinOp::Gt, local_i.clone(), Expr::int(0))),
-            then: vec![release(simplify(Expr::binary(BinOp::Sub, ci.clone(), Expr::int(1))))],
-            otherwise: vec![],
-            loc,
-        });
+    // the consumers: wait for the stage, compute, release it — once, or per ping-pong slot
+    // on alternate tiles (slot 1 on its own copies of the consumers' shared tiles)
+    let slots = roles.slots();
+    let mut slot_work = Vec::new();
+    let shared_map: BTreeMap<BufferId, BufferId> = if slots > 1 {
+        let mut all = pre.clone();
+        all.extend(consumers.iter().cloned());
+        all.extend(post.iter().cloned());
+        let mut map = BTreeMap::new();
+        for id in shared_buffers(m, &all) {
+            if tiles.contains(&id) {
+                continue; // the ring: filled by the producer for both slots in turn
+            }
+            let mut copy = m.buffer(id).clone();
+            copy.name = format!("{}_slot1", copy.name);
+            map.insert(id, m.add_buffer(copy));
+        }
+        map
     } else {
-        cbody.push(release(cstage.clone()));
-    }
-    let mut work = pre;
-    work.push(Stmt::For { var, start, extent, kind: ForKind::Serial, body: cbody, loc });
-    if let Some(acc) = drain {
-        work.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
-        // the last k-tile's stage, retired by that wait (the next tile's producer needs it)
-        let last = simplify(Expr::binary(BinOp::Sub, global(&cbase, n.clone()), Expr::int(1)));
-        work.push(Stmt::If {
-            cond: simplify(Expr::binary(BinOp::Gt, n.clone(), Expr::int(0))),
-            then: vec![release(last)],
-            otherwise: vec![],
-            loc,
+        BTreeMap::new()
+    };
+    let tiles_of_block = persistent.as_ref().map(|plan| block_tiles(m, plan));
+    for c in 0..slots {
+        let (pre, consumers, post) = if c == 0 {
+            (pre.clone(), consumers.clone(), post.clone())
+        } else {
+            let r = |v: &[Stmt]| v.iter().cloned().map(|x| remap_buffers(x, &shared_map)).collect::<Vec<_>>();
+            (r(&pre), r(&consumers), r(&post))
+        };
+        let ctile = persistent.as_ref().map(|_| m.add_var("tile", VarKind::Loop, DType::I32));
+        // the block's tile number: the loop's counter, or every other one of a slot
+        let local = (slots > 1).then(|| m.add_var("tile_local", VarKind::Temp, DType::I32));
+        let cbase = match local {
+            Some(u) => simplify(Expr::binary(BinOp::Mul, Expr::var(u, DType::I32), n.clone())),
+            None => tile_base(ctile),
+        };
+        let local_i = count_of(var);
+        let ci = global(&cbase, local_i.clone());
+        let cstage = stage_of(&ci);
+        let mut cbody = vec![Stmt::inst(inst::MbarrierWait {
+            bar: full,
+            idx: cstage.clone(),
+            parity: parity_of(&ci, 0),
+        })];
+        cbody.extend(consumers.into_iter().map(|x| select_stage(x, &tiles, &cstage)));
+        let release =
+            |i: Expr| Stmt::inst(inst::MbarrierArrive { bar: empty, idx: stage_of(&i), expect_tx: None });
+        if drain.is_some() {
+            // the wgmmas of iteration i - 1 retired at this iteration's wait: release their stage
+            cbody.push(Stmt::If {
+                cond: simplify(Expr::binary(BinOp::Gt, local_i.clone(), Expr::int(0))),
+                then: vec![release(simplify(Expr::binary(BinOp::Sub, ci.clone(), Expr::int(1))))],
+                otherwise: vec![],
+                loc,
+            });
+        } else {
+            cbody.push(release(cstage.clone()));
+        }
+        let mut work = pre;
+        // ping-pong: the main loops run in turn — slot c waits until the other slot's loop
+        // over the block's previous tile was issued (named barrier 3 + c over both slots),
+        // and hands over after its own (bar.arrive), only to a tile that exists; so each
+        // slot's ring waits are at most one phase ahead of the barrier they wait on
+        let handoff =
+            |id: u32, arrive: bool| Stmt::inst(inst::NamedBarrier { id, threads: 2 * threads, arrive });
+        if let (Some(u), Some(total)) = (local, &tiles_of_block) {
+            let u = Expr::var(u, DType::I32);
+            work.push(Stmt::If {
+                cond: simplify(Expr::binary(BinOp::Gt, u.clone(), Expr::int(0))),
+                then: vec![handoff(3 + c, false)],
+                otherwise: vec![],
+                loc,
+            });
+            work.push(Stmt::For {
+                var,
+                start: start.clone(),
+                extent: extent.clone(),
+                kind: ForKind::Serial,
+                body: cbody,
+                loc,
+            });
+            work.push(Stmt::If {
+                cond: simplify(Expr::binary(
+                    BinOp::Lt,
+                    Expr::binary(BinOp::Add, u, Expr::int(1)),
+                    total.clone(),
+                )),
+                then: vec![handoff(4 - c, true)],
+                otherwise: vec![],
+                loc,
+            });
+        } else {
+            work.push(Stmt::For {
+                var,
+                start: start.clone(),
+                extent: extent.clone(),
+                kind: ForKind::Serial,
+                body: cbody,
+                loc,
+            });
+        }
+        if let Some(acc) = drain {
+            work.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
+            // the last k-tile's stage, retired by that wait (the next tile's producer needs it)
+            let last = simplify(Expr::binary(BinOp::Sub, global(&cbase, n.clone()), Expr::int(1)));
+            work.push(Stmt::If {
+                cond: simplify(Expr::binary(BinOp::Gt, n.clone(), Expr::int(0))),
+                then: vec![release(last)],
+                otherwise: vec![],
+                loc,
+            });
+        }
+        work.extend(post);
+        slot_work.push(match (&persistent, ctile) {
+            (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, local.map(|u| (c, u)), work, loc)],
+            _ => work,
         });
     }
-    work.extend(post);
     let mut consumer = Vec::new();
     if roles.consumer_regs > 0 {
         consumer.push(Stmt::inst(inst::SetMaxNReg { inc: true, regs: roles.consumer_regs }));
     }
-    match (&persistent, ctile) {
-        (Some(plan), Some(t)) => consumer.push(tile_loop(m, plan, t, work, loc)),
-        _ => consumer.extend(work),
+    if slots > 1 {
+        let second = slot_work.pop().expect("two slots");
+        let first = slot_work.pop().expect("two slots");
+        consumer.push(Stmt::If { cond: m.slot_cond(tid), then: first, otherwise: second, loc });
+    } else {
+        consumer.extend(slot_work.pop().expect("one slot"));
     }
 
     let names: Vec<String> = tiles.iter().map(|t| m.buffer(*t).name.clone()).collect();

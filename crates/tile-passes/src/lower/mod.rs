@@ -104,7 +104,12 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
     let mut stores = false;
     walk_stmts(&body, &mut |s| stores |= matches!(s, Stmt::Inst(Inst::TmaStore(_))));
     if stores {
-        let one = Expr::binary(BinOp::Eq, lw.tid(), i32c(0));
+        // the thread that issued them: thread 0 of each consumer slot
+        let mut one = Expr::binary(BinOp::Eq, lw.tid(), i32c(0));
+        if lw.m.kernel.roles.is_some_and(|r| r.pingpong) {
+            let second = Expr::binary(BinOp::Eq, lw.tid(), i32c(lw.m.kernel.threads as i64));
+            one = Expr::binary(BinOp::Or, one, second);
+        }
         let wait = Stmt::inst(inst::BulkWait { read: false, pending: 0 });
         body.push(Stmt::If { cond: one, then: vec![wait], otherwise: vec![], loc: Loc::UNKNOWN });
     }
@@ -127,6 +132,29 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
     Ok(m)
 }
 
+impl Lowerer {
+    /// Whether `cond` splits a ping-pong kernel's consumers into their two slots.
+    fn is_slot_split(&self, cond: &Expr) -> bool {
+        self.m.kernel.roles.is_some_and(|r| r.pingpong) && *cond == self.m.slot_cond(self.tid)
+    }
+
+    /// The two consumer slots of a ping-pong kernel: each runs the user's code on its own
+    /// `threads` threads numbered from 0 (slot 1's are `tid - threads`), its barriers named
+    /// barrier 1 + slot among them.
+    fn slots(&mut self, cond: Expr, then: Vec<Stmt>, otherwise: Vec<Stmt>, loc: Loc) -> Stmt {
+        let threads = self.m.kernel.threads;
+        let first = named_barriers(self.block(then), 1, threads);
+        let saved = self.tid;
+        let local = self.m.add_var("wtid", VarKind::Temp, DType::I32);
+        let mut second =
+            vec![Stmt::Let { var: local, value: Expr::binary(BinOp::Sub, self.tid(), i32c(threads as i64)) }];
+        self.tid = local;
+        second.extend(self.block(otherwise));
+        self.tid = saved;
+        Stmt::If { cond, then: first, otherwise: named_barriers(second, 2, threads), loc }
+    }
+}
+
 /// Every `__syncthreads` in `body` as `bar.sync 1, threads` (barrier 0 is the block's).
 fn consumer_barriers(body: Vec<Stmt>, threads: u32) -> Vec<Stmt> {
     named_barriers(body, 1, threads)
@@ -137,7 +165,7 @@ fn consumer_barriers(body: Vec<Stmt>, threads: u32) -> Vec<Stmt> {
 fn named_barriers(body: Vec<Stmt>, id: u32, threads: u32) -> Vec<Stmt> {
     body.into_iter()
         .map(|s| match s {
-            Stmt::Inst(Inst::Sync(_)) => Stmt::inst(inst::NamedBarrier { id, threads }),
+            Stmt::Inst(Inst::Sync(_)) => Stmt::inst(inst::NamedBarrier { id, threads, arrive: false }),
             Stmt::For { var, start, extent, kind, body, loc } => {
                 Stmt::For { var, start, extent, kind, body: named_barriers(body, id, threads), loc }
             }
@@ -325,6 +353,9 @@ impl Lowerer {
                     };
                     let body = self.block(body);
                     out.push(Stmt::For { var, start, extent, kind, body, loc });
+                }
+                Stmt::If { cond, then, otherwise, loc } if self.is_slot_split(&cond) => {
+                    out.push(self.slots(cond, then, otherwise, loc));
                 }
                 Stmt::If { cond, then, otherwise, loc } if self.m.thread_range(&cond).is_some() => {
                     let (first, count) = self.m.thread_range(&cond).expect("checked");

@@ -103,7 +103,8 @@ impl Emitter<'_> {
     }
 
     pub(super) fn named_barrier(&mut self, i: &inst::NamedBarrier) -> Result<(), Diagnostic> {
-        self.line(&format!("asm volatile(\"bar.sync {}, {};\" ::: \"memory\");", i.id, i.threads));
+        let op = if i.arrive { "bar.arrive" } else { "bar.sync" };
+        self.line(&format!("asm volatile(\"{op} {}, {};\" ::: \"memory\");", i.id, i.threads));
         Ok(())
     }
 }
