@@ -693,8 +693,8 @@ def _atomic(op: str, dst, value, memory_order, return_prev):
                 f"{what} on a tile needs a tile of values (a fragment, shared tile or region), "
                 f"got {type(value).__name__}",
                 loc=loc,
-                help=f"fill a fragment with the value first (T.fill(v, x); {what}(C[...], v)), "
-                f"or update elements in a T.Parallel loop",
+                help=f"update elements in a T.Parallel loop: {what}(C[i, j], v), or fill a "
+                f"fragment with the value and pass it",
             )
         node = {
             "op": "copy",
