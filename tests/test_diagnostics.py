@@ -234,7 +234,7 @@ def buffer_used_as_value():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
-@mistake("`T.atomic_add` on a region", "C[i, j]")
+@mistake("`T.atomic_add` of a scalar on a region", "C[i, j]")
 def atomic_add_on_region():
     @T.prim_func
     def kernel(A: T.Tensor((128,), "float32")):

@@ -76,6 +76,8 @@ __all__ = [
     "alloc_local",
     "alloc_shared",
     "atomic_add",
+    "atomic_max",
+    "atomic_min",
     "bfloat16",
     "bool",
     "cast",
@@ -636,40 +638,124 @@ def gemm(
     )
 
 
-def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False):
-    """Atomically add to one element: ``T.atomic_add(C[i, j], acc[i, j])`` (relaxed, as
-    ``memory_order="relaxed"``; stronger orders and ``return_prev`` are not supported yet)."""
+_MEMORY_ORDERS = {
+    None: None,
+    "relaxed": None,
+    "consume": "acquire",  # as C++ compilers and TileLang treat it
+    "acquire": "acquire",
+    "release": "release",
+    "acq_rel": "acq_rel",
+    "seq_cst": "seq_cst",
+}
+_ATOMIC_DTYPES = ("float32", "float16", "bfloat16", "float64", "int32", "uint32", "int64", "uint64")
+
+
+def _is_tile(x) -> _builtins.bool:
+    """A whole buffer or a subscript with a slice: what a tile atomic updates or reads."""
+    return isinstance(x, _trace.Buffer) or (isinstance(x, _trace.Load) and x.has_slices())
+
+
+def _atomic(op: str, dst, value, memory_order, return_prev):
+    """``T.atomic_<op>``: one element (``C[i, j]``, ``value`` a scalar), or a tile (``dst`` or
+    ``value`` a buffer or a region; a subscript of indices only is the tile's corner, as in
+    ``T.copy``)."""
+    what = f"T.atomic_{op}"
     loc = _trace.capture()
     builder = _trace.current_builder()
-    _trace.require_kernel(builder, "T.atomic_add", loc)
-    if memory_order not in (None, "relaxed"):
+    _trace.require_kernel(builder, what, loc)
+    if memory_order not in _MEMORY_ORDERS:
         raise _trace.user_error(
-            f"T.atomic_add(memory_order={memory_order!r}) is not supported yet: tilers' atomics are relaxed",
+            f"{what}(memory_order={memory_order!r}) is not a memory order",
             loc=loc,
-            help="order the add with a barrier, or drop memory_order",
+            help='use "relaxed" (the default), "acquire", "release", "acq_rel" or "seq_cst"',
         )
+    order = _MEMORY_ORDERS[memory_order]
+    if not isinstance(dst, (_trace.Buffer, _trace.Load)):
+        raise _trace.user_error(
+            f"{what} needs a destination in a global or shared buffer, got {type(dst).__name__}",
+            loc=loc,
+            help=f"pass an element ({what}(C[i, j], v)) or a tile ({what}(C[i0:i0 + 64, :], acc))",
+        )
+    target = dst if isinstance(dst, _trace.Buffer) else dst.buffer
+    if target.scope not in ("global", "shared"):
+        raise _trace.user_error(
+            f"{what} needs a global or shared buffer; '{target.name}' is a {target.scope} buffer",
+            loc=loc,
+            help=f"each element of a {target.scope} buffer has one owner: update it in place "
+            f"({target.name}[i] = ...) instead",
+        )
+    if target.dtype not in _ATOMIC_DTYPES:
+        raise _trace.user_error(
+            f"{what} does not support {target.dtype} ('{target.name}')",
+            loc=loc,
+            help="atomics exist for " + ", ".join(_ATOMIC_DTYPES) + " buffers",
+        )
+    if _is_tile(dst) or _is_tile(value):
+        if return_prev:
+            raise _trace.user_error(
+                f"{what}(..., return_prev=True) returns one old value, so it takes one element, not a tile",
+                loc=loc,
+                help=f"update elements in a T.Parallel loop: old = {what}(C[i, j], v, return_prev=True)",
+            )
+        if not isinstance(value, (_trace.Buffer, _trace.Load)):
+            raise _trace.user_error(
+                f"{what} on a tile needs a tile of values (a fragment, shared tile or region), "
+                f"got {type(value).__name__}",
+                loc=loc,
+                help=f"update elements in a T.Parallel loop: {what}(C[i, j], v), or fill a "
+                f"fragment with the value and pass it",
+            )
+        node = {
+            "op": "copy",
+            "src": _trace.region(value, dst, loc),
+            "dst": _trace.region(dst, value, loc),
+            "atomic": op,
+        }
+        if order is not None:
+            node["memory_order"] = order
+        builder.emit(node, loc)
+        return None
+    idx = _trace.element_indices(target, dst.indices, dst.loc)
+    dtype = target.dtype
+    node = {"op": f"atomic_{op}", "buf": target.id, "idx": idx, "value": cast(_trace.literal(value, dtype), dtype).node()}
+    if order is not None:
+        node["memory_order"] = order
+    prev = None
     if return_prev:
-        raise _trace.user_error(
-            "T.atomic_add(..., return_prev=True) is not supported yet", loc=loc,
-            help="read the element before the add where the old value is needed",
-        )
-    if not isinstance(dst, _trace.Load) or dst.has_slices():
-        raise _trace.user_error(
-            "T.atomic_add needs one element such as C[i, j]",
-            loc=loc,
-            help="add element by element inside a T.Parallel loop: T.atomic_add(C[i, j], v)",
-        )
-    idx = _trace.element_indices(dst.buffer, dst.indices, dst.loc)
-    dtype = dst.buffer.dtype
-    builder.emit(
-        {
-            "op": "atomic_add",
-            "buf": dst.buffer.id,
-            "idx": idx,
-            "value": cast(_trace.literal(value, dtype), dtype).node(),
-        },
-        loc,
-    )
+        name = _trace.assigned_name(loc) or f"{target.name}_prev"
+        prev = builder.new_buffer(name, "local", dtype, (1,), loc)
+        node["prev"] = prev.id
+    builder.emit(node, loc)
+    return None if prev is None else _trace.Load(prev, (0,), loc)
+
+
+def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, annotations=None):
+    """Atomically add ``value`` into ``dst``: an element, ``T.atomic_add(C[i, j], acc[i, j])``,
+    or a tile, ``T.atomic_add(C[by * bM, bx * bN], acc)`` (the corner, as in ``T.copy``) or
+    ``T.atomic_add(dQ[b, k * bN:(k + 1) * bN, :], dq)``. A tile is added by the block's threads
+    (vector atomics where the GPU has them); elements past a tensor's edge are skipped.
+
+    ``memory_order`` is ``"relaxed"`` (the default), ``"acquire"``, ``"release"``,
+    ``"acq_rel"`` or ``"seq_cst"`` (``"consume"`` reads as acquire), at GPU scope.
+    ``return_prev=True`` (elements only) returns the element's old value:
+    ``ticket = T.atomic_add(counter[0], 1, return_prev=True)``. TileLang's ``use_tma`` is a
+    hint tilers does not need.
+    """
+    return _atomic("add", dst, value, memory_order, return_prev)
+
+
+def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """Atomically keep the larger of ``dst`` and ``value``: ``T.atomic_max(amax[0], m)``, or on
+    a tile as ``T.atomic_add`` does. On floats a NaN ``value`` changes nothing, a NaN element
+    takes ``value``, and -0.0 counts as less than +0.0. ``memory_order`` and ``return_prev``
+    as for ``T.atomic_add``."""
+    return _atomic("max", dst, value, memory_order, return_prev)
+
+
+def atomic_min(dst, value, memory_order=None, return_prev=False, annotations=None):
+    """Atomically keep the smaller of ``dst`` and ``value``: ``T.atomic_min(lo[i], x)``, or on a
+    tile as ``T.atomic_add`` does; floats as in ``T.atomic_max`` (-0.0 is the smaller zero)."""
+    return _atomic("min", dst, value, memory_order, return_prev)
 
 
 # ----------------------------------------------------------------------------------------

@@ -452,7 +452,7 @@ fn gexpr(m: &Module, e: &Expr) -> Result<GridExpr, Diagnostic> {
 /// destination, thread-level instructions by the accesses they declare.
 fn destinations(s: &Stmt) -> Vec<BufferId> {
     match s {
-        Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => vec![*buf],
+        Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } => vec![*buf],
         Stmt::Copy(op) => vec![op.dst.buf],
         Stmt::Fill { dst, .. } => vec![dst.buf],
         Stmt::Reduce(op) => vec![op.dst],

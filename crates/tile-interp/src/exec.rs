@@ -294,23 +294,22 @@ impl<'m> Interp<'m> {
                 let values = cast_col(self.eval(value, ids, *loc)?, value.dtype(), b.dtype);
                 self.store(*buf, &offsets, values);
             }
-            Stmt::AtomicAdd { buf, idx, value, loc } => {
+            Stmt::Atomic { mode, buf, idx, value, prev, loc } => {
                 let offsets = self.indices(*buf, idx, ids, *loc, *loc)?;
                 let dt = m.buffer(*buf).dtype;
                 let values = cast_col(self.eval(value, ids, *loc)?, value.dtype(), dt);
-                for (k, &o) in offsets.iter().enumerate() {
-                    if o == usize::MAX {
-                        continue; // past a global tensor's edge: dropped
-                    }
-                    let old = self.mem[buf.0 as usize].get(o);
-                    let new = num::binary(BinOp::Add, old, values.get(k), dt, dt)
-                        .map_err(|e| self.op_error(e, "atomic_add", dt, *loc))?;
-                    self.mem[buf.0 as usize].set(o, new);
+                let olds = self.atomic(mode.op, *buf, &offsets, &values, *loc)?;
+                if let Some(p) = prev {
+                    // one iteration at a time (the body writes a local buffer): its old value
+                    self.mem[p.0 as usize].set(0, olds[olds.len() - 1]);
                 }
             }
-            Stmt::Copy(CopyOp { src, dst, pad, loc, .. }) => {
+            Stmt::Copy(CopyOp { src, dst, pad, loc, atomic, .. }) => {
                 self.tile_op_outside_parallel("T.copy", *loc)?;
-                self.copy(src, dst, pad.as_ref(), *loc)?;
+                match atomic {
+                    Some(mode) => self.atomic_tile(mode.op, src, dst, *loc)?,
+                    None => self.copy(src, dst, pad.as_ref(), *loc)?,
+                }
             }
             Stmt::Fill { dst, value, loc } => {
                 self.tile_op_outside_parallel("T.fill", *loc)?;
@@ -638,10 +637,10 @@ impl<'m> Interp<'m> {
         // local buffers are per-thread temporaries: a body that writes one runs one
         // iteration at a time, so each iteration sees its own writes
         let mut writes_local = false;
-        walk_stmts(body, &mut |s| {
-            if let Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } = s {
-                writes_local |= self.m.buffer(*buf).scope == Scope::Local;
-            }
+        walk_stmts(body, &mut |s| match s {
+            Stmt::Store { buf, .. } => writes_local |= self.m.buffer(*buf).scope == Scope::Local,
+            Stmt::Atomic { prev, .. } => writes_local |= prev.is_some(),
+            _ => {}
         });
         let result = if writes_local {
             (0..total as u32).try_for_each(|l| self.exec(body, &[l]))
@@ -703,6 +702,54 @@ impl<'m> Interp<'m> {
             data.gather(&from)
         };
         self.store(d.buf, &to, cast_col(values, sb.dtype, db.dtype));
+        Ok(())
+    }
+
+    /// Atomic `op` on the elements of `buf` at `offsets` (in order), with `values`; the
+    /// old values (0 for an element past a global tensor's edge, where the atomic is
+    /// dropped).
+    fn atomic(
+        &mut self,
+        op: AtomicOp,
+        buf: BufferId,
+        offsets: &[usize],
+        values: &Col,
+        loc: Loc,
+    ) -> Result<Vec<Val>, Diagnostic> {
+        let dt = self.m.buffer(buf).dtype;
+        let mut olds = Vec::with_capacity(offsets.len());
+        for (k, &o) in offsets.iter().enumerate() {
+            if o == usize::MAX {
+                olds.push(cast(Val::I(0), DType::I64, dt));
+                continue;
+            }
+            let old = self.mem[buf.0 as usize].get(o);
+            let new = num::atomic_combine(op, old, values.get(k), dt)
+                .map_err(|e| self.op_error(e, &format!("atomic_{}", op.name()), dt, loc))?;
+            self.mem[buf.0 as usize].set(o, new);
+            olds.push(old);
+        }
+        Ok(olds)
+    }
+
+    /// A tile atomic: each element of `dst` combined with its element of `src` (converted
+    /// to `dst`'s dtype), in row-major order.
+    fn atomic_tile(&mut self, op: AtomicOp, src: &Region, dst: &Region, loc: Loc) -> Result<(), Diagnostic> {
+        let m = self.m;
+        let (s, d) = resolve_copy(m, src, dst, loc)?;
+        let (sb, db) = (m.buffer(s.buf), m.buffer(d.buf));
+        let from = self.region_offsets(&s, loc)?;
+        let to = self.region_offsets(&d, loc)?;
+        if from.len() != to.len() {
+            return Err(Diagnostic::bug("atomic regions of different sizes after resolution"));
+        }
+        let data = &self.mem[s.buf.0 as usize];
+        let mut values = Col::empty_like(sb.dtype, from.len());
+        let zero = cast(Val::I(0), DType::I64, sb.dtype);
+        for &o in &from {
+            values.push(if o == usize::MAX { zero } else { data.get(o) });
+        }
+        self.atomic(op, d.buf, &to, &cast_col(values, sb.dtype, db.dtype), loc)?;
         Ok(())
     }
 

@@ -7,7 +7,7 @@
 //! bits as `u64` where the sign matters: order, division, right shift, conversion to float.
 
 use tile_ir::simplify::wrap_int;
-use tile_ir::{BinOp, ConstValue, DType, ReduceKind, UnOp};
+use tile_ir::{AtomicOp, BinOp, ConstValue, DType, ReduceKind, UnOp};
 
 /// One scalar value of some dtype (the dtype is known from context).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -254,6 +254,30 @@ pub(crate) fn binary(op: BinOp, a: Val, b: Val, dt: DType, out: DType) -> Result
     } else {
         int_binary(op, a.as_i64(), b.as_i64(), dt, out).map(Val::I)
     }
+}
+
+/// The new value of an element `old` of `dt` after an atomic `op` with `v`. On floats,
+/// max and min are tilers' own (the generated code's compare-and-swap loops,
+/// tile-codegen `cuda/atomics.rs`): a NaN `v` leaves the element as it is, a NaN element
+/// takes `v`, and otherwise -0.0 counts as less than +0.0.
+pub(crate) fn atomic_combine(op: AtomicOp, old: Val, v: Val, dt: DType) -> Result<Val, OpError> {
+    if !dt.is_float() || op == AtomicOp::Add {
+        let bin = match op {
+            AtomicOp::Add => BinOp::Add,
+            AtomicOp::Max => BinOp::Max,
+            AtomicOp::Min => BinOp::Min,
+        };
+        return binary(bin, old, v, dt, dt);
+    }
+    let (a, b) = (old.as_f64(), v.as_f64());
+    let greater = |x: f64, y: f64| x > y || (x == y && !x.is_sign_negative() && y.is_sign_negative());
+    let take_v = !b.is_nan()
+        && (a.is_nan()
+            || match op {
+                AtomicOp::Max => greater(b, a),
+                _ => greater(a, b),
+            });
+    Ok(if take_v { v } else { old })
 }
 
 /// The starting value of a reduction in the accumulator dtype.

@@ -14,7 +14,7 @@
 //! `instructions!` list, its emitter in tile-codegen, its model in tile-interp, and the
 //! lowering that makes it.
 
-use crate::ir::{BufferId, Expr};
+use crate::ir::{AtomicMode, AtomicOp, BufferId, Expr, MemoryOrder};
 use crate::target::{CopyAtom, CopyKind, MmaAtom};
 
 /// How an instruction reaches a buffer.
@@ -205,6 +205,80 @@ impl Instruction for VecCopy {
             r.punct("<-")?;
             let (src, src_idx) = r.element()?;
             Ok(VecCopy { dst, dst_idx, src, src_idx, width })
+        })())
+    }
+}
+
+/// An atomic on `width` contiguous elements of global `dst`, each combined with its element
+/// of the register array `src` by `mode`: one vector `red` (sm_90: `.v2`/`.v4` float32,
+/// `.v2`/`.v4`/`.v8` float16 and bfloat16), or packed `f16x2`/`bf16x2` pairs. Each element
+/// is its own atomic; the vector only saves instructions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VecAtomic {
+    pub mode: AtomicMode,
+    pub dst: BufferId,
+    pub dst_idx: Vec<Expr>,
+    pub src: BufferId,
+    pub src_idx: Vec<Expr>,
+    pub width: u32,
+}
+
+impl Instruction for VecAtomic {
+    fn exprs(&self) -> Vec<&Expr> {
+        self.dst_idx.iter().chain(&self.src_idx).collect()
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        VecAtomic { dst_idx: map_all(self.dst_idx, f), src_idx: map_all(self.src_idx, f), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        let n = self.width as i64;
+        vec![
+            Access {
+                buf: self.src,
+                kind: AccessKind::Read,
+                index: Index::Element(&self.src_idx),
+                elements: n,
+            },
+            Access {
+                buf: self.dst,
+                kind: AccessKind::Write,
+                index: Index::Element(&self.dst_idx),
+                elements: n,
+            },
+        ]
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        let order = match self.mode.order {
+            MemoryOrder::Relaxed => String::new(),
+            o => format!(".{}", o.name()),
+        };
+        format!(
+            "vatomic{}.{}{order} {}[{}] <- {}[{}]",
+            self.width,
+            self.mode.op.name(),
+            t.buffer(self.dst),
+            t.exprs(&self.dst_idx),
+            t.buffer(self.src),
+            t.exprs(&self.src_idx)
+        )
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        let rest = op.strip_prefix("vatomic")?;
+        let mut parts = rest.split('.');
+        let width = parts.next()?.parse().ok()?;
+        let op = AtomicOp::from_name(parts.next()?)?;
+        let order = match parts.next() {
+            Some(o) => MemoryOrder::from_name(o)?,
+            None => MemoryOrder::Relaxed,
+        };
+        if parts.next().is_some() {
+            return None;
+        }
+        Some((|| {
+            let (dst, dst_idx) = r.element()?;
+            r.punct("<-")?;
+            let (src, src_idx) = r.element()?;
+            Ok(VecAtomic { mode: AtomicMode { op, order }, dst, dst_idx, src, src_idx, width })
         })())
     }
 }
@@ -1396,6 +1470,7 @@ macro_rules! instructions {
 
 instructions!(
     VecCopy,
+    VecAtomic,
     Ldmatrix,
     Stmatrix,
     Mma,

@@ -899,6 +899,88 @@ impl ReduceKind {
     }
 }
 
+/// The read-modify-write of an atomic: `T.atomic_add` / `T.atomic_max` / `T.atomic_min`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AtomicOp {
+    Add,
+    Max,
+    Min,
+}
+
+/// The memory order of an atomic, C++'s names (TileLang's `memory_order=`; its
+/// `"consume"` is read as `"acquire"`). Relaxed unless the user asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum MemoryOrder {
+    Relaxed,
+    Acquire,
+    Release,
+    AcqRel,
+    SeqCst,
+}
+
+/// What an atomic does to each element it reaches: `op` with `order`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AtomicMode {
+    pub op: AtomicOp,
+    pub order: MemoryOrder,
+}
+
+impl AtomicOp {
+    pub fn name(self) -> &'static str {
+        match self {
+            AtomicOp::Add => "add",
+            AtomicOp::Max => "max",
+            AtomicOp::Min => "min",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<AtomicOp> {
+        [AtomicOp::Add, AtomicOp::Max, AtomicOp::Min].into_iter().find(|o| o.name() == s)
+    }
+}
+
+impl MemoryOrder {
+    pub const ALL: [MemoryOrder; 5] = [
+        MemoryOrder::Relaxed,
+        MemoryOrder::Acquire,
+        MemoryOrder::Release,
+        MemoryOrder::AcqRel,
+        MemoryOrder::SeqCst,
+    ];
+    /// C++'s (and TileLang's) spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryOrder::Relaxed => "relaxed",
+            MemoryOrder::Acquire => "acquire",
+            MemoryOrder::Release => "release",
+            MemoryOrder::AcqRel => "acq_rel",
+            MemoryOrder::SeqCst => "seq_cst",
+        }
+    }
+    pub fn from_name(s: &str) -> Option<MemoryOrder> {
+        MemoryOrder::ALL.into_iter().find(|o| o.name() == s)
+    }
+}
+
+impl AtomicMode {
+    pub const RELAXED_ADD: AtomicMode = AtomicMode { op: AtomicOp::Add, order: MemoryOrder::Relaxed };
+    /// `atomic_add`, `atomic_max.release`: the text IR's word for it.
+    pub fn text(self) -> String {
+        match self.order {
+            MemoryOrder::Relaxed => format!("atomic_{}", self.op.name()),
+            o => format!("atomic_{}.{}", self.op.name(), o.name()),
+        }
+    }
+    /// The mode back from [`AtomicMode::text`].
+    pub fn from_text(s: &str) -> Option<AtomicMode> {
+        let rest = s.strip_prefix("atomic_")?;
+        let (op, order) = match rest.split_once('.') {
+            Some((op, order)) => (op, MemoryOrder::from_name(order)?),
+            None => (rest, MemoryOrder::Relaxed),
+        };
+        Some(AtomicMode { op: AtomicOp::from_name(op)?, order })
+    }
+}
+
 /// What `T.print` shows.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Printed {
@@ -909,7 +991,9 @@ pub enum Printed {
 }
 
 /// `T.copy(src, dst)`: elements of `src` to `dst`, converted to `dst`'s dtype; reads past a
-/// global tensor's edge give `pad` (zero when absent), writes past it are dropped.
+/// global tensor's edge give `pad` (zero when absent), writes past it are dropped. With
+/// `atomic` (a tile `T.atomic_add(dst, src)`, `T.atomic_max`, …) each element of `dst` is
+/// combined with its source element by that atomic instead of overwritten.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CopyOp {
     pub src: Region,
@@ -918,6 +1002,7 @@ pub struct CopyOp {
     pub loc: Loc,
     /// Set by `select_instructions`.
     pub inst: Option<CopyInst>,
+    pub atomic: Option<AtomicMode>,
 }
 
 /// How a `T.copy` is carried out (`select_instructions`' choice; the lowering follows it).
@@ -1151,10 +1236,15 @@ pub enum Stmt {
         value: Expr,
         loc: Loc,
     },
-    AtomicAdd {
+    /// `T.atomic_add(buf[idx], value)` and its kin: one element combined with `value`
+    /// atomically; with `prev` (`return_prev=True`), the element's old value is stored in
+    /// that one-element local buffer, which the user's expression reads.
+    Atomic {
+        mode: AtomicMode,
         buf: BufferId,
         idx: Vec<Expr>,
         value: Expr,
+        prev: Option<BufferId>,
         loc: Loc,
     },
     Copy(CopyOp),
@@ -1295,7 +1385,7 @@ impl Stmt {
     pub fn loc(&self) -> Loc {
         match self {
             Stmt::Store { loc, .. }
-            | Stmt::AtomicAdd { loc, .. }
+            | Stmt::Atomic { loc, .. }
             | Stmt::Fill { loc, .. }
             | Stmt::Parallel { loc, .. }
             | Stmt::For { loc, .. }
@@ -1352,7 +1442,7 @@ pub fn region_exprs(r: &Region) -> Vec<&Expr> {
 /// Visit every expression directly held by a statement (not those of child statements).
 pub fn stmt_exprs(s: &Stmt, f: &mut dyn FnMut(&Expr)) {
     match s {
-        Stmt::Store { idx, value, .. } | Stmt::AtomicAdd { idx, value, .. } => {
+        Stmt::Store { idx, value, .. } | Stmt::Atomic { idx, value, .. } => {
             idx.iter().for_each(&mut *f);
             f(value);
         }
@@ -1428,8 +1518,8 @@ pub fn map_stmt_exprs(s: Stmt, f: &mut dyn FnMut(Expr) -> Expr) -> Stmt {
         Stmt::Store { buf, idx, value, loc } => {
             Stmt::Store { buf, idx: exprs(idx, f), value: value.map(f), loc }
         }
-        Stmt::AtomicAdd { buf, idx, value, loc } => {
-            Stmt::AtomicAdd { buf, idx: exprs(idx, f), value: value.map(f), loc }
+        Stmt::Atomic { mode, buf, idx, value, prev, loc } => {
+            Stmt::Atomic { mode, buf, idx: exprs(idx, f), value: value.map(f), prev, loc }
         }
         Stmt::Copy(op) => Stmt::Copy(CopyOp {
             src: map_region(op.src, f),

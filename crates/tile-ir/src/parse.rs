@@ -47,6 +47,24 @@ struct Obj<'a> {
     path: String,
 }
 
+/// An atomic's operation `op` ("add", "max", "min") and the object's `memory_order`
+/// (relaxed when absent).
+fn atomic_mode(op: &str, o: &Obj) -> R<AtomicMode> {
+    let Some(op) = AtomicOp::from_name(op) else {
+        return err(&o.p("atomic"), "expected an atomic operation: add, max or min");
+    };
+    let order = match o.opt("memory_order") {
+        None => MemoryOrder::Relaxed,
+        Some(_) => match MemoryOrder::from_name(o.str("memory_order")?) {
+            Some(order) => order,
+            None => {
+                return err(&o.p("memory_order"), "expected relaxed, acquire, release, acq_rel or seq_cst")
+            }
+        },
+    };
+    Ok(AtomicMode { op, order })
+}
+
 impl<'a> Obj<'a> {
     fn new(v: &'a Value, path: &str, allowed: &[&str]) -> R<Obj<'a>> {
         let Some(map) = v.as_object() else {
@@ -574,21 +592,33 @@ impl Parser {
         };
         let l = |o: &Obj| loc(o.opt("loc"), &o.p("loc"), ns);
         Ok(match op {
-            "store" | "atomic_add" => {
+            "store" => {
                 let o = Obj::new(v, path, &["op", "buf", "idx", "value", "loc"])?;
                 let buf = self.buffer_id(o.get("buf")?, &o.p("buf"))?;
                 let idx = self.exprs(o.get("idx")?, &o.p("idx"), ns)?;
                 let value = self.expr(o.get("value")?, &o.p("value"), ns)?;
-                if op == "store" {
-                    Stmt::Store { buf, idx, value, loc: l(&o)? }
-                } else {
-                    Stmt::AtomicAdd { buf, idx, value, loc: l(&o)? }
-                }
+                Stmt::Store { buf, idx, value, loc: l(&o)? }
+            }
+            "atomic_add" | "atomic_max" | "atomic_min" => {
+                let o = Obj::new(v, path, &["op", "buf", "idx", "value", "memory_order", "prev", "loc"])?;
+                let buf = self.buffer_id(o.get("buf")?, &o.p("buf"))?;
+                let idx = self.exprs(o.get("idx")?, &o.p("idx"), ns)?;
+                let value = self.expr(o.get("value")?, &o.p("value"), ns)?;
+                let prev = match o.opt("prev") {
+                    Some(p) => Some(self.buffer_id(p, &o.p("prev"))?),
+                    None => None,
+                };
+                let mode = atomic_mode(&op["atomic_".len()..], &o)?;
+                Stmt::Atomic { mode, buf, idx, value, prev, loc: l(&o)? }
             }
             "copy" => {
-                let o = Obj::new(v, path, &["op", "src", "dst", "pad", "loc"])?;
+                let o = Obj::new(v, path, &["op", "src", "dst", "pad", "atomic", "memory_order", "loc"])?;
                 let pad = match o.opt("pad") {
                     Some(p) => Some(self.expr(p, &o.p("pad"), ns)?),
+                    None => None,
+                };
+                let atomic = match o.opt("atomic") {
+                    Some(_) => Some(atomic_mode(o.str("atomic")?, &o)?),
                     None => None,
                 };
                 Stmt::Copy(CopyOp {
@@ -597,6 +627,7 @@ impl Parser {
                     pad,
                     loc: l(&o)?,
                     inst: None,
+                    atomic,
                 })
             }
             "barrier_init" | "barrier_arrive" | "barrier_expect_tx" | "barrier_wait" | "tma_copy" => {
@@ -629,6 +660,7 @@ impl Parser {
                             pad: None,
                             loc: l(&o)?,
                             inst: Some(CopyInst::Tma),
+                            atomic: None,
                         }),
                     },
                 };

@@ -241,10 +241,12 @@ impl Printer<'_> {
                 let _ =
                     writeln!(out, "{pad}{}[{}] = {}{lc}", self.buf_name(*buf), self.idx(i), self.expr(value));
             }
-            Stmt::AtomicAdd { buf, idx: i, value, .. } => {
+            Stmt::Atomic { mode, buf, idx: i, value, prev, .. } => {
+                let prev = prev.map(|p| format!(" -> {}", self.buf_name(p))).unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "{pad}atomic_add {}[{}], {}{lc}",
+                    "{pad}{} {}[{}], {}{prev}{lc}",
+                    mode.text(),
                     self.buf_name(*buf),
                     self.idx(i),
                     self.expr(value)
@@ -252,10 +254,11 @@ impl Printer<'_> {
             }
             Stmt::Copy(op) => {
                 let padding = op.pad.as_ref().map(|p| format!(" pad={}", self.expr(p))).unwrap_or_default();
+                let atomic = op.atomic.map(|m| format!(" {}", m.text())).unwrap_or_default();
                 let inst = op.inst.map(|i| format!(" by {}", copy_inst_text(i))).unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "{pad}copy {} -> {}{padding}{inst}{lc}",
+                    "{pad}copy {} -> {}{padding}{atomic}{inst}{lc}",
                     self.region(&op.src),
                     self.region(&op.dst)
                 );

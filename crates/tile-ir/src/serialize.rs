@@ -69,12 +69,33 @@ fn stmts(body: &[Stmt]) -> Vec<Value> {
 
 fn stmt(s: &Stmt) -> Option<Value> {
     let v = match s {
-        Stmt::Store { buf, idx, value, .. } | Stmt::AtomicAdd { buf, idx, value, .. } => {
-            let op = if matches!(s, Stmt::Store { .. }) { "store" } else { "atomic_add" };
-            json!({"op": op, "buf": buf.0, "idx": idx.iter().map(expr).collect::<Vec<_>>(), "value": expr(value)})
+        Stmt::Store { buf, idx, value, .. } => {
+            json!({"op": "store", "buf": buf.0, "idx": idx.iter().map(expr).collect::<Vec<_>>(), "value": expr(value)})
+        }
+        Stmt::Atomic { mode, buf, idx, value, prev, .. } => {
+            let mut v = json!({
+                "op": format!("atomic_{}", mode.op.name()),
+                "buf": buf.0,
+                "idx": idx.iter().map(expr).collect::<Vec<_>>(),
+                "value": expr(value),
+            });
+            if mode.order != MemoryOrder::Relaxed {
+                v["memory_order"] = json!(mode.order.name());
+            }
+            if let Some(p) = prev {
+                v["prev"] = json!(p.0);
+            }
+            v
         }
         Stmt::Copy(op) => {
-            json!({"op": "copy", "src": region(&op.src), "dst": region(&op.dst), "pad": op.pad.as_ref().map(expr)})
+            let mut v = json!({"op": "copy", "src": region(&op.src), "dst": region(&op.dst), "pad": op.pad.as_ref().map(expr)});
+            if let Some(mode) = op.atomic {
+                v["atomic"] = json!(mode.op.name());
+                if mode.order != MemoryOrder::Relaxed {
+                    v["memory_order"] = json!(mode.order.name());
+                }
+            }
+            v
         }
         Stmt::Fill { dst, value, .. } => json!({"op": "fill", "dst": region(dst), "value": expr(value)}),
         Stmt::Barrier(op) => {

@@ -11,6 +11,7 @@
 //! `wgmma`, `setmaxnreg` — exist only on `sm_90a`, whose cubins run on compute capability
 //! 9.0 alone.
 
+use crate::ir::{AtomicMode, AtomicOp, MemoryOrder};
 use crate::types::DType;
 use std::fmt;
 
@@ -35,6 +36,9 @@ pub struct Caps {
     pub stmatrix: bool,
     /// `red.add.noftz.bf16` on global memory (sm_90+).
     pub bf16_atomic_add: bool,
+    /// Vector reductions on global memory: `red.global.add.v2/.v4.f32`,
+    /// `red.global.add.noftz.v2/.v4/.v8.f16` and `.bf16` (sm_90+).
+    pub vector_atomics: bool,
     /// Tensor memory access: `cp.async.bulk.tensor` with tensor maps (sm_90+).
     pub tma: bool,
     /// `mbarrier` with transaction counts (`expect_tx`, `complete_tx`; sm_90+).
@@ -102,6 +106,7 @@ impl Target {
                 cp_async: true,
                 stmatrix: hopper_or_newer,
                 bf16_atomic_add: hopper_or_newer,
+                vector_atomics: hopper_or_newer,
                 tma: hopper_or_newer,
                 mbarrier_tx: hopper_or_newer,
                 clusters: hopper_or_newer,
@@ -111,6 +116,24 @@ impl Target {
             },
             limits: Limits { shared_bytes, max_threads: 1024, warp_size: 32, registers_per_thread: 255 },
         })
+    }
+
+    /// How many contiguous elements of `dtype` one atomic instruction with `mode` updates in
+    /// global memory: a `red` with a vector type on sm_90 (16 bytes: 4 float32, 8 float16 or
+    /// bfloat16), packed `red.add.noftz.f16x2` before it; 1 where only scalar atomics exist.
+    /// Only adds whose order `red` can carry (relaxed, release) are vectors: max/min on
+    /// floats are compare-and-swap loops (their NaN and signed-zero rules are tilers' own),
+    /// and an acquiring order needs `atom` with its result.
+    pub fn atomic_vector_width(&self, mode: AtomicMode, dtype: DType) -> u32 {
+        if mode.op != AtomicOp::Add || !matches!(mode.order, MemoryOrder::Relaxed | MemoryOrder::Release) {
+            return 1;
+        }
+        match dtype {
+            DType::F32 if self.caps.vector_atomics => 4,
+            DType::F16 | DType::BF16 if self.caps.vector_atomics => 8,
+            DType::F16 => 2,
+            _ => 1,
+        }
     }
 
     /// The default target ([`DEFAULT_ARCH`]).

@@ -608,6 +608,16 @@ impl Parser {
                 } else {
                     None
                 };
+                let atomic = match self.peek().and_then(|t| match t {
+                    Tok::Ident(w) => AtomicMode::from_text(w),
+                    _ => None,
+                }) {
+                    Some(mode) => {
+                        self.pos += 1;
+                        Some(mode)
+                    }
+                    None => None,
+                };
                 let inst = if self.is_word("by") {
                     self.pos += 1;
                     let how = self.ident()?;
@@ -637,7 +647,7 @@ impl Parser {
                 } else {
                     None
                 };
-                Ok(Stmt::Copy(CopyOp { src, dst, pad, loc, inst }))
+                Ok(Stmt::Copy(CopyOp { src, dst, pad, loc, inst, atomic }))
             }
             "fill" => {
                 let dst = self.region()?;
@@ -650,7 +660,7 @@ impl Parser {
                     self.punct("->")?;
                     let dst = self.region()?;
                     self.keyword("on")?;
-                    Some(CopyOp { src, dst, pad: None, loc, inst: Some(CopyInst::Tma) })
+                    Some(CopyOp { src, dst, pad: None, loc, inst: Some(CopyInst::Tma), atomic: None })
                 } else {
                     None
                 };
@@ -678,10 +688,18 @@ impl Parser {
                 };
                 Ok(Stmt::Barrier(BarrierOp { kind, bar, idx, loc }))
             }
-            "atomic_add" => {
+            w if AtomicMode::from_text(w).is_some() => {
+                let mode = AtomicMode::from_text(w).expect("checked");
                 let (buf, idx) = self.element()?;
                 self.punct(",")?;
-                Ok(Stmt::AtomicAdd { buf, idx, value: self.expr()?, loc })
+                let value = self.expr()?;
+                let prev = if self.is_punct("->") {
+                    self.punct("->")?;
+                    Some(self.buffer()?)
+                } else {
+                    None
+                };
+                Ok(Stmt::Atomic { mode, buf, idx, value, prev, loc })
             }
             w if w.starts_with("reduce_") => {
                 let kind = match &w[7..] {
@@ -1276,9 +1294,7 @@ fn forget_stmt_locations(s: &mut Stmt) {
     const UNKNOWN: Loc = Loc::UNKNOWN;
     let all = |body: &mut Vec<Stmt>| body.iter_mut().for_each(forget_stmt_locations);
     match s {
-        Stmt::Store { loc, .. } | Stmt::AtomicAdd { loc, .. } | Stmt::DeviceAssert { loc, .. } => {
-            *loc = UNKNOWN
-        }
+        Stmt::Store { loc, .. } | Stmt::Atomic { loc, .. } | Stmt::DeviceAssert { loc, .. } => *loc = UNKNOWN,
         Stmt::SourceLine(loc) => *loc = UNKNOWN,
         Stmt::Copy(op) => {
             op.loc = UNKNOWN;

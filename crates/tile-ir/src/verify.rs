@@ -529,40 +529,22 @@ impl<'a> Verifier<'a> {
         }
     }
 
-    fn store_target(&mut self, buf: BufferId, idx: &[Expr], value: &Expr, loc: Loc, atomic: bool) {
+    fn store_target(
+        &mut self,
+        buf: BufferId,
+        idx: &[Expr],
+        value: &Expr,
+        loc: Loc,
+        atomic: Option<AtomicMode>,
+    ) {
         let b = self.m.buffer(buf);
         self.check_expr(&Expr::load(buf, idx.to_vec(), b.dtype), loc, true);
         self.expr(value, loc);
         if value.dtype() != b.dtype {
             self.err(format!("internal: storing {} into '{}' of {}", value.dtype(), b.name, b.dtype), loc);
         }
-        if atomic {
-            if b.scope != Scope::Global && b.scope != Scope::Shared {
-                self.err_help(
-                    format!(
-                        "T.atomic_add needs a global or shared buffer; '{}' is {}",
-                        b.name,
-                        b.scope.name()
-                    ),
-                    loc,
-                    format!(
-                        "each element of a {} has one owner: write {}[i] = {}[i] + v",
-                        b.scope.name(),
-                        b.name,
-                        b.name
-                    ),
-                );
-            }
-            if !matches!(
-                b.dtype,
-                DType::F32 | DType::F16 | DType::BF16 | DType::I32 | DType::U32 | DType::I64 | DType::F64
-            ) {
-                self.err_help(
-                    format!("T.atomic_add does not support {}", b.dtype),
-                    loc,
-                    "add into a float32, float16, bfloat16, float64, int32, uint32 or int64 buffer",
-                );
-            }
+        if let Some(mode) = atomic {
+            self.atomic_target(buf, mode, loc);
             return;
         }
         // Races: inside a parallel loop, each iteration must write its own element.
@@ -591,6 +573,30 @@ impl<'a> Verifier<'a> {
             let d = self.err(format!("fragment '{name}' is written outside a T.Parallel loop"), loc);
             *d = d.clone().with_help(
                 "write fragment elements inside `for i, j in T.Parallel(...)`, or use T.fill / T.copy",
+            );
+        }
+    }
+
+    /// An atomic's destination: a global or shared buffer of a dtype the operation has.
+    fn atomic_target(&mut self, buf: BufferId, mode: AtomicMode, loc: Loc) {
+        let b = self.m.buffer(buf);
+        let what = format!("T.atomic_{}", mode.op.name());
+        if b.scope != Scope::Global && b.scope != Scope::Shared {
+            self.err_help(
+                format!("{what} needs a global or shared buffer; '{}' is {}", b.name, b.scope.name()),
+                loc,
+                format!(
+                    "each element of a {} has one owner: update it in place ({}[i] = ...) instead",
+                    b.scope.name(),
+                    b.name
+                ),
+            );
+        }
+        if !atomic_dtype(b.dtype) {
+            self.err_help(
+                format!("{what} does not support {}", b.dtype),
+                loc,
+                "use a float32, float16, bfloat16, float64, int32, uint32, int64 or uint64 buffer",
             );
         }
     }
@@ -674,19 +680,50 @@ impl<'a> Verifier<'a> {
     fn stmt(&mut self, s: &Stmt) {
         let m = self.m;
         match s {
-            Stmt::Store { buf, idx, value, loc } => self.store_target(*buf, idx, value, *loc, false),
-            Stmt::AtomicAdd { buf, idx, value, loc } => self.store_target(*buf, idx, value, *loc, true),
-            Stmt::Copy(CopyOp { src, dst, pad, loc, .. }) => {
+            Stmt::Store { buf, idx, value, loc } => self.store_target(*buf, idx, value, *loc, None),
+            Stmt::Atomic { mode, buf, idx, value, prev, loc } => {
+                self.store_target(*buf, idx, value, *loc, Some(*mode));
+                if let Some(p) = prev {
+                    let (pb, b) = (m.buffer(*p), m.buffer(*buf));
+                    if pb.scope != Scope::Local
+                        || pb.dtype != b.dtype
+                        || pb.extents().iter().product::<i64>() != 1
+                    {
+                        self.err(
+                            format!("internal: '{}' cannot hold the old value of '{}'", pb.name, b.name),
+                            *loc,
+                        );
+                    }
+                }
+            }
+            Stmt::Copy(CopyOp { src, dst, pad, loc, atomic, .. }) => {
                 self.region(src);
                 self.region(dst);
+                if let Some(mode) = atomic {
+                    self.atomic_target(dst.buf, *mode, *loc);
+                    if pad.is_some() {
+                        self.err("internal: an atomic tile update with a pad value".into(), *loc);
+                    }
+                }
                 if let Some(p) = pad {
                     self.expr(p, *loc);
                 }
+                let what = match atomic {
+                    Some(mode) => format!("T.atomic_{}", mode.op.name()),
+                    None => "T.copy".to_string(),
+                };
                 if self.in_parallel.is_some() {
-                    self.tile_op_in_parallel("T.copy", *loc);
+                    self.tile_op_in_parallel(&what, *loc);
                 }
                 match resolve_copy(m, src, dst, *loc) {
                     Ok((s, d)) => self.copy_regions(&s, &d, *loc),
+                    Err(mut d) if atomic.is_some() => {
+                        // the tile atomic's words, not the copy's
+                        d.message = d.message.replace("this copy", &format!("this {what}"));
+                        d.message = d.message.replace("copy between", &format!("{what} between"));
+                        d.help = d.help.map(|h| h.replace("T.copy", &what));
+                        self.diags.push(d)
+                    }
                     Err(d) => self.diags.push(d),
                 }
                 let (sb, db) = (m.buffer(src.buf), m.buffer(dst.buf));
@@ -1088,4 +1125,20 @@ impl Verifier<'_> {
             );
         }
     }
+}
+
+/// Whether the atomics (add, max, min) exist for elements of `dtype`, in hardware or as a
+/// compare-and-swap loop (tile-codegen's `cuda/atomics.rs` says which).
+pub fn atomic_dtype(dtype: DType) -> bool {
+    matches!(
+        dtype,
+        DType::F32
+            | DType::F16
+            | DType::BF16
+            | DType::F64
+            | DType::I32
+            | DType::U32
+            | DType::I64
+            | DType::U64
+    )
 }

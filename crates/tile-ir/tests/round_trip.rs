@@ -86,6 +86,7 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   async_wait 0
   sync
   vec8 v[0] <- A_s[%lane, 8]
+  vatomic2.add.release O[mul(%lane, 2)] <- c[0]
   ldmatrix.x4 a[0..] <- A_s[floormod(%lane, 16), mul(floordiv(%lane, 16), 8)]
   ldmatrix.x2.trans b[0..] <- A_s[floormod(%lane, 16), 16]
   mma.m16n8k16.f32.f16.f16.f32 c[0..] += a[0..] * b[0..]
@@ -129,6 +130,7 @@ fn every_instruction_reads_back_from_its_text() {
             // no `_` arm: a new instruction does not compile here until it has a line above
             let name = match i {
                 Inst::VecCopy(_) => "vec",
+                Inst::VecAtomic(_) => "vatomic",
                 Inst::Ldmatrix(_) => "ldmatrix",
                 Inst::Mma(_) => "mma",
                 Inst::Wgmma(_) => "wgmma",
@@ -158,7 +160,7 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 26, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 27, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]

@@ -69,7 +69,7 @@ fn min_elem_bytes(m: &Module, body: &[Stmt]) -> u32 {
                 first = false;
             }
         };
-        if let Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } = s {
+        if let Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } = s {
             see(*buf);
         }
         stmt_exprs(s, &mut |e| {

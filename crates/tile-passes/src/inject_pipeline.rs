@@ -85,7 +85,7 @@ fn block(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Vec<Stmt> {
 fn shared_writes(m: &Module, s: &Stmt, out: &mut BTreeSet<BufferId>) {
     walk_stmts(std::slice::from_ref(s), &mut |st| {
         let target = match st {
-            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => Some(*buf),
+            Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } => Some(*buf),
             Stmt::Copy(CopyOp { dst, .. }) | Stmt::Fill { dst, .. } => Some(dst.buf),
             _ => None,
         };
@@ -102,7 +102,7 @@ fn shared_writes(m: &Module, s: &Stmt, out: &mut BTreeSet<BufferId>) {
 /// `select_instructions` gives them `cp.async` where it can, this pass runs them ahead.
 pub fn producers(m: &Module, body: &[Stmt]) -> BTreeSet<usize> {
     let is_candidate = |s: &Stmt| {
-        matches!(s, Stmt::Copy(CopyOp { src, dst, .. })
+        matches!(s, Stmt::Copy(CopyOp { src, dst, atomic: None, .. })
             if m.buffer(src.buf).scope == Scope::Global && m.buffer(dst.buf).scope == Scope::Shared)
     };
     let mut others_write = BTreeSet::new();
@@ -281,7 +281,7 @@ pub(crate) fn touches(s: &Stmt, buf: BufferId) -> bool {
             })
         });
         found |= match st {
-            Stmt::Store { buf: b, .. } | Stmt::AtomicAdd { buf: b, .. } => *b == buf,
+            Stmt::Store { buf: b, .. } | Stmt::Atomic { buf: b, .. } => *b == buf,
             Stmt::Copy(op) => op.src.buf == buf || op.dst.buf == buf,
             Stmt::Fill { dst, .. } => dst.buf == buf,
             Stmt::Reduce(op) => op.src == buf || op.dst == buf,

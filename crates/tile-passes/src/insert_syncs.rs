@@ -104,7 +104,7 @@ fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
     let mut writes = BTreeSet::new();
     walk_stmts(std::slice::from_ref(s), &mut |st| {
         match st {
-            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } if shared(*buf) => {
+            Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } if shared(*buf) => {
                 writes.insert(*buf);
             }
             Stmt::Copy(op) => {

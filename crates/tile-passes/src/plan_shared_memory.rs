@@ -31,7 +31,7 @@ fn uses(s: &Stmt, out: &mut BTreeSet<BufferId>, async_dst: &mut BTreeSet<BufferI
             })
         });
         match s {
-            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => {
+            Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } => {
                 out.insert(*buf);
             }
             Stmt::Inst(i) => {

@@ -151,6 +151,11 @@ impl Selector {
 
     fn copy(&mut self, m: &Module, mut op: CopyOp) -> CopyOp {
         op.inst = Some(CopyInst::Threads);
+        if op.atomic.is_some() {
+            // a tile atomic updates global memory in place: by the threads that hold the
+            // values, vector atomics where the hardware has them (`lower/vector.rs`)
+            return op;
+        }
         if let Some(stage_bytes) = staged_bytes(m, &op) {
             if self.shared_used + stage_bytes <= self.target.limits.shared_bytes {
                 let (sn, dn) = (&m.buffer(op.src.buf).name, &m.buffer(op.dst.buf).name);

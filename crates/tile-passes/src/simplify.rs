@@ -126,8 +126,8 @@ impl Ranges {
             Stmt::Store { buf, idx, value, loc } => {
                 Stmt::Store { buf, idx: self.exprs(idx), value: self.expr(value), loc }
             }
-            Stmt::AtomicAdd { buf, idx, value, loc } => {
-                Stmt::AtomicAdd { buf, idx: self.exprs(idx), value: self.expr(value), loc }
+            Stmt::Atomic { mode, buf, idx, value, prev, loc } => {
+                Stmt::Atomic { mode, buf, idx: self.exprs(idx), value: self.expr(value), prev, loc }
             }
             Stmt::Copy(op) => Stmt::Copy(CopyOp {
                 src: self.region(op.src),

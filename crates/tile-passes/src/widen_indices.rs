@@ -289,8 +289,8 @@ impl Widen {
             Stmt::Store { buf, idx, value, loc } => {
                 Stmt::Store { idx: self.index(buf.0, idx), value: self.value(value), buf, loc }
             }
-            Stmt::AtomicAdd { buf, idx, value, loc } => {
-                Stmt::AtomicAdd { idx: self.index(buf.0, idx), value: self.value(value), buf, loc }
+            Stmt::Atomic { mode, buf, idx, value, prev, loc } => {
+                Stmt::Atomic { mode, idx: self.index(buf.0, idx), value: self.value(value), buf, prev, loc }
             }
             Stmt::Inst(i) => Stmt::Inst(self.inst(i)),
             Stmt::Let { var, value } => {

@@ -9,6 +9,7 @@
 //! points at the user's line. Statements and memory accesses are written here, expressions
 //! in `expr.rs`, instructions in `inst/`.
 
+mod atomics;
 mod expr;
 mod inst;
 mod prelude;
@@ -33,6 +34,7 @@ pub(crate) fn write_kernel(
         opts,
         non_negative: Default::default(),
         uses_uint64_helpers: false,
+        atomics: Default::default(),
         names: Namer::new(m),
         out: String::new(),
         depth: 1,
@@ -86,6 +88,8 @@ pub(super) struct Emitter<'a> {
     non_negative: std::collections::BTreeSet<VarId>,
     /// The code written so far calls the uint64 overloads of the prelude (`UINT64`).
     uses_uint64_helpers: bool,
+    /// The atomic helpers the body calls (`atomics.rs`), defined after the prelude.
+    atomics: std::collections::BTreeSet<atomics::Helper>,
     target: &'a Target,
     opts: &'a CodegenOptions,
     names: Namer,
@@ -114,7 +118,7 @@ impl Emitter<'_> {
         let m = self.m;
         let mut written = std::collections::BTreeSet::new();
         walk_stmts(&m.kernel.body, &mut |s| match s {
-            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => {
+            Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } => {
                 written.insert(*buf);
             }
             Stmt::Inst(i) => {
@@ -257,6 +261,14 @@ impl Emitter<'_> {
         }
         let body = &m.kernel.body;
         self.stmts(body)?;
+        if !self.atomics.is_empty() {
+            let mut defs =
+                String::from("// the atomics this kernel makes (memory orders, max/min, vectors)\n");
+            for h in &self.atomics {
+                defs.push_str(&h.definition(self.target));
+            }
+            head.insert_str(uint64_helpers_at, &defs);
+        }
         if self.uses_uint64_helpers {
             head.insert_str(uint64_helpers_at, UINT64);
         }
@@ -347,10 +359,29 @@ impl Emitter<'_> {
                 let v = self.store_value(m.buffer(*buf).dtype, value)?;
                 self.line(&format!("{target} = {v};"));
             }
-            Stmt::AtomicAdd { buf, idx, value, .. } => {
+            Stmt::Atomic { mode, buf, idx, value, prev, .. } => {
                 let target = self.access(*buf, idx)?;
                 let v = self.expr(value)?;
-                self.line(&format!("tl_atomic_add(&{target}, {v});"));
+                let dtype = m.buffer(*buf).dtype;
+                let form = if prev.is_some() { atomics::Form::Fetch } else { atomics::Form::Update };
+                let name = if *mode == AtomicMode::RELAXED_ADD
+                    && form == atomics::Form::Update
+                    && dtype != DType::U64
+                {
+                    // the prelude's
+                    "tl_atomic_add".to_string()
+                } else {
+                    let h = atomics::Helper { mode: *mode, dtype, form };
+                    self.atomics.insert(h);
+                    h.name()
+                };
+                match prev {
+                    Some(p) => {
+                        let old = self.access(*p, &[Expr::int_of(0, DType::I32)])?;
+                        self.line(&format!("{old} = {name}(&{target}, {v});"));
+                    }
+                    None => self.line(&format!("{name}(&{target}, {v});")),
+                }
             }
             Stmt::For { var, start, extent, kind, body, .. } => {
                 let n = self.names.var(*var);

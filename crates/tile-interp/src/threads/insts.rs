@@ -55,6 +55,44 @@ impl Machine<'_> {
                     self.count_banks(&format!("vector store {}", db.name), active, &to, bytes);
                 }
             }
+            Inst::VecAtomic(inst::VecAtomic { mode, dst, dst_idx, src, src_idx, width }) => {
+                let (db, sb) = (m.buffer(*dst), m.buffer(*src));
+                let w = *width as usize;
+                let eb = db.dtype.bytes() as usize;
+                if self.space(*dst) != Space::Global
+                    || self.space(*src) != Space::Local
+                    || sb.dtype != db.dtype
+                {
+                    return Err(self.err(format!(
+                        "a vector atomic goes from registers to global memory of its dtype, not {} '{}' -> {} '{}'",
+                        sb.scope.name(),
+                        sb.name,
+                        db.scope.name(),
+                        db.name
+                    )));
+                }
+                if w < 2 || w * eb > 16 || !w.is_power_of_two() {
+                    return Err(self.err(format!("a vector atomic of {w} x {}", db.dtype)));
+                }
+                let from = self.addresses(*src, src_idx, active, w, "vector atomic")?;
+                // the vector must be aligned to its size (checked by addresses)
+                let to = self.addresses(*dst, dst_idx, active, w, "vector atomic")?;
+                for (k, &t) in active.iter().enumerate() {
+                    self.touch_registers(*src, t, from[k], w * eb, false)?;
+                    for j in 0..w {
+                        let x = read_val(&self.bytes(*src, t)[from[k] + j * eb..], db.dtype);
+                        let slot = &mut self.bytes_mut(*dst, t)[to[k] + j * eb..to[k] + (j + 1) * eb];
+                        let old = read_val(slot, db.dtype);
+                        let new = num::atomic_combine(mode.op, old, x, db.dtype)
+                            .map_err(|_| self.err(format!("atomic {} on {}", mode.op.name(), db.dtype)))?;
+                        write_val(
+                            &mut self.bytes_mut(*dst, t)[to[k] + j * eb..to[k] + (j + 1) * eb],
+                            db.dtype,
+                            new,
+                        );
+                    }
+                }
+            }
             Inst::AsyncCopy(inst::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes }) => {
                 let (db, sb) = (m.buffer(*dst), m.buffer(*src));
                 if self.space(*dst) != Space::Shared || self.space(*src) != Space::Global {

@@ -810,21 +810,27 @@ impl<'m> Machine<'m> {
                     self.count_banks(&format!("store {}", b.name), active, &addrs, eb);
                 }
             }
-            Stmt::AtomicAdd { buf, idx, value, .. } => {
+            Stmt::Atomic { mode, buf, idx, value, prev, .. } => {
                 let b = m.buffer(*buf);
                 let eb = b.dtype.bytes() as usize;
                 let v = self.eval(value, active)?;
-                let addrs = self.addresses(*buf, idx, active, 1, "atomic add")?;
+                let what = format!("atomic {}", mode.op.name());
+                if self.space(*buf) == Space::Local {
+                    return Err(self.err(format!("{what} on local '{}'", b.name)));
+                }
+                let addrs = self.addresses(*buf, idx, active, 1, &what)?;
+                // atomics from several threads in lockstep land one after another
                 for (k, &t) in active.iter().enumerate() {
-                    if self.space(*buf) == Space::Local {
-                        self.touch_registers(*buf, t, addrs[k], eb, true)?;
-                    }
                     let x = num::cast(v[k], value.dtype(), b.dtype);
                     let slot = &mut self.bytes_mut(*buf, t)[addrs[k]..addrs[k] + eb];
                     let old = read_val(slot, b.dtype);
-                    let new = num::binary(BinOp::Add, old, x, b.dtype, b.dtype)
-                        .map_err(|_| error(format!("atomic add on {}", b.dtype)))?;
+                    let new = num::atomic_combine(mode.op, old, x, b.dtype)
+                        .map_err(|_| error(format!("{what} on {}", b.dtype)))?;
                     write_val(slot, b.dtype, new);
+                    if let Some(p) = prev {
+                        self.touch_registers(*p, t, 0, eb, true)?;
+                        write_val(&mut self.bytes_mut(*p, t)[..eb], b.dtype, old);
+                    }
                 }
             }
             Stmt::Inst(i) => self.inst(i, active)?,

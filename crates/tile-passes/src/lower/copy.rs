@@ -93,7 +93,13 @@ impl Lowerer {
         let dst_idx = index_side(&d);
         let pad = pad.map(|p| Box::new(Expr::cast(p, sb.dtype)));
         let load = Expr::Load { buf: s.buf, idx: src_idx, dtype: sb.dtype, loc, oob: pad };
-        let store = Stmt::Store { buf: d.buf, idx: dst_idx, value: Expr::cast(load, db.dtype), loc };
+        let value = Expr::cast(load, db.dtype);
+        let store = match op.atomic {
+            // a tile atomic: the copy's mapping, each element an atomic (vectors where the
+            // hardware has them: `vector.rs`)
+            Some(mode) => Stmt::Atomic { mode, buf: d.buf, idx: dst_idx, value, prev: None, loc },
+            None => Stmt::Store { buf: d.buf, idx: dst_idx, value, loc },
+        };
         let layout = match (sb.layout.as_ref(), db.layout.as_ref()) {
             (Some(a), Some(b)) if a != b => {
                 self.diags.push(
@@ -155,6 +161,7 @@ impl Lowerer {
             pad,
             loc: op.loc,
             inst: Some(CopyInst::Threads),
+            atomic: None,
         };
         let mut code = vec![Stmt::inst(inst::Sync)];
         match stmatrix {

@@ -6,7 +6,7 @@
 //! in an `if (in bounds)`; conditions that are true by construction are left out.
 //! Does not: prove anything from ranges (the final `simplify` folds what ranges decide).
 
-use super::Lowerer;
+use super::{i32c, Lowerer};
 use tile_ir::simplify::simplify;
 use tile_ir::*;
 
@@ -111,10 +111,10 @@ impl Lowerer {
                     let idx: Vec<Expr> = idx.into_iter().map(guard_expr).collect();
                     out.push(self.guard_store(Stmt::Store { buf, idx, value, loc }));
                 }
-                Stmt::AtomicAdd { buf, idx, value, loc } => {
+                Stmt::Atomic { mode, buf, idx, value, prev, loc } => {
                     let value = guard_expr(value);
                     let idx: Vec<Expr> = idx.into_iter().map(guard_expr).collect();
-                    out.push(self.guard_store(Stmt::AtomicAdd { buf, idx, value, loc }));
+                    out.push(self.guard_store(Stmt::Atomic { mode, buf, idx, value, prev, loc }));
                 }
                 Stmt::If { cond, then, otherwise, loc } => out.push(Stmt::If {
                     cond: guard_expr(cond),
@@ -174,7 +174,7 @@ impl Lowerer {
     }
 
     pub(super) fn guard_store(&self, s: Stmt) -> Stmt {
-        let (Stmt::Store { buf, idx, loc, .. } | Stmt::AtomicAdd { buf, idx, loc, .. }) = &s else {
+        let (Stmt::Store { buf, idx, loc, .. } | Stmt::Atomic { buf, idx, loc, .. }) = &s else {
             return s;
         };
         let b = self.m.buffer(*buf);
@@ -185,11 +185,19 @@ impl Lowerer {
         for (d, i) in idx.iter().enumerate() {
             cond = and(cond, in_range(&self.m, i, *buf, d, &|e| self.non_negative(e)));
         }
+        // an atomic past the edge is dropped; its old value reads as 0 (as in the interpreter)
+        let otherwise = match &s {
+            Stmt::Atomic { prev: Some(p), loc, .. } => {
+                let dt = self.m.buffer(*p).dtype;
+                vec![Stmt::Store { buf: *p, idx: vec![i32c(0)], value: Expr::cast(i32c(0), dt), loc: *loc }]
+            }
+            _ => vec![],
+        };
         match cond.map(simplify) {
             Some(c) if c.as_int() == Some(1) => s,
             Some(c) => {
                 let loc = *loc;
-                Stmt::If { cond: c, then: vec![s], otherwise: vec![], loc }
+                Stmt::If { cond: c, then: vec![s], otherwise, loc }
             }
             None => s,
         }

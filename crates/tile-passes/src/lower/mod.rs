@@ -256,8 +256,8 @@ pub(super) fn substitute_stmt(s: Stmt, v: VarId, with: &Expr) -> Stmt {
     let ss = |xs: Vec<Stmt>| xs.into_iter().map(|x| substitute_stmt(x, v, with)).collect::<Vec<_>>();
     match s {
         Stmt::Store { buf, idx, value, loc } => Stmt::Store { buf, idx: es(idx), value: e(value), loc },
-        Stmt::AtomicAdd { buf, idx, value, loc } => {
-            Stmt::AtomicAdd { buf, idx: es(idx), value: e(value), loc }
+        Stmt::Atomic { mode, buf, idx, value, prev, loc } => {
+            Stmt::Atomic { mode, buf, idx: es(idx), value: e(value), prev, loc }
         }
         Stmt::If { cond, then, otherwise, loc } => {
             Stmt::If { cond: e(cond), then: ss(then), otherwise: ss(otherwise), loc }
@@ -301,6 +301,37 @@ impl Lowerer {
             Some(s) => Stmt::Comment(format!("{s}: {what}")),
             None => Stmt::Comment(what.to_string()),
         }
+    }
+
+    /// An element atomic with `return_prev` outside a `T.Parallel` loop: thread 0 makes it
+    /// (statements there run once per block) and hands the old value to every thread through
+    /// one shared element, between two barriers (the second keeps a loop's next atomic from
+    /// overwriting it before every thread has read it).
+    fn atomic_once(&mut self, s: Stmt, prev: BufferId) -> Vec<Stmt> {
+        let loc = s.loc();
+        let dt = self.m.buffer(prev).dtype;
+        let name = format!("{}_shared", self.m.buffer(prev).name);
+        let handoff = self.m.add_buffer(Buffer {
+            name,
+            scope: Scope::Shared,
+            dtype: dt,
+            shape: fixed_dims(&[1]),
+            loc,
+            layout: None,
+            shared_offset: None,
+            panel: None,
+            swizzle: None,
+        });
+        let at0 = || vec![i32c(0)];
+        let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
+        let mut then = self.guard_globals(vec![s]);
+        then.push(Stmt::Store { buf: handoff, idx: at0(), value: Expr::load(prev, at0(), dt), loc });
+        vec![
+            Stmt::If { cond: one, then, otherwise: vec![], loc },
+            Stmt::inst(inst::Sync),
+            Stmt::Store { buf: prev, idx: at0(), value: Expr::load(handoff, at0(), dt), loc },
+            Stmt::inst(inst::Sync),
+        ]
     }
 
     /// Lower statements that run once per block.
@@ -377,12 +408,11 @@ impl Lowerer {
                     out.push(self.comment("T.device_assert", loc));
                     out.extend(self.assert_once(cond, &msg, loc));
                 }
-                Stmt::Store { buf, idx, value, loc } | Stmt::AtomicAdd { buf, idx, value, loc }
-                    if self.m.buffer(buf).scope == Scope::Local =>
-                {
+                Stmt::Store { buf, idx, value, loc } if self.m.buffer(buf).scope == Scope::Local => {
                     out.push(Stmt::Store { buf, idx, value, loc });
                 }
-                s @ (Stmt::Store { .. } | Stmt::AtomicAdd { .. }) => {
+                Stmt::Atomic { prev: Some(prev), .. } => out.extend(self.atomic_once(s, prev)),
+                s @ (Stmt::Store { .. } | Stmt::Atomic { .. }) => {
                     // once per block: thread 0 writes
                     let loc = s.loc();
                     let guarded = self.guard_globals(vec![s]);

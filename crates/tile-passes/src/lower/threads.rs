@@ -143,10 +143,12 @@ impl Lowerer {
                     let idx = frag_index(buf, &idx).unwrap_or_else(|| idx.into_iter().map(&subst).collect());
                     Stmt::Store { buf, idx, value: subst(value), loc }
                 }
-                Stmt::AtomicAdd { buf, idx, value, loc } => Stmt::AtomicAdd {
+                Stmt::Atomic { mode, buf, idx, value, prev, loc } => Stmt::Atomic {
+                    mode,
                     buf,
                     idx: idx.into_iter().map(&subst).collect(),
                     value: subst(value),
+                    prev,
                     loc,
                 },
                 Stmt::If { cond, then, otherwise, loc } => Stmt::If {
@@ -193,7 +195,7 @@ impl Lowerer {
         let first = first.expect("non-empty");
         body.iter()
             .map(|s| match s {
-                Stmt::Store { buf, loc, .. } | Stmt::AtomicAdd { buf, loc, .. }
+                Stmt::Store { buf, loc, .. } | Stmt::Atomic { buf, loc, .. }
                     if matches!(self.m.buffer(*buf).scope, Scope::Global | Scope::Shared) =>
                 {
                     Stmt::If { cond: first.clone(), then: vec![s.clone()], otherwise: vec![], loc: *loc }
@@ -242,7 +244,9 @@ impl Lowerer {
             } else {
                 scalar_body.iter().cloned().map(|s| substitute_stmt(s, lane_var, &i32c(0))).collect()
             };
-            if width == 1 || !body.iter().all(|s| matches!(s, Stmt::Store { .. })) {
+            if width == 1
+                || !body.iter().all(|s| matches!(s, Stmt::Store { .. } | Stmt::Atomic { prev: None, .. }))
+            {
                 return scalar;
             }
             let raw = lw.instantiate(&body, &vars, &el);

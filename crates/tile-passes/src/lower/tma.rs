@@ -252,8 +252,14 @@ impl super::Lowerer {
         let box_bytes = box_dims.iter().product::<i64>() * eb;
         let one = Expr::binary(BinOp::Eq, self.tid(), Expr::int(0));
         let whole = Region { buf: stage, dims: vec![], loc: op.loc };
-        let threads =
-            CopyOp { src: op.src.clone(), dst: whole, pad: None, loc: op.loc, inst: Some(CopyInst::Threads) };
+        let threads = CopyOp {
+            src: op.src.clone(),
+            dst: whole,
+            pad: None,
+            loc: op.loc,
+            inst: Some(CopyInst::Threads),
+            atomic: None,
+        };
         let mut code = vec![
             // the tile is free once the previous stores from it have been read
             Stmt::If {

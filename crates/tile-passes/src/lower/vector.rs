@@ -1,5 +1,7 @@
 //! Vector accesses: contiguous, aligned global and shared accesses of a chunk become
-//! loads and stores of up to 16 bytes, taken only when the whole chunk is in bounds.
+//! loads and stores of up to 16 bytes, taken only when the whole chunk is in bounds; the
+//! atomics of a tile `T.atomic_add` become vector atomics where the target has them
+//! (`Target::atomic_vector_width`).
 //!
 //! Requires: one chunk's statements (element stores), instantiated with a lane variable.
 //! Ensures: the vector form, the condition under which it runs, a line for the report.
@@ -24,13 +26,20 @@ impl Lowerer {
             idx0: Vec<Expr>,
             w: i64,
             temp: BufferId,
+            /// A store that is an atomic of this mode.
+            atomic: Option<AtomicMode>,
         }
         let mut loads: Vec<Access> = Vec::new();
         let mut stores: Vec<Access> = Vec::new();
         let mut cond: Option<Expr> = None;
         let zero = i32c(0);
-        // can `buf[idx]` (idx depending on the lane) be read as vectors of w lanes?
-        let vector_width = |m: &Module, buf: BufferId, idx: &[Expr]| -> Option<(Vec<Expr>, i64)> {
+        // can `buf[idx]` (idx depending on the lane) be read as vectors of w lanes (w up to
+        // `widest`)?
+        let vector_width = |m: &Module,
+                            buf: BufferId,
+                            idx: &[Expr],
+                            widest: i64|
+         -> Option<(Vec<Expr>, i64)> {
             let b = m.buffer(buf);
             if !matches!(b.scope, Scope::Global | Scope::Shared) {
                 return None;
@@ -48,7 +57,7 @@ impl Lowerer {
             }
             let idx0: Vec<Expr> = idx.iter().map(|i| simplify(i.clone().substitute(lane, &zero))).collect();
             let strides = m.stride_multiples(buf);
-            let mut w = width;
+            let mut w = width.min(widest);
             while w > 1
                 && (w * b.dtype.bytes() as i64 > 16
                     || !known_multiple(&idx0[n - 1], w)
@@ -62,7 +71,7 @@ impl Lowerer {
         // collect vectorizable loads
         let mut candidates: Vec<(String, BufferId, Vec<Expr>)> = Vec::new();
         for s in body {
-            let Stmt::Store { idx, value, .. } = s else {
+            let (Stmt::Store { idx, value, .. } | Stmt::Atomic { idx, value, prev: None, .. }) = s else {
                 return None;
             };
             for e in idx.iter().chain(std::iter::once(value)) {
@@ -77,21 +86,32 @@ impl Lowerer {
             if loads.iter().any(|a| a.key == key) {
                 continue;
             }
-            if let Some((idx0, w)) = vector_width(&self.m, buf, &idx) {
+            if let Some((idx0, w)) = vector_width(&self.m, buf, &idx, width) {
                 let dt = self.m.buffer(buf).dtype;
                 let name = format!("{}_v", self.m.buffer(buf).name);
                 let temp = self.local_buffer(&name, dt, width);
-                loads.push(Access { key, buf, idx0, w, temp });
+                loads.push(Access { key, buf, idx0, w, temp, atomic: None });
             }
         }
         for s in body {
-            if let Stmt::Store { buf, idx, .. } = s {
-                if let Some((idx0, w)) = vector_width(&self.m, *buf, idx) {
-                    let dt = self.m.buffer(*buf).dtype;
-                    let name = format!("{}_out", self.m.buffer(*buf).name);
-                    let temp = self.local_buffer(&name, dt, width);
-                    stores.push(Access { key: format!("{:?}", (buf, idx)), buf: *buf, idx0, w, temp });
+            let (buf, idx, atomic, widest) = match s {
+                Stmt::Store { buf, idx, .. } => (*buf, idx, None, width),
+                Stmt::Atomic { mode, buf, idx, .. } => {
+                    // vector atomics exist on global memory only
+                    let b = self.m.buffer(*buf);
+                    let widest = match b.scope {
+                        Scope::Global => self.target.atomic_vector_width(*mode, b.dtype) as i64,
+                        _ => 1,
+                    };
+                    (*buf, idx, Some(*mode), widest)
                 }
+                _ => continue,
+            };
+            if let Some((idx0, w)) = vector_width(&self.m, buf, idx, widest) {
+                let dt = self.m.buffer(buf).dtype;
+                let name = format!("{}_out", self.m.buffer(buf).name);
+                let temp = self.local_buffer(&name, dt, width);
+                stores.push(Access { key: format!("{:?}", (buf, idx)), buf, idx0, w, temp, atomic });
             }
         }
         if loads.is_empty() && stores.is_empty() {
@@ -138,6 +158,15 @@ impl Lowerer {
                             src_idx: idx,
                             width: a.w as u32,
                         })
+                    } else if let Some(mode) = a.atomic {
+                        Stmt::inst(inst::VecAtomic {
+                            mode,
+                            dst: a.buf,
+                            dst_idx: idx,
+                            src: a.temp,
+                            src_idx: vec![i32c(k * a.w)],
+                            width: a.w as u32,
+                        })
                     } else {
                         Stmt::inst(inst::VecCopy {
                             dst: a.buf,
@@ -168,12 +197,22 @@ impl Lowerer {
         };
         let mut lane_body = Vec::new();
         for s in body {
-            let Stmt::Store { buf, idx, value, loc } = s.clone() else { unreachable!() };
+            let (buf, idx, value, loc) = match s.clone() {
+                Stmt::Store { buf, idx, value, loc } | Stmt::Atomic { buf, idx, value, loc, .. } => {
+                    (buf, idx, value, loc)
+                }
+                _ => unreachable!("checked above"),
+            };
             let key = format!("{:?}", (&buf, &idx));
             let value = replace(value);
-            match stores.iter().find(|a| a.key == key) {
-                Some(a) => lane_body.push(Stmt::Store { buf: a.temp, idx: vec![lane_e.clone()], value, loc }),
-                None => lane_body.push(Stmt::Store { buf, idx, value, loc }),
+            match (stores.iter().find(|a| a.key == key), s) {
+                (Some(a), _) => {
+                    lane_body.push(Stmt::Store { buf: a.temp, idx: vec![lane_e.clone()], value, loc })
+                }
+                (None, Stmt::Atomic { mode, prev, .. }) => {
+                    lane_body.push(Stmt::Atomic { mode: *mode, buf, idx, value, prev: *prev, loc })
+                }
+                (None, _) => lane_body.push(Stmt::Store { buf, idx, value, loc }),
             }
         }
         let lane_body = self.guard_globals(lane_body);
@@ -190,7 +229,8 @@ impl Lowerer {
         }
         let describe = |a: &Access| {
             format!(
-                "{} x{} ({} bytes)",
+                "{}{} x{} ({} bytes)",
+                a.atomic.map(|m| format!("{} ", m.text())).unwrap_or_default(),
                 self.m.buffer(a.buf).name,
                 a.w,
                 a.w * self.m.buffer(a.buf).dtype.bytes() as i64

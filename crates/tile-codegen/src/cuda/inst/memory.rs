@@ -1,5 +1,5 @@
-//! Memory instructions: vector copies (one reinterpreted load and store of up to 16 bytes)
-//! and `cp.async` (16 bytes, zero-filled past `src_bytes`; plain when proven in bounds).
+//! Memory instructions: vector copies (one reinterpreted load and store of up to 16 bytes),
+//! vector atomics (a helper of `atomics.rs`) and `cp.async` (16 bytes, zero-filled past `src_bytes`; plain when proven in bounds).
 
 use super::super::Emitter;
 use tile_ir::*;
@@ -17,6 +17,19 @@ impl Emitter<'_> {
         let d = self.access(i.dst, &i.dst_idx)?;
         let s = self.access(i.src, &i.src_idx)?;
         self.line(&format!("*({ty}*)(&{d}) = *(const {ty}*)(&{s});"));
+        Ok(())
+    }
+
+    pub(super) fn vec_atomic(&mut self, i: &inst::VecAtomic) -> Result<(), Diagnostic> {
+        let h = super::super::atomics::Helper {
+            mode: i.mode,
+            dtype: self.m.buffer(i.dst).dtype,
+            form: super::super::atomics::Form::Vector(i.width),
+        };
+        self.atomics.insert(h);
+        let d = self.access(i.dst, &i.dst_idx)?;
+        let s = self.access(i.src, &i.src_idx)?;
+        self.line(&format!("{}(&{d}, &{s});", h.name()));
         Ok(())
     }
 

@@ -19,6 +19,7 @@ impl Emitter<'_> {
     pub(super) fn inst(&mut self, i: &Inst) -> Result<(), Diagnostic> {
         match i {
             Inst::VecCopy(x) => self.vec_copy(x),
+            Inst::VecAtomic(x) => self.vec_atomic(x),
             Inst::AsyncCopy(x) => self.async_copy(x),
             Inst::AsyncCommit(_) => {
                 self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
