@@ -148,9 +148,14 @@ fn remap_buffers(s: Stmt, map: &BTreeMap<BufferId, BufferId>) -> Stmt {
         Stmt::Store { buf, idx, value, loc } => {
             Stmt::Store { buf: b(buf), idx: idx.into_iter().map(e).collect(), value: e(value), loc }
         }
-        Stmt::AtomicAdd { buf, idx, value, loc } => {
-            Stmt::AtomicAdd { buf: b(buf), idx: idx.into_iter().map(e).collect(), value: e(value), loc }
-        }
+        Stmt::Atomic { mode, buf, idx, value, prev, loc } => Stmt::Atomic {
+            mode,
+            buf: b(buf),
+            idx: idx.into_iter().map(e).collect(),
+            value: e(value),
+            prev: prev.map(b),
+            loc,
+        },
         Stmt::Copy(op) => {
             Stmt::Copy(CopyOp { src: region(op.src), dst: region(op.dst), pad: op.pad.map(e), ..op })
         }
@@ -187,7 +192,7 @@ fn shared_buffers(m: &Module, stmts: &[Stmt]) -> BTreeSet<BufferId> {
             }
         };
         match s {
-            Stmt::Store { buf, .. } | Stmt::AtomicAdd { buf, .. } => see(*buf),
+            Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } => see(*buf),
             Stmt::Copy(op) => {
                 see(op.src.buf);
                 see(op.dst.buf);
