@@ -51,10 +51,12 @@ def test_transposes_and_a_raster(trans_A, trans_B):
 
 
 def test_two_warpgroups_per_slot():
-    # threads=256 (a cooperative tile per slot): 512 consumers and the producer warpgroup
+    # threads=256 per slot: 640 threads launched at 96 registers each (61440 in all), which
+    # the setmaxnreg budgets must not pass (they did, and the H200 hung in setmaxnreg.inc)
     f = kernels.matmul(512, 512, 256, 128, 128, 64, 3, 256, policy=tilers.language.GemmWarpPolicy.FullRow)
     k = compiled(f)
     assert k.info["block"] == [640, 1, 1], k.info
+    assert "setmaxnreg: producer 24, consumers 112 registers per thread" in k.report(), k.report()
     result = tilers.testing.check_passes(f, arch="sm_90a", blocks="all", compile_options=PINGPONG)
     assert result.ok, result.failure_message()
 

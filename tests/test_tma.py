@@ -134,3 +134,14 @@ def test_a_pipelined_loop_inside_another_loop_says_why_it_stays_on_cp_async():
 
     k = tilers.compile(batched, target="cuda:sm_90a")
     assert "it is inside another statement" in k.report() and not k.info["tensor_maps"]
+
+
+@pytest.mark.parametrize("persistent", [True, "pingpong"])
+def test_a_never_cleared_accumulator_starts_at_zero_on_every_tile(persistent):
+    """The articles' GEMM never clears its accumulator (a gemm into it sums from zero): a
+    persistent block walking several tiles zeroes it at each tile's start, not once."""
+    from tilers import testing
+
+    f = kernels.article_matmul(512, 512, 256)
+    result = testing.check_passes(f, arch="sm_90a", blocks="all", compile_options={"persistent": persistent})
+    assert result.ok, result.failure_message()

@@ -177,3 +177,13 @@ def test_ragged_against_the_interpreter(M, N, K, dtype):
     got = kernel(a, b)
     check(got, want)
     check(got, kernel(a.cpu(), b.cpu()).double().cuda())
+
+
+@pytest.mark.parametrize("persistent", [True, "pingpong"])
+def test_a_never_cleared_accumulator_on_more_tiles_than_sms(persistent):
+    """The articles' GEMM (no T.clear) at 2048^2: 256 tiles over 132 SMs, so blocks walk two;
+    each tile's accumulator starts at zero."""
+    M = N = K = 2048
+    k = tilers.compile(kernels.article_matmul(M, N, K), out_idx=[2], persistent=persistent)
+    a, b, want = inputs(M, N, K, "float16")
+    check(k(a, b), want)

@@ -4,11 +4,14 @@
 //! such a pipeline gets `Kernel::roles`: one producer warpgroup launched after the user's
 //! `threads` (which keep their numbers and run the user's code: the consumers), and
 //! `setmaxnreg` budgets that move registers from the producer (which only issues copies)
-//! to the consumers (which hold the accumulators): of the 64K registers of the SM, the
-//! producer keeps 40 per thread (24 with three or more consumer warpgroups) and the
-//! consumers share the rest, at most 240 each — when that is more than the launch's even
-//! share (`__launch_bounds__(threads, 1)`), else no budgets are set. Kernels without a TMA
-//! pipeline are unchanged. Does not: rewrite statements (`inject_pipeline` does).
+//! to the consumers (which hold the accumulators): of the block's registers (the launch's
+//! even share of the SM's 64K, in units of 8, times its threads: `setmaxnreg.inc` takes only
+//! what other warps released), the producer keeps 40 per thread (24 with three or more
+//! consumer warpgroups) and the consumers share the rest, at most 240 each — when that is
+//! more than the launch's even share (`__launch_bounds__(threads, 1)`), else no budgets are
+//! set. With `Options::pingpong` (and a persistent walk) the consumers are two slots of the
+//! user's threads. Kernels without a TMA pipeline are unchanged. Does not: rewrite
+//! statements (`inject_pipeline` does).
 
 use crate::Ctx;
 use tile_ir::*;
@@ -52,10 +55,14 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     let slots = 1 + pingpong as u32;
     let consumer_groups = slots * m.kernel.threads / 128;
     let launched = slots * m.kernel.threads + producers;
-    // the even share the launch bounds give every thread (a multiple of 8, at most 255)
+    // the even share the launch bounds give every thread (a multiple of 8, at most 255); the
+    // block's registers are that times its threads, and setmaxnreg only moves them between
+    // warps (inc takes what dec released: 640 threads start at 96, 61440 in all, and budgets
+    // summing to more hung on the H200)
     let share = (REGISTER_FILE / launched).min(255) / 8 * 8;
+    let pool = share * launched;
     let producer_regs = if consumer_groups >= 3 { 24 } else { 40 };
-    let consumer_regs = ((REGISTER_FILE / 128 - producer_regs) / consumer_groups / 8 * 8).min(240);
+    let consumer_regs = ((pool / 128 - producer_regs) / consumer_groups / 8 * 8).min(240);
     let (producer_regs, consumer_regs) = if ctx.target.caps.setmaxnreg && consumer_regs > share {
         (producer_regs, consumer_regs)
     } else {
@@ -80,10 +87,10 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
             } else {
                 share
             };
-            if p * 128 + c * 128 * consumer_groups > REGISTER_FILE {
+            if p * 128 + c * 128 * consumer_groups > pool {
                 return Err(vec![Diagnostic::error(
                     format!(
-                        "register budgets of {p} (producer warpgroup) and {c} (each of {consumer_groups} consumer warpgroup(s)) per thread exceed the {REGISTER_FILE} registers of an SM"
+                        "register budgets of {p} (producer warpgroup) and {c} (each of {consumer_groups} consumer warpgroup(s)) per thread exceed the {pool} registers the block is launched with ({launched} threads at {share})"
                     ),
                     m.kernel.loc,
                 )

@@ -983,3 +983,20 @@ fn mutation_pingpong_slots_share_a_staging_tile() {
     m.buffers[copy].shared_offset = m.buffers[own].shared_offset;
     pingpong_caught(&r, &m, "");
 }
+
+#[test]
+fn mutation_setmaxnreg_budgets_past_the_blocks_registers() {
+    // two warpgroups per slot: 640 threads launched at 96 registers (61440 in all); consumer
+    // budgets of 120 (what the SM's 65536 would allow) can never be granted: setmaxnreg.inc
+    // waits for registers nobody releases (the H200 hung exactly so)
+    let (r, mut m) = pingpong_final("article_matmul");
+    assert_eq!(m.launched_threads(), 640);
+    let inc = |s: &Stmt| matches!(s, Stmt::Inst(Inst::SetMaxNReg(x)) if x.inc);
+    assert!(mutate_nth(&mut m.kernel.body, &inc, &mut 0, &mut |s| {
+        let Stmt::Inst(Inst::SetMaxNReg(mut x)) = s else { unreachable!() };
+        assert_eq!(x.regs, 112);
+        x.regs = 120;
+        vec![Stmt::inst(x)]
+    }));
+    pingpong_caught(&r, &m, "setmaxnreg inc 120");
+}

@@ -115,6 +115,15 @@ impl MbarrierState {
         self.events = 0;
     }
 
+    /// The registers the block was launched with: its threads times the launch budget.
+    /// `setmaxnreg.inc` takes only registers other warps released with `dec` (PTX: a
+    /// per-CTA pool), so the budgets can never sum past this — not the 65536 of the SM when
+    /// the launch budget leaves some unused (640 threads start at 96: 61440).
+    pub(super) fn pool(&self) -> u32 {
+        let threads: u32 = self.group_threads.iter().sum();
+        (REGISTER_FILE / threads.max(1) / 8 * 8).min(255) * threads
+    }
+
     pub(super) fn name(&self, slot: usize) -> &str {
         &self.bars[slot].name
     }
@@ -195,8 +204,9 @@ impl MbarrierState {
                 let budgets: Vec<String> =
                     self.regs.iter().enumerate().map(|(g, r)| format!("warpgroup {g}: {r}")).collect();
                 format!(
-                    "wait in setmaxnreg inc {regs}: it needs {} registers and the other warpgroups hold {others} of the {REGISTER_FILE} (budgets per thread: {})",
+                    "wait in setmaxnreg inc {regs}: it needs {} registers and the other warpgroups hold {others} of the {} the block was launched with (budgets per thread: {})",
                     regs * self.group_threads[group],
+                    self.pool(),
                     budgets.join(", ")
                 )
             }
@@ -491,7 +501,7 @@ impl Machine<'_> {
                 let total: u32 = (0..self.mbar.regs.len())
                     .map(|h| if h == g { s.regs } else { self.mbar.regs[h] } * self.mbar.group_threads[h])
                     .sum();
-                if total > REGISTER_FILE {
+                if total > self.mbar.pool() {
                     return Ok(Some(Wait::Registers { group: g, regs: s.regs }));
                 }
             }

@@ -370,6 +370,31 @@ pub(super) fn warp_specialize(
         BTreeMap::new()
     };
     let tiles_of_block = persistent.as_ref().map(|plan| block_tiles(m, plan));
+    // a gemm accumulator the kernel never clears starts at zero (the lowering zeroes it at
+    // the kernel's start): in a persistent walk, at each tile's start
+    let mut implicit_zero = Vec::new();
+    if persistent.is_some() {
+        let mut accs = BTreeSet::new();
+        walk_stmts(&consumers, &mut |x| {
+            if let Stmt::Gemm(op) = x {
+                accs.insert(op.c);
+            }
+        });
+        walk_stmts(&pre, &mut |x| {
+            if let Stmt::Fill { dst, .. } = x {
+                accs.remove(&dst.buf);
+            }
+        });
+        for c in accs {
+            let dtype = m.buffer(c).dtype;
+            let zero = if dtype.is_float() {
+                Expr::Const { value: ConstValue::Float(0.0), dtype }
+            } else {
+                Expr::int_of(0, dtype)
+            };
+            implicit_zero.push(Stmt::Fill { dst: Region { buf: c, dims: vec![], loc }, value: zero, loc });
+        }
+    }
     for c in 0..slots {
         let (pre, consumers, post) = if c == 0 {
             (pre.clone(), consumers.clone(), post.clone())
@@ -406,7 +431,8 @@ pub(super) fn warp_specialize(
         } else {
             cbody.push(release(cstage.clone()));
         }
-        let mut work = pre;
+        let mut work = implicit_zero.clone();
+        work.extend(pre);
         // ping-pong: the main loops run in turn — slot c waits until the other slot's loop
         // over the block's previous tile was issued (named barrier 3 + c over both slots),
         // and hands over after its own (bar.arrive), only to a tile that exists; so each

@@ -88,6 +88,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) matmul_kernel_kernel(const 
       const int tile_id_1 = ((tile * launched) + launch_x);
       const int bx = (tile_id_1 % 8);
       const int by = (tile_id_1 / 8);
+      // kernels.py:324: T.fill
+      #pragma unroll
+      for (int s_1 = 0; s_1 < 64; ++s_1) {
+        acc[s_1] = 0.0f;
+      }
       for (int ko = 0; ko < 32; ++ko) {
         tl_mbarrier_wait(tl_smem_u32 + (unsigned int)(((((ko + (tile * 32)) % 3) * 8) + 49152)), (unsigned int)((((ko + (tile * 32)) / 3) % 2)));
         // kernels.py:329: T.gemm
