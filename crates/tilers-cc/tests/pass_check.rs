@@ -728,6 +728,20 @@ fn tma_final(name: &str) -> (Reference, Module) {
     (r, m)
 }
 
+/// Every thread-level stage of `name` agrees with the reference (at least five of them ran).
+fn assert_thread_stages_agree(name: &str, stages: &[(String, Module)], opts: &CheckOptions) {
+    let result = passcheck::check_stages(stages, opts).unwrap();
+    let mut ran = 0;
+    for s in &result.stages {
+        match &s.outcome {
+            passcheck::Outcome::Ok if s.level == Level::Thread => ran += 1,
+            passcheck::Outcome::Ok | passcheck::Outcome::Skipped(_) => {}
+            o => panic!("{name} after {}: {}", s.pass, o.message()),
+        }
+    }
+    assert!(ran >= 5, "{name}: {ran} thread-level stages");
+}
+
 /// Persistent TMA GEMMs (every tile walked by three blocks, the ring wrapping across tiles,
 /// a raster numbering them) agree with the reference at every thread-level pass.
 #[test]
@@ -738,16 +752,7 @@ fn persistent_tma_gemms_agree_with_the_reference() {
         let stages = wgmma_stages_with(name, &opts);
         let m = final_module(&stages);
         assert!(m.tiles().is_some_and(|t| t > 3), "{name} is not persistent over more tiles than blocks");
-        let result = passcheck::check_stages(&stages, &check_opts).unwrap();
-        let mut ran = 0;
-        for s in &result.stages {
-            match &s.outcome {
-                passcheck::Outcome::Ok if s.level == Level::Thread => ran += 1,
-                passcheck::Outcome::Ok | passcheck::Outcome::Skipped(_) => {}
-                o => panic!("{name} after {}: {}", s.pass, o.message()),
-            }
-        }
-        assert!(ran >= 5, "{name}: {ran} thread-level stages");
+        assert_thread_stages_agree(name, &stages, &check_opts);
     }
 }
 
@@ -909,16 +914,7 @@ fn pingpong_tma_gemms_agree_with_the_reference() {
         let m = final_module(&stages);
         assert!(m.kernel.roles.is_some_and(|r| r.pingpong), "{name} is not ping-pong");
         assert_eq!(m.launched_threads(), 2 * m.kernel.threads + 128, "{name}");
-        let result = passcheck::check_stages(&stages, &check_opts).unwrap();
-        let mut ran = 0;
-        for s in &result.stages {
-            match &s.outcome {
-                passcheck::Outcome::Ok if s.level == Level::Thread => ran += 1,
-                passcheck::Outcome::Ok | passcheck::Outcome::Skipped(_) => {}
-                o => panic!("{name} after {}: {}", s.pass, o.message()),
-            }
-        }
-        assert!(ran >= 5, "{name}: {ran} thread-level stages");
+        assert_thread_stages_agree(name, &stages, &check_opts);
     }
 }
 

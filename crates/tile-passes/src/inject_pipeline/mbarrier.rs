@@ -439,41 +439,29 @@ pub(super) fn warp_specialize(
         // slot's ring waits are at most one phase ahead of the barrier they wait on
         let handoff =
             |id: u32, arrive: bool| Stmt::inst(inst::NamedBarrier { id, threads: 2 * threads, arrive });
-        if let (Some(u), Some(total)) = (local, &tiles_of_block) {
-            let u = Expr::var(u, DType::I32);
-            work.push(Stmt::If {
-                cond: simplify(Expr::binary(BinOp::Gt, u.clone(), Expr::int(0))),
-                then: vec![handoff(3 + c, false)],
-                otherwise: vec![],
-                loc,
-            });
-            work.push(Stmt::For {
-                var,
-                start: start.clone(),
-                extent: extent.clone(),
-                kind: ForKind::Serial,
-                body: cbody,
-                loc,
-            });
-            work.push(Stmt::If {
-                cond: simplify(Expr::binary(
-                    BinOp::Lt,
-                    Expr::binary(BinOp::Add, u, Expr::int(1)),
-                    total.clone(),
-                )),
-                then: vec![handoff(4 - c, true)],
-                otherwise: vec![],
-                loc,
-            });
-        } else {
-            work.push(Stmt::For {
-                var,
-                start: start.clone(),
-                extent: extent.clone(),
-                kind: ForKind::Serial,
-                body: cbody,
-                loc,
-            });
+        let main_loop = Stmt::For {
+            var,
+            start: start.clone(),
+            extent: extent.clone(),
+            kind: ForKind::Serial,
+            body: cbody,
+            loc,
+        };
+        match (local, &tiles_of_block) {
+            (Some(u), Some(total)) => {
+                let u = Expr::var(u, DType::I32);
+                let when = |cond: Expr, then: Stmt| Stmt::If {
+                    cond: simplify(cond),
+                    then: vec![then],
+                    otherwise: vec![],
+                    loc,
+                };
+                work.push(when(Expr::binary(BinOp::Gt, u.clone(), Expr::int(0)), handoff(3 + c, false)));
+                work.push(main_loop);
+                let next = Expr::binary(BinOp::Add, u, Expr::int(1));
+                work.push(when(Expr::binary(BinOp::Lt, next, total.clone()), handoff(4 - c, true)));
+            }
+            _ => work.push(main_loop),
         }
         if let Some(acc) = drain {
             work.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
