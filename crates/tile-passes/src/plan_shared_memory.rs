@@ -9,7 +9,8 @@
 //! GEMM reuses the operand tiles' memory (in a warp-specialized kernel the consumers'
 //! statements are the top level, and the tiles the producer fills live from the role split
 //! on). The total fits the target, else a diagnostic
-//! naming each buffer and its bytes. Does not: reuse memory inside a loop or split a
+//! naming each buffer and its bytes; the report says which buffers share bytes. Does not:
+//! reuse memory inside a loop (a persistent kernel's tile loop included) or split a
 //! statement's lifetime more finely than top-level statements.
 
 use crate::Ctx;
@@ -175,6 +176,15 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         placed.push((id, offset, offset + size));
         total = total.max(offset + size);
     }
+    // which buffers share bytes (their lifetimes do not overlap), for the report
+    let mut shares = Vec::new();
+    for (i, &(a, s0, e0)) in placed.iter().enumerate() {
+        for &(b, s1, e1) in &placed[..i] {
+            if s0 < e1 && s1 < e0 {
+                shares.push(format!("'{}' with '{}'", m.buffer(a).name, m.buffer(b).name));
+            }
+        }
+    }
     // a base aligned above 16 bytes is made by rounding up at run time: room for it
     let base_align = m.shared_base_align();
     let total = total.div_ceil(ALIGN) * ALIGN + base_align.saturating_sub(16);
@@ -198,6 +208,13 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         )
         .with_help("use smaller tiles (block_M, block_N, block_K) or fewer pipeline stages")]);
     }
-    ctx.report.push(format!("shared memory: {total} bytes"));
+    if shares.is_empty() {
+        ctx.report.push(format!("shared memory: {total} bytes"));
+    } else {
+        ctx.report.push(format!(
+            "shared memory: {total} bytes; buffers whose lifetimes do not overlap share bytes: {}",
+            shares.join(", ")
+        ));
+    }
     Ok(m)
 }
