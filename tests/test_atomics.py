@@ -366,3 +366,47 @@ def test_errors_name_the_users_line():
     assert "needs a tile of values" in msg and "line: scalar" in msg
     for m in (msg,):
         assert "tilers/" not in m and "_trace" not in m
+
+
+def test_atomic_addx2_and_addx4_add_consecutive_elements():
+    """TileLang's wide adds: ``T.atomic_addx4(C[i, j * 4], s[i, j * 4])`` adds four consecutive
+    elements (each atomically), also written with slices of the last dimension."""
+    M, N = 8, 64
+
+    @T.prim_func
+    def wide(A: T.Tensor((M, N), "float32"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(4, threads=128) as bx:
+            s = T.alloc_shared((M, N), "float32")
+            T.copy(A, s)
+            for i, j in T.Parallel(M, N // 4):
+                T.atomic_addx4(C[i, j * 4], s[i, j * 4])
+            for i, j in T.Parallel(M, N // 2):
+                T.atomic_addx2(C[i, j * 2:j * 2 + 2], s[i, j * 2:j * 2 + 2])
+
+    a = np.random.default_rng(0).standard_normal((M, N)).astype("float32")
+    for arch in ["sm_80", "sm_90a"]:
+        k = tilers.compile(wide, target=f"cuda:{arch}")
+        assert k.cubin[:4] == b"\x7fELF"
+        c = np.zeros((M, N), "float32")
+        k(a, c)
+        np.testing.assert_allclose(c, 8 * a, rtol=1e-5, atol=1e-5)  # 4 blocks x (1 + 1)
+        assert tilers.testing.check_passes(wide, arch=arch).ok
+
+
+def test_atomic_addx4_misuse_is_an_error_at_the_line():
+    @T.prim_func
+    def short(C: T.Tensor((8, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            T.atomic_addx4(C[0, 0:2], 1.0)  # the line of the error
+
+    with pytest.raises(TileError, match="has 2 elements, not 4") as e:
+        tilers.compile(short, target="cuda:sm_90a")
+    assert "the line of the error" in str(e.value)
+
+    @T.prim_func
+    def prev(C: T.Tensor((8, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            T.atomic_addx2(C[0, 0], 1.0, return_prev=True)
+
+    with pytest.raises(TileError, match="return_prev=True\\) is not supported yet"):
+        tilers.compile(prev, target="cuda:sm_90a")

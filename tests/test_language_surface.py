@@ -32,7 +32,8 @@ DSL = {
     "alloc_shared", "alloc_fragment", "alloc_local",
     "annotate_layout", "make_swizzled_layout", "use_swizzle",
     # tile operations
-    "copy", "fill", "clear", "gemm", "GemmWarpPolicy", "atomic_add",
+    "copy", "fill", "clear", "gemm", "GemmWarpPolicy", "atomic_add", "atomic_addx2", "atomic_addx4",
+    "atomic_max", "atomic_min",
     "reduce_max", "reduce_min", "reduce_sum", "reduce_absmax",
     # control flow
     "Parallel", "serial", "unroll", "Pipelined", "If", "Else",

@@ -76,6 +76,8 @@ __all__ = [
     "alloc_local",
     "alloc_shared",
     "atomic_add",
+    "atomic_addx2",
+    "atomic_addx4",
     "atomic_max",
     "atomic_min",
     "bfloat16",
@@ -742,6 +744,60 @@ def atomic_add(dst, value, memory_order=None, return_prev=False, use_tma=False, 
     hint tilers does not need.
     """
     return _atomic("add", dst, value, memory_order, return_prev)
+
+
+def _atomic_add_wide(width, dst, value, return_prev):
+    """``T.atomic_addx2`` / ``T.atomic_addx4``: ``width`` consecutive elements from the element
+    ``dst`` names (an element or a slice ``C[i, j:j + width]``) add those from ``value`` (the
+    same forms, or a scalar for every element)."""
+    what = f"T.atomic_addx{width}"
+    loc = _trace.capture()
+    if return_prev:
+        raise _trace.user_error(
+            f"{what}(..., return_prev=True) is not supported yet",
+            loc=loc,
+            help="take the old values element by element: T.atomic_add(C[i, j], v, return_prev=True)",
+        )
+
+    def elements(x, name):
+        if not isinstance(x, _trace.Load):
+            return None
+        idx = list(x.indices)
+        last = idx[-1] if idx else None
+        if isinstance(last, slice):
+            start = 0 if last.start is None else last.start
+            fixed = isinstance(last.stop, _builtins.int) and isinstance(start, _builtins.int)
+            if fixed and last.stop - start != width:
+                raise _trace.user_error(
+                    f"{what}: the slice of '{x.buffer.name}' has {last.stop - start} elements, not {width}",
+                    loc=loc,
+                    help=f"name {width} consecutive elements: {x.buffer.name}[..., j:j + {width}] or {x.buffer.name}[..., j]",
+                )
+            last = start
+        if any(isinstance(i, slice) for i in idx[:-1]) or last is None:
+            raise _trace.user_error(
+                f"{what}: {name} must be one element (the first of {width}) or a slice of the last dimension",
+                loc=loc,
+                help=f"{what}(C[i, j], acc_s[r, j]) adds C[i, j:j + {width}] += acc_s[r, j:j + {width}]",
+            )
+        return [x.buffer[tuple(idx[:-1] + [last + k])] for k in range(width)]
+
+    targets = elements(dst, "the destination")
+    sources = elements(value, "the value") if isinstance(value, _trace.Load) else [value] * width
+    for t, v in zip(targets, sources):
+        _atomic("add", t, v, None, False)
+
+
+def atomic_addx2(dst, value, return_prev=False):
+    """Two consecutive elements at once: ``T.atomic_addx2(C[i, j], v[r, j])`` adds
+    ``C[i, j:j + 2] += v[r, j:j + 2]`` (each element atomically)."""
+    _atomic_add_wide(2, dst, value, return_prev)
+
+
+def atomic_addx4(dst, value, return_prev=False):
+    """Four consecutive elements at once: ``T.atomic_addx4(dKV[b, i, d * 4], acc_s[r, d * 4])``
+    (each element atomically)."""
+    _atomic_add_wide(4, dst, value, return_prev)
 
 
 def atomic_max(dst, value, memory_order=None, return_prev=False, annotations=None):
