@@ -244,7 +244,7 @@ def test_register_budget_annotations_set_the_compilers_warp_roles():
         T.annotate_consumer_reg_alloc(256)
         T.annotate_producer_reg_dealloc(256)
 
-    with pytest.raises(TileError, match="exceed the 65536 registers of an SM"):
+    with pytest.raises(TileError, match="exceed the 64512 registers the block is launched with"):
         tilers.compile(gemm(too_much), target="cuda:sm_90a")
 
 
