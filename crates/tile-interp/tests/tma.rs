@@ -273,11 +273,12 @@ fn bad_register_budgets_are_reported() {
         // 384 threads start at 168 registers each
         ("setmaxnreg inc 232", "setmaxnreg inc 160", "whose budget is 168 registers per thread (inc may not lower it)"),
         ("setmaxnreg dec 40", "setmaxnreg dec 200", "by warpgroup 2, whose budget is 168 registers per thread (dec may not raise it)"),
-        // 2 x 128 x 240 + 128 x 40 > 65536: the second consumer warpgroup never gets its registers
+        // 2 x 128 x 240 + 128 x 40 > 384 x 168 = 64512 (what the block was launched with:
+        // setmaxnreg only moves those): the second consumer warpgroup never gets its registers
         (
             "setmaxnreg inc 232",
             "setmaxnreg inc 240",
-            "wait in setmaxnreg inc 240: it needs 30720 registers and the other warpgroups hold 35840 of the 65536",
+            "wait in setmaxnreg inc 240: it needs 30720 registers and the other warpgroups hold 35840 of the 64512 the block was launched with",
         ),
     ];
     for (from, to, want) in cases {
