@@ -29,7 +29,7 @@ DSL = {
     # symbolic sizes
     "dynamic", "symbolic",
     # buffers and layouts
-    "alloc_shared", "alloc_fragment", "alloc_local",
+    "alloc_shared", "alloc_fragment", "alloc_local", "alloc_global",
     "annotate_layout", "make_swizzled_layout", "use_swizzle",
     # tile operations
     "copy", "fill", "clear", "gemm", "GemmWarpPolicy", "atomic_add", "atomic_addx2", "atomic_addx4",

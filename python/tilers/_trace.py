@@ -894,6 +894,7 @@ class Builder:
         self.kernel_threads = 0  # T.Kernel's threads, once opened
         self.open_threads = False  # inside a T.ws region
         self.reg_budget: dict = {}  # T.annotate_*_reg_* / T.no_set_max_nreg
+        self.scratch: list[Buffer] = []  # T.alloc_global, in declaration order
 
     def thread_var(self) -> Expr:
         """The thread index (``threadIdx.x``) of this kernel, declared on first use."""
@@ -981,7 +982,7 @@ class Builder:
         buffers = [b.to_json(self) for b in self.buffers]  # registers their lines first
         for source in self.sources:
             source["lines"] = dict(sorted(source["lines"].items(), key=lambda kv: int(kv[0])))
-        return {
+        program = {
             "version": FORMAT_VERSION,
             "name": self.name,
             "sources": self.sources,
@@ -990,6 +991,9 @@ class Builder:
             "vars": self.vars,
             "kernel": self.kernel,
         }
+        if self.scratch:
+            program["scratch"] = [b.id for b in self.scratch]
+        return program
 
 
 _state = threading.local()

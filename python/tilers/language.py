@@ -75,6 +75,7 @@ __all__ = [
     "alloc_fragment",
     "alloc_local",
     "alloc_shared",
+    "alloc_global",
     "atomic_add",
     "atomic_addx2",
     "atomic_addx4",
@@ -259,11 +260,14 @@ class Kernel:
     def __enter__(self):
         builder = _trace.current_builder()
         if builder.kernel_opened:
-            raise _trace.user_error(
-                "a prim_func has exactly one T.Kernel",
-                loc=self.loc,
-                help="put all of the kernel's statements in one T.Kernel block",
-            )
+            help = "put all of the kernel's statements in one T.Kernel block"
+            if builder.scratch:
+                help += (
+                    "; scratch written by one kernel and read by the next (TileLang's split, "
+                    "then combine) is not supported: write one prim_func per kernel and pass "
+                    "the scratch from the first to the second as a tensor parameter"
+                )
+            raise _trace.user_error("a prim_func has exactly one T.Kernel", loc=self.loc, help=help)
         builder.kernel_opened = True
         builder.kernel_threads = self.threads
         count = len(self.grid)
@@ -465,6 +469,71 @@ def alloc_shared(shape, dtype, scope=None):
 def alloc_fragment(shape, dtype, scope=None):
     """A tile spread over the threads' registers: ``acc = T.alloc_fragment((bM, bN), "float32")``."""
     return _alloc("fragment", shape, dtype)
+
+
+def alloc_global(shape, dtype, scope="global"):
+    """Global scratch memory the runtime allocates for every call (through torch's caching
+    allocator, without synchronizing), for partial results that outlive a tile: split-K
+    partials, log-sum-exp. It is no parameter: the call neither passes nor gets it, and its
+    contents are undefined when the kernel starts (write before you read). Declare it before
+    ``T.Kernel`` (as TileLang does) or inside; every block sees the same buffer, and tile
+    operations of one block that write it and read it back are ordered by a barrier, as on
+    shared memory (between blocks nothing is ordered)::
+
+        partial = T.alloc_global((num_split, M), "float32")
+        with T.Kernel(num_split, threads=128) as bs:
+            ...
+    """
+    loc = _trace.capture()
+    from . import eager
+
+    trace = eager.current()
+    if trace is not None and trace.consts is None:
+        return eager._Placeholder()  # an eager function's discovery trace (sizes unbound yet)
+    builder = _trace.current_builder()
+    if builder.kernel is not None:
+        raise _trace.user_error(
+            "T.alloc_global after the T.Kernel block: the kernel that would use it is closed",
+            loc=loc,
+            help="declare the scratch buffer before `with T.Kernel(...)` or inside it",
+        )
+    if scope != "global":
+        raise _trace.user_error(
+            f"T.alloc_global allocates global memory, not {scope!r}",
+            loc=loc,
+            help="use T.alloc_shared or T.alloc_fragment for on-chip tiles",
+        )
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    for axis, d in enumerate(dims):
+        if isinstance(d, _trace.Size):
+            continue
+        if isinstance(d, _trace.Expr):
+            raise _trace.user_error(
+                f"T.alloc_global: dimension {axis} is an expression of kernel values; a "
+                "scratch dimension is a Python int or a T.dynamic size",
+                loc=loc,
+                help='declare the dimension as a size of its own (M2 = T.dynamic("M2")) and '
+                "give it to a tensor parameter too, or compute it in Python",
+            )
+        if not isinstance(d, _builtins.int) or isinstance(d, _builtins.bool) or d <= 0:
+            raise _trace.user_error(
+                f"T.alloc_global: the shape must be positive Python ints or T.dynamic sizes, "
+                f"got {dims!r}",
+                loc=loc,
+                help="e.g. T.alloc_global((num_split, M), \"float32\")",
+            )
+    if not dims:
+        raise _trace.user_error(
+            "T.alloc_global: the shape has no dimensions", loc=loc,
+            help="e.g. T.alloc_global((num_split, M), \"float32\")",
+        )
+    for d in dims:
+        if isinstance(d, _trace.Size):
+            builder.size_var(d)
+    name = _trace.assigned_name(loc) or f"scratch{len(builder.scratch)}"
+    buffer = builder.new_buffer(name, "global", _trace.normalize_dtype(dtype), dims, loc)
+    builder.scratch.append(buffer)
+    return buffer
 
 
 def alloc_local(shape, dtype, scope=None):

@@ -80,6 +80,10 @@ def format_report(info: dict, layouts: dict | None, resources: dict | None) -> s
                     f"  {b['name']}: {b['dtype']}{b['shape']}, {b['bytes']} bytes at offset "
                     f"{b['offset']}{swizzle}{where}"
                 )
+    if info.get("scratch"):
+        lines.append("")
+        lines.append("global scratch (T.alloc_global), allocated by every call:")
+        lines.extend(f"  {text}" for text in scratch_lines(info))
     if layout_lines:
         lines.append("")
         lines.append("fragment layouts:")
@@ -95,6 +99,33 @@ def format_report(info: dict, layouts: dict | None, resources: dict | None) -> s
         )
         lines.append(f"registers: {resources['registers']} per thread; {spills}")
     return "\n".join(lines)
+
+
+def scratch_lines(info: dict) -> list[str]:
+    """One line per T.alloc_global buffer of a KernelInfo: ``glse: float32[4, M], 16*M bytes``."""
+    names = [size["name"] for size in info.get("sizes", [])]
+    return [
+        f"{s['name']}: {s['dtype']}[{', '.join(_extent_text(e, names) for e in s['shape'])}], "
+        f"{_extent_text(s['bytes'], names)} bytes"
+        for s in info.get("scratch", [])
+    ]
+
+
+_OPS = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//"}
+
+
+def _extent_text(extent, sizes: list[str]) -> str:
+    """A KernelInfo extent as text: 64, M, 4*M."""
+    if isinstance(extent, int):
+        return str(extent)
+    if "const" in extent:
+        return str(extent["const"])
+    if "size" in extent:
+        return sizes[extent["size"]]
+    if extent.get("op") in _OPS:
+        a, b = _extent_text(extent["a"], sizes), _extent_text(extent["b"], sizes)
+        return f"{a}{_OPS[extent['op']]}{b}" if extent["op"] == "mul" else f"({a} {_OPS[extent['op']]} {b})"
+    return f"{extent.get('op')}({_extent_text(extent['a'], sizes)}, {_extent_text(extent['b'], sizes)})"
 
 
 def format_layouts(layouts: dict) -> str:

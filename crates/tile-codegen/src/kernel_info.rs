@@ -31,8 +31,12 @@ pub struct KernelInfo {
     pub arch: String,
     /// The kernel's parameters, in the order of its CUDA parameters.
     pub params: Vec<ParamInfo>,
+    /// Global scratch buffers (`T.alloc_global`) the launcher allocates for every call and
+    /// passes after `params`, in this order; the call neither passes nor gets them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scratch: Vec<ScratchInfo>,
     /// The symbolic sizes (`T.dynamic`), in the order the CUDA function takes them, after
-    /// `params`. A call binds each from the tensor dimensions listed in its `from`.
+    /// `params` and `scratch`. A call binds each from the tensor dimensions listed in its `from`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sizes: Vec<SizeInfo>,
     /// Blocks per dimension, three expressions of the scalar parameters (none for the
@@ -69,6 +73,19 @@ fn is_false(b: &bool) -> bool {
 
 fn no_cluster() -> [u32; 3] {
     [1, 1, 1]
+}
+
+/// A global scratch buffer (`T.alloc_global`): allocated per call through torch's caching
+/// allocator (contiguous, contents undefined), passed to the kernel as a pointer to its
+/// dtype, released when the call returns (stream-ordered: the memory is reused only by
+/// work queued after the kernel).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScratchInfo {
+    pub name: String,
+    pub dtype: String,
+    pub shape: Vec<Extent>,
+    /// The allocation's size: the product of `shape` times the dtype's bytes.
+    pub bytes: Extent,
 }
 
 /// A symbolic size: a dimension one compiled kernel takes at any value.
@@ -390,6 +407,7 @@ impl KernelInfo {
             entry: None,
             arch: "interp".into(),
             params: param_info(m),
+            scratch: scratch_info(m),
             sizes: size_info(m),
             grid: Vec::new(),
             threads: m.kernel.threads,
@@ -509,6 +527,26 @@ pub fn param_info(m: &Module) -> Vec<ParamInfo> {
         .collect()
 }
 
+/// KernelInfo's description of the scratch buffers: dtype, shape and bytes.
+pub fn scratch_info(m: &Module) -> Vec<ScratchInfo> {
+    m.scratch
+        .iter()
+        .map(|&id| {
+            let b = m.buffer(id);
+            let dims: Vec<Expr> = b.shape.iter().map(|d| Expr::cast(m.dim_expr(*d), DType::I64)).collect();
+            let bytes = dims.iter().fold(Expr::int_of(b.dtype.bytes() as i64, DType::I64), |acc, d| {
+                Expr::binary(BinOp::Mul, acc, d.clone())
+            });
+            ScratchInfo {
+                name: b.name.clone(),
+                dtype: b.dtype.name().into(),
+                shape: dims.iter().map(|d| extent(m, d)).collect(),
+                bytes: extent(m, &bytes),
+            }
+        })
+        .collect()
+}
+
 /// KernelInfo's description of the symbolic sizes: each with the tensor dimensions that
 /// carry it.
 pub fn size_info(m: &Module) -> Vec<SizeInfo> {
@@ -579,6 +617,7 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         entry: Some(entry.to_string()),
         arch: arch.to_string(),
         params: param_info(m),
+        scratch: scratch_info(m),
         sizes: size_info(m),
         grid,
         threads: m.kernel.threads,
@@ -625,6 +664,7 @@ mod tests {
             entry: Some("k_kernel".into()),
             arch: "sm_90a".into(),
             params,
+            scratch: vec![],
             sizes: vec![],
             grid,
             threads: 128,

@@ -144,6 +144,19 @@ pub fn bind_sizes(m: &Module, args: &[Arg]) -> Result<(Module, Vec<(VarId, i64)>
     Ok((spec, values))
 }
 
+/// The bytes a scratch buffer (`T.alloc_global`) of `n` elements starts with in the models:
+/// NaN for floats (whose contents start undefined on the GPU), 0 for other dtypes.
+pub fn scratch_bytes(dt: DType, n: usize) -> Vec<u8> {
+    let nan: &[u8] = match dt {
+        DType::F16 => &0x7e00u16.to_le_bytes(),
+        DType::BF16 => &0x7fc0u16.to_le_bytes(),
+        DType::F32 => &0x7fc0_0000u32.to_le_bytes(),
+        DType::F64 => &0x7ff8_0000_0000_0000u64.to_le_bytes(),
+        _ => return vec![0; n * dt.bytes() as usize],
+    };
+    nan.repeat(n)
+}
+
 /// Run a verified, simplified tile-level module over the whole grid. `args` are the
 /// kernel's parameters, then its symbolic sizes ([`bind_sizes`]).
 ///
@@ -202,6 +215,14 @@ pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
                 env[var.0 as usize] = Some(scalar_arg(name, m.var(*var).dtype, a)?);
             }
         }
+    }
+    // scratch (`T.alloc_global`) starts undefined on the GPU; here floats start as NaN, so a
+    // kernel that reads what it did not write shows it
+    for &id in &m.scratch {
+        let b = m.buffer(id);
+        mem[id.0 as usize] =
+            Data::from_bytes(b.dtype, &scratch_bytes(b.dtype, b.num_elements().max(0) as usize));
+        bound[id.0 as usize] = true;
     }
     if let Some(b) = m.buffers.iter().zip(&bound).find(|(b, bound)| b.scope == Scope::Global && !**bound) {
         return Err(Diagnostic::error(

@@ -12,6 +12,7 @@ fn module(threads: u32) -> Module {
         name: "t".into(),
         sources: SourceTable::default(),
         params: vec![],
+        scratch: vec![],
         buffers: vec![],
         vars: vec![],
         kernel: Kernel {

@@ -105,6 +105,7 @@ fn gemm_module(g: Gemm) -> Module {
         name: "wgmma".into(),
         sources: SourceTable::default(),
         params: vec![],
+        scratch: vec![],
         buffers: vec![],
         vars: vec![],
         kernel: Kernel {

@@ -282,12 +282,22 @@ pub struct Module {
     pub sources: SourceTable,
     pub params: Vec<Param>,
     pub buffers: Vec<Buffer>,
+    /// Global scratch buffers (`T.alloc_global`), in declaration order: not parameters of
+    /// the call, but allocated by the runtime for each call (contents undefined at the start)
+    /// and passed to the CUDA function after `params`. Every global buffer is a tensor
+    /// parameter or one of these.
+    pub scratch: Vec<BufferId>,
     pub vars: Vec<Var>,
     pub kernel: Kernel,
     pub level: Level,
 }
 
 impl Module {
+    /// Whether `b` is a global scratch buffer the runtime allocates per call
+    /// ([`Module::scratch`]).
+    pub fn is_scratch(&self, b: BufferId) -> bool {
+        self.scratch.contains(&b)
+    }
     /// The alignment the block's shared memory base must have (the largest
     /// `Buffer::shared_align` of a tile in wgmma's layout; 16 when there is none). Above 16,
     /// the generated code rounds the dynamic shared memory's address up to it, and the launch

@@ -171,7 +171,11 @@ pub fn parse_program(text: &str) -> R<Module> {
         Ok(v) => v,
         Err(e) => return err("$", format!("not valid JSON: {e}")),
     };
-    let top = Obj::new(&root, "$", &["version", "name", "sources", "params", "buffers", "vars", "kernel"])?;
+    let top = Obj::new(
+        &root,
+        "$",
+        &["version", "name", "sources", "params", "buffers", "scratch", "vars", "kernel"],
+    )?;
     let version = top.int("version")?;
     if version != FORMAT_VERSION {
         return err("$.version", format!("this tilers reads format version {FORMAT_VERSION}, got {version}"));
@@ -360,6 +364,20 @@ pub fn parse_program(text: &str) -> R<Module> {
             k => return err(&o.p("kind"), format!("unknown parameter kind '{k}'")),
         }
     }
+    // `T.alloc_global`: global buffers the runtime allocates per call
+    let mut scratch = Vec::new();
+    if let Some(list) = top.opt("scratch") {
+        let Some(list) = list.as_array() else { return err("$.scratch", "expected a list of buffer ids") };
+        for (i, v) in list.iter().enumerate() {
+            let path = format!("$.scratch[{i}]");
+            let b = p.buffer_id(v, &path)?;
+            let is_param = params.iter().any(|q| matches!(q, Param::Tensor { buffer, .. } if *buffer == b));
+            if buffers[b.0 as usize].scope != Scope::Global || is_param || scratch.contains(&b) {
+                return err(&path, "a scratch buffer must name a global buffer that is no parameter, once");
+            }
+            scratch.push(b);
+        }
+    }
 
     let ko = Obj::new(
         top.get("kernel")?,
@@ -429,6 +447,7 @@ pub fn parse_program(text: &str) -> R<Module> {
         sources,
         params,
         buffers,
+        scratch,
         vars: p.vars,
         kernel: Kernel {
             grid,

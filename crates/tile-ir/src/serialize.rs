@@ -285,7 +285,7 @@ pub fn program_json(m: &Module) -> Value {
     if let Some(r) = m.kernel.raster {
         kernel["raster"] = json!({"panel": r.panel, "order": if r.by_rows { "row" } else { "col" }});
     }
-    json!({
+    let mut program = json!({
         "version": crate::parse::FORMAT_VERSION,
         "name": m.name,
         "sources": sources,
@@ -293,5 +293,9 @@ pub fn program_json(m: &Module) -> Value {
         "buffers": buffers,
         "vars": vars,
         "kernel": with_loc(kernel, m.kernel.loc),
-    })
+    });
+    if !m.scratch.is_empty() {
+        program["scratch"] = json!(m.scratch.iter().map(|b| b.0).collect::<Vec<_>>());
+    }
+    program
 }

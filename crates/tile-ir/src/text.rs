@@ -41,7 +41,9 @@
 //!   `loop`, `param`, `temp`; `int32` unless said) are numbered first, in order. The
 //!   printer writes the table exactly when definitions alone would not give the ids, kinds
 //!   and dtypes (thread-level IR, with `%tid` and variables a lowering left unused).
-//! - Buffers: tensor parameters in parameter order, then the declarations in order.
+//! - Buffers: tensor parameters in parameter order, then the declarations in order; a
+//!   `global` declaration is a scratch buffer (`T.alloc_global`, [`Module::scratch`]), of
+//!   fixed shape in the text.
 //! - Expressions: `3` is an `int32`, `3:int64` and `1.5:float32` are typed (a literal with
 //!   `.`, an exponent, `inf` or `NaN` is a float constant); operators by name (`add(a, b)`,
 //!   `exp(a)`, `cast<float16>(a)`, `select(c, a, b)`, `shfl_xor(a, 16)`); a load is
@@ -953,6 +955,10 @@ impl Parser {
         let dtype = self.dtype()?;
         let shape = self.shape()?;
         let id = self.add_buffer(name, scope, dtype, fixed_dims(&shape));
+        if scope == Scope::Global {
+            // a global buffer declared in the body is a `T.alloc_global` scratch buffer
+            self.m.scratch.push(id);
+        }
         if self.is_word("at") {
             self.pos += 1;
             let at = self.ident()?;
@@ -1244,6 +1250,7 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
             name: String::new(),
             sources: SourceTable::default(),
             params: vec![],
+            scratch: vec![],
             buffers: vec![],
             vars: vec![],
             kernel: Kernel {

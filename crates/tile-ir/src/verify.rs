@@ -15,6 +15,7 @@
 //! - tile operations (copy, fill, reduce, gemm) are not inside `parallel` loops.
 //! - `print` shows a tile only outside `parallel` loops (fragments and local buffers whole),
 //!   its `block=` names a block of the grid; `device_assert` takes a `bool` condition.
+//! - a scratch buffer's (`T.alloc_global`) symbolic sizes are dimensions of tensor parameters.
 
 use crate::diag::{Diagnostic, Loc};
 use crate::inst::Instruction;
@@ -282,6 +283,31 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
                 )
                 .with_help("allocate a tile of fixed size (e.g. block_M) and loop over T.ceildiv(M, block_M) tiles; only tensor parameters may have T.dynamic sizes"),
             );
+        }
+    }
+    // a scratch buffer's symbolic size must come from a tensor the call passes
+    for &id in &m.scratch {
+        let b = m.buffer(id);
+        for d in &b.shape {
+            let Dim::Size(size) = *d else { continue };
+            let carried = m.params.iter().any(|p| match p {
+                Param::Tensor { buffer, .. } => m.buffer(*buffer).shape.contains(d),
+                Param::Scalar { .. } => false,
+            });
+            if !carried {
+                let name = &m.var(size).name;
+                v.diags.push(
+                    Diagnostic::error(
+                        format!(
+                            "scratch buffer '{}' has shape {}, but the T.dynamic size '{name}' is a dimension of no tensor parameter, so a call cannot know it",
+                            b.name,
+                            shape_text(m, &b.shape)
+                        ),
+                        b.loc,
+                    )
+                    .with_help(format!("give '{name}' to a tensor parameter, e.g. A: T.Tensor(({name}, ...), dtype)")),
+                );
+            }
         }
     }
     if !v.diags.is_empty() {

@@ -2,9 +2,11 @@
 //! the other reads or writes (threads are mapped differently in each op), including across
 //! the back edge of a loop.
 //!
-//! Requires: tile-level IR with loop layouts. Ensures: no shared-memory hazard between tile
-//! ops without a `sync` between them. Does not: order global memory (the user's job, as in
-//! CUDA), or order accesses within one op (a parallel loop's iterations are independent).
+//! Requires: tile-level IR with loop layouts. Ensures: no shared-memory or scratch
+//! (`T.alloc_global`) hazard within a block between tile ops without a `sync` between
+//! them. Does not: order the tensor parameters' global memory (the user's job, as in CUDA),
+//! order anything between blocks, or order accesses within one op (a parallel loop's
+//! iterations are independent).
 //!
 //! It runs on tile ops, before lowering, because each tile op is where a thread mapping
 //! changes; asynchronous copies (cp.async, TMA) will need a thread-level form of it.
@@ -97,9 +99,13 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     Ok(m)
 }
 
-/// Shared buffers a statement (with its children) reads and writes.
+/// Shared buffers and global scratch buffers a statement (with its children) reads and
+/// writes. Scratch (`T.alloc_global`) is ordered like shared memory within the block: a
+/// block that writes partials and reads them back with another thread mapping needs the
+/// barrier (`__syncthreads` orders global memory within the block); between blocks
+/// nothing is ordered, as in CUDA.
 fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
-    let shared = |b: BufferId| m.buffer(b).scope == Scope::Shared;
+    let shared = |b: BufferId| m.buffer(b).scope == Scope::Shared || m.is_scratch(b);
     let mut reads = BTreeSet::new();
     let mut writes = BTreeSet::new();
     walk_stmts(std::slice::from_ref(s), &mut |st| {

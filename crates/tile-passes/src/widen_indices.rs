@@ -377,6 +377,7 @@ mod tests {
             name: "k".into(),
             sources: Default::default(),
             params: vec![],
+            scratch: vec![],
             buffers: vec![buffer],
             vars,
             kernel: Kernel {

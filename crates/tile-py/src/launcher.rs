@@ -9,6 +9,13 @@
 //! evaluator), loads the kernel on a device it has not met (through the kernel's `load`),
 //! allocates the `out_idx` outputs, gets torch's current stream and calls `cuLaunchKernel`.
 //!
+//! Scratch buffers (KernelInfo `scratch`, `T.alloc_global`) are allocated for every call
+//! that launches blocks, after the arguments are accepted: one `torch.empty_strided` of
+//! bytes each, through torch's caching allocator on the call's device (so on the stream
+//! the kernel runs on, with no synchronization: a launch stays capturable in a CUDA graph),
+//! passed after the parameters, and dropped once the kernel is queued — the allocator
+//! hands the memory only to work queued after it on that stream.
+//!
 //! A call it declines — an argument that is not what the parameter needs — goes, before
 //! anything is loaded, allocated or launched, to the kernel's `fallback`
 //! (`JITKernel._declined`): host arrays run on the interpreter there, and anything else is
@@ -157,6 +164,11 @@ pub struct Launcher {
     driver: Option<&'static Driver>,
     /// The tensor maps a call encodes, in the order the kernel takes them (after the sizes).
     maps: Vec<MapParam>,
+    /// The bytes of each scratch buffer (KernelInfo `scratch`), in the order the kernel
+    /// takes them (after the parameters).
+    scratch: Vec<Extent>,
+    /// `torch.uint8`: scratch buffers are allocated as bytes.
+    byte_dtype: PyObject,
     /// The last encoding of each map, reused by calls with the same tensor.
     map_cache: MapCache,
 }
@@ -415,6 +427,33 @@ impl Launcher {
             outputs.push(tensor.unbind());
         }
         Ok(outputs)
+    }
+
+    /// Allocate the scratch buffers on `device` (bytes at the call's `sizes`); their pointers
+    /// go into `slots` after the parameters. The tensors are kept until the launch is queued.
+    fn allocate_scratch(
+        &self,
+        py: Python<'_>,
+        device: i32,
+        slots: &mut [u64],
+        sizes: &[i64],
+    ) -> PyResult<Vec<PyObject>> {
+        let mut held = Vec::with_capacity(self.scratch.len());
+        for (k, bytes) in self.scratch.iter().enumerate() {
+            let name = &self.info.scratch[k].name;
+            let bytes = bytes.eval(sizes).filter(|b| *b >= 0).ok_or_else(|| {
+                PyValueError::new_err(format!("scratch buffer '{name}' (T.alloc_global): its size overflows"))
+            })?;
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(intern!(py, "dtype"), self.byte_dtype.bind(py))?;
+            if self.driver.is_some() {
+                kwargs.set_item(intern!(py, "device"), device)?;
+            }
+            let tensor = self.empty_strided.bind(py).call(((bytes,), (1,)), Some(&kwargs))?;
+            slots[self.params.len() + k] = self.data_pointer(&tensor)?;
+            held.push(tensor.unbind());
+        }
+        Ok(held)
     }
 
     /// The kernel's function on `device`, loaded there on first use.
@@ -730,6 +769,7 @@ impl Launcher {
             (devices, Some(stream), Some(cuda.getattr("current_device")?.unbind()))
         };
         let numbers = py.import("numbers")?;
+        let scratch = info.scratch.iter().map(|s| s.bytes.clone()).collect();
         Ok(Launcher {
             info,
             params,
@@ -741,6 +781,8 @@ impl Launcher {
             integral: numbers.getattr("Integral")?.unbind(),
             real: numbers.getattr("Real")?.unbind(),
             empty_strided: torch.getattr("empty_strided")?.unbind(),
+            byte_dtype: torch.getattr("uint8")?.unbind(),
+            scratch,
             current_stream,
             current_device,
             functions: (0..devices).map(|_| OnceLock::new()).collect(),
@@ -775,7 +817,9 @@ impl Launcher {
             return self.decline(py, args, kwargs);
         }
         let n_sizes = self.info.sizes.len();
-        let count = self.params.len() + n_sizes;
+        // the kernel's 8-byte arguments: parameters, scratch pointers, sizes
+        let first_size = self.params.len() + self.scratch.len();
+        let count = first_size + n_sizes;
         let mut stack_sizes = [UNBOUND; STACK_SIZES];
         let mut heap_sizes = Vec::new();
         let sizes: &mut [i64] = if n_sizes <= STACK_SIZES {
@@ -811,7 +855,7 @@ impl Launcher {
             if !(0..=max).contains(&value) || value % size.multiple_of != 0 {
                 return self.decline(py, args, kwargs);
             }
-            slots[self.params.len() + k] = value as u64;
+            slots[first_size + k] = value as u64;
         }
         let device = match device {
             i32::MIN => self.current_device(py)?,
@@ -836,6 +880,7 @@ impl Launcher {
         let (function, context) = self.function(py, device)?;
 
         let outputs = self.allocate(py, device, slots, sizes)?;
+        let scratch = self.allocate_scratch(py, device, slots, sizes)?;
         // the tensor maps, after the outputs are bound (a map may describe one)
         let n_maps = self.maps.len();
         let mut stack_maps;
@@ -850,7 +895,7 @@ impl Launcher {
             &mut heap_maps
         };
         self.encode_maps(py, device, context, slots, sizes, maps)?;
-        // the kernel's parameters: the params and sizes (8-byte slots), then the maps
+        // the kernel's parameters: the params, scratch and sizes (8-byte slots), then the maps
         let total = count + n_maps;
         let mut stack_pointers = [null_mut::<c_void>(); STACK_ARGS];
         let mut heap_pointers = Vec::new();
@@ -883,6 +928,8 @@ impl Launcher {
             let first = pointers.first().map_or(0, |p| *p as usize);
             py.allow_threads(move || std::hint::black_box(first));
         }
+        // the kernel is queued: the caching allocator may reuse the scratch for later work
+        drop(scratch);
         self.returned(py, outputs)
     }
 }

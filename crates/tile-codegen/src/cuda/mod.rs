@@ -170,7 +170,21 @@ impl Emitter<'_> {
                 }
             }
         }
-        // the symbolic sizes, after the parameters (KernelInfo's `sizes`)
+        // the scratch buffers the runtime allocates per call, after the parameters
+        // (KernelInfo's `scratch`)
+        for &id in &m.scratch {
+            let b = m.buffer(id);
+            let name = self.names.buffer(id);
+            let place = m.sources.short(b.loc).map_or(String::new(), |at| format!(", {at}"));
+            let _ = writeln!(
+                head,
+                "// {name}: {}{}, global scratch (T.alloc_global{place}) the runtime allocates for every call; its contents start undefined",
+                b.dtype,
+                tile_ir::verify::shape_text(m, &b.shape)
+            );
+            params.push(format!("{}* __restrict__ {name}", storage_type(b.dtype)));
+        }
+        // the symbolic sizes, after the parameters and scratch buffers (KernelInfo's `sizes`)
         for v in m.sizes() {
             params.push(format!("const {} {}", storage_type(m.var(v).dtype), self.names.var(v)));
         }

@@ -221,6 +221,10 @@ fn run_machine(
             }
         }
     }
+    for &id in &m.scratch {
+        let b = m.buffer(id);
+        machine.global[id.0 as usize] = crate::scratch_bytes(b.dtype, b.num_elements().max(0) as usize);
+    }
     let result = machine.run_grid(opts);
     for (p, a) in m.params.iter().zip(args.iter_mut()) {
         if let (Param::Tensor { buffer, .. }, Arg::Tensor(bytes)) = (p, a) {

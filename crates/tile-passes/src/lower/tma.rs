@@ -45,6 +45,12 @@ pub fn fit(m: &Module, op: &CopyOp, target: &Target) -> Result<TmaCopy, String> 
     if sb.scope != Scope::Global || db.scope != Scope::Shared {
         return Err("it is not a copy from a global tensor into a shared tile".into());
     }
+    if m.is_scratch(s.buf) {
+        return Err(format!(
+            "'{}' is T.alloc_global scratch (tensor maps describe parameters only)",
+            sb.name
+        ));
+    }
     if sb.dtype != db.dtype {
         return Err(format!("it converts {} to {}", sb.dtype, db.dtype));
     }
@@ -181,6 +187,12 @@ pub fn store_fit(m: &Module, op: &CopyOp) -> Result<(), String> {
     let (sb, db) = (m.buffer(s.buf), m.buffer(d.buf));
     if sb.scope != Scope::Fragment || db.scope != Scope::Global || sb.rank() != 2 {
         return Err("it is not a 2-D fragment stored to a global tensor".into());
+    }
+    if m.is_scratch(d.buf) {
+        return Err(format!(
+            "'{}' is T.alloc_global scratch (tensor maps describe parameters only)",
+            db.name
+        ));
     }
     if op.pad.is_some() {
         return Err("it has a pad value".into());
