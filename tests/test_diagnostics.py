@@ -539,14 +539,15 @@ def copy_of_one_element():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
-@mistake("`T.copy` of part of a fragment", "'x'", "whole")
+@mistake("`T.copy` of a part of a fragment that moves", "'x'", "not fixed")
 def copy_of_part_of_fragment():
     @T.prim_func
     def kernel(A: T.Tensor((64, 64), "float32")):
         with T.Kernel(1, threads=128):
             x = T.alloc_fragment((64, 64), "float32")
             T.clear(x)
-            T.copy(x[0:32, :], A[0:32, :])  # <- mistake
+            for k in T.serial(2):
+                T.copy(x[k * 32:k * 32 + 32, :], A[k * 32:k * 32 + 32, :])  # <- mistake
 
     tilers.compile(kernel, target="cuda:sm_90a")
 

@@ -1035,14 +1035,20 @@ impl<'a> Verifier<'a> {
         }
         for r in [s, d] {
             let b = self.m.buffer(r.buf);
-            if b.scope == Scope::Fragment && !whole(r, b) {
+            // a fragment part of fixed bounds is copied through the whole fragment's layout
+            // (the lowering guards the other elements); a part that moves is not
+            let fixed = r.starts.iter().all(|e| const_of(e).is_some());
+            if b.scope == Scope::Fragment && !whole(r, b) && !(fixed && b.fixed_shape().is_some()) {
                 self.err_help(
                     format!(
-                        "T.copy of part of fragment '{}' is not supported; copy the whole fragment",
+                        "T.copy of part of fragment '{}' at a position that is not fixed is not supported",
                         b.name
                     ),
                     loc,
-                    format!("copy all of '{}', or allocate a fragment of the part's shape", b.name),
+                    format!(
+                        "give the part fixed bounds (x[0:32, :], copied through the whole fragment's layout), copy all of '{}', or allocate a fragment of the part's shape",
+                        b.name
+                    ),
                 );
             }
         }

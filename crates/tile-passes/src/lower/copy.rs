@@ -54,20 +54,16 @@ impl Lowerer {
         } else {
             &s
         };
-        for (side, b) in [(&s, &sb), (&d, &db)] {
-            if b.scope == Scope::Fragment
+        // a fixed part of a fragment: the loop runs over the whole fragment (its layout's
+        // threads and registers), the elements outside the part guarded off
+        let part = |side: &ResolvedRegion, b: &Buffer| {
+            b.scope == Scope::Fragment
                 && (side.extents != b.extents()
                     || side.starts.iter().any(|e| simplify(e.clone()).as_int() != Some(0)))
-            {
-                self.diags.push(Diagnostic::error(
-                    format!(
-                        "T.copy of part of fragment '{}' is not supported; copy the whole fragment",
-                        b.name
-                    ),
-                    loc,
-                ));
-                return vec![];
-            }
+        };
+        let (s_part, d_part) = (part(&s, &sb), part(&d, &db));
+        if s_part || d_part {
+            return self.fragment_part_copy(op, &s, &d, s_part);
         }
         let loop_shape = anchor.shape();
         let vars: Vec<VarId> = (0..loop_shape.len())
@@ -136,6 +132,79 @@ impl Lowerer {
             };
         }
         self.parallel(&vars, &loop_shape, &[store], &layout, loc)
+    }
+
+    /// `T.copy` of a fixed part of a fragment (`acc_o[:valid, :]`, either side): a loop over
+    /// the whole fragment in its layout, each element inside the part moved to (or from) the
+    /// other side at its offset in the part, the others skipped.
+    fn fragment_part_copy(
+        &mut self,
+        op: &CopyOp,
+        s: &ResolvedRegion,
+        d: &ResolvedRegion,
+        src_is_part: bool,
+    ) -> Vec<Stmt> {
+        let loc = op.loc;
+        let (frag, other) = if src_is_part { (s, d) } else { (d, s) };
+        let fb = self.m.buffer(frag.buf).clone();
+        let Some(layout) = fb.layout.clone() else {
+            self.diags.push(Diagnostic::bug(format!("fragment '{}' without a layout", fb.name)));
+            return vec![];
+        };
+        let shape = fb.extents();
+        let vars: Vec<VarId> =
+            (0..shape.len()).map(|k| self.m.add_var(&format!("c{k}"), VarKind::Loop, DType::I32)).collect();
+        let starts: Vec<i64> =
+            frag.starts.iter().map(|e| simplify(e.clone()).as_int().unwrap_or(0)).collect();
+        let mut guard: Option<Expr> = None;
+        let mut offsets = Vec::new(); // per non-unit kept fragment dim: c - start
+        for (k, &v) in vars.iter().enumerate() {
+            let c = Expr::var(v, DType::I32);
+            let (lo, n) = (starts[k], frag.extents[k]);
+            if lo > 0 || n < shape[k] {
+                let inside = Expr::binary(
+                    BinOp::And,
+                    Expr::binary(BinOp::Ge, c.clone(), Expr::int(lo)),
+                    Expr::binary(BinOp::Lt, c.clone(), Expr::int(lo + n)),
+                );
+                guard = Some(match guard {
+                    Some(g) => Expr::binary(BinOp::And, g, inside),
+                    None => inside,
+                });
+            }
+            if frag.kept[k] && n != 1 {
+                offsets.push(simplify(Expr::binary(BinOp::Sub, c, Expr::int(lo))));
+            }
+        }
+        let frag_idx: Vec<Expr> = vars.iter().map(|v| Expr::var(*v, DType::I32)).collect();
+        let mut offsets = offsets.into_iter();
+        let other_idx: Vec<Expr> = (0..other.extents.len())
+            .map(|k| {
+                let start = other.starts[k].clone();
+                if other.kept[k] && other.extents[k] != 1 {
+                    match offsets.next() {
+                        Some(o) => simplify(add(start.clone(), Expr::cast(o, start.dtype()))),
+                        None => start,
+                    }
+                } else {
+                    start
+                }
+            })
+            .collect();
+        let (sb, db) = (self.m.buffer(s.buf).clone(), self.m.buffer(d.buf).clone());
+        let (src_idx, dst_idx) = if src_is_part { (frag_idx, other_idx) } else { (other_idx, frag_idx) };
+        let pad = op.pad.clone().map(|p| Box::new(Expr::cast(p, sb.dtype)));
+        let load = Expr::Load { buf: s.buf, idx: src_idx, dtype: sb.dtype, loc, oob: pad };
+        let value = Expr::cast(load, db.dtype);
+        let store = match op.atomic {
+            Some(mode) => Stmt::Atomic { mode, buf: d.buf, idx: dst_idx, value, prev: None, loc },
+            None => Stmt::Store { buf: d.buf, idx: dst_idx, value, loc },
+        };
+        let body = match guard {
+            Some(cond) => Stmt::If { cond, then: vec![store], otherwise: vec![], loc },
+            None => store,
+        };
+        self.parallel(&vars, &shape, &[body], &layout, loc)
     }
 
     /// A fragment stored to global memory through a swizzled shared tile, so that the global
