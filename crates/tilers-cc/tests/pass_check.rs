@@ -156,9 +156,16 @@ fn mutated(
 }
 
 fn caught(r: &Reference, m: &Module, expect: &str) {
-    match check(r, m) {
+    caught_on(r, m, Blocks::Edges, expect)
+}
+
+/// The mutated module `m`, run on `blocks`, disagrees with the reference or fails with a
+/// report containing `expect`.
+fn caught_on(r: &Reference, m: &Module, blocks: Blocks, expect: &str) {
+    match passcheck::check(r, m, blocks) {
         Ok(()) => panic!("the mutation went unnoticed"),
         Err(e) => {
+            let e = e.to_string();
             eprintln!("caught: {e}");
             assert!(e.contains(expect), "expected a report containing '{expect}', got: {e}");
         }
@@ -929,15 +936,9 @@ fn pingpong_final(name: &str) -> (Reference, Module) {
     (r, m)
 }
 
+/// A ping-pong kernel runs whole (persistent): its mutations are checked on every block.
 fn pingpong_caught(r: &Reference, m: &Module, expect: &str) {
-    match passcheck::check(r, m, Blocks::All) {
-        Ok(()) => panic!("the mutation went unnoticed"),
-        Err(e) => {
-            let e = e.to_string();
-            eprintln!("caught: {e}");
-            assert!(e.contains(expect), "expected a report containing '{expect}', got: {e}");
-        }
-    }
+    caught_on(r, m, Blocks::All, expect)
 }
 
 fn is_handoff(s: &Stmt) -> bool {

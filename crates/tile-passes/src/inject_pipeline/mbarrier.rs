@@ -395,13 +395,15 @@ pub(super) fn warp_specialize(
             implicit_zero.push(Stmt::Fill { dst: Region { buf: c, dims: vec![], loc }, value: zero, loc });
         }
     }
-    for c in 0..slots {
-        let (pre, consumers, post) = if c == 0 {
-            (pre.clone(), consumers.clone(), post.clone())
-        } else {
-            let r = |v: &[Stmt]| v.iter().cloned().map(|x| remap_buffers(x, &shared_map)).collect::<Vec<_>>();
-            (r(&pre), r(&consumers), r(&post))
-        };
+    // each slot's statements: slot 1's on its own tiles, made first so slot 0 takes the
+    // originals
+    let mut bodies = Vec::new();
+    if slots > 1 {
+        let r = |v: &[Stmt]| v.iter().cloned().map(|x| remap_buffers(x, &shared_map)).collect::<Vec<_>>();
+        bodies.push((r(&pre), r(&consumers), r(&post)));
+    }
+    bodies.insert(0, (pre, consumers, post));
+    for (c, (pre, consumers, post)) in (0u32..).zip(bodies) {
         let ctile = persistent.as_ref().map(|_| m.add_var("tile", VarKind::Loop, DType::I32));
         // the block's tile number: the loop's counter, or every other one of a slot
         let local = (slots > 1).then(|| m.add_var("tile_local", VarKind::Temp, DType::I32));

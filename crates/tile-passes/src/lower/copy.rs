@@ -85,17 +85,7 @@ impl Lowerer {
                 })
                 .collect()
         };
-        let src_idx = index_side(&s);
-        let dst_idx = index_side(&d);
-        let pad = pad.map(|p| Box::new(Expr::cast(p, sb.dtype)));
-        let load = Expr::Load { buf: s.buf, idx: src_idx, dtype: sb.dtype, loc, oob: pad };
-        let value = Expr::cast(load, db.dtype);
-        let store = match op.atomic {
-            // a tile atomic: the copy's mapping, each element an atomic (vectors where the
-            // hardware has them: `vector.rs`)
-            Some(mode) => Stmt::Atomic { mode, buf: d.buf, idx: dst_idx, value, prev: None, loc },
-            None => Stmt::Store { buf: d.buf, idx: dst_idx, value, loc },
-        };
+        let store = element_move(op, &sb, &db, s.buf, index_side(&s), d.buf, index_side(&d), pad);
         let layout = match (sb.layout.as_ref(), db.layout.as_ref()) {
             (Some(a), Some(b)) if a != b => {
                 self.diags.push(
@@ -193,13 +183,7 @@ impl Lowerer {
             .collect();
         let (sb, db) = (self.m.buffer(s.buf).clone(), self.m.buffer(d.buf).clone());
         let (src_idx, dst_idx) = if src_is_part { (frag_idx, other_idx) } else { (other_idx, frag_idx) };
-        let pad = op.pad.clone().map(|p| Box::new(Expr::cast(p, sb.dtype)));
-        let load = Expr::Load { buf: s.buf, idx: src_idx, dtype: sb.dtype, loc, oob: pad };
-        let value = Expr::cast(load, db.dtype);
-        let store = match op.atomic {
-            Some(mode) => Stmt::Atomic { mode, buf: d.buf, idx: dst_idx, value, prev: None, loc },
-            None => Stmt::Store { buf: d.buf, idx: dst_idx, value, loc },
-        };
+        let store = element_move(op, &sb, &db, s.buf, src_idx, d.buf, dst_idx, op.pad.clone());
         let body = match guard {
             Some(cond) => Stmt::If { cond, then: vec![store], otherwise: vec![], loc },
             None => store,
@@ -337,5 +321,29 @@ impl Lowerer {
             Some(why) => Err(why),
             None => Ok(code),
         }
+    }
+}
+
+/// One element of copy `op`: `dst[dst_idx] = src[src_idx]` converted to the destination's
+/// dtype (`pad` read past a global tensor's edge), or, for a tile atomic, that element
+/// combined atomically (vectors where the hardware has them: `vector.rs`).
+#[allow(clippy::too_many_arguments)]
+fn element_move(
+    op: &CopyOp,
+    sb: &Buffer,
+    db: &Buffer,
+    src: BufferId,
+    src_idx: Vec<Expr>,
+    dst: BufferId,
+    dst_idx: Vec<Expr>,
+    pad: Option<Expr>,
+) -> Stmt {
+    let loc = op.loc;
+    let pad = pad.map(|p| Box::new(Expr::cast(p, sb.dtype)));
+    let load = Expr::Load { buf: src, idx: src_idx, dtype: sb.dtype, loc, oob: pad };
+    let value = Expr::cast(load, db.dtype);
+    match op.atomic {
+        Some(mode) => Stmt::Atomic { mode, buf: dst, idx: dst_idx, value, prev: None, loc },
+        None => Stmt::Store { buf: dst, idx: dst_idx, value, loc },
     }
 }
