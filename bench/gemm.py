@@ -48,6 +48,13 @@ CONFIGS = [  # block_M, block_N, block_K, stages, threads, T.use_swizzle panel (
     (128, 128, 64, 5, 128, 8, "square", {"persistent": "pingpong"}),
     (64, 256, 64, 4, 128, 8, "square", {"persistent": "pingpong"}),
     (128, 128, 64, 3, 256, 8, "full_row", {"persistent": "pingpong"}),
+    # thread-block clusters of two tiles along bx (A multicast) or by (B multicast)
+    (128, 256, 64, 3, 256, 8, "full_row", {"cluster": (2, 1)}),
+    (128, 256, 64, 3, 256, 8, "full_row", {"cluster": (1, 2)}),
+    (128, 256, 64, 4, 256, 8, "full_row", {"cluster": (2, 1)}),
+    (128, 256, 64, 4, 256, 8, "full_row", {"cluster": (1, 2)}),
+    (256, 128, 64, 3, 256, 8, "full_row", {"cluster": (2, 1)}),
+    (128, 128, 64, 4, 128, 8, "square", {"cluster": (1, 2)}),
 ]
 # the Done-when shapes of the wgmma issue: GEMM_SHAPES=hopper
 HOPPER_SHAPES = [
@@ -198,8 +205,10 @@ DYNAMIC_ROUNDS = 5
 def best_static_config(torch, M, N, K, a, b, c, want):
     """The fastest correct config of CONFIGS for this shape (one interleaved sweep)."""
     fns = {}
+    by_name = {}
     for config in CONFIGS:
         bm, bn, bk, st, th, panel = config[:6]
+        by_name[config_name(config)] = config
         try:
             k = tilers.compile(
                 kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=panel, **policy_of(config)),
@@ -209,11 +218,12 @@ def best_static_config(torch, M, N, K, a, b, c, want):
             torch.cuda.synchronize()
             if ((c.float() - want).abs().max() / (want.abs().max() + 1)).item() > 1e-2:
                 continue
-            fns[config] = bind(k, a, b, c)
+            # keyed by name: a config's options are a dict (unhashable)
+            fns[config_name(config)] = bind(k, a, b, c)
         except Exception as e:  # a config that does not compile or run is skipped
             print(f"config {config} failed: {type(e).__name__}: {str(e)[:200]}")
     t = interleaved(fns, repeats=5, iters=5 if M * N * K > 2**33 else 20)
-    return min(t, key=t.get)
+    return by_name[min(t, key=t.get)]
 
 
 def dynamic_rows():

@@ -20,6 +20,7 @@ def compile(
     tma_store=True,
     pass_configs=None,
     fast_math=False,
+    cluster=None,
     **params,
 ):
     """Compile a ``@T.prim_func`` into a callable kernel.
@@ -39,7 +40,12 @@ def compile(
     loops in turn (one's epilogue overlapping the other's tensor-core work; the second copy
     and the producers are launched after the kernel's ``threads``); ``tma_store=False`` keeps
     such a kernel's accumulator stores on the threads (16-byte stores from a staging tile)
-    instead of TMA stores. ``pass_configs`` takes TileLang's switches
+    instead of TMA stores. ``cluster=(2, 1)`` (or ``(1, 2)``, 4 blocks at most) walks a
+    persistent kernel's tiles in thread-block clusters of that many tiles along ``bx`` (``by``):
+    the producer copies the cluster's blocks share (those whose position does not depend on
+    the block index along the cluster) are multicast, each block loading its part into all;
+    ``kernel.report()`` says what was shared, or why no cluster was made. ``pass_configs``
+    takes TileLang's switches
     (``{tilers.PassConfigKey.TL_DISABLE_TMA_LOWER: True}``; see tilers/pass_config.py).
 
     >>> kernel = tilers.compile(add, out_idx=[2], M=1024, N=1000, block_M=32, block_N=128)
@@ -54,7 +60,7 @@ def compile(
             )
         raise TileError(f"tilers.compile expects a @T.prim_func, got {type(prim_func).__name__}")
     options = compile_options(target, lineinfo, wgmma, tma, persistent, tma_store, fast_math,
-                              pass_configs)
+                              pass_configs, cluster)
     # out_idx is checked and normalized once, against the compiled parameters (JITKernel)
     out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
     try:
@@ -73,16 +79,37 @@ def compile(
 
 
 def compile_options(target="auto", lineinfo=False, wgmma=True, tma=True, persistent=True,
-                    tma_store=True, fast_math=False, pass_configs=None) -> dict:
+                    tma_store=True, fast_math=False, pass_configs=None, cluster=None) -> dict:
     """The keyword options of build_kernel, with TileLang's ``pass_configs`` applied."""
     from . import pass_config
 
     options = {
         "target": target, "lineinfo": bool(lineinfo), "wgmma": bool(wgmma), "tma": bool(tma),
         "persistent": _persistent(persistent), "tma_store": bool(tma_store),
-        "fast_math": bool(fast_math),
+        "fast_math": bool(fast_math), "cluster": _cluster(cluster),
     }
     return pass_config.apply(pass_configs, options)
+
+
+def _cluster(value):
+    """``cluster=``: None, an int (blocks along ``bx``) or ``(x, y)``: a tuple, or None
+    for no cluster."""
+    if value is None:
+        return None
+    dims = (value, 1) if isinstance(value, int) and not isinstance(value, bool) else value
+    if (
+        not isinstance(dims, (tuple, list))
+        or len(dims) not in (2, 3)
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)
+        or (len(dims) == 3 and dims[2] != 1)
+        or dims[0] * dims[1] > 16
+    ):
+        raise TileError(
+            f"cluster={value!r}: expected (x, y), the blocks of a cluster along bx and by "
+            "(positive ints, 16 in all at most), an int x for (x, 1), or None"
+        )
+    dims = (int(dims[0]), int(dims[1]))
+    return None if dims == (1, 1) else dims
 
 
 def _persistent(value):
@@ -95,7 +122,8 @@ def _persistent(value):
 
 
 def build_kernel(program: dict, program_text: str, out_idx, *, target="auto", lineinfo=False,
-                 wgmma=True, tma=True, persistent=True, tma_store=True, fast_math=False):
+                 wgmma=True, tma=True, persistent=True, tma_store=True, fast_math=False,
+                 cluster=None):
     """A traced program compiled by the Rust core into a JITKernel (its cubin on first use)."""
     import json
 
@@ -104,7 +132,7 @@ def build_kernel(program: dict, program_text: str, out_idx, *, target="auto", li
     arch = runtime.resolve_target(target)
     options_json = kernel.compile_options(
         arch, lineinfo, fast_math=fast_math, wgmma=wgmma, tma=tma, persistent=persistent,
-        tma_store=tma_store,
+        tma_store=tma_store, cluster=cluster,
     )
     try:
         if target == "interp":
@@ -127,6 +155,7 @@ def build_kernel(program: dict, program_text: str, out_idx, *, target="auto", li
         tma=tma,
         persistent=persistent,
         tma_store=tma_store,
+        cluster=cluster,
     )
 
 
@@ -228,6 +257,7 @@ def jit(
     tma_store=True,
     fast_math=False,
     pass_configs=None,
+    cluster=None,
     **tilelang_options,
 ):
     """Decorate a kernel function: ``@tilers.jit`` or ``@tilers.jit(out_idx=[2])``.
@@ -247,7 +277,7 @@ def jit(
         return lambda f: jit(
             f, out_idx=out_idx, target=target, lineinfo=lineinfo, wgmma=wgmma, tma=tma,
             persistent=persistent, tma_store=tma_store, fast_math=fast_math,
-            pass_configs=pass_configs, **tilelang_options,
+            pass_configs=pass_configs, cluster=cluster, **tilelang_options,
         )
     if isinstance(func, PrimFunc):
         raise TileError(
@@ -255,7 +285,7 @@ def jit(
             f"compile the prim_func '{func.__name__}' with tilers.compile instead"
         )
     options = compile_options(target, lineinfo, wgmma, tma, persistent, tma_store, fast_math,
-                              pass_configs)
+                              pass_configs, cluster)
     from . import eager
 
     if eager.is_eager(func):

@@ -47,6 +47,7 @@ def compile_options(
     tma: bool = True,
     persistent: bool | str = True,
     tma_store: bool = True,
+    cluster: tuple[int, int] | None = None,
 ) -> str:
     """The options JSON of `_tilers.compile` (docs/format.md): one place, so that a kernel
     compiled again for kernel.ir() / kernel.layouts() is compiled exactly as it was."""
@@ -61,6 +62,8 @@ def compile_options(
         options["pingpong"] = True
     if not tma_store:
         options["tma_store"] = False
+    if cluster is not None:
+        options["cluster"] = list(cluster)
     if keep_ir:
         options["keep_ir"] = True
     return json.dumps(options)
@@ -186,6 +189,7 @@ class JITKernel:
         tma: bool = True,
         persistent: bool = True,
         tma_store: bool = True,
+        cluster: tuple[int, int] | None = None,
     ):
         self.name = name
         self.program_json = program_json
@@ -200,6 +204,7 @@ class JITKernel:
         self.tma = tma
         self.persistent = persistent
         self.tma_store = tma_store
+        self.cluster = cluster
         self.params = [spec["name"] for spec in info["params"]]
         self.out_idx = normalize_out_idx(out_idx, name, info["params"])
         self._input_positions = [i for i in range(len(self.params)) if i not in self.out_idx]
@@ -258,7 +263,7 @@ class JITKernel:
         # a kernel for the interpreter has no lowering of its own: show the default target's
         arch = self.arch if self.source is not None else runtime.DEFAULT_ARCH
         return compile_options(arch, self.lineinfo, self.fast_math, keep_ir, self.wgmma, self.tma, self.persistent,
-            self.tma_store)
+            self.tma_store, self.cluster)
 
     def _inspect(self, keep_ir: bool) -> None:
         """Compile the program again with this kernel's options, for its layouts and, with

@@ -189,7 +189,7 @@ def check_passes(
     tiles are in the last); ``"all"`` runs the whole grid. With ``check=True`` a failure
     raises ``AssertionError`` at once (else call ``.assert_ok()``). ``compile_options`` take
     :func:`tilers.compile`'s switches that choose another kernel (``{"persistent":
-    "pingpong"}``, ``{"tma": False}``, ``wgmma``, ``tma_store``).
+    "pingpong"}``, ``{"tma": False}``, ``wgmma``, ``tma_store``, ``{"cluster": (2, 1)}``).
     """
     if blocks not in ("edges", "all"):
         raise TileError(f"check_passes: blocks must be 'edges' or 'all', got {blocks!r}")
@@ -200,11 +200,17 @@ def check_passes(
     for key, value in (compile_options or {}).items():
         if key == "persistent" and value == "pingpong":
             opts["pingpong"] = True
+        elif key == "cluster":
+            from .jit import _cluster
+
+            dims = _cluster(value)
+            if dims is not None:
+                opts["cluster"] = list(dims)
         elif key in ("wgmma", "tma", "persistent", "tma_store"):
             opts[key] = bool(value)
         else:
             raise TileError(
-                f"check_passes: compile_options takes wgmma, tma, persistent and tma_store, got {key!r}"
+                f"check_passes: compile_options takes wgmma, tma, persistent, tma_store and cluster, got {key!r}"
             )
     options = json.dumps(opts)
     try:

@@ -51,7 +51,9 @@ pub struct KernelInfo {
     /// (one per SM), which walk the grid's tiles; `grid` keeps the tiles.
     #[serde(default, skip_serializing_if = "is_false")]
     pub persistent: bool,
-    /// Thread-block cluster dims (`[1, 1, 1]`: no cluster).
+    /// Thread-block cluster dims (`[1, 1, 1]`: no cluster). A persistent kernel's clusters
+    /// run along x: launch `cluster[0] * min(tiles / cluster[0], SMs / cluster[0])` blocks
+    /// (the tiles are a multiple of the cluster), each cluster walking groups of tiles.
     #[serde(default = "no_cluster")]
     pub cluster: [u32; 3],
     /// Dynamic shared memory per block, in bytes.
@@ -623,7 +625,7 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         threads: m.kernel.threads,
         block: [m.launched_threads(), 1, 1],
         persistent: m.tiles().is_some(),
-        cluster: no_cluster(),
+        cluster: [m.cluster_blocks(), 1, 1],
         shared_bytes,
         shared_opt_in: shared_bytes > DEFAULT_SHARED_LIMIT,
         tensor_maps: tensor_maps(m)?,

@@ -633,6 +633,61 @@ impl Instruction for Sync {
     }
 }
 
+/// `barrier.cluster.arrive.release` + `barrier.cluster.wait.acquire`: every thread of
+/// every block of the thread-block cluster arrives before any goes on (a block's own
+/// threads included: it orders the block's shared memory as `sync` does). After the
+/// barriers' init (peers arrive on them and multicast into this block) and before a block
+/// exits (its shared memory must outlive the peers' remote arrivals).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterSync;
+
+impl Instruction for ClusterSync {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { barrier: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        "cluster_sync".into()
+    }
+    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        (op == "cluster_sync").then_some(Ok(ClusterSync))
+    }
+}
+
+/// `__syncwarp()`: the lanes of the warp meet, their memory accesses before it ordered
+/// before those after (an elected lane then releases the warp's reads of a stage).
+#[derive(Clone, Debug, PartialEq)]
+pub struct SyncWarp;
+
+impl Instruction for SyncWarp {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![]
+    }
+    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        self
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { warp_collective: true, orders_tensor_core: true, ..Effects::default() }
+    }
+    fn text(&self, _: &dyn TextNames) -> String {
+        "sync_warp".into()
+    }
+    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        (op == "sync_warp").then_some(Ok(SyncWarp))
+    }
+}
+
 /// CUDA `printf(format, args...)`. `format` holds the C conversions (`%d`, `%lld`, `%u`, `%llu`,
 /// `%g`, `%%`) matching the args' dtypes (see [`crate::ir::printf_conversion`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -920,14 +975,19 @@ pub struct MbarrierArrive {
     pub bar: BufferId,
     pub idx: Expr,
     pub expect_tx: Option<i64>,
+    /// The block of the thread-block cluster (its rank) whose barrier at the same shared
+    /// offset takes the arrival (`mapa` + `mbarrier.arrive.release.cluster.shared::cluster`:
+    /// a consumer releasing a stage that a peer's multicast copies fill); None: this
+    /// block's own.
+    pub cta: Option<Expr>,
 }
 
 impl Instruction for MbarrierArrive {
     fn exprs(&self) -> Vec<&Expr> {
-        vec![&self.idx]
+        std::iter::once(&self.idx).chain(self.cta.as_ref()).collect()
     }
     fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
-        MbarrierArrive { idx: f(self.idx), ..self }
+        MbarrierArrive { idx: f(self.idx), cta: self.cta.map(&mut *f), ..self }
     }
     fn accesses(&self) -> Vec<Access<'_>> {
         vec![]
@@ -937,7 +997,8 @@ impl Instruction for MbarrierArrive {
     }
     fn text(&self, t: &dyn TextNames) -> String {
         let tx = self.expect_tx.map(|b| format!(" expect_tx {b}")).unwrap_or_default();
-        format!("mbarrier_arrive {}[{}]{tx}", t.buffer(self.bar), t.expr(&self.idx))
+        let cta = self.cta.as_ref().map(|c| format!(" cta {}", t.expr(c))).unwrap_or_default();
+        format!("mbarrier_arrive {}[{}]{tx}{cta}", t.buffer(self.bar), t.expr(&self.idx))
     }
     fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
         if op != "mbarrier_arrive" {
@@ -946,7 +1007,8 @@ impl Instruction for MbarrierArrive {
         Some((|| {
             let (bar, idx) = barrier(r)?;
             let expect_tx = if r.keyword("expect_tx").is_ok() { Some(r.int()?) } else { None };
-            Ok(MbarrierArrive { bar, idx, expect_tx })
+            let cta = if r.keyword("cta").is_ok() { Some(r.expr()?) } else { None };
+            Ok(MbarrierArrive { bar, idx, expect_tx, cta })
         })())
     }
 }
@@ -1044,6 +1106,10 @@ pub struct TmaLoad {
     pub bar: BufferId,
     pub bar_idx: Expr,
     pub bytes: i64,
+    /// `.multicast::cluster` with this `ctaMask`: the box lands at the same shared offset
+    /// in every block of the cluster the mask names, completing its bytes on each one's
+    /// barrier at `bar`'s offset. None: this block only.
+    pub multicast: Option<u32>,
 }
 
 impl Instruction for TmaLoad {
@@ -1076,7 +1142,7 @@ impl Instruction for TmaLoad {
     }
     fn text(&self, t: &dyn TextNames) -> String {
         format!(
-            "tma_load map{} {}[{}] <- {}[{}] on {}[{}] ({} bytes)",
+            "tma_load map{} {}[{}] <- {}[{}] on {}[{}] ({} bytes){}",
             self.map,
             t.buffer(self.dst),
             t.exprs(&self.dst_idx),
@@ -1084,7 +1150,8 @@ impl Instruction for TmaLoad {
             t.exprs(&self.coords),
             t.buffer(self.bar),
             t.expr(&self.bar_idx),
-            self.bytes
+            self.bytes,
+            self.multicast.map(|mask| format!(" multicast {mask}")).unwrap_or_default()
         )
     }
     fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
@@ -1102,7 +1169,18 @@ impl Instruction for TmaLoad {
             let bytes = r.int()?;
             r.keyword("bytes")?;
             r.punct(")")?;
-            Ok(TmaLoad { map, src, coords, dst, dst_idx, bar, bar_idx, bytes })
+            let multicast = if r.keyword("multicast").is_ok() {
+                let mask = r.int()?;
+                Some(
+                    u32::try_from(mask)
+                        .ok()
+                        .filter(|m| (1..1 << 16).contains(m))
+                        .ok_or_else(|| r.error(&format!("bad multicast mask {mask} (1 to 16 bits)")))?,
+                )
+            } else {
+                None
+            };
+            Ok(TmaLoad { map, src, coords, dst, dst_idx, bar, bar_idx, bytes, multicast })
         })())
     }
 }
@@ -1494,6 +1572,8 @@ instructions!(
     AsyncCommit,
     AsyncWait,
     Sync,
+    ClusterSync,
+    SyncWarp,
     Printf,
     Trap
 );

@@ -241,12 +241,22 @@ pub struct WarpRoles {
     /// Two consumer slots on alternate tiles of the persistent walk, their main loops in
     /// turn (one's epilogue overlaps the other's tensor-core work).
     pub pingpong: bool,
+    /// Thread-block clusters of a persistent kernel: `cluster[0] x cluster[1]` tiles of the
+    /// grid (along `bx`, `by`) walked together by as many consecutive blocks (a cluster
+    /// along the launch's x), the producer copies that do not depend on the block index
+    /// along the cluster multicast (each block loads its share into all). `[1, 1]`: none.
+    pub cluster: [u32; 2],
 }
 
 impl WarpRoles {
     /// Copies of the user's threads that consume: 2 with ping-pong, else 1.
     pub fn slots(&self) -> u32 {
         1 + self.pingpong as u32
+    }
+
+    /// Blocks per thread-block cluster (1: no cluster).
+    pub fn cluster_blocks(&self) -> u32 {
+        self.cluster[0] * self.cluster[1]
     }
 }
 
@@ -317,6 +327,11 @@ impl Module {
             return None;
         }
         self.kernel.grid.iter().try_fold(1i64, |acc, g| g.as_int().and_then(|v| acc.checked_mul(v)))
+    }
+
+    /// Blocks per thread-block cluster (1: the kernel is launched without clusters).
+    pub fn cluster_blocks(&self) -> u32 {
+        self.kernel.roles.map_or(1, |r| r.cluster_blocks())
     }
 
     /// Threads launched per block: the user's `threads` plus the producer warps.

@@ -1061,8 +1061,18 @@ impl Parser {
                 if self.is_word("persistent") { self.kv_parsed::<u32>("persistent")? == 1 } else { false };
             let pingpong =
                 if self.is_word("pingpong") { self.kv_parsed::<u32>("pingpong")? == 1 } else { false };
+            let cluster = if self.is_word("cluster") {
+                let text = self.kv("cluster")?;
+                let dims: Vec<u32> = text.split('x').filter_map(|d| d.parse().ok()).collect();
+                match dims[..] {
+                    [x, y] if x >= 1 && y >= 1 => [x, y],
+                    _ => return Err(format!("line {}: cluster is XxY, not {text}", self.line())),
+                }
+            } else {
+                [1, 1]
+            };
             self.m.kernel.roles =
-                Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong });
+                Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong, cluster });
         }
         self.m.level = match self.kv("level")?.as_str() {
             "tile" => Level::Tile,

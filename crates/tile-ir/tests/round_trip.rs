@@ -103,6 +103,10 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   tma_load map0 B_s[0, 0] <- A[0, mul(%lane, 0)] on bars[0] (8192 bytes)
   mbarrier_wait bars[0] parity floormod(%lane, 2)
   mbarrier_arrive bars[1]
+  mbarrier_arrive bars[1] cta add(%lane, 1)
+  tma_load map0 B_s[0, 0] <- A[0, 0] on bars[0] (8192 bytes) multicast 3
+  cluster_sync
+  sync_warp
   mbarrier_expect_tx bars[1] 4096
   setmaxnreg dec 40
   bar_sync 1, 32
@@ -143,6 +147,8 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::AsyncCommit(_) => "async_commit",
                 Inst::AsyncWait(_) => "async_wait",
                 Inst::Sync(_) => "sync",
+                Inst::ClusterSync(_) => "cluster_sync",
+                Inst::SyncWarp(_) => "sync_warp",
                 Inst::Printf(_) => "printf",
                 Inst::Trap(_) => "trap",
                 Inst::FenceMbarrierInit(_) => "fence_mbarrier_init",
@@ -160,7 +166,7 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 27, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 29, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]

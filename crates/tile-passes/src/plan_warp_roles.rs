@@ -10,8 +10,11 @@
 //! consumer warpgroups) and the consumers share the rest, at most 240 each — when that is
 //! more than the launch's even share (`__launch_bounds__(threads, 1)`), else no budgets are
 //! set. With `Options::pingpong` (and a persistent walk) the consumers are two slots of the
-//! user's threads. Kernels without a TMA pipeline are unchanged. Does not: rewrite
-//! statements (`inject_pipeline` does).
+//! user's threads. With `Options::cluster` (and a persistent walk whose grid the cluster
+//! divides along one axis, and a producer copy the cluster's blocks share) the tiles are
+//! walked in thread-block clusters (`WarpRoles::cluster`); else the report says why not.
+//! Kernels without a TMA pipeline are unchanged. Does not: rewrite statements
+//! (`inject_pipeline` does).
 
 use crate::Ctx;
 use tile_ir::*;
@@ -24,11 +27,25 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         Stmt::For { start, extent, body, .. }
             if body.iter().any(|b| matches!(b, Stmt::Copy(CopyOp { inst: Some(CopyInst::Tma), .. }))) =>
         {
-            Some((start.clone(), extent.clone()))
+            let producers: Vec<CopyOp> = body
+                .iter()
+                .filter_map(|b| match b {
+                    Stmt::Copy(op) if op.inst == Some(CopyInst::Tma) => Some(op.clone()),
+                    _ => None,
+                })
+                .collect();
+            Some((start.clone(), extent.clone(), producers))
         }
         _ => None,
     });
-    let Some((start, extent)) = tma_loop else { return Ok(m) };
+    let Some((start, extent, tma_copies)) = tma_loop else {
+        if let Some([x, y]) = ctx.options.cluster {
+            ctx.report.push(format!(
+                "no cluster {x}x{y}: the kernel has no TMA pipeline (a cluster's blocks share its producer copies)"
+            ));
+        }
+        return Ok(m);
+    };
     let producers = 128;
     // ping-pong (asked for) needs the persistent walk: decided below, counted here
     let reads_block = |e: &Expr| {
@@ -52,6 +69,13 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     };
     let persistent = why_not_persistent.is_none();
     let pingpong = ctx.options.pingpong && persistent;
+    let (cluster, cluster_note) = match ctx.options.cluster {
+        Some(want) => match plan_cluster(&m, ctx, want, &tma_copies, why_not_persistent, pingpong) {
+            Ok((cluster, note)) => (cluster, note),
+            Err(why) => ([1, 1], format!("; no cluster {}x{}: {why}", want[0], want[1])),
+        },
+        None => ([1, 1], String::new()),
+    };
     let slots = 1 + pingpong as u32;
     let consumer_groups = slots * m.kernel.threads / 128;
     let launched = slots * m.kernel.threads + producers;
@@ -103,7 +127,8 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     // persistent (decided above): a fixed grid, no sizes (version_edges wraps the body, not
     // each tile), and a k-loop whose trip count is the same for every tile (the ring's phase
     // is computed)
-    m.kernel.roles = Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong });
+    m.kernel.roles =
+        Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong, cluster });
     let budget = if consumer_regs > 0 {
         format!("setmaxnreg: producer {producer_regs}, consumers {consumer_regs} registers per thread")
     } else {
@@ -129,8 +154,82 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         format!("threads 0..{t} run the kernel (consumers)")
     };
     ctx.report.push(format!(
-        "warp-specialized: {consumers}, one producer warpgroup (threads {}..{launched}) issues the TMA copies; {budget}{schedule}",
+        "warp-specialized: {consumers}, one producer warpgroup (threads {}..{launched}) issues the TMA copies; {budget}{schedule}{cluster_note}",
         slots * t
     ));
     Ok(m)
+}
+
+/// Whether the persistent kernel can walk its tiles in clusters of `want` (`[x, y]` tiles
+/// along `bx`, `by`), and what the report says of it: clusters along one axis whose size
+/// divides the grid, at least one producer copy the cluster's blocks share (its position
+/// does not depend on the block index along that axis) and can split.
+fn plan_cluster(
+    m: &Module,
+    ctx: &Ctx,
+    want: [u32; 2],
+    copies: &[CopyOp],
+    why_not_persistent: Option<&str>,
+    pingpong: bool,
+) -> Result<([u32; 2], String), String> {
+    if let Some(why) = why_not_persistent {
+        return Err(format!("clusters walk tiles of a persistent kernel, and this one is not ({why})"));
+    }
+    if pingpong {
+        return Err("not with ping-pong consumers (yet)".into());
+    }
+    if !ctx.target.caps.tma {
+        return Err(format!("{} has no thread-block clusters", ctx.target.arch));
+    }
+    let (axis, n) = match want {
+        [x, 1] if x > 1 => (0u8, x),
+        [1, y] if y > 1 => (1u8, y),
+        _ => return Err("clusters run along one grid axis (bx or by) here".into()),
+    };
+    if !matches!(n, 2 | 4) {
+        return Err(format!("{n} blocks per cluster (2 or 4)"));
+    }
+    let g = m.kernel.grid.get(axis as usize).and_then(|e| e.as_int()).unwrap_or(1);
+    if g % n as i64 != 0 {
+        return Err(format!(
+            "the grid has {g} blocks along {}, not a multiple of {n}",
+            ["bx", "by"][axis as usize]
+        ));
+    }
+    let mut shared = Vec::new();
+    let mut own = Vec::new();
+    for op in copies {
+        let mut reads = false;
+        tile_ir::stmt_exprs(&Stmt::Copy(op.clone()), &mut |e| {
+            e.walk(&mut |x| {
+                reads |= matches!(x, Expr::Var { id, .. } if m.var(*id).kind == VarKind::BlockIdx(axis))
+            })
+        });
+        let name = m.buffer(op.src.buf).name.clone();
+        if reads {
+            own.push(name);
+            continue;
+        }
+        let plan = crate::lower::tma::fit(m, op, &ctx.target)?;
+        match crate::lower::tma::share(m, op, &plan, n) {
+            Ok(_) => shared.push(name),
+            Err(why) => return Err(why),
+        }
+    }
+    if shared.is_empty() {
+        return Err(format!(
+            "every copy ({}) depends on {}: nothing to share",
+            own.join(", "),
+            ["bx", "by"][axis as usize]
+        ));
+    }
+    let own = if own.is_empty() { String::new() } else { format!(", each loads its own {}", own.join(", ")) };
+    Ok((
+        want,
+        format!(
+            "; clusters of {n} blocks along {} multicast {} (each loads 1/{n}){own}",
+            ["bx", "by"][axis as usize],
+            shared.join(", ")
+        ),
+    ))
 }

@@ -636,9 +636,11 @@ impl Launcher {
                 info.name
             )));
         }
-        if info.cluster != [1, 1, 1] {
+        // clusters along x of a persistent kernel (compiled in: __cluster_dims__)
+        let [cx, cy, cz] = info.cluster;
+        if info.cluster != [1, 1, 1] && !(info.persistent && cx >= 1 && cy == 1 && cz == 1) {
             return Err(info_error(format!(
-                "kernel '{}' needs a thread-block cluster {:?}, which this launcher does not set up yet",
+                "kernel '{}' needs a thread-block cluster {:?}, which this launcher sets up only along x for persistent kernels",
                 info.name, info.cluster
             )));
         }
@@ -868,9 +870,12 @@ impl Launcher {
             .launch_grid(&|i| self.scalar_value(i, slots[i]), sizes)
             .map_err(|e| self.grid_error(e, args))?;
         if self.info.persistent {
-            // one block per SM (at most one per tile) walks the grid's tiles
+            // one block per SM (at most one per tile) walks the grid's tiles; with clusters
+            // of n blocks, one cluster per n SMs walks groups of n tiles
             let tiles = grid.iter().map(|&g| g as u64).product::<u64>();
-            grid = [tiles.min(self.multiprocessors(device)? as u64) as u32, 1, 1];
+            let n = self.info.cluster[0].max(1) as u64;
+            let walkers = (tiles / n).min(self.multiprocessors(device)? as u64 / n);
+            grid = [(walkers * n) as u32, 1, 1];
         }
         if grid.contains(&0) {
             // no blocks (a size of 0): nothing to launch, the outputs are returned as made

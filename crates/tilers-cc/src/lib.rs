@@ -59,6 +59,25 @@ pub struct CompileOptions {
     pub no_tma_store: bool,
     /// `tile_passes::Options::pingpong` (`"pingpong": true`).
     pub pingpong: bool,
+    /// `tile_passes::Options::cluster` (`"cluster": [x, y]`, or `x` for `[x, 1]`).
+    pub cluster: Option<[u32; 2]>,
+}
+
+/// `"cluster": [x, y]` (or `x`, `null`): blocks per cluster along `bx` and `by`, 1 to 16 in all.
+pub fn parse_cluster(val: &Value) -> Result<Option<[u32; 2]>, String> {
+    let dim = |v: &Value| v.as_u64().filter(|d| (1..=16).contains(d)).map(|d| d as u32);
+    let dims = match val {
+        Value::Null => return Ok(None),
+        Value::Array(a) if a.len() == 2 => dim(&a[0]).zip(dim(&a[1])).map(|(x, y)| [x, y]),
+        Value::Array(a) if a.len() == 3 && a[2].as_u64() == Some(1) => {
+            dim(&a[0]).zip(dim(&a[1])).map(|(x, y)| [x, y])
+        }
+        v => dim(v).map(|x| [x, 1]),
+    };
+    match dims {
+        Some([x, y]) if x * y <= 16 => Ok((x * y > 1).then_some([x, y])),
+        _ => Err(format!("cluster must be [x, y] (blocks along bx and by, 16 in all at most), got {val}")),
+    }
 }
 
 impl CompileOptions {
@@ -89,6 +108,7 @@ impl CompileOptions {
                 "persistent" => opts.no_persistent = !val.as_bool().unwrap_or(true),
                 "tma_store" => opts.no_tma_store = !val.as_bool().unwrap_or(true),
                 "pingpong" => opts.pingpong = val.as_bool().unwrap_or(false),
+                "cluster" => opts.cluster = parse_cluster(val).map_err(CompileError::Format)?,
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }
@@ -231,6 +251,7 @@ fn compile_inner(
         no_persistent: opts.no_persistent,
         no_tma_store: opts.no_tma_store,
         pingpong: opts.pingpong,
+        cluster: opts.cluster,
     };
     let mut ctx = Ctx::new(target.clone(), options);
     let sources = module.sources.clone();

@@ -47,7 +47,7 @@ impl Default for CheckOptions {
 
 impl CheckOptions {
     /// Parse `{"arch": "sm_80", "seed": 0, "blocks": "edges" | "all"}`, and the compile
-    /// options `wgmma`, `tma`, `persistent`, `tma_store`, `pingpong` (bools).
+    /// options `wgmma`, `tma`, `persistent`, `tma_store`, `pingpong` (bools), `cluster` ([x, y]).
     pub fn from_json(text: &str) -> Result<CheckOptions, CompileError> {
         let v: Value = serde_json::from_str(text)
             .map_err(|e| CompileError::Format(format!("options are not valid JSON: {e}")))?;
@@ -73,6 +73,9 @@ impl CheckOptions {
                 "persistent" => opts.compile.no_persistent = !val.as_bool().ok_or_else(|| bad("a bool"))?,
                 "tma_store" => opts.compile.no_tma_store = !val.as_bool().ok_or_else(|| bad("a bool"))?,
                 "pingpong" => opts.compile.pingpong = val.as_bool().ok_or_else(|| bad("a bool"))?,
+                "cluster" => {
+                    opts.compile.cluster = crate::parse_cluster(val).map_err(CompileError::Format)?
+                }
                 other => return Err(CompileError::Format(format!("unknown option '{other}'"))),
             }
         }

@@ -997,3 +997,119 @@ fn mutation_setmaxnreg_budgets_past_the_blocks_registers() {
     }));
     pingpong_caught(&r, &m, "setmaxnreg inc 120");
 }
+
+// ------------------------------------------------------------------ thread-block clusters
+
+fn cluster_options(cluster: [u32; 2]) -> CompileOptions {
+    CompileOptions { arch: "sm_90a".into(), cluster: Some(cluster), ..Default::default() }
+}
+
+/// Clustered kernels (two blocks walking pairs of tiles, the copy they share multicast,
+/// each releasing a stage to both) agree with the reference at every thread-level pass,
+/// the model running each cluster's blocks together.
+#[test]
+fn clustered_tma_gemms_agree_with_the_reference() {
+    for (name, cluster) in [
+        ("matmul_rasterized_col", [2, 1]),
+        ("matmul_rasterized_col", [1, 2]),
+        ("matmul_deep_k", [1, 2]),
+        ("matmul_tt_f16", [2, 1]),
+    ] {
+        let opts = cluster_options(cluster);
+        let check_opts = CheckOptions { seed: 11, compile: opts.clone(), ..Default::default() };
+        let stages = wgmma_stages_with(name, &opts);
+        let m = final_module(&stages);
+        assert_eq!(m.cluster_blocks(), 2, "{name} {cluster:?} is not clustered");
+        assert!(
+            find(&m.kernel.body, &|s| matches!(s, Stmt::Inst(Inst::TmaLoad(t)) if t.multicast.is_some()))
+                .is_some(),
+            "{name} {cluster:?}: no multicast"
+        );
+        assert_thread_stages_agree(name, &stages, &check_opts);
+    }
+}
+
+/// The reference run and the final clustered module of `name`, which agrees with it.
+fn cluster_final(name: &str, cluster: [u32; 2]) -> (Reference, Module) {
+    let stages = wgmma_stages_with(name, &cluster_options(cluster));
+    let r = passcheck::reference(&stages, 2, Blocks::All).unwrap();
+    let m = final_module(&stages);
+    assert_eq!(m.cluster_blocks(), 2, "{name} is not clustered");
+    passcheck::check(&r, &m, Blocks::All).unwrap_or_else(|e| panic!("{name} before the mutation: {e}"));
+    (r, m)
+}
+
+fn is_remote_arrive(s: &Stmt) -> bool {
+    matches!(s, Stmt::Inst(Inst::MbarrierArrive(a)) if a.cta.is_some())
+}
+
+#[test]
+fn mutation_cluster_consumers_release_only_their_own_block() {
+    // every release goes to the consumer's own block (twice, so the counts still add up):
+    // the peer's producer refills its half of the shared tile while this block reads it
+    let (r, mut m) = cluster_final("matmul_rasterized_col", [2, 1]);
+    let mut changed = 0;
+    while mutate_nth(&mut m.kernel.body, &is_remote_arrive, &mut 0, &mut |s| {
+        let Stmt::Inst(Inst::MbarrierArrive(mut a)) = s else { unreachable!() };
+        a.cta = None;
+        vec![Stmt::inst(a)]
+    }) {
+        changed += 1;
+    }
+    assert!(changed >= 2, "{changed} remote arrives");
+    caught_on(&r, &m, Blocks::All, "");
+}
+
+#[test]
+fn mutation_cluster_multicast_to_its_own_block_only() {
+    // each block's part of the shared tile lands only in itself: the peer waits for bytes
+    // that never come
+    let (r, mut m) = cluster_final("matmul_rasterized_col", [2, 1]);
+    let multicast = |s: &Stmt| matches!(s, Stmt::Inst(Inst::TmaLoad(t)) if t.multicast == Some(3));
+    assert!(mutate_nth(&mut m.kernel.body, &multicast, &mut 0, &mut |s| {
+        let Stmt::Inst(Inst::TmaLoad(mut t)) = s else { unreachable!() };
+        t.multicast = Some(1);
+        vec![Stmt::inst(t)]
+    }));
+    caught_on(&r, &m, Blocks::All, "");
+}
+
+#[test]
+fn mutation_cluster_exit_without_cluster_sync() {
+    // a block may exit while its peer still arrives on its barriers
+    let (r, mut m) = cluster_final("matmul_deep_k", [1, 2]);
+    let syncs = |s: &Stmt| matches!(s, Stmt::Inst(Inst::ClusterSync(_)));
+    assert!(mutate_nth(&mut m.kernel.body, &syncs, &mut 1, &mut |_| vec![]), "no second cluster_sync");
+    caught_on(&r, &m, Blocks::All, "a cluster_sync must come before a block exits");
+}
+
+#[test]
+fn mutation_cluster_init_published_by_a_block_barrier_only() {
+    // the barriers' init ordered by __syncthreads: the peer may multicast into, or arrive
+    // on, a barrier whose init it cannot see
+    let (r, mut m) = cluster_final("matmul_rasterized_col", [2, 1]);
+    let first = m.kernel.body.iter().position(|s| matches!(s, Stmt::Inst(Inst::ClusterSync(_)))).unwrap();
+    m.kernel.body[first] = Stmt::inst(inst::Sync);
+    caught_on(&r, &m, Blocks::All, "cluster_sync");
+}
+
+#[test]
+fn mutation_cluster_empty_barrier_counts_one_block() {
+    // the empty barrier expects the releases of one block's warps only: the producer
+    // refills a stage once either block released it
+    let (r, mut m) = cluster_final("matmul_rasterized_col", [2, 1]);
+    let probe = m.clone();
+    let init = move |s: &Stmt| matches!(s, Stmt::Inst(Inst::MbarrierInit(i)) if probe.buffer(i.bar).name == "empty_bar");
+    let mut changed = 0;
+    while changed < 8
+        && mutate_nth(&mut m.kernel.body, &init, &mut changed.clone(), &mut |s| {
+            let Stmt::Inst(Inst::MbarrierInit(mut i)) = s else { unreachable!() };
+            i.count /= 2;
+            vec![Stmt::inst(i)]
+        })
+    {
+        changed += 1;
+    }
+    assert!(changed >= 2, "{changed} empty barriers");
+    caught_on(&r, &m, Blocks::All, "");
+}

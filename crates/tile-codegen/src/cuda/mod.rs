@@ -198,9 +198,14 @@ impl Emitter<'_> {
             Some(_) => format!("{}, 1", m.launched_threads()),
             None => m.kernel.threads.to_string(),
         };
+        // a clustered kernel's blocks form clusters along the launch's x (its persistent walk)
+        let cluster = match m.cluster_blocks() {
+            1 => String::new(),
+            n => format!("__cluster_dims__({n}, 1, 1) "),
+        };
         let _ = writeln!(
             head,
-            "extern \"C\" __global__ void __launch_bounds__({bounds}) {}({}) {{",
+            "extern \"C\" __global__ void {cluster}__launch_bounds__({bounds}) {}({}) {{",
             entry,
             params.join(", ")
         );

@@ -12,9 +12,15 @@ impl Machine<'_> {
         let m = self.m;
         match i {
             // the scheduler (schedule.rs) gathers the threads at barriers and runs the waits
-            Inst::Sync(_) | Inst::NamedBarrier(_) | Inst::MbarrierWait(_) | Inst::SetMaxNReg(_) => {
+            Inst::Sync(_)
+            | Inst::ClusterSync(_)
+            | Inst::NamedBarrier(_)
+            | Inst::MbarrierWait(_)
+            | Inst::SetMaxNReg(_) => {
                 unreachable!("run by the scheduler")
             }
+            // the lanes of a warp run in lockstep here: it orders nothing more
+            Inst::SyncWarp(_) => self.full_warps(active, "sync_warp")?,
             Inst::MbarrierInit(b) => self.mbarrier_init(active, b)?,
             Inst::FenceMbarrierInit(_) => self.fence_mbarrier_init(active),
             Inst::MbarrierArrive(b) => self.mbarrier_arrive(active, b)?,

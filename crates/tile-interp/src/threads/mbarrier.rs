@@ -44,6 +44,9 @@ pub(super) struct Mbarrier {
     completed: u32,
     init_thread: u32,
     init_epoch: u32,
+    /// `cluster_sync`s completed before the init: another block of the cluster may use
+    /// the barrier only after one more (it does not see this block's barriers otherwise).
+    init_cluster_epoch: u32,
     /// The initializer's `fence_mbarrier_init` count at the init.
     init_fences: u32,
     /// The most each slot's phases were seen by the threads arriving in the current phase,
@@ -77,12 +80,14 @@ pub(super) struct MbarrierState {
     /// Per warpgroup: its per-thread register budget, and its threads.
     regs: Vec<u32>,
     group_threads: Vec<u32>,
+    /// Warpgroups per block (each block of a cluster has its own register file).
+    cta_groups: usize,
     /// Bumped whenever a phase completes or a budget drops: a blocked wait may go on.
     pub(super) events: u64,
 }
 
 impl MbarrierState {
-    pub(super) fn new(threads: usize) -> MbarrierState {
+    pub(super) fn new(threads: usize, cta_threads: usize) -> MbarrierState {
         let groups = threads.div_ceil(128);
         let mut s = MbarrierState {
             bars: vec![],
@@ -92,6 +97,7 @@ impl MbarrierState {
             fences_acquired: vec![vec![]; threads],
             regs: vec![0; groups],
             group_threads: (0..groups).map(|g| (threads - 128 * g).min(128) as u32).collect(),
+            cta_groups: cta_threads.div_ceil(128).max(1),
             events: 0,
         };
         s.reset();
@@ -109,7 +115,7 @@ impl MbarrierState {
             f.clear();
         }
         // the launch budget: the register file split evenly, in units of 8, at most 255
-        let threads: u32 = self.group_threads.iter().sum();
+        let threads: u32 = self.group_threads.iter().take(self.cta_groups).sum();
         let start = (REGISTER_FILE / threads.max(1) / 8 * 8).min(255);
         self.regs.fill(start);
         self.events = 0;
@@ -120,7 +126,7 @@ impl MbarrierState {
     /// per-CTA pool), so the budgets can never sum past this — not the 65536 of the SM when
     /// the launch budget leaves some unused (640 threads start at 96: 61440).
     pub(super) fn pool(&self) -> u32 {
-        let threads: u32 = self.group_threads.iter().sum();
+        let threads: u32 = self.group_threads.iter().take(self.cta_groups).sum();
         (REGISTER_FILE / threads.max(1) / 8 * 8).min(255) * threads
     }
 
@@ -198,7 +204,7 @@ impl MbarrierState {
             }
             Wait::Registers { group, regs } => {
                 let others: u32 = (0..self.regs.len())
-                    .filter(|&g| g != group)
+                    .filter(|&g| g != group && g / self.cta_groups == group / self.cta_groups)
                     .map(|g| self.regs[g] * self.group_threads[g])
                     .sum();
                 let budgets: Vec<String> =
@@ -216,7 +222,7 @@ impl MbarrierState {
 
 impl Machine<'_> {
     /// The shared byte offset of the mbarrier word `bar[idx]` for each active thread.
-    fn mbarrier_words(
+    pub(super) fn mbarrier_words(
         &mut self,
         bar: BufferId,
         idx: &Expr,
@@ -238,12 +244,24 @@ impl Machine<'_> {
     /// `full_bar[1]`: the buffer and element of the word at shared byte `at`.
     fn word_name(&self, bar: BufferId, at: usize) -> String {
         let b = self.m.buffer(bar);
+        let block = if self.cluster > 1 {
+            format!(" of block {} of the cluster", at / self.cta_smem)
+        } else {
+            String::new()
+        };
+        let at = if self.cluster > 1 { at % self.cta_smem } else { at };
         let i = (at - b.shared_offset.expect("a placed shared buffer") as usize) / 8;
-        format!("{}[{i}]", b.name)
+        format!("{}[{i}]{block}", b.name)
     }
 
     /// The slot of the initialized mbarrier at `at`, used by thread `t`.
-    fn live_mbarrier(&self, bar: BufferId, at: usize, t: u32, what: &str) -> Result<usize, Diagnostic> {
+    pub(super) fn live_mbarrier(
+        &self,
+        bar: BufferId,
+        at: usize,
+        t: u32,
+        what: &str,
+    ) -> Result<usize, Diagnostic> {
         let Some(&slot) = self.mbar.by_offset.get(&at) else {
             return Err(self.err(format!(
                 "{what} by thread {t} on {}, which no mbarrier_init initialized",
@@ -255,6 +273,13 @@ impl Machine<'_> {
             return Err(self.err(format!(
                 "{what} by thread {t} on {}, which thread {} initialized with no barrier since (the init is not visible to other threads)",
                 b.name, b.init_thread
+            )));
+        }
+        let (home, own) = (at / self.cta_smem.max(1), self.cta_base(t) / self.cta_smem.max(1));
+        if self.cluster > 1 && home != own && self.cluster_epoch == b.init_cluster_epoch {
+            return Err(self.err(format!(
+                "{what} by thread {t} of block {own} of the cluster on {}, initialized with no cluster_sync since (a peer's barriers are not visible without one)",
+                b.name
             )));
         }
         Ok(slot)
@@ -293,6 +318,7 @@ impl Machine<'_> {
                 completed: 0,
                 init_thread: t,
                 init_epoch: self.epoch,
+                init_cluster_epoch: self.cluster_epoch,
                 init_fences: self.mbar.init_fences[t as usize],
                 release: vec![],
                 published: vec![],
@@ -316,12 +342,29 @@ impl Machine<'_> {
         active: &[u32],
         i: &inst::MbarrierArrive,
     ) -> Result<(), Diagnostic> {
-        let words = self.mbarrier_words(i.bar, &i.idx, active, "mbarrier_arrive")?;
+        let mut words = self.mbarrier_words(i.bar, &i.idx, active, "mbarrier_arrive")?;
+        if let Some(cta) = &i.cta {
+            // the word at the same offset in block `cta` of the cluster
+            let ranks = self.eval(cta, active)?;
+            for (k, &t) in active.iter().enumerate() {
+                let q = ranks[k].as_i64();
+                if i.expect_tx.is_some() || !(0..self.cluster as i64).contains(&q) {
+                    return Err(self.err(format!(
+                        "mbarrier_arrive by thread {t} on block {q} of a cluster of {} (a remote arrive has no expect_tx)",
+                        self.cluster
+                    )));
+                }
+                words[k] = words[k] - self.cta_base(t) + q as usize * self.cta_smem;
+                self.remote_since_cluster_sync |= q as usize * self.cta_smem != self.cta_base(t);
+            }
+        }
+        // with clusters a peer's multicast may complete bytes before this block expects them
+        let low = if self.cluster > 1 { -(1 << 20) + 1 } else { 0 };
         for (&t, &at) in active.iter().zip(&words) {
             let slot = self.live_mbarrier(i.bar, at, t, "mbarrier_arrive")?;
             let b = &self.mbar.bars[slot];
             let tx = b.tx + i.expect_tx.unwrap_or(0);
-            if i.expect_tx.is_some_and(|bytes| bytes < 0) || !(0..1 << 20).contains(&tx) {
+            if i.expect_tx.is_some_and(|bytes| bytes < 0) || !(low..1 << 20).contains(&tx) {
                 return Err(self.err(format!(
                     "mbarrier_arrive by thread {t} on {} expects {} transaction bytes on top of {} (the count is 0 to 2^20 - 1)",
                     b.name,
@@ -394,7 +437,10 @@ impl Machine<'_> {
                 b.name, b.init_thread
             )));
         }
-        if b.tx < bytes {
+        // (in a cluster a peer's multicast may land before this block's expect_tx: PTX
+        // counts transactions down to -(2^20 - 1))
+        let low = if self.cluster > 1 { -(1 << 20) + 1 } else { 0 };
+        if b.tx - bytes < low {
             return Err(self.err(format!(
                 "transaction count of {} below zero: a TMA copy by thread {t} completes {bytes} bytes in phase {}, which expects {} more (mbarrier_arrive expect_tx too small, or the copy before its arrive)",
                 b.name, b.completed, b.tx
@@ -412,20 +458,6 @@ impl Machine<'_> {
     /// phases a reader must have seen.
     pub(super) fn phase_to_see(&self, slot: usize) -> u32 {
         self.mbar.bars[slot].completed + 1
-    }
-
-    pub(super) fn tma_barrier(
-        &mut self,
-        bar: BufferId,
-        idx: &Expr,
-        active: &[u32],
-    ) -> Result<Vec<usize>, Diagnostic> {
-        let words = self.mbarrier_words(bar, idx, active, "tma_load")?;
-        let mut slots = Vec::with_capacity(words.len());
-        for (&t, &at) in active.iter().zip(&words) {
-            slots.push(self.live_mbarrier(bar, at, t, "tma_load")?);
-        }
-        Ok(slots)
     }
 
     /// `mbarrier_wait`: None when every active thread's phase has completed (each then
@@ -498,7 +530,10 @@ impl Machine<'_> {
                 )));
             }
             if s.inc {
+                // the registers of this warpgroup's block
+                let cta = self.mbar.cta_groups;
                 let total: u32 = (0..self.mbar.regs.len())
+                    .filter(|h| h / cta == g / cta)
                     .map(|h| if h == g { s.regs } else { self.mbar.regs[h] } * self.mbar.group_threads[h])
                     .sum();
                 if total > self.mbar.pool() {
@@ -523,10 +558,10 @@ impl Machine<'_> {
         if b.id > 15 {
             return Err(self.err(format!("{what}: barrier ids are 0 to 15")));
         }
-        if b.threads == 0 || !b.threads.is_multiple_of(32) || b.threads as usize > self.threads {
+        if b.threads == 0 || !b.threads.is_multiple_of(32) || b.threads as usize > self.cta_threads {
             return Err(self.err(format!(
                 "{what}: the count must be a non-zero multiple of 32 of at most the {} launched threads",
-                self.threads
+                self.cta_threads
             )));
         }
         self.full_warps(active, &what)

@@ -139,7 +139,7 @@ impl Machine<'_> {
                 byte = offsets[k] * eb;
             }
             if let Some(off) = b.shared_offset {
-                byte += off as i64;
+                byte += off as i64 + self.cta_base(active[k]) as i64;
             }
             // global tensors are 16-byte aligned (KernelInfo's "align"), local arrays too
             if width > 1 && byte % vec_bytes != 0 {
@@ -249,6 +249,7 @@ impl Machine<'_> {
 
     /// The name of the shared buffer (a TMA destination first) that holds byte `a`.
     fn buffer_at(&self, a: usize) -> String {
+        let a = if self.cta_smem > 0 { a % self.cta_smem } else { a };
         let holds = |b: &&tile_ir::Buffer| {
             b.scope == Scope::Shared
                 && b.shared_offset.is_some_and(|o| (o as usize..o as usize + b.bytes() as usize).contains(&a))

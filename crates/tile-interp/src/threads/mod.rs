@@ -67,6 +67,17 @@
 //! `setmaxnreg` sets a warpgroup's register budget (`inc` waits until the 65536 registers
 //! can hold it).
 //!
+//! **Thread-block clusters** run their blocks together in one machine: `threads` counts
+//! every block's (thread `t` is thread `t % cta_threads` of block `t / cta_threads`), each
+//! block's shared memory is its own range of `smem`, and `sync`, named barriers and the
+//! register pool are per block; `cluster_sync` waits for every thread of the cluster. A
+//! multicast TMA copy lands in every block of its mask and completes on each one's barrier
+//! (a count may go below zero until that block's `expect_tx`, as PTX allows); a remote
+//! `mbarrier_arrive` lands on the peer's word. A peer's barrier used before a `cluster_sync`
+//! published its init, and a block finishing with remote accesses since the last
+//! `cluster_sync`, are errors. One cluster's block 0 runs ahead of the others, the next
+//! one's last block, the third's blocks in turn (schedule.rs).
+//!
 //! **Asynchronous tensor cores and proxies.** Until its group retires (`wgmma.wait_group
 //! N`: all but the newest N committed groups of *this warpgroup*), a wgmma owns its
 //! accumulator and A registers — any other access to them is reported — and the shared
@@ -95,7 +106,7 @@
 //! waiters run first), not a search over interleavings; races between an ordinary access
 //! and a TMA write are caught through the data and the phase tags, not by ordering (a
 //! stage refilled while read shows as a read of a phase not waited for, or a deadlock);
-//! clusters, multicast and TMA stores; unswizzled (interleaved) descriptors and the
+//! unswizzled (interleaved) descriptors and the
 //! base-offset field, which tilers never generates (an error if met); the "same shape"
 //! condition on chained wgmmas without a fence; whether the variable a warpgroup reads was
 //! bound by that warpgroup (an unbound read is caught only before any warpgroup binds it).
@@ -378,7 +389,23 @@ enum Space {
 
 struct Machine<'m> {
     m: &'m Module,
+    /// Threads run together: one block's launched threads, or those of every block of a
+    /// thread-block cluster (block `t / cta_threads` of the cluster, numbered `t %
+    /// cta_threads` in it).
     threads: usize,
+    cta_threads: usize,
+    /// Blocks per cluster (1: no cluster), and the bytes of each block's shared memory in
+    /// `smem` (block `c` at `c * cta_smem`; a multiple of 1024 with clusters, so that each
+    /// block's swizzles are its own).
+    cluster: usize,
+    cta_smem: usize,
+    /// `cluster_sync`s completed in this cluster, and whether a block has arrived on or
+    /// copied into another's shared memory since the last one (no block may exit then: its
+    /// peers may still be using its shared memory).
+    cluster_epoch: u32,
+    remote_since_cluster_sync: bool,
+    /// The block of the cluster that runs ahead of the others (schedule.rs), if any.
+    lead: Option<usize>,
     /// Per thread: the shared bytes of its bulk stores not yet committed, and of each
     /// committed group (oldest first) until a `bulk_wait` retires it.
     bulk: Vec<tma_store::BulkGroups>,
@@ -434,8 +461,16 @@ type Col = Vec<Val>;
 
 impl<'m> Machine<'m> {
     fn new(m: &'m Module) -> Result<Machine<'m>, Diagnostic> {
-        // the user's threads and the producer warps of a warp-specialized kernel
-        let threads = m.launched_threads() as usize;
+        // the user's threads and the producer warps of a warp-specialized kernel, times the
+        // blocks of a cluster
+        let cta_threads = m.launched_threads() as usize;
+        let cluster = m.cluster_blocks() as usize;
+        if cluster > 1 && !cta_threads.is_multiple_of(128) {
+            return Err(error(format!(
+                "a cluster of blocks of {cta_threads} threads (the model runs clusters of whole warpgroups)"
+            )));
+        }
+        let threads = cta_threads * cluster;
         let mut smem_bytes = 0usize;
         for b in &m.buffers {
             if b.scope == Scope::Shared {
@@ -448,6 +483,8 @@ impl<'m> Machine<'m> {
                 return Err(error(format!("fragment '{}' left after lowering", b.name)));
             }
         }
+        let cta_smem = if cluster > 1 { smem_bytes.div_ceil(1024) * 1024 } else { smem_bytes };
+        let smem_bytes = cta_smem * cluster;
         let local = m
             .buffers
             .iter()
@@ -456,6 +493,12 @@ impl<'m> Machine<'m> {
         Ok(Machine {
             m,
             threads,
+            cta_threads,
+            cluster,
+            cta_smem,
+            cluster_epoch: 0,
+            remote_since_cluster_sync: false,
+            lead: None,
             uniform: vec![None; m.vars.len()],
             env: vec![Val::I(0); m.vars.len() * threads],
             bound: vec![false; m.vars.len()],
@@ -504,7 +547,7 @@ impl<'m> Machine<'m> {
                     .collect()
             },
             descriptor_fault: None,
-            mbar: mbarrier::MbarrierState::new(threads),
+            mbar: mbarrier::MbarrierState::new(threads, cta_threads),
             named_arrivals: Default::default(),
             tma_destinations: {
                 let mut dsts = Vec::new();
@@ -519,6 +562,11 @@ impl<'m> Machine<'m> {
             },
             forking_ifs: schedule::forking_ifs(&m.kernel.body),
         })
+    }
+
+    /// Where the shared memory of thread `t`'s block starts in `smem`.
+    fn cta_base(&self, t: u32) -> usize {
+        t as usize / self.cta_threads * self.cta_smem
     }
 
     fn err(&self, msg: impl std::fmt::Display) -> Diagnostic {
@@ -539,9 +587,12 @@ impl<'m> Machine<'m> {
         }
         let mut blocks = Vec::new();
         if let Some(tiles) = m.tiles() {
-            // a persistent kernel: a few blocks, each walking several tiles
-            self.launched = tiles.clamp(0, PERSISTENT_BLOCKS);
-            blocks.extend((0..self.launched).map(|l| [l, 0, 0]));
+            // a persistent kernel: a few blocks (clusters), each walking several tiles; a
+            // cluster's blocks run together, from the first's launch index on
+            let n = self.cluster as i64;
+            let walkers = (tiles / n).clamp(0, PERSISTENT_BLOCKS);
+            self.launched = walkers * n;
+            blocks.extend((0..walkers).map(|l| [l * n, 0, 0]));
         }
         match &opts.blocks {
             _ if m.tiles().is_some() => {}
@@ -558,7 +609,14 @@ impl<'m> Machine<'m> {
                 }
             }
         }
-        for block in blocks {
+        for (walker, block) in blocks.into_iter().enumerate() {
+            // the clusters in three orders: block 0 ahead, the last block ahead, in turn
+            self.lead = match walker % 3 {
+                _ if self.cluster == 1 => None,
+                0 => Some(0),
+                1 => Some(self.cluster - 1),
+                _ => None,
+            };
             self.start_block(block);
             self.run_block()?;
             self.end_block_wgmma()?;
@@ -577,6 +635,15 @@ impl<'m> Machine<'m> {
                     self.uniform[i] = None;
                     self.bound[i] = false;
                 }
+                // the blocks of a cluster: consecutive launch indices along x
+                VarKind::BlockIdx(axis) | VarKind::LaunchIdx(axis) if self.cluster > 1 => {
+                    self.uniform[i] = None;
+                    for t in 0..self.threads {
+                        let c = if axis == 0 { (t / self.cta_threads) as i64 } else { 0 };
+                        self.env[i * self.threads + t] = Val::I(block[axis as usize] + c);
+                    }
+                    self.bound[i] = true;
+                }
                 VarKind::BlockIdx(axis) | VarKind::LaunchIdx(axis) => {
                     self.uniform[i] = Some(Val::I(block[axis as usize]))
                 }
@@ -586,7 +653,7 @@ impl<'m> Machine<'m> {
                 }
                 VarKind::ThreadIdx => {
                     for t in 0..self.threads {
-                        self.env[i * self.threads + t] = Val::I(t as i64);
+                        self.env[i * self.threads + t] = Val::I((t % self.cta_threads) as i64);
                     }
                     self.bound[i] = true;
                 }
@@ -617,11 +684,16 @@ impl<'m> Machine<'m> {
         }
         self.mbar.reset();
         self.named_arrivals.clear();
+        self.cluster_epoch = 0;
+        self.remote_since_cluster_sync = false;
         for &d in &self.tma_destinations {
             let b = self.m.buffer(d);
             if let Some(off) = b.shared_offset {
-                let (lo, hi) = (off as usize, off as usize + b.bytes() as usize);
-                self.races.unwritten_tma_dst[lo..hi.min(self.smem.len())].fill(true);
+                for c in 0..self.cluster {
+                    let base = c * self.cta_smem;
+                    let (lo, hi) = (base + off as usize, base + off as usize + b.bytes() as usize);
+                    self.races.unwritten_tma_dst[lo..hi.min(self.smem.len())].fill(true);
+                }
             }
         }
         self.context.clear();

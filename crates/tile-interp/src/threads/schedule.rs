@@ -38,6 +38,13 @@
 //! report of every waiting unit: its threads and what they wait on (the mbarrier's phase,
 //! pending arrivals and transaction bytes; the barrier and its count; the registers).
 //! The loop is bounded: it stops with an error after [`MAX_TURNS`] turns.
+//!
+//! **Clusters.** The blocks of a thread-block cluster run together, each with its own
+//! barriers (`sync`, named barriers) and `cluster_sync` over all of them. The clusters of
+//! a persistent kernel are run in three orders: the first cluster's block 0 runs ahead of
+//! the others (its units alone while any can run), the second's last block, the third's
+//! blocks in turn — a block that does not wait for its peers' releases overwrites what
+//! they still read in one of them.
 
 use super::mbarrier::Wait;
 use super::*;
@@ -57,6 +64,7 @@ pub(super) fn forking_ifs(body: &[Stmt]) -> std::collections::HashSet<usize> {
                 s,
                 Stmt::Inst(
                     Inst::Sync(_)
+                        | Inst::ClusterSync(_)
                         | Inst::NamedBarrier(_)
                         | Inst::MbarrierWait(_)
                         | Inst::MbarrierArrive(_)
@@ -97,7 +105,10 @@ enum Frame<'m> {
     Else { stmts: &'m [Stmt], active: Rc<Vec<u32>> },
 }
 
-/// Threads at a barrier: `sync` (id 0, every launched thread) or `bar_sync id, count`.
+/// Threads at a barrier: `sync` (id 0, every launched thread of the block), `bar_sync
+/// id, count`, or `cluster_sync` (every thread of every block of the cluster). `id` is
+/// the barrier's key: its id plus [`BLOCK_IDS`] times the block in the cluster (each
+/// block has its own barriers), or [`CLUSTER_BARRIER`].
 struct Arrival {
     id: u32,
     count: u32,
@@ -105,12 +116,19 @@ struct Arrival {
     threads: Rc<Vec<u32>>,
 }
 
+/// Keys of barriers per block of a cluster (hardware ids are 0 to 15).
+const BLOCK_IDS: u32 = 64;
+/// The key of `cluster_sync`.
+const CLUSTER_BARRIER: u32 = u32::MAX;
+
 impl Arrival {
     fn text(&self) -> String {
-        if self.sync {
+        if self.id == CLUSTER_BARRIER {
+            "cluster_sync".into()
+        } else if self.sync {
             "sync".into()
         } else {
-            format!("bar_sync {}, {}", self.id, self.count)
+            format!("bar_sync {}, {}", self.id % BLOCK_IDS, self.count)
         }
     }
 }
@@ -209,6 +227,13 @@ impl<'m> Machine<'m> {
                     _ => false,
                 })
                 .collect();
+            // a cluster whose `lead` block runs ahead: its units alone while any can run
+            if let Some(lead) = self.lead {
+                let block_of = |i: &usize| units[*i].as_ref().map_or(0, |u| u.group * 128 / self.cta_threads);
+                if order.iter().any(|i| block_of(i) == lead) {
+                    order.retain(|i| block_of(i) == lead);
+                }
+            }
             if !order.is_empty() {
                 let key = |u: &Unit| ((u.group + groups - interval % groups) % groups, u.seq);
                 order.sort_by_key(|&i| key(units[i].as_ref().expect("a live unit")));
@@ -239,6 +264,17 @@ impl<'m> Machine<'m> {
                     match stop {
                         Stop::Done => match u.parent {
                             None => {
+                                if self.remote_since_cluster_sync {
+                                    let u = units[i].as_ref().expect("a live unit");
+                                    let g = u.group as u32;
+                                    let ids: Vec<u32> = (128 * g..(128 * g + 128).min(threads)).collect();
+                                    self.context = u.context.clone();
+                                    return Err(self.err(format!(
+                                        "{} finish the kernel while the cluster's blocks may still use each other's shared memory (remote arrivals or multicast since the last cluster_sync): a cluster_sync must come before a block exits",
+                                        who(&ids)
+                                    )));
+                                }
+                                let u = units[i].as_mut().expect("a live unit");
                                 u.state = State::Done;
                                 let g = u.group as u32;
                                 finished.extend(128 * g..(128 * g + 128).min(threads));
@@ -311,8 +347,9 @@ impl<'m> Machine<'m> {
             if units.iter().flatten().all(|u| matches!(u.state, State::Done)) {
                 if let Some((id, (count, threads))) = self.named_arrivals.iter().next() {
                     return Err(self.err(format!(
-                        "the block finished with {} of {count} threads arrived at named barrier {id} (bar_arrive) and nobody waiting for the rest",
-                        threads.len()
+                        "the block finished with {} of {count} threads arrived at named barrier {} (bar_arrive) and nobody waiting for the rest",
+                        threads.len(),
+                        id % BLOCK_IDS
                     )));
                 }
                 return Ok(());
@@ -345,7 +382,8 @@ impl<'m> Machine<'m> {
                 if let Some((c, threads)) = self.named_arrivals.get(&id) {
                     if *c != count {
                         return Err(self.err(format!(
-                            "named barrier {id}: bar_arrive counted to {c}, bar_sync to {count}: one barrier id, two thread counts"
+                            "named barrier {}: bar_arrive counted to {c}, bar_sync to {count}: one barrier id, two thread counts",
+                            id % BLOCK_IDS
                         )));
                     }
                     arrived.extend(threads.iter());
@@ -357,12 +395,17 @@ impl<'m> Machine<'m> {
                     let text = a.text();
                     self.context = u.context.clone();
                     return Err(self.err(format!(
-                        "{} reach {text}: more threads than its count (two groups of threads share barrier {id}?)",
-                        who(&arrived)
+                        "{} reach {text}: more threads than its count (two groups of threads share barrier {}?)",
+                        who(&arrived),
+                        id % BLOCK_IDS
                     )));
                 }
                 if arrived.len() == count as usize {
                     released = true;
+                    if id == CLUSTER_BARRIER {
+                        self.cluster_epoch += 1;
+                        self.remote_since_cluster_sync = false;
+                    }
                     self.named_arrivals.remove(&id);
                     self.mbar.share(&arrived);
                     for i in at {
@@ -432,6 +475,11 @@ impl<'m> Machine<'m> {
         self.err(format!("{head}:\n  {}", lines.join("\n  ")))
     }
 
+    /// The key of barrier `id` of the block of `active` (one block's threads: a unit).
+    fn barrier_key(&self, active: &[u32], id: u32) -> u32 {
+        id + BLOCK_IDS * active.first().map_or(0, |&t| t / self.cta_threads as u32)
+    }
+
     /// Run one unit from where it is to its next barrier, wait, yield point or end.
     fn run_unit(&mut self, frames: &mut Vec<Frame<'m>>) -> Result<Stop<'m>, Diagnostic> {
         loop {
@@ -478,13 +526,24 @@ impl<'m> Machine<'m> {
                     frames.push(Frame::Block { stmts: then, next: 0, active: Rc::new(yes) });
                 }
                 Stmt::Inst(Inst::Sync(_)) => {
+                    let count = self.cta_threads as u32;
+                    let id = self.barrier_key(&active, 0);
+                    return Ok(Stop::Barrier(Arrival { id, count, sync: true, threads: active }));
+                }
+                Stmt::Inst(Inst::ClusterSync(_)) => {
                     let count = self.threads as u32;
-                    return Ok(Stop::Barrier(Arrival { id: 0, count, sync: true, threads: active }));
+                    return Ok(Stop::Barrier(Arrival {
+                        id: CLUSTER_BARRIER,
+                        count,
+                        sync: true,
+                        threads: active,
+                    }));
                 }
                 Stmt::Inst(Inst::NamedBarrier(b)) if b.arrive => {
                     // bar.arrive: counted towards the barrier, and on without waiting
                     self.check_named_barrier(&active, b)?;
-                    let (count, threads) = self.named_arrivals.entry(b.id).or_insert((b.threads, Vec::new()));
+                    let key = self.barrier_key(&active, b.id);
+                    let (count, threads) = self.named_arrivals.entry(key).or_insert((b.threads, Vec::new()));
                     threads.extend(active.iter());
                     let (count, arrived) = (*count, threads.len());
                     if count != b.threads {
@@ -504,7 +563,7 @@ impl<'m> Machine<'m> {
                 Stmt::Inst(Inst::NamedBarrier(b)) => {
                     self.check_named_barrier(&active, b)?;
                     return Ok(Stop::Barrier(Arrival {
-                        id: b.id,
+                        id: self.barrier_key(&active, b.id),
                         count: b.threads,
                         sync: false,
                         threads: active,

@@ -113,27 +113,34 @@ impl<'m> Machine<'m> {
             coords.push(self.eval(c, active)?.iter().map(|v| v.as_i64()).collect::<Vec<_>>());
         }
         let to = self.addresses(i.dst, &i.dst_idx, active, 1, "tma_load")?;
-        let slots = self.tma_barrier(i.bar, &i.bar_idx, active)?;
+        let words = self.mbarrier_words(i.bar, &i.bar_idx, active, "tma_load")?;
+        // the blocks the box lands in: this one, or every block of the multicast's mask
+        let targets: Vec<usize> = match i.multicast {
+            None => vec![],
+            Some(mask) => {
+                if mask == 0 || mask >> self.cluster != 0 {
+                    return Err(self.err(format!(
+                        "{what}: multicast mask {mask:#x} names blocks outside the cluster of {}",
+                        self.cluster
+                    )));
+                }
+                (0..self.cluster).filter(|q| mask >> q & 1 == 1).collect()
+            }
+        };
         let align = if mode == 0 {
             128
         } else {
             tile_ir::Swizzle::span(map.swizzle).expect("a swizzle span").period()
         };
-        let lo = db.shared_offset.expect("a placed shared buffer") as i64;
-        let hi = lo + db.bytes();
         let strides = tile_ir::row_major_strides(&map.box_dims);
         let elements: i64 = map.box_dims.iter().product();
         for (k, &t) in active.iter().enumerate() {
-            let start = self.smem_base + to[k] as i64;
-            if start % align != 0 {
-                return Err(self.err(format!(
-                    "{what} by thread {t}: the destination's shared address {start} (byte {} of the block's shared memory, on a base aligned to {}) is not {align}-byte aligned",
-                    to[k],
-                    self.smem_base
-                )));
-            }
-            let slot = slots[k];
-            let phase = self.phase_to_see(slot);
+            let own = self.cta_base(t);
+            let blocks: Vec<usize> = if targets.is_empty() {
+                vec![own]
+            } else {
+                targets.iter().map(|q| q * self.cta_smem).collect()
+            };
             let src = &self.global[i.src.0 as usize];
             let mut data = vec![0u8; box_bytes as usize];
             for e in 0..elements {
@@ -149,29 +156,45 @@ impl<'m> Machine<'m> {
                     data[at..at + eb as usize].copy_from_slice(&src[from..from + eb as usize]);
                 }
             }
-            for e in 0..elements {
-                let at = wgmma::swizzle_address(mode, start + e * eb) - self.smem_base;
-                if at < lo || at + eb > hi {
+            for base in blocks {
+                self.remote_since_cluster_sync |= base != own;
+                let dst = to[k] - own + base;
+                let slot = self.live_mbarrier(i.bar, words[k] - own + base, t, "tma_load")?;
+                let start = self.smem_base + dst as i64;
+                if start % align != 0 {
                     return Err(self.err(format!(
-                        "{what} by thread {t}: element {e} of the box {:?} lands at shared byte {at}, outside '{}' (bytes {lo}..{hi})",
-                        map.box_dims, db.name
+                        "{what} by thread {t}: the destination's shared address {start} (byte {dst} of the block's shared memory, on a base aligned to {}) is not {align}-byte aligned",
+                        self.smem_base
                     )));
                 }
-                let at = at as usize;
-                for a in at..at + eb as usize {
-                    self.check_overwrite(memory::Who::Tma(t), a)?;
+                let phase = self.phase_to_see(slot);
+                let lo = base as i64 + db.shared_offset.expect("a placed shared buffer") as i64;
+                let hi = lo + db.bytes();
+                for e in 0..elements {
+                    let at = wgmma::swizzle_address(mode, start + e * eb) - self.smem_base;
+                    if at < lo || at + eb > hi {
+                        return Err(self.err(format!(
+                            "{what} by thread {t}: element {e} of the box {:?} lands at shared byte {at}, outside '{}' (bytes {lo}..{hi})",
+                            map.box_dims, db.name
+                        )));
+                    }
+                    let at = at as usize;
+                    for a in at..at + eb as usize {
+                        self.check_overwrite(memory::Who::Tma(t), a)?;
+                    }
+                    self.smem[at..at + eb as usize]
+                        .copy_from_slice(&data[(e * eb) as usize..((e + 1) * eb) as usize]);
+                    for a in at..at + eb as usize {
+                        let r = &mut self.races;
+                        (r.tma_bar[a], r.tma_phase[a], r.tma_buf[a]) = (slot as u32, phase, i.dst.0);
+                        r.unwritten_tma_dst[a] = false;
+                        // ordered by the mbarriers, not by barrier intervals
+                        (r.write_epoch[a], r.writer[a], r.read_epoch[a], r.reader[a]) =
+                            (0, NOBODY, 0, NOBODY);
+                    }
                 }
-                self.smem[at..at + eb as usize]
-                    .copy_from_slice(&data[(e * eb) as usize..((e + 1) * eb) as usize]);
-                for a in at..at + eb as usize {
-                    let r = &mut self.races;
-                    (r.tma_bar[a], r.tma_phase[a], r.tma_buf[a]) = (slot as u32, phase, i.dst.0);
-                    r.unwritten_tma_dst[a] = false;
-                    // ordered by the mbarriers, not by barrier intervals
-                    (r.write_epoch[a], r.writer[a], r.read_epoch[a], r.reader[a]) = (0, NOBODY, 0, NOBODY);
-                }
+                self.complete_tx(slot, box_bytes, t)?;
             }
-            self.complete_tx(slot, box_bytes, t)?;
         }
         Ok(())
     }

@@ -62,6 +62,10 @@ impl Machine<'_> {
             if mode == 0 { 128 } else { tile_ir::Swizzle::span(map.swizzle).expect("a span").period() };
         let lo = sb.shared_offset.expect("a placed shared buffer") as i64;
         let hi = lo + sb.bytes();
+        let (lo, hi) = match active.first() {
+            Some(&t) => (lo + self.cta_base(t) as i64, hi + self.cta_base(t) as i64),
+            None => (lo, hi),
+        };
         let strides = tile_ir::row_major_strides(&map.box_dims);
         let elements: i64 = map.box_dims.iter().product();
         for (k, &t) in active.iter().enumerate() {

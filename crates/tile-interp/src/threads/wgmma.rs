@@ -291,7 +291,7 @@ impl Machine<'_> {
     }
 
     /// The descriptor the generated code builds for the shared operand of `buf` whose first
-    /// element is at smem byte `first` (as [`Machine::addresses`] gives it).
+    /// element is at byte `first` of its block's shared memory (a block of a cluster has its own window).
     fn descriptor(&self, buf: BufferId, first: usize, k_major: bool) -> Result<u64, Diagnostic> {
         let b = self.m.buffer(buf);
         let fields = SharedLayout::of(b)
@@ -334,12 +334,12 @@ impl Machine<'_> {
                 b.name, d.mode, d.base_offset
             )));
         }
-        let lo = b.shared_offset.expect("a placed shared buffer") as i64;
+        let lo = b.shared_offset.expect("a placed shared buffer") as i64 + self.cta_base(group[0]) as i64;
         let hi = lo + b.bytes();
         let mut out = vec![0.0; (rows * k) as usize];
         for row in 0..rows {
             for kk in 0..k {
-                let at = d.address(row, kk, k_major, eb) - self.smem_base;
+                let at = d.address(row, kk, k_major, eb) - self.smem_base + self.cta_base(group[0]) as i64;
                 if at < lo || at + eb > hi {
                     return Err(self.err(format!(
                         "wgmma reads element ({row}, {kk}) of operand '{}' at shared byte {at}, outside it (bytes {lo}..{hi}); descriptor {bits:#018x}",
@@ -506,14 +506,17 @@ impl Machine<'_> {
             self.uniform_in(group, &as_i64(&c_first[span.clone()]), "the accumulator's registers")?;
             let b_at = self.uniform_in(group, &as_i64(&b_first[span.clone()]), "the B descriptor")? as usize;
             let mut shared = Vec::new();
-            let b_bits = self.descriptor(w.b, b_at, w.b_k_major)?;
+            // descriptors hold the block's own shared addresses (each block of a cluster
+            // has its window): built from the offset in the block, read back at its base
+            let base = self.cta_base(group[0]);
+            let b_bits = self.descriptor(w.b, b_at - base, w.b_k_major)?;
             // B as [n][k]
             let bm = self.read_operand(group, b_bits, w.b, n, k, w.b_k_major, &mut shared)?;
             let mut a_registers = None;
             let am = match &w.a_from {
                 inst::WgmmaA::Shared { k_major, .. } => {
                     let a_at = self.uniform_in(group, &as_i64(&a_first[span.clone()]), "the A descriptor")?;
-                    let a_bits = self.descriptor(w.a, a_at as usize, *k_major)?;
+                    let a_bits = self.descriptor(w.a, a_at as usize - base, *k_major)?;
                     self.read_operand(group, a_bits, w.a, 64, k, *k_major, &mut shared)?
                 }
                 inst::WgmmaA::Registers { .. } => {

@@ -27,6 +27,12 @@
 //! proxy fence). Every role runs the same trip count, so a loop of 0 iterations passes no
 //! barrier and nothing waits forever. The consumers' barriers become named barriers over
 //! their threads (`lower_tile_ops`), never `__syncthreads`, which the producers do not reach.
+//!
+//! With thread-block clusters (`WarpRoles::cluster`) the walk is over groups of tiles, the
+//! copies the cluster's blocks share are issued in parts multicast to all of them, a stage
+//! is released by lane 0 of each consumer warp to every block's empty barrier (counting
+//! consumer warps times blocks), and `cluster_sync` replaces the `sync` after the init and
+//! ends the kernel (docs/architecture.md, "Thread-block clusters").
 
 use super::{keep_in_flight, select_stage};
 use crate::lower::tma;
@@ -35,10 +41,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use tile_ir::simplify::simplify;
 use tile_ir::*;
 
-/// How a persistent kernel numbers its tiles: the grid it walks and its raster.
+/// How a persistent kernel numbers its tiles: the grid it walks, its raster, and the
+/// tiles (`[x, y]`) one thread-block cluster walks together.
 struct Persistent {
     grid: [i64; 3],
     raster: Option<Raster>,
+    cluster: [i64; 2],
+}
+
+impl Persistent {
+    /// Blocks per cluster.
+    fn blocks(&self) -> i64 {
+        self.cluster[0] * self.cluster[1]
+    }
 }
 
 /// The persistent plan of the kernel (`WarpRoles::persistent`), taking its raster (the
@@ -49,19 +64,41 @@ fn persistent_plan(m: &mut Module) -> Option<Persistent> {
     for (axis, g) in m.kernel.grid.iter().enumerate().take(3) {
         grid[axis] = g.as_int()?;
     }
-    Some(Persistent { grid, raster: m.kernel.raster.take() })
+    let cluster = m.kernel.roles.map_or([1, 1], |r| r.cluster).map(|c| c as i64);
+    Some(Persistent { grid, raster: m.kernel.raster.take(), cluster })
 }
 
-/// The tiles this block walks: `ceildiv(tiles - blockIdx.x, gridDim.x)`.
-fn block_tiles(m: &mut Module, plan: &Persistent) -> Expr {
+/// This block's rank in its cluster: clusters run along the launch's x.
+fn cluster_rank(m: &mut Module, plan: &Persistent) -> Expr {
+    let launch = launch_var(m, VarKind::LaunchIdx(0), "launch_x");
+    simplify(Expr::binary(BinOp::FloorMod, Expr::var(launch, DType::I32), Expr::int(plan.blocks())))
+}
+
+/// The walk's position of this block and its stride: the block and the blocks launched,
+/// or, with clusters, the cluster (`blockIdx.x / n`) and the clusters launched.
+fn walker(m: &mut Module, plan: &Persistent) -> (Expr, Expr) {
     let launch = launch_var(m, VarKind::LaunchIdx(0), "launch_x");
     let launched = launch_var(m, VarKind::LaunchDim(0), "launched");
+    let (l, g) = (Expr::var(launch, DType::I32), Expr::var(launched, DType::I32));
+    match plan.blocks() {
+        1 => (l, g),
+        n => (
+            simplify(Expr::binary(BinOp::FloorDiv, l, Expr::int(n))),
+            simplify(Expr::binary(BinOp::FloorDiv, g, Expr::int(n))),
+        ),
+    }
+}
+
+/// The tiles (groups of tiles, with clusters) this block walks: `ceildiv(tiles -
+/// blockIdx.x, gridDim.x)`.
+fn block_tiles(m: &mut Module, plan: &Persistent) -> Expr {
     let [gx, gy, gz] = plan.grid;
     let bin = Expr::binary;
-    let (l, g) = (Expr::var(launch, DType::I32), Expr::var(launched, DType::I32));
+    let (l, g) = walker(m, plan);
+    let walked = gx * gy * gz / plan.blocks();
     simplify(bin(
         BinOp::Add,
-        bin(BinOp::FloorDiv, bin(BinOp::Sub, Expr::int(gx * gy * gz - 1), l), g),
+        bin(BinOp::FloorDiv, bin(BinOp::Sub, Expr::int(walked - 1), l), g),
         Expr::int(1),
     ))
 }
@@ -78,11 +115,11 @@ fn tile_loop(
     body: Vec<Stmt>,
     loc: Loc,
 ) -> Stmt {
-    let launch = launch_var(m, VarKind::LaunchIdx(0), "launch_x");
-    let launched = launch_var(m, VarKind::LaunchDim(0), "launched");
-    let [gx, gy, gz] = plan.grid;
+    // with clusters, the walk is over groups of `cluster` tiles: the cluster grid's
+    let [cx, cy] = plan.cluster;
+    let [gx, gy, gz] = [plan.grid[0] / cx, plan.grid[1] / cy, plan.grid[2]];
     let bin = Expr::binary;
-    let (l, g) = (Expr::var(launch, DType::I32), Expr::var(launched, DType::I32));
+    let (l, g) = walker(m, plan);
     let mut count = block_tiles(m, plan);
     let tile = m.add_var("tile_id", VarKind::Temp, DType::I32);
     let mut lets = Vec::new();
@@ -119,6 +156,17 @@ fn tile_loop(
         ),
     };
     let z = simplify(bin(BinOp::FloorDiv, tile_e, Expr::int(plane)));
+    let (x, y) = if plan.blocks() > 1 {
+        // the block's tile of its cluster's: rank % cx along bx, rank / cx along by
+        let rank = cluster_rank(m, plan);
+        let at = |q: Expr, c: i64, r: Expr| simplify(bin(BinOp::Add, bin(BinOp::Mul, q, Expr::int(c)), r));
+        (
+            at(x, cx, simplify(bin(BinOp::FloorMod, rank.clone(), Expr::int(cx)))),
+            at(y, cy, simplify(bin(BinOp::FloorDiv, rank, Expr::int(cx)))),
+        )
+    } else {
+        (x, y)
+    };
     for (axis, value) in [(0u8, x), (1, y), (2, z)] {
         if let Some(v) = block_var(m, axis) {
             lets.push(Stmt::Let { var: v, value });
@@ -273,6 +321,36 @@ pub(super) fn warp_specialize(
             tma::fit(m, op, &ctx.target).map_err(|why| vec![Diagnostic::bug(format!("TMA plan: {why}"))])?,
         );
     }
+    // clusters: the copies whose position does not depend on the block index along the
+    // cluster are shared, each block issuing its part multicast to all (plan_warp_roles
+    // checked that they split); planned before the tiles are multi-buffered
+    let cluster = roles.cluster;
+    let blocks = roles.cluster_blocks();
+    let cluster_axis = match cluster {
+        [x, 1] if x > 1 => Some(0u8),
+        [1, y] if y > 1 => Some(1u8),
+        _ => None,
+    };
+    let mut shares = Vec::new();
+    for (op, plan) in producers.iter().zip(&plans) {
+        let share = match cluster_axis {
+            Some(axis) => {
+                let mut reads = false;
+                stmt_exprs(&Stmt::Copy(op.clone()), &mut |e| {
+                    e.walk(&mut |x| {
+                        reads |=
+                            matches!(x, Expr::Var { id, .. } if m.var(*id).kind == VarKind::BlockIdx(axis))
+                    })
+                });
+                match reads {
+                    true => None,
+                    false => Some(tma::share(m, op, plan, blocks).map_err(|why| vec![Diagnostic::bug(why)])?),
+                }
+            }
+            None => None,
+        };
+        shares.push(share);
+    }
     let tiles: BTreeSet<BufferId> = producers.iter().map(|op| op.dst.buf).collect();
     // a wgmma consumer keeps its group in flight when nothing else touches its accumulator
     // (with two stages that would leave the producer nothing to prefetch into)
@@ -316,10 +394,16 @@ pub(super) fn warp_specialize(
     let pstage = stage_of(&pi);
     let mut pbody = vec![
         Stmt::inst(inst::MbarrierWait { bar: empty, idx: pstage.clone(), parity: parity_of(&pi, 1) }),
-        Stmt::inst(inst::MbarrierArrive { bar: full, idx: pstage.clone(), expect_tx: Some(total) }),
+        Stmt::inst(inst::MbarrierArrive {
+            bar: full,
+            idx: pstage.clone(),
+            expect_tx: Some(total),
+            cta: None,
+        }),
     ];
     let pv = Expr::var(pvar, m.var(var).dtype);
-    for (op, plan) in producers.iter().zip(&plans) {
+    let rank = persistent.as_ref().filter(|p| p.blocks() > 1).map(|p| cluster_rank(m, p));
+    for ((op, plan), share) in producers.iter().zip(&plans).zip(&shares) {
         let op = match map_stmt_exprs(Stmt::Copy(op.clone()), &mut |e| match e {
             Expr::Var { id, .. } if id == var => pv.clone(),
             other => other,
@@ -327,7 +411,8 @@ pub(super) fn warp_specialize(
             Stmt::Copy(op) => op,
             _ => unreachable!("a copy maps to a copy"),
         };
-        pbody.extend(tma::loads(m, &op, plan, Some(&pstage), full, &pstage).map_err(|d| vec![d])?);
+        let share = share.map(|sh| (sh, rank.as_ref().expect("a cluster's rank")));
+        pbody.extend(tma::loads(m, &op, plan, Some(&pstage), full, &pstage, share).map_err(|d| vec![d])?);
     }
     let producer_loop = Stmt::For {
         var: pvar,
@@ -420,18 +505,45 @@ pub(super) fn warp_specialize(
             parity: parity_of(&ci, 0),
         })];
         cbody.extend(consumers.into_iter().map(|x| select_stage(x, &tiles, &cstage)));
-        let release =
-            |i: Expr| Stmt::inst(inst::MbarrierArrive { bar: empty, idx: stage_of(&i), expect_tx: None });
+        // a stage is released by every consumer thread, or, in a cluster (whose blocks all
+        // write every block's stage), by one lane of each consumer warp to every block
+        let release = |i: Expr| -> Vec<Stmt> {
+            let idx = stage_of(&i);
+            if blocks == 1 {
+                return vec![Stmt::inst(inst::MbarrierArrive {
+                    bar: empty,
+                    idx,
+                    expect_tx: None,
+                    cta: None,
+                })];
+            }
+            let lane0 = Expr::binary(
+                BinOp::Eq,
+                Expr::binary(BinOp::FloorMod, tid_e.clone(), Expr::int(32)),
+                Expr::int(0),
+            );
+            let arrivals = (0..blocks as i64)
+                .map(|q| {
+                    Stmt::inst(inst::MbarrierArrive {
+                        bar: empty,
+                        idx: idx.clone(),
+                        expect_tx: None,
+                        cta: Some(Expr::int(q)),
+                    })
+                })
+                .collect();
+            vec![Stmt::inst(inst::SyncWarp), Stmt::If { cond: lane0, then: arrivals, otherwise: vec![], loc }]
+        };
         if drain.is_some() {
             // the wgmmas of iteration i - 1 retired at this iteration's wait: release their stage
             cbody.push(Stmt::If {
                 cond: simplify(Expr::binary(BinOp::Gt, local_i.clone(), Expr::int(0))),
-                then: vec![release(simplify(Expr::binary(BinOp::Sub, ci.clone(), Expr::int(1))))],
+                then: release(simplify(Expr::binary(BinOp::Sub, ci.clone(), Expr::int(1)))),
                 otherwise: vec![],
                 loc,
             });
         } else {
-            cbody.push(release(cstage.clone()));
+            cbody.extend(release(cstage.clone()));
         }
         let mut work = implicit_zero.clone();
         work.extend(pre);
@@ -471,7 +583,7 @@ pub(super) fn warp_specialize(
             let last = simplify(Expr::binary(BinOp::Sub, global(&cbase, n.clone()), Expr::int(1)));
             work.push(Stmt::If {
                 cond: simplify(Expr::binary(BinOp::Gt, n.clone(), Expr::int(0))),
-                then: vec![release(last)],
+                then: release(last),
                 otherwise: vec![],
                 loc,
             });
@@ -511,16 +623,32 @@ pub(super) fn warp_specialize(
         if drain.is_some() { "; the wgmma group of each k-tile stays in flight into the next" } else { "" }
     ));
 
+    if blocks > 1 {
+        ctx.report.push(format!(
+            "{at}: clusters of {blocks} blocks: each stage's shared copies arrive from every block of the cluster (multicast); one lane of each consumer warp releases the stage to every block"
+        ));
+    }
     let mut init = Vec::new();
+    // the empty barrier counts every consumer thread, or one lane per consumer warp of
+    // every block of the cluster
+    let releases = if blocks == 1 { threads } else { threads.div_ceil(32) * blocks };
     for k in 0..s {
         init.push(Stmt::inst(inst::MbarrierInit { bar: full, idx: Expr::int(k), count: 1 }));
-        init.push(Stmt::inst(inst::MbarrierInit { bar: empty, idx: Expr::int(k), count: threads }));
+        init.push(Stmt::inst(inst::MbarrierInit { bar: empty, idx: Expr::int(k), count: releases }));
     }
     init.push(Stmt::inst(inst::FenceMbarrierInit));
     let first = Expr::binary(BinOp::Eq, tid_e.clone(), Expr::int(0));
-    Ok(vec![
-        Stmt::If { cond: first, then: init, otherwise: vec![], loc },
-        Stmt::inst(inst::Sync),
-        Stmt::If { cond: m.consumer_cond(tid), then: consumer, otherwise: producer, loc },
-    ])
+    let roles = Stmt::If { cond: m.consumer_cond(tid), then: consumer, otherwise: producer, loc };
+    Ok(if blocks > 1 {
+        // the peers arrive on this block's barriers and multicast into its tiles: every
+        // block's init is seen before any starts, and none exits while others may still
+        vec![
+            Stmt::If { cond: first, then: init, otherwise: vec![], loc },
+            Stmt::inst(inst::ClusterSync),
+            roles,
+            Stmt::inst(inst::ClusterSync),
+        ]
+    } else {
+        vec![Stmt::If { cond: first, then: init, otherwise: vec![], loc }, Stmt::inst(inst::Sync), roles]
+    })
 }

@@ -106,7 +106,7 @@ impl Lowerer {
             BarrierKind::Arrive => {
                 vec![
                     self.comment("T.barrier_arrive", loc),
-                    Stmt::inst(inst::MbarrierArrive { bar, idx, expect_tx: None }),
+                    Stmt::inst(inst::MbarrierArrive { bar, idx, expect_tx: None, cta: None }),
                 ]
             }
             BarrierKind::Wait { parity } => {
@@ -136,7 +136,7 @@ impl Lowerer {
             self.m.buffer(bar).name.clone(),
         );
         match tma::fit(&self.m, &copy, &self.target) {
-            Ok(plan) => match tma::loads(&mut self.m, &copy, &plan, None, bar, &idx) {
+            Ok(plan) => match tma::loads(&mut self.m, &copy, &plan, None, bar, &idx, None) {
                 Ok(loads) => {
                     let dims: Vec<String> = plan.box_dims.iter().map(|d| d.to_string()).collect();
                     self.report.push(format!(

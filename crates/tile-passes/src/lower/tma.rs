@@ -121,6 +121,45 @@ pub fn fit(m: &Module, op: &CopyOp, target: &Target) -> Result<TmaCopy, String> 
     Ok(TmaCopy { box_dims, swizzle, boxes: c / inner, inner, bytes })
 }
 
+/// How the blocks of a cluster share one producer copy they all make (`multicast`): each
+/// issues its part with `.multicast::cluster` to all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// Block `r` of `n` issues panels `r * boxes / n ..` (`boxes / n` of them).
+    Panels { n: u32 },
+    /// Block `r` of `n` issues rows `r * rows / n ..` of every panel (a box of `rows / n`
+    /// rows, a multiple of 8: the swizzle's period, so each part lands in the layout).
+    Rows { n: u32, rows: i64 },
+}
+
+impl Share {
+    pub fn blocks(&self) -> u32 {
+        match self {
+            Share::Panels { n } | Share::Rows { n, .. } => *n,
+        }
+    }
+}
+
+/// How `n` blocks can split producer `op` (planned as `plan`) into parts of a multicast,
+/// or why not.
+pub fn share(m: &Module, op: &CopyOp, plan: &TmaCopy, n: u32) -> Result<Share, String> {
+    let n64 = n as i64;
+    if plan.boxes % n64 == 0 {
+        return Ok(Share::Panels { n });
+    }
+    let (_, d) = resolve_copy(m, &op.src, &op.dst, op.loc).map_err(|e| e.message)?;
+    let db = m.buffer(d.buf);
+    let tile = db.extents()[leading_indices(&d)..].to_vec();
+    let rows = tile[tile.len() - 2];
+    if rows % (8 * n64) == 0 {
+        return Ok(Share::Rows { n, rows });
+    }
+    Err(format!(
+        "'{}' ({} panels of {rows} rows) splits neither into {n} sets of panels nor into {n} parts of 8-row multiples",
+        db.name, plan.boxes
+    ))
+}
+
 /// The leading dimensions of a shared destination that are indexed (a stage of a
 /// multi-buffered tile) rather than sliced.
 fn leading_indices(d: &tile_ir::verify::ResolvedRegion) -> usize {
@@ -129,6 +168,9 @@ fn leading_indices(d: &tile_ir::verify::ResolvedRegion) -> usize {
 
 /// The bulk copies of producer `op` into stage `stage` of its (multi-buffered) tile,
 /// completing on `bar[bar_idx]`; the tensor map is added to the kernel's if new.
+///
+/// With `share` (the copy's split and this block's rank in the cluster), only this block's
+/// part is issued, multicast to every block of the cluster.
 pub fn loads(
     m: &mut Module,
     op: &CopyOp,
@@ -136,6 +178,7 @@ pub fn loads(
     stage: Option<&Expr>,
     bar: BufferId,
     bar_idx: &Expr,
+    share: Option<(Share, &Expr)>,
 ) -> Result<Vec<Stmt>, Diagnostic> {
     let db = m.buffer(op.dst.buf);
     // a multi-buffered tile's stage dimension comes first (`stage`: the pipeline's; or the
@@ -147,7 +190,16 @@ pub fn loads(
     }
     let tile = db.extents()[prefix.len()..].to_vec();
     let s = resolve_region(m, &op.src, Some(&tile))?;
-    let desc = TensorMapDesc { tensor: s.buf, box_dims: plan.box_dims.clone(), swizzle: plan.swizzle };
+    let n = s.starts.len();
+    // the tensor dimension along the tile's rows: the second-to-last kept one
+    let kept: Vec<usize> = (0..n).filter(|&k| s.kept[k]).collect();
+    let row_dim = kept.len().checked_sub(2).map(|k| kept[k]);
+    let mut box_dims = plan.box_dims.clone();
+    if let Some((Share::Rows { n: parts, rows }, _)) = share {
+        let r = row_dim.ok_or_else(|| Diagnostic::bug("a multicast split by rows of a copy without rows"))?;
+        box_dims[r] = rows / parts as i64;
+    }
+    let desc = TensorMapDesc { tensor: s.buf, box_dims: box_dims.clone(), swizzle: plan.swizzle };
     let map = match m.kernel.tensor_maps.iter().position(|t| *t == desc) {
         Some(k) => k,
         None => {
@@ -156,16 +208,36 @@ pub fn loads(
         }
     };
     let eb = m.buffer(s.buf).dtype.bytes() as i64;
-    let box_bytes = plan.box_dims.iter().product::<i64>() * eb;
-    let n = s.starts.len();
+    let box_bytes = box_dims.iter().product::<i64>() * eb;
+    let bin = Expr::binary;
+    let rank = |r: &Expr| Expr::cast(r.clone(), DType::I32);
+    // this block's panels (a first one and a count) and the first of its rows
+    let (first, count, row) = match share {
+        None => (Expr::int(0), plan.boxes, None),
+        Some((Share::Panels { n: parts }, r)) => {
+            let count = plan.boxes / parts as i64;
+            (bin(BinOp::Mul, rank(r), Expr::int(count)), count, None)
+        }
+        Some((Share::Rows { n: parts, rows }, r)) => {
+            (Expr::int(0), plan.boxes, Some(bin(BinOp::Mul, rank(r), Expr::int(rows / parts as i64))))
+        }
+    };
+    let multicast = share.map(|(sh, _)| (1u32 << sh.blocks()) - 1);
     let mut out = Vec::new();
-    for p in 0..plan.boxes {
+    for j in 0..count {
+        let p = simplify(bin(BinOp::Add, first.clone(), Expr::int(j)));
+        let col = simplify(bin(BinOp::Mul, p, Expr::int(plan.inner)));
         let mut coords: Vec<Expr> =
             s.starts.iter().map(|e| simplify(Expr::cast(e.clone(), DType::I32))).collect();
-        coords[n - 1] = simplify(Expr::binary(BinOp::Add, coords[n - 1].clone(), Expr::int(p * plan.inner)));
+        coords[n - 1] = simplify(bin(BinOp::Add, coords[n - 1].clone(), col.clone()));
         let mut dst_idx: Vec<Expr> = prefix.clone();
         dst_idx.extend(std::iter::repeat_n(Expr::int(0), tile.len() - 1));
-        dst_idx.push(Expr::int(p * plan.inner));
+        dst_idx.push(col);
+        if let (Some(row), Some(r)) = (&row, row_dim) {
+            coords[r] = simplify(bin(BinOp::Add, coords[r].clone(), row.clone()));
+            let at = dst_idx.len() - 2;
+            dst_idx[at] = row.clone();
+        }
         out.push(Stmt::inst(inst::TmaLoad {
             map: map as u32,
             src: s.buf,
@@ -175,6 +247,7 @@ pub fn loads(
             bar,
             bar_idx: bar_idx.clone(),
             bytes: box_bytes,
+            multicast,
         }));
     }
     Ok(out)

@@ -33,6 +33,15 @@ impl Emitter<'_> {
                 self.line("__syncthreads();");
                 Ok(())
             }
+            Inst::ClusterSync(_) => {
+                self.line("asm volatile(\"barrier.cluster.arrive.release;\" ::: \"memory\");");
+                self.line("asm volatile(\"barrier.cluster.wait.acquire;\" ::: \"memory\");");
+                Ok(())
+            }
+            Inst::SyncWarp(_) => {
+                self.line("__syncwarp();");
+                Ok(())
+            }
             Inst::Ldmatrix(x) => self.ldmatrix(x),
             Inst::Mma(x) => self.mma(x),
             Inst::Wgmma(x) => self.wgmma(x),

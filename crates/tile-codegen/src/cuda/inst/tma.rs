@@ -22,6 +22,17 @@ impl Emitter<'_> {
 
     pub(super) fn mbarrier_arrive(&mut self, i: &inst::MbarrierArrive) -> Result<(), Diagnostic> {
         let b = self.barrier_address(i.bar, &i.idx)?;
+        if let Some(cta) = &i.cta {
+            if i.expect_tx.is_some() {
+                return Err(Diagnostic::bug("a remote mbarrier arrive with expect_tx"));
+            }
+            // the same barrier in block `cta` of the cluster: its shared::cluster address
+            let cta = self.expr(cta)?;
+            self.line(&format!(
+                "asm volatile(\"{{\\n\\t.reg .b32 remote;\\n\\tmapa.shared::cluster.u32 remote, %0, %1;\\n\\tmbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\\n\\t}}\" :: \"r\"({b}), \"r\"((unsigned int)({cta})) : \"memory\");"
+            ));
+            return Ok(());
+        }
         match i.expect_tx {
             Some(bytes) => self.line(&format!(
                 "asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"({b}), \"r\"({bytes}) : \"memory\");"
@@ -62,13 +73,24 @@ impl Emitter<'_> {
             coords.push(format!("\"r\"((int)({}))", self.expr(c)?));
         }
         let slots: Vec<String> = (0..rank).map(|k| format!("%{}", k + 2)).collect();
-        self.line(&format!(
-            "asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%{}];\" :: \"r\"({dst}), \"l\"((unsigned long long)&tl_tmap{}), {}, \"r\"({bar}) : \"memory\");",
-            slots.join(", "),
-            rank + 2,
-            i.map,
-            coords.join(", ")
-        ));
+        match i.multicast {
+            // every block of the mask gets the box at this offset, its bytes on its barrier
+            Some(mask) => self.line(&format!(
+                "asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {{{}}}], [%{}], %{};\" :: \"r\"({dst}), \"l\"((unsigned long long)&tl_tmap{}), {}, \"r\"({bar}), \"h\"((unsigned short){mask}) : \"memory\");",
+                slots.join(", "),
+                rank + 2,
+                rank + 3,
+                i.map,
+                coords.join(", ")
+            )),
+            None => self.line(&format!(
+                "asm volatile(\"cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {{{}}}], [%{}];\" :: \"r\"({dst}), \"l\"((unsigned long long)&tl_tmap{}), {}, \"r\"({bar}) : \"memory\");",
+                slots.join(", "),
+                rank + 2,
+                i.map,
+                coords.join(", ")
+            )),
+        }
         Ok(())
     }
 
