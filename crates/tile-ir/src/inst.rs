@@ -980,14 +980,18 @@ pub struct MbarrierArrive {
     /// a consumer releasing a stage that a peer's multicast copies fill); None: this
     /// block's own.
     pub cta: Option<Expr>,
+    /// Only the threads where this holds arrive: a predicate of the instruction, not a
+    /// branch (one lane of a warp releasing a stage inside a wgmma loop, whose warpgroup
+    /// stays converged). None: every thread that runs it.
+    pub pred: Option<Expr>,
 }
 
 impl Instruction for MbarrierArrive {
     fn exprs(&self) -> Vec<&Expr> {
-        std::iter::once(&self.idx).chain(self.cta.as_ref()).collect()
+        std::iter::once(&self.idx).chain(self.cta.as_ref()).chain(self.pred.as_ref()).collect()
     }
     fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
-        MbarrierArrive { idx: f(self.idx), cta: self.cta.map(&mut *f), ..self }
+        MbarrierArrive { idx: f(self.idx), cta: self.cta.map(&mut *f), pred: self.pred.map(&mut *f), ..self }
     }
     fn accesses(&self) -> Vec<Access<'_>> {
         vec![]
@@ -998,7 +1002,8 @@ impl Instruction for MbarrierArrive {
     fn text(&self, t: &dyn TextNames) -> String {
         let tx = self.expect_tx.map(|b| format!(" expect_tx {b}")).unwrap_or_default();
         let cta = self.cta.as_ref().map(|c| format!(" cta {}", t.expr(c))).unwrap_or_default();
-        format!("mbarrier_arrive {}[{}]{tx}{cta}", t.buffer(self.bar), t.expr(&self.idx))
+        let pred = self.pred.as_ref().map(|p| format!(" where {}", t.expr(p))).unwrap_or_default();
+        format!("mbarrier_arrive {}[{}]{tx}{cta}{pred}", t.buffer(self.bar), t.expr(&self.idx))
     }
     fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
         if op != "mbarrier_arrive" {
@@ -1008,7 +1013,8 @@ impl Instruction for MbarrierArrive {
             let (bar, idx) = barrier(r)?;
             let expect_tx = if r.keyword("expect_tx").is_ok() { Some(r.int()?) } else { None };
             let cta = if r.keyword("cta").is_ok() { Some(r.expr()?) } else { None };
-            Ok(MbarrierArrive { bar, idx, expect_tx, cta })
+            let pred = if r.keyword("where").is_ok() { Some(r.expr()?) } else { None };
+            Ok(MbarrierArrive { bar, idx, expect_tx, cta, pred })
         })())
     }
 }

@@ -103,7 +103,7 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   tma_load map0 B_s[0, 0] <- A[0, mul(%lane, 0)] on bars[0] (8192 bytes)
   mbarrier_wait bars[0] parity floormod(%lane, 2)
   mbarrier_arrive bars[1]
-  mbarrier_arrive bars[1] cta add(%lane, 1)
+  mbarrier_arrive bars[1] cta add(%lane, 1) where eq(%lane, 0)
   tma_load map0 B_s[0, 0] <- A[0, 0] on bars[0] (8192 bytes) multicast 3
   cluster_sync
   sync_warp

@@ -67,7 +67,24 @@ pub(crate) struct Driver {
     /// `cuTensorMapEncodeTiled` (CUDA 12.0): None where the driver is older, which only
     /// kernels with tensor maps need.
     tensor_map_encode_tiled: Option<EncodeTiled>,
+    /// `cuOccupancyMaxActiveClusters` (CUDA 12.0): how many clusters of a clustered kernel
+    /// run at once (its persistent grid); None where the driver is older.
+    occupancy_max_active_clusters: Option<MaxActiveClusters>,
 }
+
+/// `CUlaunchConfig`: grid, block, dynamic shared bytes, stream, launch attributes.
+#[repr(C)]
+struct LaunchConfig {
+    grid: [c_uint; 3],
+    block: [c_uint; 3],
+    shared_bytes: c_uint,
+    stream: Handle,
+    attrs: *mut c_void,
+    num_attrs: c_uint,
+}
+
+/// `cuOccupancyMaxActiveClusters(numClusters, func, config)`.
+type MaxActiveClusters = unsafe extern "C" fn(*mut c_int, Handle, *const LaunchConfig) -> CuResult;
 
 /// `cuTensorMapEncodeTiled(tensorMap, tensorDataType, tensorRank, globalAddress,
 /// globalDim, globalStrides, boxDim, elementStrides, interleave, swizzle, l2Promotion,
@@ -109,6 +126,11 @@ fn open_driver() -> Result<Driver, String> {
     // SAFETY: EncodeTiled is the driver API's declared signature.
     let tensor_map_encode_tiled: Option<EncodeTiled> =
         unsafe { library.get::<EncodeTiled>(b"cuTensorMapEncodeTiled\0") }.ok().map(|symbol| *symbol);
+    // SAFETY: MaxActiveClusters is the driver API's declared signature.
+    let occupancy_max_active_clusters: Option<MaxActiveClusters> =
+        unsafe { library.get::<MaxActiveClusters>(b"cuOccupancyMaxActiveClusters\0") }
+            .ok()
+            .map(|symbol| *symbol);
     let driver = Driver {
         device_get_count: symbol!("cuDeviceGetCount"),
         device_get: symbol!("cuDeviceGet"),
@@ -125,6 +147,7 @@ fn open_driver() -> Result<Driver, String> {
         launch_kernel: symbol!("cuLaunchKernel"),
         get_error_name: symbol!("cuGetErrorName"),
         tensor_map_encode_tiled,
+        occupancy_max_active_clusters,
         _library: library,
     };
     // SAFETY: cuInit may be called any number of times, from any thread.
@@ -437,6 +460,37 @@ fn fill(args: &Bound<'_, PyAny>, kinds: &[u8], packed: &mut Packed<'_>) -> PyRes
         *pointer = (slot as *mut u64).cast();
     }
     Ok(())
+}
+
+/// How many clusters of `function` (compiled with `__cluster_dims__`, blocks of `block`
+/// threads and `shared_bytes` of dynamic shared memory) can run at once on the device of
+/// `context`; None where the driver cannot say.
+pub(crate) fn max_active_clusters(
+    driver: &Driver,
+    context: usize,
+    function: usize,
+    block: [u32; 3],
+    shared_bytes: u32,
+    cluster: u32,
+) -> PyResult<Option<u32>> {
+    let Some(query) = driver.occupancy_max_active_clusters else { return Ok(None) };
+    let pushed = context != 0 && driver.push_unless_current(context as Handle)?;
+    // the cluster size is the function's own (compiled in): no launch attribute
+    let config = LaunchConfig {
+        grid: [cluster, 1, 1],
+        block,
+        shared_bytes,
+        stream: null_mut(),
+        attrs: null_mut(),
+        num_attrs: 0,
+    };
+    let mut clusters: c_int = 0;
+    // SAFETY: a loaded function and a config that lives for the call; writes one int.
+    let status = unsafe { query(&mut clusters, function as Handle, &config) };
+    if pushed {
+        driver.pop()?;
+    }
+    Ok((status == CUDA_SUCCESS && clusters > 0).then_some(clusters as u32))
 }
 
 pub(crate) fn run(driver: &Driver, launch: Launch) -> PyResult<()> {

@@ -37,7 +37,9 @@
 //! declined like any other (the Python checks explain it); a shape or stride that TMA
 //! cannot describe is a ValueError naming the parameter; a failed encoding, or a driver
 //! without `cuTensorMapEncodeTiled` (older than CUDA 12.0), a RuntimeError naming it. A dry
-//! run checks the encode arguments and encodes nothing. Thread-block clusters are refused.
+//! run checks the encode arguments and encodes nothing. A clustered persistent kernel
+//! (`__cluster_dims__(n, 1, 1)`) launches `n` blocks per cluster that runs at once
+//! (`cuOccupancyMaxActiveClusters`, asked once per device); other clusters are refused.
 //!
 //! Tensors are read through torch's C shim (`torch_shim.rs`, ~30 ns a tensor) or, where
 //! that is not usable, through their Python attributes (`t.dtype`, `t.shape`, ...: ~0.6 µs
@@ -159,6 +161,8 @@ pub struct Launcher {
     functions: Vec<OnceLock<(usize, usize)>>,
     /// Multiprocessors per device, read once: a persistent kernel launches one block per SM.
     sms: Vec<OnceLock<u32>>,
+    /// Clusters of this (clustered, persistent) kernel that run at once, per device.
+    clusters: Vec<OnceLock<u32>>,
     load: PyObject,
     fallback: PyObject,
     driver: Option<&'static Driver>,
@@ -472,6 +476,41 @@ impl Launcher {
         let loaded: (usize, usize) = load.call1((device,))?.extract()?;
         let _ = slot.set(loaded);
         Ok(loaded)
+    }
+
+    /// How many blocks (clusters, for a clustered kernel) of a persistent kernel walk its
+    /// tiles on `device`: one per SM, or as many clusters as run at once (a cluster's blocks
+    /// share a GPC, so fewer than SMs / n may fit: launching more would run them after the
+    /// others, a second wave), asked of the driver once per device.
+    fn walkers(&self, py: Python<'_>, device: i32) -> PyResult<u32> {
+        let sms = self.multiprocessors(device)?;
+        let n = self.info.cluster[0].max(1);
+        if n == 1 {
+            return Ok(sms);
+        }
+        let Some(cell) = usize::try_from(device).ok().and_then(|d| self.clusters.get(d)) else {
+            return Ok(sms / n);
+        };
+        if let Some(&k) = cell.get() {
+            return Ok(k);
+        }
+        let k = match self.driver {
+            Some(driver) => {
+                let (function, context) = self.function(py, device)?;
+                crate::launch::max_active_clusters(
+                    driver,
+                    context,
+                    function,
+                    self.info.block,
+                    self.info.shared_bytes,
+                    n,
+                )?
+                .unwrap_or(sms / n)
+                .min(sms / n)
+            }
+            None => sms / n,
+        };
+        Ok(*cell.get_or_init(|| k.max(1)))
     }
 
     /// The device of a call without tensor arguments: torch's current device.
@@ -789,6 +828,7 @@ impl Launcher {
             current_device,
             functions: (0..devices).map(|_| OnceLock::new()).collect(),
             sms: (0..devices).map(|_| OnceLock::new()).collect(),
+            clusters: (0..devices).map(|_| OnceLock::new()).collect(),
             load,
             fallback,
             driver: if dry_run { None } else { Some(driver()?) },
@@ -874,7 +914,7 @@ impl Launcher {
             // of n blocks, one cluster per n SMs walks groups of n tiles
             let tiles = grid.iter().map(|&g| g as u64).product::<u64>();
             let n = self.info.cluster[0].max(1) as u64;
-            let walkers = (tiles / n).min(self.multiprocessors(device)? as u64 / n);
+            let walkers = (tiles / n).min(self.walkers(py, device)? as u64);
             grid = [(walkers * n) as u32, 1, 1];
         }
         if grid.contains(&0) {

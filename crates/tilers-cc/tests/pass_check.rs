@@ -1113,3 +1113,17 @@ fn mutation_cluster_empty_barrier_counts_one_block() {
     assert!(changed >= 2, "{changed} empty barriers");
     caught_on(&r, &m, Blocks::All, "");
 }
+
+#[test]
+fn mutation_cluster_release_by_every_lane() {
+    // the lane predicate dropped: 32 arrivals per warp where the barrier counts one (the
+    // extra ones complete later phases early: the ring runs out of step and stalls)
+    let (r, mut m) = cluster_final("matmul_rasterized_col", [1, 2]);
+    assert!(mutate_nth(&mut m.kernel.body, &is_remote_arrive, &mut 0, &mut |s| {
+        let Stmt::Inst(Inst::MbarrierArrive(mut a)) = s else { unreachable!() };
+        assert!(a.pred.is_some(), "a release by one lane");
+        a.pred = None;
+        vec![Stmt::inst(a)]
+    }));
+    caught_on(&r, &m, Blocks::All, "");
+}

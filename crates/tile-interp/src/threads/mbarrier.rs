@@ -342,6 +342,17 @@ impl Machine<'_> {
         active: &[u32],
         i: &inst::MbarrierArrive,
     ) -> Result<(), Diagnostic> {
+        // a predicated arrive: only the threads where it holds
+        let chosen: Vec<u32>;
+        let active = match &i.pred {
+            Some(p) => {
+                let holds = self.eval(p, active)?;
+                chosen =
+                    active.iter().zip(&holds).filter(|(_, v)| v.as_i64() != 0).map(|(&t, _)| t).collect();
+                &chosen[..]
+            }
+            None => active,
+        };
         let mut words = self.mbarrier_words(i.bar, &i.idx, active, "mbarrier_arrive")?;
         if let Some(cta) = &i.cta {
             // the word at the same offset in block `cta` of the cluster

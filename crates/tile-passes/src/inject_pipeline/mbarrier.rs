@@ -399,6 +399,7 @@ pub(super) fn warp_specialize(
             idx: pstage.clone(),
             expect_tx: Some(total),
             cta: None,
+            pred: None,
         }),
     ];
     let pv = Expr::var(pvar, m.var(var).dtype);
@@ -515,6 +516,7 @@ pub(super) fn warp_specialize(
                     idx,
                     expect_tx: None,
                     cta: None,
+                    pred: None,
                 })];
             }
             let lane0 = Expr::binary(
@@ -522,17 +524,18 @@ pub(super) fn warp_specialize(
                 Expr::binary(BinOp::FloorMod, tid_e.clone(), Expr::int(32)),
                 Expr::int(0),
             );
-            let arrivals = (0..blocks as i64)
-                .map(|q| {
-                    Stmt::inst(inst::MbarrierArrive {
-                        bar: empty,
-                        idx: idx.clone(),
-                        expect_tx: None,
-                        cta: Some(Expr::int(q)),
-                    })
+            // predicated, not branched: the warpgroup stays converged between its wgmmas
+            let mut out = vec![Stmt::inst(inst::SyncWarp)];
+            out.extend((0..blocks as i64).map(|q| {
+                Stmt::inst(inst::MbarrierArrive {
+                    bar: empty,
+                    idx: idx.clone(),
+                    expect_tx: None,
+                    cta: Some(Expr::int(q)),
+                    pred: Some(lane0.clone()),
                 })
-                .collect();
-            vec![Stmt::inst(inst::SyncWarp), Stmt::If { cond: lane0, then: arrivals, otherwise: vec![], loc }]
+            }));
+            out
         };
         if drain.is_some() {
             // the wgmmas of iteration i - 1 retired at this iteration's wait: release their stage

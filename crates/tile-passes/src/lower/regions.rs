@@ -106,7 +106,7 @@ impl Lowerer {
             BarrierKind::Arrive => {
                 vec![
                     self.comment("T.barrier_arrive", loc),
-                    Stmt::inst(inst::MbarrierArrive { bar, idx, expect_tx: None, cta: None }),
+                    Stmt::inst(inst::MbarrierArrive { bar, idx, expect_tx: None, cta: None, pred: None }),
                 ]
             }
             BarrierKind::Wait { parity } => {
