@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use tile_codegen::kernel_info::TensorMap;
 
 // The driver's enums for KernelInfo's dtypes and swizzles, shared with the C export.
-pub(crate) use tile_codegen::kernel_info::tma::{data_type, swizzle_mode, tma_data_type};
+pub(crate) use tile_codegen::kernel_info::tma::{swizzle_mode, tma_data_type};
 
 /// `CU_TENSOR_MAP_INTERLEAVE_NONE`.
 pub(crate) const INTERLEAVE_NONE: u32 = 0;
@@ -308,6 +308,7 @@ impl MapCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tile_codegen::kernel_info::tma::data_type;
 
     fn map(box_shape: &[u32], swizzle: u32) -> TensorMap {
         TensorMap { param: 0, box_shape: box_shape.to_vec(), swizzle }
