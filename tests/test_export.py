@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -673,3 +674,29 @@ def test_the_export_runs_in_a_program_of_its_own(tmp_path, fake, matmul):
         "float16[1000, 1000] tensor)",
         "0",
     ]
+
+
+# ---- the C++ example --------------------------------------------------------------------
+
+
+def test_the_cpp_example_exports_and_compiles(tmp_path):
+    """examples/cpp: the export script runs without a GPU, and main.cpp compiles against the
+    exported headers (CI has no CUDA toolkit: tests/export/cuda_runtime.h declares the few
+    runtime functions it uses). examples/cpp/run.sh runs it on a GPU."""
+    root = HERE.parent
+    out = subprocess.run(
+        [sys.executable, str(root / "examples" / "cpp" / "export_kernels.py"), str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    for name in ["gemm", "gemm_m64", "gemm_m128", "softmax"]:
+        build(tmp_path / f"tilers_{name}.c", tmp_path / f"{name}.o", "-c", "-O2")
+    assert "tilers_gemm_m64 when M=..256; tilers_gemm_m128" in (tmp_path / "tilers_gemm.h").read_text()
+    if CXX is None:
+        pytest.skip("no C++ compiler to check main.cpp with")
+    result = subprocess.run(
+        [CXX, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", "-I", str(tmp_path),
+         "-I", str(HERE / "export"), str(root / "examples" / "cpp" / "main.cpp")],
+        capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
