@@ -20,7 +20,11 @@ pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
 ROOT = Path(__file__).parent.parent
-CUDA_HOME = Path(os.environ.get("CUDA_HOME", "/usr/local/cuda"))
+NVCC = shutil.which("nvcc")
+CUDA_HOME = Path(
+    os.environ.get("CUDA_HOME")
+    or (Path(NVCC).resolve().parent.parent if NVCC else "/usr/local/cuda")
+)
 
 
 def test_cpp_example_runs_and_matches_torch(tmp_path):
@@ -32,7 +36,7 @@ def test_cpp_example_runs_and_matches_torch(tmp_path):
         ["bash", str(ROOT / "examples" / "cpp" / "run.sh"), str(tmp_path / "build"), "--dump",
          str(dump)],
         capture_output=True, text=True, timeout=600,
-        env={**os.environ, "PYTHON": sys.executable},
+        env={**os.environ, "PYTHON": sys.executable, "CUDA_HOME": str(CUDA_HOME)},
     )
     print(result.stdout)
     assert result.returncode == 0, result.stdout + result.stderr

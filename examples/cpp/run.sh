@@ -7,7 +7,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(mkdir -p "${1:-$here/build}" && cd "${1:-$here/build}" && pwd)
 shift $(( $# > 0 ? 1 : 0 ))
-CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+if [ -z "${CUDA_HOME:-}" ]; then  # where nvcc is, else the usual place
+  nvcc=$(command -v nvcc || true)
+  CUDA_HOME=$([ -n "$nvcc" ] && dirname "$(dirname "$(readlink -f "$nvcc")")" || echo /usr/local/cuda)
+fi
 "${PYTHON:-python3}" "$here/export_kernels.py" "$build/kernels" --arch "${ARCH:-sm_90a}"
 cd "$build"
 # the exported launchers are C11 and need only libdl and libpthread (libcuda is opened at run time)

@@ -215,7 +215,8 @@ fn pass_names() -> Vec<&'static str> {
 fn export_c(info_json: &str, cubin: &[u8], name: &str) -> PyResult<(String, String)> {
     let info: tile_codegen::KernelInfo = serde_json::from_str(info_json)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("not a KernelInfo ({e})")))?;
-    let exported = tilers_cc::export::export_c(&info, cubin, name).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    let exported =
+        tilers_cc::export::export_c(&info, cubin, name).map_err(pyo3::exceptions::PyValueError::new_err)?;
     Ok((exported.header, exported.source))
 }
 

@@ -1025,8 +1025,9 @@ pub fn export_dispatcher(name: &str, members: &[Member]) -> Result<Exported, Str
         );
         let _ = writeln!(
             c,
-            "            tl_note(&tl_used, \" tilers_{}: %s;\", tilers_{}_last_error());",
-            m.name, m.name
+            // the member's message starts with its name
+            "            tl_note(&tl_used, \" %s;\", tilers_{}_last_error());",
+            m.name
         );
         c.push_str("        }\n    }\n");
     }
