@@ -18,5 +18,6 @@ for f in kernels/tilers_*.c; do
   gcc -std=c11 -O2 -Wall -Wextra -Werror -c "$f" -o "$(basename "${f%.c}").o"
 done
 g++ -std=c++17 -O2 -Wall -Wextra -Werror -I kernels -I "$CUDA_HOME/include" "$here/main.cpp" \
-  tilers_*.o -L "$CUDA_HOME/lib64" -lcudart -ldl -lpthread -o tilers_example
+  tilers_*.o -L "$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -ldl -lpthread \
+  -o tilers_example
 ./tilers_example "$@"
