@@ -17,7 +17,7 @@ _LAZY = {
     "TensorSupplyType": ("utils.tensor", "TensorSupplyType"),
     "env": ("env", "env"),
 }
-_SUBMODULES = {"autotuner", "profiler", "testing", "utils", "layout", "math", "cache", "eager", "transform"}
+_SUBMODULES = {"autotuner", "profiler", "testing", "utils", "layout", "math", "cache", "eager", "transform", "export"}
 
 
 def __getattr__(name):

@@ -1,6 +1,7 @@
 """Command line: `python -m tilers dump FILE.py::FUNC [--param name=value ...] -o out.json`
 writes a traced program; `python -m tilers tuning [--kernel NAME] [--plot PATH]` lists (and
-draws) the autotuner's records."""
+draws) the autotuner's records; `python -m tilers doctor` says what the machine has for
+tilers (driver, GPUs, NVRTC, torch, tilers-cc) and how to fix what is missing."""
 
 from __future__ import annotations
 
@@ -178,7 +179,14 @@ def main(argv=None) -> int:
         "--dir", default=None, help="the records' folder (default: $TILERS_CACHE_DIR/tuning)"
     )
     tuning_parser.add_argument("--plot", metavar="PATH", help="draw every config's throughput (PNG)")
+    commands.add_parser(
+        "doctor", help="what this machine has for tilers (driver, NVRTC, GPU, torch) and fixes"
+    )
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        from .doctor import main as doctor
+
+        return doctor()
     if args.command == "tuning":
         return tuning(args)
     try:

@@ -15,6 +15,9 @@ __all__ = [
     "interpret",
     "check",
     "check_passes",
+    "export_c",
+    "export_dispatcher",
+    "cc_main",
     "driver_status",
     "driver_version",
     "device_attribute",
@@ -67,6 +70,20 @@ def check_passes(program: str, options: str) -> str:
     tile-level result. Options {"arch", "seed", "blocks": "edges" | "all"}; JSON
     {"name", "ok", "first_failure", "stages": [{"pass", "level", "status", "message",
     "seconds", "mismatch"?}], "ir_before", "ir_after"}."""
+
+# ---- ahead-of-time export (docs/export.md)
+
+def export_c(info_json: str, cubin: bytes, name: str) -> tuple[str, str]:
+    """The C launcher of a compiled kernel: (tilers_<name>.h, tilers_<name>.c), the cubin
+    embedded. ValueError says why a kernel cannot be exported."""
+
+def export_dispatcher(name: str, members: list[tuple[str, str, list[str]]]) -> tuple[str, str]:
+    """A C dispatcher tilers_<name>_launch over exported kernels, given as (export name,
+    KernelInfo JSON, conditions like "M=1..128" or "A.0=..64"); the first member whose
+    conditions hold and whose checks take a call's shapes runs it."""
+
+def cc_main(args: list[str]) -> int:
+    """Run the tilers-cc command line (arguments without the program name); its exit code."""
 
 # ---- the CUDA driver (libcuda is opened on first use; without one these raise
 # RuntimeError("no usable CUDA driver: ..."), except driver_status, which reports it)

@@ -256,6 +256,17 @@ class JITKernel:
         with open(path, "w", encoding="utf-8") as file:
             file.write(self.program_json)
 
+    def export(self, directory, name: str | None = None) -> dict:
+        """Write the kernel for C/C++ programs (docs/export.md): ``NAME.cu``, ``NAME.json``
+        (KernelInfo), ``NAME.cubin`` and the launcher ``tilers_NAME.h`` / ``tilers_NAME.c``,
+        which needs only the CUDA driver at run time. NAME is the kernel's unless given.
+
+        >>> kernel.export("build/kernels", name="gemm_f16")
+        """
+        from tilers.export import export_kernel
+
+        return export_kernel(self, directory, name)
+
     # --- what the compiler made of it (tilers/report.py, tilers/plot.py) -----------------
 
     def compile_options(self, keep_ir: bool = False) -> str:

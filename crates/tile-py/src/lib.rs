@@ -208,6 +208,45 @@ fn pass_names() -> Vec<&'static str> {
     tile_passes::pass_names()
 }
 
+/// export_c(info_json, cubin, name) -> (header, source): the C launcher of a compiled kernel
+/// (`tilers_<name>.h`, `tilers_<name>.c`; docs/export.md). ValueError: why it cannot be
+/// exported.
+#[pyfunction]
+fn export_c(info_json: &str, cubin: &[u8], name: &str) -> PyResult<(String, String)> {
+    let info: tile_codegen::KernelInfo = serde_json::from_str(info_json)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("not a KernelInfo ({e})")))?;
+    let exported =
+        tilers_cc::export::export_c(&info, cubin, name).map_err(pyo3::exceptions::PyValueError::new_err)?;
+    Ok((exported.header, exported.source))
+}
+
+/// export_dispatcher(name, members) -> (header, source): a C dispatcher over exported
+/// kernels; `members` are (export name, KernelInfo JSON, conditions such as "M=1..128").
+#[pyfunction]
+fn export_dispatcher(name: &str, members: Vec<(String, String, Vec<String>)>) -> PyResult<(String, String)> {
+    let bad = pyo3::exceptions::PyValueError::new_err;
+    let mut parsed = Vec::with_capacity(members.len());
+    for (member, info_json, conditions) in members {
+        let info = serde_json::from_str(&info_json)
+            .map_err(|e| bad(format!("specialization '{member}': not a KernelInfo ({e})")))?;
+        let when = conditions
+            .iter()
+            .map(|c| tilers_cc::export::Condition::parse(c))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(bad)?;
+        parsed.push(tilers_cc::export::Member { name: member, info, when });
+    }
+    let exported = tilers_cc::export::export_dispatcher(name, &parsed).map_err(bad)?;
+    Ok((exported.header, exported.source))
+}
+
+/// cc_main(args) -> int: run the `tilers-cc` command line (without the program name) and
+/// return its exit code; the Python package's `tilers-cc` entry point. The GIL is released.
+#[pyfunction]
+fn cc_main(py: Python<'_>, args: Vec<String>) -> u8 {
+    py.allow_threads(move || on_deep_stack(move || tilers_cc::cli::run(&args)))
+}
+
 #[pymodule]
 fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(compile, m)?)?;
@@ -216,6 +255,9 @@ fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(interpret, m)?)?;
     m.add_function(wrap_pyfunction!(check, m)?)?;
     m.add_function(wrap_pyfunction!(check_passes, m)?)?;
+    m.add_function(wrap_pyfunction!(export_c, m)?)?;
+    m.add_function(wrap_pyfunction!(export_dispatcher, m)?)?;
+    m.add_function(wrap_pyfunction!(cc_main, m)?)?;
     m.add_function(wrap_pyfunction!(launch::driver_status, m)?)?;
     m.add_function(wrap_pyfunction!(launch::driver_version, m)?)?;
     m.add_function(wrap_pyfunction!(launch::device_attribute, m)?)?;

@@ -18,19 +18,8 @@
 use std::sync::Mutex;
 use tile_codegen::kernel_info::TensorMap;
 
-/// `CUtensorMapDataType` values.
-pub(crate) mod data_type {
-    pub const UINT8: u32 = 0;
-    pub const UINT16: u32 = 1;
-    pub const UINT32: u32 = 2;
-    pub const INT32: u32 = 3;
-    pub const UINT64: u32 = 4;
-    pub const INT64: u32 = 5;
-    pub const FLOAT16: u32 = 6;
-    pub const FLOAT32: u32 = 7;
-    pub const FLOAT64: u32 = 8;
-    pub const BFLOAT16: u32 = 9;
-}
+// The driver's enums for KernelInfo's dtypes and swizzles, shared with the C export.
+pub(crate) use tile_codegen::kernel_info::tma::{swizzle_mode, tma_data_type};
 
 /// `CU_TENSOR_MAP_INTERLEAVE_NONE`.
 pub(crate) const INTERLEAVE_NONE: u32 = 0;
@@ -56,36 +45,6 @@ pub(crate) struct EncodedMap(pub [u64; 16]);
 
 impl EncodedMap {
     pub const ZERO: EncodedMap = EncodedMap([0; 16]);
-}
-
-/// The TMA data type and element size of a tilers dtype (KernelInfo's dtype strings).
-/// Integers copy as the unsigned type of their width: TMA only moves their bytes.
-pub(crate) fn tma_data_type(dtype: &str) -> Option<(u32, u64)> {
-    Some(match dtype {
-        "bool" | "int8" | "uint8" => (data_type::UINT8, 1),
-        "int16" | "uint16" => (data_type::UINT16, 2),
-        "int32" => (data_type::INT32, 4),
-        "uint32" => (data_type::UINT32, 4),
-        "int64" => (data_type::INT64, 8),
-        "uint64" => (data_type::UINT64, 8),
-        "float16" => (data_type::FLOAT16, 2),
-        "bfloat16" => (data_type::BFLOAT16, 2),
-        "float32" => (data_type::FLOAT32, 4),
-        "float64" => (data_type::FLOAT64, 8),
-        _ => return None,
-    })
-}
-
-/// `CUtensorMapSwizzle` of a swizzle span in bytes: NONE 0, 32B 1, 64B 2, 128B 3 (not
-/// the numbering of wgmma's shared-memory descriptors).
-pub(crate) fn swizzle_mode(bytes: u32) -> Option<u32> {
-    Some(match bytes {
-        0 => 0,
-        32 => 1,
-        64 => 2,
-        128 => 3,
-        _ => return None,
-    })
 }
 
 /// What a map needs of a call, fixed by the KernelInfo: checked once, when the launcher is
@@ -349,6 +308,7 @@ impl MapCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tile_codegen::kernel_info::tma::data_type;
 
     fn map(box_shape: &[u32], swizzle: u32) -> TensorMap {
         TensorMap { param: 0, box_shape: box_shape.to_vec(), swizzle }

@@ -4,6 +4,8 @@
 //! No panic escapes: a panic inside the compiler becomes [`CompileError::Internal`] with
 //! the program saved as a reproducer.
 
+pub mod cli;
+pub mod export;
 pub mod nvrtc;
 pub mod passcheck;
 
