@@ -135,7 +135,7 @@ def kernel_missing():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
-@mistake("A `T.Kernel` inside another", "one T.Kernel")
+@mistake("A `T.Kernel` inside another", "T.Kernel inside another")
 def kernel_nested():
     @T.prim_func
     def kernel(A: T.Tensor((128,), "float32")):

@@ -80,7 +80,7 @@ fn run() -> ExitCode {
             });
         }
     };
-    let name = compiled.module.name.clone();
+    let name = compiled.modules[0].name.clone();
     if let Err(e) = std::fs::create_dir_all(&out_dir) {
         eprintln!("tilers-cc: cannot create {}: {e}", out_dir.display());
         return ExitCode::from(2);
