@@ -141,7 +141,7 @@ def bare_launch(kernel, args, kinds):
     """The native launch alone: pointers read by the extension, no argument checks."""
     import torch
 
-    loaded = kernel._loaded[0]
+    loaded = kernel._loaded[0][0]  # the kernel's first (and only) function
     grid = tuple(dim["const"] for dim in kernel.info["grid"])  # a constant grid
     block = tuple(kernel.info["block"])
     stream = torch.cuda.current_stream().cuda_stream

@@ -135,7 +135,7 @@ def kernel_missing():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
-@mistake("A `T.Kernel` inside another", "one T.Kernel")
+@mistake("A `T.Kernel` inside another", "T.Kernel inside another")
 def kernel_nested():
     @T.prim_func
     def kernel(A: T.Tensor((128,), "float32")):
@@ -377,26 +377,20 @@ def loop_variable_outside_loop():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
-@mistake("A fragment read outside `T.Parallel`", "'acc'", "T.Parallel")
-def fragment_read_outside_parallel():
+@mistake("A gemm accumulator read by scalar code outside `T.Parallel`", "'acc'", "T.gemm spreads it")
+def accumulator_read_outside_parallel():
     @T.prim_func
-    def kernel(A: T.Tensor((64,), "float32"), B: T.Tensor((1,), "float32")):
+    def kernel(A: T.Tensor((64, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+               C: T.Tensor((64,), "float32")):
         with T.Kernel(1, threads=128):
-            acc = T.alloc_fragment((64,), "float32")
-            T.copy(A, acc)
-            B[0] = acc[0]  # <- mistake
-
-    tilers.compile(kernel, target="cuda:sm_90a")
-
-
-@mistake("A fragment written outside `T.Parallel`", "'acc'", "T.fill")
-def fragment_written_outside_parallel():
-    @T.prim_func
-    def kernel(A: T.Tensor((64,), "float32")):
-        with T.Kernel(1, threads=128):
-            acc = T.alloc_fragment((64,), "float32")
-            acc[0] = 1.0  # <- mistake
-            T.copy(acc, A)
+            a_s = T.alloc_shared((64, 64), "float16")
+            b_s = T.alloc_shared((64, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "float32")
+            T.copy(A, a_s)
+            T.copy(B, b_s)
+            T.gemm(a_s, b_s, acc, clear_accum=True)
+            for k in T.serial(64):
+                C[k] = acc[k, k]  # <- mistake
 
     tilers.compile(kernel, target="cuda:sm_90a")
 

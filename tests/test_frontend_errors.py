@@ -173,15 +173,24 @@ def test_missing_annotation():
     assert "needs an annotation" in raises_at("annotation-error", trace, f)
 
 
-def test_two_kernels():
+def test_two_kernels_in_a_row_trace_in_order_but_nested_is_an_error():
     @T.prim_func
     def f(A: T.Tensor((M,), "float32")):
         with T.Kernel(1):
             T.clear(A)
-        with T.Kernel(1):  # second-kernel
+        with T.Kernel(2, threads=64):
             T.clear(A)
 
-    assert "exactly one T.Kernel" in raises_at("second-kernel", trace, f)
+    program = trace(f)
+    assert [k["threads"] for k in program["kernels"]] == [128, 64] and "kernel" not in program
+
+    @T.prim_func
+    def g(A: T.Tensor((M,), "float32")):
+        with T.Kernel(1):
+            with T.Kernel(1):  # second-kernel
+                T.clear(A)
+
+    assert "a T.Kernel inside another T.Kernel" in raises_at("second-kernel", trace, g)
 
 
 def test_statement_outside_kernel():

@@ -52,7 +52,9 @@ def inspect(program: str, options: str) -> tuple[str, list[tuple[str, str]] | No
     layouts JSON {"threads", "buffers": [...]}: each fragment of the lowered kernel with its
     layout ({"extents", "dims": [[{"size", "step", "thread" | "slot"}, ...]], "replicated",
     "active_threads", "slots", "text"}) and each shared buffer with its "offset", "bytes"
-    and "swizzle"). What kernel.ir() and kernel.layouts() show."""
+    and "swizzle"; in a program of several kernels the passes are named "kernel0/verify", …
+    kernel by kernel, and each buffer says its kernel's number in "kernel"). What kernel.ir()
+    and kernel.layouts() show."""
 
 def pass_names() -> list[str]:
     """The lowering pipeline, in order."""
@@ -137,8 +139,9 @@ def tensor_codes(tensor: object) -> tuple[int, int] | None:
 class Launcher:
     """Every GPU call of a kernel in one native call, the one place that accepts or declines
     a call (see crates/tile-py/src/launcher.rs): argument checks against the KernelInfo,
-    the grid, loading on a device met for the first time (`load(device) -> (function,
-    context)`), `out_idx` outputs, torch's current stream, cuLaunchKernel. A call it
+    the grid, loading on a device met for the first time (`load(device) -> ([function of
+    each kernel], context)`: KernelInfo's kernel, then those of its `then`), `out_idx`
+    outputs and scratch (once per call), torch's current stream, cuLaunchKernel per kernel. A call it
     declines goes, untouched, to `fallback` (a WeakMethod of JITKernel._declined), which
     explains it. `dry_run`: CPU tensors stand for CUDA tensors and the driver is not called
     (tests without a GPU); `torch_shim=False` reads tensors through Python attributes."""
@@ -148,7 +151,7 @@ class Launcher:
         info_json: str,
         out_idx: list[int],
         torch: Any,
-        load: Callable[[], Callable[[int], tuple[int, int]] | None],
+        load: Callable[[], Callable[[int], tuple[list[int], int]] | None],
         fallback: Callable[[], Callable[..., Any] | None],
         dry_run: bool = False,
         torch_shim: bool = True,

@@ -656,17 +656,44 @@ class Buffer:
     ``A[i, j] = v`` records a store.
     """
 
-    __slots__ = ("dtype", "id", "is_barrier", "loc", "name", "scope", "shape", "swizzle")
+    __slots__ = ("_id", "dtype", "is_barrier", "kernel", "loc", "name", "scope", "shape", "swizzle")
 
-    def __init__(self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc):
+    def __init__(
+        self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc, kernel: int | None = None
+    ):
         self.is_barrier = False  # T.alloc_barrier: mbarriers, not data
-        self.id = id
+        self._id = id
+        # the T.Kernel that allocated it (its number); None for the call's global memory
+        # (tensor parameters, T.alloc_global scratch), which every kernel may use
+        self.kernel = kernel
         self.name = name
         self.scope = scope
         self.dtype = dtype
         self.shape = shape
         self.loc = loc
         self.swizzle = False  # T.annotate_layout({buf: T.make_swizzled_layout(buf)})
+
+    @property
+    def id(self) -> int:
+        """The buffer's number in the program; reading it records a use, so a buffer of
+        another T.Kernel is refused here, at the line that uses it."""
+        if self.kernel is not None:
+            builder = getattr(_state, "builder", None)
+            if builder is not None and builder.kernel_index != self.kernel:
+                where = (
+                    f"the T.Kernel block number {builder.kernel_index + 1}"
+                    if builder.kernel_index is not None
+                    else "no T.Kernel block"
+                )
+                raise user_error(
+                    f"'{self.name}' belongs to T.Kernel block number {self.kernel + 1} of this "
+                    f"prim_func, but is used in {where}",
+                    loc=capture(),
+                    help="shared and fragment buffers live in one kernel; to hand data to a "
+                    "later kernel, write it to a tensor parameter or a T.alloc_global buffer "
+                    "declared before the kernels",
+                )
+        return self._id
 
     def __getitem__(self, key) -> Load:
         return Load(self, key if isinstance(key, tuple) else (key,), capture())
@@ -687,7 +714,7 @@ class Buffer:
 
     def to_json(self, builder: Builder) -> dict:
         out = {
-            "id": self.id,
+            "id": self._id,
             "name": self.name,
             "scope": self.scope,
             "dtype": self.dtype,
@@ -696,6 +723,8 @@ class Buffer:
         }
         if self.swizzle:
             out["swizzle"] = True
+        if self.kernel is not None and len(builder.kernels) > 1:
+            out["kernel"] = self.kernel
         return out
 
     def __repr__(self):
@@ -887,18 +916,88 @@ class Builder:
         self.buffer_names: set[str] = set()
         self.vars: list[dict] = []
         self.blocks: list[Block] = []
-        self.kernel: dict | None = None
-        self.kernel_opened = False
+        # the T.Kernel blocks recorded so far, in order (a prim_func may hold several,
+        # launched one after the other by each call), and the number of the one open
+        self.kernels: list[dict] = []
+        self.kernel_index: int | None = None
+        self.var_kernel: list[int | None] = []  # per variable, the kernel that made it
         self.raster: dict | None = None  # T.use_swizzle
         self.sizes: dict[str, tuple[Size, Expr]] = {}  # T.dynamic sizes by name
         self.kernel_threads = 0  # T.Kernel's threads, once opened
         self.open_threads = False  # inside a T.ws region
         self.reg_budget: dict = {}  # T.annotate_*_reg_* / T.no_set_max_nreg
         self.scratch: list[Buffer] = []  # T.alloc_global, in declaration order
+        # T.alloc_global outside a T.Kernel: name -> (kernels closed before it, where)
+        self.scratch_declared: dict[str, tuple[int, Loc]] = {}
+        self._thread_var: Expr | None = None
+
+    def open_kernel(self) -> None:
+        """Start recording the next T.Kernel block: what belongs to one kernel starts afresh."""
+        self.kernel_index = len(self.kernels)
+        self._thread_var = None
+        self.raster = None
+        self.reg_budget = {}
+        self.open_threads = False
+
+    def close_kernel(self, kernel: dict) -> None:
+        """Record the T.Kernel block just left, after checking that it reads no variable of
+        another kernel (a block index or loop variable kept in a Python name)."""
+        foreign = self._foreign_var(kernel)
+        if foreign is not None:
+            var, loc = foreign
+            owner = self.var_kernel[var]
+            raise user_error(
+                f"'{self.vars[var]['name']}' is a variable of T.Kernel block number {owner + 1}, "
+                f"used in block number {self.kernel_index + 1}",
+                loc=loc,
+                help="block indices, thread indices and loop variables exist in their own "
+                "kernel; compute the value again in this kernel",
+            )
+        self.kernels.append(kernel)
+        self.kernel_index = None
+
+    def _foreign_var(self, kernel: dict):
+        """The first variable the kernel's grid or body reads that another kernel made, with
+        the location of the statement reading it (None if there is none). Iterative: bodies
+        may nest deeply."""
+        stack = [(kernel, kernel.get("loc"))]
+        while stack:
+            value, loc = stack.pop()
+            if isinstance(value, dict):
+                loc = value.get("loc", loc) if isinstance(value.get("loc"), list) else loc
+                if value.get("op") == "var":
+                    owner = self.var_kernel[value["id"]]
+                    if owner is not None and owner != self.kernel_index:
+                        file = self.sources[loc[0]]["file"] if loc else "<unknown>"
+                        return value["id"], Loc(file, loc[1], loc[2]) if loc else None
+                stack.extend((v, loc) for v in value.values() if isinstance(v, (dict, list)))
+            elif isinstance(value, list):
+                stack.extend((v, loc) for v in value if isinstance(v, (dict, list)))
+        return None
+
+    def finish(self, what: str, func) -> None:
+        """Check the recorded function once it has returned: it closed every block, holds a
+        kernel, and declares no T.alloc_global after its last kernel."""
+        if self.blocks:  # a T.Kernel left by an exception is unwound by __exit__
+            raise user_error("the function ended inside an open block", loc=self.blocks[-1].loc)
+        if not self.kernels:
+            raise user_error(
+                f"{what} '{self.name}' has no `with T.Kernel(...)` block",
+                loc=def_loc(func),
+                help="write the kernel's statements in `with T.Kernel(grid, threads=128) as bx:`",
+            )
+        for before, loc in self.scratch_declared.values():
+            if before == len(self.kernels):
+                raise user_error(
+                    "T.alloc_global after the last T.Kernel block: no kernel uses it",
+                    loc=loc,
+                    help="declare the scratch buffer before the `with T.Kernel(...)` blocks "
+                    "that use it, or inside one",
+                )
 
     def thread_var(self) -> Expr:
         """The thread index (``threadIdx.x``) of this kernel, declared on first use."""
-        if getattr(self, "_thread_var", None) is None:
+        if self._thread_var is None:
             self._thread_var = self.new_var("tid", "thread_idx")
         return self._thread_var
 
@@ -938,6 +1037,8 @@ class Builder:
             var["axis"] = axis
         var["dtype"] = dtype
         self.vars.append(var)
+        # parameters and sizes are the call's; the rest belong to the kernel being recorded
+        self.var_kernel.append(None if kind in ("param", "size") else self.kernel_index)
         return Expr({"op": "var", "dtype": dtype, "id": var["id"]})
 
     def new_buffer(self, name: str, scope: str, dtype: str, shape: tuple, loc: Loc) -> Buffer:
@@ -947,7 +1048,8 @@ class Builder:
             unique = f"{name}_{suffix}"
             suffix += 1
         self.buffer_names.add(unique)
-        buffer = Buffer(len(self.buffers), unique, scope, dtype, shape, loc)
+        kernel = None if scope == "global" else self.kernel_index
+        buffer = Buffer(len(self.buffers), unique, scope, dtype, shape, loc, kernel)
         self.buffers.append(buffer)
         return buffer
 
@@ -989,8 +1091,15 @@ class Builder:
             "params": self.params,
             "buffers": buffers,
             "vars": self.vars,
-            "kernel": self.kernel,
         }
+        if len(self.kernels) == 1:
+            program["kernel"] = self.kernels[0]
+        else:
+            program["kernels"] = self.kernels
+            program["vars"] = [
+                var if owner is None else {**var, "kernel": owner}
+                for var, owner in zip(self.vars, self.var_kernel)
+            ]
         if self.scratch:
             program["scratch"] = [b.id for b in self.scratch]
         return program
@@ -1058,14 +1167,7 @@ def trace(prim_func: PrimFunc, params: dict | None = None) -> dict:
         except NameError as error:
             how = f"tilers.compile({prim_func.__name__}, {{name}}=...)"
             raise unbound_name_error(error, how) from None
-        if builder.blocks:  # a T.Kernel left by an exception is unwound by __exit__
-            raise user_error("the function ended inside an open block", loc=builder.blocks[-1].loc)
-        if builder.kernel is None:
-            raise user_error(
-                f"prim_func '{prim_func.__name__}' has no `with T.Kernel(...)` block",
-                loc=def_loc(func),
-                help="write the kernel's statements in `with T.Kernel(grid, threads=128) as bx:`",
-            )
+        builder.finish("prim_func", func)
     finally:
         _state.builder = previous
     return builder.program()

@@ -560,14 +560,7 @@ class EagerFunction:
         trace.sources = sources
         trace.discovered_shapes = self._discovered
         result = self._run(trace, values)
-        if builder.blocks:
-            raise user_error("the function ended inside an open block", loc=builder.blocks[-1].loc)
-        if builder.kernel is None:
-            raise user_error(
-                f"eager function '{self.__name__}' has no `with T.Kernel(...)` block",
-                loc=_trace.def_loc(self.func),
-                help="write the kernel's statements in `with T.Kernel(grid, threads=128) as bx:`",
-            )
+        builder.finish("eager function", self.func)
         returned = _returned_buffers(self, trace, result)
         order = {name: i for i, name in enumerate(self.signature.parameters)}
         inputs = sorted(trace.inputs, key=lambda item: order.get(item[0], len(order)))

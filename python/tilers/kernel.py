@@ -198,6 +198,9 @@ class JITKernel:
         self.target = target
         self.arch = info["arch"]
         self.entry = info["entry"]
+        # the kernels a call launches, in order (a prim_func of several T.Kernel blocks):
+        # KernelInfo's first, then its "then"
+        self.launches = [info, *info.get("then", [])]
         self.lineinfo = lineinfo
         self.fast_math = fast_math
         self.wgmma = wgmma
@@ -225,7 +228,7 @@ class JITKernel:
         self._launcher = None
         self._input_checks: tuple = ()
         self._dry_run = False
-        self._loaded: dict[int, runtime.LoadedKernel] = {}
+        self._loaded: dict[int, tuple[runtime.LoadedKernel, ...]] = {}
         self._entry = self._first_call
         self._outputs_given: JITKernel | None = None
 
@@ -580,15 +583,17 @@ class JITKernel:
         else:
             self._entry = self._launcher
 
-    def _load_function(self, device: int) -> tuple[int, int]:
-        """The launcher's `load`: (function, context) of the kernel loaded on `device`."""
+    def _load_function(self, device: int) -> tuple[list[int], int]:
+        """The launcher's `load`: the function of each of the call's kernels loaded on
+        `device`, in launch order, and their context."""
         if self._dry_run:
-            return 0, 0
+            return [0] * len(self.launches), 0
         loaded = self._loaded.get(device) or self._load(device)
-        return loaded.function_handle, loaded.context_handle
+        return [kernel.function_handle for kernel in loaded], loaded[0].context_handle
 
-    def _load(self, device: int) -> runtime.LoadedKernel:
-        """Check that this device can run the cubin, then load it there (once per device)."""
+    def _load(self, device: int) -> tuple[runtime.LoadedKernel, ...]:
+        """Check that this device can run the cubin, then load each of the call's kernels
+        there (once per device)."""
         device_arch = runtime.device_arch(device)
         if not runtime.cubin_runs_on(self.arch, device_arch):
             raise RuntimeError(
@@ -596,7 +601,10 @@ class JITKernel:
                 f"cuda:{device}, an {runtime.device_name(device)} ({device_arch}), which "
                 f"cannot run it: compile with target=\"auto\" or target=\"cuda:{device_arch}\""
             )
-        loaded = runtime.load_kernel(device, self.cubin, self.entry, self.info["shared_bytes"])
+        loaded = tuple(
+            runtime.load_kernel(device, self.cubin, launch["entry"], launch["shared_bytes"])
+            for launch in self.launches
+        )
         self._loaded[device] = loaded
         return loaded
 

@@ -259,21 +259,20 @@ class Kernel:
 
     def __enter__(self):
         builder = _trace.current_builder()
-        if builder.kernel_opened:
-            help = "put all of the kernel's statements in one T.Kernel block"
-            if builder.scratch:
-                help += (
-                    "; scratch written by one kernel and read by the next (TileLang's split, "
-                    "then combine) is not supported: write one prim_func per kernel and pass "
-                    "the scratch from the first to the second as a tensor parameter"
-                )
-            raise _trace.user_error("a prim_func has exactly one T.Kernel", loc=self.loc, help=help)
-        builder.kernel_opened = True
+        if builder.kernel_index is not None:
+            raise _trace.user_error(
+                "a T.Kernel inside another T.Kernel",
+                loc=self.loc,
+                help="T.Kernel blocks of one prim_func follow each other: close this kernel's "
+                "`with` block before the next one opens (each call launches them in order)",
+            )
+        builder.open_kernel()
         builder.kernel_threads = self.threads
         count = len(self.grid)
         names = _trace.target_names(self.loc, _trace._WITH_TARGETS, count)
         names = names or ["bx", "by", "bz"][:count]
         indices = [builder.new_var(n, "block_idx", axis=a) for a, n in enumerate(names)]
+        # the grid may read a variable of an earlier kernel only by mistake: checked on exit
         self.body = builder.open_block("T.Kernel", self.loc)
         return indices[0] if count == 1 else tuple(indices)
 
@@ -282,14 +281,14 @@ class Kernel:
             return False
         builder = _trace.current_builder()
         builder.close_block(self.body)
-        builder.kernel = {
+        kernel = {
             "grid": self.grid,
             "threads": self.threads,
             "body": self.body,
             "loc": builder.json_loc(self.loc),
         }
         if builder.reg_budget:
-            builder.kernel["reg_budget"] = dict(builder.reg_budget)
+            kernel["reg_budget"] = dict(builder.reg_budget)
         if builder.raster is not None:
             if len(self.grid) < 2:
                 raise _trace.user_error(
@@ -297,7 +296,8 @@ class Kernel:
                     loc=builder.raster_loc,
                     help="give T.Kernel two grid dimensions (bx, by), or drop T.use_swizzle",
                 )
-            builder.kernel["raster"] = builder.raster
+            kernel["raster"] = builder.raster
+        builder.close_kernel(kernel)
         return False
 
 
@@ -491,12 +491,6 @@ def alloc_global(shape, dtype, scope="global"):
     if trace is not None and trace.consts is None:
         return eager._Placeholder()  # an eager function's discovery trace (sizes unbound yet)
     builder = _trace.current_builder()
-    if builder.kernel is not None:
-        raise _trace.user_error(
-            "T.alloc_global after the T.Kernel block: the kernel that would use it is closed",
-            loc=loc,
-            help="declare the scratch buffer before `with T.Kernel(...)` or inside it",
-        )
     if scope != "global":
         raise _trace.user_error(
             f"T.alloc_global allocates global memory, not {scope!r}",
@@ -533,6 +527,9 @@ def alloc_global(shape, dtype, scope="global"):
     name = _trace.assigned_name(loc) or f"scratch{len(builder.scratch)}"
     buffer = builder.new_buffer(name, "global", _trace.normalize_dtype(dtype), dims, loc)
     builder.scratch.append(buffer)
+    if builder.kernel_index is None:
+        # declared outside the kernels: some kernel after it must use it (checked at the end)
+        builder.scratch_declared[buffer.name] = (len(builder.kernels), loc)
     return buffer
 
 

@@ -39,12 +39,44 @@ def format_report(info: dict, layouts: dict | None, resources: dict | None) -> s
     widths, cp.async or why not, pipeline stages, swizzles); shared memory, buffer by
     buffer; fragment layouts; and registers when the cubin is at hand.
     """
-    block = info.get("block", [0, 1, 1])
-    shared_bytes = info.get("shared_bytes", 0)
+    launches = [info, *info.get("then", [])]
+    if len(launches) == 1:
+        block = info.get("block", [0, 1, 1])
+        title = (
+            f"kernel {info['name']} for {info['arch']}: {block[0]} threads per block, "
+            f"{info.get('shared_bytes', 0)} bytes of shared memory"
+        )
+        return "\n".join(_launch_lines(info, title, layouts, resources, scratch=True))
+    # a prim_func of several T.Kernel blocks: one section per kernel, in launch order (the
+    # cubin's registers are not told apart per kernel, so they are left out)
     lines = [
-        f"kernel {info['name']} for {info['arch']}: {block[0]} threads per block, "
-        f"{shared_bytes} bytes of shared memory"
+        f"{info['name']} for {info['arch']}: {len(launches)} kernels, launched in this order "
+        "by every call"
     ]
+    for k, launch in enumerate(launches):
+        own = None
+        if layouts is not None:
+            own = {**layouts, "buffers": [b for b in layouts["buffers"] if b.get("kernel", 0) == k]}
+        block = launch.get("block", [0, 1, 1])
+        title = (
+            f"kernel {k} ({launch.get('entry')}): {block[0]} threads per block, "
+            f"{launch.get('shared_bytes', 0)} bytes of shared memory"
+        )
+        lines.append("")
+        lines.extend(_launch_lines(launch, title, own, None, scratch=False))
+    if info.get("scratch"):
+        lines.append("")
+        lines.append("global scratch (T.alloc_global), allocated once by every call for its kernels:")
+        lines.extend(f"  {text}" for text in scratch_lines(info))
+    return "\n".join(lines)
+
+
+def _launch_lines(
+    info: dict, title: str, layouts: dict | None, resources: dict | None, scratch: bool
+) -> list[str]:
+    """The report of one kernel: `title`, then its sections."""
+    shared_bytes = info.get("shared_bytes", 0)
+    lines = [title]
     located, layout_lines, other = [], [], []
     for text in info.get("report", []):
         match = _LOCATED.match(text)
@@ -80,7 +112,7 @@ def format_report(info: dict, layouts: dict | None, resources: dict | None) -> s
                     f"  {b['name']}: {b['dtype']}{b['shape']}, {b['bytes']} bytes at offset "
                     f"{b['offset']}{swizzle}{where}"
                 )
-    if info.get("scratch"):
+    if scratch and info.get("scratch"):
         lines.append("")
         lines.append("global scratch (T.alloc_global), allocated by every call:")
         lines.extend(f"  {text}" for text in scratch_lines(info))
@@ -98,7 +130,7 @@ def format_report(info: dict, layouts: dict | None, resources: dict | None) -> s
             else f"{frame} bytes of stack per thread (register spills or local arrays)"
         )
         lines.append(f"registers: {resources['registers']} per thread; {spills}")
-    return "\n".join(lines)
+    return lines
 
 
 def scratch_lines(info: dict) -> list[str]:

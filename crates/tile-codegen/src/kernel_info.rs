@@ -67,6 +67,13 @@ pub struct KernelInfo {
     /// What each tile op became (instructions, widths, stages, shared memory).
     #[serde(default)]
     pub report: Vec<String>,
+    /// A prim_func of several `T.Kernel`s: the kernel each call launches after this one, in
+    /// order, on the same stream, with the same arguments (each a KernelInfo of its own
+    /// entry, grid, block, shared memory, tensor maps and report; `params`, `scratch` and
+    /// `sizes` are the call's, as here, and its own `then` is empty). The scratch buffers
+    /// are allocated once per call and shared by its kernels.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub then: Vec<KernelInfo>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -441,6 +448,11 @@ impl KernelInfo {
         Ok(dims)
     }
 
+    /// Every kernel a call launches, in order: this one, then [`KernelInfo::then`].
+    pub fn launches(&self) -> impl Iterator<Item = &KernelInfo> {
+        std::iter::once(self).chain(&self.then)
+    }
+
     /// The shape of tensor parameter `param` for a call whose sizes are `sizes`.
     pub fn shape_of(&self, param: usize, sizes: &[i64]) -> Option<Vec<i64>> {
         match self.params.get(param)? {
@@ -468,6 +480,7 @@ impl KernelInfo {
             shared_opt_in: false,
             tensor_maps: Vec::new(),
             report: Vec::new(),
+            then: Vec::new(),
         }
     }
 
@@ -678,6 +691,7 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         shared_opt_in: shared_bytes > DEFAULT_SHARED_LIMIT,
         tensor_maps: tensor_maps(m)?,
         report: report.to_vec(),
+        then: Vec::new(),
     })
 }
 
@@ -725,6 +739,7 @@ mod tests {
             shared_opt_in: false,
             tensor_maps: vec![],
             report: vec![],
+            then: vec![],
         }
     }
 

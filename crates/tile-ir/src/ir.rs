@@ -308,6 +308,15 @@ impl Module {
     pub fn is_scratch(&self, b: BufferId) -> bool {
         self.scratch.contains(&b)
     }
+    /// This module with its scratch buffers as tensor parameters after the others (named as
+    /// the buffers): how the checks without a GPU run one kernel of a prim_func of several,
+    /// whose scratch lives through the whole call, on contents they give it.
+    pub fn scratch_as_params(mut self) -> Module {
+        for b in std::mem::take(&mut self.scratch) {
+            self.params.push(Param::Tensor { name: self.buffers[b.0 as usize].name.clone(), buffer: b });
+        }
+        self
+    }
     /// The alignment the block's shared memory base must have (the largest
     /// `Buffer::shared_align` of a tile in wgmma's layout; 16 when there is none). Above 16,
     /// the generated code rounds the dynamic shared memory's address up to it, and the launch

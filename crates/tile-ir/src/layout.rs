@@ -276,6 +276,54 @@ impl FragmentLayout {
         }
     }
 
+    /// Every one of `threads` threads holds every element, row-major in its registers: the
+    /// layout of a fragment that scalar code (outside `T.Parallel`, which every thread
+    /// runs) reads or writes, as TileLang lays out such "floating" fragments.
+    pub fn whole(shape: &[i64], threads: u32) -> FragmentLayout {
+        let mut l = FragmentLayout {
+            extents: shape.to_vec(),
+            dims: shape.iter().map(|&e| digits(&[(e, Source::Slot(0))])).collect(),
+            replicated: if threads > 1 { vec![(threads as i64, 1)] } else { vec![] },
+            active_threads: threads as i64,
+        };
+        l.compact_slots_in_order(true);
+        l
+    }
+
+    /// Whether each thread that takes part holds every element ([`FragmentLayout::whole`]):
+    /// no digit comes from the thread index and the replicas cover the active threads, so
+    /// any of them can read any index.
+    pub fn is_whole(&self) -> bool {
+        self.dims.iter().flatten().all(|g| matches!(g.source, Source::Slot(_)))
+            && self.replicated.iter().map(|(size, _)| size).product::<i64>() == self.active_threads
+            && self.active_threads > 1
+    }
+
+    /// The register slot of element `idx` (expressions of any value) in a layout whose
+    /// digits are all slots ([`FragmentLayout::is_whole`]).
+    pub fn slot_of(&self, idx: &[crate::ir::Expr]) -> crate::ir::Expr {
+        use crate::ir::{BinOp, Expr};
+        let mut slot = Expr::int(0);
+        for (ds, i) in self.dims.iter().zip(idx) {
+            let i = if i.dtype() == crate::types::DType::I32 {
+                i.clone()
+            } else {
+                Expr::cast(i.clone(), crate::types::DType::I32)
+            };
+            for g in ds {
+                if let Source::Slot(stride) = g.source {
+                    let digit = Expr::binary(
+                        BinOp::FloorMod,
+                        Expr::binary(BinOp::FloorDiv, i.clone(), Expr::int(g.step)),
+                        Expr::int(g.size),
+                    );
+                    slot = Expr::binary(BinOp::Add, slot, Expr::binary(BinOp::Mul, digit, Expr::int(stride)));
+                }
+            }
+        }
+        crate::simplify::simplify(slot)
+    }
+
     /// Number the register digits densely, row-major over the elements a thread holds.
     pub fn renumber_slots(&mut self) {
         self.compact_slots_in_order(true);

@@ -1,4 +1,7 @@
-//! Reading the serialized tile program (docs/format.md) into a tile-level [`Module`].
+//! Reading the serialized tile program (docs/format.md) into tile-level [`Module`]s: one
+//! per `T.Kernel` (a prim_func may hold several, launched in order by one call; each
+//! becomes a module of its own with the call's parameters and scratch, see
+//! [`parse_kernels`]).
 //!
 //! Every malformed input is an error naming the JSON path of the offending value; unknown
 //! fields are rejected so that a misspelt field is never silently ignored.
@@ -115,8 +118,16 @@ impl<'a> Obj<'a> {
     }
 }
 
+/// Reads one kernel's statements. Ids in the document are the program's; the module of a
+/// kernel holds the call's buffers and variables (parameters, scratch, sizes) and its own,
+/// renumbered in order: `buffer_map` / `var_map` give each document id its id in the module,
+/// None for one that belongs to another kernel (`buffer_owner` / `var_owner` say which).
 struct Parser {
-    n_buffers: usize,
+    buffer_map: Vec<Option<u32>>,
+    buffer_owner: Vec<Option<usize>>,
+    var_map: Vec<Option<u32>>,
+    var_owner: Vec<Option<usize>>,
+    /// The module's variables (in its own numbering).
     vars: Vec<Var>,
 }
 
@@ -160,8 +171,24 @@ fn too_deep(root: &Value, n_sources: usize) -> Option<(usize, Loc)> {
     None
 }
 
-/// Parse a serialized program (JSON text) into a tile-level module.
+/// Parse a serialized program of one kernel (JSON text) into a tile-level module.
 pub fn parse_program(text: &str) -> R<Module> {
+    let mut kernels = parse_kernels(text)?;
+    if kernels.len() != 1 {
+        return err(
+            "$.kernels",
+            format!("this program holds {} kernels; read it with parse_kernels", kernels.len()),
+        );
+    }
+    Ok(kernels.remove(0))
+}
+
+/// Parse a serialized program into one tile-level module per kernel, in launch order
+/// (`"kernel"`: one; `"kernels"`: several). Each module holds the program's parameters,
+/// scratch buffers and sizes, and the buffers and variables its kernel declares (their
+/// `"kernel"` field), renumbered in document order; a kernel that names another kernel's
+/// buffer or variable is an error.
+pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
     // serde_json's own limit (128 levels) is far below what legal programs reach; the
     // nesting is bounded by MAX_NESTING below instead
     let mut reader = serde_json::Deserializer::from_str(text);
@@ -174,7 +201,7 @@ pub fn parse_program(text: &str) -> R<Module> {
     let top = Obj::new(
         &root,
         "$",
-        &["version", "name", "sources", "params", "buffers", "scratch", "vars", "kernel"],
+        &["version", "name", "sources", "params", "buffers", "scratch", "vars", "kernel", "kernels"],
     )?;
     let version = top.int("version")?;
     if version != FORMAT_VERSION {
@@ -216,10 +243,49 @@ pub fn parse_program(text: &str) -> R<Module> {
         });
     }
 
+    let kernel_objects: Vec<(&Value, String)> = match (top.opt("kernel"), top.opt("kernels")) {
+        (Some(k), None) => vec![(k, "$.kernel".to_string())],
+        (None, Some(Value::Array(list))) if list.len() >= 2 => {
+            list.iter().enumerate().map(|(i, k)| (k, format!("$.kernels[{i}]"))).collect()
+        }
+        (None, Some(_)) => {
+            return err("$.kernels", "expected a list of two or more kernels (a single one is \"kernel\")")
+        }
+        (Some(_), Some(_)) => return err("$", "a program has \"kernel\" or \"kernels\", not both"),
+        (None, None) => return err("$", "missing field \"kernel\""),
+    };
+    let several = kernel_objects.len() > 1;
+    // the kernel that declares a buffer or variable (None: the call's, shared by all)
+    let owner = |o: &Obj, shared: bool| -> R<Option<usize>> {
+        match (o.opt("kernel"), several, shared) {
+            (None, false, _) | (None, true, true) => Ok(None),
+            (None, true, false) => err(
+                &o.p("kernel"),
+                "missing: a program of several kernels says which declares each buffer and variable",
+            ),
+            (Some(_), false, _) => err(
+                &o.p("kernel"),
+                "only a program of several kernels says which declares a buffer or variable",
+            ),
+            (Some(_), true, true) => err(
+                &o.p("kernel"),
+                "parameters, scratch buffers and sizes belong to the call, not to one kernel",
+            ),
+            (Some(_), true, false) => match o.int("kernel")? {
+                k if (0..kernel_objects.len() as i64).contains(&k) => Ok(Some(k as usize)),
+                k => err(
+                    &o.p("kernel"),
+                    format!("expected a kernel number below {}, got {k}", kernel_objects.len()),
+                ),
+            },
+        }
+    };
+
     let mut vars = Vec::new();
+    let mut var_owner = Vec::new();
     for (i, v) in top.arr("vars")?.iter().enumerate() {
         let path = format!("$.vars[{i}]");
-        let o = Obj::new(v, &path, &["id", "name", "kind", "axis", "dtype", "multiple_of"])?;
+        let o = Obj::new(v, &path, &["id", "name", "kind", "axis", "dtype", "multiple_of", "kernel"])?;
         if o.int("id")? != i as i64 {
             return err(&o.p("id"), format!("variable ids must be 0, 1, 2, … in order; expected {i}"));
         }
@@ -253,13 +319,19 @@ pub fn parse_program(text: &str) -> R<Module> {
         if matches!(kind, VarKind::Size { .. }) && !matches!(dt, DType::I32 | DType::I64) {
             return err(&o.p("dtype"), format!("a symbolic size is int32 or int64, got {dt}"));
         }
+        var_owner.push(owner(&o, matches!(kind, VarKind::Param | VarKind::Size { .. }))?);
         vars.push(Var { name: o.str("name")?.to_string(), kind, dtype: dt });
     }
 
     let mut buffers = Vec::new();
+    let mut buffer_owner = Vec::new();
     for (i, b) in top.arr("buffers")?.iter().enumerate() {
         let path = format!("$.buffers[{i}]");
-        let o = Obj::new(b, &path, &["id", "name", "scope", "dtype", "shape", "loc", "swizzle", "panel"])?;
+        let o = Obj::new(
+            b,
+            &path,
+            &["id", "name", "scope", "dtype", "shape", "loc", "swizzle", "panel", "kernel"],
+        )?;
         if o.int("id")? != i as i64 {
             return err(&o.p("id"), format!("buffer ids must be 0, 1, 2, … in order; expected {i}"));
         }
@@ -299,6 +371,7 @@ pub fn parse_program(text: &str) -> R<Module> {
             );
         }
         let dt = dtype(o.get("dtype")?, &o.p("dtype"))?;
+        buffer_owner.push(owner(&o, scope == Scope::Global)?);
         let swizzle = match o.opt("swizzle") {
             None => None,
             Some(Value::Bool(false)) => None,
@@ -340,7 +413,14 @@ pub fn parse_program(text: &str) -> R<Module> {
         });
     }
 
-    let p = Parser { n_buffers: buffers.len(), vars };
+    // the call's tables, read with the program's own ids
+    let p = Parser {
+        buffer_map: (0..buffers.len() as u32).map(Some).collect(),
+        buffer_owner: vec![None; buffers.len()],
+        var_map: (0..vars.len() as u32).map(Some).collect(),
+        var_owner: vec![None; vars.len()],
+        vars,
+    };
     let mut params = Vec::new();
     for (i, v) in top.arr("params")?.iter().enumerate() {
         let path = format!("$.params[{i}]");
@@ -379,77 +459,139 @@ pub fn parse_program(text: &str) -> R<Module> {
         }
     }
 
-    let ko = Obj::new(
-        top.get("kernel")?,
-        "$.kernel",
-        &["grid", "threads", "body", "loc", "raster", "reg_budget"],
-    )?;
-    let mut grid = Vec::new();
-    for (i, g) in ko.arr("grid")?.iter().enumerate() {
-        grid.push(p.expr(g, &format!("$.kernel.grid[{i}]"), n_sources)?);
-    }
-    if grid.is_empty() || grid.len() > 3 {
-        return err("$.kernel.grid", "expected 1 to 3 grid dimensions");
-    }
-    let threads = ko.int("threads")?;
-    if threads <= 0 || threads > u32::MAX as i64 {
-        return err("$.kernel.threads", format!("expected a positive thread count, got {threads}"));
-    }
-    let raster = match ko.opt("raster") {
-        None | Some(Value::Null) => None,
-        Some(r) => {
-            let o = Obj::new(r, "$.kernel.raster", &["panel", "order"])?;
-            let panel = o.int("panel")?;
-            if !(1..=65535).contains(&panel) {
-                return err(&o.p("panel"), format!("expected a panel size from 1 to 65535, got {panel}"));
-            }
-            let by_rows = match o.str("order")? {
-                "row" => true,
-                "col" => false,
-                other => return err(&o.p("order"), format!("expected \"row\" or \"col\", got \"{other}\"")),
-            };
-            if grid.len() < 2 {
-                return err("$.kernel.raster", "block rasterization needs a grid of 2 or 3 dimensions");
-            }
-            Some(Raster { panel: panel as u32, by_rows })
-        }
-    };
-    let reg_budget = match ko.opt("reg_budget") {
-        None | Some(Value::Null) => None,
-        Some(r) => {
-            let o = Obj::new(r, "$.kernel.reg_budget", &["producer", "consumer", "none"])?;
-            let regs = |key: &str| -> R<u32> {
-                match o.opt(key) {
-                    None => Ok(0),
-                    Some(_) => {
-                        let n = o.int(key)?;
-                        if !(24..=256).contains(&n) || n % 8 != 0 {
-                            return err(
-                                &o.p(key),
-                                format!("expected a multiple of 8 from 24 to 256, got {n}"),
-                            );
-                        }
-                        Ok(n as u32)
+    let mut modules = Vec::with_capacity(kernel_objects.len());
+    for (k, (value, path)) in kernel_objects.iter().enumerate() {
+        // this kernel's module: the call's entries and its own, in document order
+        let mine = |o: &Option<usize>| o.is_none_or(|o| o == k);
+        let renumber = |owners: &[Option<usize>]| -> Vec<Option<u32>> {
+            let mut next = 0;
+            owners
+                .iter()
+                .map(|o| {
+                    mine(o).then(|| {
+                        next += 1;
+                        next - 1
+                    })
+                })
+                .collect()
+        };
+        let buffer_map = renumber(&buffer_owner);
+        let var_map = renumber(&var_owner);
+        let var = |v: VarId| VarId(var_map[v.0 as usize].expect("sizes and parameters belong to the call"));
+        let buffer =
+            |b: BufferId| BufferId(buffer_map[b.0 as usize].expect("global buffers belong to the call"));
+        let kernel_vars: Vec<Var> =
+            p.vars.iter().zip(&var_owner).filter(|(_, o)| mine(o)).map(|(v, _)| v.clone()).collect();
+        let kernel_buffers: Vec<Buffer> = buffers
+            .iter()
+            .zip(&buffer_owner)
+            .filter(|(_, o)| mine(o))
+            .map(|(b, _)| {
+                let mut b = b.clone();
+                for d in &mut b.shape {
+                    if let Dim::Size(v) = d {
+                        *v = var(*v);
                     }
                 }
-            };
-            let none = match o.opt("none") {
-                None => false,
-                Some(_) => o.bool("none")?,
-            };
-            Some(RegBudget { producer: regs("producer")?, consumer: regs("consumer")?, none })
+                b
+            })
+            .collect();
+        let kernel_params = params
+            .iter()
+            .map(|q| match q {
+                Param::Tensor { name, buffer: b } => Param::Tensor { name: name.clone(), buffer: buffer(*b) },
+                Param::Scalar { name, var: v } => Param::Scalar { name: name.clone(), var: var(*v) },
+            })
+            .collect();
+        let kernel_scratch = scratch.iter().map(|b| buffer(*b)).collect();
+        let kp = Parser {
+            buffer_map,
+            buffer_owner: buffer_owner.clone(),
+            var_map,
+            var_owner: var_owner.clone(),
+            vars: kernel_vars,
+        };
+        let kernel = kp.kernel(value, path, n_sources)?;
+        modules.push(Module {
+            name: name.clone(),
+            sources: sources.clone(),
+            params: kernel_params,
+            buffers: kernel_buffers,
+            scratch: kernel_scratch,
+            vars: kp.vars,
+            kernel,
+            level: Level::Tile,
+        });
+    }
+    Ok(modules)
+}
+
+impl Parser {
+    /// One `T.Kernel` object: its grid, threads, statements and launch options.
+    fn kernel(&self, value: &Value, path: &str, n_sources: usize) -> R<Kernel> {
+        let p = self;
+        let ko = Obj::new(value, path, &["grid", "threads", "body", "loc", "raster", "reg_budget"])?;
+        let mut grid = Vec::new();
+        for (i, g) in ko.arr("grid")?.iter().enumerate() {
+            grid.push(p.expr(g, &format!("{path}.grid[{i}]"), n_sources)?);
         }
-    };
-    let body = p.stmts(ko.arr("body")?, "$.kernel.body", n_sources)?;
-    let kloc = loc(ko.opt("loc"), "$.kernel.loc", n_sources)?;
-    Ok(Module {
-        name,
-        sources,
-        params,
-        buffers,
-        scratch,
-        vars: p.vars,
-        kernel: Kernel {
+        if grid.is_empty() || grid.len() > 3 {
+            return err(&ko.p("grid"), "expected 1 to 3 grid dimensions");
+        }
+        let threads = ko.int("threads")?;
+        if threads <= 0 || threads > u32::MAX as i64 {
+            return err(&ko.p("threads"), format!("expected a positive thread count, got {threads}"));
+        }
+        let raster = match ko.opt("raster") {
+            None | Some(Value::Null) => None,
+            Some(r) => {
+                let o = Obj::new(r, &ko.p("raster"), &["panel", "order"])?;
+                let panel = o.int("panel")?;
+                if !(1..=65535).contains(&panel) {
+                    return err(&o.p("panel"), format!("expected a panel size from 1 to 65535, got {panel}"));
+                }
+                let by_rows = match o.str("order")? {
+                    "row" => true,
+                    "col" => false,
+                    other => {
+                        return err(&o.p("order"), format!("expected \"row\" or \"col\", got \"{other}\""))
+                    }
+                };
+                if grid.len() < 2 {
+                    return err(&ko.p("raster"), "block rasterization needs a grid of 2 or 3 dimensions");
+                }
+                Some(Raster { panel: panel as u32, by_rows })
+            }
+        };
+        let reg_budget = match ko.opt("reg_budget") {
+            None | Some(Value::Null) => None,
+            Some(r) => {
+                let o = Obj::new(r, &ko.p("reg_budget"), &["producer", "consumer", "none"])?;
+                let regs = |key: &str| -> R<u32> {
+                    match o.opt(key) {
+                        None => Ok(0),
+                        Some(_) => {
+                            let n = o.int(key)?;
+                            if !(24..=256).contains(&n) || n % 8 != 0 {
+                                return err(
+                                    &o.p(key),
+                                    format!("expected a multiple of 8 from 24 to 256, got {n}"),
+                                );
+                            }
+                            Ok(n as u32)
+                        }
+                    }
+                };
+                let none = match o.opt("none") {
+                    None => false,
+                    Some(_) => o.bool("none")?,
+                };
+                Some(RegBudget { producer: regs("producer")?, consumer: regs("consumer")?, none })
+            }
+        };
+        let body = p.stmts(ko.arr("body")?, &ko.p("body"), n_sources)?;
+        let kloc = loc(ko.opt("loc"), &ko.p("loc"), n_sources)?;
+        Ok(Kernel {
             grid,
             threads: threads as u32,
             body,
@@ -458,22 +600,38 @@ pub fn parse_program(text: &str) -> R<Module> {
             roles: None,
             tensor_maps: vec![],
             reg_budget,
-        },
-        level: Level::Tile,
-    })
+        })
+    }
 }
 
 impl Parser {
     fn buffer_id(&self, v: &Value, path: &str) -> R<BufferId> {
+        let n = self.buffer_map.len();
         match v.as_i64() {
-            Some(i) if i >= 0 && (i as usize) < self.n_buffers => Ok(BufferId(i as u32)),
-            _ => err(path, format!("expected a buffer id below {}, got {v}", self.n_buffers)),
+            Some(i) if i >= 0 && (i as usize) < n => match self.buffer_map[i as usize] {
+                Some(local) => Ok(BufferId(local)),
+                None => err(
+                    path,
+                    format!(
+                        "buffer {i} is declared by kernel {}",
+                        self.buffer_owner[i as usize].unwrap_or(0)
+                    ),
+                ),
+            },
+            _ => err(path, format!("expected a buffer id below {n}, got {v}")),
         }
     }
     fn var_id(&self, v: &Value, path: &str) -> R<VarId> {
+        let n = self.var_map.len();
         match v.as_i64() {
-            Some(i) if i >= 0 && (i as usize) < self.vars.len() => Ok(VarId(i as u32)),
-            _ => err(path, format!("expected a variable id below {}, got {v}", self.vars.len())),
+            Some(i) if i >= 0 && (i as usize) < n => match self.var_map[i as usize] {
+                Some(local) => Ok(VarId(local)),
+                None => err(
+                    path,
+                    format!("variable {i} is declared by kernel {}", self.var_owner[i as usize].unwrap_or(0)),
+                ),
+            },
+            _ => err(path, format!("expected a variable id below {n}, got {v}")),
         }
     }
 

@@ -421,13 +421,10 @@ impl<'a> Verifier<'a> {
         }
     }
 
+    /// Check an expression. Fragments may be read anywhere: outside `T.Parallel` every thread
+    /// reads them, and `infer_layouts` gives such fragments a layout in which every thread
+    /// holds every element (or names the op whose layout makes that impossible).
     fn expr(&mut self, e: &Expr, loc: Loc) {
-        self.check_expr(e, loc, false)
-    }
-
-    /// Check an expression; `store_target` marks the element a store writes (a fragment
-    /// written outside `T.Parallel` is reported as written, not read).
-    fn check_expr(&mut self, e: &Expr, loc: Loc, store_target: bool) {
         let m = self.m;
         let mut errors: Vec<(String, Loc, Option<String>)> = Vec::new();
         e.walk(&mut |x| match x {
@@ -476,13 +473,6 @@ impl<'a> Verifier<'a> {
                             ));
                         }
                     }
-                }
-                if b.scope == Scope::Fragment && self.in_parallel.is_none() && !store_target {
-                    errors.push((
-                        format!("fragment '{}' is read outside a T.Parallel loop", b.name),
-                        l,
-                        Some("a fragment is spread over the block's threads; read its elements inside `for i, j in T.Parallel(...)`, or copy it to shared memory".into()),
-                    ));
                 }
             }
             Expr::Binary { op, a, b, dtype } => {
@@ -564,7 +554,7 @@ impl<'a> Verifier<'a> {
         atomic: Option<AtomicMode>,
     ) {
         let b = self.m.buffer(buf);
-        self.check_expr(&Expr::load(buf, idx.to_vec(), b.dtype), loc, true);
+        self.expr(&Expr::load(buf, idx.to_vec(), b.dtype), loc);
         self.expr(value, loc);
         if value.dtype() != b.dtype {
             self.err(format!("internal: storing {} into '{}' of {}", value.dtype(), b.name, b.dtype), loc);
@@ -593,13 +583,6 @@ impl<'a> Verifier<'a> {
                     "index the written element with every loop variable, or reduce with T.reduce_* instead",
                 );
             }
-        }
-        if b.scope == Scope::Fragment && self.in_parallel.is_none() {
-            let name = b.name.clone();
-            let d = self.err(format!("fragment '{name}' is written outside a T.Parallel loop"), loc);
-            *d = d.clone().with_help(
-                "write fragment elements inside `for i, j in T.Parallel(...)`, or use T.fill / T.copy",
-            );
         }
     }
 

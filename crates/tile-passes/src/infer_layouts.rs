@@ -8,7 +8,10 @@
 //! both source lines and both layouts.
 //! Does not: choose instructions or vector widths (see `lower_tile_ops`).
 //!
-//! Propagation, in program order, until nothing changes: a reduction's result takes the
+//! Gemm operands and accumulators take their instruction's layouts first; then every
+//! fragment that scalar code (outside `T.Parallel`) reads or writes is held whole by every
+//! thread (a gemm's fragment cannot be: an error at the scalar access). Propagation, in
+//! program order, until nothing changes: a reduction's result takes the
 //! reduced layout of its source; a parallel loop whose body indexes a laid-out fragment
 //! with exactly its loop variables takes that fragment's layout, and passes it (projected)
 //! to fragments indexed by a subset of them. When propagation stalls, the unassigned
@@ -35,13 +38,16 @@ fn loop_dims_of(idx: &[Expr], vars: &[VarId]) -> Option<Vec<usize>> {
     Some(dims)
 }
 
-/// Every fragment access (buffer, indices, loc) in a parallel loop body, stores included.
-fn fragment_accesses(m: &Module, body: &[Stmt]) -> Vec<(BufferId, Vec<Expr>, tile_ir::Loc)> {
+/// One fragment access in a parallel loop body: buffer, indices, where, and whether it is a store.
+type Access = (BufferId, Vec<Expr>, tile_ir::Loc, bool);
+
+/// Every fragment access in a parallel loop body, stores included.
+fn fragment_accesses(m: &Module, body: &[Stmt]) -> Vec<Access> {
     let mut out = Vec::new();
     walk_stmts(body, &mut |s| {
         if let Stmt::Store { buf, idx, loc, .. } = s {
             if m.buffer(*buf).scope == Scope::Fragment {
-                out.push((*buf, idx.clone(), *loc));
+                out.push((*buf, idx.clone(), *loc, true));
             }
         }
         let loc = s.loc();
@@ -49,13 +55,46 @@ fn fragment_accesses(m: &Module, body: &[Stmt]) -> Vec<(BufferId, Vec<Expr>, til
             e.walk(&mut |x| {
                 if let Expr::Load { buf, idx, loc: l, .. } = x {
                     if m.buffer(*buf).scope == Scope::Fragment {
-                        out.push((*buf, idx.clone(), if l.is_known() { *l } else { loc }));
+                        out.push((*buf, idx.clone(), if l.is_known() { *l } else { loc }, false));
                     }
                 }
             })
         });
     });
     out
+}
+
+/// The fragments scalar code reads or writes — statements outside any `T.Parallel` loop,
+/// which every thread runs (`if mask[k] != 0:`, `last[0] = ...`, the indices of a copy) —
+/// each with where it is first accessed so. Every thread must hold all of such a fragment.
+fn floating_fragments(m: &Module, body: &[Stmt], out: &mut BTreeMap<BufferId, tile_ir::Loc>) {
+    for s in body {
+        if matches!(s, Stmt::Parallel { .. }) {
+            continue;
+        }
+        if let Stmt::Store { buf, loc, .. } = s {
+            if m.buffer(*buf).scope == Scope::Fragment {
+                out.entry(*buf).or_insert(*loc);
+            }
+        }
+        let loc = s.loc();
+        stmt_exprs(s, &mut |e| {
+            e.walk(&mut |x| {
+                if let Expr::Load { buf, loc: l, .. } = x {
+                    if m.buffer(*buf).scope == Scope::Fragment {
+                        out.entry(*buf).or_insert(if l.is_known() { *l } else { loc });
+                    }
+                }
+            })
+        });
+        for b in s.bodies() {
+            floating_fragments(m, b, out);
+        }
+    }
+}
+
+fn is_whole(m: &Module, b: BufferId) -> bool {
+    m.buffer(b).layout.as_ref().is_some_and(|l| l.is_whole())
 }
 
 fn min_elem_bytes(m: &Module, body: &[Stmt]) -> u32 {
@@ -83,14 +122,23 @@ fn min_elem_bytes(m: &Module, body: &[Stmt]) -> u32 {
     bytes
 }
 
-/// The loop's layout when one of its fragments decides it.
+/// The loop's layout when one of its fragments decides it: a fragment every thread holds
+/// whole that the loop writes (so every thread runs every iteration and keeps its copy
+/// whole), else one indexed by all the loop's variables that is spread over the threads (a
+/// fragment held whole is read by any iteration's thread: it decides nothing).
 fn anchor_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -> Option<FragmentLayout> {
     let full: Vec<usize> = (0..vars.len()).collect();
-    for (buf, idx, _) in fragment_accesses(m, body) {
-        let b = m.buffer(buf);
-        if let (Some(l), Some(dims)) = (&b.layout, loop_dims_of(&idx, vars)) {
-            if dims == full && b.extents() == extents {
-                return Some(l.clone());
+    let accesses = fragment_accesses(m, body);
+    for whole_stores in [true, false] {
+        for (buf, idx, _, store) in &accesses {
+            let b = m.buffer(*buf);
+            if whole_stores != (*store && is_whole(m, *buf)) || (!whole_stores && is_whole(m, *buf)) {
+                continue;
+            }
+            if let (Some(l), Some(dims)) = (&b.layout, loop_dims_of(idx, vars)) {
+                if dims == full && b.extents() == extents {
+                    return Some(l.clone());
+                }
             }
         }
     }
@@ -347,6 +395,31 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         return Err(diags);
     }
 
+    // fragments scalar code reads or writes: every thread holds all of them (TileLang's
+    // fully replicated "floating" fragments), unless a gemm has laid them out already
+    let mut floating = BTreeMap::new();
+    floating_fragments(&m, &m.kernel.body, &mut floating);
+    for (&b, &at) in &floating {
+        match &m.buffer(b).layout {
+            None => m.buffer_mut(b).layout = Some(FragmentLayout::whole(&m.buffer(b).extents(), threads_for(b))),
+            Some(l) => diags.push(
+                Diagnostic::error(
+                    format!(
+                        "fragment '{}' is read or written outside a T.Parallel loop, where every thread needs all of it, but T.gemm spreads it over the threads",
+                        m.buffer(b).name
+                    ),
+                    at,
+                )
+                .with_primary_label("every thread runs this statement")
+                .with_label(m.buffer(b).loc, format!("'{}' is laid out as {l}", m.buffer(b).name))
+                .with_help("access its elements inside `for i, j in T.Parallel(...)`, or copy what scalar code needs into a fragment of its own first"),
+            ),
+        }
+    }
+    if !diags.is_empty() {
+        return Err(diags);
+    }
+
     loop {
         while propagate(&mut m) {}
         // a reduction's result takes its layout from the source: default the sources first
@@ -410,7 +483,7 @@ fn propagate(m: &mut Module) -> bool {
         }
         Stmt::Parallel { vars, extents, body, .. } => {
             if let Some(l) = anchor_layout(m, vars, extents, body) {
-                for (buf, idx, _) in fragment_accesses(m, body) {
+                for (buf, idx, _, _) in fragment_accesses(m, body) {
                     if m.buffer(buf).layout.is_some() {
                         continue;
                     }
@@ -440,8 +513,11 @@ fn propagate(m: &mut Module) -> bool {
 /// all values of the other variables (held in registers, at most 256 per dimension); threads
 /// that hold replicas of an element compute it too, and only the first of them writes.
 fn expanded_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -> Option<FragmentLayout> {
-    for (buf, idx, _) in fragment_accesses(m, body) {
+    for (buf, idx, _, _) in fragment_accesses(m, body) {
         let b = m.buffer(buf);
+        if is_whole(m, buf) {
+            continue; // read by any thread: it decides nothing
+        }
         let (Some(fl), Some(dims)) = (&b.layout, loop_dims_of(&idx, vars)) else { continue };
         if dims.len() == vars.len() || dims.iter().enumerate().any(|(k, d)| fl.extents[k] != extents[*d]) {
             continue;
@@ -479,8 +555,8 @@ fn assign_loop_layouts(m: &Module, body: &mut [Stmt], threads: u32, diags: &mut 
                 let l = anchor_layout(m, vars, extents, body)
                     .or_else(|| expanded_layout(m, vars, extents, body))
                     .unwrap_or_else(|| FragmentLayout::blocked(extents, threads, min_elem_bytes(m, body)));
-                for (buf, idx, aloc) in fragment_accesses(m, body) {
-                    if let Err(why) = compatible(m, buf, &idx, vars, &l) {
+                for (buf, idx, aloc, store) in fragment_accesses(m, body) {
+                    if let Err(why) = compatible(m, buf, &idx, store, vars, &l) {
                         let b = m.buffer(buf);
                         diags.push(
                             Diagnostic::error(format!("layout conflict on fragment '{}': {why}", b.name), aloc)
@@ -510,11 +586,19 @@ fn compatible(
     m: &Module,
     buf: BufferId,
     idx: &[Expr],
+    store: bool,
     vars: &[VarId],
     l: &FragmentLayout,
 ) -> Result<(), String> {
     let b = m.buffer(buf);
     let fl = b.layout.as_ref().expect("every fragment has a layout by now");
+    if fl.is_whole() && fl.active_threads >= l.active_threads {
+        // every thread holds every element: any index reads; a write must reach every copy
+        if store && !(l.is_whole() && l.active_threads == fl.active_threads) {
+            return Err("every thread holds all of it (scalar code outside T.Parallel reads or writes it), so every thread must run each iteration that writes it, but this loop spreads its iterations over the threads".into());
+        }
+        return Ok(());
+    }
     let Some(dims) = loop_dims_of(idx, vars) else {
         return Err(
             "its indices must be distinct loop variables of the enclosing T.Parallel, in loop order".into()

@@ -9,6 +9,13 @@
 //! evaluator), loads the kernel on a device it has not met (through the kernel's `load`),
 //! allocates the `out_idx` outputs, gets torch's current stream and calls `cuLaunchKernel`.
 //!
+//! A prim_func of several `T.Kernel`s is one call of several kernels (KernelInfo's, then
+//! those of its `then`): the arguments are checked once, every kernel's grid is evaluated
+//! before anything is allocated, the outputs and scratch are allocated once, and each
+//! kernel with blocks is launched in order on the same stream with the same arguments (its
+//! own tensor maps after them) — the stream orders them, so a kernel reads what the ones
+//! before it wrote.
+//!
 //! Scratch buffers (KernelInfo `scratch`, `T.alloc_global`) are allocated for every call
 //! that launches blocks, after the arguments are accepted: one `torch.empty_strided` of
 //! bytes each, through torch's caching allocator on the call's device (so on the stream
@@ -157,22 +164,32 @@ pub struct Launcher {
     current_stream: Option<StreamGetter>,
     /// `torch.cuda.current_device`, for calls without a tensor argument; None in a dry run.
     current_device: Option<PyObject>,
-    /// (function, context) per device ordinal, once loaded there.
-    functions: Vec<OnceLock<(usize, usize)>>,
+    /// The kernels a call launches, in order (KernelInfo's first, then its `then`).
+    steps: Vec<Step>,
+    /// (function of each step, context) per device ordinal, once loaded there.
+    functions: Vec<OnceLock<(Vec<usize>, usize)>>,
     /// Multiprocessors per device, read once: a persistent kernel launches one block per SM.
     sms: Vec<OnceLock<u32>>,
-    /// Clusters of this (clustered, persistent) kernel that run at once, per device.
+    /// Clusters of each (clustered, persistent) kernel that run at once, per device:
+    /// `device * kernels + kernel`.
     clusters: Vec<OnceLock<u32>>,
     load: PyObject,
     fallback: PyObject,
     driver: Option<&'static Driver>,
-    /// The tensor maps a call encodes, in the order the kernel takes them (after the sizes).
-    maps: Vec<MapParam>,
     /// The bytes of each scratch buffer (KernelInfo `scratch`), in the order the kernel
     /// takes them (after the parameters).
     scratch: Vec<Extent>,
     /// `torch.uint8`: scratch buffers are allocated as bytes.
     byte_dtype: PyObject,
+}
+
+/// One kernel of a call (a prim_func may hold several `T.Kernel`s, launched in order with
+/// the same arguments).
+struct Step {
+    /// Its KernelInfo: grid, block, shared memory, tensor maps.
+    info: KernelInfo,
+    /// The tensor maps a call encodes, in the order the kernel takes them (after the sizes).
+    maps: Vec<MapParam>,
     /// The last encoding of each map, reused by calls with the same tensor.
     map_cache: MapCache,
 }
@@ -460,35 +477,43 @@ impl Launcher {
         Ok(held)
     }
 
-    /// The kernel's function on `device`, loaded there on first use.
-    fn function(&self, py: Python<'_>, device: i32) -> PyResult<(usize, usize)> {
+    /// The function of each step on `device` and its context, loaded there on first use.
+    fn functions(&self, py: Python<'_>, device: i32) -> PyResult<&(Vec<usize>, usize)> {
         let slot = usize::try_from(device)
             .ok()
             .and_then(|d| self.functions.get(d))
             .ok_or_else(|| PyRuntimeError::new_err(format!("Launcher: no CUDA device {device}")))?;
-        if let Some(&loaded) = slot.get() {
+        if let Some(loaded) = slot.get() {
             return Ok(loaded);
         }
         let load = self.load.bind(py).call0()?;
         if load.is_none() {
             return Err(PyRuntimeError::new_err("the kernel of this launcher was deleted"));
         }
-        let loaded: (usize, usize) = load.call1((device,))?.extract()?;
-        let _ = slot.set(loaded);
-        Ok(loaded)
+        let loaded: (Vec<usize>, usize) = load.call1((device,))?.extract()?;
+        if loaded.0.len() != self.steps.len() {
+            return Err(PyRuntimeError::new_err(format!(
+                "Launcher: load gave {} functions for {} kernels",
+                loaded.0.len(),
+                self.steps.len()
+            )));
+        }
+        Ok(slot.get_or_init(|| loaded))
     }
 
     /// How many blocks (clusters, for a clustered kernel) of a persistent kernel walk its
     /// tiles on `device`: one per SM, or as many clusters as run at once (a cluster's blocks
     /// share a GPC, so fewer than SMs / n may fit: launching more would run them after the
     /// others, a second wave), asked of the driver once per device.
-    fn walkers(&self, py: Python<'_>, device: i32) -> PyResult<u32> {
+    fn walkers(&self, py: Python<'_>, device: i32, step: usize) -> PyResult<u32> {
         let sms = self.multiprocessors(device)?;
-        let n = self.info.cluster[0].max(1);
+        let info = &self.steps[step].info;
+        let n = info.cluster[0].max(1);
         if n == 1 {
             return Ok(sms);
         }
-        let Some(cell) = usize::try_from(device).ok().and_then(|d| self.clusters.get(d)) else {
+        let at = usize::try_from(device).ok().map(|d| d * self.steps.len() + step);
+        let Some(cell) = at.and_then(|i| self.clusters.get(i)) else {
             return Ok(sms / n);
         };
         if let Some(&k) = cell.get() {
@@ -496,13 +521,13 @@ impl Launcher {
         }
         let k = match self.driver {
             Some(driver) => {
-                let (function, context) = self.function(py, device)?;
+                let (functions, context) = self.functions(py, device)?;
                 crate::launch::max_active_clusters(
                     driver,
-                    context,
-                    function,
-                    self.info.block,
-                    self.info.shared_bytes,
+                    *context,
+                    functions[step],
+                    info.block,
+                    info.shared_bytes,
                     n,
                 )?
                 .unwrap_or(sms / n)
@@ -586,16 +611,18 @@ impl Launcher {
     /// ones the kernel assumes (contiguous for symbolic shapes). A map whose tensor is the
     /// one it was last encoded for is copied from the cache; a dry run checks the
     /// arguments and encodes nothing.
+    #[allow(clippy::too_many_arguments)]
     fn encode_maps(
         &self,
         py: Python<'_>,
+        step: &Step,
         device: i32,
         context: usize,
         slots: &[u64],
         sizes: &[i64],
         out: &mut [EncodedMap],
     ) -> PyResult<()> {
-        for (index, (map, out)) in self.maps.iter().zip(out.iter_mut()).enumerate() {
+        for (index, (map, out)) in step.maps.iter().zip(out.iter_mut()).enumerate() {
             let Param::Tensor(spec) = &self.params[map.param] else { unreachable!("maps are of tensors") };
             let rank = map.rank;
             let mut key =
@@ -619,11 +646,11 @@ impl Launcher {
                     }
                 }
             }
-            if let Some(encoded) = self.map_cache.get(index, &key) {
+            if let Some(encoded) = step.map_cache.get(index, &key) {
                 *out = encoded;
                 continue;
             }
-            let (info, param) = (&self.info.tensor_maps[index], &self.info.params[map.param]);
+            let (info, param) = (&step.info.tensor_maps[index], &self.info.params[map.param]);
             let name = param.name();
             let args =
                 encode_args(info, name, param.dtype(), &key.shape[..rank], &key.strides[..rank], key.data)
@@ -632,7 +659,7 @@ impl Launcher {
             let encoded = py.allow_threads(|| driver.encode_tensor_map(context, &args)).map_err(|error| {
                 PyRuntimeError::new_err(format!("the tensor map of parameter '{name}': {}", error.value(py)))
             })?;
-            self.map_cache.put(index, key, encoded);
+            step.map_cache.put(index, key, encoded);
             *out = encoded;
         }
         Ok(())
@@ -669,36 +696,43 @@ impl Launcher {
     ) -> PyResult<Self> {
         let info: KernelInfo =
             serde_json::from_str(info_json).map_err(|e| info_error(format!("not a KernelInfo ({e})")))?;
-        if info.entry.is_none() {
-            return Err(info_error(format!(
-                "kernel '{}' has no GPU code (compiled for the interpreter)",
-                info.name
-            )));
-        }
-        // clusters along x of a persistent kernel (compiled in: __cluster_dims__)
-        let [cx, cy, cz] = info.cluster;
-        if info.cluster != [1, 1, 1] && !(info.persistent && cx >= 1 && cy == 1 && cz == 1) {
-            return Err(info_error(format!(
-                "kernel '{}' needs a thread-block cluster {:?}, which this launcher sets up only along x for persistent kernels",
-                info.name, info.cluster
-            )));
-        }
-        let mut maps = Vec::with_capacity(info.tensor_maps.len());
-        for map in &info.tensor_maps {
-            let Some(ParamInfo::Tensor { name, dtype, shape, align, .. }) = info.params.get(map.param) else {
+        let mut steps = Vec::new();
+        for launch in info.launches() {
+            if launch.entry.is_none() {
                 return Err(info_error(format!(
-                    "a tensor map of parameter {}, which is not a tensor",
-                    map.param
-                )));
-            };
-            // a misaligned pointer is declined (and explained) before any map is encoded
-            if !align.is_multiple_of(16) {
-                return Err(info_error(format!(
-                    "parameter '{name}' has a tensor map, which needs 16-byte aligned data, but an alignment of {align}"
+                    "kernel '{}' has no GPU code (compiled for the interpreter)",
+                    info.name
                 )));
             }
-            map_layout(map, name, dtype, shape.len()).map_err(info_error)?;
-            maps.push(MapParam { param: map.param, rank: shape.len() });
+            // clusters along x of a persistent kernel (compiled in: __cluster_dims__)
+            let [cx, cy, cz] = launch.cluster;
+            if launch.cluster != [1, 1, 1] && !(launch.persistent && cx >= 1 && cy == 1 && cz == 1) {
+                return Err(info_error(format!(
+                    "kernel '{}' needs a thread-block cluster {:?}, which this launcher sets up only along x for persistent kernels",
+                    info.name, launch.cluster
+                )));
+            }
+            let mut maps = Vec::with_capacity(launch.tensor_maps.len());
+            for map in &launch.tensor_maps {
+                let Some(ParamInfo::Tensor { name, dtype, shape, align, .. }) = info.params.get(map.param)
+                else {
+                    return Err(info_error(format!(
+                        "a tensor map of parameter {}, which is not a tensor",
+                        map.param
+                    )));
+                };
+                // a misaligned pointer is declined (and explained) before any map is encoded
+                if !align.is_multiple_of(16) {
+                    return Err(info_error(format!(
+                        "parameter '{name}' has a tensor map, which needs 16-byte aligned data, but an alignment of {align}"
+                    )));
+                }
+                map_layout(map, name, dtype, shape.len()).map_err(info_error)?;
+                maps.push(MapParam { param: map.param, rank: shape.len() });
+            }
+            let mut own = launch.clone();
+            own.then.clear();
+            steps.push(Step { info: own, map_cache: MapCache::new(maps.len()), maps });
         }
         let reader = match (torch_shim, torch_shim::load(torch)) {
             (true, Ok(shim)) => {
@@ -775,11 +809,13 @@ impl Launcher {
             outputs.push(Output { param, shape });
         }
         let inputs: Vec<usize> = (0..params.len()).filter(|i| !out_idx.contains(i)).collect();
-        if info.grid.len() != 3 {
-            return Err(info_error("the grid must have three dimensions"));
-        }
-        for expr in &info.grid {
-            check_grid_params(expr, &params, info.sizes.len())?;
+        for step in &steps {
+            if step.info.grid.len() != 3 {
+                return Err(info_error("the grid must have three dimensions"));
+            }
+            for expr in &step.info.grid {
+                check_grid_params(expr, &params, info.sizes.len())?;
+            }
         }
         // every size must come from an input: a call cannot know one only outputs carry
         for size in &info.sizes {
@@ -828,12 +864,11 @@ impl Launcher {
             current_device,
             functions: (0..devices).map(|_| OnceLock::new()).collect(),
             sms: (0..devices).map(|_| OnceLock::new()).collect(),
-            clusters: (0..devices).map(|_| OnceLock::new()).collect(),
+            clusters: (0..devices * steps.len()).map(|_| OnceLock::new()).collect(),
             load,
             fallback,
             driver: if dry_run { None } else { Some(driver()?) },
-            map_cache: MapCache::new(maps.len()),
-            maps,
+            steps,
         })
     }
 
@@ -905,75 +940,93 @@ impl Launcher {
             _ if self.driver.is_none() => 0,
             device => device,
         };
-        let mut grid = self
-            .info
-            .launch_grid(&|i| self.scalar_value(i, slots[i]), sizes)
-            .map_err(|e| self.grid_error(e, args))?;
-        if self.info.persistent {
-            // one block per SM (at most one per tile) walks the grid's tiles; with clusters
-            // of n blocks, one cluster per n SMs walks groups of n tiles
-            let tiles = grid.iter().map(|&g| g as u64).product::<u64>();
-            let n = self.info.cluster[0].max(1) as u64;
-            let walkers = (tiles / n).min(self.walkers(py, device)? as u64);
-            grid = [(walkers * n) as u32, 1, 1];
+        // every kernel's grid, before anything is allocated or launched
+        let mut stack_grids = [[0u32; 3]; 2];
+        let mut heap_grids = Vec::new();
+        let grids: &mut [[u32; 3]] = if self.steps.len() <= 2 {
+            &mut stack_grids[..self.steps.len()]
+        } else {
+            heap_grids.resize(self.steps.len(), [0; 3]);
+            &mut heap_grids
+        };
+        for (k, (step, grid)) in self.steps.iter().zip(grids.iter_mut()).enumerate() {
+            *grid = step
+                .info
+                .launch_grid(&|i| self.scalar_value(i, slots[i]), sizes)
+                .map_err(|e| self.grid_error(e, args))?;
+            if step.info.persistent {
+                // one block per SM (at most one per tile) walks the grid's tiles; with
+                // clusters of n blocks, as many clusters as run at once walk groups of n
+                let tiles = grid.iter().map(|&g| g as u64).product::<u64>();
+                let n = step.info.cluster[0].max(1) as u64;
+                let walkers = (tiles / n).min(self.walkers(py, device, k)? as u64);
+                *grid = [(walkers * n) as u32, 1, 1];
+            }
         }
-        if grid.contains(&0) {
+        if grids.iter().all(|grid| grid.contains(&0)) {
             // no blocks (a size of 0): nothing to launch, the outputs are returned as made
             let outputs = self.allocate(py, device, slots, sizes)?;
             return self.returned(py, outputs);
         }
-        let (function, context) = self.function(py, device)?;
+        let (functions, context) = self.functions(py, device)?;
+        let context = *context;
 
         let outputs = self.allocate(py, device, slots, sizes)?;
         let scratch = self.allocate_scratch(py, device, slots, sizes)?;
-        // the tensor maps, after the outputs are bound (a map may describe one)
-        let n_maps = self.maps.len();
-        let mut stack_maps;
-        let mut heap_maps = Vec::new();
-        let maps: &mut [EncodedMap] = if n_maps == 0 {
-            &mut []
-        } else if n_maps <= STACK_MAPS {
-            stack_maps = [EncodedMap::ZERO; STACK_MAPS];
-            &mut stack_maps[..n_maps]
-        } else {
-            heap_maps.resize(n_maps, EncodedMap::ZERO);
-            &mut heap_maps
-        };
-        self.encode_maps(py, device, context, slots, sizes, maps)?;
-        // the kernel's parameters: the params, scratch and sizes (8-byte slots), then the maps
-        let total = count + n_maps;
-        let mut stack_pointers = [null_mut::<c_void>(); STACK_ARGS];
-        let mut heap_pointers = Vec::new();
-        let pointers: &mut [*mut c_void] = if total <= STACK_ARGS {
-            &mut stack_pointers[..total]
-        } else {
-            heap_pointers.resize(total, null_mut());
-            &mut heap_pointers
-        };
-        let (slot_pointers, map_pointers) = pointers.split_at_mut(count);
-        for (pointer, slot) in slot_pointers.iter_mut().zip(slots.iter_mut()) {
-            *pointer = (slot as *mut u64).cast();
-        }
-        for (pointer, map) in map_pointers.iter_mut().zip(maps.iter_mut()) {
-            *pointer = (map as *mut EncodedMap).cast();
-        }
-        if let Some(driver) = self.driver {
-            let launch = Launch {
-                function,
-                context,
-                grid: (grid[0], grid[1], grid[2]),
-                block: (self.info.block[0], self.info.block[1], self.info.block[2]),
-                shared_bytes: self.info.shared_bytes,
-                stream: self.stream(py, device)?,
-                parameters: pointers.as_mut_ptr() as usize,
+        let stream = if self.driver.is_some() { self.stream(py, device)? } else { 0 };
+        for ((step, grid), &function) in self.steps.iter().zip(grids.iter()).zip(functions) {
+            if grid.contains(&0) {
+                continue;
+            }
+            // the tensor maps, after the outputs are bound (a map may describe one)
+            let n_maps = step.maps.len();
+            let mut stack_maps;
+            let mut heap_maps = Vec::new();
+            let maps: &mut [EncodedMap] = if n_maps == 0 {
+                &mut []
+            } else if n_maps <= STACK_MAPS {
+                stack_maps = [EncodedMap::ZERO; STACK_MAPS];
+                &mut stack_maps[..n_maps]
+            } else {
+                heap_maps.resize(n_maps, EncodedMap::ZERO);
+                &mut heap_maps
             };
-            py.allow_threads(move || run(driver, launch))?;
-        } else {
-            // dry run: the GIL round trip of a real launch, no driver call
-            let first = pointers.first().map_or(0, |p| *p as usize);
-            py.allow_threads(move || std::hint::black_box(first));
+            self.encode_maps(py, step, device, context, slots, sizes, maps)?;
+            // the kernel's parameters: the params, scratch and sizes (8-byte slots), then the maps
+            let total = count + n_maps;
+            let mut stack_pointers = [null_mut::<c_void>(); STACK_ARGS];
+            let mut heap_pointers = Vec::new();
+            let pointers: &mut [*mut c_void] = if total <= STACK_ARGS {
+                &mut stack_pointers[..total]
+            } else {
+                heap_pointers.resize(total, null_mut());
+                &mut heap_pointers
+            };
+            let (slot_pointers, map_pointers) = pointers.split_at_mut(count);
+            for (pointer, slot) in slot_pointers.iter_mut().zip(slots.iter_mut()) {
+                *pointer = (slot as *mut u64).cast();
+            }
+            for (pointer, map) in map_pointers.iter_mut().zip(maps.iter_mut()) {
+                *pointer = (map as *mut EncodedMap).cast();
+            }
+            if let Some(driver) = self.driver {
+                let launch = Launch {
+                    function,
+                    context,
+                    grid: (grid[0], grid[1], grid[2]),
+                    block: (step.info.block[0], step.info.block[1], step.info.block[2]),
+                    shared_bytes: step.info.shared_bytes,
+                    stream,
+                    parameters: pointers.as_mut_ptr() as usize,
+                };
+                py.allow_threads(move || run(driver, launch))?;
+            } else {
+                // dry run: the GIL round trip of a real launch, no driver call
+                let first = pointers.first().map_or(0, |p| *p as usize);
+                py.allow_threads(move || std::hint::black_box(first));
+            }
         }
-        // the kernel is queued: the caching allocator may reuse the scratch for later work
+        // the kernels are queued: the caching allocator may reuse the scratch for later work
         drop(scratch);
         self.returned(py, outputs)
     }

@@ -65,7 +65,7 @@ fn inspect(
             let opts = CompileOptions::from_json(&options)?;
             let compiled = tilers_cc::compile(&program, &opts)?;
             let ir = opts.keep_ir.then_some(compiled.ir);
-            Ok((compiled.source, ir, buffer_layouts(&compiled.module).to_string()))
+            Ok((compiled.source, ir, kernel_layouts(&compiled.modules).to_string()))
         })
     });
     result.map_err(to_py)
@@ -114,6 +114,23 @@ fn interpret(
 #[pyfunction]
 fn check(py: Python<'_>, program: String) -> PyResult<String> {
     py.allow_threads(move || on_deep_stack(move || tilers_cc::check(&program))).map_err(to_py)
+}
+
+/// The on-chip buffers of every kernel of the call (in a program of several kernels, each
+/// entry says its kernel's number in `kernel`).
+fn kernel_layouts(modules: &[tile_ir::Module]) -> serde_json::Value {
+    let mut all = buffer_layouts(&modules[0]);
+    if modules.len() > 1 {
+        let mut buffers = Vec::new();
+        for (k, m) in modules.iter().enumerate() {
+            for mut entry in buffer_layouts(m)["buffers"].as_array().cloned().unwrap_or_default() {
+                entry["kernel"] = serde_json::json!(k);
+                buffers.push(entry);
+            }
+        }
+        all["buffers"] = serde_json::json!(buffers);
+    }
+    all
 }
 
 fn buffer_layouts(m: &tile_ir::Module) -> serde_json::Value {

@@ -113,7 +113,7 @@ pub fn run(args: &[String]) -> u8 {
             };
         }
     };
-    let name = name.unwrap_or_else(|| compiled.module.name.clone());
+    let name = name.unwrap_or_else(|| compiled.modules[0].name.clone());
     if let Err(e) = std::fs::create_dir_all(&out_dir) {
         eprintln!("tilers-cc: cannot create {}: {e}", out_dir.display());
         return 2;
@@ -143,7 +143,7 @@ pub fn run(args: &[String]) -> u8 {
     let cubin = match crate::nvrtc::compile_cubin(
         &lib,
         &compiled.source,
-        &compiled.module.name,
+        &compiled.modules[0].name,
         &opts.arch,
         &extra,
     ) {

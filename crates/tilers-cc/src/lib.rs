@@ -152,8 +152,10 @@ pub struct Compiled {
     pub source: String,
     /// KernelInfo JSON text.
     pub info: String,
-    pub module: Module,
-    /// (pass, text IR after it), `input` first: with [`CompileOptions::keep_ir`] only.
+    /// The lowered module of each kernel, in launch order (one per `T.Kernel`).
+    pub modules: Vec<Module>,
+    /// (pass, text IR after it), `input` first: with [`CompileOptions::keep_ir`] only. In a
+    /// program of several kernels each pass is named `kernel{k}/{pass}`, kernel by kernel.
     pub ir: Vec<(String, String)>,
 }
 
@@ -216,7 +218,8 @@ pub fn compile(program: &str, opts: &CompileOptions) -> Result<Compiled, Compile
     let mut dump = |pass: &str, text: &str| {
         if let Some(dir) = &dump_dir {
             let _ = std::fs::create_dir_all(dir);
-            let _ = std::fs::write(dir.join(format!("{index:02}-{pass}.tir")), text);
+            let file = format!("{index:02}-{}.tir", pass.replace('/', "-"));
+            let _ = std::fs::write(dir.join(file), text);
             index += 1;
         }
         if opts.keep_ir {
@@ -242,7 +245,7 @@ fn compile_inner(
     opts: &CompileOptions,
     dump_module: &mut dyn FnMut(&str, &Module),
 ) -> Result<Compiled, CompileError> {
-    let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
+    let modules = tile_ir::parse::parse_kernels(program).map_err(format_error)?;
     let target = Target::parse(&opts.arch).map_err(CompileError::Format)?;
     let options = Options {
         lineinfo: opts.lineinfo,
@@ -255,35 +258,72 @@ fn compile_inner(
         pingpong: opts.pingpong,
         cluster: opts.cluster,
     };
-    let mut ctx = Ctx::new(target.clone(), options);
-    let sources = module.sources.clone();
-    let lowered = tile_passes::run(module, &mut ctx, Some(dump_module)).map_err(|diags| {
-        let bugs: Vec<_> = diags.iter().filter(|d| d.severity == tile_ir::diag::Severity::Bug).collect();
-        if let Some(b) = bugs.first() {
-            CompileError::Internal { message: b.message.clone(), reproducer: None }
-        } else {
-            CompileError::User(render_all(&diags, &sources))
-        }
-    })?;
-    let cg = tile_codegen::CodegenOptions { lineinfo: opts.lineinfo };
-    let kernel =
-        tile_codegen::emit_cuda(&lowered, &target, &cg, &ctx.report).map_err(|d| match d.severity {
-            tile_ir::diag::Severity::Bug => CompileError::Internal { message: d.message, reproducer: None },
-            _ => CompileError::User(d.render(&sources)),
+    let several = modules.len() > 1;
+    let sources = modules[0].sources.clone();
+    let mut lowered = Vec::with_capacity(modules.len());
+    // each kernel is lowered on its own: passes see one kernel, as in a prim_func of one
+    for (k, module) in modules.into_iter().enumerate() {
+        let mut ctx = Ctx::new(target.clone(), options.clone());
+        let mut dump = |pass: &str, m: &Module| {
+            if several {
+                dump_module(&format!("kernel{k}/{pass}"), m)
+            } else {
+                dump_module(pass, m)
+            }
+        };
+        let module = tile_passes::run(module, &mut ctx, Some(&mut dump)).map_err(|diags| {
+            let bugs: Vec<_> = diags.iter().filter(|d| d.severity == tile_ir::diag::Severity::Bug).collect();
+            if let Some(b) = bugs.first() {
+                CompileError::Internal { message: b.message.clone(), reproducer: None }
+            } else {
+                CompileError::User(render_all(&diags, &sources))
+            }
         })?;
-    Ok(Compiled { source: kernel.source, info: kernel.info.to_json(), module: lowered, ir: Vec::new() })
+        lowered.push((module, ctx.report));
+    }
+    let cg = tile_codegen::CodegenOptions { lineinfo: opts.lineinfo };
+    let kernel = tile_codegen::emit_cuda_kernels(&lowered, &target, &cg).map_err(|d| match d.severity {
+        tile_ir::diag::Severity::Bug => CompileError::Internal { message: d.message, reproducer: None },
+        _ => CompileError::User(d.render(&sources)),
+    })?;
+    Ok(Compiled {
+        source: kernel.source,
+        info: kernel.info.to_json(),
+        modules: lowered.into_iter().map(|(m, _)| m).collect(),
+        ir: Vec::new(),
+    })
 }
 
 /// Verify a serialized program without generating code (for the interpreter); returns its
 /// KernelInfo JSON ([`tile_codegen::KernelInfo::for_interpreter`]: the parameters and the
-/// block; no entry, grid or source).
+/// block; no entry, grid or source; the kernels after the first in `then`).
 pub fn check(program: &str) -> Result<String, CompileError> {
-    let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
-    let sources = module.sources.clone();
-    let mut ctx = Ctx::new(Target::default_gpu(), Options::default());
-    let module = tile_passes::run_through(module, &mut ctx, "verify")
-        .map_err(|d| CompileError::User(render_all(&d, &sources)))?;
-    Ok(tile_codegen::KernelInfo::for_interpreter(&module).to_json())
+    let modules = tile_ir::parse::parse_kernels(program).map_err(format_error)?;
+    let sources = modules[0].sources.clone();
+    let mut infos = Vec::new();
+    for module in modules {
+        let mut ctx = Ctx::new(Target::default_gpu(), Options::default());
+        let module = tile_passes::run_through(module, &mut ctx, "verify")
+            .map_err(|d| CompileError::User(render_all(&d, &sources)))?;
+        infos.push(tile_codegen::KernelInfo::for_interpreter(&module));
+    }
+    let mut info = infos.remove(0);
+    for later in &infos {
+        for (p, q) in info.params.iter_mut().zip(&later.params) {
+            if let (
+                tile_codegen::kernel_info::ParamInfo::Tensor { written, .. },
+                tile_codegen::kernel_info::ParamInfo::Tensor { written: also, .. },
+            ) = (p, q)
+            {
+                *written |= *also;
+            }
+        }
+    }
+    for later in &mut infos {
+        later.params = info.params.clone();
+    }
+    info.then = infos;
+    Ok(info.to_json())
 }
 
 /// Run a serialized program on host buffers with the reference interpreter, after the
@@ -294,12 +334,20 @@ pub fn interpret(
     mut args: Vec<tile_interp::Arg>,
 ) -> Result<Vec<tile_interp::Arg>, CompileError> {
     let result = catch_unwind(AssertUnwindSafe(move || -> Result<Vec<tile_interp::Arg>, CompileError> {
-        let module = tile_ir::parse::parse_program(program).map_err(format_error)?;
-        let sources = module.sources.clone();
-        let mut ctx = Ctx::new(Target::default_gpu(), Options::default());
+        let modules = tile_ir::parse::parse_kernels(program).map_err(format_error)?;
+        let sources = modules[0].sources.clone();
         let user = |diags: Vec<tile_ir::Diagnostic>| CompileError::User(render_all(&diags, &sources));
-        let module = tile_passes::run_through(module, &mut ctx, "simplify").map_err(user)?;
-        tile_interp::run(&module, &mut args).map_err(|d| CompileError::User(d.render(&sources)))?;
+        let mut simplified = Vec::with_capacity(modules.len());
+        for module in modules {
+            let mut ctx = Ctx::new(Target::default_gpu(), Options::default());
+            simplified.push(tile_passes::run_through(module, &mut ctx, "simplify").map_err(user)?);
+        }
+        let run_error = |d: tile_ir::Diagnostic| CompileError::User(d.render(&sources));
+        if let [module] = &simplified[..] {
+            tile_interp::run(module, &mut args).map_err(run_error)?;
+            return Ok(args);
+        }
+        run_in_order(&simplified, &mut args).map_err(run_error)?;
         Ok(args)
     }));
     match result {
@@ -316,4 +364,33 @@ pub fn interpret(
             })
         }
     }
+}
+
+/// Run the kernels of one call in order on the interpreter: `args` are the call's (the
+/// parameters, then the sizes); the scratch buffers are made once (as the models start
+/// them) and handed from kernel to kernel as extra tensor parameters.
+fn run_in_order(kernels: &[Module], args: &mut Vec<tile_interp::Arg>) -> Result<(), tile_ir::Diagnostic> {
+    let first = &kernels[0];
+    let n_params = first.params.len();
+    let (sized, _) = tile_interp::bind_sizes(first, args)?;
+    let mut scratch: Vec<tile_interp::Arg> = sized
+        .scratch
+        .iter()
+        .map(|&b| {
+            let b = sized.buffer(b);
+            tile_interp::Arg::Tensor(tile_interp::scratch_bytes(b.dtype, b.num_elements().max(0) as usize))
+        })
+        .collect();
+    let n_scratch = scratch.len();
+    for m in kernels {
+        let sizes = args.split_off(n_params);
+        args.append(&mut scratch);
+        args.extend(sizes);
+        let result = tile_interp::run(&m.clone().scratch_as_params(), args);
+        let rest = args.split_off(n_params + n_scratch);
+        scratch = args.split_off(n_params);
+        args.extend(rest);
+        result?;
+    }
+    Ok(())
 }

@@ -208,10 +208,51 @@ fn finite(x: f64) -> Value {
     }
 }
 
-/// Compile `program` and check every stage (see [`check_stages`]).
+/// Compile `program` and check every stage (see [`check_stages`]). In a program of several
+/// kernels each kernel is checked on its own (its stages are `kernel{k}/{pass}`), its
+/// scratch buffers taken as tensor parameters: random contents in, compared out, as the
+/// call's kernels hand them on; the stages of all kernels are listed in order.
 pub fn check_passes(program: &str, opts: &CheckOptions) -> Result<PassCheck, CompileError> {
     let stages = crate::compile_stages(program, &opts.compile)?;
-    check_stages(&stages, opts)
+    if !stages.first().is_some_and(|(pass, _)| pass.starts_with("kernel0/")) {
+        return check_stages(&stages, opts);
+    }
+    let mut kernels: Vec<(String, Vec<(String, Module)>)> = Vec::new();
+    for (name, m) in stages {
+        let Some((kernel, pass)) = name.split_once('/') else {
+            return Err(CompileError::Internal {
+                message: format!("stage '{name}' names no kernel"),
+                reproducer: None,
+            });
+        };
+        if kernels.last().is_none_or(|(k, _)| k != kernel) {
+            kernels.push((kernel.to_string(), Vec::new()));
+        }
+        let last = kernels.last_mut().expect("pushed above");
+        last.1.push((pass.to_string(), m.scratch_as_params()));
+    }
+    let mut all: Option<PassCheck> = None;
+    for (kernel, stages) in &kernels {
+        let mut check = check_stages(stages, opts)?;
+        for s in &mut check.stages {
+            s.pass = format!("{kernel}/{}", s.pass);
+        }
+        match &mut all {
+            None => all = Some(check),
+            Some(all) => {
+                if all.first_failure.is_none() && check.first_failure.is_some() {
+                    all.first_failure = check.first_failure.map(|i| i + all.stages.len());
+                    all.ir_before = check.ir_before;
+                    all.ir_after = check.ir_after;
+                }
+                all.stages.extend(check.stages);
+            }
+        }
+    }
+    all.ok_or_else(|| CompileError::Internal {
+        message: "a program without kernels".into(),
+        reproducer: None,
+    })
 }
 
 /// Check every stage after `input` against the reference run of the `simplify` stage —

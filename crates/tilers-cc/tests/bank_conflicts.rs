@@ -12,7 +12,7 @@ use tilers_cc::{compile, CompileOptions};
 fn lowered(name: &str) -> Module {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs").join(format!("{name}.json"));
     let text = std::fs::read_to_string(p).unwrap();
-    compile(&text, &CompileOptions { arch: "sm_80".into(), ..Default::default() }).unwrap().module
+    compile(&text, &CompileOptions { arch: "sm_80".into(), ..Default::default() }).unwrap().modules.remove(0)
 }
 
 fn eval(e: &Expr, env: &BTreeMap<VarId, i64>) -> i64 {

@@ -303,6 +303,60 @@ impl Lowerer {
         }
     }
 
+    /// A statement outside `T.Parallel`, which every thread runs, with its fragment
+    /// accesses as register slots: such fragments are held whole by every thread
+    /// (`infer_layouts`). Only the statement's own expressions: the bodies it holds are
+    /// lowered on their own (a parallel loop's by its layout).
+    fn scalar_fragment_slots(&self, s: Stmt) -> Stmt {
+        let m = &self.m;
+        let mut slots = |e: Expr| -> Expr {
+            e.map(&mut |x| match x {
+                Expr::Load { buf, idx, dtype, loc, oob } if m.buffer(buf).scope == Scope::Fragment => {
+                    let l = m.buffer(buf).layout.as_ref().expect("fragment layout");
+                    Expr::Load { buf, idx: vec![l.slot_of(&idx)], dtype, loc, oob }
+                }
+                other => other,
+            })
+        };
+        let region = |r: Region, f: &mut dyn FnMut(Expr) -> Expr| map_region(r, &mut |e| f(e));
+        match s {
+            Stmt::Store { buf, idx, value, loc } => {
+                let idx: Vec<Expr> = idx.into_iter().map(&mut slots).collect();
+                let idx = match m.buffer(buf).layout.as_ref() {
+                    Some(l) if m.buffer(buf).scope == Scope::Fragment => vec![l.slot_of(&idx)],
+                    _ => idx,
+                };
+                Stmt::Store { buf, idx, value: slots(value), loc }
+            }
+            Stmt::Atomic { mode, buf, idx, value, prev, loc } => Stmt::Atomic {
+                mode,
+                buf,
+                idx: idx.into_iter().map(&mut slots).collect(),
+                value: slots(value),
+                prev,
+                loc,
+            },
+            Stmt::If { cond, then, otherwise, loc } => Stmt::If { cond: slots(cond), then, otherwise, loc },
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                Stmt::For { var, start: slots(start), extent: slots(extent), kind, body, loc }
+            }
+            Stmt::Copy(op) => Stmt::Copy(CopyOp {
+                src: region(op.src, &mut slots),
+                dst: region(op.dst, &mut slots),
+                pad: op.pad.map(&mut slots),
+                ..op
+            }),
+            Stmt::Fill { dst, value, loc } => {
+                Stmt::Fill { dst: region(dst, &mut slots), value: slots(value), loc }
+            }
+            Stmt::Print { what: Printed::Value(v), msg, block, loc } => {
+                Stmt::Print { what: Printed::Value(slots(v)), msg, block, loc }
+            }
+            Stmt::DeviceAssert { cond, msg, loc } => Stmt::DeviceAssert { cond: slots(cond), msg, loc },
+            other => other,
+        }
+    }
+
     /// An element atomic with `return_prev` outside a `T.Parallel` loop: thread 0 makes it
     /// (statements there run once per block) and hands the old value to every thread through
     /// one shared element, between two barriers (the second keeps a loop's next atomic from
@@ -341,6 +395,7 @@ impl Lowerer {
             if self.lineinfo && s.loc().is_known() {
                 out.push(Stmt::SourceLine(s.loc()));
             }
+            let s = self.scalar_fragment_slots(s);
             match s {
                 Stmt::Parallel { vars, extents, body, loc, layout } => {
                     out.push(self.comment("T.Parallel", loc));
@@ -408,7 +463,11 @@ impl Lowerer {
                     out.push(self.comment("T.device_assert", loc));
                     out.extend(self.assert_once(cond, &msg, loc));
                 }
-                Stmt::Store { buf, idx, value, loc } if self.m.buffer(buf).scope == Scope::Local => {
+                Stmt::Store { buf, idx, value, loc }
+                    if matches!(self.m.buffer(buf).scope, Scope::Local | Scope::Fragment) =>
+                {
+                    // registers: every thread writes its own (a fragment here is held whole
+                    // by every thread, so each keeps its copy)
                     out.push(Stmt::Store { buf, idx, value, loc });
                 }
                 Stmt::Atomic { prev: Some(prev), .. } => out.extend(self.atomic_once(s, prev)),

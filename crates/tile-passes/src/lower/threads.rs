@@ -113,6 +113,11 @@ impl Lowerer {
             if m.buffer(buf).scope != Scope::Fragment {
                 return None;
             }
+            let l = m.buffer(buf).layout.as_ref().expect("fragment layout");
+            if l.is_whole() {
+                // every thread holds every element: the slot of whatever the indices are
+                return Some(vec![l.slot_of(idx)]);
+            }
             let dims: Vec<usize> = idx
                 .iter()
                 .map(|i| match i {
@@ -140,7 +145,13 @@ impl Lowerer {
         for s in body {
             out.push(match s.clone() {
                 Stmt::Store { buf, idx, value, loc } => {
-                    let idx = frag_index(buf, &idx).unwrap_or_else(|| idx.into_iter().map(&subst).collect());
+                    let whole = m.buffer(buf).layout.as_ref().is_some_and(|l| l.is_whole());
+                    let idx = match frag_index(buf, &idx) {
+                        // a whole fragment's slot is of the user's indices: the element's
+                        Some(slot) if whole => slot.into_iter().map(&subst).collect(),
+                        Some(slot) => slot,
+                        None => idx.into_iter().map(&subst).collect(),
+                    };
                     Stmt::Store { buf, idx, value: subst(value), loc }
                 }
                 Stmt::Atomic { mode, buf, idx, value, prev, loc } => Stmt::Atomic {

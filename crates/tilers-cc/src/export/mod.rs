@@ -286,6 +286,13 @@ pub fn export_c(info: &KernelInfo, cubin: &[u8], name: &str) -> Result<Exported,
             info.name, info.cluster
         ));
     }
+    if !info.then.is_empty() {
+        return Err(format!(
+            "'{}' launches {} kernels in turn (several T.Kernel in one prim_func), which the C launcher does not export yet",
+            info.name,
+            1 + info.then.len()
+        ));
+    }
     if cubin.is_empty() {
         return Err(format!("kernel '{}': the cubin is empty", info.name));
     }
