@@ -81,8 +81,8 @@ TILE_COUNTS = [  # (M, N, K), cluster: the grid a multiple of the cluster along 
     ((1536, 1536, 256), (2, 1)),  # 144 tiles: more than the SMs
     ((1536, 1536, 256), (1, 4)),
     ((4096, 4096, 512), (1, 2)),  # 1024 tiles
-    ((500, 260, 192), (1, 2)),  # ragged edges on both axes
-    ((260, 500, 192), (2, 1)),
+    ((500, 264, 192), (1, 2)),  # ragged edges on both axes (rows 16-byte multiples: TMA)
+    ((264, 504, 192), (2, 1)),
 ]
 
 

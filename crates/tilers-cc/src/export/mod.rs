@@ -1118,6 +1118,7 @@ mod tests {
             threads: 128,
             block: [128, 1, 1],
             persistent: false,
+            then: vec![],
             cluster: [1, 1, 1],
             shared_bytes: 0,
             shared_opt_in: false,
@@ -1167,6 +1168,9 @@ mod tests {
         let mut clustered = info();
         clustered.cluster = [2, 1, 1];
         assert!(export_c(&clustered, &[1], "x").unwrap_err().contains("cluster [2, 1, 1]"));
+        let mut several = info();
+        several.then = vec![info()];
+        assert!(export_c(&several, &[1], "x").unwrap_err().contains("launches 2 kernels in turn"));
         assert!(export_c(&info(), &[1], "a-b").unwrap_err().contains("not a C identifier"));
         let mut half = info();
         half.params[2] = ParamInfo::Scalar { name: "s".into(), dtype: "float16".into() };
