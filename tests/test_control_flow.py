@@ -106,6 +106,29 @@ def test_alloc_var_assignment_stores_into_it():
     assert tilers.compile(k, target="cuda:sm_90a").cubin[:4] == b"\x7fELF"
 
 
+def test_clear_and_fill_write_an_alloc_var():
+    # TileLang's split-K combine: T.clear(v) then v += ...
+    @T.prim_func
+    def k(A: T.Tensor((16,), "float32"), S: T.Tensor((2,), "float32")):
+        with T.Kernel(1, threads=32) as bx:
+            total = T.alloc_var(T.float32)
+            top = T.alloc_var(T.float32)
+            T.clear(total)
+            T.fill(top, -T.infinity(T.float32))
+            for j in T.serial(16):
+                total += A[j]
+                top = T.max(top, A[j])
+            S[0] = total
+            S[1] = top
+
+    a = rand(16)
+    s = np.zeros(2, np.float32)
+    tilers.compile(k, target="interp")(a, s)
+    np.testing.assert_allclose(s, [a.sum(), a.max()], rtol=1e-5)
+    result = tilers.testing.check_passes(k, arch="sm_90a")
+    assert result.ok, result.failure_message()
+
+
 def test_an_alloc_var_read_before_any_write_is_an_error_at_the_read():
     @T.prim_func
     def k(A: T.Tensor((8,), "float32")):

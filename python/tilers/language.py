@@ -564,7 +564,11 @@ def copy(src, dst, pad=None, *, disable_tma=False, coalesced_width=None, annotat
 
 
 def fill(dst, value, *, annotations=None):
-    """Set every element of a buffer or region: ``T.fill(acc, 0)``, ``T.fill(A_s[0:16, :], 1)``."""
+    """Set every element of a buffer or region: ``T.fill(acc, 0)``, ``T.fill(A_s[0:16, :], 1)``;
+    on a ``T.alloc_var``, its value (``T.clear(x)`` sets it to 0)."""
+    if isinstance(dst, Var):
+        dst.set(value)
+        return
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.fill", loc)
