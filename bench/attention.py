@@ -1,0 +1,89 @@
+"""FlashAttention forward: tilers (examples/flash_attention.py) beside torch's SDPA with the
+cuDNN and the flash back ends, fp16, BSHD inputs. Per row: a sweep over CONFIGS picks the
+fastest correct tilers config (the tuning), then the chosen config is re-timed interleaved
+with the back ends over ROUNDS rounds (median TFLOP/s; ratios vs cuDNN with their spread).
+A back end that refuses the shape is reported as unsupported. Causal rows count half the
+FLOPs. ATTN_SHAPES="8x32x4096x128,..." (batch x heads x seq x dim) picks rows."""
+
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import flash_attention as fa  # noqa: E402
+import tilers  # noqa: E402
+from common import interleaved, write_results  # noqa: E402
+
+ROUNDS = int(os.environ.get("ATTN_ROUNDS", "3"))
+CONFIGS = [(128, 64, 2, 128), (128, 128, 2, 256), (64, 64, 3, 128), (128, 64, 3, 128), (128, 128, 2, 128)]
+SHAPES = [  # batch, heads, seq, dim, causal (issue 15's table)
+    (8, 32, 4096, 128, False), (8, 32, 4096, 128, True),
+    (4, 32, 4096, 64, False), (4, 32, 4096, 64, True),
+    (16, 16, 1024, 128, False), (1, 16, 16384, 128, False),
+]
+if os.environ.get("ATTN_SHAPES"):
+    SHAPES = []
+    for spec in os.environ["ATTN_SHAPES"].split(","):
+        causal = spec.endswith("c")
+        b, h, n, d = (int(x) for x in spec.rstrip("c").split("x"))
+        SHAPES.append((b, h, n, d, causal))
+
+
+def main():
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    rows = []
+    for b, h, n, d, causal in SHAPES:
+        q, k, v = (torch.randn(b, n, h, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+        want = sdpa(qt, kt, vt, is_causal=causal).transpose(1, 2).float()
+        fns = {}
+        for bm, bn, st, th in CONFIGS:
+            name = f"{bm}x{bn} s{st} t{th}"
+            try:
+                kern = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th), out_idx=[3])
+                out = kern(q, k, v)
+                torch.cuda.synchronize()
+                err = ((out.float() - want).abs().max() / want.abs().max()).item()
+                if err > 1e-2:
+                    print(f"config {name} wrong: {err}")
+                    continue
+                fns[name] = lambda kern=kern: kern(q, k, v)
+            except Exception as e:  # a config that does not compile or run is skipped
+                print(f"config {name} failed: {type(e).__name__}: {str(e)[:200]}")
+        iters = 5 if b * h * n * n * d > 2**36 else 20
+        t = interleaved(fns, repeats=3, iters=iters)
+        best = min(t, key=t.get)
+        chosen = {"tilers": fns[best]}
+        unsupported = []
+        for label, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION)):
+            def run(backend=backend):
+                with sdpa_kernel(backend):
+                    return sdpa(qt, kt, vt, is_causal=causal)
+            try:
+                run()
+                torch.cuda.synchronize()
+                chosen[label] = run
+            except Exception as e:
+                unsupported.append(f"{label}: {type(e).__name__}")
+        rounds = [interleaved(chosen, repeats=5, iters=iters) for _ in range(ROUNDS)]
+        flops = 4 * b * h * n * n * d * (0.5 if causal else 1.0)
+        row = {"shape": f"{b}x{h}x{n}x{d}", "causal": causal, "tilers": best, "rounds": ROUNDS}
+        for name in chosen:
+            row[f"{name} TFLOPs"] = flops / statistics.median(r[name] for r in rounds) / 1e9
+        if "cudnn" in chosen:
+            ratios = [r["cudnn"] / r["tilers"] for r in rounds]
+            row["vs cudnn"] = statistics.median(ratios)
+            row["spread"] = f"{min(ratios):.3f}-{max(ratios):.3f}"
+        if unsupported:
+            row["unsupported"] = "; ".join(unsupported)
+        print(row, flush=True)
+        rows.append(row)
+    write_results("attention", rows)
+
+
+if __name__ == "__main__":
+    main()
