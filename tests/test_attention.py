@@ -52,7 +52,18 @@ def test_nvrtc_compiles_the_benchmarked_configs(config, d):
                        target="cuda:sm_90a")
     assert k.cubin[:4] == b"\x7fELF"
     report = k.report()
-    assert "T.gemm" in report
+    # P stays in registers: the accumulator of the first gemm, cast, is the second's A
+    assert "'acc_s_cast' placed in shared memory" not in report, report
+    assert "A from registers" in report, report
+
+
+def test_p_moves_from_the_mma_accumulator_to_the_a_operand_in_registers():
+    # on mma.sync the two fragments hold the same elements per thread in another register
+    # order: the copy is a permutation of each thread's registers (checked on the model)
+    k = tilers.compile(fa.flash_attention(1, 1, 96, 64, False, block_M=64, block_N=32), out_idx=[3],
+                       target="cuda:sm_80")
+    assert "'acc_s_cast' placed in shared memory" not in k.report()
+    assert "operands by A from registers" in k.report(), k.report()
 
 
 def test_the_example_runs_on_the_interpreter(capsys):

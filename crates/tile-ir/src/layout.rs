@@ -419,6 +419,71 @@ impl FragmentLayout {
         out
     }
 
+    /// Does every element of `self` sit on the same threads in `other` (its slot may
+    /// differ: a move between the two is a register permutation in each thread)? Checked
+    /// element by element for fragments of up to 2^16 elements; larger ones compare equal
+    /// only when their layouts are.
+    pub fn same_holders(&self, other: &FragmentLayout) -> bool {
+        if self == other {
+            return true;
+        }
+        let total: i64 = self.extents.iter().product();
+        if self.extents != other.extents || self.active_threads != other.active_threads || total > 1 << 16 {
+            return false;
+        }
+        let mut coord = vec![0i64; self.extents.len()];
+        for mut flat in 0..total {
+            for d in (0..coord.len()).rev() {
+                coord[d] = flat % self.extents[d];
+                flat /= self.extents[d];
+            }
+            if self.holders(&coord) != other.holders(&coord) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// A layout with the same holders as `self` whose digits split at every digit boundary
+    /// of `self` and `other` (so each digit of either is a run of consecutive digits of the
+    /// result): the loop that moves elements between two fragments laid out with the same
+    /// holders but different digits (an mma accumulator and an A operand). None when the
+    /// digits do not nest (a boundary that does not divide the next).
+    pub fn refined(&self, other: &FragmentLayout) -> Option<FragmentLayout> {
+        if self.extents != other.extents || self.dims.len() != other.dims.len() {
+            return None;
+        }
+        let mut out = self.clone();
+        for (d, (mine, theirs)) in self.dims.iter().zip(&other.dims).enumerate() {
+            let mut cuts: Vec<i64> =
+                mine.iter().chain(theirs).flat_map(|g| [g.step, g.step * g.size]).collect();
+            cuts.sort_unstable();
+            cuts.dedup();
+            let mut digits = Vec::new();
+            for w in cuts.windows(2) {
+                let (lo, hi) = (w[0], w[1]);
+                if hi % lo != 0 {
+                    return None;
+                }
+                // the digit of self holding positions lo..hi (none: outside self's span)
+                let Some(g) = mine.iter().find(|g| g.step <= lo && hi <= g.step * g.size) else {
+                    continue;
+                };
+                if lo % g.step != 0 {
+                    return None;
+                }
+                let source = match g.source {
+                    Source::Thread(t) => Source::Thread(t * (lo / g.step)),
+                    Source::Slot(_) => Source::Slot(0),
+                };
+                digits.push(Digit { size: hi / lo, step: lo, source });
+            }
+            out.dims[d] = digits;
+        }
+        out.renumber_slots();
+        (out.same_holders(self) && out.same_holders(other)).then_some(out)
+    }
+
     /// Do two layouts place these dimensions' elements on the same threads and in the same
     /// pattern of slots (slot numbering may differ)?
     pub fn same_placement(a: &[Digit], b: &[Digit]) -> bool {
@@ -466,6 +531,51 @@ impl fmt::Display for FragmentLayout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A refinement splits digits where the other layout does and keeps every element on
+    /// its threads; layouts that place elements on other threads have none.
+    #[test]
+    fn refined_layouts_keep_the_holders() {
+        let digit = |size, step, source| Digit { size, step, source };
+        let base = |last: Vec<Digit>| FragmentLayout {
+            extents: vec![8, 16],
+            dims: vec![vec![digit(8, 1, Source::Thread(4))], last],
+            replicated: vec![],
+            active_threads: 32,
+        };
+        let mut a = base(vec![
+            digit(2, 1, Source::Slot(0)),
+            digit(4, 2, Source::Thread(1)),
+            digit(2, 8, Source::Slot(0)),
+        ]);
+        let mut b = base(vec![
+            digit(2, 1, Source::Slot(0)),
+            digit(4, 2, Source::Thread(1)),
+            digit(2, 8, Source::Slot(0)),
+        ]);
+        a.renumber_slots();
+        b.renumber_slots();
+        assert_eq!(a.refined(&b).as_ref(), Some(&a), "{:?} vs {:?}", a.refined(&b), a);
+        // the same holders, the column digits split differently
+        let mut c = base(vec![
+            digit(2, 1, Source::Slot(0)),
+            digit(4, 2, Source::Thread(1)),
+            digit(2, 8, Source::Slot(0)),
+        ]);
+        c.dims[1][2] = digit(2, 8, Source::Slot(0));
+        c.renumber_slots();
+        let r = a.refined(&c).expect("a refinement");
+        assert!(r.same_holders(&a) && r.same_holders(&c));
+        // columns on other threads: no refinement
+        let mut d = base(vec![
+            digit(4, 1, Source::Thread(1)),
+            digit(2, 4, Source::Slot(0)),
+            digit(2, 8, Source::Slot(0)),
+        ]);
+        d.renumber_slots();
+        assert!(!a.same_holders(&d));
+        assert!(a.refined(&d).is_none());
+    }
 
     /// The wgmma accumulator is expressible in the digit form: it is the PTX ISA's figure,
     /// element by element, for one and for two warpgroups, N = 64 and 256.

@@ -21,6 +21,11 @@ pub fn infer_scopes(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnost
         Stmt::Store { buf, .. } => {
             stored.insert(*buf);
         }
+        // a fragment filled from another fragment (`T.copy(acc_s, acc_s_cast)`: the
+        // attention's P) is computed in registers too: it stays there, as wgmma's register A
+        Stmt::Copy(op) if m.buffer(op.src.buf).scope == Scope::Fragment => {
+            stored.insert(op.dst.buf);
+        }
         _ => {}
     });
     for id in operands {

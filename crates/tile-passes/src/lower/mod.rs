@@ -208,6 +208,9 @@ struct Lowerer {
 struct Element {
     values: Vec<Vec<Expr>>,
     index: Vec<Expr>,
+    /// The steps of the loop layout's digits (`values` are theirs), per dimension; empty
+    /// where the element was not made by a loop over a layout.
+    steps: Vec<Vec<i64>>,
 }
 
 pub(super) fn i32c(v: i64) -> Expr {

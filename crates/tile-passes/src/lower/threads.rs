@@ -91,15 +91,30 @@ impl Lowerer {
     }
 
     /// Register slot of a fragment element whose buffer dimensions are fed by loop
-    /// dimensions `dims` (the fragment's digits match the loop's, checked by infer_layouts).
+    /// dimensions `dims` (the fragment's digits match the loop's, checked by infer_layouts;
+    /// or, for a copy between fragments, each of its digits is a run of the loop's:
+    /// `FragmentLayout::refined`).
     pub(super) fn slot(&self, buf: BufferId, dims: &[usize], el: &Element) -> Expr {
         let l = self.m.buffer(buf).layout.as_ref().expect("fragment layout");
         let mut slot = i32c(0);
         for (k, d) in dims.iter().enumerate() {
+            let steps = el.steps.get(*d);
             for (j, g) in l.dims[k].iter().enumerate() {
-                if let Source::Slot(stride) = g.source {
-                    slot = add(slot, mul(el.values[*d][j].clone(), i32c(stride)));
-                }
+                let Source::Slot(stride) = g.source else { continue };
+                let value = match steps {
+                    // the loop's digits inside this one: their values at their weights
+                    Some(steps) if steps.len() != l.dims[k].len() || steps[j] != g.step => {
+                        let mut v = i32c(0);
+                        for (i, &st) in steps.iter().enumerate() {
+                            if g.step <= st && st < g.step * g.size {
+                                v = add(v, mul(el.values[*d][i].clone(), i32c(st / g.step)));
+                            }
+                        }
+                        v
+                    }
+                    _ => el.values[*d][j].clone(),
+                };
+                slot = add(slot, mul(value, i32c(stride)));
             }
         }
         simplify(slot)
@@ -240,7 +255,8 @@ impl Lowerer {
         let mut reported = false;
         self.for_each_chunk(l, &mut |lw, values, base| {
             let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
-            let el = element_at(values, base, lane_var, width);
+            let mut el = element_at(values, base, lane_var, width);
+            el.steps = l.dims.iter().map(|ds| ds.iter().map(|g| g.step).collect()).collect();
             let scalar_body = lw.instantiate(&body, &vars, &el);
             let scalar_body = lw.guard_globals(scalar_body);
             let scalar = if width > 1 {
@@ -288,5 +304,5 @@ pub(super) fn element_at(values: &[Vec<Expr>], base: &[Expr], lane: VarId, width
         values[n - 1][0] = lane.clone();
         index[n - 1] = simplify(add(base[n - 1].clone(), lane));
     }
-    Element { values, index }
+    Element { values, index, steps: Vec::new() }
 }
