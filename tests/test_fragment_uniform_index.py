@@ -121,6 +121,29 @@ def picked(blocks=4, width=64):
     return picked
 
 
+def doubled(n=4, width=128):
+    """`rows` is filled by a 2-D T.Parallel loop from `x`, a fragment of the same rank used
+    first: laid out blocked, `x` would spread the serial dimension over the threads, so the
+    fragment indexed by the serial variable is laid out first and `x` follows it."""
+
+    @T.prim_func
+    def doubled(A: T.Tensor((n, width), "float32"), Out: T.Tensor((width,), "float32")):
+        with T.Kernel(1, threads=128):
+            x = T.alloc_fragment((n, width), "float32")
+            rows = T.alloc_fragment((n, width), "float32")
+            acc = T.alloc_fragment((width,), "float32")
+            T.copy(A, x)
+            for k, j in T.Parallel(n, width):
+                rows[k, j] = x[k, j] * 2.0
+            T.clear(acc)
+            for k in T.serial(n):
+                for j in T.Parallel(width):
+                    acc[j] += rows[k, j]
+            T.copy(acc, Out)
+
+    return doubled
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_combine_matches_numpy(seed):
     kernel = tilers.compile(combine(), out_idx=[2], target="interp")
@@ -140,8 +163,17 @@ def test_a_block_index_as_the_row_matches_numpy():
     np.testing.assert_allclose(out, (A + np.arange(4)[:, None]) * 2.0, rtol=1e-6)
 
 
+def test_a_fragment_of_the_same_rank_used_first_follows_the_serially_indexed_one():
+    A = np.random.default_rng(7).standard_normal((4, 128)).astype(np.float32)
+    out = tilers.compile(doubled(), out_idx=[1], target="interp")(A)
+    np.testing.assert_allclose(out, 2.0 * A.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)
+    layouts = tilers.compile(doubled(), out_idx=[1], target="cuda:sm_90a").layouts()
+    for name in ("x", "rows"):
+        assert "dim0 = 4 registers" in layouts.split(f"fragment {name}:")[1].split("\n")[1], layouts
+
+
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
-@pytest.mark.parametrize("factory", [combine, staged, picked])
+@pytest.mark.parametrize("factory", [combine, staged, picked, doubled])
 def test_every_pass_agrees_and_nvrtc_compiles(arch, factory):
     testing.check_passes(factory(), arch=arch, blocks="all").assert_ok()
     kernel = tilers.compile(factory(), out_idx=[-1], target=f"cuda:{arch}")

@@ -14,6 +14,7 @@ from test_fragment_uniform_index import (
     combine,
     combine_inputs,
     combine_reference,
+    doubled,
     picked,
     staged,
     staged_reference,
@@ -43,3 +44,9 @@ def test_a_block_index_as_the_row_matches_numpy():
     A = np.random.default_rng(6).standard_normal((4, 64)).astype(np.float32)
     out = tilers.compile(picked(), out_idx=[1])(torch.from_numpy(A).cuda())
     np.testing.assert_allclose(out.cpu().numpy(), (A + np.arange(4)[:, None]) * 2.0, rtol=1e-6)
+
+
+def test_a_fragment_of_the_same_rank_used_first_matches_numpy():
+    A = np.random.default_rng(8).standard_normal((4, 128)).astype(np.float32)
+    out = tilers.compile(doubled(), out_idx=[1])(torch.from_numpy(A).cuda())
+    np.testing.assert_allclose(out.cpu().numpy(), 2.0 * A.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-5)

@@ -484,8 +484,12 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             .filter(|(_, b)| b.scope == Scope::Fragment && b.layout.is_none())
             .filter(|(i, _)| !sources_left || !reduce_results.contains(&BufferId(*i as u32)))
             .map(|(i, b)| (BufferId(i as u32), b.extents().len()))
+            // a fragment with dimensions of uniform index first: its layout keeps them in
+            // registers, and the loops it then lays out pass that on (a blocked fragment
+            // laid out first could spread them over the threads)
             .min_by_key(|(id, rank)| {
-                (usize::MAX - rank, order.first_use.get(id).copied().unwrap_or(usize::MAX), id.0)
+                let uniform = uniform_dims(&m, *id).contains(&true);
+                (!uniform, usize::MAX - rank, order.first_use.get(id).copied().unwrap_or(usize::MAX), id.0)
             });
         match next {
             Some((id, _)) => {
@@ -519,7 +523,22 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
 fn default_layout(m: &Module, b: BufferId, threads: u32) -> FragmentLayout {
     let buf = m.buffer(b);
     let extents = buf.extents();
-    let mut in_registers = vec![false; extents.len()];
+    let in_registers = uniform_dims(m, b);
+    let placed: Vec<usize> = (0..extents.len()).filter(|&k| !in_registers[k]).collect();
+    if placed.len() == extents.len() {
+        return FragmentLayout::blocked(&extents, threads, buf.dtype.bytes());
+    }
+    if placed.is_empty() {
+        return FragmentLayout::whole(&extents, threads);
+    }
+    let shape: Vec<i64> = placed.iter().map(|&k| extents[k]).collect();
+    FragmentLayout::blocked(&shape, threads, buf.dtype.bytes()).with_register_dims(&extents, &placed)
+}
+
+/// Per dimension of fragment `b`, whether some parallel loop indexes it by a value that
+/// mentions none of its variables.
+fn uniform_dims(m: &Module, b: BufferId) -> Vec<bool> {
+    let mut in_registers = vec![false; m.buffer(b).extents().len()];
     walk_stmts(&m.kernel.body, &mut |s| {
         if let Stmt::Parallel { vars, body, .. } = s {
             for (access, idx, _, _) in fragment_accesses(m, body) {
@@ -532,15 +551,7 @@ fn default_layout(m: &Module, b: BufferId, threads: u32) -> FragmentLayout {
             }
         }
     });
-    let placed: Vec<usize> = (0..extents.len()).filter(|&k| !in_registers[k]).collect();
-    if placed.len() == extents.len() {
-        return FragmentLayout::blocked(&extents, threads, buf.dtype.bytes());
-    }
-    if placed.is_empty() {
-        return FragmentLayout::whole(&extents, threads);
-    }
-    let shape: Vec<i64> = placed.iter().map(|&k| extents[k]).collect();
-    FragmentLayout::blocked(&shape, threads, buf.dtype.bytes()).with_register_dims(&extents, &placed)
+    in_registers
 }
 
 /// Where a `T.gemm` lays out each fragment it uses (accumulator or register operand), the
