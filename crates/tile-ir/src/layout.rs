@@ -304,24 +304,72 @@ impl FragmentLayout {
     pub fn slot_of(&self, idx: &[crate::ir::Expr]) -> crate::ir::Expr {
         use crate::ir::{BinOp, Expr};
         let mut slot = Expr::int(0);
-        for (ds, i) in self.dims.iter().zip(idx) {
-            let i = if i.dtype() == crate::types::DType::I32 {
-                i.clone()
-            } else {
-                Expr::cast(i.clone(), crate::types::DType::I32)
-            };
-            for g in ds {
-                if let Source::Slot(stride) = g.source {
-                    let digit = Expr::binary(
-                        BinOp::FloorMod,
-                        Expr::binary(BinOp::FloorDiv, i.clone(), Expr::int(g.step)),
-                        Expr::int(g.size),
-                    );
-                    slot = Expr::binary(BinOp::Add, slot, Expr::binary(BinOp::Mul, digit, Expr::int(stride)));
-                }
+        for (dim, i) in idx.iter().enumerate() {
+            slot = Expr::binary(BinOp::Add, slot, self.dim_slot(dim, i));
+        }
+        crate::simplify::simplify(slot)
+    }
+
+    /// What index `i` (an expression of any value) of dimension `dim` adds to the register
+    /// slot, when that dimension's digits are all slots ([`FragmentLayout::in_registers`]):
+    /// a constant index gives a constant, a loop variable a runtime slot.
+    pub fn dim_slot(&self, dim: usize, i: &crate::ir::Expr) -> crate::ir::Expr {
+        use crate::ir::{BinOp, Expr};
+        let i = if i.dtype() == crate::types::DType::I32 {
+            i.clone()
+        } else {
+            Expr::cast(i.clone(), crate::types::DType::I32)
+        };
+        let mut slot = Expr::int(0);
+        for g in &self.dims[dim] {
+            if let Source::Slot(stride) = g.source {
+                let digit = Expr::binary(
+                    BinOp::FloorMod,
+                    Expr::binary(BinOp::FloorDiv, i.clone(), Expr::int(g.step)),
+                    Expr::int(g.size),
+                );
+                slot = Expr::binary(BinOp::Add, slot, Expr::binary(BinOp::Mul, digit, Expr::int(stride)));
             }
         }
         crate::simplify::simplify(slot)
+    }
+
+    /// Whether every thread that holds an element holds all of dimension `dim` with it (no
+    /// digit of that dimension comes from the thread index): then any index into that
+    /// dimension is a register slot of the same thread.
+    pub fn in_registers(&self, dim: usize) -> bool {
+        self.dims[dim].iter().all(|g| matches!(g.source, Source::Slot(_)))
+    }
+
+    /// A layout of a tile of `extents` whose dimensions `placed` (in order) are this layout's
+    /// dimensions and whose other dimensions are held whole in each thread's registers: the
+    /// layout of `lse[k, j]` (`k` the same on every thread) in a loop over `j` laid out as
+    /// this. With no dimension placed, this layout's threads each hold the whole tile.
+    pub fn with_register_dims(&self, extents: &[i64], placed: &[usize]) -> FragmentLayout {
+        let mut l = FragmentLayout {
+            extents: extents.to_vec(),
+            dims: Vec::new(),
+            replicated: self.replicated.clone(),
+            active_threads: self.active_threads,
+        };
+        for (d, &extent) in extents.iter().enumerate() {
+            match placed.iter().position(|&p| p == d) {
+                Some(k) => l.dims.push(self.dims[k].clone()),
+                None => l.dims.push(digits(&[(extent, Source::Slot(0))])),
+            }
+        }
+        if placed.is_empty() {
+            // a tile of no placed dimension: every digit of this layout's threads replicates it
+            for ds in &self.dims {
+                for g in ds {
+                    if let Source::Thread(stride) = g.source {
+                        l.replicated.push((g.size, stride));
+                    }
+                }
+            }
+        }
+        l.compact_slots_in_order(true);
+        l
     }
 
     /// Number the register digits densely, row-major over the elements a thread holds.
@@ -704,6 +752,25 @@ mod tests {
         }
         let l = FragmentLayout::mma_operand_b(64, 64, 2, 2, 2);
         assert_eq!(l.holders(&[0, 0]), vec![0, 64]);
+    }
+
+    /// `lse[k, j]` in a loop over `j`: the placed dimension keeps the loop's threads, the
+    /// other is in every such thread's registers, one (thread, slot) per element.
+    #[test]
+    fn register_dims_hold_the_unplaced_dimensions_in_each_thread() {
+        let over_j = FragmentLayout::blocked(&[128], 128, 4);
+        let l = over_j.with_register_dims(&[6, 128], &[1]);
+        check_bijective(&l);
+        assert!(l.in_registers(0) && !l.in_registers(1));
+        for k in 0..6 {
+            for j in 0..128 {
+                assert_eq!(l.holders(&[k, j]), over_j.holders(&[j]));
+            }
+        }
+        // nothing placed: each of the loop's threads holds the whole tile
+        let whole = over_j.projected(&[]).with_register_dims(&[3], &[]);
+        assert!(whole.is_whole() && whole.active_threads == over_j.active_threads);
+        assert_eq!(whole.holders(&[2]).len() as i64, over_j.active_threads);
     }
 
     #[test]

@@ -17,6 +17,14 @@
 //! to fragments indexed by a subset of them. When propagation stalls, the unassigned
 //! fragment of highest rank (first used first) gets the blocked layout, and propagation
 //! resumes.
+//!
+//! An index that mentions none of the loop's variables (`lse[k, j]` under `for k in
+//! T.serial` in a loop over `j`; a constant; a block index) is the same for every thread
+//! that runs an iteration, so its dimension is held whole in registers by every thread
+//! that holds the other dimensions' element (`FragmentLayout::with_register_dims`); the
+//! other dimensions follow the loop as above, and the lowering turns the index into a
+//! register slot (`FragmentLayout::dim_slot`). A fragment whose layout spreads such a
+//! dimension over the threads (a gemm accumulator's rows) is a conflict at the access.
 
 use crate::Ctx;
 use std::collections::BTreeMap;
@@ -24,18 +32,48 @@ use tile_ir::{
     stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, FragmentLayout, Module, Scope, Stmt, VarId,
 };
 
-/// How a fragment is indexed inside a parallel loop: which loop dimension feeds each buffer dimension.
-fn loop_dims_of(idx: &[Expr], vars: &[VarId]) -> Option<Vec<usize>> {
+/// How a fragment is indexed inside a parallel loop: per buffer dimension, the loop
+/// dimension whose variable indexes it, or `None` for an index that mentions none of the
+/// loop's variables (a constant, a `T.serial` variable, a block index: `lse[k, j]` in a loop
+/// over `j`). Such a dimension must be held whole in registers by the threads that hold the
+/// rest; the loop variables must appear once each, in loop order.
+pub(crate) fn access_dims(idx: &[Expr], vars: &[VarId]) -> Option<Vec<Option<usize>>> {
     let mut dims = Vec::new();
+    let mut last = None;
     for i in idx {
+        if !vars.iter().any(|v| i.uses_var(*v)) {
+            dims.push(None);
+            continue;
+        }
         let Expr::Var { id, .. } = i else { return None };
         let d = vars.iter().position(|v| v == id)?;
-        if dims.last().is_some_and(|last| *last >= d) {
+        if last.is_some_and(|last| last >= d) {
             return None; // repeated or transposed
         }
-        dims.push(d);
+        last = Some(d);
+        dims.push(Some(d));
     }
     Some(dims)
+}
+
+/// The buffer dimensions an access indexes by loop variables, and those variables' loop
+/// dimensions.
+fn placed_dims(dims: &[Option<usize>]) -> (Vec<usize>, Vec<usize>) {
+    dims.iter().enumerate().filter_map(|(k, d)| d.map(|d| (k, d))).unzip()
+}
+
+/// The layout a loop takes from a fragment it indexes by all its variables (`lse[k, j]` in a
+/// loop over `j`): the fragment's layout without the dimensions of uniform index, when the
+/// fragment holds those in registers (else it decides nothing, and `compatible` reports it).
+fn loop_view(fl: &FragmentLayout, dims: &[Option<usize>]) -> Option<FragmentLayout> {
+    let (placed, _) = placed_dims(dims);
+    if dims.iter().enumerate().any(|(k, d)| d.is_none() && !fl.in_registers(k)) {
+        return None;
+    }
+    if placed.len() == dims.len() {
+        return Some(fl.clone());
+    }
+    Some(fl.projected(&placed))
 }
 
 /// One fragment access in a parallel loop body: buffer, indices, where, and whether it is a store.
@@ -135,9 +173,13 @@ fn anchor_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -> 
             if whole_stores != (*store && is_whole(m, *buf)) || (!whole_stores && is_whole(m, *buf)) {
                 continue;
             }
-            if let (Some(l), Some(dims)) = (&b.layout, loop_dims_of(idx, vars)) {
-                if dims == full && b.extents() == extents {
-                    return Some(l.clone());
+            if let (Some(l), Some(dims)) = (&b.layout, access_dims(idx, vars)) {
+                let (placed, loop_dims) = placed_dims(&dims);
+                let shape: Vec<i64> = placed.iter().map(|&k| b.extents()[k]).collect();
+                if loop_dims == full && shape == extents {
+                    if let Some(view) = loop_view(l, &dims) {
+                        return Some(view);
+                    }
                 }
             }
         }
@@ -442,13 +484,16 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             .filter(|(_, b)| b.scope == Scope::Fragment && b.layout.is_none())
             .filter(|(i, _)| !sources_left || !reduce_results.contains(&BufferId(*i as u32)))
             .map(|(i, b)| (BufferId(i as u32), b.extents().len()))
+            // a fragment with dimensions of uniform index first: its layout keeps them in
+            // registers, and the loops it then lays out pass that on (a blocked fragment
+            // laid out first could spread them over the threads)
             .min_by_key(|(id, rank)| {
-                (usize::MAX - rank, order.first_use.get(id).copied().unwrap_or(usize::MAX), id.0)
+                let uniform = uniform_dims(&m, *id).contains(&true);
+                (!uniform, usize::MAX - rank, order.first_use.get(id).copied().unwrap_or(usize::MAX), id.0)
             });
         match next {
             Some((id, _)) => {
-                let b = m.buffer(id);
-                let l = FragmentLayout::blocked(&b.extents(), threads_for(id), b.dtype.bytes());
+                let l = default_layout(&m, id, threads_for(id));
                 m.buffer_mut(id).layout = Some(l);
             }
             None => break,
@@ -456,8 +501,9 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     }
 
     // loop layouts, then the compatibility check
+    let gemms = gemm_locations(&m);
     let mut body = std::mem::take(&mut m.kernel.body);
-    assign_loop_layouts(&m, &mut body, threads, &mut diags);
+    assign_loop_layouts(&m, &gemms, &mut body, threads, &mut diags);
     m.kernel.body = body;
     for b in &m.buffers {
         if let Some(l) = &b.layout {
@@ -469,6 +515,57 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     } else {
         Err(diags)
     }
+}
+
+/// The layout of a fragment nothing else decides: blocked, except that dimensions some
+/// parallel loop indexes by a value not of its variables (`lse[k, j]` under `for k in
+/// T.serial`) are held whole in registers, the blocked layout spreading the others.
+fn default_layout(m: &Module, b: BufferId, threads: u32) -> FragmentLayout {
+    let buf = m.buffer(b);
+    let extents = buf.extents();
+    let in_registers = uniform_dims(m, b);
+    let placed: Vec<usize> = (0..extents.len()).filter(|&k| !in_registers[k]).collect();
+    if placed.len() == extents.len() {
+        return FragmentLayout::blocked(&extents, threads, buf.dtype.bytes());
+    }
+    if placed.is_empty() {
+        return FragmentLayout::whole(&extents, threads);
+    }
+    let shape: Vec<i64> = placed.iter().map(|&k| extents[k]).collect();
+    FragmentLayout::blocked(&shape, threads, buf.dtype.bytes()).with_register_dims(&extents, &placed)
+}
+
+/// Per dimension of fragment `b`, whether some parallel loop indexes it by a value that
+/// mentions none of its variables.
+fn uniform_dims(m: &Module, b: BufferId) -> Vec<bool> {
+    let mut in_registers = vec![false; m.buffer(b).extents().len()];
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::Parallel { vars, body, .. } = s {
+            for (access, idx, _, _) in fragment_accesses(m, body) {
+                if access != b {
+                    continue;
+                }
+                for (k, d) in access_dims(&idx, vars).unwrap_or_default().iter().enumerate() {
+                    in_registers[k] |= d.is_none();
+                }
+            }
+        }
+    });
+    in_registers
+}
+
+/// Where a `T.gemm` lays out each fragment it uses (accumulator or register operand), the
+/// first such gemm: the second line of a conflict with that layout.
+fn gemm_locations(m: &Module) -> BTreeMap<BufferId, tile_ir::Loc> {
+    let mut at = BTreeMap::new();
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::Gemm(op) = s {
+            for b in [op.a, op.b, op.c] {
+                at.entry(b).or_insert(op.loc);
+            }
+        }
+    });
+    at
 }
 
 /// One round of propagation; true when some fragment got a layout.
@@ -487,9 +584,18 @@ fn propagate(m: &mut Module) -> bool {
                     if m.buffer(buf).layout.is_some() {
                         continue;
                     }
-                    if let Some(dims) = loop_dims_of(&idx, vars) {
-                        let p = l.projected(&dims);
-                        if p.shape() == m.buffer(buf).extents() {
+                    if let Some(dims) = access_dims(&idx, vars) {
+                        let (placed, loop_dims) = placed_dims(&dims);
+                        let extents = m.buffer(buf).extents();
+                        let p = l.projected(&loop_dims);
+                        let shape: Vec<i64> = placed.iter().map(|&k| extents[k]).collect();
+                        if loop_dims.is_empty() || p.shape() == shape {
+                            // dimensions of uniform index (`lse[k, j]`) in each thread's registers
+                            let p = if placed.len() == extents.len() {
+                                p
+                            } else {
+                                p.with_register_dims(&extents, &placed)
+                            };
                             assign.push((buf, p));
                         }
                     }
@@ -518,8 +624,13 @@ fn expanded_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -
         if is_whole(m, buf) {
             continue; // read by any thread: it decides nothing
         }
-        let (Some(fl), Some(dims)) = (&b.layout, loop_dims_of(&idx, vars)) else { continue };
-        if dims.len() == vars.len() || dims.iter().enumerate().any(|(k, d)| fl.extents[k] != extents[*d]) {
+        let (Some(fl), Some(access)) = (&b.layout, access_dims(&idx, vars)) else { continue };
+        let Some(fl) = loop_view(fl, &access) else { continue };
+        let (_, dims) = placed_dims(&access);
+        if dims.is_empty()
+            || dims.len() == vars.len()
+            || dims.iter().enumerate().any(|(k, d)| fl.extents[k] != extents[*d])
+        {
             continue;
         }
         if (0..vars.len()).any(|d| !dims.contains(&d) && extents[d] > 256) {
@@ -548,7 +659,13 @@ fn expanded_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -
     None
 }
 
-fn assign_loop_layouts(m: &Module, body: &mut [Stmt], threads: u32, diags: &mut Vec<Diagnostic>) {
+fn assign_loop_layouts(
+    m: &Module,
+    gemms: &BTreeMap<BufferId, tile_ir::Loc>,
+    body: &mut [Stmt],
+    threads: u32,
+    diags: &mut Vec<Diagnostic>,
+) {
     for s in body.iter_mut() {
         match s {
             Stmt::Parallel { vars, extents, body, loc, layout } => {
@@ -558,23 +675,33 @@ fn assign_loop_layouts(m: &Module, body: &mut [Stmt], threads: u32, diags: &mut 
                 for (buf, idx, aloc, store) in fragment_accesses(m, body) {
                     if let Err(why) = compatible(m, buf, &idx, store, vars, &l) {
                         let b = m.buffer(buf);
-                        diags.push(
-                            Diagnostic::error(format!("layout conflict on fragment '{}': {why}", b.name), aloc)
-                                .with_primary_label(format!("'{}' accessed here", b.name))
-                                .with_label(*loc, format!("this T.Parallel loop runs as {l}"))
-                                .with_label(b.loc, format!("'{}' is laid out as {}", b.name, b.layout.as_ref().unwrap()))
-                                .with_help("index a fragment with the loop variables in order (frag[i, j] inside T.Parallel(M, N)), or stage the data through shared memory"),
+                        let mut d = Diagnostic::error(
+                            format!("layout conflict on fragment '{}': {why}", b.name),
+                            aloc,
+                        )
+                        .with_primary_label(format!("'{}' accessed here", b.name))
+                        .with_label(*loc, format!("this T.Parallel loop runs as {l}"))
+                        .with_label(
+                            b.loc,
+                            format!("'{}' is laid out as {}", b.name, b.layout.as_ref().unwrap()),
                         );
+                        if let Some(&gemm) = gemms.get(&buf) {
+                            d = d.with_label(
+                                gemm,
+                                format!("this T.gemm lays '{}' out over the threads", b.name),
+                            );
+                        }
+                        diags.push(d.with_help("index a fragment with the loop variables in order (frag[i, j] inside T.Parallel(M, N)), or stage the data through shared memory"));
                     }
                 }
                 *layout = Some(l);
             }
-            Stmt::For { body, .. } => assign_loop_layouts(m, body, threads, diags),
+            Stmt::For { body, .. } => assign_loop_layouts(m, gemms, body, threads, diags),
             Stmt::If { cond, then, otherwise, .. } => {
                 // a warp-role region's loops run on its threads
                 let inner = m.thread_range(cond).map_or(threads, |(_, count)| count);
-                assign_loop_layouts(m, then, inner, diags);
-                assign_loop_layouts(m, otherwise, threads, diags);
+                assign_loop_layouts(m, gemms, then, inner, diags);
+                assign_loop_layouts(m, gemms, otherwise, threads, diags);
             }
             _ => {}
         }
@@ -599,15 +726,24 @@ fn compatible(
         }
         return Ok(());
     }
-    let Some(dims) = loop_dims_of(idx, vars) else {
+    let Some(access) = access_dims(idx, vars) else {
         return Err(
             "its indices must be distinct loop variables of the enclosing T.Parallel, in loop order".into()
         );
     };
+    // an index the same for every iteration's thread reads that thread's registers only
+    for (k, d) in access.iter().enumerate() {
+        if d.is_none() && !fl.in_registers(k) {
+            return Err(format!(
+                "its dimension {k} is indexed by a value that is not a variable of this loop (a constant or a T.serial variable), so each thread needs all of that dimension, but its layout spreads that dimension over the threads"
+            ));
+        }
+    }
     if fl.active_threads != l.active_threads {
         return Err(format!("it spans {} threads, the loop {}", fl.active_threads, l.active_threads));
     }
-    for (k, d) in dims.iter().enumerate() {
+    let (placed, dims) = placed_dims(&access);
+    for (&k, d) in placed.iter().zip(&dims) {
         if fl.extents[k] != l.extents[*d] || !FragmentLayout::same_placement(&fl.dims[k], &l.dims[*d]) {
             return Err(format!("its dimension {k} is spread differently from loop dimension {d}"));
         }

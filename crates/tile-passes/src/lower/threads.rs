@@ -95,9 +95,16 @@ impl Lowerer {
     /// or, for a copy between fragments, each of its digits is a run of the loop's:
     /// `FragmentLayout::refined`).
     pub(super) fn slot(&self, buf: BufferId, dims: &[usize], el: &Element) -> Expr {
+        let placed: Vec<usize> = (0..dims.len()).collect();
+        self.slot_of_dims(buf, &placed, dims, el)
+    }
+
+    /// What buffer dimensions `placed`, fed by loop dimensions `dims`, add to the register
+    /// slot of a fragment element.
+    fn slot_of_dims(&self, buf: BufferId, placed: &[usize], dims: &[usize], el: &Element) -> Expr {
         let l = self.m.buffer(buf).layout.as_ref().expect("fragment layout");
         let mut slot = i32c(0);
-        for (k, d) in dims.iter().enumerate() {
+        for (&k, d) in placed.iter().zip(dims) {
             let steps = el.steps.get(*d);
             for (j, g) in l.dims[k].iter().enumerate() {
                 let Source::Slot(stride) = g.source else { continue };
@@ -133,14 +140,18 @@ impl Lowerer {
                 // every thread holds every element: the slot of whatever the indices are
                 return Some(vec![l.slot_of(idx)]);
             }
-            let dims: Vec<usize> = idx
-                .iter()
-                .map(|i| match i {
-                    Expr::Var { id, .. } => vars.iter().position(|v| v == id).unwrap_or(0),
-                    _ => 0,
-                })
-                .collect();
-            Some(vec![self.slot(buf, &dims, el)])
+            // infer_layouts checked the access: loop variables in order, and dimensions of
+            // other indices (`lse[k, j]`, k of a T.serial loop) in each thread's registers
+            let access = crate::infer_layouts::access_dims(idx, vars).expect("checked by infer_layouts");
+            let (placed, dims): (Vec<usize>, Vec<usize>) =
+                access.iter().enumerate().filter_map(|(k, d)| d.map(|d| (k, d))).unzip();
+            let mut slot = self.slot_of_dims(buf, &placed, &dims, el);
+            for (k, d) in access.iter().enumerate() {
+                if d.is_none() {
+                    slot = add(slot, l.dim_slot(k, &idx[k]));
+                }
+            }
+            Some(vec![simplify(slot)])
         };
         let subst = |e: Expr| -> Expr {
             let e = e.map(&mut |x| match x {
