@@ -553,3 +553,16 @@ def batched_matmul_bias_relu(
             T.copy(acc, C[bz, by * block_M, bx * block_N])
 
     return batched_matmul_bias_relu
+
+
+def gemm_inputs(M, N, K, dtype, trans_A=False, trans_B=False, seed=3):
+    """Random CUDA operands of kernels.matmul (A stored K x M when trans_A, B stored N x K
+    when trans_B) and their product in float64: the GPU tests' inputs (needs torch)."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    dt = getattr(torch, dtype)
+    a = torch.randn((K, M) if trans_A else (M, K), generator=g, device="cuda").to(dt)
+    b = torch.randn((N, K) if trans_B else (K, N), generator=g, device="cuda").to(dt)
+    want = (a.T if trans_A else a).double() @ (b.T if trans_B else b).double()
+    return a, b, want

@@ -6,6 +6,7 @@ bf16, trip counts 1, 2 and num_stages ± 1, tile counts from one group to more t
 SMs, a raster; SASS has the multicast TMA loads feeding HGMMA. Run per file with a timeout
 (scripts/gpu-check): a hang fails this file."""
 
+import functools
 import os
 import shutil
 import subprocess
@@ -23,13 +24,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def inputs(M, N, K, dtype, trans_A=False, trans_B=False, seed=7):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    dt = getattr(torch, dtype)
-    a = torch.randn((K, M) if trans_A else (M, K), generator=g, device="cuda").to(dt)
-    b = torch.randn((N, K) if trans_B else (K, N), generator=g, device="cuda").to(dt)
-    want = (a.T if trans_A else a).double() @ (b.T if trans_B else b).double()
-    return a, b, want
+inputs = functools.partial(kernels.gemm_inputs, seed=7)
 
 
 def agree(f, M, N, K, cluster, dtype="float16", trans_A=False, trans_B=False):

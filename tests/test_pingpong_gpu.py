@@ -7,6 +7,7 @@ more tiles than SMs), one and two warpgroups per slot; SASS has UTMALDG feeding 
 hand-over's named barriers. Run per file with a timeout (scripts/gpu-check): a hang fails
 this file."""
 
+import functools
 import os
 import shutil
 import subprocess
@@ -24,13 +25,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def inputs(M, N, K, dtype, trans_A=False, trans_B=False, seed=5):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    dt = getattr(torch, dtype)
-    a = torch.randn((K, M) if trans_A else (M, K), generator=g, device="cuda").to(dt)
-    b = torch.randn((N, K) if trans_B else (K, N), generator=g, device="cuda").to(dt)
-    want = (a.T if trans_A else a).double() @ (b.T if trans_B else b).double()
-    return a, b, want
+inputs = functools.partial(kernels.gemm_inputs, seed=5)
 
 
 def both(f):

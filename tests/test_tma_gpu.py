@@ -6,6 +6,7 @@ results agree bit for bit): every transpose, fp16 and bf16, ragged M/N/K, trip c
 feeding HGMMA. Each file runs in its own process with a timeout (scripts/gpu-check), so a
 hang fails this file instead of the session."""
 
+import functools
 import os
 import shutil
 import subprocess
@@ -24,13 +25,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def inputs(M, N, K, dtype, trans_A=False, trans_B=False, seed=3):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    dt = getattr(torch, dtype)
-    a = torch.randn((K, M) if trans_A else (M, K), generator=g, device="cuda").to(dt)
-    b = torch.randn((N, K) if trans_B else (K, N), generator=g, device="cuda").to(dt)
-    want = (a.T if trans_A else a).double() @ (b.T if trans_B else b).double()
-    return a, b, want
+inputs = functools.partial(kernels.gemm_inputs, seed=3)
 
 
 def check(got, want):

@@ -3,6 +3,7 @@ compiler, checked against torch — shared and register A, both B layouts, one a
 warpgroups split either way, fp16 and bf16, ragged sizes, a fused epilogue and a batch —
 and against the mma.sync path of the same source (`wgmma=False`); SASS holds HGMMA."""
 
+import functools
 import os
 import shutil
 import subprocess
@@ -21,13 +22,7 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def inputs(M, N, K, dtype, trans_A=False, trans_B=False, seed=3):
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    dt = getattr(torch, dtype)
-    a = torch.randn((K, M) if trans_A else (M, K), generator=g, device="cuda").to(dt)
-    b = torch.randn((N, K) if trans_B else (K, N), generator=g, device="cuda").to(dt)
-    want = (a.T if trans_A else a).double() @ (b.T if trans_B else b).double()
-    return a, b, want
+inputs = functools.partial(kernels.gemm_inputs, seed=3)
 
 
 def check(got, want):

@@ -608,30 +608,37 @@ impl Instruction for AsyncWait {
     }
 }
 
+/// An instruction with no operands: its name in the text IR and what it does.
+macro_rules! operandless_instruction {
+    ($t:ident, $text:expr, $effects:expr) => {
+        impl Instruction for $t {
+            fn exprs(&self) -> Vec<&Expr> {
+                vec![]
+            }
+            fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+                self
+            }
+            fn accesses(&self) -> Vec<Access<'_>> {
+                vec![]
+            }
+            fn effects(&self) -> Effects {
+                $effects
+            }
+            fn text(&self, _: &dyn TextNames) -> String {
+                $text.into()
+            }
+            fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+                (op == $text).then_some(Ok($t))
+            }
+        }
+    };
+}
+
 /// `__syncthreads()`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sync;
 
-impl Instruction for Sync {
-    fn exprs(&self) -> Vec<&Expr> {
-        vec![]
-    }
-    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
-        self
-    }
-    fn accesses(&self) -> Vec<Access<'_>> {
-        vec![]
-    }
-    fn effects(&self) -> Effects {
-        Effects { barrier: true, ..Effects::default() }
-    }
-    fn text(&self, _: &dyn TextNames) -> String {
-        "sync".into()
-    }
-    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        (op == "sync").then_some(Ok(Sync))
-    }
-}
+operandless_instruction!(Sync, "sync", Effects { barrier: true, ..Effects::default() });
 
 /// `barrier.cluster.arrive.release` + `barrier.cluster.wait.acquire`: every thread of
 /// every block of the thread-block cluster arrives before any goes on (a block's own
@@ -641,52 +648,18 @@ impl Instruction for Sync {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClusterSync;
 
-impl Instruction for ClusterSync {
-    fn exprs(&self) -> Vec<&Expr> {
-        vec![]
-    }
-    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
-        self
-    }
-    fn accesses(&self) -> Vec<Access<'_>> {
-        vec![]
-    }
-    fn effects(&self) -> Effects {
-        Effects { barrier: true, ..Effects::default() }
-    }
-    fn text(&self, _: &dyn TextNames) -> String {
-        "cluster_sync".into()
-    }
-    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        (op == "cluster_sync").then_some(Ok(ClusterSync))
-    }
-}
+operandless_instruction!(ClusterSync, "cluster_sync", Effects { barrier: true, ..Effects::default() });
 
 /// `__syncwarp()`: the lanes of the warp meet, their memory accesses before it ordered
 /// before those after (an elected lane then releases the warp's reads of a stage).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SyncWarp;
 
-impl Instruction for SyncWarp {
-    fn exprs(&self) -> Vec<&Expr> {
-        vec![]
-    }
-    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
-        self
-    }
-    fn accesses(&self) -> Vec<Access<'_>> {
-        vec![]
-    }
-    fn effects(&self) -> Effects {
-        Effects { warp_collective: true, orders_tensor_core: true, ..Effects::default() }
-    }
-    fn text(&self, _: &dyn TextNames) -> String {
-        "sync_warp".into()
-    }
-    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        (op == "sync_warp").then_some(Ok(SyncWarp))
-    }
-}
+operandless_instruction!(
+    SyncWarp,
+    "sync_warp",
+    Effects { warp_collective: true, orders_tensor_core: true, ..Effects::default() }
+);
 
 /// CUDA `printf(format, args...)`. `format` holds the C conversions (`%d`, `%lld`, `%u`, `%llu`,
 /// `%g`, `%%`) matching the args' dtypes (see [`crate::ir::printf_conversion`]).
@@ -1433,26 +1406,11 @@ pub struct FenceMbarrierInit;
 
 macro_rules! ordering_instruction {
     ($t:ident, $text:expr) => {
-        impl Instruction for $t {
-            fn exprs(&self) -> Vec<&Expr> {
-                vec![]
-            }
-            fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
-                self
-            }
-            fn accesses(&self) -> Vec<Access<'_>> {
-                vec![]
-            }
-            fn effects(&self) -> Effects {
-                Effects { orders_tensor_core: true, warp_collective: true, ..Effects::default() }
-            }
-            fn text(&self, _: &dyn TextNames) -> String {
-                $text.into()
-            }
-            fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
-                (op == $text).then_some(Ok($t))
-            }
-        }
+        operandless_instruction!(
+            $t,
+            $text,
+            Effects { orders_tensor_core: true, warp_collective: true, ..Effects::default() }
+        );
     };
 }
 ordering_instruction!(WgmmaFence, "wgmma_fence");
