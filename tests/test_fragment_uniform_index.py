@@ -220,3 +220,51 @@ def test_a_gemm_accumulator_indexed_by_a_serial_row_stays_an_error():
         assert "C[k, j] = acc[k, j]  # the line" in message
         assert "T.gemm(a_s, b_s, acc, clear_accum=True)" in message
         assert "tile-passes" not in message and ".rs" not in message
+
+
+def row_at_a_time(num_split=4, block_M=64):
+    """TileLang's mha_inference combine: `T.copy(lse_local[k, :], lse_local_split)` at a
+    T.Pipelined k — a part of a fragment at a moving position, copied row by row."""
+
+    @T.prim_func
+    def rows(L: T.Tensor([num_split, block_M], "float32"), S: T.Tensor([block_M], "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            lse_local = T.alloc_fragment([num_split, block_M], "float32")
+            lse_split = T.alloc_fragment([block_M], "float32")
+            total = T.alloc_fragment([block_M], "float32")
+            T.copy(L, lse_local)
+            T.clear(total)
+            for k in T.Pipelined(num_split, num_stages=1):
+                T.copy(lse_local[k, :], lse_split)
+                for i in T.Parallel(block_M):
+                    total[i] += lse_split[i] * (k + 1)
+            T.copy(total, S)
+
+    return rows
+
+
+def test_a_fragment_row_at_a_moving_position_is_copied_element_by_element():
+    f = row_at_a_time()
+    rng = np.random.default_rng(3)
+    L = rng.standard_normal((4, 64)).astype(np.float32)
+    S = np.zeros(64, np.float32)
+    tilers.compile(f, target="interp")(L, S)
+    np.testing.assert_allclose(S, (L * np.arange(1, 5)[:, None]).sum(0), rtol=1e-5)
+    for arch in ("sm_90a", "sm_80"):
+        result = testing.check_passes(f, arch=arch, blocks="all")
+        assert result.ok, result.failure_message()
+    assert tilers.compile(f, target="cuda:sm_90a").cubin[:4] == ELF_MAGIC
+
+
+def test_a_moving_fragment_part_copied_from_global_memory_stays_an_error():
+    @T.prim_func
+    def bad(L: T.Tensor([4, 64], "float32"), S: T.Tensor([64], "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            frag = T.alloc_fragment([4, 64], "float32")
+            T.clear(frag)
+            for k in T.serial(4):
+                T.copy(L[k, :], frag[k, :])
+            T.copy(frag[3, :], S)
+
+    with pytest.raises(TileError, match="at a position that is not fixed"):
+        tilers.compile(bad, target="cuda:sm_90a")

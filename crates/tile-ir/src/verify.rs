@@ -1016,12 +1016,18 @@ impl<'a> Verifier<'a> {
             );
             return;
         }
+        // a part that moves, between on-chip buffers, becomes an element loop (`lse[k, :]`
+        // at a T.serial k: `infer_layouts::moving_part_copies`)
+        let on_chip = [s, d].iter().all(|r| self.m.buffer(r.buf).scope != Scope::Global);
         for r in [s, d] {
             let b = self.m.buffer(r.buf);
             // a fragment part of fixed bounds is copied through the whole fragment's layout
             // (the lowering guards the other elements); a part that moves is not
             let fixed = r.starts.iter().all(|e| const_of(e).is_some());
-            if b.scope == Scope::Fragment && !whole(r, b) && !(fixed && b.fixed_shape().is_some()) {
+            if b.scope == Scope::Fragment
+                && !whole(r, b)
+                && !((fixed || on_chip) && b.fixed_shape().is_some())
+            {
                 self.err_help(
                     format!(
                         "T.copy of part of fragment '{}' at a position that is not fixed is not supported",
@@ -1029,7 +1035,7 @@ impl<'a> Verifier<'a> {
                     ),
                     loc,
                     format!(
-                        "give the part fixed bounds (x[0:32, :], copied through the whole fragment's layout), copy all of '{}', or allocate a fragment of the part's shape",
+                        "give the part fixed bounds (x[0:32, :], copied through the whole fragment's layout), copy all of '{}', or stage the global side through shared memory (a moving part is copied between on-chip buffers)",
                         b.name
                     ),
                 );

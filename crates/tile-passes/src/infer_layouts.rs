@@ -8,7 +8,9 @@
 //! both source lines and both layouts.
 //! Does not: choose instructions or vector widths (see `lower_tile_ops`).
 //!
-//! Gemm operands and accumulators take their instruction's layouts first; then every
+//! A `T.copy` of a fragment part at a moving position between on-chip buffers is first
+//! rewritten as its element loop (`moving_part_copies`). Gemm operands and accumulators
+//! take their instruction's layouts first; then every
 //! fragment that scalar code (outside `T.Parallel`) reads or writes is held whole by every
 //! thread (a gemm's fragment cannot be: an error at the scalar access). Propagation, in
 //! program order, until nothing changes: a reduction's result takes the
@@ -313,7 +315,80 @@ fn fragment_threads(m: &Module, diags: &mut Vec<Diagnostic>) -> BTreeMap<BufferI
     out.into_iter().map(|(b, (t, _))| (b, t)).collect()
 }
 
+/// `T.copy` of a fragment part at a position that is not fixed (`T.copy(lse[k, :], row)`
+/// at a `T.serial` k), between on-chip buffers (verify allows no other), as the element
+/// loop it means: `for j in T.Parallel(n): row[j] = lse[k, j]` — whose uniform index the
+/// layouts then hold in registers.
+fn moving_part_copies(m: &mut Module, body: Vec<Stmt>) -> Result<Vec<Stmt>, Vec<Diagnostic>> {
+    use tile_ir::simplify::simplify;
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        out.push(match s {
+            Stmt::Copy(op) => {
+                let (src, dst) =
+                    tile_ir::verify::resolve_copy(m, &op.src, &op.dst, op.loc).map_err(|d| vec![d])?;
+                let moving = |r: &tile_ir::verify::ResolvedRegion| {
+                    let b = m.buffer(r.buf);
+                    b.scope == Scope::Fragment
+                        && !r.starts.iter().all(|e| simplify(e.clone()).as_int().is_some())
+                };
+                if !(moving(&src) || moving(&dst)) {
+                    out.push(Stmt::Copy(op));
+                    continue;
+                }
+                let shape = src.shape();
+                let loop_shape: Vec<i64> = shape.iter().copied().filter(|&e| e != 1).collect();
+                let loop_shape = if loop_shape.is_empty() { vec![1] } else { loop_shape };
+                let vars: Vec<VarId> = (0..loop_shape.len())
+                    .map(|k| m.add_var(&format!("p{k}"), tile_ir::VarKind::Loop, tile_ir::DType::I32))
+                    .collect();
+                let index = |r: &tile_ir::verify::ResolvedRegion| -> Vec<Expr> {
+                    let mut next = vars.iter();
+                    (0..r.extents.len())
+                        .map(|d| {
+                            let start = r.starts[d].clone();
+                            if r.kept[d] && r.extents[d] != 1 {
+                                let v = *next.next().expect("the copy's shapes agree");
+                                let dt = start.dtype();
+                                simplify(Expr::binary(
+                                    tile_ir::BinOp::Add,
+                                    start,
+                                    Expr::cast(Expr::var(v, tile_ir::DType::I32), dt),
+                                ))
+                            } else {
+                                start
+                            }
+                        })
+                        .collect()
+                };
+                let (sb, db) = (m.buffer(src.buf).dtype, m.buffer(dst.buf).dtype);
+                let value = Expr::cast(Expr::load(src.buf, index(&src), sb), db);
+                Stmt::Parallel {
+                    vars: vars.clone(),
+                    extents: loop_shape,
+                    body: vec![Stmt::Store { buf: dst.buf, idx: index(&dst), value, loc: op.loc }],
+                    loc: op.loc,
+                    layout: None,
+                }
+            }
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                Stmt::For { var, start, extent, kind, body: moving_part_copies(m, body)?, loc }
+            }
+            Stmt::If { cond, then, otherwise, loc } => Stmt::If {
+                cond,
+                then: moving_part_copies(m, then)?,
+                otherwise: moving_part_copies(m, otherwise)?,
+                loc,
+            },
+            other => other,
+        });
+    }
+    Ok(out)
+}
+
 pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let body = std::mem::take(&mut m.kernel.body);
+    m.kernel.body = moving_part_copies(&mut m, body)?;
     let threads = m.kernel.threads;
     let mut region_diags = Vec::new();
     let threads_of = fragment_threads(&m, &mut region_diags);
