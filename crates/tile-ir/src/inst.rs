@@ -550,30 +550,37 @@ impl Instruction for AsyncCopy {
     }
 }
 
+/// An instruction with no operands: its name in the text IR and what it does.
+macro_rules! operandless_instruction {
+    ($t:ident, $text:expr, $effects:expr) => {
+        impl Instruction for $t {
+            fn exprs(&self) -> Vec<&Expr> {
+                vec![]
+            }
+            fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
+                self
+            }
+            fn accesses(&self) -> Vec<Access<'_>> {
+                vec![]
+            }
+            fn effects(&self) -> Effects {
+                $effects
+            }
+            fn text(&self, _: &dyn TextNames) -> String {
+                $text.into()
+            }
+            fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
+                (op == $text).then_some(Ok($t))
+            }
+        }
+    };
+}
+
 /// Close the group of asynchronous copies issued since the last commit.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AsyncCommit;
 
-impl Instruction for AsyncCommit {
-    fn exprs(&self) -> Vec<&Expr> {
-        vec![]
-    }
-    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
-        self
-    }
-    fn accesses(&self) -> Vec<Access<'_>> {
-        vec![]
-    }
-    fn effects(&self) -> Effects {
-        Effects { commits: true, ..Effects::default() }
-    }
-    fn text(&self, _: &dyn TextNames) -> String {
-        "async_commit".into()
-    }
-    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        (op == "async_commit").then_some(Ok(AsyncCommit))
-    }
-}
+operandless_instruction!(AsyncCommit, "async_commit", Effects { commits: true, ..Effects::default() });
 
 /// Wait until at most `pending` committed groups are still in flight.
 #[derive(Clone, Debug, PartialEq)]
@@ -606,32 +613,6 @@ impl Instruction for AsyncWait {
             Ok(AsyncWait { pending })
         }))
     }
-}
-
-/// An instruction with no operands: its name in the text IR and what it does.
-macro_rules! operandless_instruction {
-    ($t:ident, $text:expr, $effects:expr) => {
-        impl Instruction for $t {
-            fn exprs(&self) -> Vec<&Expr> {
-                vec![]
-            }
-            fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
-                self
-            }
-            fn accesses(&self) -> Vec<Access<'_>> {
-                vec![]
-            }
-            fn effects(&self) -> Effects {
-                $effects
-            }
-            fn text(&self, _: &dyn TextNames) -> String {
-                $text.into()
-            }
-            fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
-                (op == $text).then_some(Ok($t))
-            }
-        }
-    };
 }
 
 /// `__syncthreads()`.
@@ -708,26 +689,7 @@ impl Instruction for Printf {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Trap;
 
-impl Instruction for Trap {
-    fn exprs(&self) -> Vec<&Expr> {
-        vec![]
-    }
-    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
-        self
-    }
-    fn accesses(&self) -> Vec<Access<'_>> {
-        vec![]
-    }
-    fn effects(&self) -> Effects {
-        Effects { traps: true, observable: true, ..Effects::default() }
-    }
-    fn text(&self, _: &dyn TextNames) -> String {
-        "trap".into()
-    }
-    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        (op == "trap").then_some(Ok(Trap))
-    }
-}
+operandless_instruction!(Trap, "trap", Effects { traps: true, observable: true, ..Effects::default() });
 
 /// The A operand of a `wgmma`: a shared tile through a descriptor (its first element), or
 /// registers (the register-A form).
@@ -1242,26 +1204,7 @@ impl Instruction for TmaStore {
 #[derive(Clone, Debug, PartialEq)]
 pub struct BulkCommit;
 
-impl Instruction for BulkCommit {
-    fn exprs(&self) -> Vec<&Expr> {
-        vec![]
-    }
-    fn map_exprs(self, _: &mut dyn FnMut(Expr) -> Expr) -> Self {
-        self
-    }
-    fn accesses(&self) -> Vec<Access<'_>> {
-        vec![]
-    }
-    fn effects(&self) -> Effects {
-        Effects { mbarrier: true, ..Effects::default() }
-    }
-    fn text(&self, _: &dyn TextNames) -> String {
-        "bulk_commit".into()
-    }
-    fn parse(op: &str, _: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        (op == "bulk_commit").then_some(Ok(BulkCommit))
-    }
-}
+operandless_instruction!(BulkCommit, "bulk_commit", Effects { mbarrier: true, ..Effects::default() });
 
 /// `cp.async.bulk.wait_group{.read} pending`: until at most `pending` of this thread's
 /// bulk groups are in flight — with `read`, only until their shared bytes have been read
