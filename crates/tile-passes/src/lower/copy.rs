@@ -88,8 +88,12 @@ impl Lowerer {
         let store = element_move(op, &sb, &db, s.buf, index_side(&s), d.buf, index_side(&d), pad);
         // each thread moves the elements it holds: the two layouts must put every element
         // on the same threads (its slot may differ: an mma accumulator into an A operand)
+        let refined = match (sb.layout.as_ref(), db.layout.as_ref()) {
+            (Some(a), Some(b)) if a != b => a.refined(b),
+            _ => None,
+        };
         let layout = match (sb.layout.as_ref(), db.layout.as_ref()) {
-            (Some(a), Some(b)) if a != b && a.refined(b).is_some() => a.refined(b).expect("checked"),
+            _ if refined.is_some() => refined.expect("checked"),
             (Some(a), Some(b)) if a != b => {
                 self.diags.push(
                     Diagnostic::error(
