@@ -16,7 +16,10 @@ import tilers  # noqa: E402
 from common import interleaved, write_results  # noqa: E402
 
 ROUNDS = int(os.environ.get("ATTN_ROUNDS", "3"))
-CONFIGS = [(128, 64, 2, 128), (128, 128, 2, 256), (64, 64, 3, 128), (128, 64, 3, 128), (128, 128, 2, 128)]
+# block_M, block_N, num_stages, threads, overlap (the stage=/order= schedule of FA3's overlap)
+CONFIGS = [(128, 64, 2, 128, False), (128, 128, 2, 256, False), (64, 64, 3, 128, False),
+           (128, 64, 3, 128, False), (128, 128, 2, 128, False), (128, 128, 2, 256, True),
+           (128, 64, 2, 256, True), (128, 128, 3, 256, True), (128, 64, 3, 256, True)]
 SHAPES = [  # batch, heads, seq, dim, causal (issue 15's table)
     (8, 32, 4096, 128, False), (8, 32, 4096, 128, True),
     (4, 32, 4096, 64, False), (4, 32, 4096, 64, True),
@@ -41,10 +44,11 @@ def main():
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         want = sdpa(qt, kt, vt, is_causal=causal).transpose(1, 2).float()
         fns = {}
-        for bm, bn, st, th in CONFIGS:
-            name = f"{bm}x{bn} s{st} t{th}"
+        for bm, bn, st, th, overlap in CONFIGS:
+            name = f"{bm}x{bn} s{st} t{th}" + (" overlap" if overlap else "")
             try:
-                kern = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th), out_idx=[3])
+                kern = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, overlap=overlap),
+                                      out_idx=[3])
                 out = kern(q, k, v)
                 torch.cuda.synchronize()
                 err = ((out.float() - want).abs().max() / want.abs().max()).item()
@@ -56,6 +60,8 @@ def main():
                 print(f"config {name} failed: {type(e).__name__}: {str(e)[:200]}")
         iters = 5 if b * h * n * n * d > 2**36 else 20
         t = interleaved(fns, repeats=3, iters=iters)
+        flops = 4 * b * h * n * n * d * (0.5 if causal else 1.0)
+        print("tuning:", {k: round(flops / v / 1e9) for k, v in sorted(t.items(), key=lambda kv: kv[1])}, flush=True)
         best = min(t, key=t.get)
         chosen = {"tilers": fns[best]}
         unsupported = []
@@ -70,7 +76,6 @@ def main():
             except Exception as e:
                 unsupported.append(f"{label}: {type(e).__name__}")
         rounds = [interleaved(chosen, repeats=5, iters=iters) for _ in range(ROUNDS)]
-        flops = 4 * b * h * n * n * d * (0.5 if causal else 1.0)
         row = {"shape": f"{b}x{h}x{n}x{d}", "causal": causal, "tilers": best, "rounds": ROUNDS}
         for name in chosen:
             row[f"{name} TFLOPs"] = flops / statistics.median(r[name] for r in rounds) / 1e9

@@ -21,9 +21,13 @@ LOG2E = 1.4426950408889634
 
 
 def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, block_N=64,
-                    num_stages=2, threads=128, dtype="float16", sm_scale=None):
+                    num_stages=2, threads=128, dtype="float16", sm_scale=None, overlap=False):
     """Q, K, V: [batch, seq_len, heads, dim]; returns the @T.prim_func computing
-    O = softmax(Q K^T * sm_scale (+ causal mask)) V, O of the same shape and dtype."""
+    O = softmax(Q K^T * sm_scale (+ causal mask)) V, O of the same shape and dtype.
+
+    overlap=True schedules the loop by hand (TileLang's stage=/order=/group=): step k issues
+    Q K_k^T, rescales the output and issues P_{k-1} V_{k-1}, then computes the softmax of
+    S_k while the tensor cores still run P_{k-1} V_{k-1} (FlashAttention-3's overlap)."""
     shape = (batch, seq_len, heads, dim)
     accum = "float32"
     scale = (1.0 / math.sqrt(dim) if sm_scale is None else sm_scale) * LOG2E
@@ -55,7 +59,11 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                 loop_range = T.min(T.ceildiv(seq_len, block_N), T.ceildiv((bx + 1) * block_M, block_N))
             else:
                 loop_range = T.ceildiv(seq_len, block_N)
-            for k in T.Pipelined(loop_range, num_stages=num_stages):
+            # the body's statements: 0 copy K; 1-2 mask, S = Q K^T; 3-9 softmax; 10 rescale O;
+            # 11 copy V; 12 O += P V
+            schedule = dict(order=[-1, 0, 3, 1, -1, 2], stage=[-1, 0, 0, 1, -1, 1],
+                            group=[[0], [1, 2], [3, 4, 5, 6, 7, 8, 9], [10], [11], [12]]) if overlap else {}
+            for k in T.Pipelined(loop_range, num_stages=num_stages, **schedule):
                 T.copy(K[bz, k * block_N:(k + 1) * block_N, by, :], K_shared)
                 # keys past the sequence (ragged last tile) and, causally, past the query
                 for i, j in T.Parallel(block_M, block_N):

@@ -384,18 +384,18 @@ def test_set_max_nreg_checks_its_count():
         kernel_with(lambda A, B, A_s: T.set_max_nreg(100, 1))
 
 
-def test_a_manual_pipeline_schedule_is_accepted_with_a_warning():
+def test_a_manual_pipeline_schedule_is_checked_and_sync_is_ignored_with_a_warning():
     def body(A, B, A_s):
         acc = T.alloc_fragment((128, 64), "float32")
         T.clear(acc)
-        for k in T.Pipelined(4, num_stages=2, order=[0, 1], stage=[0, 1]):
+        for k in T.Pipelined(4, num_stages=2, order=[0, 1], stage=[0, 1], sync=[[0, 1]]):
             T.copy(A[0, k * 64], A_s)
             T.copy(A_s, acc)
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         kernel_with(body, threads=128)
-    assert any("the manual schedule is not used" in str(w.message) for w in caught)
+    assert any("sync= is not used" in str(w.message) for w in caught)
     with pytest.raises(TileError, match="order= has 2 entries and stage= 3"):
         T.Pipelined(4, num_stages=2, order=[0, 1], stage=[0, 1, 2])
 

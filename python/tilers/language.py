@@ -989,38 +989,128 @@ def unroll(start, stop=None):
 def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):
     """A loop whose copies are software-pipelined: ``for k in T.Pipelined(n, num_stages=3):``.
 
-    TileLang's manual schedule (``order=``, ``stage=``, ``group=``, ``sync=``: a stage and a
-    position per body statement) is accepted and checked for shape, and tilers schedules the
-    loop itself (its copies ``num_stages - 1`` iterations ahead); a warning says so once per
-    loop."""
-    if not isinstance(num_stages, _builtins.int) or num_stages < 0:
+    TileLang's manual schedule: ``stage=`` and ``order=`` give each statement of the body
+    (or, with ``group=[[0], [1, 2], ...]``, each group of statements) its stage — a statement
+    of stage ``s`` runs iteration ``i - s`` at step ``i`` — and its place in a step. The
+    compiler checks that the schedule keeps every dependence of the source loop (else an
+    error at the statement), runs it (docs/architecture.md, "Manual pipeline schedules") and
+    the report says how. Without ``num_stages``, the pipeline is ``max(stage) + 1`` deep.
+    ``sync=`` is accepted and not used (the compiler places the barriers)."""
+    if not isinstance(num_stages, _builtins.int) or isinstance(num_stages, _builtins.bool) or num_stages < 0:
         raise _trace.user_error(
             f"num_stages must be a non-negative int, got {num_stages!r}",
             help="use num_stages=2 or 3 to overlap copies with compute, or 0 for none",
         )
-    hints = {"order": order, "stage": stage, "group": group}
-    for name, value in hints.items():
-        if value is not None and not isinstance(value, (list, tuple)):
+    for name, value in {"order": order, "stage": stage}.items():
+        if value is None:
+            continue
+        if not isinstance(value, (list, tuple)) or not _builtins.all(
+            isinstance(x, _builtins.int) and not isinstance(x, _builtins.bool) and -1 <= x <= 64 for x in value
+        ):
             raise _trace.user_error(
-                f"T.Pipelined({name}=...) takes a list (one entry per statement of the loop body), got {value!r}",
+                f"T.Pipelined({name}=...) takes a list of ints from -1 to 64 (one per statement of the "
+                f"loop body, or per group), got {value!r}",
                 help=f"e.g. {name}=[0, 0, 1]",
             )
+    if group is not None and (
+        not isinstance(group, (list, tuple))
+        or not _builtins.all(
+            isinstance(g, (list, tuple)) and _builtins.all(isinstance(x, _builtins.int) for x in g) for g in group
+        )
+    ):
+        raise _trace.user_error(
+            f"T.Pipelined(group=...) takes a list of lists of statement indices, got {group!r}",
+            help="e.g. group=[[0], [1, 2], [3]] with one order and stage per group",
+        )
     if order is not None and stage is not None and len(order) != len(stage):
         raise _trace.user_error(
             f"T.Pipelined: order= has {len(order)} entries and stage= {len(stage)}; they describe the "
             "same statements",
-            help="give one order and one stage per statement of the loop body",
+            help="give one order and one stage per statement of the loop body (or per group)",
         )
-    if any(v is not None for v in (order, stage, group, sync)):
+    if group is not None and order is None and stage is None:
+        raise _trace.user_error(
+            "T.Pipelined(group=...) without order= or stage=: the groups have nothing to say",
+            help="give order= and stage= one entry per group",
+        )
+    if sync is not None:
         import warnings
 
         loc = _trace.capture()
         warnings.warn_explicit(
-            "T.Pipelined(order=/stage=/group=/sync=): tilers schedules the pipeline itself (copies "
-            f"num_stages - 1 = {_builtins.max(num_stages - 1, 0)} iterations ahead); the manual schedule is not used",
+            "T.Pipelined(sync=...): tilers places the pipeline's barriers itself; sync= is not used",
             UserWarning, loc.file, loc.line,
         )
-    return _for_loop("pipelined", start, stop, num_stages, "T.Pipelined")
+    if order is None and stage is None:
+        return _for_loop("pipelined", start, stop, num_stages, "T.Pipelined")
+    return _scheduled_loop(start, stop, num_stages, order, stage, group)
+
+
+def _scheduled_loop(start, stop, num_stages, order, stage, group):
+    """`T.Pipelined` with a manual schedule: the loop, then its schedule per statement."""
+    loc = _trace.capture()
+    inner = _for_loop("pipelined", start, stop, num_stages, "T.Pipelined")
+    var = next(inner)
+    builder = _trace.current_builder()
+    stmt_body = builder.blocks[-1].body
+    yield var
+    body = list(stmt_body)
+    lines = ", ".join(f"{i}: {st['op']} (line {st.get('loc', [0, '?'])[1]})" for i, st in enumerate(body))
+    entries = len(order if order is not None else stage)
+    if group is not None:
+        if len(group) != entries:
+            raise _trace.user_error(
+                f"T.Pipelined: group= has {len(group)} groups and order=/stage= {entries} entries",
+                loc=loc,
+                help="give one order and one stage per group",
+            )
+        per = [None] * len(body)
+        for g, members in enumerate(group):
+            for k in members:
+                if not 0 <= k < len(body):
+                    raise _trace.user_error(
+                        f"T.Pipelined: group {g} names statement {k}; the loop body has {len(body)} "
+                        f"statements ({lines})",
+                        loc=loc,
+                        help="number the body's statements from 0",
+                    )
+                if per[k] is not None:
+                    raise _trace.user_error(
+                        f"T.Pipelined: statement {k} is in groups {per[k]} and {g}",
+                        loc=loc,
+                        help="put each statement of the body in one group",
+                    )
+                per[k] = g
+        missing = [k for k, g in enumerate(per) if g is None]
+        if missing:
+            raise _trace.user_error(
+                f"T.Pipelined: statement(s) {missing} of the loop body are in no group ({lines})",
+                loc=loc,
+                help="put each statement of the body in one group",
+            )
+    else:
+        if entries != len(body):
+            raise _trace.user_error(
+                f"T.Pipelined: order=/stage= give {entries} entries; the loop body has {len(body)} "
+                f"statements ({lines})",
+                loc=loc,
+                help="give one entry per statement of the loop body, or group them with group=",
+            )
+        per = list(range(len(body)))
+    stages = [stage[g] if stage is not None else 0 for g in per]
+    orders = [order[g] if order is not None else k for k, g in enumerate(per)]
+    schedule = {"stage": stages, "order": orders}
+    # TileLang: without num_stages the pipeline is max(stage) + 1 deep
+    depth = num_stages if num_stages else _builtins.max([0, *stages]) + 1
+    try:
+        next(inner)
+    except StopIteration:
+        pass
+    loop = builder.blocks[-1].body[-1] if builder.blocks else None
+    if loop is None or loop.get("op") != "for" or loop.get("body") is not stmt_body:
+        raise _trace.user_error("T.Pipelined: internal error placing the schedule", loc=loc)
+    loop["schedule"] = schedule
+    loop["stages"] = depth
 
 
 class If:

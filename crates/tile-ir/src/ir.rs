@@ -300,6 +300,8 @@ pub struct Module {
     pub vars: Vec<Var>,
     pub kernel: Kernel,
     pub level: Level,
+    /// The manual schedules of pipelined loops (`ForKind::Pipelined::schedule`).
+    pub schedules: Vec<Schedule>,
 }
 
 impl Module {
@@ -893,7 +895,23 @@ pub struct Region {
 pub enum ForKind {
     Serial,
     Unroll,
-    Pipelined { stages: u32 },
+    /// `T.Pipelined(n, num_stages=stages)`; `schedule` indexes [`Module::schedules`] when the
+    /// user gave `stage=` / `order=` (one entry per top-level statement of the body).
+    Pipelined {
+        stages: u32,
+        schedule: Option<u32>,
+    },
+}
+
+/// TileLang's manual schedule of a pipelined loop (`T.Pipelined(..., stage=, order=,
+/// group=)`, groups expanded): per top-level statement of the loop body, in source order,
+/// its stage (statement of stage `s` runs iteration `i - s` at step `i`; negative: a copy
+/// the pipeline's producer runs) and its position among the statements of a step. What is
+/// honoured, and how: docs/architecture.md, "Manual pipeline schedules".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schedule {
+    pub stage: Vec<i32>,
+    pub order: Vec<i32>,
 }
 
 /// How `gemm` spreads warps over the output tile.
@@ -1235,6 +1253,10 @@ pub struct GemmInst {
     /// `wgmma` in a pipelined loop: the gemm returns with its group of this k-tile still in
     /// flight (`wait_group 1`), the loop drains it after (`inject_pipeline` decides).
     pub in_flight: bool,
+    /// `wgmma` in a manually scheduled pipeline's steady state: the gemm returns with its
+    /// group in flight and no wait; `inject_pipeline` placed the `wgmma_wait` that retires
+    /// it before the first statement that touches its registers (`schedule.rs`).
+    pub deferred: bool,
 }
 
 /// Where a gemm operand's fragments come from.

@@ -129,6 +129,8 @@ struct Parser {
     var_owner: Vec<Option<usize>>,
     /// The module's variables (in its own numbering).
     vars: Vec<Var>,
+    /// The manual schedules of its pipelined loops (`Module::schedules`).
+    schedules: std::cell::RefCell<Vec<Schedule>>,
 }
 
 fn dtype(v: &Value, path: &str) -> R<DType> {
@@ -420,6 +422,7 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
         var_map: (0..vars.len() as u32).map(Some).collect(),
         var_owner: vec![None; vars.len()],
         vars,
+        schedules: Default::default(),
     };
     let mut params = Vec::new();
     for (i, v) in top.arr("params")?.iter().enumerate() {
@@ -510,6 +513,7 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
             var_map,
             var_owner: var_owner.clone(),
             vars: kernel_vars,
+            schedules: Default::default(),
         };
         let kernel = kp.kernel(value, path, n_sources)?;
         modules.push(Module {
@@ -521,12 +525,36 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
             vars: kp.vars,
             kernel,
             level: Level::Tile,
+            schedules: kp.schedules.into_inner(),
         });
     }
     Ok(modules)
 }
 
 impl Parser {
+    /// `{"stage": [...], "order": [...]}` (one entry per statement of the loop body, groups
+    /// expanded by the frontend): its index in the module's schedules.
+    fn schedule(&self, v: &Value, path: &str) -> R<u32> {
+        let o = Obj::new(v, path, &["stage", "order"])?;
+        let ints = |key: &str| -> R<Vec<i32>> {
+            o.arr(key)?
+                .iter()
+                .enumerate()
+                .map(|(k, x)| match x.as_i64() {
+                    Some(i) if (-1..=64).contains(&i) => Ok(i as i32),
+                    _ => err(&format!("{}[{k}]", o.p(key)), "expected an integer from -1 to 64"),
+                })
+                .collect()
+        };
+        let (stage, order) = (ints("stage")?, ints("order")?);
+        if stage.len() != order.len() {
+            return err(path, "stage and order need one entry per statement each");
+        }
+        let mut all = self.schedules.borrow_mut();
+        all.push(Schedule { stage, order });
+        Ok(all.len() as u32 - 1)
+    }
+
     /// One `T.Kernel` object: its grid, threads, statements and launch options.
     fn kernel(&self, value: &Value, path: &str, n_sources: usize) -> R<Kernel> {
         let p = self;
@@ -969,8 +997,11 @@ impl Parser {
                 Stmt::Parallel { vars, extents, body: self.body(&o, "body", ns)?, loc: l(&o)?, layout: None }
             }
             "for" => {
-                let o =
-                    Obj::new(v, path, &["op", "var", "start", "extent", "kind", "stages", "body", "loc"])?;
+                let o = Obj::new(
+                    v,
+                    path,
+                    &["op", "var", "start", "extent", "kind", "stages", "schedule", "body", "loc"],
+                )?;
                 let kind = match o.str("kind")? {
                     "serial" => ForKind::Serial,
                     "unroll" => ForKind::Unroll,
@@ -980,7 +1011,11 @@ impl Parser {
                         if !(0..=16).contains(&s) {
                             return err(&o.p("stages"), "expected 0 to 16 stages");
                         }
-                        ForKind::Pipelined { stages: s as u32 }
+                        let schedule = match o.opt("schedule") {
+                            Some(x) => Some(self.schedule(x, &o.p("schedule"))?),
+                            None => None,
+                        };
+                        ForKind::Pipelined { stages: s as u32, schedule }
                     }
                     k => return err(&o.p("kind"), format!("unknown loop kind '{k}'")),
                 };

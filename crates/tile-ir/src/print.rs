@@ -315,7 +315,12 @@ impl Printer<'_> {
                             i.a.name(),
                             i.b.name(),
                             if i.atom.scope == crate::target::ThreadScope::Warpgroup {
-                                format!(" n={}{}", i.n, if i.in_flight { " in_flight" } else { "" })
+                                format!(
+                                    " n={}{}{}",
+                                    i.n,
+                                    if i.in_flight { " in_flight" } else { "" },
+                                    if i.deferred { " deferred" } else { "" }
+                                )
                             } else {
                                 String::new()
                             }
@@ -356,7 +361,18 @@ impl Printer<'_> {
                 let k = match kind {
                     ForKind::Serial => "for".to_string(),
                     ForKind::Unroll => "unroll".to_string(),
-                    ForKind::Pipelined { stages } => format!("pipelined(stages={stages})"),
+                    ForKind::Pipelined { stages, schedule: None } => format!("pipelined(stages={stages})"),
+                    ForKind::Pipelined { stages, schedule: Some(k) } => {
+                        let list = |v: &[i32]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ");
+                        match self.m.schedules.get(*k as usize) {
+                            Some(sc) => format!(
+                                "pipelined(stages={stages}, stage=[{}], order=[{}])",
+                                list(&sc.stage),
+                                list(&sc.order)
+                            ),
+                            None => format!("pipelined(stages={stages}, schedule=#{k}?)"),
+                        }
+                    }
                 };
                 let _ = writeln!(
                     out,

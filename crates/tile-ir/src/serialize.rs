@@ -63,11 +63,11 @@ fn region(r: &Region) -> Value {
     with_loc(json!({"buf": r.buf.0, "dims": dims}), r.loc)
 }
 
-fn stmts(body: &[Stmt]) -> Vec<Value> {
-    body.iter().filter_map(stmt).collect()
+fn stmts(body: &[Stmt], sc: &[Schedule]) -> Vec<Value> {
+    body.iter().filter_map(|s| stmt(s, sc)).collect()
 }
 
-fn stmt(s: &Stmt) -> Option<Value> {
+fn stmt(s: &Stmt, sc: &[Schedule]) -> Option<Value> {
     let v = match s {
         Stmt::Store { buf, idx, value, .. } => {
             json!({"op": "store", "buf": buf.0, "idx": idx.iter().map(expr).collect::<Vec<_>>(), "value": expr(value)})
@@ -153,22 +153,25 @@ fn stmt(s: &Stmt) -> Option<Value> {
             })
         }
         Stmt::Parallel { vars, extents, body, .. } => json!({
-            "op": "parallel", "vars": vars.iter().map(|v| v.0).collect::<Vec<_>>(), "extents": extents, "body": stmts(body)
+            "op": "parallel", "vars": vars.iter().map(|v| v.0).collect::<Vec<_>>(), "extents": extents, "body": stmts(body, sc)
         }),
         Stmt::For { var, start, extent, kind, body, .. } => {
-            let mut v = json!({"op": "for", "var": var.0, "start": expr(start), "extent": expr(extent), "body": stmts(body)});
+            let mut v = json!({"op": "for", "var": var.0, "start": expr(start), "extent": expr(extent), "body": stmts(body, sc)});
             match kind {
                 ForKind::Serial => v["kind"] = json!("serial"),
                 ForKind::Unroll => v["kind"] = json!("unroll"),
-                ForKind::Pipelined { stages } => {
+                ForKind::Pipelined { stages, schedule } => {
                     v["kind"] = json!("pipelined");
                     v["stages"] = json!(stages);
+                    if let Some(sc) = schedule.and_then(|k| sc.get(k as usize)) {
+                        v["schedule"] = json!({"stage": sc.stage, "order": sc.order});
+                    }
                 }
             }
             v
         }
         Stmt::If { cond, then, otherwise, .. } => {
-            json!({"op": "if", "cond": expr(cond), "then": stmts(then), "else": stmts(otherwise)})
+            json!({"op": "if", "cond": expr(cond), "then": stmts(then, sc), "else": stmts(otherwise, sc)})
         }
         Stmt::Print { what, msg, block, .. } => {
             let mut v = json!({"op": "print", "msg": msg});
@@ -267,7 +270,7 @@ pub fn program_json(m: &Module) -> Value {
     let mut kernel = json!({
         "grid": m.kernel.grid.iter().map(expr).collect::<Vec<_>>(),
         "threads": m.kernel.threads,
-        "body": stmts(&m.kernel.body),
+        "body": stmts(&m.kernel.body, &m.schedules),
     });
     if let Some(b) = m.kernel.reg_budget {
         let mut v = json!({});

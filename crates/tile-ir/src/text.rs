@@ -302,6 +302,24 @@ impl Parser {
         self.punct("]")?;
         Ok((dims, sizes))
     }
+    /// `[0, -1, 2]`: a manual schedule's entries.
+    fn signed_list(&mut self) -> R<Vec<i32>> {
+        self.punct("[")?;
+        let mut v = Vec::new();
+        while !self.is_punct("]") {
+            let negative = self.is_punct("-");
+            if negative {
+                self.punct("-")?;
+            }
+            let x = self.int()? as i32;
+            v.push(if negative { -x } else { x });
+            if !self.is_punct("]") {
+                self.punct(",")?;
+            }
+        }
+        self.punct("]")?;
+        Ok(v)
+    }
     fn shape(&mut self) -> R<Vec<i64>> {
         self.punct("[")?;
         let mut v = Vec::new();
@@ -735,8 +753,22 @@ impl Parser {
                     _ => {
                         self.punct("(")?;
                         let stages = self.kv_parsed("stages")?;
+                        let schedule = if self.is_punct(",") {
+                            self.punct(",")?;
+                            self.keyword("stage")?;
+                            self.punct("=")?;
+                            let stage = self.signed_list()?;
+                            self.punct(",")?;
+                            self.keyword("order")?;
+                            self.punct("=")?;
+                            let order = self.signed_list()?;
+                            self.m.schedules.push(Schedule { stage, order });
+                            Some(self.m.schedules.len() as u32 - 1)
+                        } else {
+                            None
+                        };
                         self.punct(")")?;
-                        ForKind::Pipelined { stages }
+                        ForKind::Pipelined { stages, schedule }
                     }
                 };
                 let name = self.loop_var()?;
@@ -863,18 +895,23 @@ impl Parser {
             };
             let a = source(self, "a")?;
             let b = source(self, "b")?;
-            let (n, in_flight) = if atom.scope == crate::target::ThreadScope::Warpgroup {
+            let (n, in_flight, deferred) = if atom.scope == crate::target::ThreadScope::Warpgroup {
                 let n = self.kv("n")?;
                 let n: i64 = n.parse().map_err(|_| format!("line {}: n=N, not {n}", self.line()))?;
-                let in_flight = self.is_word("in_flight");
-                if in_flight {
-                    self.pos += 1;
-                }
-                (n, in_flight)
+                let mut word = |w: &str| {
+                    let there = self.is_word(w);
+                    if there {
+                        self.pos += 1;
+                    }
+                    there
+                };
+                let in_flight = word("in_flight");
+                let deferred = word("deferred");
+                (n, in_flight, deferred)
             } else {
-                (atom.n, false)
+                (atom.n, false, false)
             };
-            Some(GemmInst { atom, warps_m, warps_n, a, b, n, in_flight })
+            Some(GemmInst { atom, warps_m, warps_n, a, b, n, in_flight, deferred })
         } else {
             None
         };
@@ -1273,6 +1310,7 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
                 tensor_maps: vec![],
                 reg_budget: None,
             },
+            schedules: vec![],
             level: Level::Tile,
         },
         vars: BTreeMap::new(),

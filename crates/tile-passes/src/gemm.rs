@@ -171,6 +171,7 @@ fn plan_wgmma(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, Stri
         b: OperandSource::Descriptor,
         n: inst_n,
         in_flight: false,
+        deferred: false,
     })
 }
 
@@ -219,6 +220,7 @@ fn plan_mma_sync(m: &Module, op: &GemmOp, target: &Target) -> Result<GemmInst, S
         b: source(bb.scope, !op.transpose_b),
         n: atom.n,
         in_flight: false,
+        deferred: false,
     })
 }
 

@@ -32,6 +32,7 @@
 //! producer `cp.async` or, where it cannot, an ordinary copy, which the same barriers order).
 
 mod mbarrier;
+mod schedule;
 
 use crate::Ctx;
 use std::collections::BTreeSet;
@@ -50,35 +51,36 @@ pub fn inject_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         Some(k) => {
             let post = body.split_off(k + 1);
             let the_loop = body.pop().expect("the loop is at k");
-            let pre = block(&mut m, body, ctx);
-            let post = block(&mut m, post, ctx);
+            let pre = block(&mut m, body, ctx).map_err(|d| vec![d])?;
+            let post = block(&mut m, post, ctx).map_err(|d| vec![d])?;
             mbarrier::warp_specialize(&mut m, pre, the_loop, post, ctx)?
         }
-        None => block(&mut m, body, ctx),
+        None => block(&mut m, body, ctx).map_err(|d| vec![d])?,
     };
     Ok(m)
 }
 
-fn block(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Vec<Stmt> {
+fn block(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Result<Vec<Stmt>, Diagnostic> {
     let mut out = Vec::new();
     for s in body {
         match s {
-            Stmt::For { var, start, extent, kind: ForKind::Pipelined { stages }, body, loc } => {
-                out.extend(pipeline(m, var, start, extent, stages, body, loc, ctx));
+            Stmt::For { var, start, extent, kind: ForKind::Pipelined { stages, schedule }, body, loc } => {
+                let sched = schedule.map(|k| m.schedules[k as usize].clone());
+                out.extend(pipeline(m, var, start, extent, stages, sched.as_ref(), body, loc, ctx)?);
             }
             Stmt::For { var, start, extent, kind, body, loc } => {
-                let body = block(m, body, ctx);
+                let body = block(m, body, ctx)?;
                 out.push(Stmt::For { var, start, extent, kind, body, loc });
             }
             Stmt::If { cond, then, otherwise, loc } => {
-                let then = block(m, then, ctx);
-                let otherwise = block(m, otherwise, ctx);
+                let then = block(m, then, ctx)?;
+                let otherwise = block(m, otherwise, ctx)?;
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             other => out.push(other),
         }
     }
-    out
+    Ok(out)
 }
 
 /// Shared buffers written by a statement (children included).
@@ -128,10 +130,11 @@ fn pipeline(
     start: Expr,
     extent: Expr,
     stages: u32,
+    sched: Option<&Schedule>,
     body: Vec<Stmt>,
     loc: Loc,
     ctx: &mut Ctx,
-) -> Vec<Stmt> {
+) -> Result<Vec<Stmt>, Diagnostic> {
     let at = m.sources.short(loc).unwrap_or_default();
     let serial = |body: Vec<Stmt>| {
         vec![Stmt::For {
@@ -143,11 +146,71 @@ fn pipeline(
             loc,
         }]
     };
-    if stages < 2 {
-        ctx.report.push(format!("{at}: T.Pipelined(num_stages={stages}) runs as a serial loop"));
-        return serial(body);
+    let no_producers = sched.is_some() && stages >= 2 && producers(m, &body).is_empty();
+    if stages < 2 || no_producers {
+        ctx.report.push(format!(
+            "{at}: T.Pipelined(num_stages={stages}) runs as a serial loop{}",
+            if no_producers { ": no copy from global into a shared tile to run ahead" } else { "" }
+        ));
+        if let Some(sc) = sched {
+            // no ring: every statement is scheduled, the loop's own buffers checked
+            let all: Vec<(usize, &Stmt)> = body.iter().enumerate().collect();
+            let plan = schedule::plan(m, sc, body.len(), &all, &BTreeSet::new(), loc)?;
+            ctx.report.push(schedule::describe(m, &plan, &all, &at));
+            let n = simplify::simplify(Expr::cast(extent.clone(), DType::I32));
+            let start_i32 = Expr::cast(start.clone(), DType::I32);
+            let vt = m.var(var).dtype;
+            let mut group = |_: &mut Module, g: usize, l: Expr, _: bool| {
+                let at_iter = Expr::cast(Expr::binary(BinOp::Add, start_i32.clone(), l), vt);
+                vec![schedule::Item::Stmt {
+                    s: schedule::at_iteration(body[g].clone(), var, &at_iter),
+                    stage: 0,
+                }]
+            };
+            return Ok(schedule::expand(m, &plan, &n, loc, &BTreeSet::new(), &mut group));
+        }
+        return Ok(serial(body));
     }
     let producer_at = producers(m, &body);
+    let body = match sched {
+        Some(sc) => {
+            let consumers: Vec<(usize, &Stmt)> =
+                body.iter().enumerate().filter(|(k, _)| !producer_at.contains(k)).collect();
+            let ring: BTreeSet<BufferId> = producer_at
+                .iter()
+                .filter_map(|&k| match &body[k] {
+                    Stmt::Copy(op) => Some(op.dst.buf),
+                    _ => None,
+                })
+                .collect();
+            let plan = schedule::plan(m, sc, body.len(), &consumers, &ring, loc)?;
+            if plan.span > 0 {
+                // (a step's order across stages is no order within one iteration)
+                ctx.report.push(format!(
+                    "{at}: T.Pipelined(stage=...): the consumers' stages are honoured only in the warp-specialized (TMA) pipeline; on cp.async the body runs in source order with the copies {} iteration(s) ahead",
+                    stages - 1
+                ));
+            } else {
+                ctx.report.push(schedule::describe(m, &plan, &consumers, &at));
+            }
+            let emit: Vec<usize> =
+                if plan.span > 0 { (0..consumers.len()).collect() } else { plan.emit.clone() };
+            // the consumers in the order of order=, the producers where they were
+            let order: Vec<usize> = emit.iter().map(|&g| consumers[g].0).collect();
+            let mut slots: Vec<Option<Stmt>> = body.into_iter().map(Some).collect();
+            let mut out = Vec::new();
+            let mut next = order.into_iter();
+            for k in 0..slots.len() {
+                if producer_at.contains(&k) {
+                    out.push(slots[k].take().expect("each statement once"));
+                } else if let Some(g) = next.next() {
+                    out.push(slots[g].take().expect("each statement once"));
+                }
+            }
+            out
+        }
+        None => body,
+    };
     let mut tiles = BTreeSet::new();
     let mut producers = Vec::new();
     let mut consumers = Vec::new();
@@ -165,7 +228,7 @@ fn pipeline(
             "{at}: T.Pipelined(num_stages={stages}) runs as a serial loop: no copy from global into a shared tile to run ahead"
         ));
         consumers.extend(producers);
-        return serial(consumers);
+        return Ok(serial(consumers));
     }
     // a wgmma consumer: fence its operands' writes; keep its group in flight when it can
     let wgmma_at: Vec<usize> =
@@ -240,7 +303,7 @@ fn pipeline(
     if let Some(acc) = drain {
         out.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
     }
-    out
+    Ok(out)
 }
 
 /// With three stages or more and one wgmma gemm among the consumers whose accumulator no

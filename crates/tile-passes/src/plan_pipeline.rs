@@ -28,7 +28,7 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             _ => &[],
         };
         walk_stmts(inside, &mut |x| {
-            if let Stmt::For { kind: ForKind::Pipelined { stages }, loc, .. } = x {
+            if let Stmt::For { kind: ForKind::Pipelined { stages, .. }, loc, .. } = x {
                 if *stages >= 2 {
                     nested.push((*loc, *stages));
                 }
@@ -43,7 +43,7 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     }
     let mut planned = false;
     for k in 0..m.kernel.body.len() {
-        let Stmt::For { start, extent, kind: ForKind::Pipelined { stages }, body, loc, .. } =
+        let Stmt::For { start, extent, kind: ForKind::Pipelined { stages, .. }, body, loc, .. } =
             &m.kernel.body[k]
         else {
             continue;

@@ -64,7 +64,7 @@ struct Selector {
 fn pipelined_shared_bytes(m: &Module) -> u64 {
     let mut stages_of = std::collections::BTreeMap::new();
     walk_stmts(&m.kernel.body, &mut |s| {
-        if let Stmt::For { kind: ForKind::Pipelined { stages }, body, .. } = s {
+        if let Stmt::For { kind: ForKind::Pipelined { stages, .. }, body, .. } = s {
             if *stages >= 2 {
                 for k in inject_pipeline::producers(m, body) {
                     if let Stmt::Copy(op) = &body[k] {
@@ -89,7 +89,7 @@ impl Selector {
 
     fn stmt(&mut self, m: &mut Module, s: Stmt) -> Stmt {
         match s {
-            Stmt::For { var, start, extent, kind: kind @ ForKind::Pipelined { stages }, body, loc } => {
+            Stmt::For { var, start, extent, kind: kind @ ForKind::Pipelined { stages, .. }, body, loc } => {
                 let producers =
                     if stages >= 2 { inject_pipeline::producers(m, &body) } else { Default::default() };
                 let body = body

@@ -34,7 +34,8 @@
 //! consumer warps times blocks), and `cluster_sync` replaces the `sync` after the init and
 //! ends the kernel (docs/architecture.md, "Thread-block clusters").
 
-use super::{keep_in_flight, select_stage};
+use super::schedule::{self, Item};
+use super::{is_wgmma, keep_in_flight, select_stage};
 use crate::lower::tma;
 use crate::Ctx;
 use std::collections::{BTreeMap, BTreeSet};
@@ -300,7 +301,8 @@ pub(super) fn warp_specialize(
     post: Vec<Stmt>,
     ctx: &mut Ctx,
 ) -> Result<Vec<Stmt>, Vec<Diagnostic>> {
-    let Stmt::For { var, start, extent, kind: ForKind::Pipelined { stages }, body, loc } = the_loop else {
+    let Stmt::For { var, start, extent, kind: ForKind::Pipelined { stages, schedule }, body, loc } = the_loop
+    else {
         return Err(vec![Diagnostic::bug("warp_specialize: not a pipelined loop")]);
     };
     let roles = m.kernel.roles.ok_or_else(|| vec![Diagnostic::bug("warp_specialize without roles")])?;
@@ -308,10 +310,15 @@ pub(super) fn warp_specialize(
     let threads = m.kernel.threads;
     let mut producers = Vec::new();
     let mut consumers = Vec::new();
-    for s in body {
+    let mut consumer_at = Vec::new();
+    let body_len = body.len();
+    for (k, s) in body.into_iter().enumerate() {
         match s {
             Stmt::Copy(op) if op.inst == Some(CopyInst::Tma) => producers.push(op),
-            other => consumers.push(other),
+            other => {
+                consumer_at.push(k);
+                consumers.push(other)
+            }
         }
     }
     // the boxes of each producer, from its tile before multi-buffering
@@ -352,9 +359,51 @@ pub(super) fn warp_specialize(
         shares.push(share);
     }
     let tiles: BTreeSet<BufferId> = producers.iter().map(|op| op.dst.buf).collect();
+    // a manual schedule (stage=, order=): checked; one of a single stage only reorders
+    let mut scheduled = None;
+    if let Some(k) = schedule {
+        let sc = m.schedules[k as usize].clone();
+        let placed: Vec<(usize, &Stmt)> = consumer_at.iter().copied().zip(consumers.iter()).collect();
+        let plan = schedule::plan(m, &sc, body_len, &placed, &tiles, loc).map_err(|d| vec![d])?;
+        ctx.report.push(schedule::describe(m, &plan, &placed, &at));
+        if plan.span == 0 {
+            let mut slots: Vec<Option<Stmt>> = std::mem::take(&mut consumers).into_iter().map(Some).collect();
+            consumers = plan.emit.iter().map(|&g| slots[g].take().expect("each consumer once")).collect();
+        } else {
+            scheduled = Some(plan);
+        }
+    }
     // a wgmma consumer keeps its group in flight when nothing else touches its accumulator
     // (with two stages that would leave the producer nothing to prefetch into)
-    let drain = keep_in_flight(&mut consumers, stages);
+    let drain = match scheduled {
+        Some(_) => None,
+        None => keep_in_flight(&mut consumers, stages),
+    };
+    // the scheduled consumers that read the ring: the first waits for an iteration's stage,
+    // the last releases it; the ring holds the iterations between them
+    let mut readers = (None, None);
+    if let Some(plan) = &scheduled {
+        let reads_ring: Vec<bool> =
+            consumers.iter().map(|c| schedule::effects(c).0.iter().any(|b| tiles.contains(b))).collect();
+        let first =
+            plan.emit.iter().copied().filter(|&g| reads_ring[g]).min_by_key(|&g| plan.places[g].stage);
+        let last =
+            plan.emit.iter().rev().copied().filter(|&g| reads_ring[g]).max_by_key(|&g| plan.places[g].stage);
+        if let (Some(f), Some(l)) = (first, last) {
+            let held = plan.places[l].stage - plan.places[f].stage + 1;
+            if held > stages {
+                return Err(vec![Diagnostic::error(
+                    format!(
+                        "T.Pipelined(num_stages={stages}): this stage= keeps the tiles of {held} iterations in use at once (read at stages {} to {}): the ring needs num_stages >= {held}",
+                        plan.places[f].stage, plan.places[l].stage
+                    ),
+                    loc,
+                )
+                .with_help(format!("use num_stages={held} or more"))]);
+            }
+        }
+        readers = (first, last);
+    }
     for &t in &tiles {
         m.buffer_mut(t).shape.insert(0, Dim::Fixed(stages as i64));
     }
@@ -505,7 +554,7 @@ pub(super) fn warp_specialize(
             idx: cstage.clone(),
             parity: parity_of(&ci, 0),
         })];
-        cbody.extend(consumers.into_iter().map(|x| select_stage(x, &tiles, &cstage)));
+        cbody.extend(consumers.iter().cloned().map(|x| select_stage(x, &tiles, &cstage)));
         // a stage is released by every consumer thread, or, in a cluster (whose blocks all
         // write every block's stage), by one lane of each consumer warp to every block
         let release = |i: Expr| -> Vec<Stmt> {
@@ -556,13 +605,48 @@ pub(super) fn warp_specialize(
         // slot's ring waits are at most one phase ahead of the barrier they wait on
         let handoff =
             |id: u32, arrive: bool| Stmt::inst(inst::NamedBarrier { id, threads: 2 * threads, arrive });
-        let main_loop = Stmt::For {
-            var,
-            start: start.clone(),
-            extent: extent.clone(),
-            kind: ForKind::Serial,
-            body: cbody,
-            loc,
+        let main_loop = match &scheduled {
+            None => vec![Stmt::For {
+                var,
+                start: start.clone(),
+                extent: extent.clone(),
+                kind: ForKind::Serial,
+                body: cbody,
+                loc,
+            }],
+            Some(plan) => {
+                let vt = m.var(var).dtype;
+                let mut group = |_: &mut Module, g: usize, l: Expr, steady: bool| -> Vec<Item> {
+                    let stage = plan.places[g].stage;
+                    let ci = global(&cbase, l.clone());
+                    let st = stage_of(&ci);
+                    let mut items = Vec::new();
+                    if readers.0 == Some(g) {
+                        items.push(Item::Stmt {
+                            s: Stmt::inst(inst::MbarrierWait {
+                                bar: full,
+                                idx: st.clone(),
+                                parity: parity_of(&ci, 0),
+                            }),
+                            stage,
+                        });
+                    }
+                    let value = simplify(Expr::cast(Expr::binary(BinOp::Add, start_i32.clone(), l), vt));
+                    let mut s =
+                        select_stage(schedule::at_iteration(consumers[g].clone(), var, &value), &tiles, &st);
+                    if steady && is_wgmma(&s) {
+                        if let Stmt::Gemm(GemmOp { inst: Some(i), .. }) = &mut s {
+                            i.deferred = true;
+                        }
+                    }
+                    items.push(Item::Stmt { s, stage });
+                    if readers.1 == Some(g) {
+                        items.push(Item::Release { stage, body: release(ci) });
+                    }
+                    items
+                };
+                schedule::expand(m, plan, &n, loc, &tiles, &mut group)
+            }
         };
         match (local, &tiles_of_block) {
             (Some(u), Some(total)) => {
@@ -574,11 +658,11 @@ pub(super) fn warp_specialize(
                     loc,
                 };
                 work.push(when(Expr::binary(BinOp::Gt, u.clone(), Expr::int(0)), handoff(3 + c, false)));
-                work.push(main_loop);
+                work.extend(main_loop);
                 let next = Expr::binary(BinOp::Add, u, Expr::int(1));
                 work.push(when(Expr::binary(BinOp::Lt, next, total.clone()), handoff(4 - c, true)));
             }
-            _ => work.push(main_loop),
+            _ => work.extend(main_loop),
         }
         if let Some(acc) = drain {
             work.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));

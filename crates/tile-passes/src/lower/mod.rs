@@ -431,7 +431,7 @@ impl Lowerer {
                 }
                 Stmt::For { var, start, extent, kind, body, loc } => {
                     let kind = match kind {
-                        ForKind::Pipelined { stages } => {
+                        ForKind::Pipelined { stages, .. } => {
                             let at = self.m.sources.short(loc).unwrap_or_default();
                             self.report.push(format!(
                                 "{at}: T.Pipelined(num_stages={stages}) runs as a serial loop: this loop has no asynchronous copies to overlap"
