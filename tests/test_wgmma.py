@@ -96,7 +96,7 @@ def test_operand_tiles_take_wgmma_layouts_and_the_pipeline_keeps_a_group_in_flig
 def test_register_a_is_the_rs_form():
     k = compiled(kernels.matmul_reg_a(256, 256, 256, block_M=128, block_N=64, block_K=32))
     assert "A from registers" in gemm_line(k)
-    assert '"r"(ra[0])' in k.source
+    assert '"r"(tl_ra[0])' in k.source
 
 
 def test_same_program_same_wgmma_cuda():
@@ -105,3 +105,26 @@ def test_same_program_same_wgmma_cuda():
     b = tilers.compile(kernels.matmul(1000, 1000, 1000, 128, 256, 64, 4, 256), out_idx=[2],
                        target="cuda:sm_90a").source
     assert a == b
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_user_names_never_meet_the_instructions_locals(arch):
+    # a fragment named c (or a, b, r, ...) once met `float* c = &c[0]` in the wgmma and mma
+    # emitters: a pointer initialised from itself
+    @T.prim_func
+    def named(A: T.Tensor((128, 64), "float16"), B: T.Tensor((64, 64), "float16"),
+              C: T.Tensor((128, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            a = T.alloc_shared((128, 64), "float16")
+            b = T.alloc_shared((64, 64), "float16")
+            c = T.alloc_fragment((128, 64), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            T.gemm(a, b, c, clear_accum=True)
+            T.copy(c, C)
+
+    src = tilers.compile(named, target=f"cuda:{arch}").get_kernel_source()
+    for local in ("float* c =", "int* c =", "int* a =", "int* b =", "int* r =", "long long da ", "long long db ",
+                  "int* ra ="):
+        assert local not in src
+    assert "* tl_c = &c[" in src or "* tl_c = (&c[" in src

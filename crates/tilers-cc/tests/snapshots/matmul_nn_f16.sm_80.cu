@@ -137,18 +137,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int kk = 0; kk < 2; ++kk) {
       #pragma unroll
       for (int mi = 0; mi < 4; ++mi) {
-        { unsigned int* r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 2048)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 8192))))); }
+        { unsigned int* tl_r = (unsigned int*)(&A_shared_frag[(mi * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(tl_r[0]), "=r"(tl_r[1]), "=r"(tl_r[2]), "=r"(tl_r[3]) : "r"(tl_smem_u32 + (unsigned int)((((((((((lane / 16) * 8) + ((lane % 16) * 32)) + (warp_m * 2048)) + (kk * 16)) + (mi * 512)) ^ ((((lane % 16) >> 1) & 7) << 3)) * 2) + ((ko % 3) * 8192))))); }
       }
       #pragma unroll
       for (int nj = 0; nj < 4; ++nj) {
-        { unsigned int* r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 64)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((ko % 3) * 8192)) + ((lane % 16) * 256)) + (kk * 4096)) + 24576)))); }
+        { unsigned int* tl_r = (unsigned int*)(&B_shared_frag[(nj * 8)]); asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];" : "=r"(tl_r[0]), "=r"(tl_r[1]), "=r"(tl_r[2]), "=r"(tl_r[3]) : "r"(tl_smem_u32 + (unsigned int)(((((((((((lane / 16) * 8) + (warp_n * 64)) + (nj * 16)) ^ (((lane % 16) & 7) << 3)) * 2) + ((ko % 3) * 8192)) + ((lane % 16) * 256)) + (kk * 4096)) + 24576)))); }
       }
       #pragma unroll
       for (int mi_1 = 0; mi_1 < 4; ++mi_1) {
         #pragma unroll
         for (int ni = 0; ni < 8; ++ni) {
-          { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* c = (&acc[((mi_1 * 32) + (ni * 4))]);
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+          { const unsigned int* tl_a = (const unsigned int*)(&A_shared_frag[(mi_1 * 8)]); const unsigned int* tl_b = (const unsigned int*)(&B_shared_frag[(ni * 4)]); float* tl_c = (&acc[((mi_1 * 32) + (ni * 4))]);
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(tl_c[0]), "+f"(tl_c[1]), "+f"(tl_c[2]), "+f"(tl_c[3]) : "r"(tl_a[0]), "r"(tl_a[1]), "r"(tl_a[2]), "r"(tl_a[3]), "r"(tl_b[0]), "r"(tl_b[1])); }
         }
       }
     }

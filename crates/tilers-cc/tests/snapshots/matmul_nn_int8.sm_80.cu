@@ -141,8 +141,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
         #pragma unroll
         for (int ni_1 = 0; ni_1 < 4; ++ni_1) {
-          { const unsigned int* a = (const unsigned int*)(&A_shared_frag[(mi_1 * 16)]); const unsigned int* b = (const unsigned int*)(&B_shared_frag[(ni_1 * 8)]); int* c = (&acc[((mi_1 * 16) + (ni_1 * 4))]);
-            asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+          { const unsigned int* tl_a = (const unsigned int*)(&A_shared_frag[(mi_1 * 16)]); const unsigned int* tl_b = (const unsigned int*)(&B_shared_frag[(ni_1 * 8)]); int* tl_c = (&acc[((mi_1 * 16) + (ni_1 * 4))]);
+            asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+r"(tl_c[0]), "+r"(tl_c[1]), "+r"(tl_c[2]), "+r"(tl_c[3]) : "r"(tl_a[0]), "r"(tl_a[1]), "r"(tl_a[2]), "r"(tl_a[3]), "r"(tl_b[0]), "r"(tl_b[1])); }
         }
       }
     }

@@ -161,8 +161,8 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
       for (int mi_1 = 0; mi_1 < 2; ++mi_1) {
         #pragma unroll
         for (int ni = 0; ni < 4; ++ni) {
-          { const unsigned int* a = (const unsigned int*)(&A_frag[((kk * 8) + (mi_1 * 16))]); const unsigned int* b = (const unsigned int*)(&B_frag[((kk * 4) + (ni * 8))]); float* c = (&acc[((mi_1 * 16) + (ni * 4))]);
-            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3]) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1])); }
+          { const unsigned int* tl_a = (const unsigned int*)(&A_frag[((kk * 8) + (mi_1 * 16))]); const unsigned int* tl_b = (const unsigned int*)(&B_frag[((kk * 4) + (ni * 8))]); float* tl_c = (&acc[((mi_1 * 16) + (ni * 4))]);
+            asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};" : "+f"(tl_c[0]), "+f"(tl_c[1]), "+f"(tl_c[2]), "+f"(tl_c[3]) : "r"(tl_a[0]), "r"(tl_a[1]), "r"(tl_a[2]), "r"(tl_a[3]), "r"(tl_b[0]), "r"(tl_b[1])); }
         }
       }
     }

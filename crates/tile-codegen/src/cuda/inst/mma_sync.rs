@@ -11,9 +11,9 @@ impl Emitter<'_> {
         let dst_offset = self.expr(&ld.dst_offset)?;
         let a = self.shared_address(ld.src, &ld.src_idx)?;
         let regs: Vec<String> = (0..count).map(|i| format!("%{i}")).collect();
-        let outs: Vec<String> = (0..count).map(|i| format!("\"=r\"(r[{i}])")).collect();
+        let outs: Vec<String> = (0..count).map(|i| format!("\"=r\"(tl_r[{i}])")).collect();
         self.line(&format!(
-            "{{ unsigned int* r = (unsigned int*)(&{d}[{dst_offset}]); asm volatile(\"{} {{{}}}, [%{count}];\" : {} : \"r\"({a})); }}",
+            "{{ unsigned int* tl_r = (unsigned int*)(&{d}[{dst_offset}]); asm volatile(\"{} {{{}}}, [%{count}];\" : {} : \"r\"({a})); }}",
             ld.atom.ptx,
             regs.join(","),
             outs.join(", ")
@@ -28,11 +28,11 @@ impl Emitter<'_> {
         let kind = mma.atom.ptx;
         let acc = if mma.atom.acc.is_float() { "f" } else { "r" };
         self.line(&format!(
-            "{{ const unsigned int* a = (const unsigned int*)(&{an}[{a_offset}]); const unsigned int* b = (const unsigned int*)(&{bn}[{b_offset}]); {} (&{cn}[{c_offset}]);",
-            if acc == "f" { "float* c =" } else { "int* c =" }
+            "{{ const unsigned int* tl_a = (const unsigned int*)(&{an}[{a_offset}]); const unsigned int* tl_b = (const unsigned int*)(&{bn}[{b_offset}]); {} (&{cn}[{c_offset}]);",
+            if acc == "f" { "float* tl_c =" } else { "int* tl_c =" }
         ));
         self.line(&format!(
-            "  asm volatile(\"{kind} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : \"+{acc}\"(c[0]), \"+{acc}\"(c[1]), \"+{acc}\"(c[2]), \"+{acc}\"(c[3]) : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b[0]), \"r\"(b[1])); }}"
+            "  asm volatile(\"{kind} {{%0,%1,%2,%3}}, {{%4,%5,%6,%7}}, {{%8,%9}}, {{%0,%1,%2,%3}};\" : \"+{acc}\"(tl_c[0]), \"+{acc}\"(tl_c[1]), \"+{acc}\"(tl_c[2]), \"+{acc}\"(tl_c[3]) : \"r\"(tl_a[0]), \"r\"(tl_a[1]), \"r\"(tl_a[2]), \"r\"(tl_a[3]), \"r\"(tl_b[0]), \"r\"(tl_b[1])); }}"
         ));
         Ok(())
     }

@@ -11,9 +11,9 @@ impl Emitter<'_> {
         let offset = self.expr(&st.src_offset)?;
         let address = self.shared_address(st.dst, &st.dst_idx)?;
         let operands: Vec<String> = (1..=count).map(|i| format!("%{i}")).collect();
-        let inputs: Vec<String> = (0..count).map(|i| format!("\"r\"(r[{i}])")).collect();
+        let inputs: Vec<String> = (0..count).map(|i| format!("\"r\"(tl_r[{i}])")).collect();
         self.line(&format!(
-            "{{ const unsigned int* r = (const unsigned int*)(&{regs}[{offset}]); asm volatile(\"{} [%0], {{{}}};\" :: \"r\"({address}), {} : \"memory\"); }}",
+            "{{ const unsigned int* tl_r = (const unsigned int*)(&{regs}[{offset}]); asm volatile(\"{} [%0], {{{}}};\" :: \"r\"({address}), {} : \"memory\"); }}",
             st.atom.ptx,
             operands.join(","),
             inputs.join(", ")

@@ -25,16 +25,16 @@ impl Emitter<'_> {
         let db = self.descriptor(w.b, &w.b_idx, w.b_k_major)?;
         let scale = self.expr(&w.scale_d)?;
         let d_list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
-        let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(c[{i}])")).collect();
+        let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(tl_c[{i}])")).collect();
         let trans_b = if w.b_k_major { 0 } else { 1 };
         let ptx = w.atom.ptx_for(w.n);
         let (a_decl, a_text, a_ins, trans) = match &w.a_from {
             inst::WgmmaA::Shared { idx, k_major } => {
                 let da = self.descriptor(w.a, idx, *k_major)?;
                 (
-                    format!("const unsigned long long da = {da}; "),
+                    format!("const unsigned long long tl_da = {da}; "),
                     format!("%{regs}"),
-                    "\"l\"(da)".to_string(),
+                    "\"l\"(tl_da)".to_string(),
                     format!("{}, {trans_b}", if *k_major { 0 } else { 1 }),
                 )
             }
@@ -42,18 +42,20 @@ impl Emitter<'_> {
                 let a = self.names.buffer(w.a);
                 let off = self.expr(offset)?;
                 (
-                    format!("const unsigned int* ra = (const unsigned int*)(&{a}[{off}]); "),
+                    format!("const unsigned int* tl_ra = (const unsigned int*)(&{a}[{off}]); "),
                     format!("{{%{}, %{}, %{}, %{}}}", regs, regs + 1, regs + 2, regs + 3),
-                    "\"r\"(ra[0]), \"r\"(ra[1]), \"r\"(ra[2]), \"r\"(ra[3])".to_string(),
+                    "\"r\"(tl_ra[0]), \"r\"(tl_ra[1]), \"r\"(tl_ra[2]), \"r\"(tl_ra[3])".to_string(),
                     format!("{trans_b}"),
                 )
             }
         };
         let a_count = if matches!(w.a_from, inst::WgmmaA::Shared { .. }) { 1 } else { 4 };
         let (b_at, s_at) = (regs + a_count, regs + a_count + 1);
-        self.line(&format!("{{ {a_decl}const unsigned long long db = {db}; float* c = &{c}[{c_offset}];"));
         self.line(&format!(
-            "  asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{s_at}, 0; {ptx} {{{}}}, {a_text}, %{b_at}, p, 1, 1, {trans}; }}\" : {} : {a_ins}, \"l\"(db), \"r\"((int)({scale})) : \"memory\"); }}",
+            "{{ {a_decl}const unsigned long long tl_db = {db}; float* tl_c = &{c}[{c_offset}];"
+        ));
+        self.line(&format!(
+            "  asm volatile(\"{{ .reg .pred p; setp.ne.b32 p, %{s_at}, 0; {ptx} {{{}}}, {a_text}, %{b_at}, p, 1, 1, {trans}; }}\" : {} : {a_ins}, \"l\"(tl_db), \"r\"((int)({scale})) : \"memory\"); }}",
             d_list.join(", "),
             outs.join(", ")
         ));
