@@ -145,7 +145,10 @@ def test_the_report_and_the_source_show_the_overlap():
     k = tilers.compile(chain(256, 512, 64, 64, **OVERLAP), target="cuda:sm_90a")
     (line,) = report_lines(k, "step i runs")
     assert "(iteration i-1)" in line and "1 step(s) of prologue and of epilogue" in line
+    # two consumer warpgroups, each on its own rows: they take turns issuing the gemms
+    assert report_lines(k, "take turns issuing each step's gemms (named barriers 5 and 6)")
     src = k.get_kernel_source()
+    assert "bar.arrive 6, 256;" in src and "bar.sync 5, 256;" in src
     # the steady state leaves O += P V in flight while S's group is retired
     assert "wgmma.wait_group.sync.aligned 1;" in src
     assert src == tilers.compile(chain(256, 512, 64, 64, **OVERLAP), target="cuda:sm_90a").get_kernel_source()
@@ -165,6 +168,12 @@ def test_flash_attention_overlap_passes_every_pass(n, causal):
     f = fa.flash_attention(1, 1, n, 64, causal, block_M=128, block_N=64, num_stages=2, threads=256,
                            overlap=True)
     testing.check_passes(f, arch="sm_90a", check=True)
+
+
+def test_one_consumer_warpgroup_takes_no_turns():
+    k = tilers.compile(chain(64, 512, 64, 64, block_M=64, threads=128, **OVERLAP), target="cuda:sm_90a")
+    assert report_lines(k, "step i runs") and not report_lines(k, "take turns")
+    testing.check_passes(chain(64, 200, 64, 64, block_M=64, threads=128, **OVERLAP), arch="sm_90a", check=True)
 
 
 def test_order_alone_reorders_an_iteration():

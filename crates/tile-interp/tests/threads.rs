@@ -26,6 +26,7 @@ fn module(threads: u32) -> Module {
             reg_budget: None,
         },
         level: Level::Thread,
+        schedules: vec![],
     };
     m.add_var("bx", VarKind::BlockIdx(0), DType::I32);
     m

@@ -119,6 +119,7 @@ fn gemm_module(g: Gemm) -> Module {
             reg_budget: None,
         },
         level: Level::Thread,
+        schedules: vec![],
     };
     m.add_var("bx", VarKind::BlockIdx(0), DType::I32);
     let rows = 64 * g.groups;

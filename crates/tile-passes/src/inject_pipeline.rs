@@ -167,7 +167,7 @@ fn pipeline(
                     stage: 0,
                 }]
             };
-            return Ok(schedule::expand(m, &plan, &n, loc, &BTreeSet::new(), &mut group));
+            return Ok(schedule::expand(m, &plan, &n, loc, &BTreeSet::new(), &mut group).stmts(loc));
         }
         return Ok(serial(body));
     }

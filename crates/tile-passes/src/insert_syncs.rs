@@ -159,6 +159,27 @@ fn hazard(p: &Sets, reads: &BTreeSet<BufferId>, writes: &BTreeSet<BufferId>) -> 
         || reads.iter().any(|r| p.writes.contains(r))
 }
 
+/// A warpgroup's turn (`inject_pipeline`'s warpgroup turns): `if <warpgroup 0> { bar.sync a }
+/// else { bar.sync b }`, and its hand-over, the same with `bar.arrive`.
+fn turn(s: &Stmt, arrive: bool) -> bool {
+    let one = |v: &[Stmt]| matches!(v, [Stmt::Inst(Inst::NamedBarrier(b))] if b.arrive == arrive);
+    matches!(s, Stmt::If { then, otherwise, .. } if one(then) && one(otherwise))
+}
+
+/// A barrier of all the threads (and the proxy fence before it): before the open turn of a
+/// warpgroup, if there is one, where the other warpgroup, waiting for its own turn, could
+/// never reach it. The statements of a turn write no shared memory (`inject_pipeline`
+/// checks), so what the barrier orders was written before the turn began.
+fn push_sync(out: &mut Vec<Stmt>, fence: bool) {
+    let open = out.iter().rposition(|s| turn(s, false)).filter(|&k| !out[k..].iter().any(|s| turn(s, true)));
+    let at = open.unwrap_or(out.len());
+    let mut sync = vec![Stmt::inst(inst::Sync)];
+    if fence {
+        sync.insert(0, Stmt::inst(inst::FenceProxyAsync));
+    }
+    out.splice(at..at, sync);
+}
+
 /// Barriers for `body`, which runs on `scope`'s threads (None: every thread).
 fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u32)>) -> Vec<Stmt> {
     let mut out = Vec::new();
@@ -206,7 +227,7 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                 let (r, _) =
                     accesses(m, &Stmt::If { cond: cond.clone(), then: vec![], otherwise: vec![], loc });
                 if hazard(&pending.seen_by(scope), &r, &BTreeSet::new()) {
-                    out.push(Stmt::inst(inst::Sync));
+                    push_sync(&mut out, false);
                     pending.synced(scope);
                 }
                 pending.record(scope, r, BTreeSet::new());
@@ -236,10 +257,7 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                     walk_stmts(std::slice::from_ref(&other), &mut |s| {
                         reads_async |= crate::inject_pipeline::is_wgmma(s);
                     });
-                    if reads_async && !seen.writes.is_empty() {
-                        out.push(Stmt::inst(inst::FenceProxyAsync));
-                    }
-                    out.push(Stmt::inst(inst::Sync));
+                    push_sync(&mut out, reads_async && !seen.writes.is_empty());
                     pending.synced(scope);
                 }
                 pending.record(scope, r, w);

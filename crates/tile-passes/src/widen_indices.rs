@@ -391,6 +391,7 @@ mod tests {
                 reg_budget: None,
             },
             level: Level::Thread,
+            schedules: vec![],
         };
         (m, VarId(0), VarId(1))
     }

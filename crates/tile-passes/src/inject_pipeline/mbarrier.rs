@@ -276,6 +276,54 @@ fn launch_var(m: &mut Module, kind: VarKind, name: &str) -> VarId {
     }
 }
 
+/// Two consumer warpgroups, each on its own rows of every deferred gemm of a scheduled
+/// steady state, take turns issuing a step's gemms (FlashAttention-3's ping-pong between
+/// warpgroups): warpgroup 0 waits at named barrier `a` before its first gemm and hands over
+/// after its last (`bar.arrive b`), warpgroup 1 the other way round; warpgroup 1 lets 0 go
+/// first before the steady state and 0 takes the last hand-over after it, so each barrier
+/// completes as often as it is waited on. While one warpgroup's wgmmas run, the other
+/// computes. Changes no result (the barriers only order issue); false where it does not
+/// apply.
+fn warpgroup_turns(m: &Module, ex: &mut schedule::Expanded, tid: &Expr, a: u32, loc: Loc) -> bool {
+    let deferred: Vec<usize> = ex
+        .steady
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| matches!(s, Stmt::Gemm(GemmOp { inst: Some(i), .. }) if i.deferred))
+        .map(|(k, _)| k)
+        .collect();
+    let per_warpgroup_rows = deferred.iter().all(
+        |&k| matches!(&ex.steady[k], Stmt::Gemm(GemmOp { inst: Some(i), .. }) if i.warps_m == 2 && i.warps_n == 1),
+    );
+    let (Some(&first), Some(&last)) = (deferred.first(), deferred.last()) else { return false };
+    // a turn holds gemms and register work: nothing that writes shared memory or lowers
+    // to a barrier of all the threads, which the other warpgroup could not reach
+    let registers_only = ex.steady[first..=last].iter().all(|s| {
+        let (_, writes) = schedule::effects(s);
+        let shared_free = writes.iter().all(|b| m.buffer(*b).scope != Scope::Shared);
+        // (a copy between fragments may go through shared memory)
+        shared_free && matches!(s, Stmt::Gemm(_) | Stmt::Parallel { .. } | Stmt::Fill { .. } | Stmt::Inst(_))
+    });
+    if !per_warpgroup_rows || !registers_only {
+        return false;
+    }
+    let b = a + 1;
+    let bin = Expr::binary;
+    let wg0 = bin(
+        BinOp::Eq,
+        bin(BinOp::FloorMod, bin(BinOp::FloorDiv, tid.clone(), Expr::int(128)), Expr::int(2)),
+        Expr::int(0),
+    );
+    let bar = |id: u32, arrive: bool| Stmt::inst(inst::NamedBarrier { id, threads: 256, arrive });
+    let by_group = |x: Stmt, y: Stmt| Stmt::If { cond: wg0.clone(), then: vec![x], otherwise: vec![y], loc };
+    ex.steady.insert(last + 1, by_group(bar(b, true), bar(a, true)));
+    ex.steady.insert(first, by_group(bar(a, false), bar(b, false)));
+    let wg1 = Expr::unary(UnOp::Not, wg0.clone());
+    ex.prologue.push(Stmt::If { cond: wg1, then: vec![bar(a, true)], otherwise: vec![], loc });
+    ex.epilogue.insert(0, Stmt::If { cond: wg0.clone(), then: vec![bar(a, false)], otherwise: vec![], loc });
+    true
+}
+
 /// Shared int64 barrier words, one per stage.
 fn barriers(m: &mut Module, name: &str, stages: u32, loc: Loc) -> BufferId {
     m.add_buffer(Buffer {
@@ -645,7 +693,15 @@ pub(super) fn warp_specialize(
                     }
                     items
                 };
-                schedule::expand(m, plan, &n, loc, &tiles, &mut group)
+                let mut ex = schedule::expand(m, plan, &n, loc, &tiles, &mut group);
+                if threads == 256 && warpgroup_turns(m, &mut ex, &tid_e, 5 + 2 * c, loc) && c == 0 {
+                    ctx.report.push(format!(
+                        "{at}: the two consumer warpgroups take turns issuing each step's gemms (named barriers {} and {}): one's softmax runs beside the other's gemms",
+                        5 + 2 * c,
+                        6 + 2 * c
+                    ));
+                }
+                ex.stmts(loc)
             }
         };
         match (local, &tiles_of_block) {

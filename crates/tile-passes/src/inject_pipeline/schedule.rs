@@ -213,9 +213,37 @@ pub(super) fn plan(
 
 /// A piece of a scheduled step: a consumer statement of stage offset `stage`, or the
 /// release of the ring stage its readers of offset `stage` used.
+#[allow(clippy::large_enum_variant)] // short-lived, one per scheduled statement
 pub(super) enum Item {
     Stmt { s: Stmt, stage: u32 },
     Release { stage: u32, body: Vec<Stmt> },
+}
+
+/// The scheduled loop's three parts.
+pub(super) struct Expanded {
+    pub prologue: Vec<Stmt>,
+    /// The steady state's loop body (`for step in 0..max(n - S, 0)`), with the loop.
+    pub steady: Vec<Stmt>,
+    pub step: VarId,
+    pub extent: Expr,
+    pub epilogue: Vec<Stmt>,
+}
+
+impl Expanded {
+    /// The statements: prologue, the steady loop, epilogue.
+    pub fn stmts(self, loc: Loc) -> Vec<Stmt> {
+        let mut out = self.prologue;
+        out.push(Stmt::For {
+            var: self.step,
+            start: Expr::int(0),
+            extent: self.extent,
+            kind: ForKind::Serial,
+            body: self.steady,
+            loc,
+        });
+        out.extend(self.epilogue);
+        out
+    }
 }
 
 /// The scheduled loop: `group(m, g, L, steady)` gives consumer `g`'s pieces for its
@@ -228,7 +256,7 @@ pub(super) fn expand(
     loc: Loc,
     ring: &BTreeSet<BufferId>,
     group: &mut dyn FnMut(&mut Module, usize, Expr, bool) -> Vec<Item>,
-) -> Vec<Stmt> {
+) -> Expanded {
     let span = plan.span as i64;
     let bin = Expr::binary;
     let flat = |items: Vec<Item>| -> Vec<Stmt> {
@@ -247,6 +275,7 @@ pub(super) fn expand(
         loc,
     };
     let mut out = Vec::new();
+    let mut prologue = Vec::new();
     // prologue: steps 0..S, each consumer of offset ≤ step on iteration step - offset
     for p in 0..span {
         for &g in &plan.emit {
@@ -256,7 +285,7 @@ pub(super) fn expand(
             }
             let l = Expr::int(p - c);
             let body = flat(group(m, g, l.clone(), false));
-            out.push(guarded(&l, body));
+            prologue.push(guarded(&l, body));
         }
     }
     // steady state: steps S..n
@@ -269,7 +298,6 @@ pub(super) fn expand(
     }
     let steady = place_waits(m, items, ring);
     let extent = simplify(bin(BinOp::Max, bin(BinOp::Sub, n.clone(), Expr::int(span)), Expr::int(0)));
-    out.push(Stmt::For { var: j, start: Expr::int(0), extent, kind: ForKind::Serial, body: steady, loc });
     // epilogue: steps max(n, S) + e, each consumer of offset > e
     let base = simplify(bin(BinOp::Max, n.clone(), Expr::int(span)));
     for e in 0..span {
@@ -283,7 +311,7 @@ pub(super) fn expand(
             out.push(guarded(&l, body));
         }
     }
-    out
+    Expanded { prologue, steady, step: j, extent, epilogue: out }
 }
 
 /// A deferred wgmma gemm in flight: its accumulator, its register A operand, its shared
