@@ -14,8 +14,10 @@ import tilers
 import tilers.language as T
 from tilers import TileError, testing
 
+sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 import flash_attention as fa  # noqa: E402
+import kernels  # noqa: E402
 
 # the chain's body: 0 copy K; 1 S = Q K^T; 2 mask and scale S; 3 P = S; 4 copy V; 5 O += P V.
 # FlashAttention-3's order: step i issues S(i), then O += P(i-1) V(i-1), then P(i) from S(i)
@@ -251,3 +253,15 @@ def test_without_num_stages_the_depth_is_the_largest_stage_plus_one():
     sched = dict(stage=[0, 1, 1, 1, 0, 2], order=[0, 1, 3, 4, 2, 2])
     k = tilers.compile(chain(128, 200, 64, 64, stages=0, **sched), target="cuda:sm_90a")
     assert report_lines(k, "T.Pipelined(num_stages=3)")
+
+
+@pytest.mark.parametrize("schedule", [{}, OVERLAP])
+def test_tiles_first_read_apart_arrive_on_barriers_of_their_own(schedule):
+    # K_s is first read by S = Q K^T, V_s only by O += P V: each has its full barrier, so
+    # the first gemm starts while V still arrives; a GEMM's A and B keep sharing one
+    k = tilers.compile(chain(256, 512, 64, 64, **schedule), target="cuda:sm_90a")
+    assert report_lines(k, "a full barrier per tile (K_s, V_s)")
+    assert "full_bar_V_s" in k.get_kernel_source()
+    testing.check_passes(chain(256, 200, 64, 64, **schedule), arch="sm_90a", blocks="all", check=True)
+    g = tilers.compile(kernels.matmul(512, 512, 512, 128, 128, 64, 3, 256), target="cuda:sm_90a")
+    assert not report_lines(g, "a full barrier per tile")

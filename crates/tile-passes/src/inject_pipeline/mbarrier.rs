@@ -452,10 +452,52 @@ pub(super) fn warp_specialize(
         }
         readers = (first, last);
     }
+    // tiles first read by different statements arrive on full barriers of their own, each
+    // waited for just before its first reader (attention: S = Q K^T starts once K is in,
+    // while V still arrives); tiles first read together share one (a gemm's A and B)
+    let key = |g: usize| match &scheduled {
+        Some(plan) => (plan.places[g].stage as usize, plan.emit.iter().position(|&e| e == g).unwrap_or(g)),
+        None => (0, g),
+    };
+    let first_readers: Vec<Option<usize>> = producers
+        .iter()
+        .map(|op| {
+            (0..consumers.len())
+                .filter(|&g| {
+                    let (reads, writes) = schedule::effects(&consumers[g]);
+                    reads.contains(&op.dst.buf) || writes.contains(&op.dst.buf)
+                })
+                .min_by_key(|&g| key(g))
+        })
+        .collect();
+    let split = blocks == 1
+        && producers.len() > 1
+        && first_readers.iter().all(|r| r.is_some())
+        && first_readers.iter().any(|r| *r != first_readers[0]);
     for &t in &tiles {
         m.buffer_mut(t).shape.insert(0, Dim::Fixed(stages as i64));
     }
     let full = barriers(m, "full_bar", stages, loc);
+    // per producer: its full barrier; per consumer: the barriers it waits for first
+    let mut fulls = vec![full; producers.len()];
+    let mut waits_before: Vec<Vec<BufferId>> = vec![Vec::new(); consumers.len()];
+    if split {
+        for (p, op) in producers.iter().enumerate().skip(1) {
+            let name = format!("full_bar_{}", m.buffer(op.dst.buf).name);
+            fulls[p] = barriers(m, &name, stages, loc);
+        }
+        for (p, r) in first_readers.iter().enumerate() {
+            let g = r.expect("split: every tile has a reader");
+            if !waits_before[g].contains(&fulls[p]) {
+                waits_before[g].push(fulls[p]);
+            }
+        }
+        let names: Vec<String> = producers.iter().map(|op| m.buffer(op.dst.buf).name.clone()).collect();
+        ctx.report.push(format!(
+            "{at}: a full barrier per tile ({}): each waited for just before the statement that first reads it",
+            names.join(", ")
+        ));
+    }
     let empty = barriers(m, "empty_bar", stages, loc);
     let tid = m.thread_idx();
     let tid_e = Expr::var(tid, DType::I32);
@@ -489,19 +531,26 @@ pub(super) fn warp_specialize(
     let pvar = m.add_var(&format!("{}_p", m.var(var).name), VarKind::Loop, m.var(var).dtype);
     let pi = global(&pbase, count_of(pvar));
     let pstage = stage_of(&pi);
-    let mut pbody = vec![
-        Stmt::inst(inst::MbarrierWait { bar: empty, idx: pstage.clone(), parity: parity_of(&pi, 1) }),
+    let arrive = |bar: BufferId, bytes: i64| {
         Stmt::inst(inst::MbarrierArrive {
-            bar: full,
+            bar,
             idx: pstage.clone(),
-            expect_tx: Some(total),
+            expect_tx: Some(bytes),
             cta: None,
             pred: None,
-        }),
-    ];
+        })
+    };
+    let mut pbody =
+        vec![Stmt::inst(inst::MbarrierWait { bar: empty, idx: pstage.clone(), parity: parity_of(&pi, 1) })];
+    if !split {
+        pbody.push(arrive(full, total));
+    }
     let pv = Expr::var(pvar, m.var(var).dtype);
     let rank = persistent.as_ref().filter(|p| p.blocks() > 1).map(|p| cluster_rank(m, p));
-    for ((op, plan), share) in producers.iter().zip(&plans).zip(&shares) {
+    for (p, ((op, plan), share)) in producers.iter().zip(&plans).zip(&shares).enumerate() {
+        if split {
+            pbody.push(arrive(fulls[p], plan.bytes));
+        }
         let op = match map_stmt_exprs(Stmt::Copy(op.clone()), &mut |e| match e {
             Expr::Var { id, .. } if id == var => pv.clone(),
             other => other,
@@ -510,7 +559,7 @@ pub(super) fn warp_specialize(
             _ => unreachable!("a copy maps to a copy"),
         };
         let share = share.map(|sh| (sh, rank.as_ref().expect("a cluster's rank")));
-        pbody.extend(tma::loads(m, &op, plan, Some(&pstage), full, &pstage, share).map_err(|d| vec![d])?);
+        pbody.extend(tma::loads(m, &op, plan, Some(&pstage), fulls[p], &pstage, share).map_err(|d| vec![d])?);
     }
     let producer_loop = Stmt::For {
         var: pvar,
@@ -597,12 +646,14 @@ pub(super) fn warp_specialize(
         let local_i = count_of(var);
         let ci = global(&cbase, local_i.clone());
         let cstage = stage_of(&ci);
-        let mut cbody = vec![Stmt::inst(inst::MbarrierWait {
-            bar: full,
-            idx: cstage.clone(),
-            parity: parity_of(&ci, 0),
-        })];
-        cbody.extend(consumers.iter().cloned().map(|x| select_stage(x, &tiles, &cstage)));
+        let wait = |bar: BufferId| {
+            Stmt::inst(inst::MbarrierWait { bar, idx: cstage.clone(), parity: parity_of(&ci, 0) })
+        };
+        let mut cbody = if split { vec![] } else { vec![wait(full)] };
+        for (g, x) in consumers.iter().enumerate() {
+            cbody.extend(waits_before[g].iter().map(|&b| wait(b)));
+            cbody.push(select_stage(x.clone(), &tiles, &cstage));
+        }
         // a stage is released by every consumer thread, or, in a cluster (whose blocks all
         // write every block's stage), by one lane of each consumer warp to every block
         let release = |i: Expr| -> Vec<Stmt> {
@@ -669,10 +720,17 @@ pub(super) fn warp_specialize(
                     let ci = global(&cbase, l.clone());
                     let st = stage_of(&ci);
                     let mut items = Vec::new();
-                    if readers.0 == Some(g) {
+                    let waits = if split {
+                        waits_before[g].clone()
+                    } else if readers.0 == Some(g) {
+                        vec![full]
+                    } else {
+                        vec![]
+                    };
+                    for bar in waits {
                         items.push(Item::Stmt {
                             s: Stmt::inst(inst::MbarrierWait {
-                                bar: full,
+                                bar,
                                 idx: st.clone(),
                                 parity: parity_of(&ci, 0),
                             }),
@@ -776,7 +834,13 @@ pub(super) fn warp_specialize(
     // every block of the cluster
     let releases = if blocks == 1 { threads } else { threads.div_ceil(32) * blocks };
     for k in 0..s {
-        init.push(Stmt::inst(inst::MbarrierInit { bar: full, idx: Expr::int(k), count: 1 }));
+        let mut own = Vec::new();
+        for &f in &fulls {
+            if !own.contains(&f) {
+                own.push(f);
+                init.push(Stmt::inst(inst::MbarrierInit { bar: f, idx: Expr::int(k), count: 1 }));
+            }
+        }
         init.push(Stmt::inst(inst::MbarrierInit { bar: empty, idx: Expr::int(k), count: releases }));
     }
     init.push(Stmt::inst(inst::FenceMbarrierInit));
