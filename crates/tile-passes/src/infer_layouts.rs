@@ -575,7 +575,10 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
         }
     }
 
-    // loop layouts, then the compatibility check
+    // loop layouts; a fragment a loop reads in another layout goes through shared memory;
+    // then the compatibility check
+    let body = std::mem::take(&mut m.kernel.body);
+    m.kernel.body = relayout_reads(&mut m, body, threads, ctx);
     let gemms = gemm_locations(&m);
     let mut body = std::mem::take(&mut m.kernel.body);
     assign_loop_layouts(&m, &gemms, &mut body, threads, &mut diags);
@@ -734,6 +737,117 @@ fn expanded_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -
     None
 }
 
+/// The layout a parallel loop takes (`assign_loop_layouts`' rule).
+fn loop_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt], threads: u32) -> FragmentLayout {
+    anchor_layout(m, vars, extents, body)
+        .or_else(|| expanded_layout(m, vars, extents, body))
+        .unwrap_or_else(|| FragmentLayout::blocked(extents, threads, min_elem_bytes(m, body)))
+}
+
+/// A parallel loop that reads a laid-out fragment its threads do not hold as they need it
+/// (`o[i, j] += p[i, j] * scale[i]`, `scale` laid out by another loop over other threads)
+/// reads a copy in the loop's own layout instead, made through a shared tile just before
+/// the loop (`T.copy(scale, scale_shared); T.copy(scale_shared, scale_for_loop)`; the
+/// barriers come from `insert_syncs`) — Triton's layout conversion. Only reads by the loop
+/// variables in order, of a whole fragment (every dimension placed), are converted; writes
+/// and other indexings stay errors. The copies and the loop sit in one `if true` so that a
+/// scheduled pipelined body keeps its statement count; the report names each conversion.
+fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) -> Vec<Stmt> {
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        match s {
+            Stmt::Parallel { vars, extents, body: inner, loc, layout } => {
+                let l = loop_layout(m, &vars, &extents, &inner, threads);
+                let mut converts: Vec<(BufferId, BufferId, BufferId)> = Vec::new();
+                let stored: Vec<BufferId> =
+                    fragment_accesses(m, &inner).into_iter().filter(|a| a.3).map(|a| a.0).collect();
+                for (buf, idx, _, store) in fragment_accesses(m, &inner) {
+                    if store || stored.contains(&buf) || converts.iter().any(|c| c.0 == buf) {
+                        continue;
+                    }
+                    if compatible(m, buf, &idx, false, &vars, &l).is_ok() {
+                        continue;
+                    }
+                    let Some(dims) = access_dims(&idx, &vars) else { continue };
+                    let (placed, loop_dims) = placed_dims(&dims);
+                    let b = m.buffer(buf).clone();
+                    if placed.len() != b.extents().len() || b.layout.is_none() {
+                        continue;
+                    }
+                    let p = l.projected(&loop_dims);
+                    if p.shape() != b.extents() {
+                        continue;
+                    }
+                    let shared = m.add_buffer(tile_ir::Buffer {
+                        name: format!("{}_relayout", b.name),
+                        scope: Scope::Shared,
+                        layout: None,
+                        ..b.clone()
+                    });
+                    let copy = m.add_buffer(tile_ir::Buffer {
+                        name: format!("{}_in_loop", b.name),
+                        layout: Some(p),
+                        ..b.clone()
+                    });
+                    let at = m.sources.short(loc).unwrap_or_default();
+                    ctx.report.push(format!(
+                        "{at}: this T.Parallel loop reads '{}' laid out for other threads: it reads a copy made through shared memory ('{}')",
+                        b.name,
+                        m.buffer(shared).name
+                    ));
+                    converts.push((buf, shared, copy));
+                }
+                if converts.is_empty() {
+                    out.push(Stmt::Parallel { vars, extents, body: inner, loc, layout });
+                    continue;
+                }
+                let whole = |b: BufferId| tile_ir::Region { buf: b, dims: vec![], loc };
+                let copy = |src: BufferId, dst: BufferId| {
+                    Stmt::Copy(tile_ir::CopyOp {
+                        src: whole(src),
+                        dst: whole(dst),
+                        pad: None,
+                        loc,
+                        inst: None,
+                        atomic: None,
+                    })
+                };
+                let mut then = Vec::new();
+                for &(buf, shared, c) in &converts {
+                    then.push(copy(buf, shared));
+                    then.push(copy(shared, c));
+                }
+                let inner: Vec<Stmt> = inner
+                    .into_iter()
+                    .map(|st| {
+                        tile_ir::map_stmt_exprs(st, &mut |e| match e {
+                            Expr::Load { buf, idx, dtype, loc, oob } => {
+                                let buf = converts.iter().find(|c| c.0 == buf).map_or(buf, |c| c.2);
+                                Expr::Load { buf, idx, dtype, loc, oob }
+                            }
+                            other => other,
+                        })
+                    })
+                    .collect();
+                then.push(Stmt::Parallel { vars, extents, body: inner, loc, layout });
+                out.push(Stmt::If { cond: Expr::bool(true), then, otherwise: vec![], loc });
+            }
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                let body = relayout_reads(m, body, threads, ctx);
+                out.push(Stmt::For { var, start, extent, kind, body, loc });
+            }
+            Stmt::If { cond, then, otherwise, loc } => {
+                let inner = m.thread_range(&cond).map_or(threads, |(_, count)| count);
+                let then = relayout_reads(m, then, inner, ctx);
+                let otherwise = relayout_reads(m, otherwise, threads, ctx);
+                out.push(Stmt::If { cond, then, otherwise, loc });
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 fn assign_loop_layouts(
     m: &Module,
     gemms: &BTreeMap<BufferId, tile_ir::Loc>,
@@ -744,9 +858,7 @@ fn assign_loop_layouts(
     for s in body.iter_mut() {
         match s {
             Stmt::Parallel { vars, extents, body, loc, layout } => {
-                let l = anchor_layout(m, vars, extents, body)
-                    .or_else(|| expanded_layout(m, vars, extents, body))
-                    .unwrap_or_else(|| FragmentLayout::blocked(extents, threads, min_elem_bytes(m, body)));
+                let l = loop_layout(m, vars, extents, body, threads);
                 for (buf, idx, aloc, store) in fragment_accesses(m, body) {
                     if let Err(why) = compatible(m, buf, &idx, store, vars, &l) {
                         let b = m.buffer(buf);

@@ -1,0 +1,77 @@
+"""A T.Parallel loop that reads a fragment laid out for other threads (a per-row scale made
+by one loop, read by a loop over a tile laid out by a copy) reads a copy converted through
+shared memory: the interpreter against numpy, every pass on the warp model for sm_90a and
+sm_80, the report's line; writes in another layout stay errors at the line."""
+
+import numpy as np
+import pytest
+import tilers
+import tilers.language as T
+from tilers import TileError, testing
+
+
+def scaled_rows(M=64, D=128, S=4, threads=128):
+    """O = P * exp2(max over splits of L), per row: TileLang's flash-decoding combine."""
+
+    @T.prim_func
+    def combine(L: T.Tensor((S, M), "float32"), P: T.Tensor((M, D), "float16"), O: T.Tensor((M, D), "float32")):
+        with T.Kernel(1, threads=threads) as bx:
+            lse = T.alloc_fragment((S, M), "float32")
+            mx = T.alloc_fragment((M,), "float32")
+            sc = T.alloc_fragment((M,), "float32")
+            p = T.alloc_fragment((M, D), "float16")
+            o = T.alloc_fragment((M, D), "float32")
+            T.copy(L, lse)
+            T.reduce_max(lse, mx, dim=0, clear=True)
+            for i in T.Parallel(M):
+                sc[i] = T.exp2(mx[i])
+            T.copy(P, p)
+            for i, j in T.Parallel(M, D):
+                o[i, j] = p[i, j] * sc[i] + mx[i]
+            T.copy(o, O)
+
+    return combine
+
+
+def want(L, P):
+    mx = L.max(0)
+    return P.astype(np.float32) * np.exp2(mx)[:, None] + mx[:, None]
+
+
+@pytest.mark.parametrize("M,D,S,threads", [(64, 128, 4, 128), (128, 64, 3, 256), (32, 256, 16, 128)])
+def test_the_interpreter_agrees_with_numpy(M, D, S, threads):
+    rng = np.random.default_rng(0)
+    L = rng.random((S, M), dtype=np.float32)
+    P = rng.random((M, D)).astype(np.float16)
+    k = tilers.compile(scaled_rows(M, D, S, threads), out_idx=[2], target="interp")
+    assert np.abs(np.asarray(k(L, P)) - want(L, P)).max() < 1e-5
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("M,D,S,threads", [(64, 128, 4, 128), (128, 64, 3, 256)])
+def test_every_pass_agrees(arch, M, D, S, threads):
+    testing.check_passes(scaled_rows(M, D, S, threads), arch=arch, check=True)
+
+
+def test_the_report_names_the_conversion():
+    k = tilers.compile(scaled_rows(), target="cuda:sm_90a")
+    lines = [x for x in k.report().splitlines() if "made through shared memory" in x]
+    assert len(lines) == 2, lines  # sc and mx, both laid out by the reduction's threads
+    assert any("'sc'" in x and "'sc_relayout'" in x for x in lines)
+    assert k.cubin[:4] == b"\x7fELF"
+
+
+def test_a_transposed_read_stays_an_error():
+    # only reads by the loop's variables in order, of every dimension, are converted
+    @T.prim_func
+    def bad(P: T.Tensor((64, 64), "float16"), O: T.Tensor((64, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            p = T.alloc_fragment((64, 64), "float16")
+            o = T.alloc_fragment((64, 64), "float32")
+            T.copy(P, p)
+            for i, j in T.Parallel(64, 64):
+                o[i, j] = p[j, i]
+            T.copy(o, O)
+
+    with pytest.raises(TileError, match="layout conflict on fragment 'p'"):
+        tilers.compile(bad, target="cuda:sm_90a")

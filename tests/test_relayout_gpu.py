@@ -1,0 +1,22 @@
+"""The layout conversion of tests/test_relayout.py on the GPU, against numpy."""
+
+import numpy as np
+import pytest
+import tilers
+from test_relayout import scaled_rows, want
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("M,D,S,threads", [(64, 128, 4, 128), (128, 64, 3, 256), (32, 256, 16, 128)])
+@pytest.mark.parametrize("arch", ["auto", "sm_80"])
+def test_against_numpy(M, D, S, threads, arch):
+    rng = np.random.default_rng(1)
+    L = rng.random((S, M), dtype=np.float32)
+    P = rng.random((M, D)).astype(np.float16)
+    target = "auto" if arch == "auto" else "cuda:sm_80"
+    k = tilers.compile(scaled_rows(M, D, S, threads), out_idx=[2], target=target)
+    out = k(torch.from_numpy(L).cuda(), torch.from_numpy(P).cuda()).cpu().numpy()
+    assert np.abs(out - want(L, P)).max() < 1e-4
