@@ -16,9 +16,10 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def check(b, h, n, d, causal, dtype="float16", config=(128, 64, 2, 128)):
+def check(b, h, n, d, causal, dtype="float16", config=(128, 64, 2, 128), overlap=False):
     bm, bn, st, th = config
-    k = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype), out_idx=[3])
+    k = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype, overlap=overlap),
+                       out_idx=[3])
     g = torch.Generator(device="cuda").manual_seed(1)
     dt = getattr(torch, dtype)
     q, kk, v = (torch.randn(b, n, h, d, generator=g, device="cuda").to(dt) for _ in range(3))

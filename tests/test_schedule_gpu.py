@@ -11,7 +11,7 @@ import tilers.language as T
 
 sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
-import flash_attention as fa  # noqa: E402
+from test_attention_gpu import check  # noqa: E402
 from test_schedule import OVERLAP, SPREAD, chain, two_reads  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -64,18 +64,7 @@ def test_a_ring_tile_read_two_stages_apart(n):
 
 
 def attention(b, h, n, d, causal, dtype="float16", config=(128, 128, 2, 256)):
-    bm, bn, st, th = config
-    k = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype, overlap=True),
-                       out_idx=[3])
-    g = torch.Generator(device="cuda").manual_seed(2)
-    dt = getattr(torch, dtype)
-    q, kk, v = (torch.randn(b, n, h, d, generator=g, device="cuda").to(dt) for _ in range(3))
-    out = k(q, kk, v)
-    want = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2).float(), kk.transpose(1, 2).float(), v.transpose(1, 2).float(), is_causal=causal
-    ).transpose(1, 2)
-    err = ((out.float() - want).abs().max() / want.abs().max()).item()
-    assert err < (5e-3 if dtype == "float16" else 3e-2), f"relative error {err:.3g}"
+    check(b, h, n, d, causal, dtype, config, overlap=True)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
