@@ -852,18 +852,8 @@ impl<'a> Verifier<'a> {
                     return;
                 }
                 // extents must agree with fragments indexed directly by the loop variables
-                walk_stmts(body, &mut |st| {
-                    stmt_exprs(st, &mut |e| {
-                        e.walk(&mut |x| {
-                            if let Expr::Load { buf, idx, .. } = x {
-                                self.check_extent_vs_buffer(*buf, idx, vars, extents, *loc);
-                            }
-                        })
-                    });
-                    if let Stmt::Store { buf, idx, .. } = st {
-                        self.check_extent_vs_buffer(*buf, idx, vars, extents, st.loc());
-                    }
-                });
+                // (under an `if i < c` the reach of i is c)
+                self.check_extents_in(body, vars, extents, *loc);
                 self.in_parallel = Some(*loc);
                 for v in vars {
                     self.scope.push((*v, true));
@@ -1043,6 +1033,36 @@ impl<'a> Verifier<'a> {
         }
     }
 
+    /// `check_extent_vs_buffer` over a parallel loop's statements, the extents narrowed
+    /// inside `if` branches whose condition bounds a loop variable by a constant.
+    fn check_extents_in(&mut self, body: &[Stmt], vars: &[VarId], extents: &[i64], loc: Loc) {
+        for st in body {
+            stmt_exprs(st, &mut |e| {
+                e.walk(&mut |x| {
+                    if let Expr::Load { buf, idx, .. } = x {
+                        self.check_extent_vs_buffer(*buf, idx, vars, extents, loc);
+                    }
+                })
+            });
+            if let Stmt::Store { buf, idx, .. } = st {
+                self.check_extent_vs_buffer(*buf, idx, vars, extents, st.loc());
+            }
+            match st {
+                Stmt::If { cond, then, otherwise, .. } => {
+                    let mut narrowed = extents.to_vec();
+                    bound_by(cond, vars, &mut narrowed);
+                    self.check_extents_in(then, vars, &narrowed, loc);
+                    self.check_extents_in(otherwise, vars, extents, loc);
+                }
+                other => {
+                    for b in other.bodies() {
+                        self.check_extents_in(b, vars, extents, loc);
+                    }
+                }
+            }
+        }
+    }
+
     fn check_extent_vs_buffer(
         &mut self,
         buf: BufferId,
@@ -1082,6 +1102,32 @@ impl<'a> Verifier<'a> {
                 }
             }
         }
+    }
+}
+
+/// Narrow `extents` of the loop variables `vars` by the bounds `cond` (a conjunction) puts
+/// on them: `i < c`, `i <= c`, `c > i`, `c >= i` with `c` a constant.
+fn bound_by(cond: &Expr, vars: &[VarId], extents: &mut [i64]) {
+    let Expr::Binary { op, a, b, .. } = cond else { return };
+    let var_at = |e: &Expr| match e {
+        Expr::Var { id, .. } => vars.iter().position(|v| v == id),
+        _ => None,
+    };
+    let mut bound = |k: Option<usize>, limit: Option<i64>| {
+        if let (Some(k), Some(limit)) = (k, limit) {
+            extents[k] = extents[k].min(limit.max(0));
+        }
+    };
+    match op {
+        BinOp::And => {
+            bound_by(a, vars, extents);
+            bound_by(b, vars, extents);
+        }
+        BinOp::Lt => bound(var_at(a), b.as_int()),
+        BinOp::Le => bound(var_at(a), b.as_int().map(|c| c + 1)),
+        BinOp::Gt => bound(var_at(b), a.as_int()),
+        BinOp::Ge => bound(var_at(b), a.as_int().map(|c| c + 1)),
+        _ => {}
     }
 }
 
