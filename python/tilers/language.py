@@ -607,6 +607,18 @@ def _reduce(kind: str, src, dst, dim: int, clear: _builtins.bool):
             loc=loc,
             help=f"use a dimension from 0 to {rank - 1} (or -1 for the last)",
         )
+    # a shared operand (TileLang allows them) is reduced through a fragment copy of it
+    if "shared" in (src.scope, dst.scope) and not {src.scope, dst.scope} - {"shared", "fragment"}:
+        s_frag = alloc_fragment(src.shape, src.dtype) if src.scope == "shared" else src
+        d_frag = alloc_fragment(dst.shape, dst.dtype) if dst.scope == "shared" else dst
+        if s_frag is not src:
+            copy(src, s_frag)
+        if d_frag is not dst and not clear:
+            copy(dst, d_frag)
+        _reduce(kind, s_frag, d_frag, dim, clear)
+        if d_frag is not dst:
+            copy(d_frag, dst)
+        return
     builder.emit(
         {
             "op": "reduce",
