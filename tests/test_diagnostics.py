@@ -546,15 +546,14 @@ def copy_of_part_of_fragment():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
-@mistake("A reduction of a shared tile", "T.alloc_fragment")
-def reduce_of_shared_tile():
+@mistake("A reduction of a global tensor", "shared tile")
+def reduce_of_global_tensor():
+    # (a shared tile is reduced through a fragment copy; a tensor in global memory is not)
     @T.prim_func
     def kernel(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64,), "float32")):
         with T.Kernel(1, threads=128):
-            s = T.alloc_shared((64, 64), "float32")
             row = T.alloc_fragment((64,), "float32")
-            T.copy(A, s)
-            T.reduce_sum(s, row, dim=1)  # <- mistake
+            T.reduce_sum(A, row, dim=1)  # <- mistake
             T.copy(row, B)
 
     tilers.compile(kernel, target="cuda:sm_90a")

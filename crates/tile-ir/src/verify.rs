@@ -778,7 +778,7 @@ impl<'a> Verifier<'a> {
                         *loc,
                     );
                     *d = d.clone().with_help(
-                        "allocate both with T.alloc_fragment (T.copy a shared tile into a fragment first)",
+                        "reduce a fragment or a shared tile (T.copy the tensor's tile into one first)",
                     );
                     return;
                 }
