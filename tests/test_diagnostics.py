@@ -663,19 +663,23 @@ def atomic_add_unsupported_dtype():
 @mistake(
     "A layout conflict",
     "layout conflict",
-    "x[j, i]",
+    "y[j, i]",
     "T.Parallel(64, 64)",
     "T.alloc_fragment((64, 64)",
     "threads (stride",
 )
 def layout_conflict():
+    # (a read in another layout goes through shared memory; a write cannot)
     @T.prim_func
     def kernel(A: T.Tensor((64, 64), "float32"), B: T.Tensor((64, 64), "float32")):
         with T.Kernel(1, threads=128):
             x = T.alloc_fragment((64, 64), "float32")
+            y = T.alloc_fragment((64, 64), "float32")
             T.copy(A, x)
+            T.copy(A, y)
             for i, j in T.Parallel(64, 64):
-                B[i, j] = x[j, i]  # <- mistake
+                y[j, i] = x[i, j]  # <- mistake
+            T.copy(y, B)
 
     tilers.compile(kernel, target="cuda:sm_90a")
 

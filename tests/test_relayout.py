@@ -61,17 +61,45 @@ def test_the_report_names_the_conversion():
     assert k.cubin[:4] == b"\x7fELF"
 
 
-def test_a_transposed_read_stays_an_error():
-    # only reads by the loop's variables in order, of every dimension, are converted
+def transposed(shift=0):
+    """O[i, j] = P[j, i] (+ a row shift): a read by other indices than the loop's, from the
+    shared copy."""
+
+    @T.prim_func
+    def moved(P: T.Tensor((64, 64), "float16"), O: T.Tensor((32, 64), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            p = T.alloc_fragment((64, 64), "float16")
+            o = T.alloc_fragment((32, 64), "float32")
+            T.copy(P, p)
+            for i, j in T.Parallel(32, 64):
+                o[i, j] = p[j, i + shift]
+            T.copy(o, O)
+
+    return moved
+
+
+@pytest.mark.parametrize("shift", [0, 32])
+def test_a_transposed_or_shifted_read_reads_the_shared_copy(shift):
+    P = np.random.default_rng(2).random((64, 64)).astype(np.float16)
+    k = tilers.compile(transposed(shift), out_idx=[1], target="interp")
+    assert np.array_equal(np.asarray(k(P)), P.T[shift:shift + 32].astype(np.float32))
+    testing.check_passes(transposed(shift), arch="sm_90a", check=True)
+    testing.check_passes(transposed(shift), arch="sm_80", check=True)
+    k = tilers.compile(transposed(shift), target="cuda:sm_90a")
+    assert any("it reads a copy in shared memory ('p_relayout')" in x for x in k.report().splitlines())
+
+
+def test_a_write_in_another_layout_stays_an_error():
     @T.prim_func
     def bad(P: T.Tensor((64, 64), "float16"), O: T.Tensor((64, 64), "float32")):
         with T.Kernel(1, threads=128) as bx:
             p = T.alloc_fragment((64, 64), "float16")
             o = T.alloc_fragment((64, 64), "float32")
             T.copy(P, p)
+            T.fill(o, 0)
             for i, j in T.Parallel(64, 64):
-                o[i, j] = p[j, i]
+                o[j, i] = p[i, j]
             T.copy(o, O)
 
-    with pytest.raises(TileError, match="layout conflict on fragment 'p'"):
+    with pytest.raises(TileError, match="layout conflict on fragment 'o'"):
         tilers.compile(bad, target="cuda:sm_90a")

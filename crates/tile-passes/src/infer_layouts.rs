@@ -748,9 +748,9 @@ fn loop_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt], threa
 /// (`o[i, j] += p[i, j] * scale[i]`, `scale` laid out by another loop over other threads)
 /// reads a copy in the loop's own layout instead, made through a shared tile just before
 /// the loop (`T.copy(scale, scale_shared); T.copy(scale_shared, scale_for_loop)`; the
-/// barriers come from `insert_syncs`) — Triton's layout conversion. Only reads by the loop
-/// variables in order, of a whole fragment (every dimension placed), are converted; writes
-/// and other indexings stay errors. The copies and the loop sit in one `if true` so that a
+/// barriers come from `insert_syncs`) — Triton's layout conversion. A read by other
+/// indices (transposed `x[j, i]`, shifted `acc[i + 16, j]`) reads the shared tile itself.
+/// Writes stay errors. The copies and the loop sit in one `if true` so that a
 /// scheduled pipelined body keeps its statement count; the report names each conversion.
 fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) -> Vec<Stmt> {
     let mut out = Vec::with_capacity(body.len());
@@ -768,31 +768,36 @@ fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) 
                     if compatible(m, buf, &idx, false, &vars, &l).is_ok() {
                         continue;
                     }
-                    let Some(dims) = access_dims(&idx, &vars) else { continue };
-                    let (placed, loop_dims) = placed_dims(&dims);
                     let b = m.buffer(buf).clone();
-                    if placed.len() != b.extents().len() || b.layout.is_none() {
+                    if b.layout.is_none() || b.fixed_shape().is_none() {
                         continue;
                     }
-                    let p = l.projected(&loop_dims);
-                    if p.shape() != b.extents() {
-                        continue;
-                    }
+                    // read by the loop variables in order: a fragment in the loop's layout;
+                    // else (transposed, shifted: `x[j, i]`, `acc[i + 16, j]`) the shared tile
+                    let in_loop = access_dims(&idx, &vars).and_then(|dims| {
+                        let (placed, loop_dims) = placed_dims(&dims);
+                        let p = l.projected(&loop_dims);
+                        (placed.len() == b.extents().len() && p.shape() == b.extents()).then_some(p)
+                    });
                     let shared = m.add_buffer(tile_ir::Buffer {
                         name: format!("{}_relayout", b.name),
                         scope: Scope::Shared,
                         layout: None,
                         ..b.clone()
                     });
-                    let copy = m.add_buffer(tile_ir::Buffer {
-                        name: format!("{}_in_loop", b.name),
-                        layout: Some(p),
-                        ..b.clone()
-                    });
+                    let copy = match in_loop {
+                        Some(p) => m.add_buffer(tile_ir::Buffer {
+                            name: format!("{}_in_loop", b.name),
+                            layout: Some(p),
+                            ..b.clone()
+                        }),
+                        None => shared,
+                    };
                     let at = m.sources.short(loc).unwrap_or_default();
                     ctx.report.push(format!(
-                        "{at}: this T.Parallel loop reads '{}' laid out for other threads: it reads a copy made through shared memory ('{}')",
+                        "{at}: this T.Parallel loop reads '{}' laid out for other threads: it reads {} ('{}')",
                         b.name,
+                        if copy == shared { "a copy in shared memory" } else { "a copy made through shared memory" },
                         m.buffer(shared).name
                     ));
                     converts.push((buf, shared, copy));
@@ -815,7 +820,9 @@ fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) 
                 let mut then = Vec::new();
                 for &(buf, shared, c) in &converts {
                     then.push(copy(buf, shared));
-                    then.push(copy(shared, c));
+                    if c != shared {
+                        then.push(copy(shared, c));
+                    }
                 }
                 let inner: Vec<Stmt> = inner
                     .into_iter()
