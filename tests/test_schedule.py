@@ -80,6 +80,38 @@ def two_reads(M, N, K, stages, dtype="float16", **schedule):
 SPREAD = dict(stage=[-1, -1, 0, 2], order=[-1, -1, 1, 0])
 
 
+def tied(M, N, K, stages, tiles=6, **schedule):
+    """Two gemms of one stage reading the same ring tile, beside register work of another
+    stage, over several tiles (a persistent walk, whose producer refills a released stage
+    with the next tile's data): the ring stage is released after the later of the two."""
+
+    @T.prim_func
+    def twice(A: T.Tensor((N, M), "float16"), B: T.Tensor((N, K * tiles), "float16"),
+              C: T.Tensor((M, K * tiles), "float16"), D: T.Tensor((M, K * tiles), "float16")):
+        with T.Kernel(tiles, threads=128) as bx:
+            A_s = T.alloc_shared((64, M), "float16")
+            B_s = T.alloc_shared((64, K), "float16")
+            c = T.alloc_fragment((M, K), "float32")
+            d = T.alloc_fragment((M, K), "float32")
+            e = T.alloc_fragment((M, K), "float32")
+            T.clear(c)
+            T.clear(d)
+            T.clear(e)
+            for k in T.Pipelined(T.ceildiv(N, 64), num_stages=stages, **schedule):
+                T.copy(A[k * 64, 0], A_s)
+                T.copy(B[k * 64, bx * K], B_s)
+                T.gemm(A_s, B_s, c, transpose_A=True)
+                T.gemm(A_s, B_s, d, transpose_A=True)
+                for i, j in T.Parallel(M, K):
+                    e[i, j] = e[i, j] + 1.0
+            for i, j in T.Parallel(M, K):
+                d[i, j] = d[i, j] + e[i, j]
+            T.copy(c, C[0, bx * K])
+            T.copy(d, D[0, bx * K])
+
+    return twice
+
+
 def chain_numpy(q, k, v):
     s = (q.astype(np.float32) @ k.astype(np.float32).T) * 0.125
     p = s.astype(q.dtype).astype(np.float32)
@@ -119,6 +151,12 @@ def test_bfloat16_chain_passes_every_pass():
 def test_a_ring_tile_read_two_stages_apart_passes_every_pass(n):
     testing.check_passes(two_reads(64, n, 64, 3, **SPREAD), arch="sm_90a", check=True)
     testing.check_passes(two_reads(64, n, 64, 4, dtype="bfloat16", **SPREAD), arch="sm_90a", check=True)
+
+
+@pytest.mark.parametrize("n", [64, 192, 320])
+def test_tied_ring_readers_release_after_the_later(n):
+    sched = dict(stage=[-1, -1, 1, 1, 0], order=[-1, -1, 1, 2, 0])
+    testing.check_passes(tied(64, n, 64, 2, **sched), arch="sm_90a", blocks="all", check=True)
 
 
 def test_a_split_accumulator_would_need_a_second_copy_and_is_refused():

@@ -435,8 +435,8 @@ pub(super) fn warp_specialize(
             consumers.iter().map(|c| schedule::effects(c).0.iter().any(|b| tiles.contains(b))).collect();
         let first =
             plan.emit.iter().copied().filter(|&g| reads_ring[g]).min_by_key(|&g| plan.places[g].stage);
-        let last =
-            plan.emit.iter().rev().copied().filter(|&g| reads_ring[g]).max_by_key(|&g| plan.places[g].stage);
+        // (max_by_key keeps the last of equal stages: the later reader in the step's order)
+        let last = plan.emit.iter().copied().filter(|&g| reads_ring[g]).max_by_key(|&g| plan.places[g].stage);
         if let (Some(f), Some(l)) = (first, last) {
             let held = plan.places[l].stage - plan.places[f].stage + 1;
             if held > stages {
