@@ -360,6 +360,11 @@ def main():
                 if "triton" in chosen:
                     row["triton TFLOPs"] = flops / med["triton"] / 1e9
                     row["vs triton"] = statistics.median(r["triton"] / r["tilers"] for r in rounds)
+                # the bar: the best reference of each round (the faster of cuBLAS and Triton)
+                refs = [name for name in chosen if name != "tilers"]
+                best = [min(r[name] for name in refs) / r["tilers"] for r in rounds]
+                row["vs best"] = statistics.median(best)
+                row["best spread"] = f"{min(best):.3f}-{max(best):.3f}"
                 rows.append(row)
                 print(row, flush=True)
     write_results("gemm", rows)

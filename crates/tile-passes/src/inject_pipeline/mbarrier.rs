@@ -649,11 +649,6 @@ pub(super) fn warp_specialize(
         let wait = |bar: BufferId| {
             Stmt::inst(inst::MbarrierWait { bar, idx: cstage.clone(), parity: parity_of(&ci, 0) })
         };
-        let mut cbody = if split { vec![] } else { vec![wait(full)] };
-        for (g, x) in consumers.iter().enumerate() {
-            cbody.extend(waits_before[g].iter().map(|&b| wait(b)));
-            cbody.push(select_stage(x.clone(), &tiles, &cstage));
-        }
         // a stage is released by every consumer thread, or, in a cluster (whose blocks all
         // write every block's stage), by one lane of each consumer warp to every block
         let release = |i: Expr| -> Vec<Stmt> {
@@ -685,17 +680,6 @@ pub(super) fn warp_specialize(
             }));
             out
         };
-        if drain.is_some() {
-            // the wgmmas of iteration i - 1 retired at this iteration's wait: release their stage
-            cbody.push(Stmt::If {
-                cond: simplify(Expr::binary(BinOp::Gt, local_i.clone(), Expr::int(0))),
-                then: release(simplify(Expr::binary(BinOp::Sub, ci.clone(), Expr::int(1)))),
-                otherwise: vec![],
-                loc,
-            });
-        } else {
-            cbody.extend(release(cstage.clone()));
-        }
         let mut work = implicit_zero.clone();
         work.extend(pre);
         // ping-pong: the main loops run in turn — slot c waits until the other slot's loop
@@ -705,14 +689,32 @@ pub(super) fn warp_specialize(
         let handoff =
             |id: u32, arrive: bool| Stmt::inst(inst::NamedBarrier { id, threads: 2 * threads, arrive });
         let main_loop = match &scheduled {
-            None => vec![Stmt::For {
-                var,
-                start: start.clone(),
-                extent: extent.clone(),
-                kind: ForKind::Serial,
-                body: cbody,
-                loc,
-            }],
+            None => {
+                let mut cbody = if split { vec![] } else { vec![wait(full)] };
+                for (g, x) in consumers.iter().enumerate() {
+                    cbody.extend(waits_before[g].iter().map(|&b| wait(b)));
+                    cbody.push(select_stage(x.clone(), &tiles, &cstage));
+                }
+                if drain.is_some() {
+                    // the wgmmas of iteration i - 1 retired at this iteration's wait: release their stage
+                    cbody.push(Stmt::If {
+                        cond: simplify(Expr::binary(BinOp::Gt, local_i.clone(), Expr::int(0))),
+                        then: release(simplify(Expr::binary(BinOp::Sub, ci.clone(), Expr::int(1)))),
+                        otherwise: vec![],
+                        loc,
+                    });
+                } else {
+                    cbody.extend(release(cstage.clone()));
+                }
+                vec![Stmt::For {
+                    var,
+                    start: start.clone(),
+                    extent: extent.clone(),
+                    kind: ForKind::Serial,
+                    body: cbody,
+                    loc,
+                }]
+            }
             Some(plan) => {
                 let vt = m.var(var).dtype;
                 let mut group = |_: &mut Module, g: usize, l: Expr, steady: bool| -> Vec<Item> {
