@@ -307,8 +307,10 @@ fn pipeline(
 }
 
 /// With three stages or more and one wgmma gemm among the consumers whose accumulator no
-/// other consumer touches, that gemm returns with its group in flight (`GemmInst::
-/// in_flight`); the accumulator, which the loop then drains, or None.
+/// other consumer touches and whose operands no other consumer writes (a register-A
+/// fragment or a shared tile the loop body fills: the next iteration would overwrite them
+/// under the group still reading them), that gemm returns with its group in flight
+/// (`GemmInst::in_flight`); the accumulator, which the loop then drains, or None.
 pub(crate) fn keep_in_flight(consumers: &mut [Stmt], stages: u32) -> Option<BufferId> {
     let wgmma_at: Vec<usize> =
         consumers.iter().enumerate().filter(|(_, c)| is_wgmma(c)).map(|(k, _)| k).collect();
@@ -317,8 +319,9 @@ pub(crate) fn keep_in_flight(consumers: &mut [Stmt], stages: u32) -> Option<Buff
     }
     let k = wgmma_at[0];
     let Stmt::Gemm(op) = &consumers[k] else { unreachable!("is_wgmma") };
-    let acc = op.c;
-    if consumers.iter().enumerate().any(|(j, s)| j != k && touches(s, acc)) {
+    let (acc, a, b) = (op.c, op.a, op.b);
+    if consumers.iter().enumerate().any(|(j, s)| j != k && (touches(s, acc) || writes(s, a) || writes(s, b)))
+    {
         return None;
     }
     let Stmt::Gemm(op) = &mut consumers[k] else { unreachable!("is_wgmma") };
@@ -351,6 +354,25 @@ pub(crate) fn touches(s: &Stmt, buf: BufferId) -> bool {
             Stmt::Gemm(op) => op.a == buf || op.b == buf || op.c == buf,
             Stmt::Print { what: Printed::Tile(r), .. } => r.buf == buf,
             Stmt::Inst(i) => i.accesses().iter().any(|a| a.buf == buf),
+            _ => false,
+        };
+    });
+    found
+}
+
+/// Whether a statement (with its children) writes `buf`.
+pub(crate) fn writes(s: &Stmt, buf: BufferId) -> bool {
+    let mut found = false;
+    walk_stmts(std::slice::from_ref(s), &mut |st| {
+        found |= match st {
+            Stmt::Store { buf: b, .. } | Stmt::Atomic { buf: b, .. } => *b == buf,
+            Stmt::Copy(op) => op.dst.buf == buf,
+            Stmt::Fill { dst, .. } => dst.buf == buf,
+            Stmt::Reduce(op) => op.dst == buf,
+            Stmt::Gemm(op) => op.c == buf,
+            Stmt::Inst(i) => {
+                i.accesses().iter().any(|a| a.buf == buf && a.kind == tile_ir::inst::AccessKind::Write)
+            }
             _ => false,
         };
     });

@@ -78,9 +78,35 @@ impl Pending {
     }
 }
 
+/// What `place` reads of the kernel: the module, and the shared buffers a wgmma reads (in
+/// the async proxy: a barrier that orders generic-proxy writes of them fences them first).
+struct Cx<'a> {
+    m: &'a Module,
+    async_reads: BTreeSet<BufferId>,
+}
+
+impl Cx<'_> {
+    /// Whether a barrier ordering `pending` writes must fence them for the async proxy. The
+    /// fence belongs to the barrier that orders the write, whichever statement it was placed
+    /// for: a barrier placed for another reader of the same writes (a copy of a scale read
+    /// before the gemm) leaves nothing pending at the wgmma.
+    fn fence(&self, pending: &Sets) -> bool {
+        pending.writes.iter().any(|b| self.async_reads.contains(b))
+    }
+}
+
 pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     let split = m.role_split();
     let body = std::mem::take(&mut m.kernel.body);
+    let mut async_reads = BTreeSet::new();
+    walk_stmts(&body, &mut |s| {
+        if let Stmt::Gemm(op) = s {
+            if crate::inject_pipeline::is_wgmma(s) {
+                async_reads.extend([op.a, op.b].into_iter().filter(|&b| m.buffer(b).scope == Scope::Shared));
+            }
+        }
+    });
+    let cx = Cx { m: &m, async_reads };
     let mut pending = Pending::default();
     let mut out = Vec::new();
     for (k, s) in body.into_iter().enumerate() {
@@ -89,10 +115,10 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             // themselves (their barriers become named barriers over them); the producer's
             // TMA copies are ordered by the pipeline's mbarriers
             Stmt::If { cond, then, otherwise, loc } if Some(k) == split => {
-                let then = place(&m, then, &mut pending, None);
+                let then = place(&cx, then, &mut pending, None);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
-            other => out.extend(place(&m, vec![other], &mut pending, None)),
+            other => out.extend(place(&cx, vec![other], &mut pending, None)),
         }
     }
     m.kernel.body = out;
@@ -181,7 +207,8 @@ fn push_sync(out: &mut Vec<Stmt>, fence: bool) {
 }
 
 /// Barriers for `body`, which runs on `scope`'s threads (None: every thread).
-fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u32)>) -> Vec<Stmt> {
+fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u32)>) -> Vec<Stmt> {
+    let m = cx.m;
     let mut out = Vec::new();
     for s in body {
         match s {
@@ -189,10 +216,10 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                 // run the body once to learn what it leaves pending at its end, then place
                 // barriers for real with that state joined in (the loop's back edge)
                 let mut trial = pending.clone();
-                let _ = place(m, body.clone(), &mut trial, scope);
+                let _ = place(cx, body.clone(), &mut trial, scope);
                 let mut entry = pending.clone();
                 entry.join(&trial);
-                let new_body = place(m, body, &mut entry, scope);
+                let new_body = place(cx, body, &mut entry, scope);
                 *pending = entry;
                 out.push(Stmt::For { var, start, extent, kind, body: new_body, loc });
             }
@@ -208,16 +235,14 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                 let (r, w) =
                     accesses(m, &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: vec![], loc });
                 if hazard(&pending.kernel, &r, &w) {
-                    let mut reads_async = false;
-                    walk_stmts(&then, &mut |s| reads_async |= crate::inject_pipeline::is_wgmma(s));
-                    if reads_async && !pending.kernel.writes.is_empty() {
+                    if cx.fence(&pending.seen_by(None)) {
                         out.push(Stmt::inst(inst::FenceProxyAsync));
                     }
                     out.push(Stmt::inst(inst::Sync));
                     pending.synced(None);
                 }
-                let then = place(m, then, pending, region);
-                let otherwise = place(m, otherwise, pending, None);
+                let then = place(cx, then, pending, region);
+                let otherwise = place(cx, otherwise, pending, None);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             Stmt::If { cond, then, otherwise, loc } => {
@@ -226,14 +251,15 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                 // what either leaves pending is pending after the branch
                 let (r, _) =
                     accesses(m, &Stmt::If { cond: cond.clone(), then: vec![], otherwise: vec![], loc });
-                if hazard(&pending.seen_by(scope), &r, &BTreeSet::new()) {
-                    push_sync(&mut out, false);
+                let seen = pending.seen_by(scope);
+                if hazard(&seen, &r, &BTreeSet::new()) {
+                    push_sync(&mut out, cx.fence(&seen));
                     pending.synced(scope);
                 }
                 pending.record(scope, r, BTreeSet::new());
                 let mut other = pending.clone();
-                let then = place(m, then, pending, scope);
-                let otherwise = place(m, otherwise, &mut other, scope);
+                let then = place(cx, then, pending, scope);
+                let otherwise = place(cx, otherwise, &mut other, scope);
                 pending.join(&other);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
@@ -252,12 +278,7 @@ fn place(m: &Module, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32,
                 let (r, w) = accesses(m, &other);
                 let seen = pending.seen_by(scope);
                 if hazard(&seen, &r, &w) {
-                    // wgmma reads shared memory in the async proxy: fence the writes first
-                    let mut reads_async = false;
-                    walk_stmts(std::slice::from_ref(&other), &mut |s| {
-                        reads_async |= crate::inject_pipeline::is_wgmma(s);
-                    });
-                    push_sync(&mut out, reads_async && !seen.writes.is_empty());
+                    push_sync(&mut out, cx.fence(&seen));
                     pending.synced(scope);
                 }
                 pending.record(scope, r, w);
