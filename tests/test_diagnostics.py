@@ -588,14 +588,15 @@ def gemm_shapes_disagree():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
-@mistake("A dtype combination the tensor cores cannot do", "float32 x float32")
-def gemm_dtypes_not_tensor_core():
+@mistake("A gemm dtype combination with no arithmetic", "float16 x float16 into int32")
+def gemm_dtypes_without_arithmetic():
+    # (float32 x float32 is no mistake: it runs on CUDA cores, tests/test_simt_gemm.py)
     @T.prim_func
-    def kernel(A: T.Tensor((64, 32), "float32"), B: T.Tensor((32, 64), "float32")):
+    def kernel(A: T.Tensor((64, 32), "float16"), B: T.Tensor((32, 64), "float16")):
         with T.Kernel(1, threads=128):
-            A_s = T.alloc_shared((64, 32), "float32")
-            B_s = T.alloc_shared((32, 64), "float32")
-            acc = T.alloc_fragment((64, 64), "float32")
+            A_s = T.alloc_shared((64, 32), "float16")
+            B_s = T.alloc_shared((32, 64), "float16")
+            acc = T.alloc_fragment((64, 64), "int32")
             T.copy(A, A_s)
             T.copy(B, B_s)
             T.gemm(A_s, B_s, acc)  # <- mistake

@@ -1148,6 +1148,28 @@ impl GemmOperand {
 }
 
 impl GemmOp {
+    /// Whether A x B into C is a tensor-core combination (mma.sync / wgmma): fp16 or bf16
+    /// into fp32 (fp16 into fp16 too), int8 into int32. Other numeric combinations (fp32 x
+    /// fp32, mixed widths) run on CUDA cores: `infer_layouts` rewrites them as element loops.
+    pub fn on_tensor_cores(a: DType, b: DType, c: DType) -> bool {
+        matches!(
+            (a, b, c),
+            (DType::F16, DType::F16, DType::F32 | DType::F16)
+                | (DType::BF16, DType::BF16, DType::F32)
+                | (DType::I8, DType::I8, DType::I32)
+        )
+    }
+
+    /// Whether A x B into C can be computed at all: on tensor cores, or on CUDA cores with
+    /// the products and sums in C's dtype (a float accumulator takes any numeric inputs, an
+    /// integer one integer inputs).
+    pub fn computable(a: DType, b: DType, c: DType) -> bool {
+        let num = |d: DType| d.is_float() || d.is_int();
+        Self::on_tensor_cores(a, b, c)
+            || (c.is_float() && num(a) && num(b))
+            || (c.is_int() && a.is_int() && b.is_int())
+    }
+
     /// Operand A (`which` 0) or B (1) as the instructions read it; `Err` says why the view
     /// is not a matrix of its buffer (`verify` reports it at the gemm).
     pub fn operand(&self, m: &Module, which: usize) -> Result<GemmOperand, String> {

@@ -976,22 +976,13 @@ impl<'a> Verifier<'a> {
                 "A must be (M, K), B (K, N) and C (M, N); pass transpose_A / transpose_B for operands stored the other way",
             );
         }
-        let ok = matches!(
-            (ab.dtype, bb.dtype, cb.dtype),
-            (DType::F16, DType::F16, DType::F32 | DType::F16)
-                | (DType::BF16, DType::BF16, DType::F32)
-                | (DType::I8, DType::I8, DType::I32)
-        );
-        if !ok {
+        if !GemmOp::computable(ab.dtype, bb.dtype, cb.dtype) {
             let d = self.err(
-                format!(
-                    "T.gemm of {} x {} into {} is not a tensor-core combination",
-                    ab.dtype, bb.dtype, cb.dtype
-                ),
+                format!("T.gemm of {} x {} into {} has no arithmetic", ab.dtype, bb.dtype, cb.dtype),
                 loc,
             );
             *d = d.clone().with_help(
-                "use float16 or bfloat16 inputs with a float32 accumulator, or int8 inputs with int32",
+                "use float16 or bfloat16 inputs with a float32 accumulator (tensor cores), or numeric inputs with a float accumulator (CUDA cores), or integer inputs with an integer accumulator",
             );
         }
     }

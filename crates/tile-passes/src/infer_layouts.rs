@@ -386,8 +386,89 @@ fn moving_part_copies(m: &mut Module, body: Vec<Stmt>) -> Result<Vec<Stmt>, Vec<
     Ok(out)
 }
 
+/// A `T.gemm` whose dtypes no tensor-core instruction takes (fp32 x fp32, mixed widths:
+/// `GemmOp::on_tensor_cores`) becomes an element loop on CUDA cores, products and sums in
+/// the accumulator's dtype:
+///
+/// ```text
+/// for i, j in T.Parallel(M, N):
+///     C[i, j] = 0                      # clear_accum
+///     for k in T.serial(K):
+///         C[i, j] += A[i, k] * B[k, j]  # A[k, i] / B[j, k] when transposed
+/// ```
+///
+/// C takes the loop's layout; a fragment operand laid out for other threads is read through
+/// its shared copy (the conversion below), once per gemm since k runs inside the loop.
+fn simt_gemms(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Result<Vec<Stmt>, Vec<Diagnostic>> {
+    use tile_ir::{BinOp, DType, ForKind, GemmOp, VarKind};
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        out.push(match s {
+            Stmt::Gemm(op)
+                if !GemmOp::on_tensor_cores(m.buffer(op.a).dtype, m.buffer(op.b).dtype, m.buffer(op.c).dtype) =>
+            {
+                let loc = op.loc;
+                let operand = |which| op.operand(m, which).map_err(|why| vec![Diagnostic::error(why, loc)]);
+                let (a, b) = (operand(0)?, operand(1)?);
+                let c = m.buffer(op.c);
+                let (cdt, [cm, cn]) = (c.dtype, [c.extents()[0], c.extents()[1]]);
+                let k_extent = if op.transpose_a { a.tile[0] } else { a.tile[1] };
+                let (adt, bdt) = (m.buffer(op.a).dtype, m.buffer(op.b).dtype);
+                let names = (m.buffer(op.a).name.clone(), m.buffer(op.b).name.clone(), c.name.clone());
+                let (i, j) = (m.add_var("gi", VarKind::Loop, DType::I32), m.add_var("gj", VarKind::Loop, DType::I32));
+                let k = m.add_var("gk", VarKind::Loop, DType::I32);
+                let v = |x| Expr::var(x, DType::I32);
+                let a_idx = if op.transpose_a { a.index(v(k), v(i)) } else { a.index(v(i), v(k)) };
+                let b_idx = if op.transpose_b { b.index(v(j), v(k)) } else { b.index(v(k), v(j)) };
+                let c_idx = vec![v(i), v(j)];
+                let product = Expr::binary(
+                    BinOp::Mul,
+                    Expr::cast(Expr::load(op.a, a_idx, adt), cdt),
+                    Expr::cast(Expr::load(op.b, b_idx, bdt), cdt),
+                );
+                let sum = Expr::binary(BinOp::Add, Expr::load(op.c, c_idx.clone(), cdt), product);
+                let mut body = Vec::new();
+                if op.clear_accum {
+                    let zero = if cdt.is_float() {
+                        Expr::Const { value: tile_ir::ConstValue::Float(0.0), dtype: cdt }
+                    } else {
+                        Expr::int_of(0, cdt)
+                    };
+                    body.push(Stmt::Store { buf: op.c, idx: c_idx.clone(), value: zero, loc });
+                }
+                body.push(Stmt::For {
+                    var: k,
+                    start: Expr::int(0),
+                    extent: Expr::int(k_extent),
+                    kind: ForKind::Serial,
+                    body: vec![Stmt::Store { buf: op.c, idx: c_idx, value: sum, loc }],
+                    loc,
+                });
+                let at = m.sources.short(loc).unwrap_or_default();
+                ctx.report.push(format!(
+                    "{at}: T.gemm of {adt} x {bdt} into {cdt} ('{}' x '{}' into '{}') runs on CUDA cores: no tensor-core instruction takes these dtypes",
+                    names.0, names.1, names.2
+                ));
+                Stmt::Parallel { vars: vec![i, j], extents: vec![cm, cn], body, loc, layout: None }
+            }
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                Stmt::For { var, start, extent, kind, body: simt_gemms(m, body, ctx)?, loc }
+            }
+            Stmt::If { cond, then, otherwise, loc } => Stmt::If {
+                cond,
+                then: simt_gemms(m, then, ctx)?,
+                otherwise: simt_gemms(m, otherwise, ctx)?,
+                loc,
+            },
+            other => other,
+        });
+    }
+    Ok(out)
+}
+
 pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     let body = std::mem::take(&mut m.kernel.body);
+    let body = simt_gemms(&mut m, body, ctx)?;
     m.kernel.body = moving_part_copies(&mut m, body)?;
     let threads = m.kernel.threads;
     let mut region_diags = Vec::new();
