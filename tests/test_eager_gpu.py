@@ -185,3 +185,29 @@ def test_autotune_over_an_eager_function():
     assert tuned.tune(a, b) in configs  # remembered: no second search
     kernel = tuned.compile(a, b)
     torch.testing.assert_close(kernel(a, b), a + b)
+
+
+@tilers.autotune(configs=[{"block": 64}, {"block": 256}], warmup=2, rep=5)
+@tilers.jit
+def tunable_dynamic_scale(X, block: int = 64):
+    n = T.dynamic("n")
+    X: T.Tensor((n,), T.float32)
+    Y = T.empty((n,), T.float32)
+    with T.Kernel(T.ceildiv(n, block), threads=128) as bx:
+        for i in T.Parallel(block):
+            if bx * block + i < n:
+                Y[bx * block + i] = X[bx * block + i] * 2.0
+    return Y
+
+
+def test_autotune_of_a_dynamic_size_tunes_on_the_inputs_given():
+    # TileLang's deepseek_mhc bwd: `with set_autotune_inputs(R, dR): f.compile(n_stream=16)`
+    # on a kernel with a T.dynamic size, which takes its value from those inputs
+    from tilers.autotuner import set_autotune_inputs
+
+    x = torch.randn(1000, device="cuda")
+    with set_autotune_inputs(x):
+        kernel = tunable_dynamic_scale.compile()
+    torch.testing.assert_close(kernel(x), 2 * x)
+    y = torch.randn(77, device="cuda")
+    torch.testing.assert_close(kernel(y), 2 * y)

@@ -910,13 +910,26 @@ class AutotunedFunction:
     def _profiler(self, kernel, state):
         """The profiler of this config, sharing the search's inputs (those of an enclosing
         ``with set_autotune_inputs(...)`` when there is one)."""
+        from . import _sizes
         from .profiler import Profiler
 
+        given = getattr(_autotune_inputs, "tensors", None) if state.profiler is None else None
+        sizes = state.sizes
+        if given is not None and not sizes and kernel.info.get("sizes"):
+            # T.dynamic sizes take their values from the inputs the user chose
+            shapes = {
+                position: tuple(t.shape)
+                for position, t in zip(kernel._input_positions, given)
+                if hasattr(t, "shape")
+            }
+            values = _sizes.bind(kernel.info, shapes)
+            sizes = state.sizes = {
+                size["name"]: value for size, value in zip(kernel.info["sizes"], values)
+            }
         profiler = Profiler(kernel, supply_type=self.supply_type, scalars=self.scalars,
-                            sizes=state.sizes)
+                            sizes=sizes)
         if state.profiler is None:
             state.profiler = profiler
-            given = getattr(_autotune_inputs, "tensors", None)
             if given is not None:
                 profiler._inputs = list(given)
         else:
@@ -1088,8 +1101,14 @@ class AutotunedEager:
                         for g in getters
                     ]
                 if any(i is _NO_TENSOR or i is None for i in inputs):
-                    # .compile(M=..., ...) without tensors: random inputs of the kernel's shapes
-                    inputs = kernel.get_profiler(self.supply_type).inputs()
+                    # .compile(M=..., ...) without tensors: those of an enclosing `with
+                    # set_autotune_inputs(...)` (which also give T.dynamic sizes their
+                    # values), else random inputs of the kernel's shapes
+                    given = get_autotune_inputs()
+                    if given is not None:
+                        inputs = list(given)
+                    else:
+                        inputs = kernel.get_profiler(self.supply_type).inputs()
                 out = kernel(*inputs)
                 if self.ref_prog is not None:
                     _check_outputs(out, self.ref_prog(*inputs), self.rtol, self.atol)
