@@ -260,7 +260,8 @@ pub fn resolve_copy(
 struct Verifier<'a> {
     m: &'a Module,
     diags: Vec<Diagnostic>,
-    /// Loop variables in scope, innermost last; the bool marks parallel-loop variables.
+    /// Loop variables in scope, innermost last; the bool marks parallel-loop variables that
+    /// take more than one value (the ones a write must be indexed by).
     scope: Vec<(VarId, bool)>,
     in_parallel: Option<Loc>,
 }
@@ -855,8 +856,10 @@ impl<'a> Verifier<'a> {
                 // (under an `if i < c` the reach of i is c)
                 self.check_extents_in(body, vars, extents, *loc);
                 self.in_parallel = Some(*loc);
-                for v in vars {
-                    self.scope.push((*v, true));
+                // a variable of extent 1 takes one value: no two iterations differ in it
+                // (TileLang's layernorm bwd accumulates `acc[j] += ...` over T.Parallel(1, D))
+                for (v, &e) in vars.iter().zip(extents) {
+                    self.scope.push((*v, e != 1));
                 }
                 self.stmts(body);
                 for _ in vars {
