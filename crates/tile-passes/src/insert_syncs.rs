@@ -260,7 +260,15 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
                 let mut other = pending.clone();
                 let then = place(cx, then, pending, scope);
                 let otherwise = place(cx, otherwise, &mut other, scope);
-                pending.join(&other);
+                // a constant condition (the `if true` that groups a scheduled statement's
+                // parts) runs one branch: what it leaves pending is all that is; joining the
+                // other would keep a write its barrier ordered pending after it, and put a
+                // barrier in every iteration of the loop that follows
+                match cond.as_int() {
+                    Some(0) => *pending = other,
+                    Some(_) => {}
+                    None => pending.join(&other),
+                }
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             // a named barrier the kernel placed orders only the threads it names
