@@ -3,7 +3,7 @@ BSHD tensors, one block per (query tile, head, batch), K and V tiles streamed th
 T.Pipelined loop, the online softmax on fragments (T.reduce_max / T.reduce_sum, T.exp2 with
 log2(e) folded into the scale), the output rescaled per row, P cast to the input dtype and
 fed to the second gemm; the causal mask is decided at trace time (only tiles at or below
-the diagonal are visited, and only those crossing it are masked).
+the diagonal are visited, and only those crossing it, or the sequence's end, are masked).
 
     python examples/flash_attention.py            # GPU: against torch's SDPA; else the interpreter against numpy
     python examples/flash_attention.py --causal
@@ -59,21 +59,30 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                 loop_range = T.min(T.ceildiv(seq_len, block_N), T.ceildiv((bx + 1) * block_M, block_N))
             else:
                 loop_range = T.ceildiv(seq_len, block_N)
-            # the body's statements: 0 copy K; 1-2 mask, S = Q K^T; 3-9 softmax; 10 rescale O;
-            # 11 copy V; 12 O += P V
+            # the body's statements: 0 copy K; 1 S = Q K^T; 2 the mask (when some tile needs
+            # one); then 7 of the softmax, 1 rescaling O, 1 copy of V, O += P V
+            ragged = seq_len % block_N != 0
+            m = int(is_causal or ragged)
+            softmax = list(range(2, 9 + m))
             schedule = dict(order=[-1, 0, 3, 1, -1, 2], stage=[-1, 0, 0, 1, -1, 1],
-                            group=[[0], [1, 2], [3, 4, 5, 6, 7, 8, 9], [10], [11], [12]]) if overlap else {}
+                            group=[[0], [1], softmax, [9 + m], [10 + m], [11 + m]]) if overlap else {}
             for k in T.Pipelined(loop_range, num_stages=num_stages, **schedule):
                 T.copy(K[bz, k * block_N:(k + 1) * block_N, by, :], K_shared)
-                # keys past the sequence (ragged last tile) and, causally, past the query
-                for i, j in T.Parallel(block_M, block_N):
-                    if is_causal:
-                        acc_s[i, j] = T.if_then_else(
-                            (bx * block_M + i >= k * block_N + j) and (k * block_N + j < seq_len),
-                            0, -T.infinity(accum))
-                    else:
-                        acc_s[i, j] = T.if_then_else(k * block_N + j < seq_len, 0, -T.infinity(accum))
-                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True,
+                       policy=T.GemmWarpPolicy.FullRow)
+                # keys past the sequence (the ragged last tile) and, causally, past the query:
+                # only the tiles that hold such keys are masked (a tile-level condition)
+                crosses = (k + 1) * block_N > bx * block_M + 1 if is_causal else False
+                last = k == loop_range - 1 if ragged else False
+                if crosses or last:
+                    for i, j in T.Parallel(block_M, block_N):
+                        if is_causal:
+                            acc_s[i, j] = T.if_then_else(
+                                (bx * block_M + i >= k * block_N + j) and (k * block_N + j < seq_len),
+                                acc_s[i, j], -T.infinity(accum))
+                        else:
+                            acc_s[i, j] = T.if_then_else(k * block_N + j < seq_len, acc_s[i, j],
+                                                         -T.infinity(accum))
                 T.copy(scores_max, scores_max_prev)
                 T.reduce_max(acc_s, scores_max, dim=1, clear=False)
                 # a row with every key masked so far keeps its max at -inf: scale by 0 then

@@ -303,3 +303,27 @@ def test_tiles_first_read_apart_arrive_on_barriers_of_their_own(schedule):
     testing.check_passes(chain(256, 200, 64, 64, **schedule), arch="sm_90a", blocks="all", check=True)
     g = tilers.compile(kernels.matmul(512, 512, 512, 128, 128, 64, 3, 256), target="cuda:sm_90a")
     assert not report_lines(g, "a full barrier per tile")
+
+
+def braced_block(src, head):
+    """The text of the block that opens at the first `{` after `head`, braces matched."""
+    start = src.index("{", src.index(head))
+    depth = 0
+    for i in range(start, len(src)):
+        depth += {"{": 1, "}": -1}.get(src[i], 0)
+        if depth == 0:
+            return src[start:i + 1]
+    raise AssertionError(f"no closing brace after {head!r}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("n", [4096, 1000])
+def test_the_steady_attention_loop_has_no_barrier_of_every_consumer(n, causal):
+    # Q's write before the loop is ordered by the prologue's barrier; the steady state holds
+    # only the warpgroups' turns (bar.sync 5/6), never one of all 256 consumers (bar.sync 1),
+    # which would hold the two warpgroups in step (a constant `if true` used to leave the
+    # write pending: insert_syncs_constant_if.tir)
+    src = tilers.compile(fa.flash_attention(2, 4, n, 128, causal, 128, 128, 2, 256, overlap=True),
+                         target="cuda:sm_90a").get_kernel_source()
+    body = braced_block(src, "for (int step")
+    assert "bar.sync 5, 256;" in body and "bar.sync 1, 256;" not in body
