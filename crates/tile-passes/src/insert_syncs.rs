@@ -213,6 +213,23 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
     for s in body {
         match s {
             Stmt::For { var, start, extent, kind, body, loc } => {
+                // what was left pending before the loop and conflicts with the loop's
+                // accesses is ordered once, before it, not by a barrier in every iteration
+                // (a write on a path around a guarded prologue, a tile loop's first copy)
+                let whole = Stmt::For {
+                    var,
+                    start: start.clone(),
+                    extent: extent.clone(),
+                    kind,
+                    body: body.clone(),
+                    loc,
+                };
+                let (r, w) = accesses(m, &whole);
+                let seen = pending.seen_by(scope);
+                if hazard(&seen, &r, &w) {
+                    push_sync(&mut out, cx.fence(&seen));
+                    pending.synced(scope);
+                }
                 // run the body once to learn what it leaves pending at its end, then place
                 // barriers for real with that state joined in (the loop's back edge)
                 let mut trial = pending.clone();
