@@ -3,8 +3,10 @@ cuDNN and the flash back ends, fp16, BSHD inputs. Per row: a sweep over CONFIGS 
 fastest correct tilers config (the tuning), then the chosen config is re-timed interleaved
 with the back ends over ROUNDS rounds (median TFLOP/s; ratios vs cuDNN with their spread).
 A back end that refuses the shape is reported as unsupported. Causal rows count half the
-FLOPs. ATTN_SHAPES="8x32x4096x128,..." (batch x heads x seq x dim) picks rows."""
+FLOPs. ATTN_SHAPES="8x32x4096x128,..." (batch x heads x seq x dim) picks rows; every config is
+compiled with ATTN_COMPILE's options (fast math by default)."""
 
+import json
 import os
 import statistics
 import sys
@@ -16,6 +18,10 @@ import tilers  # noqa: E402
 from common import interleaved, write_results  # noqa: E402
 
 ROUNDS = int(os.environ.get("ATTN_ROUNDS", "3"))
+# compile options of every config: fast math by default, as TileLang's attention examples
+# (TL_ENABLE_FAST_MATH) and FlashAttention-3 build theirs (exp2 without the denormal fixup,
+# approximate division); ATTN_COMPILE='{"fast_math": false}' turns it off
+COMPILE = json.loads(os.environ.get("ATTN_COMPILE", '{"fast_math": true}'))
 # block_M, block_N, num_stages, threads, overlap (the stage=/order= schedule of FA3's overlap)
 CONFIGS = [(128, 64, 2, 128, False), (128, 128, 2, 256, False), (64, 64, 3, 128, False),
            (128, 64, 3, 128, False), (128, 128, 2, 128, False), (128, 128, 2, 256, True),
@@ -48,7 +54,7 @@ def main():
             name = f"{bm}x{bn} s{st} t{th}" + (" overlap" if overlap else "")
             try:
                 kern = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, overlap=overlap),
-                                      out_idx=[3])
+                                      out_idx=[3], **COMPILE)
                 out = kern(q, k, v)
                 torch.cuda.synchronize()
                 err = ((out.float() - want).abs().max() / want.abs().max()).item()
@@ -87,7 +93,7 @@ def main():
             row["unsupported"] = "; ".join(unsupported)
         print(row, flush=True)
         rows.append(row)
-    write_results("attention", rows)
+    write_results("attention", rows, {"compile": COMPILE})
 
 
 if __name__ == "__main__":
