@@ -21,21 +21,41 @@ LOG2E = 1.4426950408889634
 
 
 def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, block_N=64,
-                    num_stages=2, threads=128, dtype="float16", sm_scale=None, overlap=False):
-    """Q, K, V: [batch, seq_len, heads, dim]; returns the @T.prim_func computing
-    O = softmax(Q K^T * sm_scale (+ causal mask)) V, O of the same shape and dtype.
+                    num_stages=2, threads=128, dtype="float16", sm_scale=None, overlap=False,
+                    heads_kv=None, window=(-1, -1), softcap=0.0, return_lse=False):
+    """Q: [batch, seq_len, heads, dim], K and V: [batch, seq_len, heads_kv, dim]; returns the
+    @T.prim_func computing O = softmax(mask(softcap(Q K^T * sm_scale))) V, O of Q's shape and
+    dtype (and, with return_lse, LSE [batch, heads, seq_len] float32: the log of each row's
+    softmax denominator, natural units, as FlashAttention returns it).
+
+    heads_kv < heads is grouped-query attention (query head h reads key/value head
+    h // (heads // heads_kv)); window=(left, right) keeps the keys j with i - left <= j <=
+    i + right (-1: unbounded; causal is right = 0); softcap > 0 maps each score s to
+    softcap * tanh(s / softcap) before the softmax.
 
     overlap=True schedules the loop by hand (TileLang's stage=/order=/group=): step k issues
     Q K_k^T, rescales the output and issues P_{k-1} V_{k-1}, then computes the softmax of
     S_k while the tensor cores still run P_{k-1} V_{k-1} (FlashAttention-3's overlap)."""
-    shape = (batch, seq_len, heads, dim)
+    heads_kv = heads if heads_kv is None else heads_kv
+    if heads % heads_kv:
+        raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv})")
+    group = heads // heads_kv
+    left, right = window
+    if is_causal:
+        right = 0 if right < 0 else min(right, 0)
+    q_shape = (batch, seq_len, heads, dim)
+    kv_shape = (batch, seq_len, heads_kv, dim)
     accum = "float32"
-    scale = (1.0 / math.sqrt(dim) if sm_scale is None else sm_scale) * LOG2E
+    sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
+    # the exponent's factor: with a soft cap the scores are scaled (and capped) before it
+    scale = LOG2E if softcap > 0 else sm_scale * LOG2E
     tiles_q = T.ceildiv(seq_len, block_M)
+    tiles_k = T.ceildiv(seq_len, block_N)
+    ragged = seq_len % block_N != 0
+    masked = ragged or right >= 0 or left >= 0
 
-    @T.prim_func
-    def flash_fwd(Q: T.Tensor(shape, dtype), K: T.Tensor(shape, dtype), V: T.Tensor(shape, dtype),
-                  Output: T.Tensor(shape, dtype)):
+    @T.macro
+    def body(Q, K, V, Output, LSE):
         with T.Kernel(tiles_q, heads, batch, threads=threads) as (bx, by, bz):
             Q_shared = T.alloc_shared((block_M, dim), dtype)
             K_shared = T.alloc_shared((block_N, dim), dtype)
@@ -50,39 +70,47 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
             scores_sum = T.alloc_fragment((block_M,), accum)
             logsum = T.alloc_fragment((block_M,), accum)
 
+            hk = by // group
             T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_shared)
             T.fill(acc_o, 0)
             T.fill(logsum, 0)
             T.fill(scores_max, -T.infinity(accum))
-            # causal: the key tiles up to this query tile's last row
-            if is_causal:
-                loop_range = T.min(T.ceildiv(seq_len, block_N), T.ceildiv((bx + 1) * block_M, block_N))
+            # the key tiles a window (or the causal mask) leaves: from the first row's left
+            # edge to the last row's right edge
+            first = T.max(bx * block_M - left, 0) // block_N if left >= 0 else 0
+            if right >= 0:
+                last = T.min(tiles_k, T.ceildiv((bx + 1) * block_M + right, block_N))
             else:
-                loop_range = T.ceildiv(seq_len, block_N)
-            # the body's statements: 0 copy K; 1 S = Q K^T; 2 the mask (when some tile needs
-            # one); then 7 of the softmax, 1 rescaling O, 1 copy of V, O += P V
-            ragged = seq_len % block_N != 0
-            m = int(is_causal or ragged)
-            softmax = list(range(2, 9 + m))
+                last = tiles_k
+            # the body's statements: 0 copy K; 1 S = Q K^T; the soft cap (when asked); the
+            # mask (when some tile needs one); 7 of the softmax; rescale O; copy V; O += P V
+            extra = int(softcap > 0) + int(masked)
+            softmax = list(range(2, 9 + extra))
             schedule = dict(order=[-1, 0, 3, 1, -1, 2], stage=[-1, 0, 0, 1, -1, 1],
-                            group=[[0], [1], softmax, [9 + m], [10 + m], [11 + m]]) if overlap else {}
-            for k in T.Pipelined(loop_range, num_stages=num_stages, **schedule):
-                T.copy(K[bz, k * block_N:(k + 1) * block_N, by, :], K_shared)
+                            group=[[0], [1], softmax, [9 + extra], [10 + extra], [11 + extra]]) if overlap else {}
+            for k in T.Pipelined(first, last, num_stages=num_stages, **schedule):
+                T.copy(K[bz, k * block_N:(k + 1) * block_N, hk, :], K_shared)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)
-                # keys past the sequence (the ragged last tile) and, causally, past the query:
-                # only the tiles that hold such keys are masked (a tile-level condition)
-                crosses = (k + 1) * block_N > bx * block_M + 1 if is_causal else False
-                last = k == loop_range - 1 if ragged else False
-                if crosses or last:
+                if softcap > 0:
                     for i, j in T.Parallel(block_M, block_N):
-                        if is_causal:
-                            acc_s[i, j] = T.if_then_else(
-                                (bx * block_M + i >= k * block_N + j) and (k * block_N + j < seq_len),
-                                acc_s[i, j], -T.infinity(accum))
-                        else:
-                            acc_s[i, j] = T.if_then_else(k * block_N + j < seq_len, acc_s[i, j],
-                                                         -T.infinity(accum))
+                        acc_s[i, j] = T.tanh(acc_s[i, j] * (sm_scale / softcap)) * softcap
+                # keys past the sequence (the ragged last tile) and outside the window: only
+                # the tiles that hold such keys are masked (a tile-level condition)
+                if masked:
+                    crosses_right = (k + 1) * block_N > bx * block_M + right + 1 if right >= 0 else False
+                    crosses_left = k * block_N < bx * block_M + block_M - 1 - left if left >= 0 else False
+                    at_end = k == tiles_k - 1 if ragged else False
+                    if crosses_right or crosses_left or at_end:
+                        for i, j in T.Parallel(block_M, block_N):
+                            row = bx * block_M + i
+                            col = k * block_N + j
+                            keep = col < seq_len
+                            if right >= 0:
+                                keep = keep and col <= row + right
+                            if left >= 0:
+                                keep = keep and col >= row - left
+                            acc_s[i, j] = T.if_then_else(keep, acc_s[i, j], -T.infinity(accum))
                 T.copy(scores_max, scores_max_prev)
                 T.reduce_max(acc_s, scores_max, dim=1, clear=False)
                 # a row with every key masked so far keeps its max at -inf: scale by 0 then
@@ -90,38 +118,78 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                     scores_scale[i] = T.if_then_else(
                         scores_max[i] == -T.infinity(accum), 0,
                         T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale))
-                for i, j in T.Parallel(block_M, block_N):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+                if left >= 0:
+                    # a row's first visited tiles may lie wholly left of its window: its max is
+                    # still -inf there, and exp2(-inf - -inf) would be NaN (FA's Check_inf)
+                    for i, j in T.Parallel(block_M, block_N):
+                        acc_s[i, j] = T.exp2(acc_s[i, j] * scale - T.if_then_else(
+                            scores_max[i] == -T.infinity(accum), 0, scores_max[i] * scale))
+                else:
+                    for i, j in T.Parallel(block_M, block_N):
+                        acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
                 T.reduce_sum(acc_s, scores_sum, dim=1)
                 for i in T.Parallel(block_M):
                     logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
                 T.copy(acc_s, acc_s_cast)
                 for i, j in T.Parallel(block_M, dim):
                     acc_o[i, j] *= scores_scale[i]
-                T.copy(V[bz, k * block_N:(k + 1) * block_N, by, :], V_shared)
+                T.copy(V[bz, k * block_N:(k + 1) * block_N, hk, :], V_shared)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] /= logsum[i]
             T.copy(acc_o, O_shared)
             T.copy(O_shared, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
+            if return_lse:
+                # ln(sum_j exp(s_j)) = (max * scale + log2(sum of the exp2 terms)) / log2(e)
+                for i in T.Parallel(block_M):
+                    if bx * block_M + i < seq_len:
+                        LSE[bz, by, bx * block_M + i] = (scores_max[i] * scale + T.log2(logsum[i])) / LOG2E
+
+    if return_lse:
+        @T.prim_func
+        def flash_fwd(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                      Output: T.Tensor(q_shape, dtype), LSE: T.Tensor((batch, heads, seq_len), accum)):
+            body(Q, K, V, Output, LSE)
+    else:
+        @T.prim_func
+        def flash_fwd(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                      Output: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, Output, None)
 
     return flash_fwd
 
 
-def reference_numpy(q, k, v, is_causal, sm_scale=None):
-    """Attention in float64 numpy on [batch, seq, heads, dim] arrays."""
+def reference_numpy(q, k, v, is_causal, sm_scale=None, window=(-1, -1), softcap=0.0, lse=False):
+    """Attention in float64 numpy on [batch, seq, heads, dim] arrays (K and V may have fewer
+    heads: grouped-query attention), with flash_attention's window and soft cap; with
+    lse=True also the [batch, heads, seq] log-sum-exp of each row."""
     import numpy as np
 
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    group = q.shape[2] // k.shape[2]
+    k, v = (np.repeat(x, group, axis=2) for x in (k, v))
     dim = q.shape[-1]
     s = np.einsum("bqhd,bkhd->bhqk", q, k) * (1.0 / math.sqrt(dim) if sm_scale is None else sm_scale)
+    if softcap > 0:
+        s = softcap * np.tanh(s / softcap)
+    n = q.shape[1]
+    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    left, right = window
     if is_causal:
-        n = q.shape[1]
-        s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
-    s = s - s.max(-1, keepdims=True)
-    p = np.exp(s)
-    p /= p.sum(-1, keepdims=True)
-    return np.einsum("bhqk,bkhd->bqhd", p, v)
+        right = 0 if right < 0 else min(right, 0)
+    keep = np.ones((n, n), bool)
+    if right >= 0:
+        keep &= j <= i + right
+    if left >= 0:
+        keep &= j >= i - left
+    s = np.where(keep, s, -np.inf)
+    m = s.max(-1, keepdims=True)
+    p = np.exp(s - m)
+    total = p.sum(-1, keepdims=True)
+    out = np.einsum("bhqk,bkhd->bqhd", p / total, v)
+    if lse:
+        return out, (m + np.log(total))[..., 0]
+    return out
 
 
 def main():

@@ -70,3 +70,121 @@ def test_the_example_runs_on_the_interpreter(capsys):
     sys.argv = ["flash_attention.py", "--causal"]
     fa.main()
     assert "check: OK" in capsys.readouterr().out
+
+
+# grouped-query attention, sliding windows, soft caps, the log-sum-exp output, head dim 256
+VARIANTS = [
+    dict(heads_kv=1),
+    dict(heads_kv=2, causal=True),
+    dict(window=(40, -1)),
+    dict(window=(30, 10)),
+    dict(window=(50, -1), causal=True),
+    dict(softcap=2.0),
+    dict(softcap=5.0, causal=True, heads_kv=2),
+    dict(return_lse=True),
+    dict(return_lse=True, causal=True, window=(64, -1), softcap=3.0),
+]
+
+
+def run_variant(n, d, variant, target="interp", **config):
+    variant = dict(variant)
+    causal = variant.pop("causal", False)
+    lse = variant.get("return_lse", False)
+    b, h = 1, 4
+    f = fa.flash_attention(b, h, n, d, causal, dtype="float16", **config, **variant)
+    k = tilers.compile(f, out_idx=[3, 4] if lse else [3], target=target)
+    rng = np.random.default_rng(n + d)
+    hk = variant.get("heads_kv", h)
+    q = rng.standard_normal((b, n, h, d)).astype(np.float16)
+    kk, v = (rng.standard_normal((b, n, hk, d)).astype(np.float16) for _ in range(2))
+    got = k(q, kk, v)
+    want = fa.reference_numpy(q, kk, v, causal, window=variant.get("window", (-1, -1)),
+                              softcap=variant.get("softcap", 0.0), lse=lse)
+    return got, want, f
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("n", [100, 128])
+def test_variants_on_the_interpreter(n, variant):
+    got, want, _ = run_variant(n, 64, variant, block_M=64, block_N=32)
+    if variant.get("return_lse"):
+        (out, lse), (want, want_lse) = got, want
+        assert np.abs(np.asarray(lse) - want_lse).max() < 1e-3
+    else:
+        out = got
+    assert np.abs(np.asarray(out).astype(np.float64) - want).max() < 3e-3
+
+
+@pytest.mark.parametrize("variant", [VARIANTS[1], VARIANTS[4], VARIANTS[6], VARIANTS[8]],
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("overlap", [False, True])
+def test_variants_pass_every_pass(variant, overlap):
+    variant = dict(variant)
+    causal = variant.pop("causal", False)
+    f = fa.flash_attention(1, 4, 200, 64, causal, block_M=128, block_N=64, num_stages=2, threads=256,
+                           overlap=overlap, **variant)
+    tilers.testing.check_passes(f, arch="sm_90a", blocks="all", check=True)
+
+
+def test_head_dim_256():
+    got, want, _ = run_variant(96, 256, {"causal": True}, block_M=64, block_N=32)
+    assert np.abs(np.asarray(got).astype(np.float64) - want).max() < 3e-3
+    k = tilers.compile(fa.flash_attention(2, 4, 1024, 256, True, 64, 64, 2, 128), out_idx=[3],
+                       target="cuda:sm_90a")
+    assert k.cubin[:4] == b"\x7fELF"
+
+
+def loop_tiles(f, bx):
+    """The key tiles [start, start + extent) the traced T.Pipelined loop visits at block bx."""
+    import json
+
+    from tilers._trace import program_json, trace
+
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "floordiv": lambda a, b: a // b, "max": max, "min": min}
+
+    def value(e):
+        if e["op"] == "const":
+            return e["value"]
+        if e["op"] == "var":
+            assert e["id"] == 0, e  # bx, the grid's first index
+            return bx
+        return ops[e["op"]](value(e["a"]), value(e["b"]))
+
+    found = []
+
+    def walk(x):
+        if isinstance(x, dict):
+            if x.get("op") == "for" and x.get("kind") == "pipelined":
+                found.append(x)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+
+    walk(json.loads(program_json(trace(f, {}))))
+    (loop,) = found
+    start = value(loop["start"])
+    return range(start, start + value(loop["extent"]))
+
+
+@pytest.mark.parametrize("window,causal", [((128, -1), True), ((100, 30), False), ((-1, -1), True)])
+def test_a_window_visits_only_its_tiles(window, causal):
+    # 128-row query tiles over 64-key tiles: the loop runs over the tiles holding a key some
+    # row of the block keeps, and no other
+    n, bm, bn = 4096, 128, 64
+    f = fa.flash_attention(1, 1, n, 64, causal, bm, bn, 2, 128, window=window)
+    left, right = window
+    if causal:
+        right = 0
+    for bx in (0, 1, 7, n // bm - 1):
+        rows = range(bx * bm, bx * bm + bm)
+        lo = max(0, rows[0] - left) if left >= 0 else 0
+        hi = min(n - 1, rows[-1] + right) if right >= 0 else n - 1
+        assert loop_tiles(f, bx) == range(lo // bn, hi // bn + 1), (bx, window)
+
+
+def test_heads_must_divide():
+    with pytest.raises(ValueError, match="multiple of heads_kv"):
+        fa.flash_attention(1, 6, 128, 64, heads_kv=4)

@@ -42,3 +42,66 @@ def test_against_sdpa(n, d, causal, dtype):
 @pytest.mark.parametrize("causal", [False, True])
 def test_benchmarked_configs(config, causal):
     check(1, 8, 1536, 128, causal, config=config)
+
+
+def torch_reference(q, k, v, causal, window=(-1, -1), softcap=0.0):
+    """float32 attention with flash_attention's grouped heads, window and soft cap; the
+    [b, h, n] log-sum-exp too."""
+    qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))
+    group = qf.shape[1] // kf.shape[1]
+    kf, vf = (x.repeat_interleave(group, dim=1) for x in (kf, vf))
+    s = qf @ kf.transpose(-1, -2) / (q.shape[-1] ** 0.5)
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    n = q.shape[1]
+    i = torch.arange(n, device=q.device)[:, None]
+    j = torch.arange(n, device=q.device)[None, :]
+    left, right = window
+    if causal:
+        right = 0
+    keep = torch.ones(n, n, dtype=torch.bool, device=q.device)
+    if right >= 0:
+        keep &= j <= i + right
+    if left >= 0:
+        keep &= j >= i - left
+    s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return (torch.softmax(s, dim=-1) @ vf).transpose(1, 2), lse
+
+
+GPU_VARIANTS = [
+    dict(heads_kv=2), dict(heads_kv=1, causal=True), dict(window=(256, -1), causal=True),
+    dict(window=(100, 37)), dict(softcap=30.0), dict(softcap=5.0, heads_kv=2, causal=True),
+    dict(return_lse=True, causal=True), dict(return_lse=True, window=(128, 0), heads_kv=4),
+]
+
+
+@pytest.mark.parametrize("variant", GPU_VARIANTS, ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()))
+@pytest.mark.parametrize("n", [1, 128, 129, 1000])
+@pytest.mark.parametrize("config", [(128, 64, 2, 128, False), (128, 128, 2, 256, True)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_variants_against_torch(variant, n, config, dtype):
+    variant = dict(variant)
+    causal = variant.pop("causal", False)
+    lse = variant.get("return_lse", False)
+    bm, bn, st, th, overlap = config
+    b, h, d = 2, 8, 128
+    hk = variant.get("heads_kv", h)
+    k = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype, overlap=overlap,
+                                          **variant), out_idx=[3, 4] if lse else [3])
+    g = torch.Generator(device="cuda").manual_seed(n)
+    dt = getattr(torch, dtype)
+    q = torch.randn(b, n, h, d, generator=g, device="cuda").to(dt)
+    kk, v = (torch.randn(b, n, hk, d, generator=g, device="cuda").to(dt) for _ in range(2))
+    got = k(q, kk, v)
+    want, want_lse = torch_reference(q, kk, v, causal, variant.get("window", (-1, -1)), variant.get("softcap", 0.0))
+    out = got[0] if lse else got
+    err = ((out.float() - want).abs().max() / want.abs().max()).item()
+    assert err < (5e-3 if dtype == "float16" else 3e-2), f"relative error {err:.3g}"
+    if lse:
+        assert (got[1] - want_lse).abs().max().item() < 1e-2
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_head_dim_256(causal):
+    check(2, 4, 1000, 256, causal, config=(64, 64, 2, 128))
