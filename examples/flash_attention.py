@@ -22,7 +22,7 @@ LOG2E = 1.4426950408889634
 
 def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, block_N=64,
                     num_stages=2, threads=128, dtype="float16", sm_scale=None, overlap=False,
-                    heads_kv=None, window=(-1, -1), softcap=0.0, return_lse=False):
+                    heads_kv=None, window=(-1, -1), softcap=0.0, return_lse=False, varlen=False):
     """Q: [batch, seq_len, heads, dim], K and V: [batch, seq_len, heads_kv, dim]; returns the
     @T.prim_func computing O = softmax(mask(softcap(Q K^T * sm_scale))) V, O of Q's shape and
     dtype (and, with return_lse, LSE [batch, heads, seq_len] float32: the log of each row's
@@ -32,6 +32,11 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
     h // (heads // heads_kv)); window=(left, right) keeps the keys j with i - left <= j <=
     i + right (-1: unbounded; causal is right = 0); softcap > 0 maps each score s to
     softcap * tanh(s / softcap) before the softmax.
+
+    varlen=True packs the batch's sequences (FlashAttention's varlen API): Q [total, heads,
+    dim], K and V [total, heads_kv, dim] with total a T.dynamic size, cu_seqlens [batch + 1]
+    int32 (sequence b is rows cu_seqlens[b] .. cu_seqlens[b + 1] - 1) and max_seqlen (an int
+    parameter: the grid's query tiles) come after V; seq_len is unused; LSE is [heads, total].
 
     overlap=True schedules the loop by hand (TileLang's stage=/order=/group=): step k issues
     Q K_k^T, rescales the output and issues P_{k-1} V_{k-1}, then computes the softmax of
@@ -43,20 +48,37 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
     left, right = window
     if is_causal:
         right = 0 if right < 0 else min(right, 0)
-    q_shape = (batch, seq_len, heads, dim)
-    kv_shape = (batch, seq_len, heads_kv, dim)
+    if varlen:
+        total = T.dynamic("total")
+        q_shape, kv_shape = (total, heads, dim), (total, heads_kv, dim)
+    else:
+        q_shape = (batch, seq_len, heads, dim)
+        kv_shape = (batch, seq_len, heads_kv, dim)
     accum = "float32"
     sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
     # the exponent's factor: with a soft cap the scores are scaled (and capped) before it
     scale = LOG2E if softcap > 0 else sm_scale * LOG2E
-    tiles_q = T.ceildiv(seq_len, block_M)
-    tiles_k = T.ceildiv(seq_len, block_N)
-    ragged = seq_len % block_N != 0
+    # every sequence of a varlen batch may end inside a tile
+    ragged = varlen or seq_len % block_N != 0
     masked = ragged or right >= 0 or left >= 0
 
     @T.macro
-    def body(Q, K, V, Output, LSE):
+    def body(Q, K, V, Output, LSE, cu_seqlens, max_seqlen):
+        tiles_q = T.ceildiv(max_seqlen if varlen else seq_len, block_M)
         with T.Kernel(tiles_q, heads, batch, threads=threads) as (bx, by, bz):
+            # this block's sequence: its first row in the packed tensors and its length
+            if varlen:
+                base = cu_seqlens[bz]
+                length = cu_seqlens[bz + 1] - base
+            else:
+                base, length = 0, seq_len
+
+            def rows(t, lo, n, head):  # rows lo .. lo + n - 1 of the block's sequence
+                if varlen:
+                    return t[base + lo:base + lo + n, head, :]
+                return t[bz, lo:lo + n, head, :]
+
+            tiles_k = T.ceildiv(length, block_N)
             Q_shared = T.alloc_shared((block_M, dim), dtype)
             K_shared = T.alloc_shared((block_N, dim), dtype)
             V_shared = T.alloc_shared((block_N, dim), dtype)
@@ -71,7 +93,7 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
             logsum = T.alloc_fragment((block_M,), accum)
 
             hk = by // group
-            T.copy(Q[bz, bx * block_M:(bx + 1) * block_M, by, :], Q_shared)
+            T.copy(rows(Q, bx * block_M, block_M, by), Q_shared)
             T.fill(acc_o, 0)
             T.fill(logsum, 0)
             T.fill(scores_max, -T.infinity(accum))
@@ -82,6 +104,9 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                 last = T.min(tiles_k, T.ceildiv((bx + 1) * block_M + right, block_N))
             else:
                 last = tiles_k
+            if varlen:
+                # a query tile past its sequence's end visits nothing (and stores nothing)
+                last = T.if_then_else(bx * block_M < length, last, first)
             # the body's statements: 0 copy K; 1 S = Q K^T; the soft cap (when asked); the
             # mask (when some tile needs one); 7 of the softmax; rescale O; copy V; O += P V
             extra = int(softcap > 0) + int(masked)
@@ -89,7 +114,7 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
             schedule = dict(order=[-1, 0, 3, 1, -1, 2], stage=[-1, 0, 0, 1, -1, 1],
                             group=[[0], [1], softmax, [9 + extra], [10 + extra], [11 + extra]]) if overlap else {}
             for k in T.Pipelined(first, last, num_stages=num_stages, **schedule):
-                T.copy(K[bz, k * block_N:(k + 1) * block_N, hk, :], K_shared)
+                T.copy(rows(K, k * block_N, block_N, hk), K_shared)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True,
                        policy=T.GemmWarpPolicy.FullRow)
                 if softcap > 0:
@@ -105,7 +130,7 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                         for i, j in T.Parallel(block_M, block_N):
                             row = bx * block_M + i
                             col = k * block_N + j
-                            keep = col < seq_len
+                            keep = col < length
                             if right >= 0:
                                 keep = keep and col <= row + right
                             if left >= 0:
@@ -133,28 +158,51 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                 T.copy(acc_s, acc_s_cast)
                 for i, j in T.Parallel(block_M, dim):
                     acc_o[i, j] *= scores_scale[i]
-                T.copy(V[bz, k * block_N:(k + 1) * block_N, hk, :], V_shared)
+                T.copy(rows(V, k * block_N, block_N, hk), V_shared)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
             for i, j in T.Parallel(block_M, dim):
                 acc_o[i, j] /= logsum[i]
-            T.copy(acc_o, O_shared)
-            T.copy(O_shared, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
+            if varlen:
+                # the tile's rows past the sequence's end belong to the next sequence
+                for i, j in T.Parallel(block_M, dim):
+                    if bx * block_M + i < length:
+                        Output[base + bx * block_M + i, by, j] = acc_o[i, j]
+            else:
+                T.copy(acc_o, O_shared)
+                T.copy(O_shared, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
             if return_lse:
                 # ln(sum_j exp(s_j)) = (max * scale + log2(sum of the exp2 terms)) / log2(e)
                 for i in T.Parallel(block_M):
-                    if bx * block_M + i < seq_len:
-                        LSE[bz, by, bx * block_M + i] = (scores_max[i] * scale + T.log2(logsum[i])) / LOG2E
+                    if bx * block_M + i < length:
+                        value = (scores_max[i] * scale + T.log2(logsum[i])) / LOG2E
+                        if varlen:
+                            LSE[by, base + bx * block_M + i] = value
+                        else:
+                            LSE[bz, by, bx * block_M + i] = value
 
-    if return_lse:
+    lse_shape = (heads, total) if varlen else (batch, heads, seq_len)
+    if varlen and return_lse:
         @T.prim_func
         def flash_fwd(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
-                      Output: T.Tensor(q_shape, dtype), LSE: T.Tensor((batch, heads, seq_len), accum)):
-            body(Q, K, V, Output, LSE)
+                      cu_seqlens: T.Tensor((batch + 1,), "int32"), max_seqlen: T.int32,
+                      Output: T.Tensor(q_shape, dtype), LSE: T.Tensor(lse_shape, accum)):
+            body(Q, K, V, Output, LSE, cu_seqlens, max_seqlen)
+    elif varlen:
+        @T.prim_func
+        def flash_fwd(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                      cu_seqlens: T.Tensor((batch + 1,), "int32"), max_seqlen: T.int32,
+                      Output: T.Tensor(q_shape, dtype)):
+            body(Q, K, V, Output, None, cu_seqlens, max_seqlen)
+    elif return_lse:
+        @T.prim_func
+        def flash_fwd(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
+                      Output: T.Tensor(q_shape, dtype), LSE: T.Tensor(lse_shape, accum)):
+            body(Q, K, V, Output, LSE, None, None)
     else:
         @T.prim_func
         def flash_fwd(Q: T.Tensor(q_shape, dtype), K: T.Tensor(kv_shape, dtype), V: T.Tensor(kv_shape, dtype),
                       Output: T.Tensor(q_shape, dtype)):
-            body(Q, K, V, Output, None)
+            body(Q, K, V, Output, None, None, None)
 
     return flash_fwd
 

@@ -105,3 +105,27 @@ def test_variants_against_torch(variant, n, config, dtype):
 @pytest.mark.parametrize("causal", [False, True])
 def test_head_dim_256(causal):
     check(2, 4, 1000, 256, causal, config=(64, 64, 2, 128))
+
+
+@pytest.mark.parametrize("lengths", [[1000, 1, 128, 129], [0, 300, 64], [4096]], ids=str)
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("config", [(128, 64, 2, 128, False), (128, 128, 2, 256, True)])
+def test_varlen_against_torch(lengths, causal, config):
+    bm, bn, st, th, overlap = config
+    h, hk, d = 8, 2, 128
+    k = tilers.compile(fa.flash_attention(len(lengths), h, None, d, causal, bm, bn, st, th, overlap=overlap,
+                                          heads_kv=hk, return_lse=True, varlen=True), out_idx=[5, 6])
+    g = torch.Generator(device="cuda").manual_seed(len(lengths))
+    total = sum(lengths)
+    q = torch.randn(total, h, d, generator=g, device="cuda").half()
+    kk, v = (torch.randn(total, hk, d, generator=g, device="cuda").half() for _ in range(2))
+    cu = torch.tensor([0] + list(__import__("itertools").accumulate(lengths)), dtype=torch.int32, device="cuda")
+    out, lse = k(q, kk, v, cu, max(lengths))
+    for b, n in enumerate(lengths):
+        if n == 0:
+            continue
+        s, e = cu[b].item(), cu[b + 1].item()
+        want, want_lse = torch_reference(q[None, s:e], kk[None, s:e], v[None, s:e], causal)
+        err = ((out[s:e].float() - want[0]).abs().max() / want.abs().max()).item()
+        assert err < 5e-3, (b, err)
+        assert (lse[:, s:e] - want_lse[0]).abs().max().item() < 1e-2
