@@ -131,10 +131,15 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
 /// barrier (`__syncthreads` orders global memory within the block); between blocks
 /// nothing is ordered, as in CUDA.
 fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
+    accesses_in(m, std::slice::from_ref(s))
+}
+
+/// `accesses` of a list of statements (a loop's body, without cloning it into a loop).
+fn accesses_in(m: &Module, body: &[Stmt]) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
     let shared = |b: BufferId| m.buffer(b).scope == Scope::Shared || m.is_scratch(b);
     let mut reads = BTreeSet::new();
     let mut writes = BTreeSet::new();
-    walk_stmts(std::slice::from_ref(s), &mut |st| {
+    walk_stmts(body, &mut |st| {
         match st {
             Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } if shared(*buf) => {
                 writes.insert(*buf);
@@ -216,15 +221,7 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
                 // what was left pending before the loop and conflicts with the loop's
                 // accesses is ordered once, before it, not by a barrier in every iteration
                 // (a write on a path around a guarded prologue, a tile loop's first copy)
-                let whole = Stmt::For {
-                    var,
-                    start: start.clone(),
-                    extent: extent.clone(),
-                    kind,
-                    body: body.clone(),
-                    loc,
-                };
-                let (r, w) = accesses(m, &whole);
+                let (r, w) = accesses_in(m, &body);
                 let seen = pending.seen_by(scope);
                 if hazard(&seen, &r, &w) {
                     push_sync(&mut out, cx.fence(&seen));
