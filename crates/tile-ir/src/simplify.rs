@@ -170,6 +170,28 @@ pub fn simplify(e: Expr) -> Expr {
             match (op, ca, cb) {
                 (BinOp::FloorDiv, _, Some(1)) => *a,
                 (BinOp::FloorMod, _, Some(1)) => Expr::int_of(0, dtype),
+                // a multiple of m has no remainder, a multiple of 2^k no bits below k (a
+                // swizzle's row key of a row that is a multiple of its period)
+                (BinOp::FloorMod, _, Some(m)) if m > 0 && dtype.is_int() && known_multiple(&a, m) => {
+                    Expr::int_of(0, dtype)
+                }
+                (BinOp::BitAnd, _, Some(m))
+                    if m > 0 && (m & (m + 1)) == 0 && dtype.is_int() && known_multiple(&a, m + 1) =>
+                {
+                    Expr::int_of(0, dtype)
+                }
+                // (x >> s) & (2^k - 1) of a multiple of 2^(k + s)
+                (BinOp::BitAnd, _, Some(m))
+                    if m > 0 && (m & (m + 1)) == 0 && dtype.is_int() && {
+                        matches!(&*a, Expr::Binary { op: BinOp::Shr, a: x, b: s, .. }
+                        if s.as_int().is_some_and(|s| (0..32).contains(&s))
+                            && known_multiple(x, (m + 1) << s.as_int().unwrap_or(0)))
+                    } =>
+                {
+                    Expr::int_of(0, dtype)
+                }
+                (BinOp::BitXor | BinOp::BitOr | BinOp::Shl | BinOp::Shr, _, Some(0)) if dtype.is_int() => *a,
+                (BinOp::BitXor | BinOp::BitOr, Some(0), _) if dtype.is_int() => *b,
                 _ => Expr::Binary { op, a, b, dtype },
             }
         }
@@ -234,6 +256,34 @@ pub fn non_negative(e: &Expr, var: &dyn Fn(VarId) -> bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn remainders_of_known_multiples_fold() {
+        let i = Expr::var(VarId(0), DType::I32);
+        let c = |v| Expr::int_of(v, DType::I32);
+        let x64 = Expr::binary(BinOp::Mul, i.clone(), c(64));
+        // (i * 64) & 7, (i * 64) % 16, ((i * 64) >> 1) & 3: no bits left
+        for e in [
+            Expr::binary(BinOp::BitAnd, x64.clone(), c(7)),
+            Expr::binary(BinOp::FloorMod, x64.clone(), c(16)),
+            Expr::binary(BinOp::BitAnd, Expr::binary(BinOp::Shr, x64.clone(), c(1)), c(3)),
+        ] {
+            assert_eq!(simplify(e).as_int(), Some(0));
+        }
+        // 16 ^ 0 and y ^ 0 keep their other side
+        let xor = Expr::binary(BinOp::BitXor, i.clone(), Expr::binary(BinOp::BitAnd, x64.clone(), c(7)));
+        assert_eq!(format!("{:?}", simplify(xor)), format!("{:?}", i));
+        // not a multiple: kept
+        let x6 = Expr::binary(BinOp::Mul, i.clone(), c(6));
+        for e in [
+            Expr::binary(BinOp::BitAnd, x6.clone(), c(3)),
+            Expr::binary(BinOp::FloorMod, x6.clone(), c(4)),
+            Expr::binary(BinOp::BitAnd, Expr::binary(BinOp::Shr, x6, c(1)), c(1)),
+            Expr::binary(BinOp::BitAnd, x64, c(6)),
+        ] {
+            assert!(simplify(e).as_int().is_none());
+        }
+    }
 
     #[test]
     fn slice_extent_folds() {
