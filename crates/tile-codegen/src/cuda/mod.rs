@@ -388,6 +388,65 @@ impl Emitter<'_> {
         Ok(format!("tl_smem_u32 + (unsigned int)({bytes})"))
     }
 
+    /// `for e in 0..2 (unrolled): r[base + e] = half(x(e))` into a register array of 16-bit
+    /// floats, `base` even: one paired conversion (`cvt.rn.f16x2.f32`, two roundings to
+    /// nearest, the same bits) writing the 32-bit word, instead of two conversions and the
+    /// byte permute that packs them (an fp32 accumulator cast for the next gemm's A operand).
+    /// Returns whether it emitted the loop.
+    fn paired_cast(
+        &mut self,
+        var: VarId,
+        start: &Expr,
+        extent: &Expr,
+        kind: &ForKind,
+        body: &[Stmt],
+    ) -> Result<bool, Diagnostic> {
+        if !matches!(kind, ForKind::Unroll) || start.as_int() != Some(0) || extent.as_int() != Some(2) {
+            return Ok(false);
+        }
+        let [Stmt::Store { buf, idx, value, .. }] = body else {
+            return Ok(false);
+        };
+        let b = self.m.buffer(*buf);
+        let pack = match b.dtype {
+            DType::F16 => "tl_pack_half2",
+            DType::BF16 => "tl_pack_bf162",
+            _ => return Ok(false),
+        };
+        if !matches!(b.scope, Scope::Local | Scope::Fragment) || idx.len() != 1 || b.swizzle.is_some() {
+            return Ok(false);
+        }
+        // the float value each lane rounds
+        let lane = match value {
+            Expr::Cast { a, dtype } if *dtype == b.dtype && a.dtype() == DType::F32 => a.as_ref(),
+            v if v.dtype() == DType::F32 => v,
+            _ => return Ok(false),
+        };
+        // the index: base + e with every other term and the constant even
+        let affine = tile_ir::simplify::to_affine(&idx[0]);
+        let mut unit = false;
+        for (c, e) in affine.terms.values() {
+            let mut mentions = false;
+            e.walk(&mut |x| mentions |= matches!(x, Expr::Var { id, .. } if *id == var));
+            match (mentions, e) {
+                (true, Expr::Var { id, .. }) if *id == var && *c == 1 => unit = true,
+                (true, _) => return Ok(false),
+                (false, _) if c % 2 != 0 => return Ok(false),
+                _ => {}
+            }
+        }
+        if !unit || affine.constant % 2 != 0 {
+            return Ok(false);
+        }
+        let at = |e: i64| Expr::int_of(e, self.m.var(var).dtype);
+        let target =
+            self.access(*buf, &[tile_ir::simplify::simplify(idx[0].clone().substitute(var, &at(0)))])?;
+        let lo = self.expr(&lane.clone().substitute(var, &at(0)))?;
+        let hi = self.expr(&lane.clone().substitute(var, &at(1)))?;
+        self.line(&format!("*(unsigned int*)(&{target}) = {pack}({lo}, {hi});"));
+        Ok(true)
+    }
+
     pub(super) fn stmt(&mut self, s: &Stmt) -> Result<(), Diagnostic> {
         if let Stmt::SourceLine(loc) = s {
             self.at = *loc;
@@ -434,6 +493,8 @@ impl Emitter<'_> {
                     None => self.line(&format!("{name}(&{target}, {v});")),
                 }
             }
+            Stmt::For { var, start, extent, kind, body, .. }
+                if self.paired_cast(*var, start, extent, kind, body)? => {}
             Stmt::For { var, start, extent, kind, body, .. } => {
                 let n = self.names.var(*var);
                 let ty = value_type(m.var(*var).dtype);

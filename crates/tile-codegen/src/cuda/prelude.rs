@@ -9,6 +9,9 @@ static __device__ __forceinline__ float tl_float(tl_half h) { float f; asm("cvt.
 static __device__ __forceinline__ float tl_float(tl_bf16 h) { return __uint_as_float(((unsigned int)h.bits) << 16); }
 static __device__ __forceinline__ tl_half tl_to_half(float f) { tl_half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
 static __device__ __forceinline__ tl_bf16 tl_to_bf16(float f) { tl_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
+// two floats rounded to nearest into one 32-bit word, the first in the low half
+static __device__ __forceinline__ unsigned int tl_pack_half2(float lo, float hi) { unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+static __device__ __forceinline__ unsigned int tl_pack_bf162(float lo, float hi) { unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 static __device__ __forceinline__ float tl_round_half(float f) { return tl_float(tl_to_half(f)); }
 static __device__ __forceinline__ float tl_round_bf16(float f) { return tl_float(tl_to_bf16(f)); }
 // Python's floor division and modulo (round toward negative infinity).
@@ -74,6 +77,14 @@ pub(super) const BF16_ATOMIC_CAS: &str = r#"static __device__ __forceinline__ vo
 pub(super) const WGMMA: &str = r#"// wgmma matrix descriptor: address and byte offsets in 16-byte units, swizzle mode in bits 62-63
 static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
+}
+// the same descriptor at `units` 16-byte units past the shared base `base` (both 16-byte
+// aligned, the sum below 256 KB: the 14-bit address field cannot carry), built so that the
+// loop-invariant part is computed once and each operand adds its units
+static __device__ __forceinline__ unsigned long long tl_wgmma_desc16(unsigned int base, unsigned int units, unsigned int lbo, unsigned int sbo, unsigned int mode) {
+  const unsigned int lo = ((base >> 4) + ((lbo >> 4) << 16)) + units;
+  const unsigned int hi = (sbo >> 4) | (mode << 30);
+  return ((unsigned long long)hi << 32) | lo;
 }
 "#;
 

@@ -6,6 +6,9 @@ static __device__ __forceinline__ float tl_float(tl_half h) { float f; asm("cvt.
 static __device__ __forceinline__ float tl_float(tl_bf16 h) { return __uint_as_float(((unsigned int)h.bits) << 16); }
 static __device__ __forceinline__ tl_half tl_to_half(float f) { tl_half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
 static __device__ __forceinline__ tl_bf16 tl_to_bf16(float f) { tl_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
+// two floats rounded to nearest into one 32-bit word, the first in the low half
+static __device__ __forceinline__ unsigned int tl_pack_half2(float lo, float hi) { unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+static __device__ __forceinline__ unsigned int tl_pack_bf162(float lo, float hi) { unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 static __device__ __forceinline__ float tl_round_half(float f) { return tl_float(tl_to_half(f)); }
 static __device__ __forceinline__ float tl_round_bf16(float f) { return tl_float(tl_to_bf16(f)); }
 // Python's floor division and modulo (round toward negative infinity).

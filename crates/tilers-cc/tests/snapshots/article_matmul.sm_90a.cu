@@ -6,6 +6,9 @@ static __device__ __forceinline__ float tl_float(tl_half h) { float f; asm("cvt.
 static __device__ __forceinline__ float tl_float(tl_bf16 h) { return __uint_as_float(((unsigned int)h.bits) << 16); }
 static __device__ __forceinline__ tl_half tl_to_half(float f) { tl_half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
 static __device__ __forceinline__ tl_bf16 tl_to_bf16(float f) { tl_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
+// two floats rounded to nearest into one 32-bit word, the first in the low half
+static __device__ __forceinline__ unsigned int tl_pack_half2(float lo, float hi) { unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+static __device__ __forceinline__ unsigned int tl_pack_bf162(float lo, float hi) { unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 static __device__ __forceinline__ float tl_round_half(float f) { return tl_float(tl_to_half(f)); }
 static __device__ __forceinline__ float tl_round_bf16(float f) { return tl_float(tl_to_bf16(f)); }
 // Python's floor division and modulo (round toward negative infinity).
@@ -43,6 +46,14 @@ static __device__ __forceinline__ void tl_atomic_add(tl_bf16* p, float v) { tl_b
 // wgmma matrix descriptor: address and byte offsets in 16-byte units, swizzle mode in bits 62-63
 static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int addr, unsigned int lbo, unsigned int sbo, unsigned int mode) {
   return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(lbo >> 4) << 16) | ((unsigned long long)(sbo >> 4) << 32) | ((unsigned long long)mode << 62);
+}
+// the same descriptor at `units` 16-byte units past the shared base `base` (both 16-byte
+// aligned, the sum below 256 KB: the 14-bit address field cannot carry), built so that the
+// loop-invariant part is computed once and each operand adds its units
+static __device__ __forceinline__ unsigned long long tl_wgmma_desc16(unsigned int base, unsigned int units, unsigned int lbo, unsigned int sbo, unsigned int mode) {
+  const unsigned int lo = ((base >> 4) + ((lbo >> 4) << 16)) + units;
+  const unsigned int hi = (sbo >> 4) | (mode << 30);
+  return ((unsigned long long)hi << 32) | lo;
 }
 // a TMA descriptor (CUtensorMap: 128 opaque bytes, 64-byte aligned), passed as a __grid_constant__ parameter
 struct __align__(64) tl_tensor_map { unsigned long long words[16]; };
@@ -101,13 +112,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) matmul_kernel_kernel(const 
         #pragma unroll
         for (int tl_r = 0; tl_r < 64; ++tl_r) asm volatile("" : "+f"(acc[tl_r]) :: "memory");
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-        { const unsigned long long tl_da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((0 ^ ((((group_m * 128) >> 1) & 3) << 3)) * 2) + (((ko + (tile * 32)) % 3) * 8192)) + (group_m * 8192))), 16u, 512u, 2u); const unsigned long long tl_db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (((ko + (tile * 32)) % 3) * 8192)) + 24576)), 4096u, 1024u, 1u); float* tl_c = &acc[0];
+        { const unsigned long long tl_da = tl_wgmma_desc16(tl_smem_u32, (unsigned int)(((((ko + (tile * 32)) % 3) * 512) + (group_m * 512))), 16u, 512u, 2u); const unsigned long long tl_db = tl_wgmma_desc16(tl_smem_u32, (unsigned int)((((((group_n * 64) / 64) * 256) + (((ko + (tile * 32)) % 3) * 512)) + 1536)), 4096u, 1024u, 1u); float* tl_c = &acc[0];
           asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(tl_c[0]), "+f"(tl_c[1]), "+f"(tl_c[2]), "+f"(tl_c[3]), "+f"(tl_c[4]), "+f"(tl_c[5]), "+f"(tl_c[6]), "+f"(tl_c[7]), "+f"(tl_c[8]), "+f"(tl_c[9]), "+f"(tl_c[10]), "+f"(tl_c[11]), "+f"(tl_c[12]), "+f"(tl_c[13]), "+f"(tl_c[14]), "+f"(tl_c[15]), "+f"(tl_c[16]), "+f"(tl_c[17]), "+f"(tl_c[18]), "+f"(tl_c[19]), "+f"(tl_c[20]), "+f"(tl_c[21]), "+f"(tl_c[22]), "+f"(tl_c[23]), "+f"(tl_c[24]), "+f"(tl_c[25]), "+f"(tl_c[26]), "+f"(tl_c[27]), "+f"(tl_c[28]), "+f"(tl_c[29]), "+f"(tl_c[30]), "+f"(tl_c[31]) : "l"(tl_da), "l"(tl_db), "r"((int)(1)) : "memory"); }
-        { const unsigned long long tl_da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((0 ^ (((((group_m * 128) + 64) >> 1) & 3) << 3)) * 2) + (((ko + (tile * 32)) % 3) * 8192)) + (group_m * 8192)) + 4096)), 16u, 512u, 2u); const unsigned long long tl_db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (((ko + (tile * 32)) % 3) * 8192)) + 24576)), 4096u, 1024u, 1u); float* tl_c = &acc[32];
+        { const unsigned long long tl_da = tl_wgmma_desc16(tl_smem_u32, (unsigned int)((((((ko + (tile * 32)) % 3) * 512) + (group_m * 512)) + 256)), 16u, 512u, 2u); const unsigned long long tl_db = tl_wgmma_desc16(tl_smem_u32, (unsigned int)((((((group_n * 64) / 64) * 256) + (((ko + (tile * 32)) % 3) * 512)) + 1536)), 4096u, 1024u, 1u); float* tl_c = &acc[32];
           asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(tl_c[0]), "+f"(tl_c[1]), "+f"(tl_c[2]), "+f"(tl_c[3]), "+f"(tl_c[4]), "+f"(tl_c[5]), "+f"(tl_c[6]), "+f"(tl_c[7]), "+f"(tl_c[8]), "+f"(tl_c[9]), "+f"(tl_c[10]), "+f"(tl_c[11]), "+f"(tl_c[12]), "+f"(tl_c[13]), "+f"(tl_c[14]), "+f"(tl_c[15]), "+f"(tl_c[16]), "+f"(tl_c[17]), "+f"(tl_c[18]), "+f"(tl_c[19]), "+f"(tl_c[20]), "+f"(tl_c[21]), "+f"(tl_c[22]), "+f"(tl_c[23]), "+f"(tl_c[24]), "+f"(tl_c[25]), "+f"(tl_c[26]), "+f"(tl_c[27]), "+f"(tl_c[28]), "+f"(tl_c[29]), "+f"(tl_c[30]), "+f"(tl_c[31]) : "l"(tl_da), "l"(tl_db), "r"((int)(1)) : "memory"); }
-        { const unsigned long long tl_da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)(((((16 ^ ((((group_m * 128) >> 1) & 3) << 3)) * 2) + (((ko + (tile * 32)) % 3) * 8192)) + (group_m * 8192))), 16u, 512u, 2u); const unsigned long long tl_db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (((ko + (tile * 32)) % 3) * 8192)) + 26624)), 4096u, 1024u, 1u); float* tl_c = &acc[0];
+        { const unsigned long long tl_da = tl_wgmma_desc16(tl_smem_u32, (unsigned int)((((((ko + (tile * 32)) % 3) * 512) + (group_m * 512)) + 2)), 16u, 512u, 2u); const unsigned long long tl_db = tl_wgmma_desc16(tl_smem_u32, (unsigned int)((((((group_n * 64) / 64) * 256) + (((ko + (tile * 32)) % 3) * 512)) + 1664)), 4096u, 1024u, 1u); float* tl_c = &acc[0];
           asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(tl_c[0]), "+f"(tl_c[1]), "+f"(tl_c[2]), "+f"(tl_c[3]), "+f"(tl_c[4]), "+f"(tl_c[5]), "+f"(tl_c[6]), "+f"(tl_c[7]), "+f"(tl_c[8]), "+f"(tl_c[9]), "+f"(tl_c[10]), "+f"(tl_c[11]), "+f"(tl_c[12]), "+f"(tl_c[13]), "+f"(tl_c[14]), "+f"(tl_c[15]), "+f"(tl_c[16]), "+f"(tl_c[17]), "+f"(tl_c[18]), "+f"(tl_c[19]), "+f"(tl_c[20]), "+f"(tl_c[21]), "+f"(tl_c[22]), "+f"(tl_c[23]), "+f"(tl_c[24]), "+f"(tl_c[25]), "+f"(tl_c[26]), "+f"(tl_c[27]), "+f"(tl_c[28]), "+f"(tl_c[29]), "+f"(tl_c[30]), "+f"(tl_c[31]) : "l"(tl_da), "l"(tl_db), "r"((int)(1)) : "memory"); }
-        { const unsigned long long tl_da = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((16 ^ (((((group_m * 128) + 64) >> 1) & 3) << 3)) * 2) + (((ko + (tile * 32)) % 3) * 8192)) + (group_m * 8192)) + 4096)), 16u, 512u, 2u); const unsigned long long tl_db = tl_wgmma_desc(tl_smem_u32 + (unsigned int)((((((((group_n * 64) % 64) ^ 0) * 2) + (((group_n * 64) / 64) * 4096)) + (((ko + (tile * 32)) % 3) * 8192)) + 26624)), 4096u, 1024u, 1u); float* tl_c = &acc[32];
+        { const unsigned long long tl_da = tl_wgmma_desc16(tl_smem_u32, (unsigned int)((((((ko + (tile * 32)) % 3) * 512) + (group_m * 512)) + 258)), 16u, 512u, 2u); const unsigned long long tl_db = tl_wgmma_desc16(tl_smem_u32, (unsigned int)((((((group_n * 64) / 64) * 256) + (((ko + (tile * 32)) % 3) * 512)) + 1664)), 4096u, 1024u, 1u); float* tl_c = &acc[32];
           asm volatile("{ .reg .pred p; setp.ne.b32 p, %34, 0; wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1; }" : "+f"(tl_c[0]), "+f"(tl_c[1]), "+f"(tl_c[2]), "+f"(tl_c[3]), "+f"(tl_c[4]), "+f"(tl_c[5]), "+f"(tl_c[6]), "+f"(tl_c[7]), "+f"(tl_c[8]), "+f"(tl_c[9]), "+f"(tl_c[10]), "+f"(tl_c[11]), "+f"(tl_c[12]), "+f"(tl_c[13]), "+f"(tl_c[14]), "+f"(tl_c[15]), "+f"(tl_c[16]), "+f"(tl_c[17]), "+f"(tl_c[18]), "+f"(tl_c[19]), "+f"(tl_c[20]), "+f"(tl_c[21]), "+f"(tl_c[22]), "+f"(tl_c[23]), "+f"(tl_c[24]), "+f"(tl_c[25]), "+f"(tl_c[26]), "+f"(tl_c[27]), "+f"(tl_c[28]), "+f"(tl_c[29]), "+f"(tl_c[30]), "+f"(tl_c[31]) : "l"(tl_da), "l"(tl_db), "r"((int)(1)) : "memory"); }
         asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
@@ -138,10 +149,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) matmul_kernel_kernel(const 
         for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
           #pragma unroll
           for (int o1 = 0; o1 < 8; ++o1) {
-            #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              acc_stage_out[e] = tl_to_half((float)(acc[((((o0 * 2) + (o0_1 * 32)) + (o1 * 4)) + e)]));
-            }
+            *(unsigned int*)(&acc_stage_out[0]) = tl_pack_half2(acc[((((o0 * 2) + (o0_1 * 32)) + (o1 * 4)) + 0)], acc[((((o0 * 2) + (o0_1 * 32)) + (o1 * 4)) + 1)]);
             *(unsigned int*)(&acc_stage[(((((((t1 * 2) + (o1 * 8)) + (t1_1 * 64)) / 64) * 8192) + ((((t0 * 64) + (o0 * 512)) + (t0_1 * 1024)) + (o0_1 * 4096))) + (((((t1 * 2) + (o1 * 8)) + (t1_1 * 64)) % 64) ^ (((((t0 + (o0 * 8)) + (t0_1 * 16)) + (o0_1 * 64)) & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
           }
         }

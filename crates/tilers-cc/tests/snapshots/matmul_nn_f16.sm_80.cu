@@ -6,6 +6,9 @@ static __device__ __forceinline__ float tl_float(tl_half h) { float f; asm("cvt.
 static __device__ __forceinline__ float tl_float(tl_bf16 h) { return __uint_as_float(((unsigned int)h.bits) << 16); }
 static __device__ __forceinline__ tl_half tl_to_half(float f) { tl_half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
 static __device__ __forceinline__ tl_bf16 tl_to_bf16(float f) { tl_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
+// two floats rounded to nearest into one 32-bit word, the first in the low half
+static __device__ __forceinline__ unsigned int tl_pack_half2(float lo, float hi) { unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+static __device__ __forceinline__ unsigned int tl_pack_bf162(float lo, float hi) { unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 static __device__ __forceinline__ float tl_round_half(float f) { return tl_float(tl_to_half(f)); }
 static __device__ __forceinline__ float tl_round_bf16(float f) { return tl_float(tl_to_bf16(f)); }
 // Python's floor division and modulo (round toward negative infinity).
@@ -166,10 +169,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int o0_7 = 0; o0_7 < 4; ++o0_7) {
       #pragma unroll
       for (int o1 = 0; o1 < 8; ++o1) {
-        #pragma unroll
-        for (int e_6 = 0; e_6 < 2; ++e_6) {
-          acc_stage_out[e_6] = tl_to_half((float)(acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + e_6)]));
-        }
+        *(unsigned int*)(&acc_stage_out[0]) = tl_pack_half2(acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + 0)], acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + 1)]);
         *(unsigned int*)(&acc_stage[(((((t0_6 * 128) + (o0_6 * 1024)) + (o0_7 * 2048)) + (t0_7 * 8192)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 64)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }

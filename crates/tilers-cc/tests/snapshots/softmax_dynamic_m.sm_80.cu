@@ -6,6 +6,9 @@ static __device__ __forceinline__ float tl_float(tl_half h) { float f; asm("cvt.
 static __device__ __forceinline__ float tl_float(tl_bf16 h) { return __uint_as_float(((unsigned int)h.bits) << 16); }
 static __device__ __forceinline__ tl_half tl_to_half(float f) { tl_half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
 static __device__ __forceinline__ tl_bf16 tl_to_bf16(float f) { tl_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
+// two floats rounded to nearest into one 32-bit word, the first in the low half
+static __device__ __forceinline__ unsigned int tl_pack_half2(float lo, float hi) { unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+static __device__ __forceinline__ unsigned int tl_pack_bf162(float lo, float hi) { unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 static __device__ __forceinline__ float tl_round_half(float f) { return tl_float(tl_to_half(f)); }
 static __device__ __forceinline__ float tl_round_bf16(float f) { return tl_float(tl_to_bf16(f)); }
 // Python's floor division and modulo (round toward negative infinity).
@@ -122,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     {
       #pragma unroll
       for (int s_3 = 0; s_3 < 4; ++s_3) {
-        row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 0)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
+        row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + (tid & (-97))]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
       }
     }
     __syncthreads();
@@ -177,7 +180,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     {
       #pragma unroll
       for (int s_8 = 0; s_8 < 4; ++s_8) {
-        row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 0)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);
+        row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + (tid & (-97))]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);
       }
     }
     __syncthreads();
@@ -273,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     {
       #pragma unroll
       for (int s_3 = 0; s_3 < 4; ++s_3) {
-        row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 0)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
+        row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 128 + (tid & (-97))]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 32)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 64)]), row_max_xwarp[(s_3) * 128 + ((tid & (-97)) | 96)]);
       }
     }
     __syncthreads();
@@ -328,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     {
       #pragma unroll
       for (int s_8 = 0; s_8 < 4; ++s_8) {
-        row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 0)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);
+        row_sum_red[s_8] = ((((0.0f + row_sum_xwarp[(s_8) * 128 + (tid & (-97))]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 32)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 64)]) + row_sum_xwarp[(s_8) * 128 + ((tid & (-97)) | 96)]);
       }
     }
     __syncthreads();

@@ -6,6 +6,9 @@ static __device__ __forceinline__ float tl_float(tl_half h) { float f; asm("cvt.
 static __device__ __forceinline__ float tl_float(tl_bf16 h) { return __uint_as_float(((unsigned int)h.bits) << 16); }
 static __device__ __forceinline__ tl_half tl_to_half(float f) { tl_half h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
 static __device__ __forceinline__ tl_bf16 tl_to_bf16(float f) { tl_bf16 h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h.bits) : "f"(f)); return h; }
+// two floats rounded to nearest into one 32-bit word, the first in the low half
+static __device__ __forceinline__ unsigned int tl_pack_half2(float lo, float hi) { unsigned int r; asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
+static __device__ __forceinline__ unsigned int tl_pack_bf162(float lo, float hi) { unsigned int r; asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo)); return r; }
 static __device__ __forceinline__ float tl_round_half(float f) { return tl_float(tl_to_half(f)); }
 static __device__ __forceinline__ float tl_round_bf16(float f) { return tl_float(tl_to_bf16(f)); }
 // Python's floor division and modulo (round toward negative infinity).
@@ -99,7 +102,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   {
     #pragma unroll
     for (int s_3 = 0; s_3 < 1; ++s_3) {
-      row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 0)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 32)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 64)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 96)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 128)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 160)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 192)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 224)]);
+      row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 256 + (tid & (-225))]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 32)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 64)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 96)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 128)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 160)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 192)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 224)]);
     }
   }
   __syncthreads();
@@ -148,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   {
     #pragma unroll
     for (int s_8 = 0; s_8 < 1; ++s_8) {
-      row_sum_red[s_8] = ((((((((0.0f + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 0)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 32)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 64)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 96)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 128)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 160)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 192)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 224)]);
+      row_sum_red[s_8] = ((((((((0.0f + row_sum_xwarp[(s_8) * 256 + (tid & (-225))]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 32)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 64)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 96)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 128)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 160)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 192)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 224)]);
     }
   }
   __syncthreads();

@@ -9,11 +9,36 @@ use super::super::Emitter;
 use tile_ir::*;
 
 impl Emitter<'_> {
-    /// `tl_wgmma_desc(address, lbo, sbo, mode)` of the shared operand `buf[idx]`.
+    /// The matrix descriptor of the shared operand `buf[idx]`: `tl_wgmma_desc16(base, units,
+    /// lbo, sbo, mode)` when the operand's byte offset is an affine multiple of 16 (its
+    /// 16-byte units added to a loop-invariant base: one integer add per wgmma), else
+    /// `tl_wgmma_desc(address, lbo, sbo, mode)`.
     fn descriptor(&mut self, buf: BufferId, idx: &[Expr], k_major: bool) -> Result<String, Diagnostic> {
-        let d = SharedLayout::of(self.m.buffer(buf))
+        let b = self.m.buffer(buf);
+        let d = SharedLayout::of(b)
             .wgmma_descriptor(k_major)
-            .map_err(|e| Diagnostic::bug(format!("wgmma operand '{}': {e}", self.m.buffer(buf).name)))?;
+            .map_err(|e| Diagnostic::bug(format!("wgmma operand '{}': {e}", b.name)))?;
+        if let Some(base) = b.shared_offset {
+            let eb = b.dtype.bytes() as i64;
+            let offset = SharedLayout::of(b).offset(idx);
+            let bytes = tile_ir::simplify::simplify(Expr::binary(
+                BinOp::Add,
+                Expr::binary(BinOp::Mul, offset, Expr::int_of(eb, DType::I32)),
+                Expr::int_of(base as i64, DType::I32),
+            ));
+            let mut affine = tile_ir::simplify::to_affine(&bytes);
+            if affine.constant % 16 == 0 && affine.terms.values().all(|(c, _)| c % 16 == 0) {
+                affine.constant /= 16;
+                for (c, _) in affine.terms.values_mut() {
+                    *c /= 16;
+                }
+                let units = self.expr(&tile_ir::simplify::from_affine(&affine, DType::I32))?;
+                return Ok(format!(
+                    "tl_wgmma_desc16(tl_smem_u32, (unsigned int)({units}), {}u, {}u, {}u)",
+                    d.lbo, d.sbo, d.mode
+                ));
+            }
+        }
         let address = self.shared_address(buf, idx)?;
         Ok(format!("tl_wgmma_desc({address}, {}u, {}u, {}u)", d.lbo, d.sbo, d.mode))
     }
