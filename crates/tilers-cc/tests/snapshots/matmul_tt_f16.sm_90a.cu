@@ -49,9 +49,11 @@ static __device__ __forceinline__ unsigned long long tl_wgmma_desc(unsigned int 
 }
 // the same descriptor at `units` 16-byte units past the shared base `base` (both 16-byte
 // aligned, the sum below 256 KB: the 14-bit address field cannot carry), built so that the
-// loop-invariant part is computed once and each operand adds its units
+// loop-invariant part is computed once and each operand adds its units. The mask keeps the
+// offset in the block's window: in a cluster, the block's own shared addresses carry its
+// rank in the bits above.
 static __device__ __forceinline__ unsigned long long tl_wgmma_desc16(unsigned int base, unsigned int units, unsigned int lbo, unsigned int sbo, unsigned int mode) {
-  const unsigned int lo = ((base >> 4) + ((lbo >> 4) << 16)) + units;
+  const unsigned int lo = (((base & 0x3FFFFu) >> 4) + ((lbo >> 4) << 16)) + units;
   const unsigned int hi = (sbo >> 4) | (mode << 30);
   return ((unsigned long long)hi << 32) | lo;
 }
