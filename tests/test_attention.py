@@ -57,6 +57,30 @@ def test_nvrtc_compiles_the_benchmarked_configs(config, d):
     assert "A from registers" in report, report
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_the_output_staged_in_q_passes_every_pass(causal, overlap):
+    # 8 tiles on the model's few persistent blocks: a block stages tile t's output in Q's
+    # tile and then loads tile t + 1's Q into it (the barriers between are insert_syncs')
+    f = fa.flash_attention(1, 4, 200, 64, causal, block_M=128, block_N=64, num_stages=3, threads=256,
+                           overlap=overlap, o_in_q=True)
+    tilers.testing.check_passes(f, arch="sm_90a", blocks="all", check=True)
+
+
+@pytest.mark.parametrize("d,stages", [(128, 3), (64, 4)])
+def test_the_output_staged_in_q_leaves_room_for_more_stages(d, stages):
+    k = tilers.compile(fa.flash_attention(2, 4, 1024, d, False, 128, 128, stages, 256, overlap=True, o_in_q=True),
+                       out_idx=[3], target="cuda:sm_90a", fast_math=True)
+    report = k.report()
+    assert "O_shared" not in report and f"{stages} stages on full/empty mbarriers" in report, report
+    assert k.cubin[:4] == b"\x7fELF"
+    # without it, three stages of 128x128 K and V at d=128 do not fit
+    if d == 128:
+        with pytest.raises(tilers.TileError, match="shared memory"):
+            tilers.compile(fa.flash_attention(2, 4, 1024, d, False, 128, 128, 3, 256), out_idx=[3],
+                           target="cuda:sm_90a")
+
+
 def test_p_moves_from_the_mma_accumulator_to_the_a_operand_in_registers():
     # on mma.sync the two fragments hold the same elements per thread in another register
     # order: the copy is a permutation of each thread's registers (checked on the model)

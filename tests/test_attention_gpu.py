@@ -16,10 +16,10 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def check(b, h, n, d, causal, dtype="float16", config=(128, 64, 2, 128), overlap=False):
+def check(b, h, n, d, causal, dtype="float16", config=(128, 64, 2, 128), overlap=False, o_in_q=False, **opts):
     bm, bn, st, th = config
-    k = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype, overlap=overlap),
-                       out_idx=[3])
+    k = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype, overlap=overlap,
+                                          o_in_q=o_in_q), out_idx=[3], **opts)
     g = torch.Generator(device="cuda").manual_seed(1)
     dt = getattr(torch, dtype)
     q, kk, v = (torch.randn(b, n, h, d, generator=g, device="cuda").to(dt) for _ in range(3))
@@ -42,6 +42,16 @@ def test_against_sdpa(n, d, causal, dtype):
 @pytest.mark.parametrize("causal", [False, True])
 def test_benchmarked_configs(config, causal):
     check(1, 8, 1536, 128, causal, config=config)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("config,d", [((128, 128, 3, 256), 128), ((128, 128, 4, 256), 64), ((128, 64, 2, 256), 256)])
+@pytest.mark.parametrize("overlap", [False, True])
+def test_the_output_staged_in_q(config, d, overlap, causal, dtype):
+    # bench/attention.py's fastest configs: more tiles than SMs, so each block stages
+    # several tiles' outputs in Q's tile; fast math as the benchmark compiles them
+    check(4, 16, 1000, d, causal, dtype, config=config, overlap=overlap, o_in_q=True, fast_math=True)
 
 
 def torch_reference(q, k, v, causal, window=(-1, -1), softcap=0.0):
