@@ -23,8 +23,9 @@ LOG2E = 1.4426950408889634
 def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, block_N=64,
                     num_stages=2, threads=128, dtype="float16", sm_scale=None, overlap=False,
                     heads_kv=None, window=(-1, -1), softcap=0.0, return_lse=False, varlen=False,
-                    o_in_q=False):
-    """Q: [batch, seq_len, heads, dim], K and V: [batch, seq_len, heads_kv, dim]; returns the
+                    o_in_q=False, seq_len_kv=None, align="bottom_right"):
+    """Q: [batch, seq_len, heads, dim], K and V: [batch, seq_len_kv, heads_kv, dim] (seq_len_kv
+    defaults to seq_len); returns the
     @T.prim_func computing O = softmax(mask(softcap(Q K^T * sm_scale))) V, O of Q's shape and
     dtype (and, with return_lse, LSE [batch, heads, seq_len] float32: the log of each row's
     softmax denominator, natural units, as FlashAttention returns it).
@@ -32,7 +33,11 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
     heads_kv < heads is grouped-query attention (query head h reads key/value head
     h // (heads // heads_kv)); window=(left, right) keeps the keys j with i - left <= j <=
     i + right (-1: unbounded; causal is right = 0); softcap > 0 maps each score s to
-    softcap * tanh(s / softcap) before the softmax.
+    softcap * tanh(s / softcap) before the softmax. When the query and key lengths differ, the
+    causal mask and the window are aligned at the bottom right (align="bottom_right", as
+    FlashAttention does: query i sits at key position i + seq_len_kv - seq_len, the chunked
+    prefill convention) or at the top left (align="top_left", as SDPA's is_causal); a query
+    row that keeps no key gets a zero output and an infinite log-sum-exp (FlashAttention's).
 
     varlen=True packs the batch's sequences (FlashAttention's varlen API): Q [total, heads,
     dim], K and V [total, heads_kv, dim] with total a T.dynamic size, cu_seqlens [batch + 1]
@@ -53,19 +58,30 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
     left, right = window
     if is_causal:
         right = 0 if right < 0 else min(right, 0)
+    if align not in ("bottom_right", "top_left"):
+        raise ValueError(f"align must be 'bottom_right' or 'top_left', got {align!r}")
     if varlen:
+        if seq_len_kv is not None:
+            raise ValueError("varlen takes its lengths from cu_seqlens: seq_len_kv must be None")
         total = T.dynamic("total")
         q_shape, kv_shape = (total, heads, dim), (total, heads_kv, dim)
     else:
+        seq_len_kv = seq_len if seq_len_kv is None else seq_len_kv
         q_shape = (batch, seq_len, heads, dim)
-        kv_shape = (batch, seq_len, heads_kv, dim)
+        kv_shape = (batch, seq_len_kv, heads_kv, dim)
+    # where query row 0 sits among the keys (a compile-time constant; 0 in varlen batches,
+    # whose query and key lengths are the same)
+    shift = seq_len_kv - seq_len if not varlen and align == "bottom_right" else 0
     accum = "float32"
     sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
     # the exponent's factor: with a soft cap the scores are scaled (and capped) before it
     scale = LOG2E if softcap > 0 else sm_scale * LOG2E
     # every sequence of a varlen batch may end inside a tile
-    ragged = varlen or seq_len % block_N != 0
+    ragged = varlen or seq_len_kv % block_N != 0
     masked = ragged or right >= 0 or left >= 0
+    # rows that keep no key of a tile they visit (left of a window, or above a bottom-right
+    # diagonal that starts past the first key): their max stays -inf there
+    empty_rows = left >= 0 or (right >= 0 and shift + right < 0)
 
     @T.macro
     def body(Q, K, V, Output, LSE, cu_seqlens, max_seqlen):
@@ -75,15 +91,16 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
             if varlen:
                 base = cu_seqlens[bz]
                 length = cu_seqlens[bz + 1] - base
+                length_kv = length
             else:
-                base, length = 0, seq_len
+                base, length, length_kv = 0, seq_len, seq_len_kv
 
             def rows(t, lo, n, head):  # rows lo .. lo + n - 1 of the block's sequence
                 if varlen:
                     return t[base + lo:base + lo + n, head, :]
                 return t[bz, lo:lo + n, head, :]
 
-            tiles_k = T.ceildiv(length, block_N)
+            tiles_k = T.ceildiv(length_kv, block_N)
             Q_shared = T.alloc_shared((block_M, dim), dtype)
             K_shared = T.alloc_shared((block_N, dim), dtype)
             V_shared = T.alloc_shared((block_N, dim), dtype)
@@ -104,9 +121,9 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
             T.fill(scores_max, -T.infinity(accum))
             # the key tiles a window (or the causal mask) leaves: from the first row's left
             # edge to the last row's right edge
-            first = T.max(bx * block_M - left, 0) // block_N if left >= 0 else 0
+            first = T.max(bx * block_M + shift - left, 0) // block_N if left >= 0 else 0
             if right >= 0:
-                last = T.min(tiles_k, T.ceildiv((bx + 1) * block_M + right, block_N))
+                last = T.min(tiles_k, T.ceildiv(T.max((bx + 1) * block_M + shift + right, 0), block_N))
             else:
                 last = tiles_k
             if varlen:
@@ -128,14 +145,14 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                 # keys past the sequence (the ragged last tile) and outside the window: only
                 # the tiles that hold such keys are masked (a tile-level condition)
                 if masked:
-                    crosses_right = (k + 1) * block_N > bx * block_M + right + 1 if right >= 0 else False
-                    crosses_left = k * block_N < bx * block_M + block_M - 1 - left if left >= 0 else False
+                    crosses_right = (k + 1) * block_N > bx * block_M + shift + right + 1 if right >= 0 else False
+                    crosses_left = k * block_N < bx * block_M + block_M - 1 + shift - left if left >= 0 else False
                     at_end = k == tiles_k - 1 if ragged else False
                     if crosses_right or crosses_left or at_end:
                         for i, j in T.Parallel(block_M, block_N):
-                            row = bx * block_M + i
+                            row = bx * block_M + i + shift
                             col = k * block_N + j
-                            keep = col < length
+                            keep = col < length_kv
                             if right >= 0:
                                 keep = keep and col <= row + right
                             if left >= 0:
@@ -148,8 +165,8 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                     scores_scale[i] = T.if_then_else(
                         scores_max[i] == -T.infinity(accum), 0,
                         T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale))
-                if left >= 0:
-                    # a row's first visited tiles may lie wholly left of its window: its max is
+                if empty_rows:
+                    # a row's first visited tiles may lie wholly outside its window: its max is
                     # still -inf there, and exp2(-inf - -inf) would be NaN (FA's Check_inf)
                     for i, j in T.Parallel(block_M, block_N):
                         acc_s[i, j] = T.exp2(acc_s[i, j] * scale - T.if_then_else(
@@ -165,8 +182,13 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                     acc_o[i, j] *= scores_scale[i]
                 T.copy(rows(V, k * block_N, block_N, hk), V_shared)
                 T.gemm(acc_s_cast, V_shared, acc_o, policy=T.GemmWarpPolicy.FullRow)
-            for i, j in T.Parallel(block_M, dim):
-                acc_o[i, j] /= logsum[i]
+            if empty_rows:
+                # a row that kept no key: output 0 (its sum is 0)
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] = T.if_then_else(logsum[i] == 0, 0, acc_o[i, j] / logsum[i])
+            else:
+                for i, j in T.Parallel(block_M, dim):
+                    acc_o[i, j] /= logsum[i]
             if varlen:
                 # the tile's rows past the sequence's end belong to the next sequence
                 for i, j in T.Parallel(block_M, dim):
@@ -180,6 +202,8 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                 for i in T.Parallel(block_M):
                     if bx * block_M + i < length:
                         value = (scores_max[i] * scale + T.log2(logsum[i])) / LOG2E
+                        if empty_rows:
+                            value = T.if_then_else(logsum[i] == 0, T.infinity(accum), value)
                         if varlen:
                             LSE[by, base + bx * block_M + i] = value
                         else:
@@ -212,10 +236,12 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
     return flash_fwd
 
 
-def reference_numpy(q, k, v, is_causal, sm_scale=None, window=(-1, -1), softcap=0.0, lse=False):
+def reference_numpy(q, k, v, is_causal, sm_scale=None, window=(-1, -1), softcap=0.0, lse=False,
+                    align="bottom_right"):
     """Attention in float64 numpy on [batch, seq, heads, dim] arrays (K and V may have fewer
-    heads: grouped-query attention), with flash_attention's window and soft cap; with
-    lse=True also the [batch, heads, seq] log-sum-exp of each row."""
+    heads: grouped-query attention, and another length: the mask aligned as flash_attention
+    aligns it), with flash_attention's window and soft cap; a row that keeps no key gives 0
+    (and an infinite log-sum-exp). With lse=True also the [batch, heads, seq] log-sum-exp."""
     import numpy as np
 
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
@@ -225,23 +251,25 @@ def reference_numpy(q, k, v, is_causal, sm_scale=None, window=(-1, -1), softcap=
     s = np.einsum("bqhd,bkhd->bhqk", q, k) * (1.0 / math.sqrt(dim) if sm_scale is None else sm_scale)
     if softcap > 0:
         s = softcap * np.tanh(s / softcap)
-    n = q.shape[1]
-    i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+    n, n_kv = q.shape[1], k.shape[1]
+    shift = n_kv - n if align == "bottom_right" else 0
+    i, j = np.arange(n)[:, None] + shift, np.arange(n_kv)[None, :]
     left, right = window
     if is_causal:
         right = 0 if right < 0 else min(right, 0)
-    keep = np.ones((n, n), bool)
+    keep = np.ones((n, n_kv), bool)
     if right >= 0:
         keep &= j <= i + right
     if left >= 0:
         keep &= j >= i - left
     s = np.where(keep, s, -np.inf)
     m = s.max(-1, keepdims=True)
-    p = np.exp(s - m)
+    empty = ~keep.any(-1)[:, None]
+    p = np.where(empty, 0.0, np.exp(s - np.where(empty, 0.0, m)))
     total = p.sum(-1, keepdims=True)
-    out = np.einsum("bhqk,bkhd->bqhd", p / total, v)
+    out = np.einsum("bhqk,bkhd->bqhd", p / np.where(empty, 1.0, total), v)
     if lse:
-        return out, (m + np.log(total))[..., 0]
+        return out, np.where(empty, np.inf, m + np.log(np.where(empty, 1.0, total)))[..., 0]
     return out
 
 

@@ -264,3 +264,49 @@ def test_varlen_compiles_for_sm_90a(causal, overlap):
     f = fa.flash_attention(3, 2, None, 64, causal, 128, 64, 2, 256, overlap=overlap, varlen=True)
     k = tilers.compile(f, out_idx=[5], target="cuda:sm_90a")
     assert k.cubin[:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("n,n_kv", [(37, 200), (200, 37), (64, 129), (100, 100)], ids=str)
+@pytest.mark.parametrize("align", ["bottom_right", "top_left"])
+@pytest.mark.parametrize("variant", [{"causal": True}, {"causal": True, "return_lse": True, "heads_kv": 2},
+                                     {"window": (30, 5)}, {}],
+                         ids=lambda v: ",".join(f"{k}={x}" for k, x in v.items()) or "plain")
+def test_query_and_key_lengths_differ_on_the_interpreter(n, n_kv, align, variant):
+    # chunked prefill (fewer queries than keys, the causal diagonal at the bottom right) and
+    # the reverse (rows above a bottom-right diagonal keep no key: zero output, lse +inf)
+    variant = dict(variant)
+    causal = variant.pop("causal", False)
+    lse = variant.get("return_lse", False)
+    h, d = 4, 64
+    hk = variant.get("heads_kv", h)
+    rng = np.random.default_rng(n * 1000 + n_kv)
+    q = rng.standard_normal((1, n, h, d)).astype(np.float16)
+    k, v = (rng.standard_normal((1, n_kv, hk, d)).astype(np.float16) for _ in range(2))
+    f = fa.flash_attention(1, h, n, d, causal, 64, 32, seq_len_kv=n_kv, align=align, **variant)
+    kern = tilers.compile(f, out_idx=[3, 4] if lse else [3], target="interp")
+    got = kern(q, k, v)
+    want = fa.reference_numpy(q, k, v, causal, window=variant.get("window", (-1, -1)), lse=lse, align=align)
+    if lse:
+        (got, got_lse), (want, want_lse) = got, want
+        got_lse = np.asarray(got_lse)
+        assert np.array_equal(np.isinf(got_lse), np.isinf(want_lse))
+        finite = np.isfinite(want_lse)
+        assert np.abs(got_lse[finite] - want_lse[finite]).max() < 1e-3
+    got = np.asarray(got).astype(np.float64)
+    assert np.isfinite(got).all()
+    assert np.abs(got - want).max() < 3e-3
+
+
+@pytest.mark.parametrize("n,n_kv", [(100, 300), (300, 100)], ids=str)
+@pytest.mark.parametrize("overlap", [False, True])
+def test_bottom_right_causal_passes_every_pass(n, n_kv, overlap):
+    f = fa.flash_attention(1, 2, n, 64, True, block_M=128, block_N=64, num_stages=2, threads=256,
+                           overlap=overlap, seq_len_kv=n_kv)
+    tilers.testing.check_passes(f, arch="sm_90a", blocks="all", check=True)
+
+
+def test_alignment_and_lengths_are_checked():
+    with pytest.raises(ValueError, match="align"):
+        fa.flash_attention(1, 2, 64, 64, True, align="bottom")
+    with pytest.raises(ValueError, match="seq_len_kv"):
+        fa.flash_attention(2, 2, None, 64, True, varlen=True, seq_len_kv=64)

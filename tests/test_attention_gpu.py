@@ -54,29 +54,33 @@ def test_the_output_staged_in_q(config, d, overlap, causal, dtype):
     check(4, 16, 1000, d, causal, dtype, config=config, overlap=overlap, o_in_q=True, fast_math=True)
 
 
-def torch_reference(q, k, v, causal, window=(-1, -1), softcap=0.0):
-    """float32 attention with flash_attention's grouped heads, window and soft cap; the
-    [b, h, n] log-sum-exp too."""
+def torch_reference(q, k, v, causal, window=(-1, -1), softcap=0.0, align="bottom_right"):
+    """float32 attention with flash_attention's grouped heads, window, soft cap and mask
+    alignment (keys of another length); the [b, h, n] log-sum-exp too. A row that keeps no
+    key gives 0 and an infinite log-sum-exp, as FlashAttention does."""
     qf, kf, vf = (x.float().transpose(1, 2) for x in (q, k, v))
     group = qf.shape[1] // kf.shape[1]
     kf, vf = (x.repeat_interleave(group, dim=1) for x in (kf, vf))
     s = qf @ kf.transpose(-1, -2) / (q.shape[-1] ** 0.5)
     if softcap > 0:
         s = softcap * torch.tanh(s / softcap)
-    n = q.shape[1]
-    i = torch.arange(n, device=q.device)[:, None]
-    j = torch.arange(n, device=q.device)[None, :]
+    n, n_kv = q.shape[1], k.shape[1]
+    shift = n_kv - n if align == "bottom_right" else 0
+    i = torch.arange(n, device=q.device)[:, None] + shift
+    j = torch.arange(n_kv, device=q.device)[None, :]
     left, right = window
     if causal:
         right = 0
-    keep = torch.ones(n, n, dtype=torch.bool, device=q.device)
+    keep = torch.ones(n, n_kv, dtype=torch.bool, device=q.device)
     if right >= 0:
         keep &= j <= i + right
     if left >= 0:
         keep &= j >= i - left
     s = s.masked_fill(~keep, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    return (torch.softmax(s, dim=-1) @ vf).transpose(1, 2), lse
+    empty = ~keep.any(-1)[:, None]
+    lse = torch.logsumexp(s, dim=-1).masked_fill(empty[:, 0], float("inf"))
+    p = torch.softmax(s.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
+    return (p @ vf).transpose(1, 2), lse
 
 
 GPU_VARIANTS = [
@@ -139,3 +143,26 @@ def test_varlen_against_torch(lengths, causal, config):
         err = ((out[s:e].float() - want[0]).abs().max() / want.abs().max()).item()
         assert err < 5e-3, (b, err)
         assert (lse[:, s:e] - want_lse[0]).abs().max().item() < 1e-2
+
+
+@pytest.mark.parametrize("n,n_kv", [(1, 4096), (300, 2000), (2000, 300), (128, 129)], ids=str)
+@pytest.mark.parametrize("align", ["bottom_right", "top_left"])
+@pytest.mark.parametrize("config", [(128, 64, 2, 128, False), (128, 128, 3, 256, True)])
+def test_query_and_key_lengths_differ_against_torch(n, n_kv, align, config):
+    # chunked prefill and decoding with a KV cache (fewer queries than keys), and the reverse
+    bm, bn, st, th, overlap = config
+    b, h, hk, d = 2, 8, 2, 128
+    k = tilers.compile(fa.flash_attention(b, h, n, d, True, bm, bn, st, th, overlap=overlap, heads_kv=hk,
+                                          return_lse=True, seq_len_kv=n_kv, align=align, o_in_q=st == 3),
+                       out_idx=[3, 4])
+    g = torch.Generator(device="cuda").manual_seed(n + n_kv)
+    q = torch.randn(b, n, h, d, generator=g, device="cuda").half()
+    kk, v = (torch.randn(b, n_kv, hk, d, generator=g, device="cuda").half() for _ in range(2))
+    out, lse = k(q, kk, v)
+    want, want_lse = torch_reference(q, kk, v, True, align=align)
+    assert torch.isfinite(out).all()
+    err = ((out.float() - want).abs().max() / want.abs().max()).item()
+    assert err < 5e-3, f"relative error {err:.3g}"
+    assert torch.equal(torch.isinf(lse), torch.isinf(want_lse))
+    finite = torch.isfinite(want_lse)
+    assert (lse[finite] - want_lse[finite]).abs().max().item() < 1e-2
