@@ -11,6 +11,7 @@ from ._trace import cast
 __all__ = [
     "wait_wgmma",
     "wgmma_gemm",
+    "fence_proxy_async",
     "sync_threads",
     "floormod",
     "floordiv",
@@ -674,7 +675,8 @@ def gemm(
     may be part of a tile: one stage of a multi-buffered tile (``A_s[k % 2, :, :]``) or a
     window of fixed slices (``Q_s[:, 0:64]``). float16 and
     bfloat16 inputs accumulate in float32, int8 inputs in int32. ``clear_accum=True``
-    overwrites C instead of adding to it. TileLang's ``k_pack`` and ``wg_wait`` are accepted
+    overwrites C instead of adding to it; a traced condition (``clear_accum=(k == 0)``, the
+    same on every thread) clears C first where it holds. TileLang's ``k_pack`` and ``wg_wait`` are accepted
     (tilers picks the instruction shape, and a gemm completes before its accumulator is read).
     """
     loc = _trace.capture()
@@ -707,6 +709,20 @@ def gemm(
             loc=loc,
             help="pass policy=T.GemmWarpPolicy.Square, .FullRow or .FullCol",
         )
+    if isinstance(clear_accum, _trace.Expr):
+        # decided at run time: C is cleared where the condition holds, then accumulated into
+        cond = _trace.literal(clear_accum)
+        if cond.dtype != "bool":
+            raise _trace.user_error(
+                f"T.gemm(clear_accum=...) needs a bool or a bool condition, got {cond.dtype}",
+                loc=loc,
+                help="pass a comparison, e.g. clear_accum=(k == 0)",
+            )
+        body = builder.open_block("T.gemm(clear_accum=...)", loc)
+        fill(C, 0)
+        builder.close_block(body)
+        builder.emit({"op": "if", "cond": cond.node(), "then": body, "else": []}, loc)
+        clear_accum = False
     builder.emit(
         {
             "op": "gemm",
@@ -1849,6 +1865,17 @@ def sync_threads(barrier_id=None, arrive_count=None):
             loc=loc,
         )
     builder.emit({"op": "sync", "id": barrier_id, "threads": count}, loc)
+
+
+def fence_proxy_async():
+    """``fence.proxy.async.shared::cta``: this thread's ordinary shared-memory writes become
+    visible to the asynchronous proxy (TMA stores, wgmma operands) that a barrier after it
+    hands them to. tilers places the fences its own barriers need; this one is for barriers
+    the kernel places itself (``T.barrier_arrive`` between warp roles)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.fence_proxy_async", loc)
+    builder.emit({"op": "fence_proxy_async"}, loc)
 
 
 def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,

@@ -894,6 +894,12 @@ impl Parser {
                     }
                 }
             }
+            "fence_proxy_async" => {
+                // T.fence_proxy_async(): orders this thread's generic-proxy shared accesses
+                // before the async proxy's (TMA, wgmma) that a barrier then releases
+                Obj::new(v, path, &["op", "loc"])?;
+                Stmt::inst(crate::inst::FenceProxyAsync)
+            }
             "set_max_nreg" => {
                 let o = Obj::new(v, path, &["op", "regs", "inc", "loc"])?;
                 let regs = o.int("regs")?;
