@@ -12,6 +12,7 @@ __all__ = [
     "wait_wgmma",
     "wgmma_gemm",
     "fence_proxy_async",
+    "reinterpret",
     "sync_threads",
     "floormod",
     "floordiv",
@@ -1284,6 +1285,29 @@ def floor(x):
 def ceil(x):
     """Round up: ``T.ceil(x)``."""
     return _trace.unary("ceil", x)
+
+
+def reinterpret(value, dtype):
+    """``value``'s bits read as ``dtype``, a type of the same width: ``T.reinterpret(x,
+    T.uint32)`` of a float32 ``x`` (TIR's older order, ``T.reinterpret(dtype, value)``, is
+    taken too). Integer and float types of 1, 2, 4 or 8 bytes; not bool."""
+    loc = _trace.capture()
+    if not isinstance(value, _trace.Expr) and isinstance(dtype, _trace.Expr):
+        value, dtype = dtype, value
+    target = _trace.normalize_dtype(dtype)
+    x = _trace.literal(value)
+    if "bool" in (x.dtype, target) or _trace.dtype_bytes(x.dtype) != _trace.dtype_bytes(target):
+        raise _trace.user_error(
+            f"T.reinterpret({x.dtype} value, {target}): the two types must have the same width "
+            f"({x.dtype}: {_trace.dtype_bytes(x.dtype)} bytes, {target}: {_trace.dtype_bytes(target)}), "
+            "and neither may be bool",
+            loc=loc,
+            help="reinterpret float32 as int32/uint32, float16 or bfloat16 as int16/uint16, "
+                 "float64 as int64/uint64; use T.cast to convert a value",
+        )
+    if x.dtype == target:
+        return x
+    return _trace.node("reinterpret", target, a=x.node())
 
 
 def if_then_else(cond, a, b):

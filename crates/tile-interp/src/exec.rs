@@ -582,6 +582,14 @@ impl<'m> Interp<'m> {
                 binary_col(*op, x, y, a.dtype(), *dtype)
                     .map_err(|err| self.op_error(err, op.name(), a.dtype(), loc))?
             }
+            Expr::Unary { op: UnOp::Reinterpret, a, dtype } => {
+                let x = self.eval(a, ids, loc)?;
+                let mut out = Col::empty_like(*dtype, x.len());
+                for k in 0..x.len() {
+                    out.push(num::reinterpret(x.get(k), a.dtype(), *dtype));
+                }
+                out
+            }
             Expr::Unary { op, a, dtype } => {
                 let x = self.eval(a, ids, loc)?;
                 unary_col(*op, x, *dtype).map_err(|err| self.op_error(err, op.name(), *dtype, loc))?

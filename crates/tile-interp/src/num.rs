@@ -202,6 +202,26 @@ pub(crate) fn float_binary(op: BinOp, a: f64, b: f64, dt: DType) -> Result<f64, 
     Ok(round(dt, r))
 }
 
+/// `value` of type `from` read as the bits of type `to` (the same width): `T.reinterpret`.
+pub(crate) fn reinterpret(value: Val, from: DType, to: DType) -> Val {
+    let bits: u64 = match from {
+        DType::F64 => value.as_f64().to_bits(),
+        DType::F32 => (value.as_f64() as f32).to_bits() as u64,
+        DType::F16 => f32_to_f16_bits(value.as_f64() as f32) as u64,
+        DType::BF16 => f32_to_bf16_bits(value.as_f64() as f32) as u64,
+        _ => value.as_i64() as u64,
+    };
+    let width = 8 * to.bytes();
+    let bits = if width >= 64 { bits } else { bits & ((1u64 << width) - 1) };
+    match to {
+        DType::F64 => Val::F(f64::from_bits(bits)),
+        DType::F32 => Val::F(f32::from_bits(bits as u32) as f64),
+        DType::F16 => Val::F(f16_bits_to_f32(bits as u16) as f64),
+        DType::BF16 => Val::F(bf16_bits_to_f32(bits as u16) as f64),
+        _ => Val::I(wrap_int(bits as i64, to)),
+    }
+}
+
 /// A float math function, computed in f64 and rounded to `dt`.
 pub(crate) fn float_unary(op: UnOp, x: f64, dt: DType) -> f64 {
     let r = match op {
@@ -229,6 +249,8 @@ pub(crate) fn float_unary(op: UnOp, x: f64, dt: DType) -> f64 {
         UnOp::Cos => x.cos(),
         UnOp::Floor => x.floor(),
         UnOp::Ceil => x.ceil(),
+        // made by reinterpret(), which knows the operand's type
+        UnOp::Reinterpret => x,
     };
     round(dt, r)
 }

@@ -651,10 +651,12 @@ pub enum UnOp {
     Cos,
     Floor,
     Ceil,
+    /// The operand's bits as another type of the same width (`T.reinterpret`).
+    Reinterpret,
 }
 
 impl UnOp {
-    pub const ALL: [UnOp; 16] = [
+    pub const ALL: [UnOp; 17] = [
         UnOp::Neg,
         UnOp::Not,
         UnOp::Abs,
@@ -671,6 +673,7 @@ impl UnOp {
         UnOp::Cos,
         UnOp::Floor,
         UnOp::Ceil,
+        UnOp::Reinterpret,
     ];
     pub fn name(self) -> &'static str {
         match self {
@@ -690,11 +693,12 @@ impl UnOp {
             UnOp::Cos => "cos",
             UnOp::Floor => "floor",
             UnOp::Ceil => "ceil",
+            UnOp::Reinterpret => "reinterpret",
         }
     }
     /// Transcendental and rounding functions: defined on floats only.
     pub fn is_float_math(self) -> bool {
-        !matches!(self, UnOp::Neg | UnOp::Not | UnOp::Abs)
+        !matches!(self, UnOp::Neg | UnOp::Not | UnOp::Abs | UnOp::Reinterpret)
     }
 }
 

@@ -498,6 +498,14 @@ impl<'a> Verifier<'a> {
                     ));
                 }
             }
+            Expr::Unary { op: UnOp::Reinterpret, a, dtype }
+                if a.dtype().bytes() != dtype.bytes() || a.dtype() == DType::Bool || *dtype == DType::Bool => {
+                    errors.push((
+                        format!("T.reinterpret of {} as {}: the two types must have the same width", a.dtype(), dtype),
+                        loc,
+                        Some("use T.cast to convert a value".into()),
+                    ));
+                }
             Expr::Unary { op, a, .. }
                 if op.is_float_math() && !a.dtype().is_float() => {
                     errors.push((

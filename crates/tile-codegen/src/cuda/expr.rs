@@ -217,6 +217,10 @@ impl Emitter<'_> {
                 };
                 self.round(raw, *dtype)
             }
+            Expr::Unary { op: UnOp::Reinterpret, a, dtype } => {
+                let x = self.expr(a)?;
+                reinterpret(&x, a.dtype(), *dtype)?
+            }
             Expr::Unary { op, a, dtype } => {
                 let x = self.expr(a)?;
                 let dbl = *dtype == DType::F64;
@@ -244,6 +248,7 @@ impl Emitter<'_> {
                     UnOp::Cos => f("cos"),
                     UnOp::Floor => f("floor"),
                     UnOp::Ceil => f("ceil"),
+                    UnOp::Reinterpret => unreachable!("matched above"),
                     UnOp::Sigmoid => {
                         if dbl {
                             format!("tl_sigmoid({x})")
@@ -309,5 +314,42 @@ impl Emitter<'_> {
             DType::BF16 => format!("tl_round_bf16((float)({x}))"),
             _ => format!("(({}){x})", storage_type(to)),
         }
+    }
+}
+
+/// The C expression reading `x` (of type `from`, as the emitter holds it: fp16/bf16 values as
+/// floats) as the bits of `to`, a type of the same width.
+fn reinterpret(x: &str, from: DType, to: DType) -> Result<String, Diagnostic> {
+    if from.bytes() != to.bytes() {
+        return Err(Diagnostic::bug(format!("reinterpret of {from} as {to}: the widths differ")));
+    }
+    // the bits as an unsigned integer of the width
+    let bits = match from {
+        DType::F64 => format!("(unsigned long long)__double_as_longlong({x})"),
+        DType::F32 => format!("__float_as_uint({x})"),
+        DType::F16 => format!("(unsigned int)tl_to_half({x}).bits"),
+        DType::BF16 => format!("(unsigned int)tl_to_bf16({x}).bits"),
+        _ => format!("({x})"),
+    };
+    Ok(match to {
+        DType::F64 => format!("__longlong_as_double((long long)({bits}))"),
+        DType::F32 => format!("__uint_as_float((unsigned int)({bits}))"),
+        DType::F16 => format!("tl_float(tl_half{{(unsigned short)({bits})}})"),
+        DType::BF16 => format!("tl_float(tl_bf16{{(unsigned short)({bits})}})"),
+        other => format!("(({}) ({bits}))", c_int_type(other)),
+    })
+}
+
+fn c_int_type(dt: DType) -> &'static str {
+    match dt {
+        DType::I8 => "signed char",
+        DType::U8 => "unsigned char",
+        DType::I16 => "short",
+        DType::U16 => "unsigned short",
+        DType::I32 => "int",
+        DType::U32 => "unsigned int",
+        DType::I64 => "long long",
+        DType::U64 => "unsigned long long",
+        _ => "int",
     }
 }

@@ -779,6 +779,10 @@ impl<'m> Machine<'m> {
                 }
                 out
             }
+            Expr::Unary { op: UnOp::Reinterpret, a, dtype } => {
+                let x = self.eval(a, active)?;
+                x.into_iter().map(|v| num::reinterpret(v, a.dtype(), *dtype)).collect()
+            }
             Expr::Unary { op, a, dtype } => {
                 let x = self.eval(a, active)?;
                 let mut out = Vec::with_capacity(x.len());
