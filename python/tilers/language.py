@@ -13,6 +13,7 @@ __all__ = [
     "wgmma_gemm",
     "fence_proxy_async",
     "reinterpret",
+    "cumsum",
     "sync_threads",
     "floormod",
     "floordiv",
@@ -1285,6 +1286,48 @@ def floor(x):
 def ceil(x):
     """Round up: ``T.ceil(x)``."""
     return _trace.unary("ceil", x)
+
+
+def cumsum(src, dst=None, dim=0, reverse=False, annotations=None):
+    """Inclusive prefix sums of a shared or fragment tile along ``dim``: ``T.cumsum(G_s,
+    dim=1)`` in place, ``T.cumsum(src, dst, dim=0, reverse=True)`` into ``dst`` (summing from
+    the end). Each line along ``dim`` is summed by one thread in order (deterministic); a
+    fragment goes through a shared copy, as TileLang's does. ``annotations`` is accepted."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.cumsum", loc)
+    dst = src if dst is None else dst
+    for what, b in (("source", src), ("destination", dst)):
+        if not isinstance(b, _trace.Buffer) or b.scope not in ("shared", "fragment", "local"):
+            raise _trace.user_error(
+                f"the {what} of T.cumsum must be a whole shared or fragment tile",
+                loc=loc,
+                help="allocate it with T.alloc_shared or T.alloc_fragment (copy a region into one first)",
+            )
+    shape = [_builtins.int(x) for x in src.shape]
+    if [_builtins.int(x) for x in dst.shape] != shape:
+        raise _trace.user_error(
+            f"T.cumsum: the destination's shape {list(dst.shape)} differs from the source's {shape}", loc=loc)
+    if not isinstance(dim, _builtins.int) or not -len(shape) <= dim < len(shape):
+        raise _trace.user_error(f"T.cumsum: dim={dim!r} is not a dimension of a {len(shape)}-d tile", loc=loc)
+    dim %= len(shape)
+    # the scan runs in a shared tile: dst itself, or a staging copy of a fragment
+    work = dst if dst.scope == "shared" else alloc_shared(shape, dst.dtype)
+    if work is not src:
+        copy(src, work)
+    n = shape[dim]
+    others = [e for d, e in enumerate(shape) if d != dim] or [1]
+    for idx in Parallel(*others):
+        idx = list(idx) if isinstance(idx, (list, tuple)) else [idx]
+        for k in serial(1, n):
+            at = n - 1 - k if reverse else k
+            prev = at + 1 if reverse else at - 1
+            lead = idx if len(shape) > 1 else []
+            cur = tuple(lead[:dim] + [at] + lead[dim:])
+            before = tuple(lead[:dim] + [prev] + lead[dim:])
+            work[cur] = work[cur] + work[before]
+    if work is not dst:
+        copy(work, dst)
 
 
 def reinterpret(value, dtype):
