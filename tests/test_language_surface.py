@@ -23,7 +23,7 @@ DSL = {
     "annotate_consumer_reg_alloc", "no_set_max_nreg", "disable_warp_group_reg_alloc",
     # TileLang's API, part 2
     "Var", "alloc_var", "get_thread_binding", "macro", "Cast", "Serial", "clamp", "floordiv",
-    "floormod", "sync_threads", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "reinterpret", "cumsum",
+    "floormod", "sync_threads", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "reinterpret", "cumsum", "vectorized",
     # functions, parameters and the kernel
     "prim_func", "Tensor", "Buffer", "Kernel",
     # symbolic sizes

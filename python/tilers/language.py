@@ -14,6 +14,7 @@ __all__ = [
     "fence_proxy_async",
     "reinterpret",
     "cumsum",
+    "vectorized",
     "sync_threads",
     "floormod",
     "floordiv",
@@ -1014,6 +1015,13 @@ def serial(start, stop=None):
 def unroll(start, stop=None):
     """A sequential loop the compiler unrolls: ``for k in T.unroll(4):``."""
     return _for_loop("unroll", start, stop, None, "T.unroll")
+
+
+def vectorized(start, stop=None):
+    """TileLang's vectorized loop, ``for v in T.vectorized(8):``: an unrolled sequential loop
+    in tilers (the compiler picks vector widths for tile copies itself; the C compiler may
+    merge the unrolled scalar accesses)."""
+    return _for_loop("unroll", start, stop, None, "T.vectorized")
 
 
 def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None, group=None):
