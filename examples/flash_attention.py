@@ -50,7 +50,8 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
 
     o_in_q=True stages the output tile in Q's shared tile (dead once the last Q K^T is done)
     instead of a tile of its own: 32 KB fewer at block_M=128, d=128, room for a third K/V
-    stage."""
+    stage. (The compiler now finds this itself — plan_shared_memory overlays the output tile
+    on Q's, with the barriers it needs — so both spellings give the same kernel size.)"""
     heads_kv = heads if heads_kv is None else heads_kv
     if heads % heads_kv:
         raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv})")

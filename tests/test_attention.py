@@ -74,11 +74,12 @@ def test_the_output_staged_in_q_leaves_room_for_more_stages(d, stages):
     report = k.report()
     assert "O_shared" not in report and f"{stages} stages on full/empty mbarriers" in report, report
     assert k.cubin[:4] == b"\x7fELF"
-    # without it, three stages of 128x128 K and V at d=128 do not fit
-    if d == 128:
-        with pytest.raises(tilers.TileError, match="shared memory"):
-            tilers.compile(fa.flash_attention(2, 4, 1024, d, False, 128, 128, 3, 256), out_idx=[3],
-                           target="cuda:sm_90a")
+    # without it the compiler overlays the output tile on Q's itself (plan_shared_memory
+    # reuses bytes inside the tile loop, adding the barriers): three stages fit as well
+    k = tilers.compile(fa.flash_attention(2, 4, 1024, d, False, 128, 128, stages, 256, overlap=True),
+                       out_idx=[3], target="cuda:sm_90a")
+    report = k.report()
+    assert f"{stages} stages on full/empty mbarriers" in report and "shares bytes with Q_shared" in report, report
 
 
 def test_p_moves_from_the_mma_accumulator_to_the_a_operand_in_registers():

@@ -108,9 +108,14 @@ def _launch_lines(
             for b in shared:
                 swizzle = f", {b['swizzle']['text']}" if b["swizzle"] else ""
                 where = f"  ({b['source']})" if b.get("source") else ""
+                # buffers placed over each other: their lifetimes do not overlap
+                others = [o["name"] for o in shared if o is not b and isinstance(o["offset"], int)
+                          and isinstance(b["offset"], int)
+                          and o["offset"] < b["offset"] + b["bytes"] and b["offset"] < o["offset"] + o["bytes"]]
+                shares = f", shares bytes with {', '.join(others)}" if others else ""
                 lines.append(
                     f"  {b['name']}: {b['dtype']}{b['shape']}, {b['bytes']} bytes at offset "
-                    f"{b['offset']}{swizzle}{where}"
+                    f"{b['offset']}{swizzle}{shares}{where}"
                 )
     if scratch and info.get("scratch"):
         lines.append("")

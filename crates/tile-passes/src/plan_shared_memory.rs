@@ -3,20 +3,26 @@
 //!
 //! Requires: thread-level IR (lowering may add scratch buffers). Ensures: every shared
 //! buffer has `shared_offset`, 16-byte aligned (128 for swizzled tiles, so their bank
-//! pattern holds); two buffers share bytes only when their lifetimes (the span of top-level
-//! statements that use them) are separated by a `__syncthreads()`, with every `cp.async`
-//! into the earlier one waited for before it — the epilogue's staging tile of a pipelined
-//! GEMM reuses the operand tiles' memory (in a warp-specialized kernel the consumers'
-//! statements are the top level, and the tiles the producer fills live from the role split
-//! on). The total fits the target, else a diagnostic
-//! naming each buffer and its bytes; the report says which buffers share bytes. Does not:
-//! reuse memory inside a loop (a persistent kernel's tile loop included) or split a
-//! statement's lifetime more finely than top-level statements.
+//! pattern holds); two buffers share bytes only when their lifetimes (spans of units: the
+//! top-level statements, a top-level loop's body unfolded into units of its own) are
+//! separated by a barrier, with every `cp.async` into the earlier one waited for before it —
+//! the epilogue's staging tile of a pipelined GEMM reuses the operand tiles' memory (in a
+//! warp-specialized kernel the consumers' statements are the top level, and the tiles the
+//! producer fills live from the role split on). Two buffers used only inside one unfolded
+//! loop also need a barrier on the way round (the second's last use in an iteration before
+//! the first's use in the next); where a pair lacks a barrier, the pass inserts a copy of
+//! one of that loop's own unit-level barriers when that places the later buffer lower (the
+//! output staging tile of a persistent attention kernel over Q's tile). The total fits the
+//! target, else a diagnostic naming each buffer and its bytes; the report says which buffers
+//! share bytes. Does not: unfold nested loops, add a barrier after an asynchronous write, or
+//! split a statement's lifetime more finely than a unit.
 
 use crate::Ctx;
 use std::collections::BTreeSet;
 use tile_ir::inst::AccessKind;
-use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Instruction, Module, Scope, Stmt};
+use tile_ir::{
+    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, ForKind, Inst, Instruction, Module, Scope, Stmt,
+};
 
 pub const ALIGN: u64 = 16;
 
@@ -64,13 +70,31 @@ fn uses(s: &Stmt, out: &mut BTreeSet<BufferId>, async_dst: &mut BTreeSet<BufferI
     });
 }
 
-/// Lifetimes `(first, last)` of the shared buffers in top-level statements, and whether
-/// two of them may share memory.
+/// Lifetimes `(first, last)` of the shared buffers over the kernel's units — its top-level
+/// statements, with the body of a top-level loop (a persistent kernel's tile loop) unfolded
+/// into units of its own — and whether two of them may share memory.
 struct Lifetimes {
     span: Vec<Option<(usize, usize)>>,
+    /// The unfolded loop (units `start..=end`) a buffer is used in alone, if any.
+    inner: Vec<Option<usize>>,
+    loops: Vec<(usize, usize)>,
+    /// Per unit: in the consumers' branch of a warp-specialized kernel.
+    region: Vec<bool>,
     async_dst: BTreeSet<BufferId>,
     syncs: Vec<usize>,
     waits_all: Vec<usize>,
+    /// Per unit: a barrier of all the unit's threads placed there (a template for one more).
+    barrier_at: Vec<Option<Stmt>>,
+}
+
+/// A unit-level barrier of every thread that runs the units: `__syncthreads`, or the named
+/// barrier a role's statements use for it (not an arrive, not a warpgroup's turn).
+fn full_barrier(s: &Stmt) -> Option<Stmt> {
+    match s {
+        Stmt::Inst(Inst::Sync(_)) => Some(s.clone()),
+        Stmt::Inst(Inst::NamedBarrier(b)) if !b.arrive => Some(s.clone()),
+        _ => None,
+    }
 }
 
 impl Lifetimes {
@@ -79,21 +103,47 @@ impl Lifetimes {
         // producer's tiles live from the split (its first copies may land while the
         // consumers still run the statements before the loop) to their last use
         let split = m.role_split();
-        let mut units: Vec<&Stmt> = Vec::new();
+        // each with whether it belongs to the consumers' branch (its barriers order only them)
+        let mut top: Vec<(&Stmt, bool)> = Vec::new();
         let mut producer: Option<(&[Stmt], usize)> = None;
         for (i, s) in m.kernel.body.iter().enumerate() {
             match s {
                 Stmt::If { then, otherwise, .. } if Some(i) == split => {
-                    producer = Some((otherwise, units.len()));
-                    units.extend(then.iter());
+                    producer = Some((otherwise, top.len()));
+                    top.extend(then.iter().map(|t| (t, true)));
                 }
-                other => units.push(other),
+                other => top.push((other, false)),
+            }
+        }
+        // a top-level loop's body unfolds into units (one iteration's order)
+        let mut units: Vec<(&Stmt, Option<usize>)> = Vec::new();
+        let mut region = Vec::new();
+        let mut loops = Vec::new();
+        let mut producer_at = 0;
+        for (i, &(s, consumer)) in top.iter().enumerate() {
+            if producer.is_some_and(|(_, first)| first == i) {
+                producer_at = units.len();
+            }
+            match s {
+                Stmt::For { body, kind: ForKind::Serial, .. } if !body.is_empty() => {
+                    let l = loops.len();
+                    loops.push((units.len(), units.len() + body.len() - 1));
+                    units.extend(body.iter().map(|b| (b, Some(l))));
+                    region.extend(body.iter().map(|_| consumer));
+                }
+                other => {
+                    units.push((other, None));
+                    region.push(consumer);
+                }
             }
         }
         let mut span = vec![None; m.buffers.len()];
+        let mut home: Vec<Option<Option<usize>>> = vec![None; m.buffers.len()];
         let mut async_dst = BTreeSet::new();
         let (mut syncs, mut waits_all) = (Vec::new(), Vec::new());
-        for (i, s) in units.iter().enumerate() {
+        let mut barrier_at = Vec::new();
+        for (i, (s, l)) in units.iter().enumerate() {
+            barrier_at.push(full_barrier(s));
             if let Stmt::Inst(inst) = s {
                 let e = inst.effects();
                 if e.barrier {
@@ -111,9 +161,15 @@ impl Lifetimes {
                     None => (i, i),
                     Some((first, _)) => (first, i),
                 });
+                let h = &mut home[b.0 as usize];
+                *h = Some(match *h {
+                    None => *l,
+                    Some(prev) if prev == *l => prev,
+                    Some(_) => None,
+                });
             }
         }
-        if let Some((stmts, first)) = producer {
+        if let Some((stmts, _)) = producer {
             let mut used = BTreeSet::new();
             for s in stmts {
                 uses(s, &mut used, &mut async_dst);
@@ -121,35 +177,157 @@ impl Lifetimes {
             for b in used {
                 let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
                 *e = Some(match *e {
-                    None => (first, first),
-                    Some((f, l)) => (f.min(first), l.max(first)),
+                    None => (producer_at, producer_at),
+                    Some((f, l)) => (f.min(producer_at), l.max(producer_at)),
                 });
+                home[b.0 as usize] = Some(None);
             }
         }
-        Lifetimes { span, async_dst, syncs, waits_all }
+        // a buffer used in a loop and outside it is live over the whole loop
+        let inner: Vec<Option<usize>> = home.iter().map(|h| h.flatten()).collect();
+        for (b, e) in span.iter_mut().enumerate() {
+            if let (Some((first, last)), None) = (e.as_mut(), inner[b]) {
+                for &(ls, le) in &loops {
+                    if *first <= le && *last >= ls {
+                        *first = (*first).min(ls);
+                        *last = (*last).max(le);
+                    }
+                }
+            }
+        }
+        Lifetimes { span, inner, loops, region, async_dst, syncs, waits_all, barrier_at }
     }
 
-    /// `a` is dead, with every thread past its last use, before `b`'s first use.
-    fn before(&self, a: BufferId, b: BufferId) -> bool {
+    /// The unit before which a barrier orders `a`'s last use before `b`'s first (a barrier
+    /// found between them: `None`), or, with `insert`, where one would have to go; `Err`
+    /// when no barrier can do it.
+    fn order(&self, a: BufferId, b: BufferId, insert: bool) -> Result<Option<usize>, ()> {
         let (Some((_, last)), Some((first, _))) = (self.span[a.0 as usize], self.span[b.0 as usize]) else {
-            return false;
+            return Err(());
         };
-        let Some(&sync) = self.syncs.iter().find(|&&s| s > last && s < first) else {
-            return false;
+        if last >= first {
+            return Err(());
+        }
+        let waited = |sync: usize| {
+            !self.async_dst.contains(&a) || self.waits_all.iter().any(|&w| w > last && w < sync)
         };
-        !self.async_dst.contains(&a) || self.waits_all.iter().any(|&w| w > last && w < sync)
+        if let Some(&sync) = self.syncs.iter().find(|&&s| s > last && s < first) {
+            return if waited(sync) { Ok(None) } else { Err(()) };
+        }
+        // one more barrier, right before b's first use: at the level both live on (one
+        // unfolded loop's body, or the units outside loops), whose units every thread that
+        // runs them reaches; not after an async write of a
+        let level = self.inner[a.0 as usize];
+        if insert
+            && level == self.inner[b.0 as usize]
+            && self.loop_of(first) == level
+            && !self.async_dst.contains(&a)
+        {
+            return Ok(Some(first));
+        }
+        Err(())
     }
 
-    fn disjoint(&self, a: BufferId, b: BufferId) -> bool {
-        self.before(a, b) || self.before(b, a)
+    fn loop_of(&self, unit: usize) -> Option<usize> {
+        self.loops.iter().position(|&(ls, le)| unit >= ls && unit <= le)
     }
+
+    /// `a` is dead, with every thread past its last use, before `b`'s first use — and, in
+    /// one loop, `b` before `a`'s first use in the next iteration. The barriers to add.
+    fn before(&self, a: BufferId, b: BufferId, insert: bool) -> Option<Vec<usize>> {
+        let mut adds = Vec::new();
+        adds.extend(self.order(a, b, insert).ok()?);
+        let (ia, ib) = (self.inner[a.0 as usize], self.inner[b.0 as usize]);
+        if let (Some(la), Some(lb)) = (ia, ib) {
+            if la == lb {
+                // the wrap: b's last use in iteration t, a's first in t + 1
+                let (ls, le) = self.loops[la];
+                let (Some((first_a, _)), Some((_, last_b))) =
+                    (self.span[a.0 as usize], self.span[b.0 as usize])
+                else {
+                    return None;
+                };
+                let wraps = self.syncs.iter().any(|&s| (s > last_b && s <= le) || (s >= ls && s < first_a));
+                if !wraps {
+                    if !insert || self.async_dst.contains(&b) {
+                        return None;
+                    }
+                    adds.push(first_a);
+                } else if self.async_dst.contains(&b) {
+                    return None;
+                }
+            }
+        }
+        Some(adds)
+    }
+
+    fn disjoint(&self, a: BufferId, b: BufferId, insert: bool) -> Option<Vec<usize>> {
+        self.before(a, b, insert).or_else(|| self.before(b, a, insert))
+    }
+
+    /// A barrier of the units' threads to insert at unit `at`: a copy of one its level (its
+    /// loop's body, or the units outside loops, in the same role region) already has.
+    fn template(&self, at: usize) -> Option<Stmt> {
+        let level = (self.loop_of(at), self.region[at]);
+        (0..self.barrier_at.len())
+            .filter(|&u| (self.loop_of(u), self.region[u]) == level)
+            .find_map(|u| self.barrier_at[u].clone())
+    }
+}
+
+/// Insert `barrier` before each unit of `at` (unit numbering as in [`Lifetimes::of`]).
+fn insert_barriers(m: &mut Module, at: &BTreeSet<usize>, barriers: &[(usize, Stmt)]) {
+    let split = m.role_split();
+    let mut counter = 0usize;
+    let mut body = std::mem::take(&mut m.kernel.body);
+    let find = |u: usize| barriers.iter().find(|(k, _)| *k == u).map(|(_, s)| s.clone());
+    fn rebuild(
+        list: Vec<Stmt>,
+        counter: &mut usize,
+        at: &BTreeSet<usize>,
+        find: &dyn Fn(usize) -> Option<Stmt>,
+        unfold: bool,
+    ) -> Vec<Stmt> {
+        let mut out = Vec::new();
+        for s in list {
+            match s {
+                Stmt::For { var, start, extent, kind: kind @ ForKind::Serial, body, loc }
+                    if unfold && !body.is_empty() =>
+                {
+                    let body = rebuild(body, counter, at, find, false);
+                    out.push(Stmt::For { var, start, extent, kind, body, loc });
+                }
+                other => {
+                    if at.contains(counter) {
+                        out.extend(find(*counter));
+                    }
+                    *counter += 1;
+                    out.push(other);
+                }
+            }
+        }
+        out
+    }
+    let mut out = Vec::new();
+    for (i, s) in body.drain(..).enumerate() {
+        match s {
+            Stmt::If { cond, then, otherwise, loc } if Some(i) == split => {
+                let then = rebuild(then, &mut counter, at, &find, true);
+                out.push(Stmt::If { cond, then, otherwise, loc });
+            }
+            other => out.extend(rebuild(vec![other], &mut counter, at, &find, true)),
+        }
+    }
+    m.kernel.body = out;
 }
 
 pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
     let lifetimes = Lifetimes::of(&m);
     // first fit, in declaration order: the lowest aligned offset that overlaps no placed
-    // buffer whose lifetime overlaps this one's
+    // buffer whose lifetime overlaps this one's — inside an unfolded loop, with a barrier
+    // added where the pair needs one, when there is a barrier of that loop to copy
     let mut placed: Vec<(BufferId, u64, u64)> = Vec::new();
+    let mut added: BTreeSet<usize> = BTreeSet::new();
     let mut total = 0u64;
     let shared: Vec<BufferId> =
         (0..m.buffers.len() as u32).map(BufferId).filter(|b| m.buffer(*b).scope == Scope::Shared).collect();
@@ -159,22 +337,45 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         // swizzles on physical addresses, start on the swizzle's period
         let align = b.shared_align().max(ALIGN);
         let size = b.bytes() as u64;
-        let mut busy: Vec<(u64, u64)> = placed
+        let fits = |extra: &BTreeSet<usize>, adds: &[usize]| {
+            adds.iter().all(|u| extra.contains(u) || lifetimes.template(*u).is_some())
+        };
+        let mut busy: Vec<(u64, u64, Option<Vec<usize>>)> = placed
             .iter()
-            .filter(|(other, _, _)| !lifetimes.disjoint(*other, id))
-            .map(|&(_, start, end)| (start, end))
+            .map(|(other, start, end)| {
+                let adds = lifetimes.disjoint(*other, id, true).filter(|adds| fits(&added, adds));
+                (*start, *end, adds)
+            })
+            .filter(|(_, _, adds)| adds.as_ref().is_none_or(|a| !a.is_empty()))
             .collect();
-        busy.sort();
-        let mut offset = 0u64;
-        for (start, end) in busy {
-            if offset + size <= start {
-                break;
+        busy.sort_by_key(|(s, e, _)| (*s, *e));
+        // first try with the existing barriers only, then allowing the added ones
+        let place = |allow: bool| {
+            let mut offset = 0u64;
+            let mut needs = BTreeSet::new();
+            for (start, end, adds) in &busy {
+                if offset + size <= *start || offset >= *end {
+                    continue;
+                }
+                match adds {
+                    Some(adds) if allow => needs.extend(adds.iter().copied()),
+                    _ => offset = offset.max(end.div_ceil(align) * align),
+                }
             }
-            offset = offset.max(end.div_ceil(align) * align);
-        }
+            (offset, needs)
+        };
+        let (plain, _) = place(false);
+        let (with, needs) = place(true);
+        let (offset, needs) = if with < plain { (with, needs) } else { (plain, BTreeSet::new()) };
+        added.extend(needs);
         m.buffer_mut(id).shared_offset = Some(offset);
         placed.push((id, offset, offset + size));
         total = total.max(offset + size);
+    }
+    if !added.is_empty() {
+        let barriers: Vec<(usize, Stmt)> =
+            added.iter().filter_map(|&u| lifetimes.template(u).map(|t| (u, t))).collect();
+        insert_barriers(&mut m, &added, &barriers);
     }
     // which buffers share bytes (their lifetimes do not overlap), for the report
     let mut shares = Vec::new();

@@ -336,20 +336,6 @@ fn reinterpret(x: &str, from: DType, to: DType) -> Result<String, Diagnostic> {
         DType::F32 => format!("__uint_as_float((unsigned int)({bits}))"),
         DType::F16 => format!("tl_float(tl_half{{(unsigned short)({bits})}})"),
         DType::BF16 => format!("tl_float(tl_bf16{{(unsigned short)({bits})}})"),
-        other => format!("(({}) ({bits}))", c_int_type(other)),
+        other => format!("(({}) ({bits}))", super::storage_type(other)),
     })
-}
-
-fn c_int_type(dt: DType) -> &'static str {
-    match dt {
-        DType::I8 => "signed char",
-        DType::U8 => "unsigned char",
-        DType::I16 => "short",
-        DType::U16 => "unsigned short",
-        DType::I32 => "int",
-        DType::U32 => "unsigned int",
-        DType::I64 => "long long",
-        DType::U64 => "unsigned long long",
-        _ => "int",
-    }
 }

@@ -372,18 +372,29 @@ impl Emitter<'_> {
 
     /// The shared-space address (a 32-bit `.shared` address) of `buf[idx]`, for the
     /// instructions that take one (`ldmatrix`, `cp.async`).
-    pub(super) fn shared_address(&mut self, buf: BufferId, idx: &[Expr]) -> Result<String, Diagnostic> {
+    /// The byte offset of `buf[idx]` from the shared base, simplified (`None`: not a placed
+    /// shared buffer).
+    pub(super) fn shared_bytes(&self, buf: BufferId, idx: &[Expr]) -> Option<Expr> {
         let b = self.m.buffer(buf);
         let (Some(base), Scope::Shared) = (b.shared_offset, b.scope) else {
-            return Err(Diagnostic::bug(format!("'{}' is not a placed shared buffer", b.name)));
+            return None;
         };
         let eb = b.dtype.bytes() as i64;
         let offset = SharedLayout::of(b).offset(idx);
-        let bytes = tile_ir::simplify::simplify(Expr::binary(
+        Some(tile_ir::simplify::simplify(Expr::binary(
             BinOp::Add,
             Expr::binary(BinOp::Mul, offset, Expr::int_of(eb, DType::I32)),
             Expr::int_of(base as i64, DType::I32),
-        ));
+        )))
+    }
+
+    pub(super) fn shared_address(&mut self, buf: BufferId, idx: &[Expr]) -> Result<String, Diagnostic> {
+        let Some(bytes) = self.shared_bytes(buf, idx) else {
+            return Err(Diagnostic::bug(format!(
+                "'{}' is not a placed shared buffer",
+                self.m.buffer(buf).name
+            )));
+        };
         let bytes = self.expr(&bytes)?;
         Ok(format!("tl_smem_u32 + (unsigned int)({bytes})"))
     }

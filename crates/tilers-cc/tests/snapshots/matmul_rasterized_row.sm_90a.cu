@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   tl_half* A_s = (tl_half*)(tl_smem + 0);  // [2, 64, 32]
   tl_half* B_s = (tl_half*)(tl_smem + 8192);  // [2, 32, 64]
-  float* C_s = (float*)(tl_smem + 16384);  // [64, 64]
+  float* C_s = (float*)(tl_smem + 8192);  // [64, 64]
   __align__(16) float acc[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 4) . 2 registers . 4 threads (stride 32), dim1 = 2 registers . 4 threads (stride 1) . 8 registers; 32 registers per thread
   __align__(16) tl_half B_v[8];
   __align__(16) tl_half B_s_out[8];
@@ -181,6 +181,7 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   const int t0_4 = ((tid / 4) % 8);
   const int t0_5 = (tid / 32);
   const int t1_4 = (tid % 4);
+  __syncthreads();
   #pragma unroll
   for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
     #pragma unroll

@@ -18,14 +18,7 @@ impl Emitter<'_> {
         let d = SharedLayout::of(b)
             .wgmma_descriptor(k_major)
             .map_err(|e| Diagnostic::bug(format!("wgmma operand '{}': {e}", b.name)))?;
-        if let Some(base) = b.shared_offset {
-            let eb = b.dtype.bytes() as i64;
-            let offset = SharedLayout::of(b).offset(idx);
-            let bytes = tile_ir::simplify::simplify(Expr::binary(
-                BinOp::Add,
-                Expr::binary(BinOp::Mul, offset, Expr::int_of(eb, DType::I32)),
-                Expr::int_of(base as i64, DType::I32),
-            ));
+        if let Some(bytes) = self.shared_bytes(buf, idx) {
             let mut affine = tile_ir::simplify::to_affine(&bytes);
             if affine.constant % 16 == 0 && affine.terms.values().all(|(c, _)| c % 16 == 0) {
                 affine.constant /= 16;
