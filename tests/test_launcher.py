@@ -218,6 +218,20 @@ def test_unsigned_16_and_64_bit_scalars(reader):
     assert len(kernel.calls) == len(bad)
 
 
+def test_16_bit_float_scalars(reader):
+    # packed as their storage bits; past the largest finite value they do not fit
+    params = [tensor("A"), scalar("h", "float16"), scalar("b", "bfloat16")]
+    launcher, kernel = make(params, reader)
+    a = fp16()
+    for good in [(1.5, -2.25), (65504.0, 3.38e38), (0, 1), (float("inf"), float("nan"))]:
+        assert launcher(a, *good) is None, good
+    assert kernel.calls == []
+    bad = [(65505.0, 0.0), (0.0, 3.4e38), ("x", 0.0)]
+    for args in bad:
+        assert launcher(a, *args) == "checked in Python", args
+    assert len(kernel.calls) == len(bad)
+
+
 def test_outputs_are_allocated_and_returned(reader):
     params = [tensor("A"), tensor("B", "float32", written=True), tensor("C", written=True)]
     launcher, kernel = make(params, reader, outputs=[1, 2])
@@ -307,8 +321,8 @@ def test_load_errors_stop_the_call(reader):
 def test_refuses_what_it_cannot_run(reader):
     with pytest.raises(ValueError, match="grid reads parameter 0, which is not a scalar"):
         make([tensor("A")], reader, grid=[{"param": 0}, {"const": 1}, {"const": 1}])
-    with pytest.raises(ValueError, match="'h' of float16 cannot be passed by value"):
-        make([tensor("A"), scalar("h", "float16")], reader)
+    with pytest.raises(ValueError, match="'h' of float8_e4m3fn cannot be passed by value"):
+        make([tensor("A"), scalar("h", "float8_e4m3fn")], reader)
     with pytest.raises(ValueError, match=r"needs a thread-block cluster \[2, 1, 1\]"):
         make([tensor("A")], reader, cluster=[2, 1, 1])
     with pytest.raises(ValueError, match="compiled for the interpreter"):

@@ -14,6 +14,8 @@ from tilers._source import add_call_site
 from tilers.errors import TileError
 
 FLOAT32_MAX = 3.4028234663852886e38
+# The largest finite value of each float dtype a scalar parameter can have (float64: any).
+FLOAT_MAX = {"float32": FLOAT32_MAX, "float16": 65504.0, "bfloat16": 3.3895313892515355e38}
 
 # The range of each integer dtype a scalar parameter can have.
 INTEGER_RANGES = {
@@ -155,10 +157,11 @@ class _ScalarParam:
                 f"parameter '{self.name}': expected a float ({self.dtype}), got {_type_text(value)}"
             )
         value = float(value)
-        if self.dtype == "float32" and math.isfinite(value) and abs(value) > FLOAT32_MAX:
+        largest = FLOAT_MAX.get(self.dtype)
+        if largest is not None and math.isfinite(value) and abs(value) > largest:
             raise OverflowError(
-                f"parameter '{self.name}': {value} does not fit in float32 "
-                f"(largest finite value {FLOAT32_MAX})"
+                f"parameter '{self.name}': {value} does not fit in {self.dtype} "
+                f"(largest finite value {largest})"
             )
         return value
 

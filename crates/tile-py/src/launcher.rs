@@ -212,6 +212,9 @@ fn scalar_kind(name: &str, dtype: &str) -> PyResult<u8> {
         "uint64" => b'Q',
         "float32" => b'f',
         "float64" => b'd',
+        // 16-bit floats travel as their storage bits (the kernel's tl_half / tl_bf16)
+        "float16" => b'e',
+        "bfloat16" => b'E',
         _ => {
             return Err(info_error(format!("scalar parameter '{name}' of {dtype} cannot be passed by value")))
         }
@@ -276,7 +279,7 @@ impl Launcher {
         let py = arg.py();
         match kind {
             b'?' => arg.downcast_exact::<PyBool>().ok().map(|b| b.is_true() as u64),
-            b'f' | b'd' => {
+            b'f' | b'd' | b'e' | b'E' => {
                 let value = if let Ok(float) = arg.downcast_exact::<PyFloat>() {
                     float.value()
                 } else if arg.is_exact_instance_of::<PyInt>() || arg.is_instance(self.real.bind(py)).ok()? {
@@ -286,6 +289,21 @@ impl Launcher {
                 };
                 if kind == b'd' {
                     return Some(value.to_bits());
+                }
+                if kind == b'e' || kind == b'E' {
+                    // rounded to nearest, as a cast in the kernel would; past the format's
+                    // largest finite value it does not fit (as tilers/kernel.py's FLOAT_MAX)
+                    let largest = if kind == b'e' { 65504.0 } else { 3.3895313892515355e38 };
+                    if value.is_finite() && value.abs() > largest {
+                        return None;
+                    }
+                    let x = value as f32;
+                    let bits = if kind == b'e' {
+                        tile_ir::arith::f32_to_f16_bits(x)
+                    } else {
+                        tile_ir::arith::f32_to_bf16_bits(x)
+                    };
+                    return Some(bits as u64);
                 }
                 if value.is_finite() && value.abs() > FLOAT32_MAX {
                     return None;
@@ -321,6 +339,12 @@ impl Launcher {
         match self.params[param] {
             Param::Scalar { kind: b'f' } => ScalarValue::Float(f32::from_bits(slot as u32) as f64),
             Param::Scalar { kind: b'd' } => ScalarValue::Float(f64::from_bits(slot)),
+            Param::Scalar { kind: b'e' } => {
+                ScalarValue::Float(tile_ir::arith::f16_bits_to_f32(slot as u16) as f64)
+            }
+            Param::Scalar { kind: b'E' } => {
+                ScalarValue::Float(tile_ir::arith::bf16_bits_to_f32(slot as u16) as f64)
+            }
             _ => ScalarValue::Int(slot as i64),
         }
     }
@@ -587,7 +611,7 @@ impl Launcher {
                 return "?".into();
             };
             let text = match self.params[param] {
-                Param::Scalar { kind: b'f' | b'd' } => {
+                Param::Scalar { kind: b'f' | b'd' | b'e' | b'E' } => {
                     arg.extract::<f64>().and_then(|v| Ok(PyFloat::new(arg.py(), v).repr()?.to_string()))
                 }
                 _ => arg.extract::<i64>().map(|v| v.to_string()),

@@ -141,6 +141,12 @@ impl Emitter<'_> {
                 }
                 (ConstValue::Float(f), _) => format!("{}", *f as i64),
             },
+            // a 16-bit float parameter arrives as its storage type; values are floats
+            Expr::Var { id, dtype: DType::F16 | DType::BF16 }
+                if matches!(self.m.var(*id).kind, VarKind::Param) =>
+            {
+                format!("tl_float({})", self.names.var(*id))
+            }
             Expr::Var { id, .. } => self.names.var(*id),
             Expr::Load { buf, idx, dtype, .. } => {
                 let a = self.access(*buf, idx)?;
