@@ -24,6 +24,7 @@ DSL = {
     # TileLang's API, part 2
     "Var", "alloc_var", "get_thread_binding", "macro", "Cast", "Serial", "clamp", "floordiv",
     "floormod", "sync_threads", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "reinterpret", "cumsum", "vectorized",
+    "SharedBuffer", "FragmentBuffer", "LocalBuffer",
     # functions, parameters and the kernel
     "prim_func", "Tensor", "Buffer", "Kernel",
     # symbolic sizes

@@ -219,6 +219,19 @@ def const(value, dtype: str) -> Expr:
     return Expr({"op": "const", "dtype": dtype, "value": value})
 
 
+class TileAnnotation:
+    """What ``T.SharedBuffer(shape, dtype)`` (``FragmentBuffer``, ``LocalBuffer``) gives: the
+    annotation of a ``T.macro`` helper's tile parameter, for the reader only."""
+
+    __slots__ = ("kind", "shape", "dtype")
+
+    def __init__(self, kind, shape, dtype):
+        self.kind, self.shape, self.dtype = kind, shape, dtype
+
+    def __repr__(self):
+        return f"T.{self.kind}({list(self.shape) if isinstance(self.shape, (list, tuple)) else self.shape}, {self.dtype!r})"
+
+
 def node(op: str, dtype: str, **fields) -> Expr:
     return Expr({"op": op, "dtype": dtype, **fields})
 
@@ -1396,6 +1409,13 @@ def declare_params(builder: Builder, func, annotations: dict) -> list:
             var = builder.new_var(name, "param", normalize_dtype(annotation))
             builder.params.append({"kind": "scalar", "name": name, "var": var.node()["id"]})
             args.append(var)
+        elif isinstance(annotation, TileAnnotation):
+            raise user_error(
+                f"parameter '{name}': T.{annotation.kind} annotates a T.macro helper's tile; a kernel's "
+                "parameters are global tensors or scalars",
+                loc=loc,
+                help=f'use `{name}: T.Tensor(shape, dtype)` and copy it into a tile inside the kernel',
+            )
         else:
             raise user_error(
                 f"parameter '{name}' needs an annotation",

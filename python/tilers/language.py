@@ -15,6 +15,9 @@ __all__ = [
     "reinterpret",
     "cumsum",
     "vectorized",
+    "SharedBuffer",
+    "FragmentBuffer",
+    "LocalBuffer",
     "sync_threads",
     "floormod",
     "floordiv",
@@ -210,6 +213,33 @@ class _TensorAnnotation:
 
 Tensor = _TensorAnnotation("Tensor")
 Buffer = _TensorAnnotation("Buffer")
+
+
+class _TileAnnotation:
+    """``T.SharedBuffer([64, 64], "float16")`` (and ``T.FragmentBuffer``, ``T.LocalBuffer``):
+    TileLang's annotation of a ``T.macro`` helper's tile parameter. It documents the helper:
+    the helper is traced inline and receives the tile itself. A kernel's parameters are
+    global tensors (``T.Tensor``); there it is an error."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name):
+        self._name = name
+
+    def __call__(self, shape, dtype="float32"):
+        return _trace.TileAnnotation(self._name, shape, dtype)
+
+    def __getitem__(self, key):
+        shape, dtype = key if isinstance(key, tuple) and len(key) == 2 else (key, "float32")
+        return _trace.TileAnnotation(self._name, shape, dtype)
+
+    def __repr__(self):
+        return f"T.{self._name}"
+
+
+SharedBuffer = _TileAnnotation("SharedBuffer")
+FragmentBuffer = _TileAnnotation("FragmentBuffer")
+LocalBuffer = _TileAnnotation("LocalBuffer")
 
 
 def const(names, dtype="int32"):
