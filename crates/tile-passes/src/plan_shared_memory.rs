@@ -18,7 +18,7 @@
 //! split a statement's lifetime more finely than a unit.
 
 use crate::Ctx;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use tile_ir::inst::AccessKind;
 use tile_ir::{
     stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, ForKind, Inst, Instruction, Module, Scope, Stmt,
@@ -275,17 +275,15 @@ impl Lifetimes {
     }
 }
 
-/// Insert `barrier` before each unit of `at` (unit numbering as in [`Lifetimes::of`]).
-fn insert_barriers(m: &mut Module, at: &BTreeSet<usize>, barriers: &[(usize, Stmt)]) {
+/// Insert each barrier before its unit (unit numbering as in [`Lifetimes::of`]).
+fn insert_barriers(m: &mut Module, barriers: &BTreeMap<usize, Stmt>) {
     let split = m.role_split();
     let mut counter = 0usize;
     let mut body = std::mem::take(&mut m.kernel.body);
-    let find = |u: usize| barriers.iter().find(|(k, _)| *k == u).map(|(_, s)| s.clone());
     fn rebuild(
         list: Vec<Stmt>,
         counter: &mut usize,
-        at: &BTreeSet<usize>,
-        find: &dyn Fn(usize) -> Option<Stmt>,
+        barriers: &BTreeMap<usize, Stmt>,
         unfold: bool,
     ) -> Vec<Stmt> {
         let mut out = Vec::new();
@@ -294,13 +292,11 @@ fn insert_barriers(m: &mut Module, at: &BTreeSet<usize>, barriers: &[(usize, Stm
                 Stmt::For { var, start, extent, kind: kind @ ForKind::Serial, body, loc }
                     if unfold && !body.is_empty() =>
                 {
-                    let body = rebuild(body, counter, at, find, false);
+                    let body = rebuild(body, counter, barriers, false);
                     out.push(Stmt::For { var, start, extent, kind, body, loc });
                 }
                 other => {
-                    if at.contains(counter) {
-                        out.extend(find(*counter));
-                    }
+                    out.extend(barriers.get(counter).cloned());
                     *counter += 1;
                     out.push(other);
                 }
@@ -312,10 +308,10 @@ fn insert_barriers(m: &mut Module, at: &BTreeSet<usize>, barriers: &[(usize, Stm
     for (i, s) in body.drain(..).enumerate() {
         match s {
             Stmt::If { cond, then, otherwise, loc } if Some(i) == split => {
-                let then = rebuild(then, &mut counter, at, &find, true);
+                let then = rebuild(then, &mut counter, barriers, true);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
-            other => out.extend(rebuild(vec![other], &mut counter, at, &find, true)),
+            other => out.extend(rebuild(vec![other], &mut counter, barriers, true)),
         }
     }
     m.kernel.body = out;
@@ -349,33 +345,36 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
             .filter(|(_, _, adds)| adds.as_ref().is_none_or(|a| !a.is_empty()))
             .collect();
         busy.sort_by_key(|(s, e, _)| (*s, *e));
-        // first try with the existing barriers only, then allowing the added ones
+        // first fit with the existing barriers only, then allowing the added ones; the
+        // barriers kept are those of the pairs the chosen offset actually overlaps
         let place = |allow: bool| {
             let mut offset = 0u64;
-            let mut needs = BTreeSet::new();
             for (start, end, adds) in &busy {
-                if offset + size <= *start || offset >= *end {
-                    continue;
-                }
-                match adds {
-                    Some(adds) if allow => needs.extend(adds.iter().copied()),
-                    _ => offset = offset.max(end.div_ceil(align) * align),
+                let overlaps = offset + size > *start && offset < *end;
+                if overlaps && !(allow && adds.is_some()) {
+                    offset = offset.max(end.div_ceil(align) * align);
                 }
             }
-            (offset, needs)
+            offset
         };
-        let (plain, _) = place(false);
-        let (with, needs) = place(true);
-        let (offset, needs) = if with < plain { (with, needs) } else { (plain, BTreeSet::new()) };
-        added.extend(needs);
+        let (plain, with) = (place(false), place(true));
+        let offset = plain.min(with);
+        if with < plain {
+            for (start, end, adds) in &busy {
+                if offset + size > *start && offset < *end {
+                    added.extend(adds.iter().flatten().copied());
+                }
+            }
+        }
         m.buffer_mut(id).shared_offset = Some(offset);
         placed.push((id, offset, offset + size));
         total = total.max(offset + size);
     }
     if !added.is_empty() {
-        let barriers: Vec<(usize, Stmt)> =
+        // `fits` checked that each has a barrier to copy
+        let barriers: BTreeMap<usize, Stmt> =
             added.iter().filter_map(|&u| lifetimes.template(u).map(|t| (u, t))).collect();
-        insert_barriers(&mut m, &added, &barriers);
+        insert_barriers(&mut m, &barriers);
     }
     // which buffers share bytes (their lifetimes do not overlap), for the report
     let mut shares = Vec::new();
