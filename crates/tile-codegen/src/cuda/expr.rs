@@ -89,6 +89,16 @@ impl Emitter<'_> {
                 return self.access(*buf, idx); // the same storage type: copy the bits
             }
         }
+        if let Expr::Unary { op: UnOp::Reinterpret, a, dtype } = value {
+            if *dtype == dt && matches!(dt, DType::F16 | DType::BF16) {
+                // the bits themselves: through a float and back, a NaN's payload would be lost
+                // (cvt.rn.bf16.f32 writes the canonical NaN)
+                let x = self.expr(a)?;
+                let bits = reinterpret_bits(&x, a.dtype());
+                let ty = if dt == DType::F16 { "tl_half" } else { "tl_bf16" };
+                return Ok(format!("{ty}{{(unsigned short)({bits})}}"));
+            }
+        }
         let mut v = self.expr(value)?;
         // converting to the storage type rounds already: drop an outer rounding to the same type
         let outer = match dt {
@@ -224,6 +234,13 @@ impl Emitter<'_> {
                 self.round(raw, *dtype)
             }
             Expr::Unary { op: UnOp::Reinterpret, a, dtype } => {
+                if let Expr::Load { buf, idx, dtype: from, .. } = &**a {
+                    if matches!(from, DType::F16 | DType::BF16) {
+                        // the stored bits, not a float converted back (which loses a NaN's payload)
+                        let bits = format!("(unsigned int)({}).bits", self.access(*buf, idx)?);
+                        return Ok(reinterpret_from_bits(&bits, *dtype));
+                    }
+                }
                 let x = self.expr(a)?;
                 reinterpret(&x, a.dtype(), *dtype)?
             }
@@ -325,23 +342,31 @@ impl Emitter<'_> {
 
 /// The C expression reading `x` (of type `from`, as the emitter holds it: fp16/bf16 values as
 /// floats) as the bits of `to`, a type of the same width.
-fn reinterpret(x: &str, from: DType, to: DType) -> Result<String, Diagnostic> {
-    if from.bytes() != to.bytes() {
-        return Err(Diagnostic::bug(format!("reinterpret of {from} as {to}: the widths differ")));
-    }
-    // the bits as an unsigned integer of the width
-    let bits = match from {
+/// The bits of `x` (a value of `from`) as an unsigned integer of its width.
+fn reinterpret_bits(x: &str, from: DType) -> String {
+    match from {
         DType::F64 => format!("(unsigned long long)__double_as_longlong({x})"),
         DType::F32 => format!("__float_as_uint({x})"),
         DType::F16 => format!("(unsigned int)tl_to_half({x}).bits"),
         DType::BF16 => format!("(unsigned int)tl_to_bf16({x}).bits"),
         _ => format!("({x})"),
-    };
-    Ok(match to {
+    }
+}
+
+fn reinterpret(x: &str, from: DType, to: DType) -> Result<String, Diagnostic> {
+    if from.bytes() != to.bytes() {
+        return Err(Diagnostic::bug(format!("reinterpret of {from} as {to}: the widths differ")));
+    }
+    Ok(reinterpret_from_bits(&reinterpret_bits(x, from), to))
+}
+
+/// The value of `to` whose bits are `bits` (an unsigned integer of its width).
+fn reinterpret_from_bits(bits: &str, to: DType) -> String {
+    match to {
         DType::F64 => format!("__longlong_as_double((long long)({bits}))"),
         DType::F32 => format!("__uint_as_float((unsigned int)({bits}))"),
         DType::F16 => format!("tl_float(tl_half{{(unsigned short)({bits})}})"),
         DType::BF16 => format!("tl_float(tl_bf16{{(unsigned short)({bits})}})"),
         other => format!("(({}) ({bits}))", super::storage_type(other)),
-    })
+    }
 }
