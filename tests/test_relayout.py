@@ -103,3 +103,55 @@ def test_a_write_in_another_layout_stays_an_error():
 
     with pytest.raises(TileError, match="layout conflict on fragment 'o'"):
         tilers.compile(bad, target="cuda:sm_90a")
+
+
+# ---------------------------------------------------------------------------------------
+# a T.copy between fragments laid out over other threads: TileLang's backward attention
+# (`T.copy(qkT, qkT_cast)`, an accumulator whose columns are split over warps, into the A
+# operand of the next gemm, which every warp holds whole)
+
+
+def two_gemms(M=64, N=32, D=128, threads=256):
+    @T.prim_func
+    def f(A: T.Tensor((M, D), "float16"), B: T.Tensor((N, D), "float16"), V: T.Tensor((N, D), "float16"),
+          O: T.Tensor((M, D), "float32")):
+        with T.Kernel(1, threads=threads) as bx:
+            a = T.alloc_shared((M, D), "float16")
+            b = T.alloc_shared((N, D), "float16")
+            v = T.alloc_shared((N, D), "float16")
+            s = T.alloc_fragment((M, N), "float32")
+            p = T.alloc_fragment((M, N), "float16")
+            o = T.alloc_fragment((M, D), "float32")
+            T.copy(A, a)
+            T.copy(B, b)
+            T.copy(V, v)
+            T.clear(s)
+            T.gemm(a, b, s, transpose_B=True, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(s, p)
+            T.clear(o)
+            T.gemm(p, v, o, policy=T.GemmWarpPolicy.FullRow)
+            T.copy(o, O)
+
+    return f
+
+
+def two_gemms_inputs(M=64, N=32, D=128):
+    rng = np.random.default_rng(3)
+    A = (rng.standard_normal((M, D)) / 8).astype(np.float16)
+    B = (rng.standard_normal((N, D)) / 8).astype(np.float16)
+    V = rng.standard_normal((N, D)).astype(np.float16)
+    s = (A.astype(np.float32) @ B.astype(np.float32).T).astype(np.float16).astype(np.float32)
+    return A, B, V, s @ V.astype(np.float32)
+
+
+def test_a_fragment_copy_between_layouts_goes_through_shared_memory():
+    A, B, V, want2 = two_gemms_inputs()
+    k = tilers.compile(two_gemms(), out_idx=[3], target="interp")
+    np.testing.assert_allclose(np.asarray(k(A, B, V)), want2, rtol=2e-3, atol=2e-3)
+    k = tilers.compile(two_gemms(), target="cuda:sm_90a")
+    assert any("T.copy from 's' to 'p'" in x and "'s_relayout'" in x for x in k.report().splitlines())
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_the_fragment_copy_passes_every_stage(arch):
+    testing.check_passes(two_gemms(), arch=arch, check=True)

@@ -20,3 +20,13 @@ def test_against_numpy(M, D, S, threads, options):
     k = tilers.compile(scaled_rows(M, D, S, threads), out_idx=[2], **options)
     out = k(torch.from_numpy(L).cuda(), torch.from_numpy(P).cuda()).cpu().numpy()
     assert np.abs(out - want(L, P)).max() < 1e-4
+
+
+@pytest.mark.parametrize("options", [{}, {"wgmma": False, "tma": False}])
+def test_a_fragment_copy_between_layouts_against_numpy(options):
+    from test_relayout import two_gemms, two_gemms_inputs
+
+    A, B, V, want2 = two_gemms_inputs()
+    k = tilers.compile(two_gemms(), out_idx=[3], **options)
+    out = k(*[torch.from_numpy(x).cuda() for x in (A, B, V)]).cpu().numpy()
+    np.testing.assert_allclose(out, want2, rtol=2e-3, atol=2e-3)

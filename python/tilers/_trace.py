@@ -669,7 +669,8 @@ class Buffer:
     ``A[i, j] = v`` records a store.
     """
 
-    __slots__ = ("_id", "dtype", "is_barrier", "kernel", "loc", "name", "scope", "shape", "swizzle")
+    __slots__ = ("_id", "dtype", "is_barrier", "kernel", "loc", "name", "scope", "shape", "swizzle",
+                 "used", "user_layout")
 
     def __init__(
         self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc, kernel: int | None = None
@@ -685,6 +686,10 @@ class Buffer:
         self.shape = shape
         self.loc = loc
         self.swizzle = False  # T.annotate_layout({buf: T.make_swizzled_layout(buf)})
+        # T.annotate_layout({buf: T.Layout(...)}): element accesses go through it
+        # (tilers/_user_layout.py); `used` says an access was traced before it
+        self.user_layout = None
+        self.used = False
 
     @property
     def id(self) -> int:
@@ -801,6 +806,15 @@ def element_indices(buffer: Buffer, indices: tuple, loc: Loc) -> list:
             help=f"index every dimension of '{buffer.name}', "
             f"e.g. {buffer.name}[{', '.join('ijkl'[:rank])}]",
         )
+    buffer.used = True
+    if buffer.user_layout is not None:
+        from ._user_layout import storage_indices
+
+        indices = tuple(
+            i + buffer.shape[d] if isinstance(i, int) and i < 0 and isinstance(buffer.shape[d], int) else i
+            for d, i in enumerate(indices)
+        )
+        indices = storage_indices(buffer, indices)
     return [index_node(i, buffer.shape[d], loc) for d, i in enumerate(indices)]
 
 
@@ -836,6 +850,8 @@ def region(operand, other, loc: Loc) -> dict:
     case both select single elements.
     """
     if isinstance(operand, Buffer):
+        refuse_user_layout(operand, loc)
+        operand.used = True
         return {"buf": operand.id, "dims": [], "loc": current_builder().json_loc(loc)}
     if not isinstance(operand, Load):
         raise user_error(
@@ -844,6 +860,8 @@ def region(operand, other, loc: Loc) -> dict:
             help="pass a buffer or a region of one to T.copy and T.fill",
         )
     buffer = operand.buffer
+    refuse_user_layout(buffer, operand.loc)
+    buffer.used = True
     if len(operand.indices) > len(buffer.shape):
         raise user_error(
             f"'{buffer.name}' has {len(buffer.shape)} dimensions but "
@@ -876,6 +894,21 @@ def region(operand, other, loc: Loc) -> dict:
         else:
             dims.append({"index": index_node(i, extent, operand.loc)})
     return {"buf": buffer.id, "dims": dims, "loc": current_builder().json_loc(operand.loc)}
+
+
+def refuse_user_layout(buffer: Buffer, loc: Loc, what: str = "this operation") -> None:
+    """A tile operation that reads a buffer in its own layout cannot take one with a
+    T.Layout (T.copy, T.fill and tile atomics expand into element accesses first)."""
+    layout = buffer.user_layout
+    if layout is None:
+        return
+    where = f" at {layout.loc.file}:{layout.loc.line}" if layout.loc else ""
+    raise user_error(
+        f"{what} cannot take '{buffer.name}': it has a user layout (the T.Layout made{where}), "
+        "and only element accesses, T.copy, T.fill and tile atomics follow one",
+        loc=loc,
+        help=f"copy '{buffer.name}' into a tile without a user layout first",
+    )
 
 
 class TensorType:

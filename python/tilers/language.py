@@ -5,10 +5,12 @@
 # module's public names are the DSL's, and nothing else.
 import builtins as _builtins
 
-from . import _trace
+from . import _trace, _user_layout
 from ._trace import cast
 
 __all__ = [
+    "Layout",
+    "Fragment",
     "wait_wgmma",
     "wgmma_gemm",
     "fence_proxy_async",
@@ -423,6 +425,12 @@ class _SwizzledLayout:
         return f"<swizzled layout of {self.buffer.name}>"
 
 
+# user layouts (tilers/_user_layout.py): T.Layout(shape, fn) for global and shared buffers,
+# T.Fragment (a hint) for fragments
+Layout = _user_layout.Layout
+Fragment = _user_layout.Fragment
+
+
 def make_swizzled_layout(buffer):
     """The bank-conflict-free swizzled layout of a shared tile, for ``T.annotate_layout``:
     ``T.annotate_layout({A_s: T.make_swizzled_layout(A_s)})``."""
@@ -457,10 +465,43 @@ def annotate_layout(layouts: dict):
                 loc=loc,
                 help="e.g. T.annotate_layout({A_shared: T.make_swizzled_layout(A_shared)})",
             )
+        if isinstance(layout, _user_layout.Fragment):
+            if buffer.scope != "fragment":
+                raise _trace.user_error(
+                    f"T.annotate_layout: '{buffer.name}' is a {buffer.scope} buffer; a "
+                    "T.Fragment lays out a fragment",
+                    loc=loc,
+                    help="give shared and global buffers a T.Layout",
+                )
+            if tuple(layout.input_shape) != tuple(buffer.shape):
+                raise _trace.user_error(
+                    f"T.annotate_layout: the T.Fragment is for shape {list(layout.input_shape)}, "
+                    f"but '{buffer.name}' is {list(buffer.shape)}",
+                    loc=loc,
+                    help=f"make it from the fragment's shape: T.Fragment({buffer.name}.shape, ...)",
+                )
+            continue  # a hint: tilers chooses fragment layouts (tilers/_user_layout.py)
+        if isinstance(layout, _user_layout.Layout):
+            if buffer.scope not in ("global", "shared"):
+                raise _trace.user_error(
+                    f"T.annotate_layout: '{buffer.name}' is a {buffer.scope} buffer; a T.Layout "
+                    "lays out global or shared memory",
+                    loc=loc,
+                    help="a fragment's layout says which thread holds an element: T.Fragment",
+                )
+            if buffer.used:
+                raise _trace.user_error(
+                    f"T.annotate_layout: '{buffer.name}' is used before its layout is given",
+                    loc=loc,
+                    help="annotate layouts at the start of the kernel, before the first access",
+                )
+            layout.check_bijection(buffer, loc)
+            buffer.user_layout = layout
+            continue
         if not isinstance(layout, _SwizzledLayout):
             raise _trace.user_error(
                 f"T.annotate_layout: the layout of '{buffer.name}' must come from "
-                f"T.make_swizzled_layout, got {type(layout).__name__}",
+                f"T.make_swizzled_layout, T.Layout or T.Fragment, got {type(layout).__name__}",
                 loc=loc,
                 help="fragment layouts are inferred from the instructions that use them",
             )
@@ -588,6 +629,9 @@ def copy(src, dst, pad=None, *, disable_tma=False, coalesced_width=None, annotat
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.copy", loc)
+    if _user_layout.has_user_layout(src) or _user_layout.has_user_layout(dst):
+        _user_layout.expand("T.copy", src, dst, loc, pad=pad)
+        return
     src_region = _trace.region(src, dst, loc)
     dst_region = _trace.region(dst, src, loc)
     pad_node = None
@@ -606,6 +650,10 @@ def fill(dst, value, *, annotations=None):
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.fill", loc)
+    if _user_layout.has_user_layout(dst):
+        target = dst if isinstance(dst, _trace.Buffer) else dst.buffer
+        _user_layout.expand("T.fill", None, dst, loc, fill_value=_trace.literal(value, target.dtype))
+        return
     dst_region = _trace.region(dst, None, loc)
     dtype = builder.buffers[dst_region["buf"]].dtype
     builder.emit(
@@ -735,6 +783,7 @@ def gemm(
                 loc=loc,
                 help="allocate tiles with T.alloc_shared / T.alloc_fragment and copy into them",
             )
+        _trace.refuse_user_layout(operand, loc, "T.gemm")
         operands[what] = operand.id
     if policy not in (GemmWarpPolicy.Square, GemmWarpPolicy.FullRow, GemmWarpPolicy.FullCol):
         raise _trace.user_error(
@@ -838,6 +887,9 @@ def _atomic(op: str, dst, value, memory_order, return_prev):
                 help=f"update elements in a T.Parallel loop: {what}(C[i, j], v), or fill a "
                 f"fragment with the value and pass it",
             )
+        if _user_layout.has_user_layout(dst) or _user_layout.has_user_layout(value):
+            _user_layout.expand(what, value, dst, loc, atomic=op, memory_order=memory_order)
+            return None
         node = {
             "op": "copy",
             "src": _trace.region(value, dst, loc),

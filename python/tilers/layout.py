@@ -1,6 +1,6 @@
 """Layouts by TileLang's names: ``tilers.layout.make_swizzled_layout`` (the same as
-``T.make_swizzled_layout``, for ``T.annotate_layout``). User layouts (``Layout``,
-``Fragment``) are not supported yet: naming one is an error that says so."""
+``T.make_swizzled_layout``, for ``T.annotate_layout``), ``Layout`` and ``Fragment`` (the
+same as ``T.Layout`` and ``T.Fragment``; see tilers/_user_layout.py)."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ def _unsupported(name):
         raise TileError(
             f"tilers.layout.{name} is not supported yet: tilers infers every fragment and "
             "shared layout itself (kernel.layouts() shows them); T.annotate_layout takes "
-            "T.make_swizzled_layout(buffer)"
+            "T.make_swizzled_layout(buffer) or a T.Layout"
         )
 
     make.__name__ = name
     return make
 
 
-Layout = _unsupported("Layout")
-Fragment = _unsupported("Fragment")
+Layout = _T.Layout
+Fragment = _T.Fragment
 # TileLang's fixed-swizzle variants: tilers picks the swizzle from the tile's width (and
 # its instruction's needs), so each is the swizzled layout
 make_wgmma_swizzled_layout = make_swizzled_layout

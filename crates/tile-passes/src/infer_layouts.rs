@@ -920,6 +920,40 @@ fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) 
                 then.push(Stmt::Parallel { vars, extents, body: inner, loc, layout });
                 out.push(Stmt::If { cond: Expr::bool(true), then, otherwise: vec![], loc });
             }
+            Stmt::Copy(op) if fragments_apart(m, &op) => {
+                // a copy between fragments whose layouts put an element on other threads (an
+                // accumulator split over warps by columns into an A operand each warp holds
+                // whole): through a shared tile of the destination's type
+                let (src, dst) = (m.buffer(op.src.buf).clone(), m.buffer(op.dst.buf).clone());
+                let shared = m.add_buffer(tile_ir::Buffer {
+                    name: format!("{}_relayout", src.name),
+                    scope: Scope::Shared,
+                    dtype: dst.dtype,
+                    layout: None,
+                    ..src.clone()
+                });
+                let at = m.sources.short(op.loc).unwrap_or_default();
+                ctx.report.push(format!(
+                    "{at}: T.copy from '{}' to '{}', laid out over other threads, goes through shared memory ('{}')",
+                    src.name,
+                    dst.name,
+                    m.buffer(shared).name
+                ));
+                let loc = op.loc;
+                let region = |b: BufferId| tile_ir::Region { buf: b, dims: vec![], loc };
+                let step = |from: BufferId, to: BufferId| {
+                    Stmt::Copy(tile_ir::CopyOp {
+                        src: region(from),
+                        dst: region(to),
+                        pad: None,
+                        loc,
+                        inst: None,
+                        atomic: None,
+                    })
+                };
+                let then = vec![step(op.src.buf, shared), step(shared, op.dst.buf)];
+                out.push(Stmt::If { cond: Expr::bool(true), then, otherwise: vec![], loc });
+            }
             Stmt::For { var, start, extent, kind, body, loc } => {
                 let body = relayout_reads(m, body, threads, ctx);
                 out.push(Stmt::For { var, start, extent, kind, body, loc });
@@ -934,6 +968,22 @@ fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) 
         }
     }
     out
+}
+
+/// A whole-tile copy between two laid-out fragments that put some element on other threads
+/// (the lowering moves each element within its thread, so it cannot carry it out).
+fn fragments_apart(m: &Module, op: &tile_ir::CopyOp) -> bool {
+    let (s, d) = (m.buffer(op.src.buf), m.buffer(op.dst.buf));
+    if op.atomic.is_some() || !op.src.dims.is_empty() || !op.dst.dims.is_empty() {
+        return false;
+    }
+    if s.scope != Scope::Fragment || d.scope != Scope::Fragment || s.fixed_shape() != d.fixed_shape() {
+        return false;
+    }
+    match (&s.layout, &d.layout) {
+        (Some(a), Some(b)) => a != b && a.refined(b).is_none(),
+        _ => false,
+    }
 }
 
 fn assign_loop_layouts(
