@@ -451,11 +451,11 @@ class Profiler:
 
     def assert_allclose(self, ref_prog=None, rtol=1e-2, atol=1e-2, args=None, expected=None,
                         *, reference_program=None, input_tensors=None,
-                        max_mismatched_ratio=None) -> None:
-        """Run the kernel and `ref_prog` on the same inputs; raise AssertionError where an
-        output differs by more than ``atol + rtol * |expected|``, naming the output.
-        TileLang's names: ``reference_program``, ``input_tensors``; with
-        ``max_mismatched_ratio`` that fraction of each output's elements may differ."""
+                        max_mismatched_ratio=0.01) -> None:
+        """Run the kernel and `ref_prog` on the same inputs; raise AssertionError where more
+        than ``max_mismatched_ratio`` of an output's elements (1%, TileLang's default; 0 for
+        none) differ by more than ``atol + rtol * |expected|``, naming the output.
+        TileLang's names: ``reference_program``, ``input_tensors``."""
         if reference_program is not None:
             ref_prog = reference_program
         if ref_prog is None:

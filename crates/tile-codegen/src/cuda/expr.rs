@@ -117,6 +117,27 @@ impl Emitter<'_> {
         })
     }
 
+    /// The storage bits of a 16-bit float value, as an unsigned int, where they can be had
+    /// without converting through a float: a load, a constant, a select of such.
+    fn half_bits(&mut self, e: &Expr) -> Result<Option<String>, Diagnostic> {
+        Ok(match e {
+            Expr::Load { buf, idx, .. } => Some(format!("(unsigned int)({}).bits", self.access(*buf, idx)?)),
+            Expr::Const { value, dtype } => {
+                let x = match value {
+                    ConstValue::Int(v) => *v as f32,
+                    ConstValue::Float(v) => *v as f32,
+                };
+                let bits = if *dtype == DType::F16 { arith::f32_to_f16_bits(x) } else { arith::f32_to_bf16_bits(x) };
+                Some(format!("{bits}u"))
+            }
+            Expr::Select { cond, a, b, .. } => match (self.half_bits(a)?, self.half_bits(b)?) {
+                (Some(x), Some(y)) => Some(format!("({} ? {x} : {y})", self.expr(cond)?)),
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+
     pub(super) fn expr(&mut self, e: &Expr) -> Result<String, Diagnostic> {
         let m = self.m;
         Ok(match e {
@@ -234,10 +255,9 @@ impl Emitter<'_> {
                 self.round(raw, *dtype)
             }
             Expr::Unary { op: UnOp::Reinterpret, a, dtype } => {
-                if let Expr::Load { buf, idx, dtype: from, .. } = &**a {
-                    if matches!(from, DType::F16 | DType::BF16) {
-                        // the stored bits, not a float converted back (which loses a NaN's payload)
-                        let bits = format!("(unsigned int)({}).bits", self.access(*buf, idx)?);
+                if matches!(a.dtype(), DType::F16 | DType::BF16) {
+                    // the stored bits, not a float converted back (which loses a NaN's payload)
+                    if let Some(bits) = self.half_bits(a)? {
                         return Ok(reinterpret_from_bits(&bits, *dtype));
                     }
                 }
