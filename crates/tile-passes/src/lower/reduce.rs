@@ -169,11 +169,41 @@ impl Lowerer {
         }
         if !block_masks.is_empty() {
             let active = sl.active_threads;
+            // after the shuffles, threads that differ only in the shuffled bits hold the same
+            // partial: one of them stores it, at its thread index with those bits removed
+            let lane_bits: Vec<u32> = warp_masks.iter().map(|m| m.trailing_zeros()).collect();
+            let distinct = warp_masks.iter().all(|m| m.is_power_of_two())
+                && lane_bits.iter().collect::<std::collections::BTreeSet<_>>().len() == lane_bits.len();
+            let lane_bits = if distinct { lane_bits } else { Vec::new() };
+            let lanes_mask: i64 = lane_bits.iter().map(|b| 1i64 << b).sum();
+            // runs of consecutive removed bits [lo, hi), highest first
+            let mut runs: Vec<(i64, i64)> = Vec::new();
+            let mut sorted = lane_bits.clone();
+            sorted.sort_unstable();
+            for b in sorted {
+                match runs.last_mut() {
+                    Some(run) if run.1 == b as i64 => run.1 += 1,
+                    _ => runs.push((b as i64, b as i64 + 1)),
+                }
+            }
+            runs.reverse();
+            let compact = |e: Expr| {
+                runs.iter().fold(e, |x, &(lo, hi)| {
+                    let high = Expr::binary(BinOp::Shr, x.clone(), i32c(hi));
+                    if lo == 0 {
+                        return simplify(high);
+                    }
+                    let high = Expr::binary(BinOp::Shl, high, i32c(lo));
+                    let low = Expr::binary(BinOp::BitAnd, x, i32c((1i64 << lo) - 1));
+                    simplify(Expr::binary(BinOp::BitOr, high, low))
+                })
+            };
+            let slots_per_row = active >> lane_bits.len();
             let scratch = self.m.add_buffer(Buffer {
                 name: format!("{}_xwarp", db.name),
                 scope: Scope::Shared,
                 dtype: acc_dt,
-                shape: fixed_dims(&[dst_slots, active]),
+                shape: fixed_dims(&[dst_slots, slots_per_row]),
                 loc,
                 layout: None,
                 shared_offset: None,
@@ -181,11 +211,21 @@ impl Lowerer {
                 swizzle: None,
             });
             let is_active = Expr::binary(BinOp::Lt, self.tid(), i32c(active));
+            let stores = if lanes_mask == 0 {
+                is_active.clone()
+            } else {
+                let first_lane = Expr::binary(
+                    BinOp::Eq,
+                    Expr::binary(BinOp::BitAnd, self.tid(), i32c(lanes_mask)),
+                    i32c(0),
+                );
+                Expr::binary(BinOp::And, is_active.clone(), first_lane)
+            };
             let s1 = self.m.add_var("s", VarKind::Loop, DType::I32);
             let s1e = Expr::var(s1, DType::I32);
             out.push(Stmt::inst(inst::Sync));
             out.push(Stmt::If {
-                cond: is_active.clone(),
+                cond: stores,
                 then: vec![Stmt::For {
                     var: s1,
                     start: i32c(0),
@@ -193,7 +233,7 @@ impl Lowerer {
                     kind: ForKind::Unroll,
                     body: vec![Stmt::Store {
                         buf: scratch,
-                        idx: vec![s1e.clone(), self.tid()],
+                        idx: vec![s1e.clone(), compact(self.tid())],
                         value: Expr::load(partial, vec![s1e.clone()], acc_dt),
                         loc,
                     }],
@@ -216,7 +256,7 @@ impl Lowerer {
                     .filter(|(b, _)| subset >> b & 1 == 1)
                     .map(|(_, m)| m)
                     .sum();
-                let member = simplify(Expr::binary(BinOp::BitOr, base.clone(), i32c(offset)));
+                let member = compact(simplify(Expr::binary(BinOp::BitOr, base.clone(), i32c(offset))));
                 fold = combine(kind, fold, Expr::load(scratch, vec![s2e.clone(), member], acc_dt));
             }
             out.push(Stmt::If {
@@ -237,7 +277,7 @@ impl Lowerer {
                 "{}: reduce_{} across warps through shared memory ({} bytes)",
                 self.m.sources.short(loc).unwrap_or_default(),
                 kind.name(),
-                dst_slots * active * acc_dt.bytes() as i64
+                dst_slots * slots_per_row * acc_dt.bytes() as i64
             ));
         }
         // write the result
