@@ -135,6 +135,14 @@ def test_profiler_assert_allclose():
     profiler.assert_allclose(torch.add, rtol=1e-3, atol=1e-3)
     with pytest.raises(AssertionError, match="output 'C' of add differs"):
         profiler.assert_allclose(lambda a, b: a - b, rtol=1e-3, atol=1e-3)
+    # TileLang's profiler.func is the kernel
+    a, b = profiler.inputs()
+    torch.testing.assert_close(profiler.func(a, b), a + b)
+    # 1% of the elements may differ by default (TileLang's max_mismatched_ratio), none with 0
+    off_by_some = lambda a, b: (a + b).view(-1).index_fill(0, torch.arange(2000, device=a.device), 9).view(a.shape)  # noqa: E731
+    profiler.assert_allclose(off_by_some, rtol=1e-3, atol=1e-3)
+    with pytest.raises(AssertionError, match="differs from the reference at 2000 of"):
+        profiler.assert_allclose(off_by_some, rtol=1e-3, atol=1e-3, max_mismatched_ratio=0)
 
 
 @gpu

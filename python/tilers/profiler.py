@@ -334,6 +334,7 @@ class Profiler:
         self.size_values = [sizes[name] for name in declared]
         self._shape_at = _sizes.shape_at
         self.kernel = kernel
+        self.func = kernel  # TileLang's name: the kernel, called as profiler.func(*args)
         self.supply_type = supply_type
         self.scalars = dict(scalars or {})
         self.seed = seed

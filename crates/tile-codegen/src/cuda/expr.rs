@@ -127,7 +127,8 @@ impl Emitter<'_> {
                     ConstValue::Int(v) => *v as f32,
                     ConstValue::Float(v) => *v as f32,
                 };
-                let bits = if *dtype == DType::F16 { arith::f32_to_f16_bits(x) } else { arith::f32_to_bf16_bits(x) };
+                let bits =
+                    if *dtype == DType::F16 { arith::f32_to_f16_bits(x) } else { arith::f32_to_bf16_bits(x) };
                 Some(format!("{bits}u"))
             }
             Expr::Select { cond, a, b, .. } => match (self.half_bits(a)?, self.half_bits(b)?) {
