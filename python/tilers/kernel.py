@@ -196,6 +196,10 @@ class JITKernel:
     ):
         self.name = name
         self.program_json = program_json
+        if source is not None:
+            from .engine.callback import postprocess_cuda
+
+            source = postprocess_cuda(source, info["arch"])
         self.source = source
         self.info = info
         self.target = target
