@@ -354,3 +354,35 @@ def test_a_jump_out_of_a_device_branch_is_an_error_at_the_jump():
     a = np.zeros(8, np.float32)
     tilers.compile(python_jump, target="interp")(a)
     np.testing.assert_array_equal(a, [1, 0, 1, 0, 0, 0, 0, 0])
+
+
+def test_thread_binding_is_the_thread_index():
+    # TileLang's `tx = T.thread_binding(0, threads, thread="threadIdx.x")`
+    @T.prim_func
+    def k(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            tx = T.thread_binding(0, 256, thread="threadIdx.x")
+            if tx < 128:
+                for i in T.Parallel(128):
+                    B[i] = A[i] + 1.0
+            if tx >= 128:
+                for i in T.Parallel(128):
+                    B[128 + i] = A[128 + i] * 2.0
+
+    kernel = tilers.compile(k, target="cuda:sm_90a")
+    assert "T.ws region on threads 0-127" in kernel.report()
+    a = rand(256)
+    b = np.zeros_like(a)
+    kernel(a, b)
+    np.testing.assert_allclose(b, np.concatenate([a[:128] + 1, a[128:] * 2]), rtol=1e-6)
+
+    @T.prim_func
+    def wrong(L: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            tx = T.thread_binding(0, 64, thread="threadIdx.x")
+            if tx < 64:
+                for i in T.Parallel(256):
+                    L[i] = 0.0
+
+    with pytest.raises(TileError, match="must span the block's threads"):
+        tilers.compile(wrong, target="interp")

@@ -28,6 +28,7 @@ __all__ = [
     "Cast",
     "macro",
     "get_thread_binding",
+    "thread_binding",
     "alloc_var",
     "Var",
     "uint4",
@@ -1946,6 +1947,28 @@ def get_thread_binding(dim=0):
             f"T.get_thread_binding({dim}): tilers launches one-dimensional blocks (threads=n)",
             loc=loc,
             help="use T.get_thread_binding() (dimension 0)",
+        )
+    return builder.thread_var()
+
+
+def thread_binding(start, stop=None, thread="threadIdx.x", annotations=None):
+    """TileLang's ``tx = T.thread_binding(0, threads, thread="threadIdx.x")``: the thread
+    index, as ``T.get_thread_binding()`` (``start`` 0 and ``stop`` the block's threads)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.thread_binding", loc)
+    lo, hi = (0, start) if stop is None else (start, stop)
+    if thread != "threadIdx.x":
+        raise _trace.user_error(
+            f"T.thread_binding(thread={thread!r}): tilers launches one-dimensional blocks",
+            loc=loc,
+            help='bind "threadIdx.x"; block indices come from T.Kernel',
+        )
+    if lo != 0 or (isinstance(hi, _builtins.int) and hi != builder.kernel_threads):
+        raise _trace.user_error(
+            f"T.thread_binding({lo}, {hi}) must span the block's threads (0 to {builder.kernel_threads})",
+            loc=loc,
+            help=f"use T.thread_binding(0, {builder.kernel_threads}, thread=\"threadIdx.x\")",
         )
     return builder.thread_var()
 
