@@ -458,8 +458,9 @@ def test_tooling_namespaces():
     assert not tilers.is_cache_enabled()
     tilers.enable_cache()
     assert tilers.is_cache_enabled()
-    with pytest.raises(TileError, match="tilers.layout.Fragment is not supported yet"):
-        tilers.layout.Fragment((16, 16), lambda i, j: i)
+    assert tilers.layout.Layout is T.Layout and tilers.layout.Fragment is T.Fragment
+    with pytest.raises(TileError, match="tilers.layout.make_linear_layout is not supported yet"):
+        tilers.layout.make_linear_layout((16, 16))
 
 
 def test_autotuning_an_eager_function_with_its_parameters_given_compiles_that_config():
