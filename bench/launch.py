@@ -192,8 +192,14 @@ def main():
     assert torch.equal(c, a + b)
     checked_s16(*args16)
 
+    # the same kernel as a torch operator (tilers.torch.custom_op): the dispatcher's cost
+    import tilers.torch as tilers_torch
+
+    add_op = tilers_torch.custom_op(add_out, "tilers_bench::add")
+    assert torch.equal(add_op(a, b), a + b)
     pointers = (a.data_ptr(), b.data_ptr(), c.data_ptr())
     fns = {
+        "tilers add(a, b) as a torch op (custom_op)": lambda: add_op(a, b),
         "torch.add(a, b, out=c)": lambda: torch.add(a, b, out=c),
         "torch.add(a, b)": lambda: torch.add(a, b),
         "tilers add(a, b, c)": lambda: add(a, b, c),
@@ -246,6 +252,8 @@ def main():
         "tilers 16 - 3 tensors (us)": growth,
         "native launch floor / torch.add": cpu["native launch, 3 pointers as ints"] / reference,
         "Python checks, 3 tensors / torch.add": cpu["tilers add(a, b, c), Python checks"] / reference,
+        "torch op / direct call (out_idx)": cpu["tilers add(a, b) as a torch op (custom_op)"]
+        / cpu["tilers add(a, b) out_idx"],
         "Python checks, 16 - 3 tensors (us)": (
             cpu["tilers sum16, Python checks"] - cpu["tilers add(a, b, c), Python checks"]
         ),
