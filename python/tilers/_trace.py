@@ -670,7 +670,7 @@ class Buffer:
     """
 
     __slots__ = ("_id", "dtype", "is_barrier", "kernel", "loc", "name", "scope", "shape", "swizzle",
-                 "used", "user_layout")
+                 "used", "user_layout", "reducer_op")
 
     def __init__(
         self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc, kernel: int | None = None
@@ -690,6 +690,9 @@ class Buffer:
         # (tilers/_user_layout.py); `used` says an access was traced before it
         self.user_layout = None
         self.used = False
+        # T.alloc_reducer: the combining op ("sum", "max", "min"); updates of it inside a
+        # T.Parallel loop that leave out loop variables are reductions (language.py)
+        self.reducer_op = None
 
     @property
     def id(self) -> int:
@@ -725,6 +728,11 @@ class Buffer:
                 loc=loc,
                 help="use T.fill(region, value) or T.copy(src, region)",
             )
+        if self.reducer_op is not None:
+            from .language import _reducer_store
+
+            if _reducer_store(self, indices, value, loc):
+                return
         idx = element_indices(self, indices, loc)
         stored = cast(literal(value, self.dtype), self.dtype)
         builder = current_builder()

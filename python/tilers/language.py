@@ -9,6 +9,10 @@ from . import _trace, _user_layout
 from ._trace import cast
 
 __all__ = [
+    "alloc_reducer",
+    "reducer_init",
+    "reducer_update",
+    "finalize_reducer",
     "Layout",
     "Fragment",
     "wait_wgmma",
@@ -1036,8 +1040,16 @@ def Parallel(*extents, annotations=None, prefer_async=None, coalesced_width=None
 
 def _parallel_body(builder, loop_vars, extents, loc):
     body = builder.open_block("T.Parallel", loc)
-    yield loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars)
+    stack = builder.__dict__.setdefault("_parallel_stack", [])
+    frame = {"vars": loop_vars, "extents": extents, "updates": []}
+    stack.append(frame)
+    try:
+        yield loop_vars[0] if len(loop_vars) == 1 else tuple(loop_vars)
+    finally:
+        stack.pop()
     builder.close_block(body)
+    for update in frame["updates"]:  # each reducer update's partials start at the identity
+        fill(update["part"], _REDUCER_IDENTITY[update["op"]](update["part"].dtype))
     builder.emit(
         {
             "op": "parallel",
@@ -1047,6 +1059,179 @@ def _parallel_body(builder, loop_vars, extents, loc):
         },
         loc,
     )
+    for update in frame["updates"]:
+        _finish_reducer_update(update, loop_vars, extents)
+
+
+# ----------------------------------------------------------------------------------------
+# reducers (T.alloc_reducer): an update inside a T.Parallel loop that leaves out some loop
+# variables (`acc[i] += a[i, j] * x[j]`) combines every iteration's contribution: each is
+# kept in a partial tile over the whole loop, reduced over the left-out dimensions after the
+# loop (T.reduce_*: shuffles and shared memory as the layout needs), and combined into the
+# reducer. TileLang's finalize_reducer then has nothing left to combine.
+
+_REDUCER_COMBINE = {"sum": "add", "max": "max", "min": "min"}
+_REDUCER_IDENTITY = {
+    "sum": lambda dtype: 0,
+    "max": lambda dtype: -infinity(dtype) if _trace.is_float(dtype) else _int_limits(dtype)[0],
+    "min": lambda dtype: infinity(dtype) if _trace.is_float(dtype) else _int_limits(dtype)[1],
+}
+
+
+def _int_limits(dtype):
+    import numpy as _np
+
+    info = _np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
+def alloc_reducer(shape, dtype, op="sum", replication=None):
+    """A fragment whose updates inside T.Parallel loops are reductions:
+    ``acc = T.alloc_reducer(block_M, "float32")``, ``T.clear(acc)`` (or
+    ``T.reducer_init(acc)``), ``acc[i] += a[i, j] * x[j]`` in a ``T.Parallel(block_M,
+    block_N)`` loop (or ``T.reducer_update(acc[i], v)``), ``T.finalize_reducer(acc)``.
+    ``op`` is ``"sum"``, ``"max"`` or ``"min"``; TileLang's ``replication`` has no effect."""
+    loc = _trace.capture()
+    if op not in _REDUCER_COMBINE:
+        raise _trace.user_error(
+            f"T.alloc_reducer(op={op!r}): tilers reduces with \"sum\", \"max\" or \"min\"",
+            loc=loc,
+            help="bitwise reducers are not supported yet: reduce with T.Parallel and T.atomic_* instead",
+        )
+    if replication not in (None, "all", "none"):
+        raise _trace.user_error(
+            f"T.alloc_reducer(replication={replication!r}) is not 'all', 'none' or None",
+            loc=loc,
+            help="leave it out: tilers chooses how partials are held",
+        )
+    buf = _alloc("fragment", shape, dtype)
+    buf.reducer_op = op
+    return buf
+
+
+def _reducer(acc, what, loc):
+    if not isinstance(acc, _trace.Buffer) or acc.reducer_op is None:
+        raise _trace.user_error(
+            f"{what} takes a buffer made by T.alloc_reducer, got "
+            f"{getattr(acc, 'name', type(acc).__name__)!r}",
+            loc=loc,
+            help="allocate it with acc = T.alloc_reducer(shape, dtype, op=\"sum\")",
+        )
+    return acc
+
+
+def reducer_init(acc, value=None):
+    """Set every element of a reducer to ``value`` (its op's identity by default):
+    ``T.reducer_init(acc)``."""
+    loc = _trace.capture()
+    _reducer(acc, "T.reducer_init", loc)
+    fill(acc, _REDUCER_IDENTITY[acc.reducer_op](acc.dtype) if value is None else value)
+
+
+def reducer_update(ref, contribution):
+    """Combine ``contribution`` into the reducer element ``ref``: ``T.reducer_update(acc[i],
+    v)`` (inside a T.Parallel loop, a reduction over the loop variables ``ref`` leaves out)."""
+    loc = _trace.capture()
+    if not isinstance(ref, _trace.Load) or ref.has_slices():
+        raise _trace.user_error(
+            "T.reducer_update takes one element of a reducer, as acc[i]",
+            loc=loc,
+            help="update elements inside a T.Parallel loop: T.reducer_update(acc[i], v)",
+        )
+    acc = _reducer(ref.buffer, "T.reducer_update", loc)
+    if not _reducer_update(acc, ref.indices, contribution, loc):
+        current = _trace.Load(acc, ref.indices, loc)
+        acc[ref.indices] = _combine(acc.reducer_op, current, contribution)
+
+
+def finalize_reducer(acc, dst=None):
+    """TileLang's end of a reduction epoch: the updates were combined at the end of each
+    T.Parallel loop, so only the copy into ``dst`` (when given) is left."""
+    loc = _trace.capture()
+    _reducer(acc, "T.finalize_reducer", loc)
+    if dst is not None:
+        copy(acc, dst)
+
+
+def _combine(op, a, b):
+    if op == "sum":
+        return a + b
+    return max(a, b) if op == "max" else min(a, b)
+
+
+def _reducer_store(acc, indices, value, loc) -> _builtins.bool:
+    """``acc[indices] = value`` on a reducer: when it reads ``acc[indices] op v`` inside a
+    T.Parallel loop whose variables it leaves out, a reduction of ``v`` (True); else a store."""
+    builder = _trace.current_builder()
+    stack = builder.__dict__.get("_parallel_stack") or []
+    if not stack or not isinstance(value, _trace.Expr):
+        return False
+    node = value.node()
+    want = {"add": "sum", "max": "max", "min": "min"}.get(node.get("op"))
+    if want != acc.reducer_op:
+        return False
+    own = _trace.Load(acc, tuple(indices), loc).node()
+    same = lambda n: n.get("op") == "load" and n.get("buf") == own["buf"] and n.get("idx") == own["idx"]  # noqa: E731
+    if same(node["a"]):
+        other = node["b"]
+    elif same(node["b"]):
+        other = node["a"]
+    else:
+        return False
+    return _reducer_update(acc, indices, _trace.Expr(other), loc)
+
+
+def _reducer_update(acc, indices, contribution, loc) -> _builtins.bool:
+    builder = _trace.current_builder()
+    stack = builder.__dict__.get("_parallel_stack") or []
+    if not stack:
+        return False
+    frame = stack[-1]
+    var_ids = [v.node()["id"] for v in frame["vars"]]
+    used = []
+    for i in indices:
+        n = _trace.literal(i).node() if not _builtins.isinstance(i, _builtins.int) else None
+        if n is None or n.get("op") != "var" or n["id"] not in var_ids:
+            raise _trace.user_error(
+                f"an update of the reducer '{acc.name}' inside T.Parallel must index it by "
+                "loop variables of that loop",
+                loc=loc,
+                help=f"e.g. {acc.name}[i] += x[i, j] in `for i, j in T.Parallel(...)`",
+            )
+        used.append(var_ids.index(n["id"]))
+    if len(used) == len(var_ids):
+        return False  # every loop variable: each iteration its own element, a plain store
+    if used != sorted(used) or len(set(used)) != len(used):
+        raise _trace.user_error(
+            f"the reducer '{acc.name}' is indexed by loop variables out of the loop's order",
+            loc=loc,
+            help="index it by the kept loop variables in the order T.Parallel lists them",
+        )
+    part = builder.new_buffer(f"{acc.name}_part", "fragment", acc.dtype, tuple(frame["extents"]), loc)
+    part[tuple(frame["vars"])] = contribution
+    frame["updates"].append({"acc": acc, "part": part, "kept": used, "op": acc.reducer_op, "loc": loc})
+    return True
+
+
+def _finish_reducer_update(update, loop_vars, extents):
+    """After the loop: reduce the partials over the left-out dimensions and combine them in."""
+    builder = _trace.current_builder()
+    acc, part, kept, op = update["acc"], update["part"], update["kept"], update["op"]
+    cur, dims = part, list(range(len(extents)))
+    for d in reversed(range(len(extents))):
+        if d in kept:
+            continue
+        shape = tuple(extents[k] for k in dims if k != d)
+        nxt = builder.new_buffer(f"{acc.name}_red", "fragment", acc.dtype, shape, update["loc"])
+        _reduce(op, cur, nxt, dims.index(d), True)
+        dims.remove(d)
+        cur = nxt
+    names = [f"r{len(builder.vars)}_{k}" for k in range(len(dims))]
+    lvars = [builder.new_var(n, "loop") for n in names]
+    body = _parallel_body(builder, lvars, [extents[k] for k in dims], update["loc"])
+    next(body)
+    acc[tuple(lvars)] = _combine(op, _trace.Load(acc, tuple(lvars), update["loc"]), cur[tuple(lvars)])
+    next(body, None)
 
 
 def _for_loop(kind: str, start, stop, stages, what: str):
