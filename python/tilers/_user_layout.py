@@ -301,6 +301,12 @@ class Fragment:
             shape = (shape,)
         self.input_shape = tuple(shape)
         self.replicate = replicate
+        self.forward_thread_fn = forward_thread_fn
+        self.forward_index_fn = forward_index_fn
+        if forward_thread_fn is None and forward_fn is not None:
+            # forward_fn(i, ...) -> (thread, index)
+            self.forward_thread_fn = lambda *i: forward_fn(*i)[0]
+            self.forward_index_fn = lambda *i: forward_fn(*i)[1]
         if forward_fn is None and forward_thread_fn is None:
             raise _trace.user_error(
                 "T.Fragment needs forward_fn or forward_thread_fn (which thread holds an element)",
