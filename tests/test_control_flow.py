@@ -141,11 +141,14 @@ def test_an_alloc_var_read_before_any_write_is_an_error_at_the_read():
     assert "A[0] = x + 1.0" in str(info.value)
 
 
-def test_get_thread_binding_selects_warp_role_regions():
+@pytest.mark.parametrize("bind", ["get_thread_binding", "thread_binding"])
+def test_get_thread_binding_selects_warp_role_regions(bind):
     @T.prim_func
     def k(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32")):
         with T.Kernel(1, threads=256) as bx:
-            tx = T.get_thread_binding()
+            # TileLang's two spellings of the thread index
+            tx = T.get_thread_binding() if bind == "get_thread_binding" else T.thread_binding(
+                0, 256, thread="threadIdx.x")
             if tx < 128:
                 for i in T.Parallel(128):
                     B[i] = A[i] + 1.0
@@ -356,26 +359,7 @@ def test_a_jump_out_of_a_device_branch_is_an_error_at_the_jump():
     np.testing.assert_array_equal(a, [1, 0, 1, 0, 0, 0, 0, 0])
 
 
-def test_thread_binding_is_the_thread_index():
-    # TileLang's `tx = T.thread_binding(0, threads, thread="threadIdx.x")`
-    @T.prim_func
-    def k(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32")):
-        with T.Kernel(1, threads=256) as bx:
-            tx = T.thread_binding(0, 256, thread="threadIdx.x")
-            if tx < 128:
-                for i in T.Parallel(128):
-                    B[i] = A[i] + 1.0
-            if tx >= 128:
-                for i in T.Parallel(128):
-                    B[128 + i] = A[128 + i] * 2.0
-
-    kernel = tilers.compile(k, target="cuda:sm_90a")
-    assert "T.ws region on threads 0-127" in kernel.report()
-    a = rand(256)
-    b = np.zeros_like(a)
-    kernel(a, b)
-    np.testing.assert_allclose(b, np.concatenate([a[:128] + 1, a[128:] * 2]), rtol=1e-6)
-
+def test_thread_binding_must_span_the_block():
     @T.prim_func
     def wrong(L: T.Tensor((256,), "float32")):
         with T.Kernel(1, threads=128) as bx:

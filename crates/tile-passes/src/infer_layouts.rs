@@ -887,17 +887,7 @@ fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) 
                     out.push(Stmt::Parallel { vars, extents, body: inner, loc, layout });
                     continue;
                 }
-                let whole = |b: BufferId| tile_ir::Region { buf: b, dims: vec![], loc };
-                let copy = |src: BufferId, dst: BufferId| {
-                    Stmt::Copy(tile_ir::CopyOp {
-                        src: whole(src),
-                        dst: whole(dst),
-                        pad: None,
-                        loc,
-                        inst: None,
-                        atomic: None,
-                    })
-                };
+                let copy = |src: BufferId, dst: BufferId| whole_copy(src, dst, loc);
                 let mut then = Vec::new();
                 for &(buf, shared, c) in &converts {
                     then.push(copy(buf, shared));
@@ -940,18 +930,7 @@ fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) 
                     m.buffer(shared).name
                 ));
                 let loc = op.loc;
-                let region = |b: BufferId| tile_ir::Region { buf: b, dims: vec![], loc };
-                let step = |from: BufferId, to: BufferId| {
-                    Stmt::Copy(tile_ir::CopyOp {
-                        src: region(from),
-                        dst: region(to),
-                        pad: None,
-                        loc,
-                        inst: None,
-                        atomic: None,
-                    })
-                };
-                let then = vec![step(op.src.buf, shared), step(shared, op.dst.buf)];
+                let then = vec![whole_copy(op.src.buf, shared, loc), whole_copy(shared, op.dst.buf, loc)];
                 out.push(Stmt::If { cond: Expr::bool(true), then, otherwise: vec![], loc });
             }
             Stmt::For { var, start, extent, kind, body, loc } => {
@@ -968,6 +947,12 @@ fn relayout_reads(m: &mut Module, body: Vec<Stmt>, threads: u32, ctx: &mut Ctx) 
         }
     }
     out
+}
+
+/// `T.copy(src, dst)` of whole buffers.
+fn whole_copy(src: BufferId, dst: BufferId, loc: tile_ir::Loc) -> Stmt {
+    let whole = |b: BufferId| tile_ir::Region { buf: b, dims: vec![], loc };
+    Stmt::Copy(tile_ir::CopyOp { src: whole(src), dst: whole(dst), pad: None, loc, inst: None, atomic: None })
 }
 
 /// A whole-tile copy between two laid-out fragments that put some element on other threads
