@@ -59,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
-  float* acc_xwarp = (float*)(tl_smem + 0);  // [4, 128]
+  float* acc_xwarp = (float*)(tl_smem + 0);  // [4, 64]
   __align__(16) float x[32];  // fragment[64, 64] over 128 threads: dim0 = 8 threads (stride 16) . 8 registers, dim1 = 4 registers . 16 threads (stride 1); 32 registers per thread
   __align__(16) float acc[4];  // fragment[64] over 128 threads: dim0 = 4 registers . 16 threads (stride 1); replicated over 8 threads (stride 16); 4 registers per thread
   __align__(16) float acc_red[4];
@@ -98,17 +98,17 @@ extern "C" __global__ void __launch_bounds__(128) col_absmax_kernel(const tl_hal
       acc_red[s_2] = fmaxf(acc_red[s_2], __shfl_xor_sync(0xffffffffu, acc_red[s_2], 16));
     }
     __syncthreads();
-    {
+    if (((tid & 16) == 0)) {
       #pragma unroll
       for (int s_3 = 0; s_3 < 4; ++s_3) {
-        acc_xwarp[(s_3) * 128 + tid] = acc_red[s_3];
+        acc_xwarp[(s_3) * 64 + (((tid >> 5) << 4) | (tid & 15))] = acc_red[s_3];
       }
     }
     __syncthreads();
     {
       #pragma unroll
       for (int s_4 = 0; s_4 < 4; ++s_4) {
-        acc_red[s_4] = fmaxf(fmaxf(fmaxf(fmaxf(0.0f, acc_xwarp[(s_4) * 128 + (tid & (-97))]), acc_xwarp[(s_4) * 128 + ((tid & (-97)) | 32)]), acc_xwarp[(s_4) * 128 + ((tid & (-97)) | 64)]), acc_xwarp[(s_4) * 128 + ((tid & (-97)) | 96)]);
+        acc_red[s_4] = fmaxf(fmaxf(fmaxf(fmaxf(0.0f, acc_xwarp[(s_4) * 64 + ((((tid & (-97)) >> 5) << 4) | ((tid & (-97)) & 15))]), acc_xwarp[(s_4) * 64 + (((((tid & (-97)) | 32) >> 5) << 4) | (((tid & (-97)) | 32) & 15))]), acc_xwarp[(s_4) * 64 + (((((tid & (-97)) | 64) >> 5) << 4) | (((tid & (-97)) | 64) & 15))]), acc_xwarp[(s_4) * 64 + (((((tid & (-97)) | 96) >> 5) << 4) | (((tid & (-97)) | 96) & 15))]);
       }
     }
     __syncthreads();

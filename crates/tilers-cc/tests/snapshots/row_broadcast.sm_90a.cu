@@ -49,7 +49,7 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
-  float* s_xwarp = (float*)(tl_smem + 0);  // [4, 128]
+  float* s_xwarp = (float*)(tl_smem + 0);  // [4, 4]
   __align__(16) float x[16];  // fragment[8, 256] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers, dim1 = 4 registers . 64 threads (stride 1); 16 registers per thread
   __align__(16) float s[4];  // fragment[8] over 128 threads: dim0 = 2 threads (stride 64) . 4 registers; replicated over 64 threads (stride 1); 4 registers per thread
   __align__(16) float A_v[4];
@@ -95,17 +95,17 @@ extern "C" __global__ void __launch_bounds__(128) row_broadcast_kernel(const flo
     s_red[s_2] = (s_red[s_2] + __shfl_xor_sync(0xffffffffu, s_red[s_2], 16));
   }
   __syncthreads();
-  {
+  if (((tid & 31) == 0)) {
     #pragma unroll
     for (int s_3 = 0; s_3 < 4; ++s_3) {
-      s_xwarp[(s_3) * 128 + tid] = s_red[s_3];
+      s_xwarp[(s_3) * 4 + (tid >> 5)] = s_red[s_3];
     }
   }
   __syncthreads();
   {
     #pragma unroll
     for (int s_4 = 0; s_4 < 4; ++s_4) {
-      s_red[s_4] = ((0.0f + s_xwarp[(s_4) * 128 + (tid & (-33))]) + s_xwarp[(s_4) * 128 + ((tid & (-33)) | 32)]);
+      s_red[s_4] = ((0.0f + s_xwarp[(s_4) * 4 + ((tid & (-33)) >> 5)]) + s_xwarp[(s_4) * 4 + (((tid & (-33)) | 32) >> 5)]);
     }
   }
   __syncthreads();

@@ -59,8 +59,8 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   const int tid = threadIdx.x;
   extern __shared__ __align__(16) unsigned char tl_smem[];
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
-  float* row_max_xwarp = (float*)(tl_smem + 0);  // [1, 256]
-  float* row_sum_xwarp = (float*)(tl_smem + 0);  // [1, 256]
+  float* row_max_xwarp = (float*)(tl_smem + 0);  // [1, 8]
+  float* row_sum_xwarp = (float*)(tl_smem + 0);  // [1, 8]
   __align__(16) float x[16];  // fragment[1, 4096] over 256 threads: dim0 = 1, dim1 = 4 registers . 256 threads (stride 1) . 4 registers; 16 registers per thread
   __align__(16) float row_max[1];  // fragment[1] over 256 threads: dim0 = 1; replicated over 256 threads (stride 1); 1 registers per thread
   __align__(16) float row_sum[1];  // fragment[1] over 256 threads: dim0 = 1; replicated over 256 threads (stride 1); 1 registers per thread
@@ -102,17 +102,17 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_max_red[s_1] = fmaxf(row_max_red[s_1], __shfl_xor_sync(0xffffffffu, row_max_red[s_1], 16));
   }
   __syncthreads();
-  {
+  if (((tid & 31) == 0)) {
     #pragma unroll
     for (int s_2 = 0; s_2 < 1; ++s_2) {
-      row_max_xwarp[(s_2) * 256 + tid] = row_max_red[s_2];
+      row_max_xwarp[(s_2) * 8 + (tid >> 5)] = row_max_red[s_2];
     }
   }
   __syncthreads();
   {
     #pragma unroll
     for (int s_3 = 0; s_3 < 1; ++s_3) {
-      row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 256 + (tid & (-225))]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 32)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 64)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 96)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 128)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 160)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 192)]), row_max_xwarp[(s_3) * 256 + ((tid & (-225)) | 224)]);
+      row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 8 + ((tid & (-225)) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 32) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 64) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 96) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 128) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 160) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 192) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 224) >> 5)]);
     }
   }
   __syncthreads();
@@ -151,17 +151,17 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
   }
   __syncthreads();
-  {
+  if (((tid & 31) == 0)) {
     #pragma unroll
     for (int s_7 = 0; s_7 < 1; ++s_7) {
-      row_sum_xwarp[(s_7) * 256 + tid] = row_sum_red[s_7];
+      row_sum_xwarp[(s_7) * 8 + (tid >> 5)] = row_sum_red[s_7];
     }
   }
   __syncthreads();
   {
     #pragma unroll
     for (int s_8 = 0; s_8 < 1; ++s_8) {
-      row_sum_red[s_8] = ((((((((0.0f + row_sum_xwarp[(s_8) * 256 + (tid & (-225))]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 32)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 64)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 96)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 128)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 160)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 192)]) + row_sum_xwarp[(s_8) * 256 + ((tid & (-225)) | 224)]);
+      row_sum_red[s_8] = ((((((((0.0f + row_sum_xwarp[(s_8) * 8 + ((tid & (-225)) >> 5)]) + row_sum_xwarp[(s_8) * 8 + (((tid & (-225)) | 32) >> 5)]) + row_sum_xwarp[(s_8) * 8 + (((tid & (-225)) | 64) >> 5)]) + row_sum_xwarp[(s_8) * 8 + (((tid & (-225)) | 96) >> 5)]) + row_sum_xwarp[(s_8) * 8 + (((tid & (-225)) | 128) >> 5)]) + row_sum_xwarp[(s_8) * 8 + (((tid & (-225)) | 160) >> 5)]) + row_sum_xwarp[(s_8) * 8 + (((tid & (-225)) | 192) >> 5)]) + row_sum_xwarp[(s_8) * 8 + (((tid & (-225)) | 224) >> 5)]);
     }
   }
   __syncthreads();
