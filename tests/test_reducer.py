@@ -136,3 +136,21 @@ def test_misuse_is_an_error_at_the_line():
         T.reducer_init(x)
 
     assert "takes a buffer made by T.alloc_reducer" in _error(not_a_reducer)
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_an_integer_reducer_starts_at_the_dtype_limit(op):
+    @T.prim_func
+    def f(A: T.Tensor((8, 16), "int32"), O: T.Tensor((8,), "int32")):
+        with T.Kernel(1, threads=32) as bx:
+            acc = T.alloc_reducer(8, "int32", op=op)
+            T.reducer_init(acc)
+            a = T.alloc_fragment((8, 16), "int32")
+            T.copy(A, a)
+            for i, j in T.Parallel(8, 16):
+                T.reducer_update(acc[i], a[i, j])
+            T.copy(acc, O)
+
+    A = np.random.default_rng(0).integers(-100, 100, (8, 16)).astype(np.int32)
+    got = np.asarray(tilers.compile(f, out_idx=[1], target="interp")(A))
+    np.testing.assert_array_equal(got, A.max(1) if op == "max" else A.min(1))

@@ -1079,10 +1079,9 @@ _REDUCER_IDENTITY = {
 
 
 def _int_limits(dtype):
-    import numpy as _np
+    from .kernel import INTEGER_RANGES
 
-    info = _np.iinfo(dtype)
-    return int(info.min), int(info.max)
+    return INTEGER_RANGES[dtype]
 
 
 def alloc_reducer(shape, dtype, op="sum", replication=None):
