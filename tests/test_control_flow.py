@@ -165,16 +165,27 @@ def test_get_thread_binding_selects_warp_role_regions(bind):
     assert tilers.testing.check_passes(k, arch="sm_90a").ok
 
 
-def test_the_thread_index_elsewhere_is_an_error_at_the_line():
+def test_the_thread_index_elsewhere_runs_per_thread_and_is_an_error_in_a_parallel_loop():
     @T.prim_func
     def k(A: T.Tensor((256,), "float32")):
         with T.Kernel(1, threads=256) as bx:
             tx = T.get_thread_binding()
-            A[tx] = 1.0  # <- per-thread code outside a parallel loop
+            A[tx] = 1.0  # <- per-thread code outside a parallel loop: every thread's store
 
-    with pytest.raises(TileError, match="the thread index .* can only select warp-role regions") as info:
-        tilers.compile(k, target="cuda:sm_90a")
-    assert "A[tx] = 1.0" in str(info.value)
+    a = np.zeros(256, np.float32)
+    tilers.compile(k, target="interp")(a)
+    np.testing.assert_array_equal(a, np.ones(256, np.float32))
+
+    @T.prim_func
+    def bad(A: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            tx = T.get_thread_binding()
+            for i in T.Parallel(256):
+                A[i] = A[tx]  # <- which thread runs iteration i is the compiler's choice
+
+    with pytest.raises(TileError, match="the thread index .* inside a T.Parallel loop") as info:
+        tilers.compile(bad, target="cuda:sm_90a")
+    assert "A[i] = A[tx]" in str(info.value)
 
 
 def test_a_macro_is_traced_at_each_call():

@@ -24,6 +24,14 @@ pub(crate) struct Interp<'m> {
     env: Vec<Option<Val>>,
     par: Option<Parallel>,
     block: [i64; 3],
+    /// Which statements run on every thread (they read the thread index).
+    pt: PerThread,
+    /// The threads that run the statements being executed: the block's, or a warp-role
+    /// region's.
+    lanes: Vec<i64>,
+    /// A per-thread statement is running: `par` holds the thread index, one iteration per
+    /// thread of `lanes`, and per-thread register buffers have a copy per thread.
+    simt: bool,
 }
 
 /// Iterations (positions in the running `parallel` loop's row-major order) that are
@@ -203,7 +211,17 @@ fn for_each_index(
 
 impl<'m> Interp<'m> {
     pub(crate) fn new(m: &'m Module, mem: Vec<Data>, env: Vec<Option<Val>>) -> Interp<'m> {
-        Interp { m, mem, env, par: None, block: [0; 3] }
+        let threads = m.kernel.threads as i64;
+        Interp {
+            m,
+            mem,
+            env,
+            par: None,
+            block: [0; 3],
+            pt: PerThread::of(m),
+            lanes: (0..threads).collect(),
+            simt: false,
+        }
     }
 
     fn error(&self, msg: impl std::fmt::Display, loc: Loc) -> Diagnostic {
@@ -253,7 +271,13 @@ impl<'m> Interp<'m> {
                     // every block gets fresh, zeroed on-chip buffers
                     for (i, b) in m.buffers.iter().enumerate() {
                         if b.scope != Scope::Global {
-                            self.mem[i] = Data::zeros(b.dtype, b.num_elements().max(0) as usize);
+                            // a register buffer that per-thread statements write: a copy per thread
+                            let copies = if self.pt.bufs.contains(&BufferId(i as u32)) {
+                                m.kernel.threads as usize
+                            } else {
+                                1
+                            };
+                            self.mem[i] = Data::zeros(b.dtype, b.num_elements().max(0) as usize * copies);
                         }
                     }
                     self.exec(&m.kernel.body, &[0])?;
@@ -285,14 +309,54 @@ impl<'m> Interp<'m> {
         }
     }
 
+    /// A statement that reads the thread index: run once per thread of `lanes` (as the
+    /// iterations of a parallel loop over the thread index).
+    fn per_thread(&mut self, s: &Stmt) -> Result<(), Diagnostic> {
+        let tid = self.pt.tid.expect("a per-thread statement reads the thread index");
+        let ids: Vec<u32> = (0..self.lanes.len() as u32).collect();
+        self.par = Some(Parallel { vars: vec![tid], values: vec![self.lanes.clone()] });
+        self.simt = true;
+        let r = self.stmt(s, &ids);
+        self.par = None;
+        self.simt = false;
+        r
+    }
+
+    /// The element offset of each iteration's copy of per-thread buffer `buf` (0 outside a
+    /// per-thread statement, where nothing reads such a buffer).
+    fn lane_base(&self, buf: BufferId, ids: Lanes<'_>) -> Option<Vec<usize>> {
+        if !self.simt || !self.pt.bufs.contains(&buf) {
+            return None;
+        }
+        let n = self.m.buffer(buf).num_elements().max(0) as usize;
+        let tids = &self.par.as_ref().expect("per-thread iterations").values[0];
+        Some(ids.iter().map(|&l| tids[l as usize] as usize * n).collect())
+    }
+
+    /// A statement outside per-thread code writes a per-thread buffer: every thread's copy.
+    fn broadcast(&mut self, buf: BufferId, offsets: &[usize], values: &Col) {
+        let n = self.m.buffer(buf).num_elements().max(0) as usize;
+        for t in 0..self.m.kernel.threads as usize {
+            let at: Vec<usize> = offsets.iter().map(|&o| o + t * n).collect();
+            self.store(buf, &at, values.clone());
+        }
+    }
+
     fn stmt(&mut self, s: &Stmt, ids: Lanes<'_>) -> Result<(), Diagnostic> {
         let m = self.m;
+        if !self.simt && self.par.is_none() && self.pt.head(m, s) {
+            return self.per_thread(s);
+        }
         match s {
             Stmt::Store { buf, idx, value, loc } => {
                 let offsets = self.indices(*buf, idx, ids, *loc, *loc)?;
                 let b = m.buffer(*buf);
                 let values = cast_col(self.eval(value, ids, *loc)?, value.dtype(), b.dtype);
-                self.store(*buf, &offsets, values);
+                if !self.simt && self.pt.bufs.contains(buf) {
+                    self.broadcast(*buf, &offsets, &values);
+                } else {
+                    self.store(*buf, &offsets, values);
+                }
             }
             Stmt::Atomic { mode, buf, idx, value, prev, loc } => {
                 let offsets = self.indices(*buf, idx, ids, *loc, *loc)?;
@@ -300,8 +364,18 @@ impl<'m> Interp<'m> {
                 let values = cast_col(self.eval(value, ids, *loc)?, value.dtype(), dt);
                 let olds = self.atomic(mode.op, *buf, &offsets, &values, *loc)?;
                 if let Some(p) = prev {
-                    // one iteration at a time (the body writes a local buffer): its old value
-                    self.mem[p.0 as usize].set(0, olds[olds.len() - 1]);
+                    if let Some(base) = self.lane_base(*p, ids) {
+                        // each thread's old value, in its own copy
+                        for (k, o) in base.into_iter().enumerate() {
+                            self.mem[p.0 as usize].set(o, olds[k]);
+                        }
+                    } else if self.pt.bufs.contains(p) {
+                        let old = Col::splat(olds[olds.len() - 1], 1);
+                        self.broadcast(*p, &[0], &old);
+                    } else {
+                        // one iteration at a time (the body writes a local buffer): its old value
+                        self.mem[p.0 as usize].set(0, olds[olds.len() - 1]);
+                    }
                 }
             }
             Stmt::Copy(CopyOp { src, dst, pad, loc, atomic, .. }) => {
@@ -388,7 +462,18 @@ impl<'m> Interp<'m> {
             }
             // a warp-role region (`T.ws`): the block's tile ops in program order, whichever
             // threads run them
-            Stmt::If { cond, then, .. } if self.m.thread_range(cond).is_some() => self.exec(then, ids)?,
+            Stmt::If { cond, then, otherwise, .. } if !self.simt && self.m.thread_range(cond).is_some() => {
+                let (first, count) = self.m.thread_range(cond).expect("checked");
+                let inside = |t: &i64| *t >= first as i64 && *t < (first + count) as i64;
+                let all = std::mem::take(&mut self.lanes);
+                self.lanes = all.iter().copied().filter(inside).collect();
+                let r = self.exec(then, ids);
+                self.lanes = all.iter().copied().filter(|t| !inside(t)).collect();
+                let r =
+                    r.and_then(|_| if self.lanes.is_empty() { Ok(()) } else { self.exec(otherwise, ids) });
+                self.lanes = all;
+                r?
+            }
             // the kernel's own barriers order nothing here (the interpreter runs a block's
             // statements one after another; the warp model of the lowered code runs them);
             // a TMA copy is its copy
@@ -450,7 +535,13 @@ impl<'m> Interp<'m> {
     ) -> Result<Vec<usize>, Diagnostic> {
         let cols: Vec<Vec<i64>> =
             idx.iter().map(|e| self.eval(e, ids, loc).map(Col::ints)).collect::<Result<_, _>>()?;
-        self.offsets(buf, &cols, ids.len(), at)
+        let mut out = self.offsets(buf, &cols, ids.len(), at)?;
+        if let Some(base) = self.lane_base(buf, ids) {
+            for (o, b) in out.iter_mut().zip(base) {
+                *o += b;
+            }
+        }
+        Ok(out)
     }
 
     fn offsets(&self, buf: BufferId, cols: &[Vec<i64>], n: usize, at: Loc) -> Result<Vec<usize>, Diagnostic> {
@@ -514,10 +605,11 @@ impl<'m> Interp<'m> {
     fn varies(&self, e: &Expr) -> bool {
         let Some(p) = &self.par else { return false };
         let mut found = false;
-        e.walk(&mut |x| {
-            if let Expr::Var { id, .. } = x {
-                found |= p.vars.contains(id);
-            }
+        e.walk(&mut |x| match x {
+            Expr::Var { id, .. } => found |= p.vars.contains(id),
+            // each thread's own copy
+            Expr::Load { buf, .. } => found |= self.simt && self.pt.bufs.contains(buf),
+            _ => {}
         });
         found
     }

@@ -236,10 +236,12 @@ pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
             Loc::UNKNOWN,
         ));
     }
-    // the thread index of the kernel's own warp-role regions (`T.ws`) only selects them
-    let regions = m.own_warp_roles();
+    // the thread index selects the kernel's own warp-role regions (`T.ws`) and is read by
+    // statements that run per thread (`tile_ir::per_thread`)
+    // (the compiler's own role split, `roles`, is thread level)
+    let roles = m.kernel.roles.is_some();
     if let Some(v) =
-        m.vars.iter().find(|v| v.kind == VarKind::Temp || (v.kind == VarKind::ThreadIdx && !regions))
+        m.vars.iter().find(|v| v.kind == VarKind::Temp || (v.kind == VarKind::ThreadIdx && roles))
     {
         return Err(Diagnostic::error(
             format!("the interpreter runs tile-level programs; '{}' is a thread-level variable", v.name),

@@ -13,7 +13,8 @@
 //!   `for` loops (serial, unrolled or pipelined) and `if`; for debugging, `print` (a value
 //!   or a tile) and `device_assert`;
 //! - statements outside a `parallel` loop run once per block: stores to global or shared
-//!   memory there are made by one thread; reads are made by all.
+//!   memory there are made by one thread; reads are made by all — except statements that
+//!   depend on the thread index ([`per_thread`]), which every thread runs, as in CUDA.
 //!
 //! **Thread level** (after `tile_passes::lower_tile_ops`): the body is what one thread
 //! executes. Fragments have become per-thread register arrays (scope `local`), parallel
@@ -33,6 +34,7 @@ pub mod inst;
 pub mod ir;
 pub mod layout;
 pub mod parse;
+pub mod per_thread;
 pub mod print;
 pub mod serialize;
 pub mod shared_layout;
@@ -46,6 +48,7 @@ pub use diag::{Diagnostic, Diagnostics, Loc, SourceTable};
 pub use inst::{Inst, Instruction};
 pub use ir::*;
 pub use layout::{Digit, FragmentLayout, Source};
+pub use per_thread::PerThread;
 pub use shared_layout::{MatrixDescriptor, SharedLayout, Swizzle};
 pub use target::{CopyAtom, MmaAtom, Target};
 pub use types::{DType, Scope};

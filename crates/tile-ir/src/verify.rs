@@ -12,7 +12,9 @@
 //! - no two iterations of a `parallel` loop write one element (a race);
 //! - copies are between regions of one shape, reductions between shapes that differ by `dim`;
 //! - copies move tiles, not single elements; copies and fills of fragments cover them whole;
-//! - tile operations (copy, fill, reduce, gemm) are not inside `parallel` loops.
+//! - tile operations (copy, fill, reduce, gemm) are not inside `parallel` loops, nor under
+//!   a statement that runs per thread ([`crate::per_thread`]); the thread index and values
+//!   of each thread's own are read only by per-thread statements (and warp-role conditions).
 //! - `print` shows a tile only outside `parallel` loops (fragments and local buffers whole),
 //!   its `block=` names a block of the grid; `device_assert` takes a `bool` condition.
 //! - a scratch buffer's (`T.alloc_global`) symbolic sizes are dimensions of tensor parameters.
@@ -20,6 +22,7 @@
 use crate::diag::{Diagnostic, Loc};
 use crate::inst::Instruction;
 use crate::ir::*;
+use crate::per_thread::PerThread;
 use crate::simplify::simplify;
 use crate::types::{DType, Scope};
 
@@ -264,11 +267,22 @@ struct Verifier<'a> {
     /// take more than one value (the ones a write must be indexed by).
     scope: Vec<(VarId, bool)>,
     in_parallel: Option<Loc>,
+    /// Which statements run on every thread (they read the thread index).
+    pt: PerThread,
+    /// The per-thread statement being checked (its line), if any.
+    per_thread: Option<Loc>,
 }
 
 /// Check the tile-level invariants listed in this module's doc.
 pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
-    let mut v = Verifier { m, diags: Vec::new(), scope: Vec::new(), in_parallel: None };
+    let mut v = Verifier {
+        m,
+        diags: Vec::new(),
+        scope: Vec::new(),
+        in_parallel: None,
+        pt: PerThread::of(m),
+        per_thread: None,
+    };
     // symbolic sizes are dimensions of tensor parameters only: every tile is fixed
     for b in &m.buffers {
         if b.scope != Scope::Global && b.is_symbolic() {
@@ -415,6 +429,19 @@ impl<'a> Verifier<'a> {
         ));
     }
 
+    /// A tile operation: run by the whole block (or warp-role region), so not inside a
+    /// `parallel` loop nor under a statement that runs per thread.
+    fn tile_op(&mut self, op: &str, loc: Loc) {
+        if self.in_parallel.is_some() {
+            self.tile_op_in_parallel(op, loc);
+        } else if let Some(outer) = self.per_thread {
+            let d = self.err(format!("{op} under a statement that runs on each thread on its own"), loc);
+            *d = d.clone().with_label(outer, "this statement depends on the thread index").with_help(format!(
+                "{op} is a tile operation run by the whole block (or a warp-role region such as `if tx < 128:`): call it outside the per-thread statement"
+            ));
+        }
+    }
+
     fn bound(&self, v: VarId) -> bool {
         match self.m.var(v).kind {
             VarKind::Loop => self.scope.iter().any(|(s, _)| *s == v),
@@ -427,15 +454,45 @@ impl<'a> Verifier<'a> {
     /// holds every element (or names the op whose layout makes that impossible).
     fn expr(&mut self, e: &Expr, loc: Loc) {
         let m = self.m;
+        let in_parallel = self.in_parallel.is_some();
+        let per_thread_ok = !in_parallel && self.per_thread.is_some();
         let mut errors: Vec<(String, Loc, Option<String>)> = Vec::new();
         e.walk(&mut |x| match x {
-            // the thread index (T.get_thread_binding) selects warp-role regions; elsewhere a
-            // tile statement runs once per block, with no thread of its own
-            Expr::Var { id, .. } if m.var(*id).kind == VarKind::ThreadIdx => {
+            // the thread index (T.get_thread_binding) and values of each thread's own are
+            // read by statements that run per thread (and warp-role conditions); a
+            // `parallel` loop's iterations and a tile op's regions are the compiler's to
+            // map onto threads
+            Expr::Var { id, .. } if !per_thread_ok && Some(*id) == self.pt.tid => {
+                errors.push(if in_parallel {
+                    (
+                        "the thread index (T.get_thread_binding) inside a T.Parallel loop: which thread runs an iteration is the compiler's choice".into(),
+                        loc,
+                        Some("index with the loop's own variables; per-thread code goes outside T.Parallel, where a statement that reads the thread index runs on every thread".into()),
+                    )
+                } else {
+                    (
+                        "the thread index (T.get_thread_binding) in a tile operation: a tile op runs on the whole block".into(),
+                        loc,
+                        Some("give the tile op indices that are the same on every thread; per-thread work is written with element stores (every thread runs a statement that reads the thread index)".into()),
+                    )
+                });
+            }
+            Expr::Var { id, .. } if !per_thread_ok && self.pt.vars.contains(id) => {
                 errors.push((
-                    "the thread index (T.get_thread_binding) can only select warp-role regions here, as in `if tx < 128:` or `if tx >= 128:`".into(),
+                    format!("'{}' is a loop variable of a loop that runs on each thread on its own; it is read here by a T.Parallel loop or a tile op", m.var(*id).name),
                     loc,
-                    Some("write per-thread work as T.Parallel loops (the compiler maps their iterations to threads), or split the warpgroups with T.ws(k)".into()),
+                    Some("use it inside the per-thread statement".into()),
+                ));
+            }
+            Expr::Load { buf, .. } if !per_thread_ok && self.pt.bufs.contains(buf) => {
+                errors.push((
+                    format!(
+                        "'{}' holds a value of each thread's own (a statement that reads the thread index writes it); {} cannot read it",
+                        m.buffer(*buf).name,
+                        if in_parallel { "a T.Parallel loop, whose iterations run on threads the compiler chooses," } else { "a tile op, which runs on the whole block," }
+                    ),
+                    loc,
+                    Some("read it in per-thread statements, or pass the value through a shared buffer".into()),
                 ));
             }
             Expr::Var { id, .. }
@@ -563,7 +620,16 @@ impl<'a> Verifier<'a> {
         atomic: Option<AtomicMode>,
     ) {
         let b = self.m.buffer(buf);
+        // the target's indices as a load's (a statement once per block may set every
+        // thread's copy of a per-thread buffer: that is no read of it)
+        let outside = self.in_parallel.is_none() && self.per_thread.is_none() && self.pt.bufs.contains(&buf);
+        if outside {
+            self.per_thread = Some(loc);
+        }
         self.expr(&Expr::load(buf, idx.to_vec(), b.dtype), loc);
+        if outside {
+            self.per_thread = None;
+        }
         self.expr(value, loc);
         if value.dtype() != b.dtype {
             self.err(format!("internal: storing {} into '{}' of {}", value.dtype(), b.name, b.dtype), loc);
@@ -628,9 +694,7 @@ impl<'a> Verifier<'a> {
             self.err(format!("'{}' is not a barrier of T.alloc_barrier", b.name), op.loc);
             return;
         }
-        if self.in_parallel.is_some() {
-            self.tile_op_in_parallel("a barrier operation", op.loc);
-        }
+        self.tile_op("a barrier operation", op.loc);
         for e in op.exprs() {
             self.expr(e, op.loc);
         }
@@ -696,6 +760,20 @@ impl<'a> Verifier<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt) {
+        // a statement that reads the thread index runs on every thread: itself and all
+        // under it (tile ops there are errors)
+        let head =
+            self.in_parallel.is_none() && self.per_thread.is_none() && self.pt.head_as_written(self.m, s);
+        if head {
+            self.per_thread = Some(s.loc());
+        }
+        self.stmt_in(s);
+        if head {
+            self.per_thread = None;
+        }
+    }
+
+    fn stmt_in(&mut self, s: &Stmt) {
         let m = self.m;
         match s {
             Stmt::Store { buf, idx, value, loc } => self.store_target(*buf, idx, value, *loc, None),
@@ -730,9 +808,7 @@ impl<'a> Verifier<'a> {
                     Some(mode) => format!("T.atomic_{}", mode.op.name()),
                     None => "T.copy".to_string(),
                 };
-                if self.in_parallel.is_some() {
-                    self.tile_op_in_parallel(&what, *loc);
-                }
+                self.tile_op(&what, *loc);
                 match resolve_copy(m, src, dst, *loc) {
                     Ok((s, d)) => self.copy_regions(&s, &d, *loc),
                     Err(mut d) if atomic.is_some() => {
@@ -753,9 +829,7 @@ impl<'a> Verifier<'a> {
             Stmt::Fill { dst, value, loc } => {
                 self.region(dst);
                 self.expr(value, *loc);
-                if self.in_parallel.is_some() {
-                    self.tile_op_in_parallel("T.fill", *loc);
-                }
+                self.tile_op("T.fill", *loc);
                 match resolve_region(m, dst, None) {
                     Ok(r) => {
                         let b = m.buffer(r.buf);
@@ -772,9 +846,7 @@ impl<'a> Verifier<'a> {
             }
             Stmt::Reduce(ReduceOp { src, dst, dim, loc, .. }) => {
                 let (sb, db) = (m.buffer(*src), m.buffer(*dst));
-                if self.in_parallel.is_some() {
-                    self.tile_op_in_parallel("T.reduce", *loc);
-                }
+                self.tile_op("T.reduce", *loc);
                 if sb.scope != Scope::Fragment || db.scope != Scope::Fragment {
                     let d = self.err(
                         format!(
@@ -843,6 +915,10 @@ impl<'a> Verifier<'a> {
                 self.gemm(op)
             }
             Stmt::Parallel { vars, extents, body, loc, .. } => {
+                if self.per_thread.is_some() {
+                    self.tile_op("a T.Parallel loop", *loc);
+                    return;
+                }
                 let iterations: i64 = extents.iter().product();
                 if iterations > 1 << 22 {
                     let d = self.err(
@@ -920,8 +996,8 @@ impl<'a> Verifier<'a> {
         let m = self.m;
         let (ta, tb, loc) = (op.transpose_a, op.transpose_b, op.loc);
         let (ab, bb, cb) = (m.buffer(op.a), m.buffer(op.b), m.buffer(op.c));
-        if self.in_parallel.is_some() {
-            self.tile_op_in_parallel("T.gemm", loc);
+        if self.in_parallel.is_some() || self.per_thread.is_some() {
+            self.tile_op("T.gemm", loc);
             return;
         }
         let mut tiles = Vec::new();
@@ -1146,8 +1222,8 @@ impl Verifier<'_> {
             Printed::Value(e) => self.expr(e, loc),
             Printed::Tile(r) => {
                 self.region(r);
-                if self.in_parallel.is_some() {
-                    self.tile_op_in_parallel("T.print of a tile", loc);
+                if self.in_parallel.is_some() || self.per_thread.is_some() {
+                    self.tile_op("T.print of a tile", loc);
                     return;
                 }
                 match resolve_region(m, r, None) {

@@ -8,6 +8,9 @@
 //! order anything between blocks, or order accesses within one op (a parallel loop's
 //! iterations are independent).
 //!
+//! A statement that runs per thread (`tile_ir::per_thread`: it reads the thread index) is
+//! ordered as one unit: its threads may diverge inside it, so no barrier goes there.
+//!
 //! It runs on tile ops, before lowering, because each tile op is where a thread mapping
 //! changes; asynchronous copies (cp.async, TMA) will need a thread-level form of it.
 
@@ -15,13 +18,25 @@ use crate::Ctx;
 use std::collections::{BTreeMap, BTreeSet};
 use tile_ir::inst::{self, AccessKind};
 use tile_ir::{
-    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Inst, Instruction, Module, Printed, Scope, Stmt,
+    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Inst, Instruction, Module, PerThread, Printed, Scope,
+    Stmt,
 };
 
+/// Shared (and scratch) buffers read, written, and updated only by atomics: atomics
+/// commute with each other, so two of them need no barrier between them.
 #[derive(Clone, Default, PartialEq)]
 struct Sets {
     reads: BTreeSet<BufferId>,
     writes: BTreeSet<BufferId>,
+    atomics: BTreeSet<BufferId>,
+}
+
+impl Sets {
+    fn add(&mut self, o: &Sets) {
+        self.reads.extend(o.reads.iter().copied());
+        self.writes.extend(o.writes.iter().copied());
+        self.atomics.extend(o.atomics.iter().copied());
+    }
 }
 
 /// Accesses since the last barrier: by statements every thread runs, and by each of the
@@ -43,20 +58,18 @@ impl Pending {
             None => {
                 let mut all = self.kernel.clone();
                 for s in self.regions.values() {
-                    all.reads.extend(s.reads.iter().copied());
-                    all.writes.extend(s.writes.iter().copied());
+                    all.add(s);
                 }
                 all
             }
         }
     }
-    fn record(&mut self, scope: Option<(u32, u32)>, reads: BTreeSet<BufferId>, writes: BTreeSet<BufferId>) {
+    fn record(&mut self, scope: Option<(u32, u32)>, a: &Sets) {
         let sets = match scope {
             Some(r) => self.regions.entry(r).or_default(),
             None => &mut self.kernel,
         };
-        sets.reads.extend(reads);
-        sets.writes.extend(writes);
+        sets.add(a);
     }
     /// A barrier over `scope`'s threads: what it orders is done.
     fn synced(&mut self, scope: Option<(u32, u32)>) {
@@ -68,12 +81,9 @@ impl Pending {
         }
     }
     fn join(&mut self, other: &Pending) {
-        self.kernel.reads.extend(other.kernel.reads.iter().copied());
-        self.kernel.writes.extend(other.kernel.writes.iter().copied());
+        self.kernel.add(&other.kernel);
         for (r, s) in &other.regions {
-            let mine = self.regions.entry(*r).or_default();
-            mine.reads.extend(s.reads.iter().copied());
-            mine.writes.extend(s.writes.iter().copied());
+            self.regions.entry(*r).or_default().add(s);
         }
     }
 }
@@ -83,6 +93,7 @@ impl Pending {
 struct Cx<'a> {
     m: &'a Module,
     async_reads: BTreeSet<BufferId>,
+    per_thread: PerThread,
 }
 
 impl Cx<'_> {
@@ -91,7 +102,7 @@ impl Cx<'_> {
     /// for: a barrier placed for another reader of the same writes (a copy of a scale read
     /// before the gemm) leaves nothing pending at the wgmma.
     fn fence(&self, pending: &Sets) -> bool {
-        pending.writes.iter().any(|b| self.async_reads.contains(b))
+        pending.writes.iter().chain(&pending.atomics).any(|b| self.async_reads.contains(b))
     }
 }
 
@@ -106,7 +117,7 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             }
         }
     });
-    let cx = Cx { m: &m, async_reads };
+    let cx = Cx { m: &m, async_reads, per_thread: PerThread::of(&m) };
     let mut pending = Pending::default();
     let mut out = Vec::new();
     for (k, s) in body.into_iter().enumerate() {
@@ -130,26 +141,34 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
 /// block that writes partials and reads them back with another thread mapping needs the
 /// barrier (`__syncthreads` orders global memory within the block); between blocks
 /// nothing is ordered, as in CUDA.
-fn accesses(m: &Module, s: &Stmt) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
+fn accesses(m: &Module, s: &Stmt) -> Sets {
     accesses_in(m, std::slice::from_ref(s))
 }
 
 /// `accesses` of a list of statements (a loop's body, without cloning it into a loop).
-fn accesses_in(m: &Module, body: &[Stmt]) -> (BTreeSet<BufferId>, BTreeSet<BufferId>) {
+fn accesses_in(m: &Module, body: &[Stmt]) -> Sets {
     let shared = |b: BufferId| m.buffer(b).scope == Scope::Shared || m.is_scratch(b);
     let mut reads = BTreeSet::new();
     let mut writes = BTreeSet::new();
+    let mut atomics = BTreeSet::new();
     walk_stmts(body, &mut |st| {
         match st {
-            Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } if shared(*buf) => {
+            Stmt::Store { buf, .. } if shared(*buf) => {
                 writes.insert(*buf);
+            }
+            Stmt::Atomic { buf, .. } if shared(*buf) => {
+                atomics.insert(*buf);
             }
             Stmt::Copy(op) => {
                 if shared(op.src.buf) {
                     reads.insert(op.src.buf);
                 }
                 if shared(op.dst.buf) {
-                    writes.insert(op.dst.buf);
+                    if op.atomic.is_some() {
+                        atomics.insert(op.dst.buf);
+                    } else {
+                        writes.insert(op.dst.buf);
+                    }
                 }
             }
             Stmt::Fill { dst, .. } if shared(dst.buf) => {
@@ -182,12 +201,20 @@ fn accesses_in(m: &Module, body: &[Stmt]) -> (BTreeSet<BufferId>, BTreeSet<Buffe
             })
         });
     });
-    (reads, writes)
+    Sets { reads, writes, atomics }
 }
 
-fn hazard(p: &Sets, reads: &BTreeSet<BufferId>, writes: &BTreeSet<BufferId>) -> bool {
-    writes.iter().any(|w| p.reads.contains(w) || p.writes.contains(w))
-        || reads.iter().any(|r| p.writes.contains(r))
+/// Must `a` wait for `p` (accesses of other threads, not yet ordered)? A write conflicts
+/// with anything, a read with writes and atomics, an atomic with reads and writes.
+fn hazard(p: &Sets, a: &Sets) -> bool {
+    let any = |x: &BTreeSet<BufferId>, y: &BTreeSet<BufferId>| x.iter().any(|b| y.contains(b));
+    any(&a.writes, &p.reads)
+        || any(&a.writes, &p.writes)
+        || any(&a.writes, &p.atomics)
+        || any(&a.reads, &p.writes)
+        || any(&a.reads, &p.atomics)
+        || any(&a.atomics, &p.reads)
+        || any(&a.atomics, &p.writes)
 }
 
 /// A warpgroup's turn (`inject_pipeline`'s warpgroup turns): `if <warpgroup 0> { bar.sync a }
@@ -217,13 +244,27 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
     let mut out = Vec::new();
     for s in body {
         match s {
+            // a statement that runs on each thread on its own (it reads the thread index):
+            // its threads may take different paths, so no barrier goes inside it; it is
+            // ordered as a whole, as a tile op is (what its threads hand each other inside
+            // it is theirs to order, as in CUDA)
+            s if cx.per_thread.head(m, &s) => {
+                let a = accesses(m, &s);
+                let seen = pending.seen_by(scope);
+                if hazard(&seen, &a) {
+                    push_sync(&mut out, cx.fence(&seen));
+                    pending.synced(scope);
+                }
+                pending.record(scope, &a);
+                out.push(s);
+            }
             Stmt::For { var, start, extent, kind, body, loc } => {
                 // what was left pending before the loop and conflicts with the loop's
                 // accesses is ordered once, before it, not by a barrier in every iteration
                 // (a write on a path around a guarded prologue, a tile loop's first copy)
-                let (r, w) = accesses_in(m, &body);
+                let a = accesses_in(m, &body);
                 let seen = pending.seen_by(scope);
-                if hazard(&seen, &r, &w) {
+                if hazard(&seen, &a) {
                     push_sync(&mut out, cx.fence(&seen));
                     pending.synced(scope);
                 }
@@ -246,9 +287,9 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
                 // a warp-role region: ordered after the rest of the kernel by a barrier
                 // every thread reaches (before it), then among its own threads inside
                 let region = m.thread_range(&cond);
-                let (r, w) =
+                let a =
                     accesses(m, &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: vec![], loc });
-                if hazard(&pending.kernel, &r, &w) {
+                if hazard(&pending.kernel, &a) {
                     if cx.fence(&pending.seen_by(None)) {
                         out.push(Stmt::inst(inst::FenceProxyAsync));
                     }
@@ -263,14 +304,14 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
                 // a tile-level condition is the same on every thread of the block (it reads
                 // no thread's own values: verify), so each branch gets its barriers inside;
                 // what either leaves pending is pending after the branch
-                let (r, _) =
-                    accesses(m, &Stmt::If { cond: cond.clone(), then: vec![], otherwise: vec![], loc });
+                let a = accesses(m, &Stmt::If { cond: cond.clone(), then: vec![], otherwise: vec![], loc });
+                let reads = Sets { reads: a.reads, ..Sets::default() };
                 let seen = pending.seen_by(scope);
-                if hazard(&seen, &r, &BTreeSet::new()) {
+                if hazard(&seen, &reads) {
                     push_sync(&mut out, cx.fence(&seen));
                     pending.synced(scope);
                 }
-                pending.record(scope, r, BTreeSet::new());
+                pending.record(scope, &reads);
                 let mut other = pending.clone();
                 let then = place(cx, then, pending, scope);
                 let otherwise = place(cx, otherwise, &mut other, scope);
@@ -297,13 +338,13 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
             // the kernel's own barriers order what they guard
             s @ Stmt::Barrier(_) => out.push(s),
             other => {
-                let (r, w) = accesses(m, &other);
+                let a = accesses(m, &other);
                 let seen = pending.seen_by(scope);
-                if hazard(&seen, &r, &w) {
+                if hazard(&seen, &a) {
                     push_sync(&mut out, cx.fence(&seen));
                     pending.synced(scope);
                 }
-                pending.record(scope, r, w);
+                pending.record(scope, &a);
                 out.push(other);
             }
         }

@@ -10,7 +10,8 @@
 //! memory across warps (`reduce.rs`); gemms become their atom's instructions
 //! (`gemm/`); every global access is bounds-checked (`guards.rs`: loads past the edge read
 //! the pad value, stores past it are dropped), so nothing is ever written out of bounds;
-//! stores outside parallel loops to global or shared memory are made by thread 0; `print`
+//! stores outside parallel loops to global or shared memory are made by thread 0, except in
+//! statements that read the thread index, which every thread runs (`simt.rs`); `print`
 //! and `device_assert` become `printf` and `__trap` (`debug.rs`); with `lineinfo`, each
 //! tile op is preceded by a `SourceLine` naming the user's line.
 //! Does not: choose instructions (`select_instructions` did), place shared buffers
@@ -27,6 +28,7 @@ mod gemm;
 mod guards;
 mod reduce;
 mod regions;
+mod simt;
 mod stmatrix;
 mod threads;
 pub mod tma;
@@ -57,7 +59,9 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         block_coords: Vec::new(),
         target: ctx.target.clone(),
         regions: Vec::new(),
+        per_thread: PerThread::default(),
     };
+    lw.per_thread = PerThread::of(&lw.m);
     lw.tid = lw.m.thread_idx();
     lw.block_coords = debug::block_coords(&mut lw.m);
     let body = std::mem::take(&mut lw.m.kernel.body);
@@ -201,6 +205,8 @@ struct Lowerer {
     /// The kernel's warp-role regions met so far (first thread, count): region `k`
     /// synchronizes its threads on named barrier `k + 1`.
     regions: Vec<(u32, u32)>,
+    /// Which statements run on every thread (`tile_ir::per_thread`).
+    per_thread: PerThread,
 }
 
 /// Where the current element sits: per loop dimension, the value of each layout digit
@@ -397,6 +403,10 @@ impl Lowerer {
         for s in body {
             if self.lineinfo && s.loc().is_known() {
                 out.push(Stmt::SourceLine(s.loc()));
+            }
+            if self.per_thread.head(&self.m, &s) {
+                out.extend(self.lower_per_thread(vec![s]));
+                continue;
             }
             let s = self.scalar_fragment_slots(s);
             match s {
