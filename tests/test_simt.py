@@ -161,3 +161,112 @@ def test_misuse_is_an_error_at_the_line():
         tilers.compile(per_thread_var_in_parallel, target="interp")
     msg = str(err.value)
     assert "holds a value of each thread's own" in msg and "test_simt.py" in msg
+
+
+def first_above(R, N, threads=128):
+    """Each thread finds the first element of its row above 0.5: a per-thread `break`."""
+
+    @T.prim_func
+    def f(A: T.Tensor((R, N), "float32"), O: T.Tensor((R,), "int32")):
+        with T.Kernel(T.ceildiv(R, threads), threads=threads) as bx:
+            tx = T.get_thread_binding()
+            row = bx * threads + tx
+            pos = T.alloc_var("int32", init=-1)
+            for j in T.serial(N):
+                if A[row, j] > 0.5:
+                    pos = j
+                    break
+            if row < R:
+                O[row] = pos
+
+    return f
+
+
+def countdown(N):
+    """A block-wide `break` on a value read from memory (TileLang's topk tail rounds)."""
+
+    @T.prim_func
+    def f(L: T.Tensor((1,), "int32"), Y: T.Tensor((N,), "int32")):
+        with T.Kernel(1, threads=64) as bx:
+            left = T.alloc_var("int32")
+            left = L[0]
+            for r in T.serial(N):
+                if left <= 0:
+                    break
+                Y[r] = left
+                left = left - 3
+
+    return f
+
+
+def test_per_thread_break_on_the_interpreter_and_every_pass():
+    R, N = 200, 37
+    A = np.random.default_rng(2).random((R, N)).astype(np.float32) * 0.6
+    O = np.zeros(R, np.int32)
+    tilers.compile(first_above(R, N), target="interp")(A, O)
+    hit = A > 0.5
+    want = np.where(hit.any(1), hit.argmax(1), -1)
+    np.testing.assert_array_equal(O, want)
+    for arch in ("sm_90a", "sm_80"):
+        testing.check_passes(first_above(R, N), arch=arch, check=True)
+
+
+@pytest.mark.parametrize("start", [10, 0, 100])
+def test_block_wide_break(start):
+    N = 8
+    Y = np.zeros(N, np.int32)
+    tilers.compile(countdown(N), target="interp")(np.array([start], np.int32), Y)
+    want = np.zeros(N, np.int32)
+    for r in range(N):
+        v = start - 3 * r
+        if v <= 0:
+            break
+        want[r] = v
+    np.testing.assert_array_equal(Y, want)
+    testing.check_passes(countdown(N), arch="sm_90a", check=True)
+
+
+def test_break_compiles_to_a_c_break():
+    pytest.importorskip("cuda.bindings")
+    for arch in ("sm_90a", "sm_80"):
+        for f in (first_above(200, 37), countdown(8)):
+            k = tilers.compile(f, target=f"cuda:{arch}")
+            assert "break;" in k.get_kernel_source() and len(k.cubin) > 0
+
+
+def test_break_misuse_is_an_error_at_the_line():
+    @T.prim_func
+    def in_parallel(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                if A[i] > 0:
+                    break
+
+    @T.prim_func
+    def python_loop(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in range(4):
+                if A[i] > 0:
+                    break
+                A[i] = 1.0
+
+    @T.prim_func
+    def unrolled(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.unroll(4):
+                if A[i] > 0:
+                    break
+
+    @T.prim_func
+    def cont(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.serial(4):
+                if A[i] > 0:
+                    continue
+                A[i] = 1.0
+
+    for f, words in [(in_parallel, "inside a T.Parallel block"), (python_loop, "out of a Python loop"),
+                     (unrolled, "inside a T.unroll block"), (cont, "`continue` inside an `if` on a traced value")]:
+        with pytest.raises(TileError) as err:
+            tilers.compile(f, target="interp")
+        assert words in str(err.value) and "test_simt.py" in str(err.value), str(err.value)

@@ -15,7 +15,11 @@ point at the user's code):
 - ``a < b < c`` is ``a < b and b < c``;
 - ``x = value`` where ``x`` is a ``T.alloc_var`` stores into it (``x += 1`` too).
 
-What stays an error: ``while`` on a traced value, a traced value in a Python ``for``'s
+- ``break`` under a traced condition leaves the device loop around it (``T.loop_break()``:
+  a ``T.serial`` loop's threads that run it leave the loop, as in CUDA).
+
+What stays an error: ``while`` on a traced value, ``continue`` or ``return`` under a traced
+condition, ``break`` under one out of a Python loop (it runs at trace time), a traced value in a Python ``for``'s
 iterable or ``range`` bound where a device loop is not written (use ``T.serial``), and
 control flow in a helper function called from the kernel (it runs as plain Python: make it
 a ``T.macro``).
@@ -24,6 +28,7 @@ a ``T.macro``).
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
 
@@ -95,6 +100,10 @@ class ControlFlow(ast.NodeTransformer):
                 and isinstance(call.func, ast.Name) and call.func.id == "range"):
             call.func = self.h("range", call.func)
             self.changed = True
+        if self.depth and _breaks(node.body):
+            # a `break` under a traced condition needs to know which loop it leaves
+            node.iter = ast.copy_location(ast.Call(self.h("loop", node.iter), [node.iter], []), node.iter)
+            self.changed = True
         return node
 
     def visit_If(self, node):
@@ -108,6 +117,19 @@ class ControlFlow(ast.NodeTransformer):
         store = ast.copy_location(ast.Assign([ast.Name(name, ast.Store())], node.test), node)
         test = ast.copy_location(ast.Name(name, ast.Load()), node)
         traced = ast.copy_location(ast.Call(self.h("traced", node), [test], []), node)
+        if jump is not None and jump[0] == "break" and _jump_in(node.body + node.orelse, "break") is None:
+            # only breaks: on the device they leave the device loop (T.loop_break())
+            device_body = _device_breaks(copy.deepcopy(node.body), self)
+            device_else = _device_breaks(copy.deepcopy(node.orelse), self)
+            device = [ast.copy_location(ast.With(
+                items=[ast.withitem(ast.copy_location(ast.Call(self.h("If", node), [test], []), node))],
+                body=device_body), node)]
+            if device_else:
+                device.append(ast.copy_location(ast.With(
+                    items=[ast.withitem(ast.copy_location(ast.Call(self.h("Else", node), [], []), node))],
+                    body=device_else), node.orelse[0]))
+            python = ast.copy_location(ast.If(test, node.body, node.orelse), node)
+            return [store, ast.copy_location(ast.If(traced, device, [python]), node)]
         if jump is not None:
             # a device branch cannot leave the traced loop or function: an error at the jump
             kind, at = jump
@@ -194,17 +216,45 @@ class ControlFlow(ast.NodeTransformer):
         return node
 
 
-def _jump_in(body):
+def _breaks(body) -> bool:
+    """Does `body` (a loop's) hold a `break` of its own (not of a loop inside it)?"""
+    return _jump_in(body, "continue", "return") is not None
+
+
+class _DeviceBreak(ast.NodeTransformer):
+    """`break` (of the loop around the statements, not of one inside them) becomes
+    ``__tilers_flow__.brk()``."""
+
+    def __init__(self, flow):
+        self.flow = flow
+
+    def visit_Break(self, node):
+        call = ast.copy_location(ast.Call(self.flow.h("brk", node), [], []), node)
+        return ast.copy_location(ast.Expr(call), node)
+
+    def _leave(self, node):
+        return node
+
+    visit_For = visit_While = visit_FunctionDef = visit_AsyncFunctionDef = _leave
+    visit_Lambda = visit_ClassDef = _leave
+
+
+def _device_breaks(body, flow):
+    t = _DeviceBreak(flow)
+    return [t.visit(s) for s in body]
+
+
+def _jump_in(body, *ignore):
     """(kind, node) of a `break` / `continue` / `return` in `body` that leaves it (not one
-    inside a loop or function of its own)."""
+    inside a loop or function of its own), kinds in `ignore` left out."""
     pending = list(body)
     while pending:
         node = pending.pop(0)
-        if isinstance(node, ast.Break):
+        if isinstance(node, ast.Break) and "break" not in ignore:
             return "break", node
-        if isinstance(node, ast.Continue):
+        if isinstance(node, ast.Continue) and "continue" not in ignore:
             return "continue", node
-        if isinstance(node, ast.Return):
+        if isinstance(node, ast.Return) and "return" not in ignore:
             return "return", node
         if isinstance(node, (ast.For, ast.While, ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda,
                              ast.ClassDef)):
@@ -228,6 +278,34 @@ class Flow:
             help="guard the statements with the condition instead (if cond: ...), or make the "
             "condition a Python value",
         )
+
+    # per loop being traced whose body has a `break`, innermost last: is it a device loop?
+    loops: list = []
+
+    @staticmethod
+    def loop(iterable):
+        from . import language
+
+        # a device loop (T.serial, T.Parallel, ...: T.loop_break says which it can leave)
+        device = inspect.isgenerator(iterable) and iterable.gi_code.co_filename == language.__file__
+        Flow.loops.append(device)
+        try:
+            yield from iterable
+        finally:
+            Flow.loops.pop()
+
+    @staticmethod
+    def brk():
+        from . import language
+        from ._source import user_error
+
+        if not Flow.loops or not Flow.loops[-1]:
+            raise user_error(
+                "`break` under a traced condition out of a Python loop: the loop runs at trace "
+                "time, so a device value cannot end it",
+                help="loop with T.serial(...) to leave the loop on the device",
+            )
+        language.loop_break()
 
     @staticmethod
     def traced(value) -> bool:

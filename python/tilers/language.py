@@ -25,6 +25,7 @@ __all__ = [
     "FragmentBuffer",
     "LocalBuffer",
     "sync_threads",
+    "loop_break",
     "floormod",
     "floordiv",
     "clamp",
@@ -658,6 +659,11 @@ def fill(dst, value, *, annotations=None):
     if _user_layout.has_user_layout(dst):
         target = dst if isinstance(dst, _trace.Buffer) else dst.buffer
         _user_layout.expand("T.fill", None, dst, loc, fill_value=_trace.literal(value, target.dtype))
+        return
+    if (isinstance(dst, _trace.Load) and not dst.has_slices()
+            and len(dst.indices) == len(dst.buffer.shape)):
+        # one element (TileLang's T.fill(s_count[0], 0)): a store
+        dst.buffer[tuple(dst.indices)] = value
         return
     dst_region = _trace.region(dst, None, loc)
     dtype = builder.buffers[dst_region["buf"]].dtype
@@ -2229,6 +2235,28 @@ def sync_threads(barrier_id=None, arrive_count=None):
             loc=loc,
         )
     builder.emit({"op": "sync", "id": barrier_id, "threads": count}, loc)
+
+
+def loop_break():
+    """Leave the innermost ``T.serial`` loop: ``T.loop_break()``, which a Python ``break``
+    under a traced condition in the kernel body is (``if l_new_topk <= 0: break``). The
+    threads that run it leave the loop; the others go on (per-thread code), as in CUDA."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.loop_break", loc)
+    for block in reversed(builder.blocks):
+        if block.what in ("T.If", "T.Else", "T.ws"):
+            continue
+        if block.what in ("T.serial", "T.Serial"):
+            builder.emit({"op": "break"}, loc)
+            return
+        where = "outside any loop" if block.what == "T.Kernel" else f"inside a {block.what} block"
+        raise _trace.user_error(
+            f"`break` leaves a T.serial loop; this one is {where}",
+            loc=loc,
+            help="loop with T.serial(...) to leave it early"
+            if block.what != "T.Parallel" else "a T.Parallel loop's iterations cannot end it: guard them with a condition",
+        )
 
 
 def fence_proxy_async():

@@ -32,6 +32,9 @@ pub(crate) struct Interp<'m> {
     /// A per-thread statement is running: `par` holds the thread index, one iteration per
     /// thread of `lanes`, and per-thread register buffers have a copy per thread.
     simt: bool,
+    /// Iterations (of `par`, or the one of a block-level statement) that ran a `break` in
+    /// the innermost loop running: they skip the rest of it.
+    breaking: Vec<u32>,
 }
 
 /// Iterations (positions in the running `parallel` loop's row-major order) that are
@@ -221,6 +224,7 @@ impl<'m> Interp<'m> {
             pt: PerThread::of(m),
             lanes: (0..threads).collect(),
             simt: false,
+            breaking: Vec::new(),
         }
     }
 
@@ -288,11 +292,18 @@ impl<'m> Interp<'m> {
     }
 
     fn exec(&mut self, body: &[Stmt], ids: Lanes<'_>) -> Result<(), Diagnostic> {
+        let mut left: Option<Vec<u32>> = None;
         for s in body {
-            if ids.is_empty() {
+            let now = left.as_deref().unwrap_or(ids);
+            if now.is_empty() {
                 break;
             }
-            self.stmt(s, ids)?;
+            self.stmt(s, now)?;
+            if !self.breaking.is_empty() {
+                // those that ran a `break` leave the rest of the loop's body
+                let keep: Vec<u32> = now.iter().copied().filter(|l| !self.breaking.contains(l)).collect();
+                left = Some(keep);
+            }
         }
         Ok(())
     }
@@ -455,10 +466,16 @@ impl<'m> Interp<'m> {
                     return Ok(());
                 }
                 let dt = m.var(*var).dtype;
+                let outer = std::mem::take(&mut self.breaking);
                 for t in 0..counts[0].max(0) {
+                    let now: Vec<u32> = ids.iter().copied().filter(|l| !self.breaking.contains(l)).collect();
+                    if now.is_empty() {
+                        break;
+                    }
                     self.env[var.0 as usize] = Some(Val::I(wrap_int(starts[0].wrapping_add(t), dt)));
-                    self.exec(body, ids)?;
+                    self.exec(body, &now)?;
                 }
+                self.breaking = outer;
             }
             // a warp-role region (`T.ws`): the block's tile ops in program order, whichever
             // threads run them
@@ -483,6 +500,7 @@ impl<'m> Interp<'m> {
                 }
             }
             Stmt::Inst(tile_ir::inst::Inst::SetMaxNReg(_)) => {}
+            Stmt::Inst(tile_ir::inst::Inst::LoopBreak(_)) => self.breaking.extend_from_slice(ids),
             Stmt::If { cond, then, otherwise, loc } => {
                 let c = truth(self.eval(cond, ids, *loc)?);
                 let (yes, no) = split(ids, &c);

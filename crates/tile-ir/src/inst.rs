@@ -71,6 +71,8 @@ pub struct Effects {
     /// A bulk tensor copy (TMA): its writes land later, in the async proxy, and complete
     /// their bytes on an mbarrier; a wait on that barrier's phase makes them visible.
     pub bulk_async: bool,
+    /// Leaves the innermost loop (`break`): control flow, not a data access.
+    pub leaves_loop: bool,
 }
 
 impl Effects {
@@ -684,6 +686,13 @@ impl Instruction for Printf {
         })())
     }
 }
+
+/// `break`: the threads that run it leave the innermost (serial) loop (`T.loop_break()`, a
+/// Python `break` in the kernel body).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoopBreak;
+
+operandless_instruction!(LoopBreak, "break", Effects { leaves_loop: true, ..Effects::default() });
 
 /// `__trap()`: stops the kernel with an error.
 #[derive(Clone, Debug, PartialEq)]
@@ -1482,5 +1491,6 @@ instructions!(
     ClusterSync,
     SyncWarp,
     Printf,
-    Trap
+    Trap,
+    LoopBreak
 );

@@ -894,6 +894,11 @@ impl Parser {
                     }
                 }
             }
+            "break" => {
+                // T.loop_break() (a Python `break` under a traced condition): leave the loop
+                Obj::new(v, path, &["op", "loc"])?;
+                Stmt::inst(crate::inst::LoopBreak)
+            }
             "fence_proxy_async" => {
                 // T.fence_proxy_async(): orders this thread's generic-proxy shared accesses
                 // before the async proxy's (TMA, wgmma) that a barrier then releases

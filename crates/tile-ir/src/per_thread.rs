@@ -95,12 +95,28 @@ impl PerThread {
             Stmt::If { cond, then, otherwise, .. } => {
                 m.thread_range(cond).is_none() && self.expr(cond) && plain(then) && plain(otherwise)
             }
-            Stmt::For { start, extent, body, .. } => (self.expr(start) || self.expr(extent)) && plain(body),
+            // a loop some of whose threads may leave it on their own is per thread too
+            Stmt::For { start, extent, body, .. } => {
+                (self.expr(start) || self.expr(extent) || self.breaks_apart(m, body, false)) && plain(body)
+            }
             Stmt::Let { value, .. } => self.expr(value),
             Stmt::Print { what: Printed::Value(v), .. } => self.expr(v),
             Stmt::DeviceAssert { cond, .. } => self.expr(cond),
             _ => false,
         }
+    }
+
+    /// Does `body` (a loop's) hold a `break` under a per-thread condition (its own, not a
+    /// nested loop's)?
+    fn breaks_apart(&self, m: &Module, body: &[Stmt], under: bool) -> bool {
+        body.iter().any(|s| match s {
+            Stmt::Inst(crate::inst::Inst::LoopBreak(_)) => under,
+            Stmt::If { cond, then, otherwise, .. } => {
+                let u = under || (m.thread_range(cond).is_none() && self.expr(cond));
+                self.breaks_apart(m, then, u) || self.breaks_apart(m, otherwise, u)
+            }
+            _ => false,
+        })
     }
 
     fn scan(&mut self, m: &Module, body: &[Stmt], under: bool) {

@@ -271,6 +271,8 @@ struct Verifier<'a> {
     pt: PerThread,
     /// The per-thread statement being checked (its line), if any.
     per_thread: Option<Loc>,
+    /// The loops around the statement being checked, innermost last (None: `parallel`).
+    loops: Vec<Option<ForKind>>,
 }
 
 /// Check the tile-level invariants listed in this module's doc.
@@ -282,6 +284,7 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
         in_parallel: None,
         pt: PerThread::of(m),
         per_thread: None,
+        loops: Vec::new(),
     };
     // symbolic sizes are dimensions of tensor parameters only: every tile is fixed
     for b in &m.buffers {
@@ -945,18 +948,31 @@ impl<'a> Verifier<'a> {
                 for (v, &e) in vars.iter().zip(extents) {
                     self.scope.push((*v, e != 1));
                 }
+                self.loops.push(None);
                 self.stmts(body);
+                self.loops.pop();
                 for _ in vars {
                     self.scope.pop();
                 }
                 self.in_parallel = None;
             }
-            Stmt::For { var, start, extent, body, loc, .. } => {
+            Stmt::For { var, start, extent, body, loc, kind } => {
                 self.expr(start, *loc);
                 self.expr(extent, *loc);
                 self.scope.push((*var, false));
+                self.loops.push(Some(*kind));
                 self.stmts(body);
+                self.loops.pop();
                 self.scope.pop();
+            }
+            // the tracer checks the loop at the user's line; a module from elsewhere gets this
+            Stmt::Inst(crate::inst::Inst::LoopBreak(_)) => {
+                if self.loops.last() != Some(&Some(ForKind::Serial)) {
+                    self.err(
+                        "`break` leaves only a T.serial loop; this one is in no such loop".into(),
+                        Loc::UNKNOWN,
+                    );
+                }
             }
             Stmt::If { cond, then, otherwise, loc } => {
                 if m.thread_range(cond).is_none() {

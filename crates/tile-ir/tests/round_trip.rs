@@ -151,6 +151,7 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::SyncWarp(_) => "sync_warp",
                 Inst::Printf(_) => "printf",
                 Inst::Trap(_) => "trap",
+                Inst::LoopBreak(_) => "break",
                 Inst::FenceMbarrierInit(_) => "fence_mbarrier_init",
                 Inst::MbarrierInit(_) => "mbarrier_init",
                 Inst::MbarrierArrive(_) => "mbarrier_arrive",

@@ -206,6 +206,15 @@ fn accesses_in(m: &Module, body: &[Stmt]) -> Sets {
 
 /// Must `a` wait for `p` (accesses of other threads, not yet ordered)? A write conflicts
 /// with anything, a read with writes and atomics, an atomic with reads and writes.
+/// Does `s` hold a `break` of the loop around it (not of a loop inside it)?
+fn holds_break(s: &Stmt) -> bool {
+    match s {
+        Stmt::Inst(Inst::LoopBreak(_)) => true,
+        Stmt::If { then, otherwise, .. } => then.iter().chain(otherwise).any(holds_break),
+        _ => false,
+    }
+}
+
 fn hazard(p: &Sets, a: &Sets) -> bool {
     let any = |x: &BTreeSet<BufferId>, y: &BTreeSet<BufferId>| x.iter().any(|b| y.contains(b));
     any(&a.writes, &p.reads)
@@ -274,8 +283,14 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
                 let _ = place(cx, body.clone(), &mut trial, scope);
                 let mut entry = pending.clone();
                 entry.join(&trial);
+                // a `break` leaves with what was pending where it ran: all of the body's
+                // accesses may be
+                let breaks = body.iter().any(holds_break);
                 let new_body = place(cx, body, &mut entry, scope);
                 *pending = entry;
+                if breaks {
+                    pending.record(scope, &a);
+                }
                 out.push(Stmt::For { var, start, extent, kind, body: new_body, loc });
             }
             Stmt::If { cond, then, otherwise, loc }
@@ -326,8 +341,16 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
                 }
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
-            // a named barrier the kernel placed orders only the threads it names
-            s @ Stmt::Inst(Inst::NamedBarrier(_)) => out.push(s),
+            // a named barrier the kernel placed orders only the threads it names: all of
+            // those the statements run on when its count is theirs (T.sync_threads(3, 256)
+            // in a region of 256 threads)
+            Stmt::Inst(Inst::NamedBarrier(b)) => {
+                let all = scope.map_or(m.kernel.threads, |(_, count)| count);
+                if !b.arrive && b.threads == all {
+                    pending.synced(scope);
+                }
+                out.push(Stmt::Inst(Inst::NamedBarrier(b)));
+            }
             Stmt::Inst(i) if i.effects().barrier => {
                 pending.synced(scope);
                 out.push(Stmt::Inst(i));

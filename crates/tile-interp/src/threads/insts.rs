@@ -11,6 +11,7 @@ impl Machine<'_> {
     pub(super) fn inst(&mut self, i: &Inst, active: &[u32]) -> Result<(), Diagnostic> {
         let m = self.m;
         match i {
+            Inst::LoopBreak(_) => unreachable!("run by the scheduler"),
             // the scheduler (schedule.rs) gathers the threads at barriers and runs the waits
             Inst::Sync(_)
             | Inst::ClusterSync(_)

@@ -525,6 +525,7 @@ impl<'m> Machine<'m> {
                     frames.push(Frame::Else { stmts: otherwise, active: Rc::new(no) });
                     frames.push(Frame::Block { stmts: then, next: 0, active: Rc::new(yes) });
                 }
+                Stmt::Inst(Inst::LoopBreak(_)) => Self::break_loop(frames, &active),
                 Stmt::Inst(Inst::Sync(_)) => {
                     let count = self.cta_threads as u32;
                     let id = self.barrier_key(&active, 0);
@@ -589,6 +590,28 @@ impl<'m> Machine<'m> {
                     return Ok(Stop::Yield);
                 }
                 _ => self.stmt(s, &active)?,
+            }
+        }
+    }
+
+    /// `break` by `threads`: they leave every frame up to and including the innermost loop's
+    /// (the others go on where they are).
+    fn break_loop(frames: &mut [Frame<'m>], threads: &[u32]) {
+        let keep = |a: &Rc<Vec<u32>>| {
+            Rc::new(a.iter().copied().filter(|t| !threads.contains(t)).collect::<Vec<_>>())
+        };
+        for f in frames.iter_mut().rev() {
+            match f {
+                Frame::Block { active, .. } | Frame::Else { active, .. } => *active = keep(active),
+                Frame::Loop { active, start, extent, .. } => {
+                    let stays: Vec<bool> = active.iter().map(|t| !threads.contains(t)).collect();
+                    let mut k = 0;
+                    start.retain(|_| (stays[k], k += 1).0);
+                    k = 0;
+                    extent.retain(|_| (stays[k], k += 1).0);
+                    *active = keep(active);
+                    return;
+                }
             }
         }
     }

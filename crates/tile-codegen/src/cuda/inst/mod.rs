@@ -85,6 +85,10 @@ impl Emitter<'_> {
                 self.line("__trap();");
                 Ok(())
             }
+            Inst::LoopBreak(_) => {
+                self.line("break;");
+                Ok(())
+            }
         }
     }
 }
