@@ -247,6 +247,18 @@ fn push_sync(out: &mut Vec<Stmt>, fence: bool) {
     out.splice(at..at, sync);
 }
 
+/// `s` ordered as one unit: a barrier before it if it conflicts with what is pending.
+fn whole(cx: &Cx, s: Stmt, pending: &mut Pending, scope: Option<(u32, u32)>, out: &mut Vec<Stmt>) {
+    let a = accesses(cx.m, &s);
+    let seen = pending.seen_by(scope);
+    if hazard(&seen, &a) {
+        push_sync(out, cx.fence(&seen));
+        pending.synced(scope);
+    }
+    pending.record(scope, &a);
+    out.push(s);
+}
+
 /// Barriers for `body`, which runs on `scope`'s threads (None: every thread).
 fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u32)>) -> Vec<Stmt> {
     let m = cx.m;
@@ -257,16 +269,7 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
             // its threads may take different paths, so no barrier goes inside it; it is
             // ordered as a whole, as a tile op is (what its threads hand each other inside
             // it is theirs to order, as in CUDA)
-            s if cx.per_thread.head(m, &s) => {
-                let a = accesses(m, &s);
-                let seen = pending.seen_by(scope);
-                if hazard(&seen, &a) {
-                    push_sync(&mut out, cx.fence(&seen));
-                    pending.synced(scope);
-                }
-                pending.record(scope, &a);
-                out.push(s);
-            }
+            s if cx.per_thread.head(m, &s) => whole(cx, s, pending, scope, &mut out),
             Stmt::For { var, start, extent, kind, body, loc } => {
                 // what was left pending before the loop and conflicts with the loop's
                 // accesses is ordered once, before it, not by a barrier in every iteration
@@ -360,16 +363,7 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
             s @ Stmt::Async { .. } => out.push(s),
             // the kernel's own barriers order what they guard
             s @ Stmt::Barrier(_) => out.push(s),
-            other => {
-                let a = accesses(m, &other);
-                let seen = pending.seen_by(scope);
-                if hazard(&seen, &a) {
-                    push_sync(&mut out, cx.fence(&seen));
-                    pending.synced(scope);
-                }
-                pending.record(scope, &a);
-                out.push(other);
-            }
+            other => whole(cx, other, pending, scope, &mut out),
         }
     }
     out
