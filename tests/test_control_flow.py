@@ -230,15 +230,91 @@ def test_small_spellings():
     np.testing.assert_array_equal(c, want)
 
 
-def test_while_on_a_traced_value_stays_an_error():
+def collatz_steps(N):
+    """Per block, the Collatz steps from X[bx] down to 1: a `while` on a T.alloc_var."""
+
+    @T.prim_func
+    def k(X: T.Tensor((N,), "int32"), S: T.Tensor((N,), "int32")):
+        with T.Kernel(N, threads=32) as bx:
+            x = T.alloc_var("int32", init=X[bx])
+            steps = T.alloc_var("int32", init=0)
+            while x != 1:
+                if x % 2 == 0:
+                    x = x // 2
+                else:
+                    x = 3 * x + 1
+                steps = steps + 1
+            S[bx] = steps
+
+    return k
+
+
+def chunked_copy(N, block=64):
+    """B = 2 A by chunks of `block` in a `while` over a T.alloc_var offset, tile ops inside
+    (a ragged last chunk when N is no multiple of it), and a Python `while` unrolled at trace
+    time beside it."""
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            s = T.alloc_shared((block,), "float32")
+            start = T.alloc_var("int32", init=0)
+            while start < N:
+                T.copy(A[start], s)
+                for i in T.Parallel(block):
+                    s[i] = s[i] * 2.0
+                T.copy(s, B[start])
+                start = start + block
+            unrolled = 0
+            while unrolled < 2:  # a Python value: runs at trace time
+                B[unrolled] = B[unrolled] + 0.0
+                unrolled += 1
+
+    return k
+
+
+def collatz_want(X):
+    out = []
+    for x in X:
+        n = 0
+        while x != 1:
+            x = x // 2 if x % 2 == 0 else 3 * x + 1
+            n += 1
+        out.append(n)
+    return np.array(out, np.int32)
+
+
+def test_while_on_a_traced_value_is_a_device_loop():
+    X = np.array([1, 2, 3, 6, 7, 27, 97, 871], np.int32)
+    S = np.zeros(8, np.int32)
+    run(collatz_steps(8), X, S)
+    np.testing.assert_array_equal(S, collatz_want(X))
+    for N in (64, 200, 37):
+        A = rand(N)
+        B = np.zeros(N, np.float32)
+        run(chunked_copy(N), A, B)
+        np.testing.assert_array_equal(B, 2 * A)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_device_while_agrees_pass_by_pass(arch):
+    from tilers import testing
+
+    testing.check_passes(chunked_copy(200), arch=arch, check=True)
+    src = tilers.compile(collatz_steps(8), target=f"cuda:{arch}").get_kernel_source()
+    assert "2147483647" in src and "break;" in src
+
+
+def test_while_misuse_is_an_error_at_the_line():
     @T.prim_func
     def k(A: T.Tensor((8,), "float32")):
         with T.Kernel(1, threads=32) as bx:
-            while A[0] > 0:
-                A[0] = A[0] - 1.0
-
-    with pytest.raises(TileError, match="cannot be used as a Python bool here"):
+            n = 0
+            while n < 3:
+                n = A[0] if n == 1 else n + 1  # turns traced
+    with pytest.raises(TileError, match="was a Python value and is now a traced one") as err:
         tilers.compile(k, target="interp")
+    assert "test_control_flow.py" in str(err.value)
 
 
 @tilers.jit

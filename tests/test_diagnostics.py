@@ -51,13 +51,15 @@ def mistake(title: str, *expected: str):
 # Python: tracing the kernel
 
 
-@mistake("A traced value used as a Python bool (`if`, `while`, `bool()`)", "T.If")
+@mistake("A traced value used as a Python bool (in a helper called from the kernel, `bool()`)", "T.If")
 def traced_value_as_python_bool():
+    def magnitude(x):
+        return x if x > 0 else -x  # <- mistake
+
     @T.prim_func
     def kernel(A: T.Tensor((128,), "float32")):
         with T.Kernel(1, threads=128):
-            while A[0] > 0:  # <- mistake
-                A[0] = A[0] - 1
+            A[0] = magnitude(A[0])
 
     tilers.compile(kernel, target="cuda:sm_90a")
 

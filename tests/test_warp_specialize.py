@@ -414,3 +414,45 @@ def test_constant_barrier_indices_and_parities_are_checked_at_the_line():
 
     with pytest.raises(TileError, match="a phase parity is 0 or 1, got 2"):
         kernel_with(parity)
+
+
+def gathered_tiles(tiles, rows=64, D=64):
+    """O[t] = X[tile (Off[t] mod 8)] @ W: the producer's T.tma_copy at a position it reads
+    from shared memory (TileLang's block-sparse `k = block_offset[bi]`), the consumers'
+    gemm on it."""
+
+    @T.prim_func
+    def f(X: T.Tensor((8 * rows, D), "float16"), Off: T.Tensor((tiles,), "int32"),
+          W: T.Tensor((D, D), "float16"), O: T.Tensor((tiles * rows, D), "float32")):
+        with T.Kernel(1, threads=256) as bx:
+            S = T.alloc_shared((rows, D), "float16")
+            W_s = T.alloc_shared((D, D), "float16")
+            acc = T.alloc_fragment((rows, D), "float32")
+            offs = T.alloc_shared((tiles,), "int32")
+            full = T.alloc_barrier(128)
+            empty = T.alloc_barrier(128)
+            for i in T.Parallel(tiles):
+                offs[i] = (Off[i] % 8 + 8) % 8
+            tid = T.get_thread_binding()
+            if tid >= 128:
+                for t in T.serial(tiles):
+                    T.barrier_wait(empty, (t + 1) % 2)
+                    T.tma_copy(X[offs[t] * rows, 0], S, barrier=full)
+                    T.barrier_arrive(full)
+            else:
+                T.copy(W, W_s)
+                for t in T.serial(tiles):
+                    T.barrier_wait(full, t % 2)
+                    T.gemm(S, W_s, acc, clear_accum=True)
+                    T.barrier_arrive(empty)
+                    T.copy(acc, O[t * rows, 0])
+
+    return f
+
+
+def test_a_tma_copy_at_a_position_read_from_shared_memory():
+    # the regions loop on their own: the reference is the lowered code on the CPU model
+    r = tilers.testing.check_passes(gathered_tiles(5), arch="sm_90a", check=True)
+    assert "the reference (on the CPU model)" in r.table()
+    src = tilers.compile(gathered_tiles(5), target="cuda:sm_90a").get_kernel_source()
+    assert "cp.async.bulk.tensor" in src

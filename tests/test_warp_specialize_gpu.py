@@ -49,3 +49,14 @@ def test_sass_has_tma_feeding_hgmma(tmp_path):
     path.write_bytes(kernel.cubin)
     sass = subprocess.run(["cuobjdump", "-sass", str(path)], capture_output=True, text=True).stdout
     assert "UTMALDG" in sass and "HGMMA" in sass and "SYNCS" in sass, sass[:2000]
+
+
+@pytest.mark.parametrize("tiles", [1, 5, 12])
+def test_a_tma_copy_at_a_position_read_from_shared_memory(tiles):
+    x = torch.randn(8 * 64, 64, device="cuda", dtype=torch.float16)
+    off = torch.randint(-20, 20, (tiles,), device="cuda", dtype=torch.int32)
+    w = torch.randn(64, 64, device="cuda", dtype=torch.float16)
+    out = torch.zeros(tiles * 64, 64, device="cuda", dtype=torch.float32)
+    tilers.compile(ws.gathered_tiles(tiles))(x, off, w, out)
+    want = torch.cat([x[int(o) % 8 * 64:(int(o) % 8 + 1) * 64].float() @ w.float() for o in off.cpu()])
+    torch.testing.assert_close(out, want, rtol=2e-2, atol=2e-1)

@@ -18,8 +18,12 @@ point at the user's code):
 - ``break`` under a traced condition leaves the device loop around it (``T.loop_break()``:
   a ``T.serial`` loop's threads that run it leave the loop, as in CUDA).
 
-What stays an error: ``while`` on a traced value, ``continue`` or ``return`` under a traced
-condition, ``break`` under one out of a Python loop (it runs at trace time), a traced value in a Python ``for``'s
+- ``while test:`` loops in Python while ``test`` is a Python value, and is a device loop when
+  it is traced (a ``T.serial`` loop that leaves at the top of the first iteration where
+  ``test`` is false; a ``break`` in it under a traced condition leaves it too).
+
+What stays an error: ``while ... else``, a ``while`` whose test turns from a Python value into
+a traced one, ``continue`` or ``return`` under a traced condition, ``break`` under one out of a Python loop (it runs at trace time), a traced value in a Python ``for``'s
 iterable or ``range`` bound where a device loop is not written (use ``T.serial``), and
 control flow in a helper function called from the kernel (it runs as plain Python: make it
 a ``T.macro``).
@@ -105,6 +109,19 @@ class ControlFlow(ast.NodeTransformer):
             node.iter = ast.copy_location(ast.Call(self.h("loop", node.iter), [node.iter], []), node.iter)
             self.changed = True
         return node
+
+    def visit_While(self, node):
+        self.generic_visit(node)
+        if not self.depth or node.orelse:
+            return node
+        # `while test: body` -> `for _ in __tilers_flow__.while_(lambda: test): body`: a Python
+        # loop while `test` is a Python value, a device loop (T.serial with a break at the
+        # top) when it is traced
+        self.changed = True
+        self.counter += 1
+        target = ast.copy_location(ast.Name(f"__tilers_while{self.counter}", ast.Store()), node)
+        loop = ast.copy_location(ast.Call(self.h("while_", node), [_thunk(node.test)], []), node)
+        return ast.copy_location(ast.For(target=target, iter=loop, body=node.body, orelse=[]), node)
 
     def visit_If(self, node):
         self.generic_visit(node)
@@ -291,6 +308,35 @@ class Flow:
         Flow.loops.append(device)
         try:
             yield from iterable
+        finally:
+            Flow.loops.pop()
+
+    @staticmethod
+    def while_(test):
+        """`while test():` in a kernel body: Python's loop while the test is a Python value;
+        on a traced one, a device loop that leaves at the top of an iteration where it is
+        false (``T.serial`` over 2^31 - 1 iterations with ``T.loop_break()``)."""
+        from . import language
+        from ._source import user_error
+
+        value = test()
+        if not Flow.traced(value):
+            while value:
+                yield None
+                value = test()
+                if Flow.traced(value):
+                    raise user_error(
+                        "the condition of this `while` was a Python value and is now a traced one: "
+                        "a loop is either unrolled at trace time or a device loop",
+                        help="make the condition traced from the start (a T.alloc_var) or a Python value throughout",
+                    )
+            return
+        Flow.loops.append(True)
+        try:
+            for _ in language.serial((1 << 31) - 1):
+                with language.If(Flow.not_(test())):
+                    language.loop_break()
+                yield None
         finally:
             Flow.loops.pop()
 

@@ -532,7 +532,7 @@ class Expr:
         raise user_error(
             "a traced value cannot be used as a Python bool here (inside the kernel body, "
             "`if`, `and`, `or`, `not` and `x if c else y` on traced values are device control "
-            "flow; this use is outside it, or in a helper function or a `while`)",
+            "flow; this use is outside it, or in a helper function)",
             help=BOOL_HELP + "; make a helper a T.macro",
         )
 

@@ -26,6 +26,13 @@ __all__ = [
     "LocalBuffer",
     "sync_threads",
     "loop_break",
+    "AccessPtr",
+    "access_ptr",
+    "address_of",
+    "ptx_cp_async",
+    "ptx_commit_group",
+    "ptx_wait_group",
+    "cp_async_barrier_noinc",
     "floormod",
     "floordiv",
     "clamp",
@@ -2257,6 +2264,180 @@ def loop_break():
             help="loop with T.serial(...) to leave it early"
             if block.what != "T.Parallel" else "a T.Parallel loop's iterations cannot end it: guard them with a condition",
         )
+
+
+class AccessPtr:
+    """``T.access_ptr(A[i, j], "r", n)``: the address of an element of a buffer with the
+    access it is taken for and how many elements from it are meant: what
+    ``T.ptx_cp_async`` copies to and from. Not a value: it is handed to those calls."""
+
+    __slots__ = ("buffer", "indices", "mode", "extent", "loc")
+
+    def __init__(self, buffer, indices, mode, extent, loc):
+        self.buffer = buffer
+        self.indices = indices
+        self.mode = mode
+        self.extent = extent
+        self.loc = loc
+
+    def __repr__(self):
+        return f"<T.access_ptr {self.buffer.name}[...] {self.mode!r} x{self.extent}>"
+
+    def __bool__(self):
+        raise _trace.user_error("a T.access_ptr address is not a value", loc=_trace.capture())
+
+
+def access_ptr(base, access_type="r", *extents, offset=0, extent=None, ignore_last_ndim=0):
+    """The address of ``base`` for ``T.ptx_cp_async``: ``T.access_ptr(S[i, j], "w", 8)``
+    (an element; ``access_type`` "r", "w" or "rw", or the mask 1, 2, 3; ``extents`` or
+    ``extent=`` the elements meant from it, default 1), ``T.access_ptr(S, "r")`` (a
+    buffer's first element) or a region (its first element). ``offset=`` moves along the
+    last dimension."""
+    loc = _trace.capture()
+    _trace.require_kernel(_trace.current_builder(), "T.access_ptr", loc)
+    masks = {1: "r", 2: "w", 3: "rw", "r": "r", "w": "w", "rw": "rw"}
+    if isinstance(access_type, _builtins.bool) or access_type not in masks:
+        raise _trace.user_error(
+            f"T.access_ptr: parameter 'access_type': expected 'r', 'w', 'rw' (or 1, 2, 3), got {access_type!r}",
+            loc=loc,
+        )
+    if ignore_last_ndim:
+        raise _trace.user_error("T.access_ptr(..., ignore_last_ndim=...) is not supported by tilers", loc=loc)
+    if isinstance(base, _trace.Buffer) and not base.is_barrier:
+        buffer, indices = base, tuple(0 for _ in base.shape)
+    elif isinstance(base, _trace.Load) and not base.buffer.is_barrier:
+        buffer = base.buffer
+        indices = tuple(i.start if isinstance(i, slice) else i for i in base.indices)
+        indices = tuple(0 if i is None else i for i in indices)
+    else:
+        raise _trace.user_error(
+            f"T.access_ptr takes a buffer element (A[i, j]), a region or a buffer, got {type(base).__name__}",
+            loc=loc,
+        )
+    if len(indices) != len(buffer.shape):
+        _trace.element_indices(buffer, indices, loc)  # raises: one index per dimension
+    if len(extents) == 1 and isinstance(extents[0], (list, tuple)):
+        extents = tuple(extents[0])
+    if extent is None:
+        extent = 1
+        for e in extents:
+            extent = extent * e
+    if not isinstance(extent, _builtins.int) or isinstance(extent, _builtins.bool) or extent < 1:
+        raise _trace.user_error(
+            f"T.access_ptr: the extent must be a positive Python int, got {extent!r}", loc=loc
+        )
+    if not (isinstance(offset, _builtins.int) and offset == 0):
+        indices = indices[:-1] + (indices[-1] + offset,)
+    return AccessPtr(buffer, indices, masks[access_type], extent, loc)
+
+
+def address_of(elem):
+    """TileLang's ``T.address_of(A[i, j])``: ``T.access_ptr(A[i, j], "rw")``."""
+    return access_ptr(elem, "rw")
+
+
+def ptx_cp_async(dst_access_ptr, src_access_ptr, num_elems, predicate=None):
+    """One thread's asynchronous copy (``cp.async``) of ``num_elems`` elements (4, 8 or 16
+    bytes) from a global tensor into shared memory, each thread that runs it its own:
+    ``T.ptx_cp_async(T.access_ptr(S[r, c], "w", 8), T.access_ptr(G[i, c], "r", 8), 8)``.
+    With ``predicate=`` false the destination gets zeros. The bytes land at the
+    ``T.ptx_wait_group`` that completes the group ``T.ptx_commit_group`` closed, or at the
+    thread's ``T.cp_async_barrier_noinc(bar)`` arrival; the destination and source
+    addresses must be aligned to the copy's size."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.ptx_cp_async", loc)
+    for what, p, scope, need in (("dst_access_ptr", dst_access_ptr, "shared", "w"),
+                                 ("src_access_ptr", src_access_ptr, "global", "r")):
+        if not isinstance(p, AccessPtr):
+            raise _trace.user_error(
+                f"T.ptx_cp_async: parameter '{what}': expected a T.access_ptr(...) address, got {type(p).__name__}",
+                loc=loc,
+                help="e.g. T.ptx_cp_async(T.access_ptr(S[i, j], 'w', 8), T.access_ptr(A[r, j], 'r', 8), 8)",
+            )
+        if p.buffer.scope != scope:
+            raise _trace.user_error(
+                f"T.ptx_cp_async: parameter '{what}': expected an address in {scope} memory, "
+                f"got one of '{p.buffer.name}' ({p.buffer.scope})",
+                loc=loc,
+                help="cp.async copies from a global tensor into a T.alloc_shared buffer",
+            )
+        if need not in p.mode:
+            raise _trace.user_error(
+                f"T.ptx_cp_async: parameter '{what}': the address of '{p.buffer.name}' was taken for "
+                f"access {p.mode!r}; the copy {'writes' if need == 'w' else 'reads'} it",
+                loc=loc,
+            )
+    dst, src = dst_access_ptr, src_access_ptr
+    if dst.buffer.dtype != src.buffer.dtype:
+        raise _trace.user_error(
+            f"T.ptx_cp_async copies between buffers of one dtype; '{dst.buffer.name}' is "
+            f"{dst.buffer.dtype}, '{src.buffer.name}' {src.buffer.dtype}",
+            loc=loc,
+        )
+    if not isinstance(num_elems, _builtins.int) or isinstance(num_elems, _builtins.bool):
+        raise _trace.user_error(
+            f"T.ptx_cp_async: parameter 'num_elems': expected a Python int, got {num_elems!r}", loc=loc
+        )
+    size = _trace.dtype_bytes(dst.buffer.dtype)
+    nbytes = num_elems * size
+    if nbytes not in (4, 8, 16):
+        raise _trace.user_error(
+            f"T.ptx_cp_async: parameter 'num_elems': {num_elems} elements of {dst.buffer.dtype} are "
+            f"{nbytes} bytes; a cp.async copies 4, 8 or 16",
+            loc=loc,
+        )
+    for what, p in (("dst_access_ptr", dst), ("src_access_ptr", src)):
+        if p.extent != 1 and p.extent < num_elems:
+            raise _trace.user_error(
+                f"T.ptx_cp_async: parameter '{what}': the address covers {p.extent} elements, the copy {num_elems}",
+                loc=loc,
+            )
+    if predicate is None:
+        src_bytes = _trace.const(nbytes, "int32").node()
+    else:
+        cond = _trace.literal(predicate)
+        src_bytes = if_then_else(cond, _trace.const(nbytes, "int32"), _trace.const(0, "int32")).node()
+    builder.emit(
+        {"op": "cp_async",
+         "dst": dst.buffer.id, "dst_idx": _trace.element_indices(dst.buffer, dst.indices, loc),
+         "src": src.buffer.id, "src_idx": _trace.element_indices(src.buffer, src.indices, loc),
+         "bytes": nbytes, "src_bytes": src_bytes},
+        loc,
+    )
+
+
+def ptx_commit_group():
+    """``cp.async.commit_group``: close the group of this thread's ``T.ptx_cp_async`` copies
+    (and of copies a ``T.Parallel`` loop issued asynchronously) issued since the last one."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.ptx_commit_group", loc)
+    builder.emit({"op": "async_commit"}, loc)
+
+
+def ptx_wait_group(num):
+    """``cp.async.wait_group num``: wait until at most ``num`` (a Python int, 0 to 7) of
+    this thread's committed groups are still in flight: ``T.ptx_wait_group(0)``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.ptx_wait_group", loc)
+    if not isinstance(num, _builtins.int) or isinstance(num, _builtins.bool) or not 0 <= num <= 7:
+        raise _trace.user_error(
+            f"T.ptx_wait_group: parameter 'num': expected a Python int from 0 to 7, got {num!r}", loc=loc
+        )
+    builder.emit({"op": "async_wait", "pending": num}, loc)
+
+
+def cp_async_barrier_noinc(barrier):
+    """``cp.async.mbarrier.arrive.noinc``: every thread running it arrives at ``barrier``
+    once all the ``T.ptx_cp_async`` copies it issued before have landed (the arrival is
+    one of the barrier's counted ones): ``T.cp_async_barrier_noinc(bars[stage])``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.cp_async_barrier_noinc", loc)
+    buffer, index = _barrier_ref(barrier, "T.cp_async_barrier_noinc", loc)
+    builder.emit({"op": "cp_async_arrive", "bar": buffer.id, "idx": index}, loc)
 
 
 def fence_proxy_async():

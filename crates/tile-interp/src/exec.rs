@@ -35,6 +35,9 @@ pub(crate) struct Interp<'m> {
     /// Iterations (of `par`, or the one of a block-level statement) that ran a `break` in
     /// the innermost loop running: they skip the rest of it.
     breaking: Vec<u32>,
+    /// The block's `T.alloc_barrier` mbarriers, by (buffer, index): (arrivals a phase
+    /// takes, arrivals still missing in the current phase, phases completed).
+    bars: std::collections::BTreeMap<(BufferId, i64), (i64, i64, i64)>,
 }
 
 /// Iterations (positions in the running `parallel` loop's row-major order) that are
@@ -225,6 +228,7 @@ impl<'m> Interp<'m> {
             lanes: (0..threads).collect(),
             simt: false,
             breaking: Vec::new(),
+            bars: Default::default(),
         }
     }
 
@@ -268,6 +272,7 @@ impl<'m> Interp<'m> {
             for by in 0..grid[1] {
                 for bx in 0..grid[0] {
                     self.block = [bx, by, bz];
+                    self.bars.clear();
                     for &(var, axis) in &block_vars {
                         let v = self.block.get(axis as usize).copied().unwrap_or(0);
                         self.env[var] = Some(Val::I(wrap_int(v, m.vars[var].dtype)));
@@ -494,11 +499,23 @@ impl<'m> Interp<'m> {
             // the kernel's own barriers order nothing here (the interpreter runs a block's
             // statements one after another; the warp model of the lowered code runs them);
             // a TMA copy is its copy
-            Stmt::Barrier(BarrierOp { kind, loc, .. }) => {
-                if let BarrierKind::TmaLoad { copy } = kind {
-                    self.copy(&copy.src, &copy.dst, None, *loc)?;
+            Stmt::Barrier(BarrierOp { kind, bar, idx, loc }) => match kind {
+                BarrierKind::TmaLoad { copy } => self.copy(&copy.src, &copy.dst, None, *loc)?,
+                BarrierKind::Init { count } => {
+                    let i = self.scalar(idx, *loc)?.as_i64();
+                    self.bars.insert((*bar, i), (*count as i64, *count as i64, 0));
                 }
+                BarrierKind::Arrive => self.arrive(*bar, idx, ids, *loc)?,
+                BarrierKind::Wait { parity } => self.barrier_wait(*bar, idx, parity, ids, *loc)?,
+                // the copies' bytes landed when they were issued
+                BarrierKind::ExpectTx { .. } => {}
+            },
+            Stmt::Inst(tile_ir::inst::Inst::AsyncArrive(a)) => {
+                self.arrive(a.bar, &a.idx, ids, Loc::UNKNOWN)?
             }
+            // a kernel's own cp.async: its bytes land at once (a program run one statement
+            // after another sees them at the wait or barrier that orders them)
+            Stmt::Inst(tile_ir::inst::Inst::AsyncCopy(c)) => self.cp_async(c, ids)?,
             Stmt::Inst(tile_ir::inst::Inst::SetMaxNReg(_)) => {}
             Stmt::Inst(tile_ir::inst::Inst::LoopBreak(_)) => self.breaking.extend_from_slice(ids),
             Stmt::If { cond, then, otherwise, loc } => {
@@ -522,6 +539,103 @@ impl<'m> Interp<'m> {
                     "the interpreter runs tile-level programs; this one holds a thread-level statement",
                     s.loc(),
                 ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Every thread running the statement arrives at `bar[idx]` (each its own index in
+    /// per-thread code).
+    fn arrive(&mut self, bar: BufferId, idx: &Expr, ids: Lanes<'_>, loc: Loc) -> Result<(), Diagnostic> {
+        let at = self.eval(idx, ids, loc)?.ints();
+        let each: Vec<(i64, usize)> =
+            if self.simt { at.iter().map(|&i| (i, 1)).collect() } else { vec![(at[0], self.lanes.len())] };
+        for (i, n) in each {
+            let name = &self.m.buffer(bar).name;
+            let Some(b) = self.bars.get_mut(&(bar, i)) else {
+                return Err(self.error(format!("arrival at {name}[{i}], which holds no barrier"), loc));
+            };
+            for _ in 0..n {
+                b.1 -= 1;
+                if b.1 == 0 {
+                    b.1 = b.0;
+                    b.2 += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A wait for a phase of `bar[idx]`: the interpreter runs the block's statements one
+    /// after another, so the phase must have completed by now.
+    fn barrier_wait(
+        &mut self,
+        bar: BufferId,
+        idx: &Expr,
+        parity: &Expr,
+        ids: Lanes<'_>,
+        loc: Loc,
+    ) -> Result<(), Diagnostic> {
+        let at = self.eval(idx, ids, loc)?.ints();
+        let ps = self.eval(parity, ids, loc)?.ints();
+        for (&i, &p) in at.iter().zip(&ps) {
+            let name = &self.m.buffer(bar).name;
+            let Some(&(count, missing, done)) = self.bars.get(&(bar, i)) else {
+                return Err(self.error(format!("a wait on {name}[{i}], which holds no barrier"), loc));
+            };
+            if done & 1 == p & 1 {
+                return Err(self
+                    .error(
+                        format!(
+                            "T.barrier_wait on {name}[{i}] for parity {p} {}: the \
+                             interpreter runs the kernel's statements one after another, and phase {done} has \
+                             {missing} of its {count} arrivals missing at this point",
+                            crate::SEQUENTIAL_WAIT
+                        ),
+                        loc,
+                    )
+                    .with_help(
+                        "warp-role regions that hand data to each other through mbarriers inside loops of \
+                         their own run concurrently only on the GPU (or the thread-level CPU model of \
+                         testing.check_passes); the interpreter runs them in program order",
+                    ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `T.ptx_cp_async` by each iteration in `ids`: `bytes` bytes from `src` to `dst`, the
+    /// source's first `src_bytes` of them, zeros after.
+    fn cp_async(&mut self, c: &tile_ir::inst::AsyncCopy, ids: Lanes<'_>) -> Result<(), Diagnostic> {
+        let loc = Loc::UNKNOWN;
+        let (db, sb) = (self.m.buffer(c.dst), self.m.buffer(c.src));
+        let eb = db.dtype.bytes() as usize;
+        let n = c.bytes as usize / eb;
+        let to = self.indices(c.dst, &c.dst_idx, ids, loc, loc)?;
+        let from = self.indices(c.src, &c.src_idx, ids, loc, loc)?;
+        let read = self.eval(&c.src_bytes, ids, loc)?.ints();
+        let (dlen, slen) = (self.mem[c.dst.0 as usize].len(), self.mem[c.src.0 as usize].len());
+        for k in 0..to.len() {
+            let count = read[k];
+            if !(0..=c.bytes as i64).contains(&count) {
+                return Err(Diagnostic::error(
+                    format!("T.ptx_cp_async reads {count} bytes of a {}-byte copy", c.bytes),
+                    loc,
+                ));
+            }
+            let count = count as usize / eb;
+            if to[k] + n > dlen || (count > 0 && (from[k] == usize::MAX || from[k] + count > slen)) {
+                return Err(Diagnostic::error(
+                    format!(
+                        "T.ptx_cp_async of {} bytes from '{}' to '{}' runs past the end of a buffer",
+                        c.bytes, sb.name, db.name
+                    ),
+                    loc,
+                ));
+            }
+            for e in 0..n {
+                let v = if e < count { self.mem[c.src.0 as usize].get(from[k] + e) } else { Val::I(0) };
+                self.mem[c.dst.0 as usize].set(to[k] + e, v);
             }
         }
         Ok(())

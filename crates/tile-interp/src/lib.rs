@@ -162,6 +162,11 @@ pub fn scratch_bytes(dt: DType, n: usize) -> Vec<u8> {
 ///
 /// Tensor arguments are updated in place, also when an error stops the run part way
 /// (like a kernel that faults after some writes).
+/// In the message of a run that stopped at a `T.barrier_wait` no earlier statement
+/// completes: warp-role regions handing data over through mbarriers in loops of their own
+/// run concurrently, which a program run one statement after another cannot do.
+pub const SEQUENTIAL_WAIT: &str = "would wait forever here";
+
 pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
     let (spec, sizes) = bind_sizes(m, args)?;
     let m = &spec;

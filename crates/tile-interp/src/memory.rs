@@ -165,6 +165,22 @@ impl Data {
         }
     }
 
+    /// Its number of elements.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Data::Bool(v) | Data::U8(v) => v.len(),
+            Data::I8(v) => v.len(),
+            Data::I16(v) => v.len(),
+            Data::U16(v) | Data::F16(v) | Data::BF16(v) => v.len(),
+            Data::I32(v) => v.len(),
+            Data::U32(v) => v.len(),
+            Data::I64(v) => v.len(),
+            Data::U64(v) => v.len(),
+            Data::F32(v) => v.len(),
+            Data::F64(v) => v.len(),
+        }
+    }
+
     pub(crate) fn get(&self, i: usize) -> Val {
         match self {
             Data::Bool(v) => Val::I((v[i] != 0) as i64),

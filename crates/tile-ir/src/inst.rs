@@ -483,8 +483,11 @@ impl Instruction for Mma {
     }
 }
 
-/// `cp.async.cg.shared.global` of 16 bytes: `src_bytes` of them read from `src` (0 to 16; the
-/// rest zero-filled); the bytes land in `dst` at the wait that completes its group.
+/// `cp.async` of `bytes` bytes (4, 8 or 16: `.cg` for 16, `.ca` otherwise) from global to
+/// shared memory: `src_bytes` of them read from `src` (0 to `bytes`; the rest zero-filled);
+/// the bytes land in `dst` at the wait that completes its group (or at the thread's
+/// `cp.async.mbarrier.arrive`). The lowering of copies issues 16-byte ones; a kernel's own
+/// `T.ptx_cp_async` any of the three sizes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AsyncCopy {
     pub dst: BufferId,
@@ -492,6 +495,7 @@ pub struct AsyncCopy {
     pub src: BufferId,
     pub src_idx: Vec<Expr>,
     pub src_bytes: Expr,
+    pub bytes: u32,
 }
 
 impl Instruction for AsyncCopy {
@@ -527,7 +531,8 @@ impl Instruction for AsyncCopy {
     }
     fn text(&self, t: &dyn TextNames) -> String {
         format!(
-            "cp.async16 {}[{}] <- {}[{}] ({} bytes)",
+            "cp.async{} {}[{}] <- {}[{}] ({} bytes)",
+            self.bytes,
             t.buffer(self.dst),
             t.exprs(&self.dst_idx),
             t.buffer(self.src),
@@ -536,9 +541,12 @@ impl Instruction for AsyncCopy {
         )
     }
     fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
-        if op != "cp.async16" {
-            return None;
-        }
+        let bytes = match op {
+            "cp.async16" => 16,
+            "cp.async8" => 8,
+            "cp.async4" => 4,
+            _ => return None,
+        };
         Some((|| {
             let (dst, dst_idx) = r.element()?;
             r.punct("<-")?;
@@ -547,7 +555,43 @@ impl Instruction for AsyncCopy {
             let src_bytes = r.expr()?;
             r.keyword("bytes")?;
             r.punct(")")?;
-            Ok(AsyncCopy { dst, dst_idx, src, src_idx, src_bytes })
+            Ok(AsyncCopy { dst, dst_idx, src, src_idx, src_bytes, bytes })
+        })())
+    }
+}
+
+/// `cp.async.mbarrier.arrive.noinc` on `bar[idx]` by this thread: an arrival at the barrier
+/// once every `cp.async` the thread issued before has landed (`T.cp_async_barrier_noinc`;
+/// `.noinc`: the arrival is one of the phase's expected ones).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AsyncArrive {
+    pub bar: BufferId,
+    pub idx: Expr,
+}
+
+impl Instruction for AsyncArrive {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![&self.idx]
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        AsyncArrive { idx: f(self.idx), ..self }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { mbarrier: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!("cp.async.mbarrier_arrive {}[{}]", t.buffer(self.bar), t.expr(&self.idx))
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "cp.async.mbarrier_arrive" {
+            return None;
+        }
+        Some((|| {
+            let (bar, idx) = barrier(r)?;
+            Ok(AsyncArrive { bar, idx })
         })())
     }
 }
@@ -1485,6 +1529,7 @@ instructions!(
     SetMaxNReg,
     NamedBarrier,
     AsyncCopy,
+    AsyncArrive,
     AsyncCommit,
     AsyncWait,
     Sync,

@@ -428,6 +428,143 @@ impl Module {
         Some((lo as u32, (hi - lo) as u32))
     }
 
+    /// A chain of warp-role `if`s (`if tx < 128: ... elif tx < 256: ... else: ...`) with
+    /// each branch on the threads it runs on: a branch's range less the earlier ones', the
+    /// final `else` once per interval of the threads no range holds (copied when there are
+    /// two), each a warp-role `if` of its own. The chain keeps its nesting (one statement:
+    /// its branches run at once), every `else` holding only warp-role `if`s, which the
+    /// passes take as regions where they meet them. A chain whose ranges do not leave
+    /// intervals keeps its shape. The JSON reader applies it to what the tracer wrote.
+    pub fn split_role_elses(&mut self) {
+        let body = std::mem::take(&mut self.kernel.body);
+        self.kernel.body = self.split_elses(body);
+    }
+
+    fn split_elses(&self, body: Vec<Stmt>) -> Vec<Stmt> {
+        body.into_iter()
+            .flat_map(|s| match s {
+                Stmt::If { cond, then, otherwise, loc } if !otherwise.is_empty() => {
+                    let s = Stmt::If { cond, then, otherwise, loc };
+                    match self.role_chain(&s) {
+                        Some(parts) => parts,
+                        None => {
+                            let Stmt::If { cond, then, otherwise, loc } = s else { unreachable!() };
+                            vec![Stmt::If {
+                                cond,
+                                then: self.split_elses(then),
+                                otherwise: self.split_elses(otherwise),
+                                loc,
+                            }]
+                        }
+                    }
+                }
+                Stmt::If { cond, then, otherwise, loc } => {
+                    vec![Stmt::If { cond, then: self.split_elses(then), otherwise, loc }]
+                }
+                Stmt::For { var, start, extent, kind, body, loc } => {
+                    vec![Stmt::For { var, start, extent, kind, body: self.split_elses(body), loc }]
+                }
+                other => vec![other],
+            })
+            .collect()
+    }
+
+    /// `s` (an `if` with an `else`) as a sequence of disjoint warp-role `if`s, if it is a
+    /// chain of them.
+    fn role_chain(&self, s: &Stmt) -> Option<Vec<Stmt>> {
+        let Stmt::If { cond, loc, .. } = s else { return None };
+        let tid = self.thread_index_in(cond)?;
+        let threads = self.kernel.threads;
+        let mut taken: Vec<(u32, u32)> = Vec::new(); // [lo, hi) intervals held so far
+        let mut out: Vec<Vec<Stmt>> = Vec::new();
+        let mut at = s;
+        let range_if = |lo: u32, hi: u32, body: Vec<Stmt>| {
+            let c = |op, v: u32| Expr::binary(op, tid.clone(), Expr::int_of(v as i64, tid.dtype()));
+            let cond = match (lo > 0, hi < threads) {
+                (true, true) => Expr::binary(BinOp::And, c(BinOp::Ge, lo), c(BinOp::Lt, hi)),
+                (true, false) => c(BinOp::Ge, lo),
+                (false, true) => c(BinOp::Lt, hi),
+                (false, false) => return body,
+            };
+            vec![Stmt::If { cond, then: body, otherwise: vec![], loc: *loc }]
+        };
+        // the threads of [lo, hi) that no earlier range took, if they are one interval
+        let free = |taken: &[(u32, u32)], lo: u32, hi: u32| -> Vec<(u32, u32)> {
+            let mut parts = vec![(lo, hi)];
+            for &(a, b) in taken {
+                parts = parts
+                    .into_iter()
+                    .flat_map(|(x, y)| {
+                        let mut v = Vec::new();
+                        if x < a.min(y) {
+                            v.push((x, a.min(y)));
+                        }
+                        if b.max(x) < y {
+                            v.push((b.max(x), y));
+                        }
+                        v
+                    })
+                    .collect();
+            }
+            parts
+        };
+        loop {
+            let Stmt::If { cond, then, otherwise, .. } = at else { unreachable!() };
+            let (first, count) = self.thread_range(cond)?;
+            if self.thread_index_in(cond).as_ref() != Some(&tid) {
+                return None;
+            }
+            let own = free(&taken, first, first + count);
+            if own.len() > 1 {
+                return None;
+            }
+            for (lo, hi) in own {
+                out.push(range_if(lo, hi, self.split_elses(then.clone())));
+            }
+            taken.push((first, first + count));
+            match otherwise.as_slice() {
+                [next @ Stmt::If { cond: c, .. }] if self.thread_range(c).is_some() => at = next,
+                rest => {
+                    let mut last = Vec::new();
+                    if !rest.is_empty() {
+                        for (lo, hi) in free(&taken, 0, threads) {
+                            last.extend(range_if(lo, hi, self.split_elses(rest.to_vec())));
+                        }
+                    }
+                    // nest the branches again: `if r1 {A} else { if r2 {B} else { ... } }`
+                    let mut acc = last;
+                    for branch in out.into_iter().rev() {
+                        acc = match branch.as_slice() {
+                            [Stmt::If { cond, then, .. }] => {
+                                vec![Stmt::If {
+                                    cond: cond.clone(),
+                                    then: then.clone(),
+                                    otherwise: acc,
+                                    loc: *loc,
+                                }]
+                            }
+                            _ => return None,
+                        };
+                    }
+                    return Some(acc);
+                }
+            }
+        }
+    }
+
+    /// The thread-index variable a condition reads.
+    fn thread_index_in(&self, cond: &Expr) -> Option<Expr> {
+        let mut found = None;
+        cond.walk(&mut |e| {
+            if let Expr::Var { id, .. } = e {
+                if self.vars.get(id.0 as usize).map(|v| v.kind) == Some(VarKind::ThreadIdx) {
+                    found = Some(e.clone());
+                }
+            }
+        });
+        found
+    }
+
     /// Whether the kernel synchronizes its warps itself: warp-role regions (`T.ws`) or
     /// barriers of its own (`T.alloc_barrier`). The compiler then adds no warp roles.
     pub fn own_warp_roles(&self) -> bool {

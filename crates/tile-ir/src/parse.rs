@@ -516,7 +516,7 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
             schedules: Default::default(),
         };
         let kernel = kp.kernel(value, path, n_sources)?;
-        modules.push(Module {
+        let mut module = Module {
             name: name.clone(),
             sources: sources.clone(),
             params: kernel_params,
@@ -526,7 +526,9 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
             kernel,
             level: Level::Tile,
             schedules: kp.schedules.into_inner(),
-        });
+        };
+        module.split_role_elses();
+        modules.push(module);
     }
     Ok(modules)
 }
@@ -893,6 +895,50 @@ impl Parser {
                         })
                     }
                 }
+            }
+            "cp_async" => {
+                // T.ptx_cp_async(T.access_ptr(S[..], "w"), T.access_ptr(G[..], "r"), n): one
+                // thread's asynchronous copy of `bytes` bytes (`src_bytes` read, the rest zeros)
+                let o = Obj::new(
+                    v,
+                    path,
+                    &["op", "dst", "dst_idx", "src", "src_idx", "bytes", "src_bytes", "loc"],
+                )?;
+                let dst = self.buffer_id(o.get("dst")?, &o.p("dst"))?;
+                let dst_idx = self.exprs(o.get("dst_idx")?, &o.p("dst_idx"), ns)?;
+                let src = self.buffer_id(o.get("src")?, &o.p("src"))?;
+                let src_idx = self.exprs(o.get("src_idx")?, &o.p("src_idx"), ns)?;
+                let bytes = o.int("bytes")?;
+                if ![4, 8, 16].contains(&bytes) {
+                    return err(&o.p("bytes"), "a cp.async copies 4, 8 or 16 bytes");
+                }
+                let src_bytes = self.expr(o.get("src_bytes")?, &o.p("src_bytes"), ns)?;
+                Stmt::inst(crate::inst::AsyncCopy {
+                    dst,
+                    dst_idx,
+                    src,
+                    src_idx,
+                    src_bytes,
+                    bytes: bytes as u32,
+                })
+            }
+            "async_commit" => {
+                Obj::new(v, path, &["op", "loc"])?;
+                Stmt::inst(crate::inst::AsyncCommit)
+            }
+            "async_wait" => {
+                let o = Obj::new(v, path, &["op", "pending", "loc"])?;
+                let n = o.int("pending")?;
+                if !(0..=7).contains(&n) {
+                    return err(&o.p("pending"), "cp.async.wait_group takes 0 to 7 groups in flight");
+                }
+                Stmt::inst(crate::inst::AsyncWait { pending: n as u32 })
+            }
+            "cp_async_arrive" => {
+                let o = Obj::new(v, path, &["op", "bar", "idx", "loc"])?;
+                let bar = self.buffer_id(o.get("bar")?, &o.p("bar"))?;
+                let idx = self.expr(o.get("idx")?, &o.p("idx"), ns)?;
+                Stmt::inst(crate::inst::AsyncArrive { bar, idx })
             }
             "break" => {
                 // T.loop_break() (a Python `break` under a traced condition): leave the loop

@@ -17,6 +17,7 @@
 //! `lower_tile_ops` (no thread-0 guard on a per-thread store) and the interpreter (a
 //! per-thread statement runs once per thread).
 
+use crate::inst::Instruction;
 use crate::ir::*;
 use crate::types::Scope;
 use std::collections::BTreeSet;
@@ -102,6 +103,8 @@ impl PerThread {
             Stmt::Let { value, .. } => self.expr(value),
             Stmt::Print { what: Printed::Value(v), .. } => self.expr(v),
             Stmt::DeviceAssert { cond, .. } => self.expr(cond),
+            // a kernel's own cp.async from addresses of the thread index
+            Stmt::Inst(i @ crate::inst::Inst::AsyncCopy(_)) => i.exprs().into_iter().any(|e| self.expr(e)),
             _ => false,
         }
     }

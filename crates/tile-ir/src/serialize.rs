@@ -133,6 +133,17 @@ fn stmt(s: &Stmt, sc: &[Schedule]) -> Option<Value> {
             }
             v
         }
+        Stmt::Inst(crate::inst::Inst::LoopBreak(_)) => json!({"op": "break"}),
+        Stmt::Inst(crate::inst::Inst::AsyncCopy(c)) => json!({
+            "op": "cp_async", "dst": c.dst.0, "dst_idx": c.dst_idx.iter().map(expr).collect::<Vec<_>>(),
+            "src": c.src.0, "src_idx": c.src_idx.iter().map(expr).collect::<Vec<_>>(),
+            "bytes": c.bytes, "src_bytes": expr(&c.src_bytes)
+        }),
+        Stmt::Inst(crate::inst::Inst::AsyncCommit(_)) => json!({"op": "async_commit"}),
+        Stmt::Inst(crate::inst::Inst::AsyncWait(w)) => json!({"op": "async_wait", "pending": w.pending}),
+        Stmt::Inst(crate::inst::Inst::AsyncArrive(a)) => {
+            json!({"op": "cp_async_arrive", "bar": a.bar.0, "idx": expr(&a.idx)})
+        }
         Stmt::Reduce(op) => json!({
             "op": "reduce", "kind": op.kind.name(), "src": op.src.0, "dst": op.dst.0, "dim": op.dim, "clear": op.clear
         }),

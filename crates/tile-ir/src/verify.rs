@@ -995,6 +995,30 @@ impl<'a> Verifier<'a> {
             }
             Stmt::Print { what, block, loc, .. } => self.print(what, block.as_deref(), *loc),
             Stmt::DeviceAssert { cond, loc, .. } => self.device_assert(cond, *loc),
+            // T.ptx_cp_async: the tracer checked it at the user's line; a module from elsewhere
+            // gets this
+            Stmt::Inst(crate::inst::Inst::AsyncCopy(c)) => {
+                for e in c.dst_idx.iter().chain(&c.src_idx).chain(std::iter::once(&c.src_bytes)) {
+                    self.expr(e, Loc::UNKNOWN);
+                }
+                let (d, s) = (m.buffer(c.dst), m.buffer(c.src));
+                let eb = |b: &crate::Buffer| b.dtype.bytes();
+                if d.scope != Scope::Shared || s.scope != Scope::Global {
+                    self.err(
+                        format!(
+                            "cp.async copies a global tensor into shared memory; '{}' <- '{}' is not",
+                            d.name, s.name
+                        ),
+                        Loc::UNKNOWN,
+                    );
+                } else if c.dst_idx.len() != d.shape.len() || c.src_idx.len() != s.shape.len() {
+                    self.err("cp.async: one index per dimension of each buffer".into(), Loc::UNKNOWN);
+                } else if ![4, 8, 16].contains(&c.bytes) || c.bytes % eb(d) != 0 || c.bytes % eb(s) != 0 {
+                    self.err(format!("cp.async of {} bytes", c.bytes), Loc::UNKNOWN);
+                } else if self.in_parallel.is_some() {
+                    self.err("cp.async inside T.Parallel".into(), Loc::UNKNOWN);
+                }
+            }
             // barriers and the pipeline's commits and waits are placed by insert_syncs and
             // inject_pipeline, which run on tile-level IR
             Stmt::Inst(i) if i.effects().only_orders() => {}

@@ -104,6 +104,8 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   mbarrier_wait bars[0] parity floormod(%lane, 2)
   mbarrier_arrive bars[1]
   mbarrier_arrive bars[1] cta add(%lane, 1) where eq(%lane, 0)
+  cp.async8 A_s[%lane, 4] <- A[%lane, 4] (8 bytes)
+  cp.async.mbarrier_arrive bars[1]
   tma_load map0 B_s[0, 0] <- A[0, 0] on bars[0] (8192 bytes) multicast 3
   cluster_sync
   sync_warp
@@ -144,6 +146,7 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::FenceProxyAsync(_) => "fence_proxy_async",
                 Inst::Stmatrix(_) => "stmatrix",
                 Inst::AsyncCopy(_) => "cp.async",
+                Inst::AsyncArrive(_) => "cp.async.mbarrier_arrive",
                 Inst::AsyncCommit(_) => "async_commit",
                 Inst::AsyncWait(_) => "async_wait",
                 Inst::Sync(_) => "sync",
@@ -167,7 +170,7 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 29, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 30, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]

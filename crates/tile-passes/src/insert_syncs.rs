@@ -18,8 +18,8 @@ use crate::Ctx;
 use std::collections::{BTreeMap, BTreeSet};
 use tile_ir::inst::{self, AccessKind};
 use tile_ir::{
-    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Inst, Instruction, Module, PerThread, Printed, Scope,
-    Stmt,
+    stmt_exprs, walk_stmts, BarrierKind, BarrierOp, BufferId, Diagnostic, Expr, Inst, Instruction, Module,
+    PerThread, Printed, Scope, Stmt,
 };
 
 /// Shared (and scratch) buffers read, written, and updated only by atomics: atomics
@@ -29,6 +29,9 @@ struct Sets {
     reads: BTreeSet<BufferId>,
     writes: BTreeSet<BufferId>,
     atomics: BTreeSet<BufferId>,
+    /// Written by a kernel's own `cp.async`: it lands at the kernel's own wait or mbarrier
+    /// arrival, which order it; a barrier between two of them would order nothing.
+    async_writes: BTreeSet<BufferId>,
 }
 
 impl Sets {
@@ -36,6 +39,7 @@ impl Sets {
         self.reads.extend(o.reads.iter().copied());
         self.writes.extend(o.writes.iter().copied());
         self.atomics.extend(o.atomics.iter().copied());
+        self.async_writes.extend(o.async_writes.iter().copied());
     }
 }
 
@@ -94,6 +98,11 @@ struct Cx<'a> {
     m: &'a Module,
     async_reads: BTreeSet<BufferId>,
     per_thread: PerThread,
+    /// Threads of a warp-role region write (by ordinary stores or cp.async) a buffer a
+    /// wgmma reads: the reader acquires them at an mbarrier wait, after which it fences
+    /// the async proxy itself (a cp.async lands when it lands: its writer cannot fence
+    /// after it).
+    fence_after_waits: bool,
 }
 
 impl Cx<'_> {
@@ -102,7 +111,12 @@ impl Cx<'_> {
     /// for: a barrier placed for another reader of the same writes (a copy of a scale read
     /// before the gemm) leaves nothing pending at the wgmma.
     fn fence(&self, pending: &Sets) -> bool {
-        pending.writes.iter().chain(&pending.atomics).any(|b| self.async_reads.contains(b))
+        pending
+            .writes
+            .iter()
+            .chain(&pending.atomics)
+            .chain(&pending.async_writes)
+            .any(|b| self.async_reads.contains(b))
     }
 }
 
@@ -117,7 +131,17 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             }
         }
     });
-    let cx = Cx { m: &m, async_reads, per_thread: PerThread::of(&m) };
+    let mut handed = BTreeSet::new();
+    for s in &body {
+        if let Stmt::If { cond, then, .. } = s {
+            if m.thread_range(cond).is_some() {
+                let a = accesses_in(&m, then);
+                handed.extend(a.writes.into_iter().chain(a.async_writes).chain(a.atomics));
+            }
+        }
+    }
+    let fence_after_waits = handed.iter().any(|b| async_reads.contains(b));
+    let cx = Cx { m: &m, async_reads, per_thread: PerThread::of(&m), fence_after_waits };
     let mut pending = Pending::default();
     let mut out = Vec::new();
     for (k, s) in body.into_iter().enumerate() {
@@ -151,6 +175,7 @@ fn accesses_in(m: &Module, body: &[Stmt]) -> Sets {
     let mut reads = BTreeSet::new();
     let mut writes = BTreeSet::new();
     let mut atomics = BTreeSet::new();
+    let mut async_writes = BTreeSet::new();
     walk_stmts(body, &mut |st| {
         match st {
             Stmt::Store { buf, .. } if shared(*buf) => {
@@ -179,9 +204,11 @@ fn accesses_in(m: &Module, body: &[Stmt]) -> Sets {
             }
             // an instruction says what it reads and writes
             Stmt::Inst(i) => {
+                let later = i.effects().asynchronous;
                 for a in i.accesses().into_iter().filter(|a| shared(a.buf)) {
                     match a.kind {
                         AccessKind::Read => reads.insert(a.buf),
+                        AccessKind::Write if later => async_writes.insert(a.buf),
                         AccessKind::Write => writes.insert(a.buf),
                     };
                 }
@@ -201,7 +228,7 @@ fn accesses_in(m: &Module, body: &[Stmt]) -> Sets {
             })
         });
     });
-    Sets { reads, writes, atomics }
+    Sets { reads, writes, atomics, async_writes }
 }
 
 /// Must `a` wait for `p` (accesses of other threads, not yet ordered)? A write conflicts
@@ -217,13 +244,21 @@ fn holds_break(s: &Stmt) -> bool {
 
 fn hazard(p: &Sets, a: &Sets) -> bool {
     let any = |x: &BTreeSet<BufferId>, y: &BTreeSet<BufferId>| x.iter().any(|b| y.contains(b));
-    any(&a.writes, &p.reads)
-        || any(&a.writes, &p.writes)
-        || any(&a.writes, &p.atomics)
-        || any(&a.reads, &p.writes)
+    // a cp.async's write conflicts as a write does, except with another cp.async's
+    let (pw, aw) = (&p.writes, &a.writes);
+    any(aw, &p.reads)
+        || any(aw, pw)
+        || any(aw, &p.atomics)
+        || any(aw, &p.async_writes)
+        || any(&a.async_writes, &p.reads)
+        || any(&a.async_writes, pw)
+        || any(&a.async_writes, &p.atomics)
+        || any(&a.reads, pw)
+        || any(&a.reads, &p.async_writes)
         || any(&a.reads, &p.atomics)
         || any(&a.atomics, &p.reads)
-        || any(&a.atomics, &p.writes)
+        || any(&a.atomics, pw)
+        || any(&a.atomics, &p.async_writes)
 }
 
 /// A warpgroup's turn (`inject_pipeline`'s warpgroup turns): `if <warpgroup 0> { bar.sync a }
@@ -361,7 +396,14 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
             // ordered by the pipeline's own waits and barriers
             Stmt::Inst(i) if i.effects().only_orders() => out.push(Stmt::Inst(i)),
             s @ Stmt::Async { .. } => out.push(s),
-            // the kernel's own barriers order what they guard
+            // the kernel's own barriers order what they guard; what a wait acquires of
+            // another region's writes, a wgmma sees after a proxy fence
+            s @ Stmt::Barrier(BarrierOp { kind: BarrierKind::Wait { .. }, .. })
+                if scope.is_some() && cx.fence_after_waits =>
+            {
+                out.push(s);
+                out.push(Stmt::inst(inst::FenceProxyAsync));
+            }
             s @ Stmt::Barrier(_) => out.push(s),
             other => whole(cx, other, pending, scope, &mut out),
         }

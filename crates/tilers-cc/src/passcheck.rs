@@ -280,6 +280,24 @@ pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<
                     format!("{e} (at sizes {})", sizes_text(simplified, sizes))
                 }
             };
+            if let Some((from, why)) = &r.from_stage {
+                if let Some(f) = &r.failed {
+                    outcome = if from == pass {
+                        Outcome::Error(at(f.clone()))
+                    } else {
+                        Outcome::Skipped(format!("not checked: the reference stage '{from}' failed"))
+                    };
+                    break;
+                }
+                if m.level == Level::Tile || from == pass {
+                    outcome = Outcome::Skipped(if from == pass {
+                        format!("the reference (on the CPU model): the tile-level interpreter cannot run it: {why}")
+                    } else {
+                        why.clone()
+                    });
+                    break;
+                }
+            }
             outcome = match check(r, m, blocks) {
                 Ok(()) => Outcome::Ok,
                 Err(Failure::Error(e))
@@ -390,6 +408,13 @@ pub struct Reference {
     pub module: Module,
     pub args: Vec<Arg>,
     pub result: Vec<Arg>,
+    /// The stage whose CPU-model run is the reference when the tile-level interpreter
+    /// cannot run the kernel (warp roles handing data over through mbarriers in loops of
+    /// their own: only concurrent threads run those), and why; None: the `simplify` stage.
+    pub from_stage: Option<(String, String)>,
+    /// That stage's CPU-model run failed (a deadlock, a race): the stage is reported as
+    /// failing with this, the later ones are not checked.
+    pub failed: Option<String>,
 }
 
 /// The reference run (at the first of the [`size_draws`] of a symbolic kernel).
@@ -407,12 +432,34 @@ pub fn reference_at(
 ) -> Result<Reference, CompileError> {
     let module = simplify_stage(stages)?;
     let args = sized_args(module, sizes, seed);
-    let result = execute(module, &args, blocks).map_err(|e| {
+    let failed = |e: String| {
         let at =
             if sizes.is_empty() { String::new() } else { format!(" at sizes {}", sizes_text(module, sizes)) };
         CompileError::User(format!("the reference run of '{}'{at} failed: {e}", module.name))
-    })?;
-    Ok(Reference { module: module.with_sizes(sizes), args, result })
+    };
+    match execute(module, &args, blocks) {
+        Ok(result) => {
+            Ok(Reference { module: module.with_sizes(sizes), args, result, from_stage: None, failed: None })
+        }
+        Err(e) if e.contains(tile_interp::SEQUENTIAL_WAIT) => {
+            // the first thread-level stage on the CPU model, which runs threads concurrently
+            let Some((pass, first)) = stages.iter().find(|(_, m)| m.level == Level::Thread) else {
+                return Err(failed(e));
+            };
+            let (result, failed) = match execute(&first.with_sizes(sizes), &args, blocks) {
+                Ok(result) => (result, None),
+                Err(f) => (vec![], Some(f)),
+            };
+            Ok(Reference {
+                module: module.with_sizes(sizes),
+                args,
+                result,
+                from_stage: Some((pass.clone(), e)),
+                failed,
+            })
+        }
+        Err(e) => Err(failed(e)),
+    }
 }
 
 /// Random arguments at the given sizes: [`random_args`] of the module at those sizes, the

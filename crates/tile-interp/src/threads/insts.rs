@@ -100,24 +100,37 @@ impl Machine<'_> {
                     }
                 }
             }
-            Inst::AsyncCopy(inst::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes }) => {
+            Inst::AsyncCopy(inst::AsyncCopy { dst, dst_idx, src, src_idx, src_bytes, bytes }) => {
                 let (db, sb) = (m.buffer(*dst), m.buffer(*src));
                 if self.space(*dst) != Space::Shared || self.space(*src) != Space::Global {
                     return Err(self.err("cp.async must copy from global to shared memory"));
                 }
+                let size = *bytes as usize;
                 let n = self.eval(src_bytes, active)?;
-                let to = self.addresses(*dst, dst_idx, active, 16 / db.dtype.bytes() as usize, "cp.async")?;
+                let to = self.addresses(
+                    *dst,
+                    dst_idx,
+                    active,
+                    (size / db.dtype.bytes() as usize).max(1),
+                    "cp.async",
+                )?;
                 // the source is only read for `src_bytes` bytes; its address must be aligned
                 let from = self.addresses(*src, src_idx, active, 1, "cp.async")?;
                 for (k, &t) in active.iter().enumerate() {
                     let count = n[k].as_i64();
-                    if !(0..=16).contains(&count) {
-                        return Err(self.err(format!("cp.async by thread {t} of {count} source bytes")));
+                    if !(0..=size as i64).contains(&count) {
+                        return Err(self.err(format!("cp.async{size} by thread {t} of {count} source bytes")));
                     }
-                    if from[k] % 16 != 0 {
+                    if from[k] % size != 0 {
                         return Err(self.err(format!(
-                            "cp.async by thread {t}: source byte {} of '{}' is not 16-byte aligned",
+                            "cp.async{size} by thread {t}: source byte {} of '{}' is not {size}-byte aligned",
                             from[k], sb.name
+                        )));
+                    }
+                    if to[k] % size != 0 {
+                        return Err(self.err(format!(
+                            "cp.async{size} by thread {t}: shared byte {} of '{}' is not {size}-byte aligned",
+                            to[k], db.name
                         )));
                     }
                     let count = count as usize;
@@ -130,13 +143,34 @@ impl Machine<'_> {
                     let mut data = [0u8; 16];
                     data[..count].copy_from_slice(&self.global[src.0 as usize][from[k]..from[k] + count]);
                     // the bytes may land any time until the wait: nobody may touch them now
-                    self.check_write(t, to[k], 16)?;
-                    for a in to[k]..to[k] + 16 {
+                    self.check_write(t, to[k], size)?;
+                    for a in to[k]..to[k] + size {
                         self.races.in_flight[a] += 1;
                     }
-                    self.asyncs[t as usize].open.push(PendingCopy { smem_offset: to[k], data });
+                    self.asyncs[t as usize].open.push(PendingCopy { smem_offset: to[k], data, len: size });
                 }
-                self.count_banks(&format!("cp.async {}", db.name), active, &to, 16);
+                self.count_banks(&format!("cp.async {}", db.name), active, &to, size);
+            }
+            Inst::AsyncArrive(inst::AsyncArrive { bar, idx }) => {
+                // the thread's copies land (all of them, committed or not), then it arrives
+                for &t in active {
+                    let a = &mut self.asyncs[t as usize];
+                    let mut copies = std::mem::take(&mut a.open);
+                    for g in a.groups.iter_mut() {
+                        copies.append(g);
+                    }
+                    for c in copies {
+                        self.land(t, &c)?;
+                    }
+                }
+                let arrive = inst::MbarrierArrive {
+                    bar: *bar,
+                    idx: idx.clone(),
+                    expect_tx: None,
+                    cta: None,
+                    pred: None,
+                };
+                self.mbarrier_arrive(active, &arrive)?;
             }
             Inst::AsyncCommit(_) => {
                 for &t in active {
@@ -150,11 +184,7 @@ impl Machine<'_> {
                     while self.asyncs[t as usize].groups.len() > *pending as usize {
                         let group = self.asyncs[t as usize].groups.pop_front().expect("a group");
                         for c in group {
-                            for a in c.smem_offset..c.smem_offset + 16 {
-                                self.races.in_flight[a] -= 1;
-                            }
-                            self.track_write(t, c.smem_offset, 16)?;
-                            self.smem[c.smem_offset..c.smem_offset + 16].copy_from_slice(&c.data);
+                            self.land(t, &c)?;
                         }
                     }
                 }
@@ -181,6 +211,18 @@ impl Machine<'_> {
             Inst::Printf(_) => {}
             Inst::Trap(_) => return Err(self.err(format!("__trap() by threads {}", ranges(active)))),
         }
+        Ok(())
+    }
+}
+
+impl Machine<'_> {
+    /// A thread's cp.async lands: its bytes are written now (a write of the thread's).
+    fn land(&mut self, t: u32, c: &PendingCopy) -> Result<(), Diagnostic> {
+        for a in c.smem_offset..c.smem_offset + c.len {
+            self.races.in_flight[a] -= 1;
+        }
+        self.track_write(t, c.smem_offset, c.len)?;
+        self.smem[c.smem_offset..c.smem_offset + c.len].copy_from_slice(&c.data[..c.len]);
         Ok(())
     }
 }

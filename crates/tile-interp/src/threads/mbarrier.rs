@@ -57,6 +57,11 @@ pub(super) struct Mbarrier {
     /// phase, and in the phases completed (what a wait acquires of the async proxy's view).
     fence_release: Vec<u32>,
     fence_published: Vec<u32>,
+    /// Per thread: how many mbarrier arrivals it had made (this one included) when it last
+    /// arrived in the current phase, and in the phases completed (what a wait acquires of
+    /// its ordinary shared-memory accesses: those before that arrival).
+    arrive_release: Vec<u32>,
+    arrive_published: Vec<u32>,
 }
 
 /// Why a unit cannot go on (schedule.rs retries it when `MbarrierState::events` changes).
@@ -77,6 +82,15 @@ pub(super) struct MbarrierState {
     /// has acquired through mbarrier phases (the writer fenced, then arrived, and this
     /// thread waited for that phase): writes before them are visible to its async proxy.
     fences_acquired: Vec<Vec<u32>>,
+    /// Per thread: the mbarrier arrivals it has made.
+    arrivals: Vec<u32>,
+    /// Per thread, per other thread: how many of the other's arrivals it has acquired
+    /// through mbarrier phases (the other arrived, this thread waited for that phase): the
+    /// other's shared-memory accesses before them are ordered before this thread's now.
+    arrivals_acquired: Vec<Vec<u32>>,
+    /// Per thread: `arrivals_acquired` at its last `fence_proxy_async` (the other threads'
+    /// writes before those arrivals are visible to its async-proxy work after the fence).
+    fenced_arrivals: Vec<Vec<u32>>,
     /// Per warpgroup: its per-thread register budget, and its threads.
     regs: Vec<u32>,
     group_threads: Vec<u32>,
@@ -95,6 +109,9 @@ impl MbarrierState {
             observed: vec![vec![]; threads],
             init_fences: vec![0; threads],
             fences_acquired: vec![vec![]; threads],
+            arrivals: vec![0; threads],
+            arrivals_acquired: vec![vec![]; threads],
+            fenced_arrivals: vec![vec![]; threads],
             regs: vec![0; groups],
             group_threads: (0..groups).map(|g| (threads - 128 * g).min(128) as u32).collect(),
             cta_groups: cta_threads.div_ceil(128).max(1),
@@ -114,6 +131,13 @@ impl MbarrierState {
         for f in &mut self.fences_acquired {
             f.clear();
         }
+        self.arrivals.fill(0);
+        for a in &mut self.arrivals_acquired {
+            a.clear();
+        }
+        for a in &mut self.fenced_arrivals {
+            a.clear();
+        }
         // the launch budget: the register file split evenly, in units of 8, at most 255
         let threads: u32 = self.group_threads.iter().take(self.cta_groups).sum();
         let start = (REGISTER_FILE / threads.max(1) / 8 * 8).min(255);
@@ -132,6 +156,28 @@ impl MbarrierState {
 
     pub(super) fn name(&self, slot: usize) -> &str {
         &self.bars[slot].name
+    }
+
+    /// The arrivals thread `t` made so far (what its accesses are tagged with).
+    pub(super) fn arrivals(&self, t: u32) -> u32 {
+        self.arrivals[t as usize]
+    }
+
+    /// Is an access `other` made after `seq` of its arrivals ordered before thread `t` now
+    /// (`t` acquired a later arrival of `other`'s through an mbarrier phase)?
+    pub(super) fn ordered_after(&self, t: u32, other: u32, seq: u32) -> bool {
+        self.arrivals_acquired[t as usize].get(other as usize).is_some_and(|&a| a > seq)
+    }
+
+    /// Thread `t` runs `fence_proxy_async`: what it acquired so far becomes visible to its
+    /// async proxy.
+    pub(super) fn fence_acquired(&mut self, t: u32) {
+        self.fenced_arrivals[t as usize] = self.arrivals_acquired[t as usize].clone();
+    }
+
+    /// Did thread `t` fence after acquiring an arrival `other` made after `seq` of them?
+    pub(super) fn fenced_after(&self, t: u32, other: u32, seq: u32) -> bool {
+        self.fenced_arrivals[t as usize].get(other as usize).is_some_and(|&a| a > seq)
     }
 
     /// The `fence_proxy_async`s of `writer` that thread `t` acquired through mbarriers.
@@ -182,6 +228,12 @@ impl MbarrierState {
             b.fence_published.resize(b.fence_release.len(), 0);
         }
         for (p, r) in b.fence_published.iter_mut().zip(&b.fence_release) {
+            *p = (*p).max(*r);
+        }
+        if b.arrive_published.len() < b.arrive_release.len() {
+            b.arrive_published.resize(b.arrive_release.len(), 0);
+        }
+        for (p, r) in b.arrive_published.iter_mut().zip(&b.arrive_release) {
             *p = (*p).max(*r);
         }
         self.events += 1;
@@ -324,6 +376,8 @@ impl Machine<'_> {
                 published: vec![],
                 fence_release: vec![],
                 fence_published: vec![],
+                arrive_release: vec![],
+                arrive_published: vec![],
             });
             self.mbar.by_offset.insert(at, slot);
             self.races.mbarrier[at..at + 8].fill(slot as u32);
@@ -397,6 +451,19 @@ impl Machine<'_> {
                 b.fence_release.resize(t as usize + 1, 0);
             }
             b.fence_release[t as usize] = b.fence_release[t as usize].max(fences);
+            // what the thread acquired of others' arrivals goes on with its own (orders are
+            // transitive: a consumer that waits for another consumer's arrival sees what that
+            // one acquired from the producer)
+            self.mbar.arrivals[t as usize] += 1;
+            let acquired = &self.mbar.arrivals_acquired[t as usize];
+            let n = acquired.len().max(t as usize + 1);
+            if b.arrive_release.len() < n {
+                b.arrive_release.resize(n, 0);
+            }
+            for (r, &a) in b.arrive_release.iter_mut().zip(acquired) {
+                *r = (*r).max(a);
+            }
+            b.arrive_release[t as usize] = self.mbar.arrivals[t as usize];
             // release what this thread has seen to the phase's waiters
             let seen = &self.mbar.observed[t as usize];
             if b.release.len() < seen.len() {
@@ -503,7 +570,15 @@ impl Machine<'_> {
             }
             seen[slot] = seen[slot].max(b.completed);
             let fenced = b.fence_published.clone();
+            let arrived = b.arrive_published.clone();
             self.mbar.observe(t, &seen);
+            let acquired = &mut self.mbar.arrivals_acquired[t as usize];
+            if acquired.len() < arrived.len() {
+                acquired.resize(arrived.len(), 0);
+            }
+            for (a, r) in acquired.iter_mut().zip(&arrived) {
+                *a = (*a).max(*r);
+            }
             let acquired = &mut self.mbar.fences_acquired[t as usize];
             if acquired.len() < fenced.len() {
                 acquired.resize(fenced.len(), 0);

@@ -159,6 +159,7 @@ impl Machine<'_> {
     }
 
     pub(super) fn track_read(&mut self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
+        let seq = self.mbar.arrivals(t);
         for a in at..at + len {
             if self.races.in_flight[a] > 0 {
                 return Err(self.err(format!(
@@ -168,17 +169,49 @@ impl Machine<'_> {
             if self.races.needs_visibility_check(a) {
                 self.check_mbarrier_visibility(Who::Thread(t), "reads", std::slice::from_ref(&t), a)?;
             }
-            if self.races.write_epoch[a] == self.epoch && self.races.writer[a] != t {
+            if self.unordered_write(t, a) {
                 return Err(self.race("read after write", t, self.races.writer[a], a));
             }
             if self.races.read_epoch[a] == self.epoch && self.races.reader[a] != t {
                 self.races.reader[a] = SEVERAL;
+                self.races.read_seq[a] = self.races.read_seq[a].max(seq);
+                self.races.readers_lo[a] = self.races.readers_lo[a].min(t);
+                self.races.readers_hi[a] = self.races.readers_hi[a].max(t);
             } else {
                 self.races.read_epoch[a] = self.epoch;
                 self.races.reader[a] = t;
+                self.races.read_seq[a] = seq;
+                self.races.readers_lo[a] = t;
+                self.races.readers_hi[a] = t;
             }
         }
         Ok(())
+    }
+
+    /// Did another thread write shared byte `a` since the last barrier, with no mbarrier
+    /// phase ordering that write before thread `t` now?
+    fn unordered_write(&self, t: u32, a: usize) -> bool {
+        let w = self.races.writer[a];
+        self.races.write_epoch[a] == self.epoch
+            && w != t
+            && !self.mbar.ordered_after(t, w, self.races.write_seq[a])
+    }
+
+    /// Did other threads read shared byte `a` since the last barrier, with no mbarrier phase
+    /// ordering those reads before thread `t` now? (Several readers: each of the lowest to
+    /// the highest must have arrived after its read, counted from the most arrivals any had.)
+    fn unordered_read(&self, t: u32, a: usize) -> bool {
+        let r = self.races.reader[a];
+        if self.races.read_epoch[a] != self.epoch || r == t {
+            return false;
+        }
+        let seq = self.races.read_seq[a];
+        if r == SEVERAL {
+            let (lo, hi) = (self.races.readers_lo[a], self.races.readers_hi[a]);
+            !(lo..=hi).all(|o| o == t || self.mbar.ordered_after(t, o, seq))
+        } else {
+            !self.mbar.ordered_after(t, r, seq)
+        }
     }
 
     /// What any write to shared byte `a` must respect, whichever proxy makes it: no
@@ -265,10 +298,10 @@ impl Machine<'_> {
             if self.races.tma_bar[a] != NOBODY {
                 self.check_mbarrier_visibility(Who::Thread(t), "overwrites", std::slice::from_ref(&t), a)?;
             }
-            if self.races.write_epoch[a] == self.epoch && self.races.writer[a] != t {
+            if self.unordered_write(t, a) {
                 return Err(self.race("write after write", t, self.races.writer[a], a));
             }
-            if self.races.read_epoch[a] == self.epoch && self.races.reader[a] != t {
+            if self.unordered_read(t, a) {
                 return Err(self.race("write after read", t, self.races.reader[a], a));
             }
         }
@@ -278,9 +311,11 @@ impl Machine<'_> {
     pub(super) fn track_write(&mut self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
         self.check_write(t, at, len)?;
         let fences = self.proxy_fences[t as usize].len() as u32;
+        let seq = self.mbar.arrivals(t);
         for a in at..at + len {
             self.races.write_epoch[a] = self.epoch;
             self.races.writer[a] = t;
+            self.races.write_seq[a] = seq;
             self.races.fence_mark[a] = fences;
             // an ordinary write replaces what a TMA copy wrote
             self.races.tma_bar[a] = NOBODY;

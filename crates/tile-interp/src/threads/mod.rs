@@ -319,6 +319,14 @@ struct RaceTracker {
     writer: Vec<u32>,
     read_epoch: Vec<u32>,
     reader: Vec<u32>,
+    /// The mbarrier arrivals the last writer had made when it wrote (an access of another
+    /// thread that acquired a later arrival of the writer's is ordered after the write).
+    write_seq: Vec<u32>,
+    /// The most mbarrier arrivals any of the interval's readers had made when it read, and
+    /// the lowest and highest of those readers.
+    read_seq: Vec<u32>,
+    readers_lo: Vec<u32>,
+    readers_hi: Vec<u32>,
     in_flight: Vec<u16>,
     wgmma_reads: Vec<u16>,
     /// Bulk tensor stores (TMA) reading the byte whose group no `bulk_wait` retired yet.
@@ -338,6 +346,10 @@ impl RaceTracker {
             writer: vec![NOBODY; n],
             read_epoch: vec![0; n],
             reader: vec![NOBODY; n],
+            write_seq: vec![0; n],
+            read_seq: vec![0; n],
+            readers_lo: vec![0; n],
+            readers_hi: vec![0; n],
             in_flight: vec![0; n],
             wgmma_reads: vec![0; n],
             bulk_reads: vec![0; n],
@@ -354,6 +366,10 @@ impl RaceTracker {
         self.writer.fill(NOBODY);
         self.read_epoch.fill(0);
         self.reader.fill(NOBODY);
+        self.write_seq.fill(0);
+        self.read_seq.fill(0);
+        self.readers_lo.fill(0);
+        self.readers_hi.fill(0);
         self.in_flight.fill(0);
         self.wgmma_reads.fill(0);
         self.bulk_reads.fill(0);
@@ -377,6 +393,8 @@ struct AsyncState {
 struct PendingCopy {
     smem_offset: usize,
     data: [u8; 16],
+    /// Bytes of `data` that land (the copy's size: 4, 8 or 16).
+    len: usize,
 }
 
 /// Where an access lands.
@@ -877,9 +895,26 @@ impl<'m> Machine<'m> {
                 let addrs = self.addresses(*buf, idx, active, 1, "store")?;
                 let shared = self.space(*buf) == Space::Shared;
                 let local = self.space(*buf) == Space::Local;
+                // lanes of one store to one address: the same value is one write (TileLang's
+                // `valid[r // 8] = ...` by 8 lanes); different values would leave it undecided
+                let mut same_instruction: std::collections::HashMap<usize, Val> = Default::default();
                 for (k, &t) in active.iter().enumerate() {
                     if shared {
-                        self.track_write(t, addrs[k], eb)?;
+                        match same_instruction.get(&addrs[k]) {
+                            Some(&x)
+                                if x.as_i64() == v[k].as_i64()
+                                    && x.as_f64().to_bits() == v[k].as_f64().to_bits() => {}
+                            Some(_) => {
+                                return Err(self.err(format!(
+                                    "threads of one store write different values to shared byte {} of '{}'",
+                                    addrs[k], b.name
+                                )))
+                            }
+                            None => {
+                                same_instruction.insert(addrs[k], v[k]);
+                                self.track_write(t, addrs[k], eb)?;
+                            }
+                        }
                     } else if local {
                         self.touch_registers(*buf, t, addrs[k], eb, true)?;
                     }

@@ -283,10 +283,12 @@ impl Machine<'_> {
     }
 
     /// `fence.proxy.async`: the executing threads' earlier shared-memory writes become
-    /// visible to the async proxy after the next barrier.
+    /// visible to the async proxy after the next barrier; so do, to their own async-proxy
+    /// work (their wgmmas), the writes of other threads they acquired through mbarriers.
     pub(super) fn fence_proxy_async(&mut self, active: &[u32]) {
         for &t in active {
             self.proxy_fences[t as usize].push(self.epoch);
+            self.mbar.fence_acquired(t);
         }
     }
 
@@ -371,7 +373,12 @@ impl Machine<'_> {
                 self.check_mbarrier_visibility(memory::Who::Wgmma(group[0] / 128), "reads", group, a)?;
             }
             let writer = self.races.writer[a];
-            if writer != NOBODY {
+            // each reader acquired the write through an mbarrier, then fenced
+            let fenced_by_readers = writer != NOBODY
+                && group
+                    .iter()
+                    .all(|&r| r == writer || self.mbar.fenced_after(r, writer, self.races.write_seq[a]));
+            if writer != NOBODY && !fenced_by_readers {
                 let fences = &self.proxy_fences[writer as usize];
                 match fences.get(self.races.fence_mark[a] as usize) {
                     None => {
@@ -395,6 +402,17 @@ impl Machine<'_> {
                 }
             }
             // read by the whole warpgroup: an ordinary write before the next barrier races
+            let seq = group.iter().map(|&r| self.mbar.arrivals(r)).max().unwrap_or(0);
+            let (lo, hi) = (group[0], group[group.len() - 1]);
+            if self.races.read_epoch[a] == self.epoch && self.races.reader[a] != NOBODY {
+                self.races.read_seq[a] = self.races.read_seq[a].max(seq);
+                self.races.readers_lo[a] = self.races.readers_lo[a].min(lo);
+                self.races.readers_hi[a] = self.races.readers_hi[a].max(hi);
+            } else {
+                self.races.read_seq[a] = seq;
+                self.races.readers_lo[a] = lo;
+                self.races.readers_hi[a] = hi;
+            }
             self.races.read_epoch[a] = self.epoch;
             self.races.reader[a] = SEVERAL;
         }

@@ -322,7 +322,7 @@ impl Lowerer {
                 .zip(&inside)
                 .map(|(i, c)| simplify(Expr::select(simplify(c.clone()), i.clone(), Expr::int_of(0, i.dtype()))))
                 .collect();
-            vec![Stmt::inst(inst::AsyncCopy { dst, dst_idx: d0, src, src_idx: safe, src_bytes })]
+            vec![Stmt::inst(inst::AsyncCopy { dst, dst_idx: d0, src, src_idx: safe, src_bytes, bytes: 16 })]
         });
         match failure {
             Some(why) => Err(why),

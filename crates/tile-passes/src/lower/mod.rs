@@ -362,6 +362,8 @@ impl Lowerer {
                 Stmt::Print { what: Printed::Value(slots(v)), msg, block, loc }
             }
             Stmt::DeviceAssert { cond, msg, loc } => Stmt::DeviceAssert { cond: slots(cond), msg, loc },
+            // a kernel's own cp.async or barrier arrival, addressed by register values
+            Stmt::Inst(i) => Stmt::Inst(i.map_exprs(&mut slots)),
             other => other,
         }
     }

@@ -135,7 +135,7 @@ impl Lowerer {
             self.m.buffer(copy.dst.buf).name.clone(),
             self.m.buffer(bar).name.clone(),
         );
-        match tma::fit(&self.m, &copy, &self.target) {
+        match tma::fit_in_place(&self.m, &copy, &self.target) {
             Ok(plan) => match tma::loads(&mut self.m, &copy, &plan, None, bar, &idx, None) {
                 Ok(loads) => {
                     let dims: Vec<String> = plan.box_dims.iter().map(|d| d.to_string()).collect();

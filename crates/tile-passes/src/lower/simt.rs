@@ -37,6 +37,8 @@ impl Lowerer {
                     let a = self.assert_element(cond, &msg, &[tid], &[self.tid()], loc);
                     out.extend(self.guard_globals(vec![a]));
                 }
+                // a kernel's own cp.async: the loads in its addresses are bounds-checked
+                Stmt::Inst(i) => out.push(Stmt::Inst(i.map_exprs(&mut |x| self.guard_loads(x)))),
                 other => out.push(other),
             }
         }

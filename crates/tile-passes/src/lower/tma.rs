@@ -37,6 +37,27 @@ pub(crate) fn reads_memory(e: &Expr) -> bool {
 /// Whether TMA can carry out `op` (a copy from a global tensor into a whole shared tile), or
 /// why not, in words for the lowering report.
 pub fn fit(m: &Module, op: &CopyOp, target: &Target) -> Result<TmaCopy, String> {
+    fit_issued_by(m, op, target, false)
+}
+
+/// `fit` for a kernel's own `T.tma_copy`, which its issuing thread runs where the kernel
+/// wrote it: its position may read memory that thread can read (a tensor, shared memory,
+/// its own registers: TileLang's block-sparse offsets `k = block_offset[bi]`), but not a
+/// fragment (held by other threads).
+pub fn fit_in_place(m: &Module, op: &CopyOp, target: &Target) -> Result<TmaCopy, String> {
+    fit_issued_by(m, op, target, true)
+}
+
+fn fit_issued_by(m: &Module, op: &CopyOp, target: &Target, in_place: bool) -> Result<TmaCopy, String> {
+    let reads_memory = |e: &Expr| {
+        let mut found = false;
+        e.walk(&mut |x| {
+            if let Expr::Load { buf, .. } = x {
+                found |= !in_place || m.buffer(*buf).scope == Scope::Fragment;
+            }
+        });
+        found
+    };
     if !target.caps.tma || !target.caps.mbarrier_tx {
         return Err(format!("{} has no bulk tensor copies", target.arch));
     }

@@ -36,15 +36,22 @@ impl Emitter<'_> {
     pub(super) fn async_copy(&mut self, i: &inst::AsyncCopy) -> Result<(), Diagnostic> {
         let d = self.shared_address(i.dst, &i.dst_idx)?;
         let s = self.access(i.src, &i.src_idx)?;
-        if i.src_bytes.as_int() == Some(16) {
+        // `.cg` (L2 only) takes 16 bytes alone; smaller copies go through L1 (`.ca`)
+        let (cache, size) = match i.bytes {
+            16 => ("cg", 16),
+            8 => ("ca", 8),
+            4 => ("ca", 4),
+            n => return Err(Diagnostic::bug(format!("cp.async of {n} bytes"))),
+        };
+        if i.src_bytes.as_int() == Some(size) {
             // proven inside the tensor: no source size, no zero-fill
             self.line(&format!(
-                "asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"({d}), \"l\"(&{s}) : \"memory\");"
+                "asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {size};\" :: \"r\"({d}), \"l\"(&{s}) : \"memory\");"
             ));
         } else {
             let n = self.expr(&i.src_bytes)?;
             self.line(&format!(
-                "asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\" :: \"r\"({d}), \"l\"(&{s}), \"r\"({n}) : \"memory\");"
+                "asm volatile(\"cp.async.{cache}.shared.global [%0], [%1], {size}, %2;\" :: \"r\"({d}), \"l\"(&{s}), \"r\"({n}) : \"memory\");"
             ));
         }
         Ok(())

@@ -21,6 +21,13 @@ impl Emitter<'_> {
             Inst::VecCopy(x) => self.vec_copy(x),
             Inst::VecAtomic(x) => self.vec_atomic(x),
             Inst::AsyncCopy(x) => self.async_copy(x),
+            Inst::AsyncArrive(x) => {
+                let b = self.barrier_address(x.bar, &x.idx)?;
+                self.line(&format!(
+                    "asm volatile(\"cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\" :: \"r\"({b}) : \"memory\");"
+                ));
+                Ok(())
+            }
             Inst::AsyncCommit(_) => {
                 self.line("asm volatile(\"cp.async.commit_group;\" ::: \"memory\");");
                 Ok(())

@@ -7,7 +7,7 @@ use super::super::Emitter;
 use tile_ir::*;
 
 impl Emitter<'_> {
-    fn barrier_address(&mut self, bar: BufferId, idx: &Expr) -> Result<String, Diagnostic> {
+    pub(super) fn barrier_address(&mut self, bar: BufferId, idx: &Expr) -> Result<String, Diagnostic> {
         self.shared_address(bar, std::slice::from_ref(idx))
     }
 
