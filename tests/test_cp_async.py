@@ -53,23 +53,32 @@ def gather_inputs(N, D, R, dtype="float16", seed=0):
     return X, I, np.zeros((R, D), dtype)
 
 
-def staged_rows(tiles, D, rows=16, stages=2, dtype="float16"):
-    """A producer warpgroup fills `stages` shared slots with cp.async and hands each to the
-    consumers with cp.async.mbarrier.arrive.noinc; the consumers copy it out and free it."""
+def staged_rows(tiles, D, rows=16, stages=2, dtype="float16", producer_first=False):
+    """O = X + bias, rows by rows: a producer warpgroup fills `stages` shared slots with
+    cp.async and hands each to the consumers with cp.async.mbarrier.arrive.noinc; the
+    consumers add the bias (a shared tile the whole block filled before the roles split)
+    and free the slot. `producer_first`: the producer's branch comes first (`if tx >= 128`),
+    the consumers' in its `else`."""
 
     @T.prim_func
-    def f(X: T.Tensor((tiles * rows, D), dtype), O: T.Tensor((tiles * rows, D), dtype)):
+    def f(X: T.Tensor((tiles * rows, D), dtype), Bias: T.Tensor((D,), dtype),
+          O: T.Tensor((tiles * rows, D), dtype)):
         with T.Kernel(1, threads=256) as bx:
             S = T.alloc_shared((stages, rows, D), dtype)
+            bias = T.alloc_shared((D,), dtype)
             ready = T.alloc_barrier([128] * stages)
             free = T.alloc_barrier([128] * stages)
             tx = T.get_thread_binding()
-            if tx < 128:
+            T.copy(Bias, bias)
+
+            def consume():
                 for t in T.serial(tiles):
                     T.barrier_wait(ready[t % stages], (t // stages) & 1)
-                    T.copy(S[t % stages, :, :], O[t * rows, 0])
+                    for i, j in T.Parallel(rows, D):
+                        O[t * rows + i, j] = S[t % stages, i, j] + bias[j]
                     T.barrier_arrive(free[t % stages])
-            else:
+
+            def produce():
                 for t in T.serial(tiles):
                     T.barrier_wait(free[t % stages], ((t // stages) & 1) ^ 1)
                     for s in T.serial(rows * D // 8 // 128):
@@ -82,6 +91,17 @@ def staged_rows(tiles, D, rows=16, stages=2, dtype="float16"):
                             8,
                         )
                     T.cp_async_barrier_noinc(ready[t % stages])
+
+            if producer_first:
+                with T.If(tx >= 128):
+                    produce()
+                with T.Else():
+                    consume()
+            else:
+                with T.If(tx < 128):
+                    consume()
+                with T.Else():
+                    produce()
 
     return f
 
@@ -111,9 +131,11 @@ def test_every_pass_agrees(arch):
     testing.check_passes(gather_rows(50, 64, 24, valid=10, indexed=False), arch=arch, check=True)
 
 
-def test_mbarrier_hand_over_agrees():
-    # the regions run concurrently: the reference is the CPU model of the lowered code
-    r = testing.check_passes(staged_rows(5, 64), arch="sm_90a", check=True)
+@pytest.mark.parametrize("producer_first", [False, True])
+def test_mbarrier_hand_over_agrees(producer_first):
+    # the regions run concurrently: the reference is the CPU model of the lowered code (a
+    # block-wide barrier inside the consumers' `else` would be a deadlock there)
+    r = testing.check_passes(staged_rows(5, 64, producer_first=producer_first), arch="sm_90a", check=True)
     assert "the reference (on the CPU model)" in r.table()
 
 
@@ -122,7 +144,7 @@ def test_interpreter_refuses_the_hand_over_instead_of_a_wrong_answer():
     # never return there
     X = np.zeros((5 * 16, 64), np.float16)
     with pytest.raises(TileError, match="would wait forever here") as err:
-        tilers.compile(staged_rows(5, 64), target="interp")(X, X.copy())
+        tilers.compile(staged_rows(5, 64), target="interp")(X, np.zeros(64, np.float16), X.copy())
     assert "test_cp_async.py" in str(err.value)
 
 

@@ -40,9 +40,10 @@ def test_predicate_zero_fills():
     np.testing.assert_array_equal(out.cpu().numpy(), want)
 
 
-@pytest.mark.parametrize("tiles,stages", [(1, 2), (7, 2), (12, 3)])
-def test_mbarrier_hand_over(tiles, stages):
+@pytest.mark.parametrize("tiles,stages,producer_first", [(1, 2, False), (7, 2, True), (12, 3, False), (12, 3, True)])
+def test_mbarrier_hand_over(tiles, stages, producer_first):
     X = np.random.default_rng(tiles).standard_normal((tiles * 16, 128)).astype(np.float16)
+    bias = np.random.default_rng(1).standard_normal(128).astype(np.float16)
     out = torch.zeros(tiles * 16, 128, dtype=torch.float16).cuda()
-    tilers.compile(staged_rows(tiles, 128, stages=stages))(cuda(X), out)
-    np.testing.assert_array_equal(out.cpu().numpy(), X)
+    tilers.compile(staged_rows(tiles, 128, stages=stages, producer_first=producer_first))(cuda(X), cuda(bias), out)
+    np.testing.assert_allclose(out.cpu().numpy().astype(np.float32), (X + bias).astype(np.float32), rtol=1e-3, atol=1e-3)

@@ -338,10 +338,15 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
             }
             Stmt::If { cond, then, otherwise, loc } if scope.is_none() && m.thread_range(&cond).is_some() => {
                 // a warp-role region: ordered after the rest of the kernel by a barrier
-                // every thread reaches (before it), then among its own threads inside
+                // every thread reaches (before it), then among its own threads inside; its
+                // `else` holds the chain's other regions (Module::split_role_elses), which
+                // run at once with it: the barrier before it orders them too (one inside the
+                // `else` would wait for threads that never come)
                 let region = m.thread_range(&cond);
-                let a =
-                    accesses(m, &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: vec![], loc });
+                let a = accesses(
+                    m,
+                    &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: otherwise.clone(), loc },
+                );
                 if hazard(&pending.kernel, &a) {
                     if cx.fence(&pending.seen_by(None)) {
                         out.push(Stmt::inst(inst::FenceProxyAsync));
