@@ -168,6 +168,38 @@ def test_nvrtc_compiles_it(arch):
         assert len(tilers.compile(f, target=f"cuda:{arch}").cubin) > 0
 
 
+def uniform_copy(rows=4, D=64):
+    """cp.async at addresses that do not read the thread index: once per block (thread 0
+    issues it, as a store outside T.Parallel is made), then waited for and read by all."""
+
+    @T.prim_func
+    def f(X: T.Tensor((rows, D), "float16"), O: T.Tensor((rows, D), "float16")):
+        with T.Kernel(1, threads=128) as bx:
+            S = T.alloc_shared((rows, D), "float16")
+            for r in T.serial(rows):
+                for c in T.serial(D // 8):
+                    T.ptx_cp_async(T.access_ptr(S[r, c * 8], "w", 8), T.access_ptr(X[r, c * 8], "r", 8), 8)
+            T.ptx_commit_group()
+            T.ptx_wait_group(0)
+            T.copy(S, O)
+
+    return f
+
+
+def test_a_copy_every_thread_would_make_alike_is_made_once():
+    X = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float16)
+    O = np.zeros_like(X)
+    tilers.compile(uniform_copy(), target="interp")(X, O)
+    np.testing.assert_array_equal(O, X)
+    # on the CPU model: 128 threads copying into the same bytes would be copies in flight
+    # into bytes another copy writes
+    testing.check_passes(uniform_copy(), arch="sm_90a", check=True)
+    src = tilers.compile(uniform_copy(), target="cuda:sm_90a").get_kernel_source()
+    lines = src.splitlines()
+    at = next(k for k, line in enumerate(lines) if "cp.async.cg" in line)
+    assert lines[at - 1].strip() == "if ((tid == 0)) {"
+
+
 def _error(body):
     @T.prim_func
     def f(A: T.Tensor((256,), "float16"), B: T.Tensor((256,), "float32"), O: T.Tensor((256,), "float16")):

@@ -493,6 +493,19 @@ impl Lowerer {
                     let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
                     out.push(Stmt::If { cond: one, then: guarded, otherwise: vec![], loc });
                 }
+                // a kernel's own cp.async at addresses every thread computes alike: once per
+                // block too (thread 0 issues it; its commit and wait are thread 0's, the
+                // others' are empty, and the barrier before a reader orders the rest)
+                Stmt::Inst(Inst::AsyncCopy(c)) => {
+                    let c = c.map_exprs(&mut |x| self.guard_loads(x));
+                    let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
+                    out.push(Stmt::If {
+                        cond: one,
+                        then: vec![Stmt::inst(c)],
+                        otherwise: vec![],
+                        loc: Loc::UNKNOWN,
+                    });
+                }
                 other => out.push(other),
             }
         }
