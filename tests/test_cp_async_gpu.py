@@ -10,7 +10,7 @@ import pytest
 import tilers
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_cp_async import gather_inputs, gather_rows, staged_rows  # noqa: E402
+from test_cp_async import gather_inputs, gather_rows, staged_rows, uniform_copy  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -47,3 +47,10 @@ def test_mbarrier_hand_over(tiles, stages, producer_first):
     out = torch.zeros(tiles * 16, 128, dtype=torch.float16).cuda()
     tilers.compile(staged_rows(tiles, 128, stages=stages, producer_first=producer_first))(cuda(X), cuda(bias), out)
     np.testing.assert_allclose(out.cpu().numpy().astype(np.float32), (X + bias).astype(np.float32), rtol=1e-3, atol=1e-3)
+
+
+def test_a_copy_every_thread_would_make_alike():
+    X = np.random.default_rng(5).standard_normal((4, 64)).astype(np.float16)
+    out = torch.zeros(4, 64, dtype=torch.float16).cuda()
+    tilers.compile(uniform_copy())(cuda(X), out)
+    np.testing.assert_array_equal(out.cpu().numpy(), X)
