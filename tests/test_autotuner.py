@@ -454,6 +454,51 @@ def test_configs_compile_in_parallel():
     assert all(r.status == "ok" for r in result.results)
 
 
+def scale_through_a_fragment():
+    @tilers.jit(out_idx=[1], target="cuda:sm_90a")
+    def scale(M, N, block_M, block_N, threads):
+        @T.prim_func
+        def scale(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (
+                bx, by,
+            ):
+                tile = T.alloc_fragment((block_M, block_N), "float32")
+                T.copy(A[by * block_M, bx * block_N], tile)
+                for i, j in T.Parallel(block_M, block_N):
+                    tile[i, j] = tile[i, j] * 2.0
+                T.copy(tile, B[by * block_M, bx * block_N])
+
+        return scale
+
+    return scale
+
+
+def test_a_config_whose_thread_arrays_cannot_fit_in_registers_is_passed_over():
+    # 128 x 128 floats over 32 threads: 512 registers per thread, over the 255 a thread has
+    configs = [{"block_M": 128, "block_N": 128, "threads": 32},
+               {"block_M": 32, "block_N": 64, "threads": 128}]
+    bench = FakeBench()
+    result = tuned(scale_through_a_fragment(), configs, bench=bench,
+                   search="exhaustive").tune(256, 256)
+    spilled = result.results[0]
+    assert spilled.status == "skipped"
+    words = int(spilled.error.split(" need ")[1].split()[0])
+    assert 512 <= words < 600 and "over the 255 a thread has" in spilled.error
+    assert configs[0] not in bench.timed
+    assert result.config == configs[1]
+    assert 32 * 64 // 128 * 4 <= result.kernel.info["local_bytes"] < 255 * 4
+
+
+def test_when_no_config_fits_in_registers_all_are_tried():
+    configs = [{"block_M": 128, "block_N": 128, "threads": 32},
+               {"block_M": 128, "block_N": 256, "threads": 64}]
+    bench = FakeBench()
+    result = tuned(scale_through_a_fragment(), configs, bench=bench,
+                   search="exhaustive").tune(256, 256)
+    assert [r.status for r in result.results] == ["ok", "ok"]
+    assert result.config == configs[1]
+
+
 # --- reporting ---------------------------------------------------------------------------------
 
 

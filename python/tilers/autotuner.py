@@ -60,6 +60,8 @@ TILE_PREFIXES = ("block", "tile")
 
 # In round 2 the search also keeps tile sizes whose round-1 time is within this of the best.
 KEEP_MARGIN = 0.05
+# 32-bit registers one thread may have (sm_80 and sm_90).
+MAX_THREAD_REGISTERS = 255
 
 def next_power_of_two(value: int) -> int:
     """The default bucket of a T.dynamic size: the next power of two (0 and 1 give 1)."""
@@ -767,7 +769,7 @@ class AutotunedFunction:
         progress.close()
 
         for result in results:
-            if result.status == "skipped" and result.round == 0:
+            if result.status == "skipped" and result.round == 0 and result.error is None:
                 result.error = "its tile size was slower in round 1"
         flops, moved = self._flops_bytes(args, kwargs)
         if self.verbose:
@@ -856,10 +858,18 @@ class AutotunedFunction:
         return list(groups.values())
 
     def _compile_all(self, args, kwargs, configs, results, progress) -> list:
-        """Compile every config in a thread pool; the kernels (None where it failed)."""
+        """Compile every config in a thread pool; the kernels (None where it failed or was
+        passed over).
 
-        def build(config):
-            kernel = self.jit_function.compile(*args, **kwargs, **config)
+        Tracing and the Rust pipeline come first, for all configs: a config whose thread
+        arrays need more registers than a thread has (KernelInfo's ``local_bytes`` over
+        255 words) is passed over when some other config fits, before NVRTC, which can take
+        a minute on the straight-line code of such a config and whose kernel would spill."""
+
+        def trace(config):
+            return self.jit_function.compile(*args, **kwargs, **config)
+
+        def build(kernel):
             if kernel.source is not None:
                 _ = kernel.cubin  # NVRTC, through the cubin cache
             return kernel
@@ -868,7 +878,29 @@ class AutotunedFunction:
         kernels = [None] * len(configs)
         progress.start("compile", len(configs))
         with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = {pool.submit(build, config): i for i, config in enumerate(configs)}
+            traced = [None] * len(configs)
+            futures = {pool.submit(trace, config): i for i, config in enumerate(configs)}
+            for future in concurrent.futures.as_completed(futures):
+                index = futures[future]
+                try:
+                    traced[index] = future.result()
+                except Exception as error:
+                    results[index].status = "compile error"
+                    results[index].error = f"{type(error).__name__}: {error}"
+                    progress.step(None)
+            words = [_register_words(kernel) for kernel in traced]
+            if any(w is not None and w <= MAX_THREAD_REGISTERS for w in words):
+                for index, w in enumerate(words):
+                    if w is not None and w > MAX_THREAD_REGISTERS:
+                        traced[index] = None
+                        results[index].status = "skipped"
+                        results[index].error = (
+                            f"its thread arrays need {w} registers per thread, over the "
+                            f"{MAX_THREAD_REGISTERS} a thread has: it would spill"
+                        )
+                        progress.step(None)
+            futures = {pool.submit(build, kernel): i for i, kernel in enumerate(traced)
+                       if kernel is not None}
             for future in concurrent.futures.as_completed(futures):
                 index = futures[future]
                 try:
@@ -997,6 +1029,16 @@ class DynamicKernel:
     def __repr__(self) -> str:
         tuned = ", ".join(config_text(r.sizes) for r in self.results.values()) or "none yet"
         return f"<DynamicKernel {self.__name__} over {', '.join(self.sizes)}; tuned at: {tuned}>"
+
+
+def _register_words(kernel) -> int | None:
+    """32-bit registers the arrays of one thread take, over every kernel a call launches
+    (the largest); None when there is no KernelInfo (the interpreter)."""
+    info = getattr(kernel, "info", None)
+    if not isinstance(info, dict) or "local_bytes" not in info:
+        return None
+    infos = [info] + list(info.get("then") or [])
+    return max((i.get("local_bytes", 0) + 3) // 4 for i in infos)
 
 
 def _cpu_count() -> int:

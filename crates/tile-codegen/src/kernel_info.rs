@@ -61,6 +61,11 @@ pub struct KernelInfo {
     /// Whether `shared_bytes` is over [`DEFAULT_SHARED_LIMIT`], so that the function's
     /// limit must be raised before it launches.
     pub shared_opt_in: bool,
+    /// Bytes of one thread's arrays (its fragment slots and locals): the registers they
+    /// take when all are live. A thread has at most 255 32-bit registers, so a kernel whose
+    /// arrays need more spills to local memory; the autotuner passes over such configs.
+    #[serde(default)]
+    pub local_bytes: u32,
     /// TMA descriptors to encode for every call, from the tensors passed.
     #[serde(default)]
     pub tensor_maps: Vec<TensorMap>,
@@ -478,6 +483,7 @@ impl KernelInfo {
             cluster: no_cluster(),
             shared_bytes: 0,
             shared_opt_in: false,
+            local_bytes: 0,
             tensor_maps: Vec::new(),
             report: Vec::new(),
             then: Vec::new(),
@@ -675,6 +681,8 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
     let shared = shared.div_ceil(16) * 16 + base_align.saturating_sub(16);
     let shared_bytes = u32::try_from(shared)
         .map_err(|_| Diagnostic::bug(format!("{shared} bytes of shared memory passed the planner")))?;
+    let local: i64 = m.buffers.iter().filter(|b| b.scope == Scope::Local).map(|b| b.bytes()).sum();
+    let local_bytes = u32::try_from(local).unwrap_or(u32::MAX);
     Ok(KernelInfo {
         name: m.name.clone(),
         entry: Some(entry.to_string()),
@@ -689,6 +697,7 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         cluster: [m.cluster_blocks(), 1, 1],
         shared_bytes,
         shared_opt_in: shared_bytes > DEFAULT_SHARED_LIMIT,
+        local_bytes,
         tensor_maps: tensor_maps(m)?,
         report: report.to_vec(),
         then: Vec::new(),
@@ -737,6 +746,7 @@ mod tests {
             cluster: [1, 1, 1],
             shared_bytes: 0,
             shared_opt_in: false,
+            local_bytes: 0,
             tensor_maps: vec![],
             report: vec![],
             then: vec![],

@@ -1122,6 +1122,7 @@ mod tests {
             cluster: [1, 1, 1],
             shared_bytes: 0,
             shared_opt_in: false,
+            local_bytes: 0,
             tensor_maps: vec![TensorMap { param: 0, box_shape: vec![32, 64], swizzle: 128 }],
             report: vec![],
         }
