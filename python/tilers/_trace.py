@@ -978,6 +978,8 @@ class Builder:
         self.raster: dict | None = None  # T.use_swizzle
         self.sizes: dict[str, tuple[Size, Expr]] = {}  # T.dynamic sizes by name
         self.kernel_threads = 0  # T.Kernel's threads, once opened
+        self.extern_sources: list[str] = []
+        self.inline_ptx: dict = {}  # (template, operand dtypes, memory) -> function name
         self.open_threads = False  # inside a T.ws region
         self.reg_budget: dict = {}  # T.annotate_*_reg_* / T.no_set_max_nreg
         self.scratch: list[Buffer] = []  # T.alloc_global, in declaration order
@@ -992,6 +994,7 @@ class Builder:
         self.raster = None
         self.reg_budget = {}
         self.open_threads = False
+        self.extern_sources = []  # T.import_source / T.inline_ptx code of this kernel
 
     def close_kernel(self, kernel: dict) -> None:
         """Record the T.Kernel block just left, after checking that it reads no variable of

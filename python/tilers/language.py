@@ -30,6 +30,9 @@ __all__ = [
     "access_ptr",
     "address_of",
     "ptx_cp_async",
+    "call_extern",
+    "import_source",
+    "inline_ptx",
     "ptx_commit_group",
     "ptx_wait_group",
     "cp_async_barrier_noinc",
@@ -338,6 +341,8 @@ class Kernel:
         }
         if builder.reg_budget:
             kernel["reg_budget"] = dict(builder.reg_budget)
+        if builder.extern_sources:
+            kernel["extern_sources"] = list(builder.extern_sources)
         if builder.raster is not None:
             if len(self.grid) < 2:
                 raise _trace.user_error(
@@ -2465,3 +2470,245 @@ def wait_wgmma(pending=0):
     complete before their accumulator is used, so there is nothing left to wait for."""
     if not isinstance(pending, _builtins.int) or pending < 0:
         raise _trace.user_error(f"T.wait_wgmma takes a non-negative count, got {pending!r}")
+
+
+# ----------------------------------------------------------------------------------------
+# the escape hatch to CUDA: T.import_source, T.call_extern, T.inline_ptx
+
+
+def import_source(source=None):
+    """CUDA C++ for this kernel's ``T.call_extern`` calls: ``T.import_source(code)`` inside the
+    ``T.Kernel`` block puts ``code`` (device functions you write) before the kernel in the
+    generated source, once however often it is imported. Its prototypes are what
+    ``T.call_extern`` checks its operands against."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.import_source", loc)
+    if source is None:
+        return
+    if not isinstance(source, str):
+        raise _trace.user_error(
+            f"T.import_source: parameter 'source': expected a str of CUDA source, got {type(source).__name__}",
+            loc=loc,
+        )
+    sources = builder.extern_sources
+    if source not in sources:
+        sources.append(source)
+
+
+_NO_RESULT = ("handle", "void", None)
+
+
+def call_extern(*args, **kwargs):
+    """Call a device function tilers does not know — one of ``T.import_source``'s, or a CUDA
+    builtin — on every thread that runs the statement, as CUDA would:
+    ``T.call_extern("handle", "decode", T.access_ptr(q, "r", 4), T.access_ptr(d, "w", 8))``
+    or ``y = T.call_extern("float32", "my_fn", x)`` (a value of ``dtype``; "handle" or
+    "void": none). Operands are values, ``T.access_ptr`` addresses (of local, shared or global
+    buffers) and strings; they are checked against the imported prototype. The interpreter
+    cannot run the call."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.call_extern", loc)
+    # T.call_extern(dtype, name, *args), or TileLang's T.call_extern(name, *args, dtype=...)
+    if "dtype" in kwargs:
+        dtype = kwargs.pop("dtype")
+    elif args:
+        dtype, args = args[0], args[1:]
+    else:
+        raise _trace.user_error("T.call_extern(dtype, func_name, *args): the dtype is missing", loc=loc)
+    func_name, args = (args[0], args[1:]) if args else (None, ())
+    if kwargs:
+        raise _trace.user_error(f"T.call_extern: unexpected keyword argument {next(iter(kwargs))!r}", loc=loc)
+    if not isinstance(func_name, str) or not func_name.replace("_", "a").replace("::", "a").isalnum() \
+            or func_name[0].isdigit():
+        raise _trace.user_error(
+            f"T.call_extern: parameter 'func_name': expected the name of a C function, got {func_name!r}",
+            loc=loc,
+            help='e.g. T.call_extern("float32", "my_function", x)',
+        )
+    result_dtype = None if dtype in _NO_RESULT else _trace.normalize_dtype(dtype)
+    if any(b.what == "T.Parallel" for b in builder.blocks):
+        raise _trace.user_error(
+            f"T.call_extern('{func_name}') inside T.Parallel: the compiler decides which thread runs "
+            "each iteration, so an extern call has no thread of its own there",
+            loc=loc,
+            help="call it in code that runs on each thread (T.get_thread_binding(), T.serial loops "
+            "over T.alloc_local buffers), or write the element-wise part as tilers expressions",
+        )
+    return _extern_call(builder, func_name, args, result_dtype, loc)
+
+
+def _extern_call(builder, func_name, args, result_dtype, loc, what="T.call_extern"):
+    from . import _extern
+
+    protos = _extern.prototypes(builder.extern_sources).get(func_name, [])
+    proto = _pick_prototype(protos, len(args))
+    if protos and proto is None:
+        counts = sorted({len(p.params) for p in protos})
+        raise _trace.user_error(
+            f"{what}('{func_name}'): {len(args)} operands, but the imported '{func_name}' takes "
+            f"{' or '.join(map(str, counts))}",
+            loc=loc,
+        )
+    if proto is not None:
+        returns_void = not proto.returns.pointer and proto.returns.text.split()[-1:] == ["void"]
+        if result_dtype is not None and returns_void:
+            raise _trace.user_error(
+                f"{what}('{func_name}'): a {result_dtype} result was asked for, but the imported "
+                f"'{func_name}' returns void",
+                loc=loc,
+                help=f'call it with dtype "handle": T.call_extern("handle", "{func_name}", ...)',
+            )
+    out = []
+    for k, a in enumerate(args):
+        param = proto.params[k] if proto is not None and k < len(proto.params) else None
+        out.append(_extern_arg(func_name, k, a, param, loc, what))
+    stmt = {"op": "call_extern", "name": func_name, "args": out}
+    if result_dtype is None:
+        builder.emit(stmt, loc)
+        return None
+    temp = builder.new_buffer(f"{func_name}_result", "local", result_dtype, (1,), loc)
+    stmt["result"] = {"buf": temp.id, "idx": [_trace.const(0, "int32").node()]}
+    builder.emit(stmt, loc)
+    return temp[0]
+
+
+def _pick_prototype(protos, n):
+    for p in protos:
+        if p.required <= n <= len(p.params) or (p.variadic and n >= p.required):
+            return p
+    return None
+
+
+def _extern_arg(func_name, k, a, param, loc, what):
+    where = f"{what}('{func_name}'): operand {k}"
+    if isinstance(a, AccessPtr):
+        b = a.buffer
+        if b.scope == "fragment":
+            raise _trace.user_error(
+                f"{where}: '{b.name}' is a fragment, whose elements live on different threads; "
+                "an extern function needs memory it can address",
+                loc=loc,
+                help="copy the values into a T.alloc_local buffer and pass its address",
+            )
+        if param is not None and not param.pointer:
+            raise _trace.user_error(
+                f"{where}: an address of '{b.name}', but '{func_name}' takes a value ({param.text}) here",
+                loc=loc,
+                help=f"pass a value such as {b.name}[...]",
+            )
+        # a char pointer reaches any bytes; other element types must be the buffer's
+        if param is not None and param.dtype not in (None, "int8", "uint8") and param.dtype != b.dtype:
+            raise _trace.user_error(
+                f"{where}: '{b.name}' holds {b.dtype}, but '{func_name}' takes {param.text} here",
+                loc=loc,
+            )
+        if param is not None and param.const and "w" in a.mode:
+            raise _trace.user_error(
+                f"{where}: the address of '{b.name}' was taken for writing ({a.mode!r}), but "
+                f"'{func_name}' takes {param.text}, which it only reads",
+                loc=loc,
+            )
+        node = {"kind": "ptr", "buf": b.id, "idx": _trace.element_indices(b, a.indices, loc),
+                "elements": a.extent, "mode": a.mode}
+        if param is not None and param.dtype is not None:
+            node["ctype"] = param.text
+        b.used = True
+        return node
+    if isinstance(a, str):
+        if param is not None and not param.pointer:
+            raise _trace.user_error(f"{where}: a string, but '{func_name}' takes {param.text} here", loc=loc)
+        return {"kind": "str", "value": a}
+    if isinstance(a, (_trace.Buffer,)):
+        raise _trace.user_error(
+            f"{where}: the buffer '{a.name}' itself; pass T.access_ptr({a.name}, 'r') for its address "
+            f"or {a.name}[i] for a value",
+            loc=loc,
+        )
+    like = param.dtype if param is not None and param.dtype is not None and not param.pointer else None
+    if not isinstance(a, (_trace.Expr, _builtins.int, _builtins.float)):
+        raise _trace.user_error(f"{where}: expected a value, a T.access_ptr address or a str, got {a!r}", loc=loc)
+    value = _trace.literal(a, like)
+    if param is not None and param.pointer:
+        raise _trace.user_error(
+            f"{where}: a {value.dtype} value, but '{func_name}' takes an address ({param.text}) here",
+            loc=loc,
+            help="pass T.access_ptr(buffer[i], 'r') for an address",
+        )
+    if param is not None and param.dtype is not None and _trace.is_float(param.dtype) != _trace.is_float(value.dtype):
+        raise _trace.user_error(
+            f"{where}: a {value.dtype} value, but '{func_name}' takes {param.text} here",
+            loc=loc,
+            help=f"convert it first: T.Cast(\"{param.dtype}\", x)",
+        )
+    return {"kind": "value", "value": value.node()}
+
+
+def inline_ptx(template, outputs=(), inputs=(), memory=False):
+    """Inline PTX: ``T.inline_ptx("add.u32 %0, %1, %2;", outputs=[c[0]], inputs=[a, b])``. Each
+    operand ``%k`` is an output (an element of a T.alloc_local buffer or a T.alloc_var,
+    written) then an input (a value), in order; their dtypes choose the PTX registers
+    (int16/uint16 ``h``, 32-bit ints ``r``, 64-bit ``l``, float32 ``f``, float64 ``d``).
+    ``memory=True`` tells the compiler the code touches memory. Runs on every thread that
+    reaches it; the interpreter cannot run it."""
+    from . import _extern
+
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.inline_ptx", loc)
+    if not isinstance(template, str):
+        raise _trace.user_error(f"T.inline_ptx: parameter 'template': expected a str of PTX, got {template!r}", loc=loc)
+    if any(b.what == "T.Parallel" for b in builder.blocks):
+        raise _trace.user_error("T.inline_ptx inside T.Parallel: call it in code that runs on each thread", loc=loc)
+    outputs, inputs = list(outputs), list(inputs)
+    named = _extern.asm_operands(template)
+    if named != len(outputs) + len(inputs):
+        raise _trace.user_error(
+            f"T.inline_ptx: the PTX names {named} operands (%0..%{named - 1}), but "
+            f"{len(outputs)} outputs and {len(inputs)} inputs were given" if named else
+            f"T.inline_ptx: the PTX names no operand (%0 ...), but {len(outputs)} outputs and "
+            f"{len(inputs)} inputs were given",
+            loc=loc,
+        )
+    out_dtypes, in_dtypes, args = [], [], []
+    for k, o in enumerate(outputs):
+        if isinstance(o, _trace.Buffer) and o.scope == "local" and _builtins.len(o.shape) == 1 and o.shape[0] == 1:
+            o = o[0]
+        if not (isinstance(o, _trace.Load) and o.buffer.scope == "local"):
+            raise _trace.user_error(
+                f"T.inline_ptx: output {k} must be an element of a T.alloc_local buffer or a T.alloc_var, "
+                f"got {o!r}",
+                loc=loc,
+            )
+        dt = o.buffer.dtype
+        if dt not in _extern.ASM_CONSTRAINTS:
+            raise _trace.user_error(
+                f"T.inline_ptx: output {k} is {dt}; PTX operands are 16-, 32- or 64-bit integers, "
+                "float32 or float64",
+                loc=loc,
+                help="hold 16-bit floats' bits in a uint16 buffer (T.reinterpret)",
+            )
+        out_dtypes.append(dt)
+        args.append(AccessPtr(o.buffer, o.indices, "w", 1, loc))
+    for k, x in enumerate(inputs):
+        v = _trace.literal(x)
+        if v.dtype not in _extern.ASM_CONSTRAINTS:
+            raise _trace.user_error(
+                f"T.inline_ptx: input {k} is {v.dtype}; PTX operands are 16-, 32- or 64-bit integers, "
+                "float32 or float64",
+                loc=loc,
+                help="convert it first (T.Cast) or pass a 16-bit float's bits (T.reinterpret(x, 'uint16'))",
+            )
+        in_dtypes.append(v.dtype)
+        args.append(v)
+    # the same PTX with the same operand types is one function (named in program order, so
+    # that kernels of one program never define one name twice)
+    key = (template, tuple(out_dtypes), tuple(in_dtypes), _builtins.bool(memory))
+    name = builder.inline_ptx.get(key)
+    if name is None:
+        name = builder.inline_ptx[key] = f"tl_inline_ptx_{len(builder.inline_ptx)}"
+    source = _extern.asm_function(name, template, out_dtypes, in_dtypes, _builtins.bool(memory))
+    if source not in builder.extern_sources:
+        builder.extern_sources.append(source)
+    _extern_call(builder, name, args, None, loc, what="T.inline_ptx")

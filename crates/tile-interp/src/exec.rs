@@ -517,6 +517,11 @@ impl<'m> Interp<'m> {
             // after another sees them at the wait or barrier that orders them)
             Stmt::Inst(tile_ir::inst::Inst::AsyncCopy(c)) => self.cp_async(c, ids)?,
             Stmt::Inst(tile_ir::inst::Inst::SetMaxNReg(_)) => {}
+            Stmt::Inst(tile_ir::inst::Inst::CallExtern(c)) => {
+                if !crate::EXTERN_NO_EFFECT.contains(&c.name.as_str()) {
+                    return Err(self.error(crate::extern_message(&c.name), self.m.kernel.loc));
+                }
+            }
             Stmt::Inst(tile_ir::inst::Inst::LoopBreak(_)) => self.breaking.extend_from_slice(ids),
             Stmt::If { cond, then, otherwise, loc } => {
                 let c = truth(self.eval(cond, ids, *loc)?);

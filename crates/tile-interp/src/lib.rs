@@ -165,6 +165,18 @@ pub fn scratch_bytes(dt: DType, n: usize) -> Vec<u8> {
 /// In the message of a run that stopped at a `T.barrier_wait` no earlier statement
 /// completes: warp-role regions handing data over through mbarriers in loops of their own
 /// run concurrently, which a program run one statement after another cannot do.
+/// CUDA builtins a `T.call_extern` may name that change no value the program reads: the
+/// interpreters run them as nothing.
+pub const EXTERN_NO_EFFECT: &[&str] =
+    &["__nanosleep", "__threadfence", "__threadfence_block", "__threadfence_system"];
+
+/// Why a `T.call_extern` of `name` cannot run here.
+pub fn extern_message(name: &str) -> String {
+    format!(
+        "T.call_extern('{name}') runs only on the GPU: the interpreter cannot run the CUDA code it calls (run the kernel on CUDA tensors)"
+    )
+}
+
 pub const SEQUENTIAL_WAIT: &str = "would wait forever here";
 
 pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {

@@ -24,6 +24,7 @@ fn module(threads: u32) -> Module {
             roles: None,
             tensor_maps: vec![],
             reg_budget: None,
+            extern_sources: vec![],
         },
         level: Level::Thread,
         schedules: vec![],

@@ -117,6 +117,7 @@ fn gemm_module(g: Gemm) -> Module {
             roles: None,
             tensor_maps: vec![],
             reg_budget: None,
+            extern_sources: vec![],
         },
         level: Level::Thread,
         schedules: vec![],

@@ -111,6 +111,8 @@ pub trait TextReader {
     fn string(&mut self) -> Result<String, String>;
     /// `message` with the line being read.
     fn error(&self, message: &str) -> String;
+    /// Whether the next token is the word `k` (nothing is consumed).
+    fn is_keyword(&self, k: &str) -> bool;
 
     /// `buf[i, j]`: an element (or the first of a vector) by its indices.
     fn element(&mut self) -> Result<(BufferId, Vec<Expr>), String> {
@@ -727,6 +729,161 @@ impl Instruction for Printf {
             }
             r.punct(")")?;
             Ok(Printf { format, args })
+        })())
+    }
+}
+
+/// One operand of a [`CallExtern`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExternArg {
+    /// A value of its dtype (the C type of the dtype).
+    Value(Expr),
+    /// The address of `buf[idx]` (`T.access_ptr`, `T.address_of`): the function may read
+    /// and/or write `elements` elements from there. `ctype`: the pointer type the function
+    /// declares for it (`"half*"`, from the `T.import_source` prototype), which the address is
+    /// cast to; None passes a pointer to the element's own storage type.
+    Address { buf: BufferId, idx: Vec<Expr>, elements: i64, read: bool, write: bool, ctype: Option<String> },
+    /// A C string literal.
+    Str(String),
+}
+
+/// A call of a device function (or macro) the compiler does not know (`T.call_extern`):
+/// the user's code from `T.import_source`, or a CUDA builtin. Each thread that runs it calls
+/// it once; its value, if any, is stored to `result`. Only its addresses are known to touch
+/// memory, as the access modes say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallExtern {
+    pub name: String,
+    pub args: Vec<ExternArg>,
+    pub result: Option<(BufferId, Vec<Expr>)>,
+}
+
+impl Instruction for CallExtern {
+    fn exprs(&self) -> Vec<&Expr> {
+        let mut out = Vec::new();
+        for a in &self.args {
+            match a {
+                ExternArg::Value(e) => out.push(e),
+                ExternArg::Address { idx, .. } => out.extend(idx.iter()),
+                ExternArg::Str(_) => {}
+            }
+        }
+        if let Some((_, idx)) = &self.result {
+            out.extend(idx.iter());
+        }
+        out
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        let args = self
+            .args
+            .into_iter()
+            .map(|a| match a {
+                ExternArg::Value(e) => ExternArg::Value(f(e)),
+                ExternArg::Address { buf, idx, elements, read, write, ctype } => {
+                    ExternArg::Address { buf, idx: map_all(idx, f), elements, read, write, ctype }
+                }
+                s @ ExternArg::Str(_) => s,
+            })
+            .collect();
+        let result = self.result.map(|(b, idx)| (b, map_all(idx, f)));
+        CallExtern { name: self.name, args, result }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        let mut out = Vec::new();
+        for a in &self.args {
+            if let ExternArg::Address { buf, idx, elements, read, write, .. } = a {
+                for (on, kind) in [(*read, AccessKind::Read), (*write, AccessKind::Write)] {
+                    if on {
+                        out.push(Access { buf: *buf, kind, index: Index::Element(idx), elements: *elements });
+                    }
+                }
+            }
+        }
+        if let Some((buf, idx)) = &self.result {
+            out.push(Access { buf: *buf, kind: AccessKind::Write, index: Index::Element(idx), elements: 0 });
+        }
+        out
+    }
+    fn effects(&self) -> Effects {
+        Effects { observable: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        let args: Vec<String> = self
+            .args
+            .iter()
+            .map(|a| match a {
+                ExternArg::Value(e) => format!("value {}", t.expr(e)),
+                ExternArg::Address { buf, idx, elements, read, write, ctype } => {
+                    let mode = match (read, write) {
+                        (true, true) => "rw",
+                        (false, true) => "w",
+                        _ => "r",
+                    };
+                    let cast = ctype.as_ref().map(|c| format!(" as {c:?}")).unwrap_or_default();
+                    format!("ptr {mode} {elements} {}[{}]{cast}", t.buffer(*buf), t.exprs(idx))
+                }
+                ExternArg::Str(s) => format!("str {s:?}"),
+            })
+            .collect();
+        let result = match &self.result {
+            Some((b, idx)) => format!(" -> {}[{}]", t.buffer(*b), t.exprs(idx)),
+            None => String::new(),
+        };
+        format!("call_extern {:?}({}){result}", self.name, args.join(", "))
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "call_extern" {
+            return None;
+        }
+        Some((|| {
+            let name = r.string()?;
+            r.punct("(")?;
+            let mut args = Vec::new();
+            while !r.is_punct(")") {
+                if r.is_keyword("value") {
+                    r.keyword("value")?;
+                    args.push(ExternArg::Value(r.expr()?));
+                } else if r.is_keyword("str") {
+                    r.keyword("str")?;
+                    args.push(ExternArg::Str(r.string()?));
+                } else {
+                    r.keyword("ptr")?;
+                    let (read, write) = if r.is_keyword("rw") {
+                        (true, true)
+                    } else if r.is_keyword("w") {
+                        (false, true)
+                    } else {
+                        (true, false)
+                    };
+                    r.keyword(if read && write {
+                        "rw"
+                    } else if write {
+                        "w"
+                    } else {
+                        "r"
+                    })?;
+                    let elements = r.int()?;
+                    let (buf, idx) = r.element()?;
+                    let ctype = if r.is_keyword("as") {
+                        r.keyword("as")?;
+                        Some(r.string()?)
+                    } else {
+                        None
+                    };
+                    args.push(ExternArg::Address { buf, idx, elements, read, write, ctype });
+                }
+                if r.is_punct(",") {
+                    r.punct(",")?;
+                }
+            }
+            r.punct(")")?;
+            let result = if r.is_punct("->") {
+                r.punct("->")?;
+                Some(r.element()?)
+            } else {
+                None
+            };
+            Ok(CallExtern { name, args, result })
         })())
     }
 }
@@ -1536,6 +1693,7 @@ instructions!(
     ClusterSync,
     SyncWarp,
     Printf,
+    CallExtern,
     Trap,
     LoopBreak
 );

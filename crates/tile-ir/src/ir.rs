@@ -213,6 +213,9 @@ pub struct Kernel {
     /// (`T.annotate_producer_reg_dealloc`, `T.annotate_consumer_reg_alloc`,
     /// `T.no_set_max_nreg`); None: the compiler's.
     pub reg_budget: Option<RegBudget>,
+    /// `T.import_source`: CUDA C++ the kernel's `T.call_extern`s call (device functions the
+    /// user writes), emitted before the kernel in the order imported, each once.
+    pub extern_sources: Vec<String>,
 }
 
 /// The kernel's say on `plan_warp_roles`' `setmaxnreg` budgets: 0 for a role leaves the

@@ -560,7 +560,11 @@ impl Parser {
     /// One `T.Kernel` object: its grid, threads, statements and launch options.
     fn kernel(&self, value: &Value, path: &str, n_sources: usize) -> R<Kernel> {
         let p = self;
-        let ko = Obj::new(value, path, &["grid", "threads", "body", "loc", "raster", "reg_budget"])?;
+        let ko = Obj::new(
+            value,
+            path,
+            &["grid", "threads", "body", "loc", "raster", "reg_budget", "extern_sources"],
+        )?;
         let mut grid = Vec::new();
         for (i, g) in ko.arr("grid")?.iter().enumerate() {
             grid.push(p.expr(g, &format!("{path}.grid[{i}]"), n_sources)?);
@@ -619,6 +623,15 @@ impl Parser {
                 Some(RegBudget { producer: regs("producer")?, consumer: regs("consumer")?, none })
             }
         };
+        let mut extern_sources = Vec::new();
+        if ko.opt("extern_sources").is_some() {
+            for (i, v) in ko.arr("extern_sources")?.iter().enumerate() {
+                let Some(text) = v.as_str() else {
+                    return err(&format!("{path}.extern_sources[{i}]"), "expected a string of CUDA source");
+                };
+                extern_sources.push(text.to_string());
+            }
+        }
         let body = p.stmts(ko.arr("body")?, &ko.p("body"), n_sources)?;
         let kloc = loc(ko.opt("loc"), &ko.p("loc"), n_sources)?;
         Ok(Kernel {
@@ -630,6 +643,7 @@ impl Parser {
             roles: None,
             tensor_maps: vec![],
             reg_budget,
+            extern_sources,
         })
     }
 }
@@ -939,6 +953,73 @@ impl Parser {
                 let bar = self.buffer_id(o.get("bar")?, &o.p("bar"))?;
                 let idx = self.expr(o.get("idx")?, &o.p("idx"), ns)?;
                 Stmt::inst(crate::inst::AsyncArrive { bar, idx })
+            }
+            "call_extern" => {
+                // T.call_extern(dtype, "name", *args): a device function the compiler does not
+                // know (the user's, from T.import_source, or a CUDA builtin), called by each
+                // thread that runs it; a value result goes to `result` (a register element)
+                let o = Obj::new(v, path, &["op", "name", "args", "result", "loc"])?;
+                let name = o.str("name")?.to_string();
+                if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+                {
+                    return err(&o.p("name"), format!("expected a C function name, got {name:?}"));
+                }
+                let mut args = Vec::new();
+                for (i, a) in o.arr("args")?.iter().enumerate() {
+                    let ap = format!("{}[{i}]", o.p("args"));
+                    let kind = a.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+                    args.push(match kind {
+                        "value" => {
+                            let ao = Obj::new(a, &ap, &["kind", "value"])?;
+                            crate::inst::ExternArg::Value(self.expr(ao.get("value")?, &ao.p("value"), ns)?)
+                        }
+                        "str" => {
+                            let ao = Obj::new(a, &ap, &["kind", "value"])?;
+                            crate::inst::ExternArg::Str(ao.str("value")?.to_string())
+                        }
+                        "ptr" => {
+                            let ao = Obj::new(a, &ap, &["kind", "buf", "idx", "elements", "mode", "ctype"])?;
+                            let buf = self.buffer_id(ao.get("buf")?, &ao.p("buf"))?;
+                            let idx = self.exprs(ao.get("idx")?, &ao.p("idx"), ns)?;
+                            let elements = ao.int("elements")?;
+                            if elements < 1 {
+                                return err(&ao.p("elements"), "an address covers at least one element");
+                            }
+                            let (read, write) = match ao.str("mode")? {
+                                "r" => (true, false),
+                                "w" => (false, true),
+                                "rw" => (true, true),
+                                m => {
+                                    return err(
+                                        &ao.p("mode"),
+                                        format!("expected \"r\", \"w\" or \"rw\", got {m:?}"),
+                                    )
+                                }
+                            };
+                            let ctype = match ao.opt("ctype") {
+                                None | Some(Value::Null) => None,
+                                Some(_) => Some(ao.str("ctype")?.to_string()),
+                            };
+                            crate::inst::ExternArg::Address { buf, idx, elements, read, write, ctype }
+                        }
+                        k => {
+                            return err(
+                                &ap,
+                                format!("expected an argument of kind value, ptr or str, got {k:?}"),
+                            )
+                        }
+                    });
+                }
+                let result = match o.opt("result") {
+                    None | Some(Value::Null) => None,
+                    Some(r) => {
+                        let rp = o.p("result");
+                        let ro = Obj::new(r, &rp, &["buf", "idx"])?;
+                        let buf = self.buffer_id(ro.get("buf")?, &ro.p("buf"))?;
+                        Some((buf, self.exprs(ro.get("idx")?, &ro.p("idx"), ns)?))
+                    }
+                };
+                Stmt::inst(crate::inst::CallExtern { name, args, result })
             }
             "break" => {
                 // T.loop_break() (a Python `break` under a traced condition): leave the loop

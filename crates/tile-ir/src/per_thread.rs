@@ -105,6 +105,14 @@ impl PerThread {
             Stmt::DeviceAssert { cond, .. } => self.expr(cond),
             // a kernel's own cp.async from addresses of the thread index
             Stmt::Inst(i @ crate::inst::Inst::AsyncCopy(_)) => i.exprs().into_iter().any(|e| self.expr(e)),
+            // a T.call_extern with operands of the thread's own (it runs on every thread
+            // anyway, as in CUDA; this marks what it writes as per thread)
+            Stmt::Inst(i @ crate::inst::Inst::CallExtern(_)) => {
+                i.exprs().into_iter().any(|e| self.expr(e))
+                    || i.accesses()
+                        .iter()
+                        .any(|a| a.kind == crate::inst::AccessKind::Read && self.bufs.contains(&a.buf))
+            }
             _ => false,
         }
     }
@@ -133,6 +141,15 @@ impl PerThread {
                 }
                 Stmt::Atomic { prev: Some(p), .. } if here => {
                     self.bufs.insert(*p);
+                }
+                Stmt::Inst(i @ crate::inst::Inst::CallExtern(_)) if here => {
+                    for a in i.accesses() {
+                        if a.kind == crate::inst::AccessKind::Write
+                            && matches!(m.buffer(a.buf).scope, Scope::Local | Scope::Fragment)
+                        {
+                            self.bufs.insert(a.buf);
+                        }
+                    }
                 }
                 Stmt::Let { var, .. } if here => {
                     self.vars.insert(*var);

@@ -151,6 +151,9 @@ impl Printer<'_> {
                 t.swizzle
             );
         }
+        for text in &m.kernel.extern_sources {
+            let _ = writeln!(out, "  extern_source {text:?}");
+        }
         for (i, b) in m.buffers.iter().enumerate() {
             let id = BufferId(i as u32);
             let is_param =

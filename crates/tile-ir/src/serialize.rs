@@ -134,6 +134,33 @@ fn stmt(s: &Stmt, sc: &[Schedule]) -> Option<Value> {
             v
         }
         Stmt::Inst(crate::inst::Inst::LoopBreak(_)) => json!({"op": "break"}),
+        Stmt::Inst(crate::inst::Inst::CallExtern(c)) => {
+            use crate::inst::ExternArg;
+            let args: Vec<Value> = c
+                .args
+                .iter()
+                .map(|a| match a {
+                    ExternArg::Value(e) => json!({"kind": "value", "value": expr(e)}),
+                    ExternArg::Str(t) => json!({"kind": "str", "value": t}),
+                    ExternArg::Address { buf, idx, elements, read, write, ctype } => {
+                        let mut v = json!({
+                            "kind": "ptr", "buf": buf.0, "idx": idx.iter().map(expr).collect::<Vec<_>>(),
+                            "elements": elements,
+                            "mode": match (read, write) { (true, true) => "rw", (false, true) => "w", _ => "r" },
+                        });
+                        if let Some(c) = ctype {
+                            v["ctype"] = json!(c);
+                        }
+                        v
+                    }
+                })
+                .collect();
+            let mut v = json!({"op": "call_extern", "name": c.name, "args": args});
+            if let Some((b, idx)) = &c.result {
+                v["result"] = json!({"buf": b.0, "idx": idx.iter().map(expr).collect::<Vec<_>>()});
+            }
+            v
+        }
         Stmt::Inst(crate::inst::Inst::AsyncCopy(c)) => json!({
             "op": "cp_async", "dst": c.dst.0, "dst_idx": c.dst_idx.iter().map(expr).collect::<Vec<_>>(),
             "src": c.src.0, "src_idx": c.src_idx.iter().map(expr).collect::<Vec<_>>(),
@@ -283,6 +310,9 @@ pub fn program_json(m: &Module) -> Value {
         "threads": m.kernel.threads,
         "body": stmts(&m.kernel.body, &m.schedules),
     });
+    if !m.kernel.extern_sources.is_empty() {
+        kernel["extern_sources"] = json!(m.kernel.extern_sources);
+    }
     if let Some(b) = m.kernel.reg_budget {
         let mut v = json!({});
         if b.producer > 0 {

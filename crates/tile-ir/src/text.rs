@@ -1126,6 +1126,14 @@ impl Parser {
             let word = |k: usize| self.toks.get(at + k).map(|(t, _)| t);
             let table =
                 matches!(word(0), Some(Tok::Ident(w)) if w == "vars") && matches!(word(1), Some(Tok::Var(_)));
+            if matches!(word(0), Some(Tok::Ident(w)) if w == "extern_source")
+                && matches!(word(1), Some(Tok::Str(_)))
+            {
+                self.pos = at + 1;
+                let text = self.string()?;
+                self.m.kernel.extern_sources.push(text);
+                continue;
+            }
             if matches!(word(0), Some(Tok::Ident(w)) if w == "tensor_map")
                 && matches!(word(1), Some(Tok::Ident(_)))
             {
@@ -1285,6 +1293,9 @@ impl TextReader for Parser {
     fn error(&self, message: &str) -> String {
         format!("line {}: {message}", self.line())
     }
+    fn is_keyword(&self, k: &str) -> bool {
+        self.is_word(k)
+    }
 }
 
 /// Parse the text form of a module (either level); the error names the line.
@@ -1309,6 +1320,7 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
                 roles: None,
                 tensor_maps: vec![],
                 reg_budget: None,
+                extern_sources: vec![],
             },
             schedules: vec![],
             level: Level::Tile,

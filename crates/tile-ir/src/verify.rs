@@ -1019,6 +1019,55 @@ impl<'a> Verifier<'a> {
                     self.err("cp.async inside T.Parallel".into(), Loc::UNKNOWN);
                 }
             }
+            // T.call_extern: the tracer checked it at the user's line; a module from elsewhere
+            // gets this
+            Stmt::Inst(crate::inst::Inst::CallExtern(c)) => {
+                use crate::inst::Instruction;
+                for e in c.exprs() {
+                    self.expr(e, Loc::UNKNOWN);
+                }
+                let mut addressed = Vec::new();
+                for a in &c.args {
+                    if let crate::inst::ExternArg::Address { buf, idx, .. } = a {
+                        addressed.push((*buf, idx.len(), "an address"));
+                    }
+                }
+                if let Some((buf, idx)) = &c.result {
+                    addressed.push((*buf, idx.len(), "the result"));
+                    if m.buffer(*buf).scope != Scope::Local {
+                        self.err(
+                            format!("T.call_extern '{}': the result goes to a local buffer", c.name),
+                            Loc::UNKNOWN,
+                        );
+                    }
+                }
+                for (buf, n, what) in addressed {
+                    let b = m.buffer(buf);
+                    if b.scope == Scope::Fragment {
+                        self.err(
+                            format!(
+                                "T.call_extern '{}': {what} is in fragment '{}', whose elements live on different threads; use a T.alloc_local buffer",
+                                c.name, b.name
+                            ),
+                            Loc::UNKNOWN,
+                        );
+                    } else if n != b.shape.len() {
+                        self.err(
+                            format!(
+                                "T.call_extern '{}': {what} in '{}' needs one index per dimension",
+                                c.name, b.name
+                            ),
+                            Loc::UNKNOWN,
+                        );
+                    }
+                }
+                if self.in_parallel.is_some() {
+                    self.err(
+                        format!("T.call_extern '{}' inside T.Parallel: call it from code that runs on each thread", c.name),
+                        Loc::UNKNOWN,
+                    );
+                }
+            }
             // barriers and the pipeline's commits and waits are placed by insert_syncs and
             // inject_pipeline, which run on tile-level IR
             Stmt::Inst(i) if i.effects().only_orders() => {}

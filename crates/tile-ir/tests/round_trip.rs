@@ -71,6 +71,7 @@ const EVERY_INSTRUCTION: &str = r#"
 kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 producers=128 producer_regs=40 consumer_regs=232 level=thread {
   vars %tid: thread_idx
   tensor_map A box [64, 64] swizzle 128
+  extern_source "__device__ float f(const float* x, float s) { return x[0] * s; }\n"
   shared A_s: float16[64, 64] at smem+0 swizzle<3,4,4>
   // registers: the mma fragments, then a vector
   local a: float16[8]
@@ -117,6 +118,8 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   bulk_wait read 0
   bulk_wait 0
   printf("lane %d: %g\n", %lane, c[0])
+  call_extern "f"(ptr r 2 c[0] as "const float*", value c[1], str "x\"y") -> c[2]
+  call_extern "__nanosleep"(value 100)
   if lt(c[0], 0.0:float32) {
     trap
   }
@@ -153,6 +156,7 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::ClusterSync(_) => "cluster_sync",
                 Inst::SyncWarp(_) => "sync_warp",
                 Inst::Printf(_) => "printf",
+                Inst::CallExtern(_) => "call_extern",
                 Inst::Trap(_) => "trap",
                 Inst::LoopBreak(_) => "break",
                 Inst::FenceMbarrierInit(_) => "fence_mbarrier_init",
@@ -170,17 +174,17 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 30, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 31, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]
 fn text_errors_name_the_line() {
     let bad = EVERY_INSTRUCTION.replace("vec8 v[0] <- A_s", "vec8 v[0] <- nowhere");
     let e = tile_ir::text::parse_text(&bad).unwrap_err();
-    assert!(e.starts_with("line 19:") && e.contains("unknown buffer nowhere"), "{e}");
+    assert!(e.starts_with("line 20:") && e.contains("unknown buffer nowhere"), "{e}");
     let e =
         tile_ir::text::parse_text(&EVERY_INSTRUCTION.replace("sync\n", "stmatrix.x9 v[0..]\n")).unwrap_err();
-    assert!(e.contains("line 18: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
+    assert!(e.contains("line 19: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
 }
 
 /// uint16 and uint64 buffers and constants: a uint64 from 2^63 up prints as its value and

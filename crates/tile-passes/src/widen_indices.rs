@@ -389,6 +389,7 @@ mod tests {
                 roles: None,
                 tensor_maps: vec![],
                 reg_budget: None,
+                extern_sources: vec![],
             },
             level: Level::Thread,
             schedules: vec![],

@@ -86,6 +86,22 @@ pub(crate) fn write_kernels(
             src.push_str(&h.definition(target));
         }
     }
+    // T.import_source: the user's device functions, once each, in the order imported
+    let mut imported: Vec<&str> = Vec::new();
+    for &(m, _) in kernels {
+        for text in &m.kernel.extern_sources {
+            if !imported.contains(&text.as_str()) {
+                imported.push(text);
+            }
+        }
+    }
+    for text in imported {
+        src.push_str("// T.import_source\n");
+        src.push_str(text);
+        if !text.ends_with('\n') {
+            src.push('\n');
+        }
+    }
     src.push('\n');
     src.push_str(&functions.join("\n"));
     Ok(src)

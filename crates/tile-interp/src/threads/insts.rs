@@ -209,6 +209,11 @@ impl Machine<'_> {
             Inst::WgmmaWait(w) => self.wgmma_wait(active, w)?,
             Inst::FenceProxyAsync(_) => self.fence_proxy_async(active),
             Inst::Printf(_) => {}
+            Inst::CallExtern(c) => {
+                if !crate::EXTERN_NO_EFFECT.contains(&c.name.as_str()) {
+                    return Err(self.err(crate::extern_message(&c.name)));
+                }
+            }
             Inst::Trap(_) => return Err(self.err(format!("__trap() by threads {}", ranges(active)))),
         }
         Ok(())

@@ -493,6 +493,11 @@ impl Lowerer {
                     let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
                     out.push(Stmt::If { cond: one, then: guarded, otherwise: vec![], loc });
                 }
+                // T.call_extern runs on every thread that reaches it, as in CUDA: the loads in
+                // its operands are bounds-checked
+                Stmt::Inst(i @ Inst::CallExtern(_)) => {
+                    out.push(Stmt::Inst(i.map_exprs(&mut |x| self.guard_loads(x))));
+                }
                 // a kernel's own cp.async at addresses every thread computes alike: once per
                 // block too (thread 0 issues it; its commit and wait are thread 0's, the
                 // others' are empty, and the barrier before a reader orders the rest)

@@ -5,6 +5,7 @@
 //! mbarriers they complete on, `setmaxnreg` and named barriers.
 
 mod debug;
+mod extern_call;
 mod memory;
 mod mma_sync;
 mod stmatrix;
@@ -88,6 +89,7 @@ impl Emitter<'_> {
             Inst::NamedBarrier(x) => self.named_barrier(x),
             Inst::Stmatrix(x) => self.stmatrix(x),
             Inst::Printf(x) => self.printf(x),
+            Inst::CallExtern(x) => self.call_extern(x),
             Inst::Trap(_) => {
                 self.line("__trap();");
                 Ok(())
