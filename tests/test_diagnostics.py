@@ -336,11 +336,11 @@ def grid_of_zero_blocks():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
-@mistake("`threads` not a multiple of 32", "threads=100", "threads=128")
-def threads_not_whole_warps():
+@mistake("A block shape with a zero", "threads must be a positive int or a tuple", "threads=(32, 4)")
+def threads_not_a_block_shape():
     @T.prim_func
     def kernel(A: T.Tensor((128,), "float32")):
-        with T.Kernel(1, threads=100):  # <- mistake
+        with T.Kernel(1, threads=(32, 0)):  # <- mistake
             T.clear(A)
 
     tilers.compile(kernel, target="cuda:sm_90a")

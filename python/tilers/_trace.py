@@ -979,6 +979,8 @@ class Builder:
         self.sizes: dict[str, tuple[Size, Expr]] = {}  # T.dynamic sizes by name
         self.kernel_threads = 0  # T.Kernel's threads, once opened
         self.extern_sources: list[str] = []
+        self.thread_dims: tuple = (0,)
+        self.block_vars: list = []
         self.inline_ptx: dict = {}  # (template, operand dtypes, memory) -> function name
         self.open_threads = False  # inside a T.ws region
         self.reg_budget: dict = {}  # T.annotate_*_reg_* / T.no_set_max_nreg
@@ -995,6 +997,8 @@ class Builder:
         self.reg_budget = {}
         self.open_threads = False
         self.extern_sources = []  # T.import_source / T.inline_ptx code of this kernel
+        self.thread_dims = (0,)  # T.Kernel's threads=(x, y, z)
+        self.block_vars = []
 
     def close_kernel(self, kernel: dict) -> None:
         """Record the T.Kernel block just left, after checking that it reads no variable of

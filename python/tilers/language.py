@@ -31,6 +31,12 @@ __all__ = [
     "address_of",
     "ptx_cp_async",
     "call_extern",
+    "get_thread_extent",
+    "get_block_binding",
+    "get_lane_idx",
+    "get_warp_idx",
+    "get_warp_idx_sync",
+    "get_warp_group_idx",
     "import_source",
     "inline_ptx",
     "ptx_commit_group",
@@ -301,13 +307,19 @@ class Kernel:
         self.grid = [_grid_node(g, self.loc) for g in grid]
         if threads is None:
             threads = 128
-        if not isinstance(threads, _builtins.int) or isinstance(threads, _builtins.bool) or threads <= 0:
+        # threads=(x, y[, z]): CUDA's block shape; the block runs x * y * z threads numbered
+        # as CUDA numbers them (x fastest), and T.get_thread_binding(d) is each coordinate
+        dims = tuple(threads) if isinstance(threads, (tuple, list)) else (threads,)
+        if not 1 <= len(dims) <= 3 or not all(
+            isinstance(d, _builtins.int) and not isinstance(d, _builtins.bool) and d > 0 for d in dims
+        ):
             raise _trace.user_error(
-                f"threads must be a positive int, got {threads!r}",
+                f"threads must be a positive int or a tuple of 1 to 3 positive ints, got {threads!r}",
                 loc=self.loc,
-                help="pass a Python int, a multiple of 32 such as threads=128",
+                help="pass a Python int such as threads=128, or a block shape such as threads=(32, 4)",
             )
-        self.threads = threads
+        self.thread_dims = dims
+        self.threads = dims[0] * (dims[1] if len(dims) > 1 else 1) * (dims[2] if len(dims) > 2 else 1)
 
     def __enter__(self):
         builder = _trace.current_builder()
@@ -320,10 +332,13 @@ class Kernel:
             )
         builder.open_kernel()
         builder.kernel_threads = self.threads
+        builder.thread_dims = self.thread_dims
+        builder.grid_dims = list(self.grid)
         count = len(self.grid)
         names = _trace.target_names(self.loc, _trace._WITH_TARGETS, count)
         names = names or ["bx", "by", "bz"][:count]
         indices = [builder.new_var(n, "block_idx", axis=a) for a, n in enumerate(names)]
+        builder.block_vars = indices
         # the grid may read a variable of an earlier kernel only by mistake: checked on exit
         self.body = builder.open_block("T.Kernel", self.loc)
         return indices[0] if count == 1 else tuple(indices)
@@ -2139,40 +2154,126 @@ def alloc_var(dtype, init=None, scope="local.var"):
 
 
 def get_thread_binding(dim=0):
-    """The thread index (``threadIdx.x``): ``tx = T.get_thread_binding()``, for conditions
-    that select warp-role regions (``if tx < 128:`` is ``with T.ws(0):``)."""
+    """The thread index: ``tx = T.get_thread_binding()`` (``threadIdx.x``), for conditions
+    that select warp-role regions (``if tx < 128:`` is ``with T.ws(0):``) and code of each
+    thread's own. With ``threads=(x, y, z)`` in T.Kernel, ``T.get_thread_binding(1)`` is
+    ``threadIdx.y`` (and 2 ``threadIdx.z``)."""
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.get_thread_binding", loc)
-    if dim != 0:
+    return _thread_coordinate(builder, dim, "T.get_thread_binding", loc)
+
+
+def _thread_coordinate(builder, dim, what, loc):
+    dims = builder.thread_dims
+    if not isinstance(dim, _builtins.int) or isinstance(dim, _builtins.bool) or not 0 <= dim < _builtins.len(dims):
         raise _trace.user_error(
-            f"T.get_thread_binding({dim}): tilers launches one-dimensional blocks (threads=n)",
+            f"{what}({dim!r}): the block has {_builtins.len(dims)} thread dimension"
+            f"{'s' if _builtins.len(dims) > 1 else ''} (threads={dims[0] if _builtins.len(dims) == 1 else dims})",
             loc=loc,
-            help="use T.get_thread_binding() (dimension 0)",
+            help="use dimension 0, or give T.Kernel threads=(x, y[, z])",
         )
-    return builder.thread_var()
+    tid = builder.thread_var()
+    if _builtins.len(dims) == 1:
+        return tid
+    below = 1
+    for d in dims[:dim]:
+        below *= d
+    coordinate = tid // below if below > 1 else tid
+    return coordinate % dims[dim] if dim < _builtins.len(dims) - 1 else coordinate
+
+
+def get_thread_extent(dim=0):
+    """The block's threads along ``dim`` (a Python int): ``threads`` of T.Kernel, or its
+    ``dim``-th entry for ``threads=(x, y, z)``: ``ny = T.get_thread_extent(1)``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.get_thread_extent", loc)
+    dims = builder.thread_dims
+    if not isinstance(dim, _builtins.int) or not 0 <= dim < 3:
+        raise _trace.user_error(f"T.get_thread_extent({dim!r}): dimension 0, 1 or 2", loc=loc)
+    return dims[dim] if dim < _builtins.len(dims) else 1
+
+
+def get_block_binding(dim=0):
+    """The block index along ``dim`` (``blockIdx.x`` for 0), what ``T.Kernel`` yields:
+    ``by = T.get_block_binding(1)``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.get_block_binding", loc)
+    indices = builder.block_vars
+    if not isinstance(dim, _builtins.int) or not 0 <= dim < _builtins.len(indices):
+        raise _trace.user_error(
+            f"T.get_block_binding({dim!r}): the grid has {_builtins.len(indices)} dimension(s)", loc=loc
+        )
+    return indices[dim]
+
+
+def get_lane_idx(warp_size=32):
+    """The thread's lane in its warp: ``lane = T.get_lane_idx()`` is
+    ``T.get_thread_binding() % 32``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.get_lane_idx", loc)
+    return builder.thread_var() % (32 if warp_size is None else warp_size)
+
+
+def get_warp_idx(warp_size=32):
+    """The thread's warp in the block: ``w = T.get_warp_idx()`` is
+    ``T.get_thread_binding() // 32``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.get_warp_idx", loc)
+    return builder.thread_var() // (32 if warp_size is None else warp_size)
+
+
+def get_warp_idx_sync(warp_size=32):
+    """``w = T.get_warp_idx_sync()``: ``T.get_warp_idx()`` (every thread of a warp computes
+    the same value)."""
+    return get_warp_idx(warp_size)
+
+
+def get_warp_group_idx(warp_size=32, warps_per_group=4):
+    """The thread's warpgroup (128 threads by default): ``g = T.get_warp_group_idx()`` is
+    ``tx // 128``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.get_warp_group_idx", loc)
+    return builder.thread_var() // ((32 if warp_size is None else warp_size) * warps_per_group)
 
 
 def thread_binding(start, stop=None, thread="threadIdx.x", annotations=None):
     """TileLang's ``tx = T.thread_binding(0, threads, thread="threadIdx.x")``: the thread
-    index, as ``T.get_thread_binding()`` (``start`` 0 and ``stop`` the block's threads)."""
+    index, as ``T.get_thread_binding()`` (``start`` 0 and ``stop`` the block's threads along
+    that dimension; "threadIdx.y" / "threadIdx.z" with ``threads=(x, y, z)``)."""
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.thread_binding", loc)
     lo, hi = (0, start) if stop is None else (start, stop)
-    if thread != "threadIdx.x":
+    axes = {"threadIdx.x": 0, "threadIdx.y": 1, "threadIdx.z": 2}
+    if thread not in axes:
         raise _trace.user_error(
-            f"T.thread_binding(thread={thread!r}): tilers launches one-dimensional blocks",
+            f"T.thread_binding(thread={thread!r}): expected \"threadIdx.x\", \"threadIdx.y\" or \"threadIdx.z\"",
             loc=loc,
-            help='bind "threadIdx.x"; block indices come from T.Kernel',
+            help="block indices come from T.Kernel",
         )
-    if lo != 0 or (isinstance(hi, _builtins.int) and hi != builder.kernel_threads):
+    dim = axes[thread]
+    dims = builder.thread_dims
+    extent = dims[dim] if dim < _builtins.len(dims) else 1
+    if dim >= _builtins.len(dims):
         raise _trace.user_error(
-            f"T.thread_binding({lo}, {hi}) must span the block's threads (0 to {builder.kernel_threads})",
+            f"T.thread_binding(thread={thread!r}): the block is threads={dims[0] if _builtins.len(dims) == 1 else dims}",
             loc=loc,
-            help=f"use T.thread_binding(0, {builder.kernel_threads}, thread=\"threadIdx.x\")",
+            help=f"give T.Kernel threads=({', '.join(['x', 'y', 'z'][:dim + 1])})",
         )
-    return builder.thread_var()
+    if lo != 0 or (isinstance(hi, _builtins.int) and hi != extent):
+        raise _trace.user_error(
+            f"T.thread_binding({lo}, {hi}, thread={thread!r}) must span the block's threads along "
+            f"that dimension (0 to {extent})",
+            loc=loc,
+            help=f"use T.thread_binding(0, {extent}, thread=\"{thread}\")",
+        )
+    return _thread_coordinate(builder, dim, "T.thread_binding", loc)
 
 
 def macro(func):

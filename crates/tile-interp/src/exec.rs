@@ -329,8 +329,11 @@ impl<'m> Interp<'m> {
     /// iterations of a parallel loop over the thread index).
     fn per_thread(&mut self, s: &Stmt) -> Result<(), Diagnostic> {
         let tid = self.pt.tid.expect("a per-thread statement reads the thread index");
-        let ids: Vec<u32> = (0..self.lanes.len() as u32).collect();
-        self.par = Some(Parallel { vars: vec![tid], values: vec![self.lanes.clone()] });
+        // threads=n of part of a warp: the launched threads past n run none of it
+        let active = self.m.kernel.user_threads.unwrap_or(self.m.kernel.threads) as i64;
+        let lanes: Vec<_> = self.lanes.iter().copied().filter(|&t| (t as i64) < active).collect();
+        let ids: Vec<u32> = (0..lanes.len() as u32).collect();
+        self.par = Some(Parallel { vars: vec![tid], values: vec![lanes] });
         self.simt = true;
         let r = self.stmt(s, &ids);
         self.par = None;

@@ -25,6 +25,7 @@ fn module(threads: u32) -> Module {
             tensor_maps: vec![],
             reg_budget: None,
             extern_sources: vec![],
+            user_threads: None,
         },
         level: Level::Thread,
         schedules: vec![],

@@ -118,6 +118,7 @@ fn gemm_module(g: Gemm) -> Module {
             tensor_maps: vec![],
             reg_budget: None,
             extern_sources: vec![],
+            user_threads: None,
         },
         level: Level::Thread,
         schedules: vec![],

@@ -216,6 +216,10 @@ pub struct Kernel {
     /// `T.import_source`: CUDA C++ the kernel's `T.call_extern`s call (device functions the
     /// user writes), emitted before the kernel in the order imported, each once.
     pub extern_sources: Vec<String>,
+    /// `threads=n` not a multiple of 32: the threads the user's code is written for. The
+    /// block launches `threads` (n rounded up to whole warps); tile ops spread over all of
+    /// them, and per-thread code (`tile_ir::per_thread`) runs on threads 0..n only.
+    pub user_threads: Option<u32>,
 }
 
 /// The kernel's say on `plan_warp_roles`' `setmaxnreg` budgets: 0 for a role leaves the

@@ -572,10 +572,18 @@ impl Parser {
         if grid.is_empty() || grid.len() > 3 {
             return err(&ko.p("grid"), "expected 1 to 3 grid dimensions");
         }
-        let threads = ko.int("threads")?;
+        let mut threads = ko.int("threads")?;
         if threads <= 0 || threads > u32::MAX as i64 {
             return err(&ko.p("threads"), format!("expected a positive thread count, got {threads}"));
         }
+        // threads=n of part of a warp: whole warps launch, the user's code sees n threads
+        let user_threads = if threads % 32 != 0 && threads < 1024 {
+            let n = threads as u32;
+            threads = (threads + 31) / 32 * 32;
+            Some(n)
+        } else {
+            None
+        };
         let raster = match ko.opt("raster") {
             None | Some(Value::Null) => None,
             Some(r) => {
@@ -644,6 +652,7 @@ impl Parser {
             tensor_maps: vec![],
             reg_budget,
             extern_sources,
+            user_threads,
         })
     }
 }

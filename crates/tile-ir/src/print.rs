@@ -130,13 +130,14 @@ impl Printer<'_> {
         };
         let _ = writeln!(
             out,
-            "kernel {}({}) blocks({}) grid({}) threads={}{raster}{budget}{roles} level={} {{",
+            "kernel {}({}) blocks({}) grid({}) threads={}{user}{raster}{budget}{roles} level={} {{",
             m.name,
             params.join(", "),
             blocks.join(", "),
             grid.join(", "),
             m.kernel.threads,
-            level
+            level,
+            user = m.kernel.user_threads.map(|n| format!(" user_threads={n}")).unwrap_or_default(),
         );
         if !vars_follow_definitions(m) {
             self.var_table(&mut out);

@@ -307,7 +307,7 @@ pub fn program_json(m: &Module) -> Value {
         .collect();
     let mut kernel = json!({
         "grid": m.kernel.grid.iter().map(expr).collect::<Vec<_>>(),
-        "threads": m.kernel.threads,
+        "threads": m.kernel.user_threads.unwrap_or(m.kernel.threads),
         "body": stmts(&m.kernel.body, &m.schedules),
     });
     if !m.kernel.extern_sources.is_empty() {

@@ -1070,6 +1070,9 @@ impl Parser {
         let grid_at = self.pos;
         self.skip_parenthesized()?;
         self.m.kernel.threads = self.kv_parsed("threads")?;
+        if self.is_word("user_threads") {
+            self.m.kernel.user_threads = Some(self.kv_parsed("user_threads")?);
+        }
         if self.is_word("raster_panel") {
             let panel = self.kv_parsed("raster_panel")?;
             let by_rows = self.kv("raster_order")? == "row";
@@ -1321,6 +1324,7 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
                 tensor_maps: vec![],
                 reg_budget: None,
                 extern_sources: vec![],
+                user_threads: None,
             },
             schedules: vec![],
             level: Level::Tile,

@@ -332,12 +332,7 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
         return Err(v.diags);
     }
     let t = m.kernel.threads;
-    if t == 0 || !t.is_multiple_of(32) {
-        v.diags.push(
-            Diagnostic::error(format!("threads={t} is not a multiple of 32"), m.kernel.loc)
-                .with_help("a block is made of whole warps of 32 threads; use e.g. threads=128"),
-        );
-    } else if t > 1024 {
+    if t > 1024 {
         v.diags.push(
             Diagnostic::error(
                 format!("threads={t} is above the 1024 threads a block may have"),
@@ -345,6 +340,17 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
             )
             .with_help("use at most 1024 threads (e.g. threads=256) and give each thread more elements"),
         );
+    } else if t == 0 || !t.is_multiple_of(32) {
+        // the JSON reader rounds the user's count up to whole warps (`Kernel::user_threads`)
+        v.diags.push(
+            Diagnostic::error(format!("threads={t} is not a multiple of 32"), m.kernel.loc)
+                .with_help("a block is made of whole warps of 32 threads; use e.g. threads=128"),
+        );
+    } else if m.kernel.user_threads.is_some_and(|n| n == 0 || n > t) {
+        v.diags.push(Diagnostic::error(
+            "internal: user_threads past the launched threads".to_string(),
+            m.kernel.loc,
+        ));
     }
     for b in m.buffers.iter().filter(|b| b.swizzle.is_some() && m.level == Level::Tile) {
         // the XOR swizzle permutes 16-byte chunks inside 128-byte lines: whole lines only

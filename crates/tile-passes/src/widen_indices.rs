@@ -390,6 +390,7 @@ mod tests {
                 tensor_maps: vec![],
                 reg_budget: None,
                 extern_sources: vec![],
+                user_threads: None,
             },
             level: Level::Thread,
             schedules: vec![],

@@ -73,9 +73,9 @@ fn truncated_and_garbled_programs_never_panic() {
 #[test]
 fn bad_thread_count_is_a_user_error_at_the_kernel_line() {
     let mut p = fixture("add_f16");
-    p["kernel"]["threads"] = 100.into();
+    p["kernel"]["threads"] = 2000.into();
     let msg = user_error(&p);
-    assert!(msg.contains("threads=100 is not a multiple of 32"), "{msg}");
+    assert!(msg.contains("threads=2000 is above the 1024 threads a block may have"), "{msg}");
     assert!(msg.contains("kernels.py:"), "{msg}");
     assert!(msg.contains("T.Kernel("), "{msg}");
 }

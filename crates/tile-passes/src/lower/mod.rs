@@ -407,7 +407,17 @@ impl Lowerer {
                 out.push(Stmt::SourceLine(s.loc()));
             }
             if self.per_thread.head(&self.m, &s) {
-                out.extend(self.lower_per_thread(vec![s]));
+                let lowered = self.lower_per_thread(vec![s]);
+                match self.m.kernel.user_threads {
+                    // threads=n of part of a warp: the threads past n run no code of the user's
+                    Some(n) => out.push(Stmt::If {
+                        cond: Expr::binary(BinOp::Lt, self.tid(), i32c(n as i64)),
+                        then: lowered,
+                        otherwise: vec![],
+                        loc: Loc::UNKNOWN,
+                    }),
+                    None => out.extend(lowered),
+                }
                 continue;
             }
             let s = self.scalar_fragment_slots(s);
