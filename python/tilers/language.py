@@ -31,6 +31,11 @@ __all__ = [
     "address_of",
     "ptx_cp_async",
     "call_extern",
+    "shfl_sync",
+    "shfl_xor",
+    "shfl_down",
+    "shfl_up",
+    "tvm_warp_shuffle",
     "get_thread_extent",
     "get_block_binding",
     "get_lane_idx",
@@ -2669,7 +2674,7 @@ def _extern_call(builder, func_name, args, result_dtype, loc, what="T.call_exter
     if result_dtype is None:
         builder.emit(stmt, loc)
         return None
-    temp = builder.new_buffer(f"{func_name}_result", "local", result_dtype, (1,), loc)
+    temp = builder.new_buffer(f"{func_name.strip('_')}_result", "local", result_dtype, (1,), loc)
     stmt["result"] = {"buf": temp.id, "idx": [_trace.const(0, "int32").node()]}
     builder.emit(stmt, loc)
     return temp[0]
@@ -2813,3 +2818,61 @@ def inline_ptx(template, outputs=(), inputs=(), memory=False):
     if source not in builder.extern_sources:
         builder.extern_sources.append(source)
     _extern_call(builder, name, args, None, loc, what="T.inline_ptx")
+
+
+# ----------------------------------------------------------------------------------------
+# warp shuffles (CUDA's __shfl_*_sync, by their TileLang names)
+
+_FULL_MASK = 0xFFFFFFFF
+
+
+def _shuffle(what, cuda, value, lane, width, mask):
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, what, loc)
+    v = _trace.literal(value)
+    if v.dtype in ("bool", "int8", "uint8", "int16", "uint16"):
+        v = cast(v, "int32" if v.dtype != "uint16" and v.dtype != "uint8" else "uint32")
+    if any(b.what == "T.Parallel" for b in builder.blocks):
+        raise _trace.user_error(
+            f"{what} inside T.Parallel: the compiler decides which lane runs each iteration",
+            loc=loc,
+            help="shuffle in code that runs on each thread (over T.alloc_local values)",
+        )
+    if not (isinstance(width, _builtins.int) and 1 <= width <= 32 and width & (width - 1) == 0):
+        raise _trace.user_error(f"{what}: parameter 'width': a power of 2 up to 32, got {width!r}", loc=loc)
+    args = (cast(_trace.literal(mask, "uint32"), "uint32"), v, cast(_trace.literal(lane), "int32"),
+            _trace.const(width, "int32"))
+    out = _extern_call(builder, cuda, args, v.dtype, loc, what=what)
+    return cast(out, _trace.literal(value).dtype) if out.dtype != _trace.literal(value).dtype else out
+
+
+def shfl_sync(value, srcLane, width=32, mask=_FULL_MASK):
+    """``value`` of lane ``srcLane`` of the thread's group of ``width`` lanes
+    (``__shfl_sync``): ``v = T.shfl_sync(x[0], 0)`` broadcasts lane 0's ``x[0]``. Every lane
+    of ``mask`` must run it. Runs on the GPU only."""
+    return _shuffle("T.shfl_sync", "__shfl_sync", value, srcLane, width, mask)
+
+
+def shfl_xor(value, delta, width=32, mask=_FULL_MASK):
+    """``value`` of lane ``lane ^ delta`` (``__shfl_xor_sync``): ``s = s + T.shfl_xor(s, 16)``."""
+    return _shuffle("T.shfl_xor", "__shfl_xor_sync", value, delta, width, mask)
+
+
+def shfl_down(value, delta, width=32, mask=_FULL_MASK):
+    """``value`` of lane ``lane + delta`` (``__shfl_down_sync``; the last lanes keep their
+    own): ``s = s + T.shfl_down(s, 1)``."""
+    return _shuffle("T.shfl_down", "__shfl_down_sync", value, delta, width, mask)
+
+
+def shfl_up(value, delta, width=32, mask=_FULL_MASK):
+    """``value`` of lane ``lane - delta`` (``__shfl_up_sync``; the first lanes keep their
+    own): ``p = p + T.shfl_up(p, 1)``."""
+    return _shuffle("T.shfl_up", "__shfl_up_sync", value, delta, width, mask)
+
+
+def tvm_warp_shuffle(mask, value, warp_id, width=32, warp_size=32):
+    """TVM's ``T.tvm_warp_shuffle(mask, value, src_lane, width, warp_size)``:
+    ``T.shfl_sync(value, src_lane, width, mask)`` (``warp_size`` is 32 on NVIDIA GPUs):
+    ``b = T.tvm_warp_shuffle(0xFFFFFFFF, x[0], tx ^ 1, 32, 32)``."""
+    return _shuffle("T.tvm_warp_shuffle", "__shfl_sync", value, warp_id, width, mask)
