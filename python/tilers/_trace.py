@@ -670,7 +670,7 @@ class Buffer:
     """
 
     __slots__ = ("_id", "dtype", "is_barrier", "kernel", "loc", "name", "scope", "shape", "swizzle",
-                 "used", "user_layout", "reducer_op")
+                 "used", "user_layout", "reducer_op", "view_root")
 
     def __init__(
         self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc, kernel: int | None = None
@@ -693,6 +693,14 @@ class Buffer:
         # T.alloc_reducer: the combining op ("sum", "max", "min"); updates of it inside a
         # T.Parallel loop that leave out loop variables are reductions (language.py)
         self.reducer_op = None
+        # T.Tensor(shape, dtype, buf.data), T.reshape / T.view: a view of another buffer's
+        # elements in row-major order; its accesses go to the root's elements
+        self.view_root = None
+
+    @property
+    def data(self) -> BufferData:
+        """TileLang's ``buf.data``: the buffer's memory, for ``T.Tensor(shape, dtype, buf.data)``."""
+        return BufferData(self)
 
     @property
     def id(self) -> int:
@@ -802,6 +810,72 @@ class Load(Expr):
         return f"<traced {self.dtype} {self.buffer.name}[...]>"
 
 
+class BufferData:
+    """``buf.data``: the memory of a buffer, which ``T.Tensor(shape, dtype, data)`` views."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self, buffer):
+        self.buffer = buffer
+
+    def __repr__(self):
+        return f"<{self.buffer.name}.data>"
+
+
+def make_view(root: Buffer, shape, dtype: str, loc: Loc, what: str) -> Buffer:
+    """A buffer of ``shape`` over ``root``'s elements in row-major order (the same dtype):
+    element ``i`` of the view is the root's element at the same flat offset."""
+    from ._user_layout import Layout
+
+    while root.view_root is not None:
+        root = root.view_root
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if dtype != root.dtype:
+        raise user_error(
+            f"{what}: a view of '{root.name}' ({root.dtype}) as {dtype}: tilers views a buffer's "
+            "elements in their own dtype only",
+            loc=loc,
+            help=f"view it as {root.dtype} and convert the values (T.Cast), or use a buffer of {dtype}",
+        )
+    if root.scope == "fragment":
+        raise user_error(
+            f"{what}: a view of the fragment '{root.name}': its elements live on different threads",
+            loc=loc,
+            help="view a tensor, a T.alloc_shared tile or a T.alloc_local buffer",
+        )
+    def count(ds):
+        n = 1
+        for d in ds:
+            n = n * d
+        return n
+    if all(isinstance(d, int) for d in dims + tuple(root.shape)) and count(dims) > count(root.shape):
+        raise user_error(
+            f"{what}: a view of shape {list(dims)} ({count(dims)} elements) over '{root.name}' "
+            f"{list(root.shape)} ({count(root.shape)} elements)",
+            loc=loc,
+            help="a view may not hold more elements than the buffer it views",
+        )
+    view = Buffer(root._id, f"{root.name}_view", root.scope, root.dtype, dims, loc, root.kernel)
+    view.view_root = root
+    # accesses through the view, and its tile operations, are element accesses of the root
+    # (tilers/_user_layout.py expands T.copy / T.fill on it into element loops)
+    view.user_layout = Layout(dims, lambda *i: list(i))
+    return view
+
+
+def _root_indices(view: Buffer, indices: tuple) -> tuple:
+    flat = None
+    for d, i in enumerate(indices):
+        flat = i if flat is None else flat * view.shape[d] + i
+    root = view.view_root
+    out = []
+    for d in reversed(root.shape[1:]):
+        out.append(flat % d if not (isinstance(d, int) and d == 1) else 0)
+        flat = flat // d
+    out.append(flat)
+    return tuple(reversed(out))
+
+
 def element_indices(buffer: Buffer, indices: tuple, loc: Loc) -> list:
     """The index nodes of a one-element access; there must be one per dimension."""
     rank = len(buffer.shape)
@@ -823,6 +897,10 @@ def element_indices(buffer: Buffer, indices: tuple, loc: Loc) -> list:
             for d, i in enumerate(indices)
         )
         indices = storage_indices(buffer, indices)
+    if buffer.view_root is not None:
+        buffer.view_root.used = True
+        indices = _root_indices(buffer, indices)
+        buffer = buffer.view_root
     return [index_node(i, buffer.shape[d], loc) for d, i in enumerate(indices)]
 
 

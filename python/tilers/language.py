@@ -31,6 +31,9 @@ __all__ = [
     "address_of",
     "ptx_cp_async",
     "call_extern",
+    "reshape",
+    "view",
+    "im2col",
     "shfl_sync",
     "shfl_xor",
     "shfl_down",
@@ -226,7 +229,17 @@ class _TensorAnnotation:
     def __init__(self, name):
         self._name = name
 
-    def __call__(self, shape, dtype="float32"):
+    def __call__(self, shape, dtype="float32", data=None, scope=None):
+        if data is not None:
+            # T.Tensor(shape, dtype, buf.data) inside a kernel: a row-major view of buf
+            loc = _trace.capture()
+            if not isinstance(data, _trace.BufferData):
+                raise _trace.user_error(
+                    f"T.{self._name}(shape, dtype, data): data must be a buffer's .data, got {type(data).__name__}",
+                    loc=loc,
+                    help="e.g. A_flat = T.Tensor((M * N,), dtype, A.data)",
+                )
+            return _trace.make_view(data.buffer, shape, _trace.normalize_dtype(dtype), loc, f"T.{self._name}")
         return _trace.TensorType(shape, dtype)
 
     def __getitem__(self, key):
@@ -2876,3 +2889,62 @@ def tvm_warp_shuffle(mask, value, warp_id, width=32, warp_size=32):
     ``T.shfl_sync(value, src_lane, width, mask)`` (``warp_size`` is 32 on NVIDIA GPUs):
     ``b = T.tvm_warp_shuffle(0xFFFFFFFF, x[0], tx ^ 1, 32, 32)``."""
     return _shuffle("T.tvm_warp_shuffle", "__shfl_sync", value, warp_id, width, mask)
+
+
+# ----------------------------------------------------------------------------------------
+# views of a buffer's elements, and the im2col gather
+
+
+def reshape(src, shape):
+    """A row-major view of ``src`` with another shape (no copy): ``flat = T.reshape(A, (M * N,))``;
+    reads and writes go to ``src``'s elements at the same flat offset."""
+    loc = _trace.capture()
+    _trace.require_kernel(_trace.current_builder(), "T.reshape", loc)
+    if not isinstance(src, _trace.Buffer):
+        raise _trace.user_error(f"T.reshape takes a buffer, got {type(src).__name__}", loc=loc)
+    return _trace.make_view(src, shape, src.dtype, loc, "T.reshape")
+
+
+def view(src, shape=None, dtype=None):
+    """``T.view(src, shape)``: ``T.reshape`` (the same dtype: a view as another dtype is
+    refused at your line): ``rows = T.view(S, shape=[64, 128])``."""
+    loc = _trace.capture()
+    _trace.require_kernel(_trace.current_builder(), "T.view", loc)
+    if not isinstance(src, _trace.Buffer):
+        raise _trace.user_error(f"T.view takes a buffer, got {type(src).__name__}", loc=loc)
+    dt = src.dtype if dtype is None else _trace.normalize_dtype(dtype)
+    return _trace.make_view(src, src.shape if shape is None else shape, dt, loc, "T.view")
+
+
+def im2col(img, col, nhw_step, c_step, kernel, stride=1, dilation=1, pad=0, eviction_policy=None):
+    """The im2col gather of a convolution: ``T.im2col(data, data_shared, by, k_iter, K, S, D, P)``
+    fills ``col`` [block_m, block_k] with rows ``nhw_step * block_m + i`` (output pixels
+    n, oh, ow of the NHWC ``img``) and columns ``c_step * block_k + j`` ((kh * K + kw) * C +
+    c): ``img[n, oh * S + kh * D - P, ow * S + kw * D - P, c]``, 0 in the padding (and past
+    the image)."""
+    loc = _trace.capture()
+    _trace.require_kernel(_trace.current_builder(), "T.im2col", loc)
+    for what, b in (("img", img), ("col", col)):
+        if not isinstance(b, _trace.Buffer):
+            raise _trace.user_error(f"T.im2col: parameter '{what}': expected a buffer, got {type(b).__name__}", loc=loc)
+    if _builtins.len(img.shape) != 4:
+        raise _trace.user_error(
+            f"T.im2col: parameter 'img': an NHWC tensor of 4 dimensions, got '{img.name}' {list(img.shape)}", loc=loc
+        )
+    if _builtins.len(col.shape) < 2:
+        raise _trace.user_error(f"T.im2col: parameter 'col': a [block_m, block_k] tile, got {list(col.shape)}", loc=loc)
+    for what, v in (("kernel", kernel), ("stride", stride), ("dilation", dilation), ("pad", pad)):
+        if not isinstance(v, _builtins.int) or isinstance(v, _builtins.bool) or v < (0 if what == "pad" else 1):
+            raise _trace.user_error(f"T.im2col: parameter '{what}': expected a Python int, got {v!r}", loc=loc)
+    n_img, h_img, w_img, c_img = img.shape
+    oh = (h_img + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    ow = (w_img + 2 * pad - dilation * (kernel - 1) - 1) // stride + 1
+    block_m, block_k = col.shape[-2], col.shape[-1]
+    lead = tuple(0 for _ in col.shape[:-2])
+    for i, j in Parallel(block_m, block_k):
+        m = nhw_step * block_m + i
+        k = c_step * block_k + j
+        h = (m % (oh * ow)) // ow * stride + k // (kernel * c_img) * dilation - pad
+        w = m % ow * stride + (k // c_img) % kernel * dilation - pad
+        inside = (h >= 0) & (h < h_img) & (w >= 0) & (w < w_img) & (m < n_img * oh * ow) & (k < kernel * kernel * c_img)
+        col[lead + (i, j)] = if_then_else(inside, img[m // (oh * ow), h, w, k % c_img], _trace.const(0, col.dtype))
