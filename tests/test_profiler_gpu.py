@@ -243,3 +243,24 @@ def test_host_arrays_after_gpu_calls_still_go_to_the_interpreter():
     np.testing.assert_array_equal(kernel(host, host), host + host)
     with pytest.raises(ValueError, match="host arrays .* and GPU tensors"):
         kernel(host, a)
+
+
+@pytest.mark.gpu
+def test_supply_types_draw_tilelangs_distributions():
+    import torch
+    from tilers.utils.tensor import TensorSupplyType, get_tensor_supply
+
+    def draw(kind, dtype):
+        return get_tensor_supply(kind)((256, 256), dtype).float()
+
+    normal = draw(TensorSupplyType.Normal, torch.float16)
+    assert abs(normal.mean().item() + 1) < 0.05 and abs(normal.std().item() - 1) < 0.05
+    randn = draw(TensorSupplyType.Randn, torch.float32)
+    assert abs(randn.mean().item()) < 0.05
+    for kind in (TensorSupplyType.Uniform, TensorSupplyType.Auto):
+        u = draw(kind, torch.bfloat16)
+        assert u.min().item() >= -1 and u.max().item() <= 1 and u.min().item() < -0.9 and abs(u.mean().item()) < 0.05
+    ints = draw(TensorSupplyType.Integer, torch.float16)
+    assert set(ints.unique().tolist()) == {-2.0, -1.0, 0.0, 1.0, 2.0}
+    assert set(draw(TensorSupplyType.Auto, torch.int32).unique().tolist()) == {-2.0, -1.0, 0.0, 1.0, 2.0}
+    assert (draw(TensorSupplyType.Normal, torch.int8) == 1).all()

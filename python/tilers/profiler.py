@@ -17,6 +17,8 @@ import dataclasses
 import math
 import statistics
 
+from .utils.tensor import SUPPLY_TYPES
+
 # Zeroed before every timed run: larger than any L2 (60 MiB on the H200), as Triton does.
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 
@@ -294,7 +296,6 @@ def _poison(torch, tensor, pattern: int = 0) -> None:
         tensor.fill_(info.max if pattern == 0 else info.min)
 
 
-SUPPLY_TYPES = ("auto", "normal", "uniform", "integer", "zero", "one")
 
 
 class Profiler:
@@ -365,27 +366,10 @@ class Profiler:
         return args
 
     def _tensor(self, torch, spec, generator):
-        dtype = getattr(torch, spec["dtype"])
+        from .utils.tensor import make_tensor
+
         shape = self._shape_at(spec, self.size_values)
-        kind = self.supply_type
-        is_float = dtype.is_floating_point
-        if kind == "auto":
-            kind = "normal" if is_float else "integer"
-        if kind == "zero":
-            return torch.zeros(shape, dtype=dtype, device="cuda")
-        if kind == "one":
-            return torch.ones(shape, dtype=dtype, device="cuda")
-        if kind == "integer" or not is_float:
-            if dtype is torch.bool:
-                return torch.randint(0, 2, shape, generator=generator, device="cuda").bool()
-            low = 0 if spec["dtype"].startswith("uint") else -4
-            values = torch.randint(low, 5, shape, generator=generator, device="cuda")
-            return values.to(dtype)
-        if kind == "uniform":
-            values = torch.rand(shape, generator=generator, device="cuda")
-        else:
-            values = torch.randn(shape, generator=generator, device="cuda")
-        return values.to(dtype)
+        return make_tensor(self.supply_type, shape, getattr(torch, spec["dtype"]), "cuda", generator)
 
     def inputs(self) -> list:
         """The arguments the profiler uses by default (supplied once, then kept)."""

@@ -7,9 +7,12 @@ import enum
 
 
 class TensorSupplyType(enum.Enum):
-    """How the profiler fills a kernel's inputs (``kernel.get_profiler(tensor_supply_type=...)``):
-    Integer (small integers, exact in every dtype), Uniform (uniform in [-1, 1)), Normal and
-    Randn (standard normal), Zero, One, Auto (Uniform for float dtypes, Integer otherwise)."""
+    """How the profiler fills a kernel's inputs (``kernel.get_profiler(tensor_supply_type=...)``),
+    with TileLang's distributions: Integer (integers in [-2, 2], [0, 2] unsigned: exact in
+    every dtype), Uniform (uniform in [-1, 1)), Normal (normal with mean -1 and standard
+    deviation 1, as TileLang draws it), Randn (standard normal), Zero, One, Auto (Uniform
+    for float16/bfloat16/float32, Integer otherwise). int8 tensors under Uniform and
+    Normal are ones."""
 
     Integer = 1
     Uniform = 2
@@ -22,10 +25,10 @@ class TensorSupplyType(enum.Enum):
     @property
     def supply_name(self) -> str:
         """The name tilers' Profiler takes (``supply_type="integer"``)."""
-        return {
-            "Integer": "integer", "Uniform": "uniform", "Normal": "normal", "Randn": "normal",
-            "Zero": "zero", "One": "one", "Auto": "auto",
-        }[self.name]
+        return self.name.lower()
+
+
+SUPPLY_TYPES = ("auto", "normal", "randn", "uniform", "integer", "zero", "one")
 
 
 def supply_name(supply_type) -> str:
@@ -42,6 +45,31 @@ def map_torch_type(dtype):
     return _trace.DType(dtype).as_torch()
 
 
+def make_tensor(kind: str, shape, torch_dtype, device, generator=None):
+    """One tensor of ``shape`` filled as supply type ``kind`` says (see TensorSupplyType)."""
+    import torch
+
+    shape = tuple(int(d) for d in shape)
+    floating = torch_dtype.is_floating_point
+    kw = {"device": device, "generator": generator}
+    if kind == "auto":
+        kind = "uniform" if torch_dtype in (torch.float16, torch.bfloat16, torch.float32) else "integer"
+    if kind == "zero":
+        return torch.zeros(shape, dtype=torch_dtype, device=device)
+    if kind == "one" or (torch_dtype is torch.int8 and kind in ("uniform", "normal")):
+        return torch.ones(shape, dtype=torch_dtype, device=device)
+    if kind == "integer" or not floating:
+        if torch_dtype is torch.bool:
+            return torch.randint(0, 2, shape, **kw).bool()
+        low = 0 if str(torch_dtype).startswith("torch.uint") else -2
+        return torch.randint(low, 3, shape, **kw).to(torch_dtype)
+    if kind == "uniform":
+        return (torch.rand(shape, **kw) * 2 - 1).to(torch_dtype)
+    if kind == "normal":
+        return (torch.randn(shape, **kw) - 1).to(torch_dtype)
+    return torch.randn(shape, **kw).to(torch_dtype)
+
+
 def get_tensor_supply(supply_type=TensorSupplyType.Integer):
     """A function ``(shape, dtype) -> tensor`` on the current CUDA device, filled as
     ``supply_type`` says (see TensorSupplyType)."""
@@ -51,24 +79,8 @@ def get_tensor_supply(supply_type=TensorSupplyType.Integer):
         import torch
 
         torch_dtype = map_torch_type(dtype) if not isinstance(dtype, torch.dtype) else dtype
-        shape = tuple(int(d) for d in shape)
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        floating = torch_dtype.is_floating_point
-        chosen = kind
-        if chosen == "auto":
-            chosen = "uniform" if floating else "integer"
-        if chosen == "zero":
-            return torch.zeros(shape, dtype=torch_dtype, device=device)
-        if chosen == "one":
-            return torch.ones(shape, dtype=torch_dtype, device=device)
-        if chosen == "integer" or not floating:
-            if torch_dtype is torch.bool:
-                return torch.randint(0, 2, shape, device=device).bool()
-            low = 0 if str(torch_dtype).startswith("torch.uint") else -2
-            return torch.randint(low, 3, shape, device=device).to(torch_dtype)
-        if chosen == "uniform":
-            return (torch.rand(shape, device=device) * 2 - 1).to(torch_dtype)
-        return torch.randn(shape, device=device).to(torch_dtype)
+        return make_tensor(kind, shape, torch_dtype, device)
 
     return supply
 
