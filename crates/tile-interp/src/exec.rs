@@ -331,7 +331,7 @@ impl<'m> Interp<'m> {
         let tid = self.pt.tid.expect("a per-thread statement reads the thread index");
         // threads=n of part of a warp: the launched threads past n run none of it
         let active = self.m.kernel.user_threads.unwrap_or(self.m.kernel.threads) as i64;
-        let lanes: Vec<_> = self.lanes.iter().copied().filter(|&t| (t as i64) < active).collect();
+        let lanes: Vec<_> = self.lanes.iter().copied().filter(|&t| t < active).collect();
         let ids: Vec<u32> = (0..lanes.len() as u32).collect();
         self.par = Some(Parallel { vars: vec![tid], values: vec![lanes] });
         self.simt = true;

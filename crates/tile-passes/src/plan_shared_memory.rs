@@ -408,11 +408,17 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         )
         .with_help("use smaller tiles (block_M, block_N, block_K) or fewer pipeline stages")]);
     }
+    // each buffer's bytes and place, in declaration order
+    let each: Vec<String> = placed
+        .iter()
+        .map(|&(b, start, end)| format!("'{}' {} at {start}", m.buffer(b).name, end - start))
+        .collect();
+    let listed = if each.is_empty() { String::new() } else { format!(" ({})", each.join(", ")) };
     if shares.is_empty() {
-        ctx.report.push(format!("shared memory: {total} bytes"));
+        ctx.report.push(format!("shared memory: {total} bytes{listed}"));
     } else {
         ctx.report.push(format!(
-            "shared memory: {total} bytes; buffers whose lifetimes do not overlap share bytes: {}",
+            "shared memory: {total} bytes{listed}; buffers whose lifetimes do not overlap share bytes: {}",
             shares.join(", ")
         ));
     }
