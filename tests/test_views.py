@@ -138,6 +138,50 @@ def test_writes_through_a_view_reach_the_root():
     np.testing.assert_array_equal(A.ravel(), want)
 
 
+def retyped_view(M=64, N=64, K=64):
+    """C = A @ B^T and D = 2 C, stored through a float32 view of B's dead float16 operand tile
+    (TileLang's sparse MLA backward stages its dKV rows so): half the rows at a time."""
+
+    @T.prim_func
+    def f(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32"),
+          D: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((M, K), "float16")
+            B_s = T.alloc_shared((N, K), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, acc, transpose_B=True, clear_accum=True)
+            half = T.view(B_s, shape=[N // 2, K], dtype="float32")
+            for s in range(2):
+                for i, j in T.Parallel(M // 2, N):
+                    half[i, j] = acc[i + s * (M // 2), j]
+                for i, j in T.Parallel(M // 2, N):
+                    C[i + s * (M // 2), j] = half[i, j]
+                    D[i + s * (M // 2), j] = half[i, j] * 2.0
+
+    return f
+
+
+def retyped_inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((64, 64)).astype(np.float16)
+    B = rng.standard_normal((64, 64)).astype(np.float16)
+    return A, B, A.astype(np.float32) @ B.astype(np.float32).T
+
+
+def test_a_view_of_another_dtype_shares_its_tiles_bytes():
+    A, B, ref = retyped_inputs()
+    C, D = np.zeros((64, 64), np.float32), np.zeros((64, 64), np.float32)
+    tilers.compile(retyped_view(), target="interp")(A, B, C, D)
+    np.testing.assert_allclose(C, ref, rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(D, 2 * ref, rtol=1e-5, atol=1e-4)
+    for arch in ("sm_90a", "sm_80"):
+        testing.check_passes(retyped_view(), arch=arch, check=True)
+    report = tilers.compile(retyped_view(), target="cuda:sm_90a").report()
+    assert "B_s_as_float32: float32[32, 64], 8192 bytes at offset 8192, shares bytes with B_s" in report
+
+
 def misuse(body):
     @T.prim_func
     def f(A: T.Tensor((8, 16), "float32")):
@@ -152,7 +196,8 @@ def misuse(body):
 @pytest.mark.parametrize(
     "body,message",
     [
-        (lambda A, s, frag: T.view(s, shape=[8, 32], dtype="float16"), r"tilers views a buffer's elements in their own dtype only"),
+        (lambda A, s, frag: T.view(s, shape=[8, 16], dtype="float16"),
+         r"\(512 bytes\) as \[8, 16\] float16 \(256 bytes\): a view of another dtype covers the tile's bytes exactly"),
         (lambda A, s, frag: T.reshape(s, (200,)), r"a view of shape \[200\] \(200 elements\) over 's' \[8, 16\] \(128 elements\)"),
         (lambda A, s, frag: T.reshape(frag, (128,)), r"a view of the fragment 'frag'"),
         (lambda A, s, frag: T.Tensor((128,), "float32", A), r"data must be a buffer's .data, got Buffer"),

@@ -670,7 +670,7 @@ class Buffer:
     """
 
     __slots__ = ("_id", "dtype", "is_barrier", "kernel", "loc", "name", "scope", "shape", "swizzle",
-                 "used", "user_layout", "reducer_op", "view_root")
+                 "used", "user_layout", "reducer_op", "view_root", "alias_of")
 
     def __init__(
         self, id: int, name: str, scope: str, dtype: str, shape: tuple, loc: Loc, kernel: int | None = None
@@ -696,6 +696,9 @@ class Buffer:
         # T.Tensor(shape, dtype, buf.data), T.reshape / T.view: a view of another buffer's
         # elements in row-major order; its accesses go to the root's elements
         self.view_root = None
+        # T.view of another dtype over a shared tile: a buffer of its own over the tile's
+        # bytes (the root Buffer); plan_shared_memory places it there
+        self.alias_of = None
 
     @property
     def data(self) -> BufferData:
@@ -757,6 +760,8 @@ class Buffer:
         }
         if self.swizzle:
             out["swizzle"] = True
+        if self.alias_of is not None:
+            out["alias_of"] = self.alias_of._id
         if self.kernel is not None and len(builder.kernels) > 1:
             out["kernel"] = self.kernel
         return out
@@ -830,6 +835,8 @@ def make_view(root: Buffer, shape, dtype: str, loc: Loc, what: str) -> Buffer:
     while root.view_root is not None:
         root = root.view_root
     dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if dtype != root.dtype and root.scope == "shared" and root.alias_of is None:
+        return _retyped_view(root, dims, dtype, loc, what)
     if dtype != root.dtype:
         raise user_error(
             f"{what}: a view of '{root.name}' ({root.dtype}) as {dtype}: tilers views a buffer's "
@@ -860,6 +867,31 @@ def make_view(root: Buffer, shape, dtype: str, loc: Loc, what: str) -> Buffer:
     # accesses through the view, and its tile operations, are element accesses of the root
     # (tilers/_user_layout.py expands T.copy / T.fill on it into element loops)
     view.user_layout = Layout(dims, lambda *i: list(i))
+    return view
+
+
+def _retyped_view(root: Buffer, dims: tuple, dtype: str, loc: Loc, what: str) -> Buffer:
+    """A shared tile of another dtype over ``root``'s bytes (TileLang's ``T.view(S, shape,
+    dtype)``): as many bytes exactly; what one reads of bytes the other wrote follows the
+    two tiles' layouts (row-major unless a T.gemm swizzles one)."""
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
+        raise user_error(f"{what}: a shape of positive Python ints, got {list(dims)}", loc=loc)
+    n = 1
+    for d in dims:
+        n *= d
+    m = 1
+    for d in root.shape:
+        m *= d
+    if n * dtype_bytes(dtype) != m * dtype_bytes(root.dtype):
+        raise user_error(
+            f"{what}: a view of '{root.name}' {list(root.shape)} {root.dtype} ({m * dtype_bytes(root.dtype)} "
+            f"bytes) as {list(dims)} {dtype} ({n * dtype_bytes(dtype)} bytes): a view of another dtype "
+            "covers the tile's bytes exactly",
+            loc=loc,
+        )
+    builder = current_builder()
+    view = builder.new_buffer(f"{root.name}_as_{dtype}", "shared", dtype, dims, loc)
+    view.alias_of = root
     return view
 
 

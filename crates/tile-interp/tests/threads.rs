@@ -43,6 +43,7 @@ fn buffer(m: &mut Module, name: &str, scope: Scope, dtype: DType, shape: &[i64])
         loc: Loc::UNKNOWN,
         layout: None,
         shared_offset: None,
+        alias_of: None,
         panel: None,
         swizzle: None,
     });

@@ -62,6 +62,10 @@ pub struct Buffer {
     /// `[C / P][R][P]` for a tile of R rows of C (the canonical layouts `wgmma` reads: a row
     /// of a panel is one swizzle span). None: row-major.
     pub panel: Option<i64>,
+    /// `T.view(root, shape, dtype)` of another dtype: a shared tile over `root`'s bytes
+    /// (`plan_shared_memory` places it at the root's offset; `insert_syncs` orders their
+    /// accesses as one buffer's). None: a buffer of its own.
+    pub alias_of: Option<BufferId>,
 }
 
 impl Buffer {

@@ -325,14 +325,14 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
         vars.push(Var { name: o.str("name")?.to_string(), kind, dtype: dt });
     }
 
-    let mut buffers = Vec::new();
+    let mut buffers: Vec<Buffer> = Vec::new();
     let mut buffer_owner = Vec::new();
     for (i, b) in top.arr("buffers")?.iter().enumerate() {
         let path = format!("$.buffers[{i}]");
         let o = Obj::new(
             b,
             &path,
-            &["id", "name", "scope", "dtype", "shape", "loc", "swizzle", "panel", "kernel"],
+            &["id", "name", "scope", "dtype", "shape", "loc", "swizzle", "panel", "kernel", "alias_of"],
         )?;
         if o.int("id")? != i as i64 {
             return err(&o.p("id"), format!("buffer ids must be 0, 1, 2, … in order; expected {i}"));
@@ -402,6 +402,26 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
                 v => return err(&o.p("panel"), format!("expected 1 to 4096 elements, got {v}")),
             },
         };
+        // T.view of another dtype: a shared tile over an earlier shared tile's bytes, as many
+        let alias_of = match o.opt("alias_of") {
+            None | Some(Value::Null) => None,
+            Some(_) => {
+                let root = o.int("alias_of")?;
+                let Some(r) = usize::try_from(root).ok().and_then(|r| buffers.get(r)) else {
+                    return err(&o.p("alias_of"), format!("expected the id of an earlier buffer, got {root}"));
+                };
+                let bytes = |b: &[Dim], d: DType| -> Option<i64> {
+                    b.iter().map(|x| x.fixed()).product::<Option<i64>>().map(|n| n * d.bytes() as i64)
+                };
+                if scope != Scope::Shared || r.scope != Scope::Shared || r.alias_of.is_some() {
+                    return err(&o.p("alias_of"), "a view of another dtype is a shared tile over a shared tile");
+                }
+                if bytes(&shape, dt) != bytes(&r.shape, r.dtype) {
+                    return err(&o.p("alias_of"), "a view of another dtype covers its tile's bytes exactly");
+                }
+                Some(BufferId(root as u32))
+            }
+        };
         buffers.push(Buffer {
             name: o.str("name")?.to_string(),
             scope,
@@ -410,6 +430,7 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
             loc: loc(o.opt("loc"), &o.p("loc"), n_sources)?,
             layout: None,
             shared_offset: None,
+            alias_of,
             panel,
             swizzle,
         });
@@ -496,6 +517,7 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
                         *v = var(*v);
                     }
                 }
+                b.alias_of = b.alias_of.map(buffer);
                 b
             })
             .collect();

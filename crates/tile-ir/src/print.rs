@@ -170,6 +170,9 @@ impl Printer<'_> {
                 b.dtype,
                 self.shape(&b.shape)
             );
+            if let Some(r) = b.alias_of {
+                let _ = write!(out, " alias_of {}", self.buf_name(r));
+            }
             if let Some(off) = b.shared_offset {
                 let _ = write!(out, " at smem+{off}");
             }

@@ -278,6 +278,9 @@ pub fn program_json(m: &Module) -> Value {
             if let Some(p) = b.panel {
                 o["panel"] = json!(p);
             }
+            if let Some(r) = b.alias_of {
+                o["alias_of"] = json!(r.0);
+            }
             with_loc(o, b.loc)
         })
         .collect();

@@ -370,6 +370,7 @@ impl Parser {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
+            alias_of: None,
             panel: None,
             swizzle: None,
         });
@@ -995,6 +996,11 @@ impl Parser {
         if scope == Scope::Global {
             // a global buffer declared in the body is a `T.alloc_global` scratch buffer
             self.m.scratch.push(id);
+        }
+        if self.is_word("alias_of") {
+            self.pos += 1;
+            let root = TextReader::buffer(self)?;
+            self.m.buffer_mut(id).alias_of = Some(root);
         }
         if self.is_word("at") {
             self.pos += 1;

@@ -127,7 +127,12 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     walk_stmts(&body, &mut |s| {
         if let Stmt::Gemm(op) = s {
             if crate::inject_pipeline::is_wgmma(s) {
-                async_reads.extend([op.a, op.b].into_iter().filter(|&b| m.buffer(b).scope == Scope::Shared));
+                async_reads.extend(
+                    [op.a, op.b]
+                        .into_iter()
+                        .filter(|&b| m.buffer(b).scope == Scope::Shared)
+                        .map(|b| m.buffer(b).alias_of.unwrap_or(b)),
+                );
             }
         }
     });
@@ -228,7 +233,11 @@ fn accesses_in(m: &Module, body: &[Stmt]) -> Sets {
             })
         });
     });
-    Sets { reads, writes, atomics, async_writes }
+    // a view of another dtype (`T.view`) is its tile's bytes: one buffer for the hazards
+    let root = |set: BTreeSet<BufferId>| -> BTreeSet<BufferId> {
+        set.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect()
+    };
+    Sets { reads: root(reads), writes: root(writes), atomics: root(atomics), async_writes: root(async_writes) }
 }
 
 /// Must `a` wait for `p` (accesses of other threads, not yet ordered)? A write conflicts

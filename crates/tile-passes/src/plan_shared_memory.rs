@@ -155,6 +155,8 @@ impl Lifetimes {
             }
             let mut used = BTreeSet::new();
             uses(s, &mut used, &mut async_dst);
+            // a view of another dtype lives in its tile's bytes: its uses are the tile's
+            let used: BTreeSet<BufferId> = used.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect();
             for b in used {
                 let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
                 *e = Some(match *e {
@@ -174,6 +176,7 @@ impl Lifetimes {
             for s in stmts {
                 uses(s, &mut used, &mut async_dst);
             }
+            let used: BTreeSet<BufferId> = used.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect();
             for b in used {
                 let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
                 *e = Some(match *e {
@@ -325,8 +328,25 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
     let mut placed: Vec<(BufferId, u64, u64)> = Vec::new();
     let mut added: BTreeSet<usize> = BTreeSet::new();
     let mut total = 0u64;
-    let shared: Vec<BufferId> =
-        (0..m.buffers.len() as u32).map(BufferId).filter(|b| m.buffer(*b).scope == Scope::Shared).collect();
+    let shared: Vec<BufferId> = (0..m.buffers.len() as u32)
+        .map(BufferId)
+        .filter(|b| m.buffer(*b).scope == Scope::Shared && m.buffer(*b).alias_of.is_none())
+        .collect();
+    let views: Vec<(BufferId, BufferId)> =
+        m.buffers.iter().enumerate().filter_map(|(i, b)| b.alias_of.map(|r| (BufferId(i as u32), r))).collect();
+    for &(view, root) in &views {
+        let (v, r) = (m.buffer(view), m.buffer(root));
+        if v.bytes() != r.bytes() {
+            return Err(vec![Diagnostic::error(
+                format!(
+                    "'{}' (a T.view of '{}' as {}) covers {} bytes, but '{}' is now {} bytes: the pipeline multi-buffered one of them",
+                    v.name, r.name, v.dtype, v.bytes(), r.name, r.bytes()
+                ),
+                v.loc,
+            )
+            .with_help("view a tile no T.Pipelined loop copies into, or copy into the view's tile yourself")]);
+        }
+    }
     for id in shared {
         let b = m.buffer(id);
         // 128 bytes keep the XOR pattern on the banks; wgmma's layouts, which the hardware
@@ -369,6 +389,10 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         m.buffer_mut(id).shared_offset = Some(offset);
         placed.push((id, offset, offset + size));
         total = total.max(offset + size);
+    }
+    for &(view, root) in &views {
+        let at = m.buffer(root).shared_offset;
+        m.buffer_mut(view).shared_offset = at;
     }
     if !added.is_empty() {
         // `fits` checked that each has a barrier to copy

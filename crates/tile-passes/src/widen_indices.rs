@@ -366,6 +366,7 @@ mod tests {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
+            alias_of: None,
             panel: None,
             swizzle: None,
         };

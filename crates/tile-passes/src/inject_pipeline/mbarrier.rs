@@ -334,6 +334,7 @@ fn barriers(m: &mut Module, name: &str, stages: u32, loc: Loc) -> BufferId {
         loc,
         layout: None,
         shared_offset: None,
+        alias_of: None,
         panel: None,
         swizzle: None,
     })

@@ -211,6 +211,7 @@ impl Lowerer {
             loc: op.loc,
             layout: None,
             shared_offset: None,
+            alias_of: None,
             panel: None,
             swizzle: Some(Swizzle::chunks_of_rows(sb.extents()[1] * db.dtype.bytes() as i64)),
         });

@@ -296,6 +296,7 @@ impl Lowerer {
             loc: Loc::UNKNOWN,
             layout: None,
             shared_offset: None,
+            alias_of: None,
             panel: None,
             swizzle: None,
         })
@@ -384,6 +385,7 @@ impl Lowerer {
             loc,
             layout: None,
             shared_offset: None,
+            alias_of: None,
             panel: None,
             swizzle: None,
         });

@@ -207,6 +207,7 @@ impl Lowerer {
                 loc,
                 layout: None,
                 shared_offset: None,
+                alias_of: None,
                 panel: None,
                 swizzle: None,
             });

@@ -340,6 +340,7 @@ impl super::Lowerer {
             loc: op.loc,
             layout: None,
             shared_offset: None,
+            alias_of: None,
             panel: Some(panel),
             swizzle: layout.swizzle,
         });
