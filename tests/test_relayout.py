@@ -155,3 +155,56 @@ def test_a_fragment_copy_between_layouts_goes_through_shared_memory():
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_the_fragment_copy_passes_every_stage(arch):
     testing.check_passes(two_gemms(), arch=arch, check=True)
+
+
+def accumulator_windows(M=64, N=64, K=64, rows=32, guarded=True):
+    """C = A @ B^T stored `rows` rows at a time through a small shared stage, each window read
+    from the accumulator `s * rows` rows on by a loop over all M rows guarded by `i < rows`
+    (TileLang's sparse MLA backward writes its dKV halves so)."""
+
+    @T.prim_func
+    def f(A: T.Tensor((M, K), "float16"), B: T.Tensor((N, K), "float16"), C: T.Tensor((M, N), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            A_s = T.alloc_shared((M, K), "float16")
+            B_s = T.alloc_shared((N, K), "float16")
+            acc = T.alloc_fragment((M, N), "float32")
+            stage = T.alloc_shared((rows, N), "float32")
+            T.copy(A, A_s)
+            T.copy(B, B_s)
+            T.gemm(A_s, B_s, acc, transpose_B=True, clear_accum=True)
+            for s in range(M // rows):
+                if guarded:
+                    for i, j in T.Parallel(M, N):
+                        if i < rows:
+                            stage[i, j] = acc[i + s * rows, j]
+                else:
+                    for i, j in T.Parallel(rows, N):
+                        stage[i, j] = acc[i + s * rows, j]
+                for i, j in T.Parallel(rows, N):
+                    C[i + s * rows, j] = stage[i, j]
+
+    return f
+
+
+def window_inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((64, 64)).astype(np.float16)
+    B = rng.standard_normal((64, 64)).astype(np.float16)
+    return A, B, A.astype(np.float32) @ B.astype(np.float32).T
+
+
+@pytest.mark.parametrize("rows,guarded", [(32, True), (16, True), (32, False)])
+def test_accumulator_windows(rows, guarded):
+    A, B, ref = window_inputs()
+    C = np.zeros((64, 64), np.float32)
+    tilers.compile(accumulator_windows(rows=rows, guarded=guarded), target="interp")(A, B, C)
+    np.testing.assert_allclose(C, ref, rtol=1e-5, atol=1e-4)
+    for arch in ("sm_90a", "sm_80"):
+        testing.check_passes(accumulator_windows(rows=rows, guarded=guarded), arch=arch, check=True)
+    report = tilers.compile(accumulator_windows(rows=rows, guarded=guarded), target="cuda:sm_90a").report()
+    if guarded:
+        # the guarded loop runs over the accumulator's own rows: no shared copy of it
+        assert f"reads 'acc' {rows} rows on: it runs over the fragment's own rows (no copy)" in report
+        assert "acc_relayout" not in report
+    else:
+        assert "acc_relayout" in report

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import tilers
-from test_relayout import scaled_rows, want
+from test_relayout import accumulator_windows, scaled_rows, want, window_inputs
 
 pytestmark = pytest.mark.gpu
 
@@ -30,3 +30,11 @@ def test_a_fragment_copy_between_layouts_against_numpy(options):
     k = tilers.compile(two_gemms(), out_idx=[3], **options)
     out = k(*[torch.from_numpy(x).cuda() for x in (A, B, V)]).cpu().numpy()
     np.testing.assert_allclose(out, want2, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("rows,guarded", [(32, True), (16, True), (32, False)])
+def test_accumulator_windows(rows, guarded):
+    A, B, ref = window_inputs()
+    c = torch.zeros(64, 64, device="cuda")
+    tilers.compile(accumulator_windows(rows=rows, guarded=guarded))(torch.from_numpy(A).cuda(), torch.from_numpy(B).cuda(), c)
+    np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=1e-4, atol=1e-3)

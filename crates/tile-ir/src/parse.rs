@@ -408,13 +408,19 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
             Some(_) => {
                 let root = o.int("alias_of")?;
                 let Some(r) = usize::try_from(root).ok().and_then(|r| buffers.get(r)) else {
-                    return err(&o.p("alias_of"), format!("expected the id of an earlier buffer, got {root}"));
+                    return err(
+                        &o.p("alias_of"),
+                        format!("expected the id of an earlier buffer, got {root}"),
+                    );
                 };
                 let bytes = |b: &[Dim], d: DType| -> Option<i64> {
                     b.iter().map(|x| x.fixed()).product::<Option<i64>>().map(|n| n * d.bytes() as i64)
                 };
                 if scope != Scope::Shared || r.scope != Scope::Shared || r.alias_of.is_some() {
-                    return err(&o.p("alias_of"), "a view of another dtype is a shared tile over a shared tile");
+                    return err(
+                        &o.p("alias_of"),
+                        "a view of another dtype is a shared tile over a shared tile",
+                    );
                 }
                 if bytes(&shape, dt) != bytes(&r.shape, r.dtype) {
                     return err(&o.p("alias_of"), "a view of another dtype covers its tile's bytes exactly");

@@ -659,6 +659,7 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     // loop layouts; a fragment a loop reads in another layout goes through shared memory;
     // then the compatibility check
     let body = std::mem::take(&mut m.kernel.body);
+    let body = unshift_windows(&m, body, ctx);
     m.kernel.body = relayout_reads(&mut m, body, threads, ctx);
     let gemms = gemm_locations(&m);
     let mut body = std::mem::take(&mut m.kernel.body);
@@ -816,6 +817,143 @@ fn expanded_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -
         return Some(layout);
     }
     None
+}
+
+/// A guarded parallel loop that reads a window of a fragment a constant number of rows on
+/// (`for i, j in T.Parallel(32, D): if i < 16: s[i, j] = acc[i + 16, j]`, TileLang's sparse
+/// MLA backward storing half its accumulator at a time) runs over the fragment's own rows
+/// instead (`if i >= 16 && i - 16 < 16: s[i - 16, j] = acc[i, j]`): the same iterations do
+/// the same work, and the loop takes the fragment's layout — no copy through shared memory.
+/// Only when the guard keeps the shifted index inside the fragment, the loop's extent is the
+/// fragment's, and no other fragment access in the loop reads that loop variable.
+fn unshift_windows(m: &Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Vec<Stmt> {
+    use tile_ir::simplify::simplify;
+    use tile_ir::BinOp;
+    let mut out = Vec::with_capacity(body.len());
+    for s in body {
+        match s {
+            Stmt::Parallel { vars, extents, body: inner, loc, layout } => {
+                let found = window_shift(m, &vars, &extents, &inner);
+                let Some((j, c, buf)) = found else {
+                    out.push(Stmt::Parallel { vars, extents, body: inner, loc, layout });
+                    continue;
+                };
+                let v = vars[j];
+                let Some(Stmt::If { cond, then, otherwise, loc: iloc }) = inner.into_iter().next() else {
+                    unreachable!("window_shift checked the guard")
+                };
+                // applied at every node of an expression: only the variable changes
+                let mut shift = |x: Expr| match x {
+                    Expr::Var { id, dtype } if id == v => {
+                        Expr::binary(BinOp::Sub, Expr::Var { id, dtype }, Expr::int_of(c, dtype))
+                    }
+                    other => other,
+                };
+                let dtype = tile_ir::DType::I32;
+                let cond = Expr::binary(
+                    BinOp::And,
+                    Expr::binary(BinOp::Ge, Expr::var(v, dtype), Expr::int_of(c, dtype)),
+                    simplify(cond.map(&mut shift)),
+                );
+                let then: Vec<Stmt> = then
+                    .into_iter()
+                    .map(|st| tile_ir::map_stmt_exprs(tile_ir::map_stmt_exprs(st, &mut shift), &mut simplify))
+                    .collect();
+                let at = m.sources.short(loc).unwrap_or_default();
+                ctx.report.push(format!(
+                    "{at}: this T.Parallel loop reads '{}' {c} rows on: it runs over the fragment's own rows (no copy)",
+                    m.buffer(buf).name
+                ));
+                let inner = vec![Stmt::If { cond, then, otherwise, loc: iloc }];
+                out.push(Stmt::Parallel { vars, extents, body: inner, loc, layout });
+            }
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                let body = unshift_windows(m, body, ctx);
+                out.push(Stmt::For { var, start, extent, kind, body, loc });
+            }
+            Stmt::If { cond, then, otherwise, loc } => {
+                let then = unshift_windows(m, then, ctx);
+                let otherwise = unshift_windows(m, otherwise, ctx);
+                out.push(Stmt::If { cond, then, otherwise, loc });
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// `(loop variable index j, shift c, fragment)` when `body` is one `if` whose condition has
+/// a conjunct `v_j < K` with `K + c <= extent_j`, and every fragment access that reads `v_j`
+/// is a read of one laid-out fragment at `v_j + c` in a dimension of extent `extent_j`.
+fn window_shift(
+    m: &Module,
+    vars: &[VarId],
+    extents: &[i64],
+    body: &[Stmt],
+) -> Option<(usize, i64, BufferId)> {
+    use tile_ir::BinOp;
+    let [Stmt::If { cond, otherwise, .. }] = body else {
+        return None;
+    };
+    if !otherwise.is_empty() {
+        return None;
+    }
+    let mut found: Option<(usize, i64, BufferId)> = None;
+    for (buf, idx, _, store) in fragment_accesses(m, body) {
+        let reads_loop = |e: &Expr| vars.iter().any(|v| e.uses_var(*v));
+        if !idx.iter().any(reads_loop) {
+            continue;
+        }
+        let b = m.buffer(buf);
+        if store || b.layout.is_none() {
+            return None;
+        }
+        // exactly one dimension `v + c`; the others the loop's variables themselves or none
+        let mut shifted = None;
+        for (k, e) in idx.iter().enumerate() {
+            match e {
+                Expr::Binary { op: BinOp::Add, a, b: off, .. } => {
+                    let (Expr::Var { id, .. }, Some(c)) = (a.as_ref(), off.as_int()) else {
+                        return None;
+                    };
+                    let j = vars.iter().position(|v| v == id)?;
+                    if c <= 0 || shifted.is_some() || m.buffer(buf).extents().get(k) != Some(&extents[j]) {
+                        return None;
+                    }
+                    shifted = Some((j, c));
+                }
+                Expr::Var { .. } | Expr::Const { .. } => {}
+                _ => return None,
+            }
+        }
+        let (j, c) = shifted?;
+        match found {
+            None => found = Some((j, c, buf)),
+            Some(f) if f == (j, c, buf) => {}
+            Some(_) => return None,
+        }
+    }
+    let (j, c, buf) = found?;
+    // the guard keeps v + c inside the fragment: a conjunct v < K with K + c <= extent
+    fn conjuncts<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+        match e {
+            Expr::Binary { op: BinOp::And, a, b, .. } => {
+                conjuncts(a, out);
+                conjuncts(b, out);
+            }
+            other => out.push(other),
+        }
+    }
+    let mut parts = Vec::new();
+    conjuncts(cond, &mut parts);
+    let bounded = parts.iter().any(|p| match p {
+        Expr::Binary { op: BinOp::Lt, a, b, .. } => {
+            matches!(a.as_ref(), Expr::Var { id, .. } if *id == vars[j])
+                && b.as_int().is_some_and(|k| k + c <= extents[j])
+        }
+        _ => false,
+    });
+    bounded.then_some((j, c, buf))
 }
 
 /// The layout a parallel loop takes (`assign_loop_layouts`' rule).

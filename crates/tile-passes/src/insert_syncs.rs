@@ -237,7 +237,12 @@ fn accesses_in(m: &Module, body: &[Stmt]) -> Sets {
     let root = |set: BTreeSet<BufferId>| -> BTreeSet<BufferId> {
         set.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect()
     };
-    Sets { reads: root(reads), writes: root(writes), atomics: root(atomics), async_writes: root(async_writes) }
+    Sets {
+        reads: root(reads),
+        writes: root(writes),
+        atomics: root(atomics),
+        async_writes: root(async_writes),
+    }
 }
 
 /// Must `a` wait for `p` (accesses of other threads, not yet ordered)? A write conflicts

@@ -156,7 +156,8 @@ impl Lifetimes {
             let mut used = BTreeSet::new();
             uses(s, &mut used, &mut async_dst);
             // a view of another dtype lives in its tile's bytes: its uses are the tile's
-            let used: BTreeSet<BufferId> = used.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect();
+            let used: BTreeSet<BufferId> =
+                used.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect();
             for b in used {
                 let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
                 *e = Some(match *e {
@@ -176,7 +177,8 @@ impl Lifetimes {
             for s in stmts {
                 uses(s, &mut used, &mut async_dst);
             }
-            let used: BTreeSet<BufferId> = used.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect();
+            let used: BTreeSet<BufferId> =
+                used.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect();
             for b in used {
                 let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
                 *e = Some(match *e {
@@ -332,8 +334,12 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         .map(BufferId)
         .filter(|b| m.buffer(*b).scope == Scope::Shared && m.buffer(*b).alias_of.is_none())
         .collect();
-    let views: Vec<(BufferId, BufferId)> =
-        m.buffers.iter().enumerate().filter_map(|(i, b)| b.alias_of.map(|r| (BufferId(i as u32), r))).collect();
+    let views: Vec<(BufferId, BufferId)> = m
+        .buffers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, b)| b.alias_of.map(|r| (BufferId(i as u32), r)))
+        .collect();
     for &(view, root) in &views {
         let (v, r) = (m.buffer(view), m.buffer(root));
         if v.bytes() != r.bytes() {
