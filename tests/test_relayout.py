@@ -157,7 +157,7 @@ def test_the_fragment_copy_passes_every_stage(arch):
     testing.check_passes(two_gemms(), arch=arch, check=True)
 
 
-def accumulator_windows(M=64, N=64, K=64, rows=32, guarded=True):
+def accumulator_windows(M=64, N=64, K=64, rows=32, guarded=True, device_loop=False):
     """C = A @ B^T stored `rows` rows at a time through a small shared stage, each window read
     from the accumulator `s * rows` rows on by a loop over all M rows guarded by `i < rows`
     (TileLang's sparse MLA backward writes its dKV halves so)."""
@@ -172,7 +172,7 @@ def accumulator_windows(M=64, N=64, K=64, rows=32, guarded=True):
             T.copy(A, A_s)
             T.copy(B, B_s)
             T.gemm(A_s, B_s, acc, transpose_B=True, clear_accum=True)
-            for s in range(M // rows):
+            for s in (T.serial(M // rows) if device_loop else range(M // rows)):
                 if guarded:
                     for i, j in T.Parallel(M, N):
                         if i < rows:
@@ -193,18 +193,20 @@ def window_inputs(seed=0):
     return A, B, A.astype(np.float32) @ B.astype(np.float32).T
 
 
-@pytest.mark.parametrize("rows,guarded", [(32, True), (16, True), (32, False)])
-def test_accumulator_windows(rows, guarded):
+@pytest.mark.parametrize("rows,guarded,device_loop", [(32, True, False), (16, True, False), (32, False, False),
+                                                       (16, True, True), (32, False, True)])
+def test_accumulator_windows(rows, guarded, device_loop):
+    f = accumulator_windows(rows=rows, guarded=guarded, device_loop=device_loop)
     A, B, ref = window_inputs()
     C = np.zeros((64, 64), np.float32)
-    tilers.compile(accumulator_windows(rows=rows, guarded=guarded), target="interp")(A, B, C)
+    tilers.compile(f, target="interp")(A, B, C)
     np.testing.assert_allclose(C, ref, rtol=1e-5, atol=1e-4)
     for arch in ("sm_90a", "sm_80"):
-        testing.check_passes(accumulator_windows(rows=rows, guarded=guarded), arch=arch, check=True)
-    report = tilers.compile(accumulator_windows(rows=rows, guarded=guarded), target="cuda:sm_90a").report()
+        testing.check_passes(f, arch=arch, check=True)
+    report = tilers.compile(f, target="cuda:sm_90a").report()
     if guarded:
         # the guarded loop runs over the accumulator's own rows: no shared copy of it
-        assert f"reads 'acc' {rows} rows on: it runs over the fragment's own rows (no copy)" in report
+        assert "reads a window of 'acc' some rows on: it runs over the fragment's own rows (no copy)" in report
         assert "acc_relayout" not in report
     else:
         assert "acc_relayout" in report

@@ -32,9 +32,9 @@ def test_a_fragment_copy_between_layouts_against_numpy(options):
     np.testing.assert_allclose(out, want2, rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("rows,guarded", [(32, True), (16, True), (32, False)])
-def test_accumulator_windows(rows, guarded):
+@pytest.mark.parametrize("rows,guarded,device_loop", [(32, True, False), (16, True, True), (32, False, True)])
+def test_accumulator_windows(rows, guarded, device_loop):
     A, B, ref = window_inputs()
     c = torch.zeros(64, 64, device="cuda")
-    tilers.compile(accumulator_windows(rows=rows, guarded=guarded))(torch.from_numpy(A).cuda(), torch.from_numpy(B).cuda(), c)
+    tilers.compile(accumulator_windows(rows=rows, guarded=guarded, device_loop=device_loop))(torch.from_numpy(A).cuda(), torch.from_numpy(B).cuda(), c)
     np.testing.assert_allclose(c.cpu().numpy(), ref, rtol=1e-4, atol=1e-3)

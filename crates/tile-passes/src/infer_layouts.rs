@@ -659,7 +659,7 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     // loop layouts; a fragment a loop reads in another layout goes through shared memory;
     // then the compatibility check
     let body = std::mem::take(&mut m.kernel.body);
-    let body = unshift_windows(&m, body, ctx);
+    let body = unshift_windows(&m, body, &mut BTreeMap::new(), ctx);
     m.kernel.body = relayout_reads(&mut m, body, threads, ctx);
     let gemms = gemm_locations(&m);
     let mut body = std::mem::take(&mut m.kernel.body);
@@ -819,22 +819,29 @@ fn expanded_layout(m: &Module, vars: &[VarId], extents: &[i64], body: &[Stmt]) -
     None
 }
 
-/// A guarded parallel loop that reads a window of a fragment a constant number of rows on
-/// (`for i, j in T.Parallel(32, D): if i < 16: s[i, j] = acc[i + 16, j]`, TileLang's sparse
-/// MLA backward storing half its accumulator at a time) runs over the fragment's own rows
-/// instead (`if i >= 16 && i - 16 < 16: s[i - 16, j] = acc[i, j]`): the same iterations do
-/// the same work, and the loop takes the fragment's layout — no copy through shared memory.
-/// Only when the guard keeps the shifted index inside the fragment, the loop's extent is the
-/// fragment's, and no other fragment access in the loop reads that loop variable.
-fn unshift_windows(m: &Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Vec<Stmt> {
+/// A guarded parallel loop that reads a window of a fragment some rows on
+/// (`for i, j in T.Parallel(32, D): if i < 16: s[i, j] = acc[i + 16 * k, j]`, TileLang's
+/// sparse MLA backward storing half its accumulator at a time, `k` a serial loop's variable)
+/// runs over the fragment's own rows instead (`if i >= 16 * k && i - 16 * k < 16: s[i - 16 *
+/// k, j] = acc[i, j]`): the same iterations do the same work, and the loop takes the
+/// fragment's layout — no copy through shared memory. Only when the shift does not depend on
+/// the loop's own variables, is never negative, and the guard keeps the shifted row inside
+/// the fragment (`i < K` with `K + max shift <= extent`, the loop's extent the fragment's),
+/// and no other fragment access in the loop reads that loop variable.
+fn unshift_windows(
+    m: &Module,
+    body: Vec<Stmt>,
+    ranges: &mut BTreeMap<VarId, (i64, i64)>,
+    ctx: &mut Ctx,
+) -> Vec<Stmt> {
     use tile_ir::simplify::simplify;
     use tile_ir::BinOp;
     let mut out = Vec::with_capacity(body.len());
     for s in body {
         match s {
             Stmt::Parallel { vars, extents, body: inner, loc, layout } => {
-                let found = window_shift(m, &vars, &extents, &inner);
-                let Some((j, c, buf)) = found else {
+                let found = window_shift(m, &vars, &extents, &inner, ranges);
+                let Some((j, shift_by, buf)) = found else {
                     out.push(Stmt::Parallel { vars, extents, body: inner, loc, layout });
                     continue;
                 };
@@ -845,14 +852,14 @@ fn unshift_windows(m: &Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Vec<Stmt> {
                 // applied at every node of an expression: only the variable changes
                 let mut shift = |x: Expr| match x {
                     Expr::Var { id, dtype } if id == v => {
-                        Expr::binary(BinOp::Sub, Expr::Var { id, dtype }, Expr::int_of(c, dtype))
+                        Expr::binary(BinOp::Sub, Expr::Var { id, dtype }, shift_by.clone())
                     }
                     other => other,
                 };
-                let dtype = tile_ir::DType::I32;
+                let dtype = shift_by.dtype();
                 let cond = Expr::binary(
                     BinOp::And,
-                    Expr::binary(BinOp::Ge, Expr::var(v, dtype), Expr::int_of(c, dtype)),
+                    Expr::binary(BinOp::Ge, Expr::var(v, dtype), shift_by.clone()),
                     simplify(cond.map(&mut shift)),
                 );
                 let then: Vec<Stmt> = then
@@ -861,19 +868,32 @@ fn unshift_windows(m: &Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Vec<Stmt> {
                     .collect();
                 let at = m.sources.short(loc).unwrap_or_default();
                 ctx.report.push(format!(
-                    "{at}: this T.Parallel loop reads '{}' {c} rows on: it runs over the fragment's own rows (no copy)",
+                    "{at}: this T.Parallel loop reads a window of '{}' some rows on: it runs over the fragment's own rows (no copy)",
                     m.buffer(buf).name
                 ));
                 let inner = vec![Stmt::If { cond, then, otherwise, loc: iloc }];
                 out.push(Stmt::Parallel { vars, extents, body: inner, loc, layout });
             }
             Stmt::For { var, start, extent, kind, body, loc } => {
-                let body = unshift_windows(m, body, ctx);
+                let known = match (start.as_int(), extent.as_int()) {
+                    (Some(a), Some(n)) if n > 0 => Some((a, a + n - 1)),
+                    _ => None,
+                };
+                let before = known.and_then(|r| ranges.insert(var, r));
+                let body = unshift_windows(m, body, ranges, ctx);
+                match before {
+                    Some(r) => {
+                        ranges.insert(var, r);
+                    }
+                    None => {
+                        ranges.remove(&var);
+                    }
+                }
                 out.push(Stmt::For { var, start, extent, kind, body, loc });
             }
             Stmt::If { cond, then, otherwise, loc } => {
-                let then = unshift_windows(m, then, ctx);
-                let otherwise = unshift_windows(m, otherwise, ctx);
+                let then = unshift_windows(m, then, ranges, ctx);
+                let otherwise = unshift_windows(m, otherwise, ranges, ctx);
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             other => out.push(other),
@@ -882,15 +902,34 @@ fn unshift_windows(m: &Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Vec<Stmt> {
     out
 }
 
-/// `(loop variable index j, shift c, fragment)` when `body` is one `if` whose condition has
-/// a conjunct `v_j < K` with `K + c <= extent_j`, and every fragment access that reads `v_j`
-/// is a read of one laid-out fragment at `v_j + c` in a dimension of extent `extent_j`.
+/// The range of an affine expression of the variables `ranges` bounds (None: another atom).
+fn affine_range(e: &Expr, ranges: &BTreeMap<VarId, (i64, i64)>) -> Option<(i64, i64)> {
+    let a = tile_ir::simplify::to_affine(e);
+    let (mut lo, mut hi) = (a.constant, a.constant);
+    for (c, atom) in a.terms.values() {
+        let Expr::Var { id, .. } = atom else {
+            return None;
+        };
+        let (l, h) = *ranges.get(id)?;
+        let (x, y) = (c * l, c * h);
+        lo += x.min(y);
+        hi += x.max(y);
+    }
+    Some((lo, hi))
+}
+
+/// `(loop variable index j, shift, fragment)` when `body` is one `if` whose condition has a
+/// conjunct `v_j < K`, and every fragment access that reads a loop variable is a read of one
+/// laid-out fragment at `v_j + shift` in a dimension of extent `extent_j` (the others by
+/// loop variables alone), the shift free of the loop's variables with a range in
+/// `[0, extent_j - K]`, not always 0.
 fn window_shift(
     m: &Module,
     vars: &[VarId],
     extents: &[i64],
     body: &[Stmt],
-) -> Option<(usize, i64, BufferId)> {
+    ranges: &BTreeMap<VarId, (i64, i64)>,
+) -> Option<(usize, Expr, BufferId)> {
     use tile_ir::BinOp;
     let [Stmt::If { cond, otherwise, .. }] = body else {
         return None;
@@ -898,9 +937,9 @@ fn window_shift(
     if !otherwise.is_empty() {
         return None;
     }
-    let mut found: Option<(usize, i64, BufferId)> = None;
+    let reads_loop = |e: &Expr| vars.iter().any(|v| e.uses_var(*v));
+    let mut found: Option<(usize, Expr, BufferId)> = None;
     for (buf, idx, _, store) in fragment_accesses(m, body) {
-        let reads_loop = |e: &Expr| vars.iter().any(|v| e.uses_var(*v));
         if !idx.iter().any(reads_loop) {
             continue;
         }
@@ -908,33 +947,40 @@ fn window_shift(
         if store || b.layout.is_none() {
             return None;
         }
-        // exactly one dimension `v + c`; the others the loop's variables themselves or none
+        // exactly one dimension `v + shift`; the others the loop's variables or free of them
         let mut shifted = None;
         for (k, e) in idx.iter().enumerate() {
             match e {
-                Expr::Binary { op: BinOp::Add, a, b: off, .. } => {
-                    let (Expr::Var { id, .. }, Some(c)) = (a.as_ref(), off.as_int()) else {
-                        return None;
+                Expr::Binary { op: BinOp::Add, a, b: other, .. } => {
+                    let (var, by) = match (a.as_ref(), other.as_ref()) {
+                        (Expr::Var { id, .. }, by) if vars.contains(id) => (*id, by),
+                        (by, Expr::Var { id, .. }) if vars.contains(id) => (*id, by),
+                        _ => return None,
                     };
-                    let j = vars.iter().position(|v| v == id)?;
-                    if c <= 0 || shifted.is_some() || m.buffer(buf).extents().get(k) != Some(&extents[j]) {
+                    let j = vars.iter().position(|v| *v == var)?;
+                    if reads_loop(by) || shifted.is_some() || b.extents().get(k) != Some(&extents[j]) {
                         return None;
                     }
-                    shifted = Some((j, c));
+                    shifted = Some((j, by.clone()));
                 }
-                Expr::Var { .. } | Expr::Const { .. } => {}
+                Expr::Var { .. } => {}
+                other if !reads_loop(other) => {}
                 _ => return None,
             }
         }
-        let (j, c) = shifted?;
-        match found {
-            None => found = Some((j, c, buf)),
-            Some(f) if f == (j, c, buf) => {}
+        let (j, by) = shifted?;
+        match &found {
+            None => found = Some((j, by, buf)),
+            Some(f) if f.0 == j && f.1 == by && f.2 == buf => {}
             Some(_) => return None,
         }
     }
-    let (j, c, buf) = found?;
-    // the guard keeps v + c inside the fragment: a conjunct v < K with K + c <= extent
+    let (j, by, buf) = found?;
+    let (lo, hi) = affine_range(&by, ranges)?;
+    if lo < 0 || hi == 0 {
+        return None;
+    }
+    // the guard keeps v + shift inside the fragment: a conjunct v < K with K + hi <= extent
     fn conjuncts<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
         match e {
             Expr::Binary { op: BinOp::And, a, b, .. } => {
@@ -949,11 +995,11 @@ fn window_shift(
     let bounded = parts.iter().any(|p| match p {
         Expr::Binary { op: BinOp::Lt, a, b, .. } => {
             matches!(a.as_ref(), Expr::Var { id, .. } if *id == vars[j])
-                && b.as_int().is_some_and(|k| k + c <= extents[j])
+                && b.as_int().is_some_and(|k| k + hi <= extents[j])
         }
         _ => false,
     });
-    bounded.then_some((j, c, buf))
+    bounded.then_some((j, by, buf))
 }
 
 /// The layout a parallel loop takes (`assign_loop_layouts`' rule).
