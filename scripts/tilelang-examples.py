@@ -34,7 +34,9 @@ Out of scope, listed with the reason and not run: test files (test_*.py, regress
 conftest.py), AMD-only examples (amd/rocm/hip/cdna/gfx/mfma in the path, tilelang.rocm or a
 hip target in the code), Blackwell-only ones (sm100/sm120/tcgen05/blackwell in the path,
 tcgen05/TMEM in the code), files that use TVM directly (`import tvm`, `from tilelang import
-tvm`, also through a local helper module) or tilelang.carver, files that do not use
+tvm`, also through a local helper module) or tilelang.carver, examples written to fail
+(their docstring says they hold "a bug that triggers an error" or keep "the ability to
+reproduce the error": AutoDD's input and its expected output), files that do not use
 tilelang at all (triton or torch references, model code), Triton versions that borrow only
 tilelang's benchmark helpers ("triton" in the file name) and helper modules with nothing to
 run (no `__main__` block and no top-level statement besides imports and definitions).
@@ -192,6 +194,12 @@ AMD_CODE = re.compile(
     r"\btilelang\.rocm\b|target\s*=\s*['\"](hip|rocm)\b|['\"]hip\s+-mcpu|\bT\.(mfma|amd_)\w*"
 )
 BLACKWELL_CODE = re.compile(r"tcgen0?5|\balloc_tmem\b|\bT\.tmem_\w*")
+# an example written to fail (AutoDD's input: "a bug that triggers an error"), by its docstring
+WRITTEN_TO_FAIL = re.compile(
+    r"\ba bug that triggers an error\b|\bability to reproduce the error\b"
+    r"|\b(?:intentionally|deliberately) (?:fails|raises|broken)\b",
+    re.I,
+)
 CARVER = re.compile(r"\btilelang\.carver\b|from\s+tilelang\s+import\s+[^\n]*\bcarver\b")
 
 
@@ -354,6 +362,9 @@ def direct_reason(info: FileInfo) -> str | None:
         return "uses TVM directly"
     if CARVER.search(text):
         return "uses tilelang.carver"
+    doc = ast.get_docstring(info.tree) if info.tree is not None else None
+    if doc and WRITTEN_TO_FAIL.search(doc):
+        return "written to fail (its docstring: " + WRITTEN_TO_FAIL.search(doc).group(0) + ")"
     if BLACKWELL_CODE.search(text):
         return "Blackwell-only (" + BLACKWELL_CODE.search(text).group(0) + ")"
     return None
