@@ -778,6 +778,10 @@ def classify(
 
 
 def tilers_commit() -> str | None:
+    # the commit the installed wheel was built from (scripts/build-wheel, scripts/gpu-check):
+    # the device's copy of the checkout can carry a stale HEAD
+    if os.environ.get("TILERS_COMMIT"):
+        return os.environ["TILERS_COMMIT"]
     for d in (Path(__file__).resolve().parent.parent, Path.cwd()):
         try:
             out = subprocess.run(
