@@ -1,0 +1,173 @@
+"""The weight GEMMs of decoding: y = x @ W^T (torch.nn.functional.linear), x [M, K] the
+batch's activations with M small (1 to 128, a T.dynamic size: one kernel serves every batch),
+W [N, K] a weight read once from memory. These are memory-bound: the work is to keep every SM
+streaming W. One factory, `linear`, takes the schedule as a config, so the autotuner picks one
+per bucket of M (`tuned_linear`, its records keyed by N, K and the dtype):
+
+- "tiles": one block per (N tile, M tile) over the whole K loop, the weight tile as the
+  tensor-core A operand (its rows are the long dimension) and the batch as B (y^T = W x^T);
+  enough blocks when N / block_N fills the GPU.
+- "splitk": the K loop split over `split_k` blocks per tile; each writes its float32 partial
+  sums to a T.alloc_global workspace [split_k, M, N], and a second kernel adds them and
+  converts (two launches, no atomics, deterministic).
+- "atomic": split-K whose partial sums are added into a float32 output with atomics (the
+  first kernel zeroes it: also two launches; the order of the additions varies).
+- "gemv": CUDA cores, threads own rows: each block's threads multiply a [block_N, block_K]
+  tile of W by x elementwise (16-byte loads along K) and T.reduce_sum adds along K (the
+  compiler picks the shuffles; `kernel.report()` names them); for M of 1 to a few.
+
+    python examples/decode_gemm.py           # GPU: every schedule against torch; else the interpreter
+"""
+
+import sys
+
+import numpy as np
+import tilers
+import tilers.language as T
+
+SCHEDULES = ("tiles", "splitk", "atomic", "gemv")
+
+
+@tilers.jit(out_idx=[2])
+def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_k=4, num_stages=3,
+           threads=128, dtype="float16"):
+    """y = x @ W^T for x [M, K] (M symbolic), W [N, K]: y [M, N] of `dtype` (float32 for the
+    "atomic" schedule). See the module docstring for the schedules."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    M = T.dynamic("M")
+    accum = "float32"
+    out_dtype = accum if schedule == "atomic" else dtype
+    split = split_k if schedule in ("splitk", "atomic") else 1
+    # the K range of one split, a whole number of K tiles
+    k_tiles = (K + block_K - 1) // block_K
+    tiles_per_split = (k_tiles + split - 1) // split
+
+    def tensor_core_tile(X, W, acc, bx, by, s):
+        """acc [block_N, block_M] = W tile @ x tile^T over split s's K tiles."""
+        W_s = T.alloc_shared((block_N, block_K), dtype)
+        X_s = T.alloc_shared((block_M, block_K), dtype)
+        T.clear(acc)
+        for k in T.Pipelined(tiles_per_split, num_stages=num_stages):
+            kk = s * tiles_per_split + k
+            T.copy(W[bx * block_N, kk * block_K], W_s)
+            T.copy(X[by * block_M, kk * block_K], X_s)
+            T.gemm(W_s, X_s, acc, transpose_B=True)
+
+    if schedule == "tiles":
+
+        @T.prim_func
+        def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+                acc = T.alloc_fragment((block_N, block_M), accum)
+                tensor_core_tile(X, W, acc, bx, by, 0)
+                for i, j in T.Parallel(block_N, block_M):
+                    Y[by * block_M + j, bx * block_N + i] = acc[i, j]
+
+        return kernel
+
+    if schedule == "splitk":
+
+        @T.prim_func
+        def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
+            partial = T.alloc_global((split, M, N), accum)
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, threads=threads) as (bx, by, s):
+                acc = T.alloc_fragment((block_N, block_M), accum)
+                tensor_core_tile(X, W, acc, bx, by, s)
+                for i, j in T.Parallel(block_N, block_M):
+                    partial[s, by * block_M + j, bx * block_N + i] = acc[i, j]
+            # the second launch: add the splits and convert, 8 outputs of a row per thread
+            with T.Kernel(T.ceildiv(N, 1024), M, threads=128) as (bx, m):
+                total = T.alloc_fragment((1024,), accum)
+                T.clear(total)
+                for t in T.serial(split):
+                    for n in T.Parallel(1024):
+                        total[n] += partial[t, m, bx * 1024 + n]
+                T.copy(total, Y[m, bx * 1024])
+
+        return kernel
+
+    if schedule == "atomic":
+
+        @T.prim_func
+        def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
+            with T.Kernel(T.ceildiv(N, 1024), M, threads=128) as (bx, m):
+                zero = T.alloc_fragment((1024,), accum)
+                T.clear(zero)
+                T.copy(zero, Y[m, bx * 1024])
+            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, threads=threads) as (bx, by, s):
+                acc = T.alloc_fragment((block_N, block_M), accum)
+                tensor_core_tile(X, W, acc, bx, by, s)
+                for i, j in T.Parallel(block_N, block_M):
+                    T.atomic_add(Y[by * block_M + j, bx * block_N + i], acc[i, j])
+
+        return kernel
+
+    @T.prim_func
+    def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
+        with T.Kernel(T.ceildiv(N, block_N), M, threads=threads) as (bx, m):
+            products = T.alloc_fragment((block_N, block_K), accum)
+            sums = T.alloc_fragment((block_N,), accum)
+            T.clear(products)
+            for k in T.serial(k_tiles):
+                for i, j in T.Parallel(block_N, block_K):
+                    products[i, j] += T.Cast(accum, W[bx * block_N + i, k * block_K + j]) * T.Cast(
+                        accum, X[m, k * block_K + j]
+                    )
+            T.reduce_sum(products, sums, dim=1)
+            T.copy(sums, Y[m, bx * block_N])
+
+    return kernel
+
+
+def configs(N, K, dtype="float16"):
+    """The schedules and tiles tried per bucket of M."""
+    out = [{"schedule": "gemv", "block_N": bn, "block_K": bk, "threads": t}
+           for bn, bk, t in ((8, 256, 128), (16, 128, 128), (4, 512, 128), (32, 128, 256))]
+    for schedule in ("tiles", "splitk", "atomic"):
+        for block_N in (64, 128):
+            for block_M in (16, 32, 64):
+                for split_k in ((1,) if schedule == "tiles" else (2, 4, 8)):
+                    out.append({"schedule": schedule, "block_N": block_N, "block_M": block_M, "block_K": 128,
+                                "split_k": split_k, "num_stages": 4, "threads": 128})
+    return out
+
+
+def reference(X, W):
+    return (X.float() @ W.float().T).to(X.dtype)
+
+
+def tuned_linear():
+    """`linear` under the autotuner: one record per (N, K, dtype) and bucket of M."""
+    return tilers.autotune(configs=configs, ref_prog=reference, rtol=2e-2, atol=2e-2, key=("N", "K", "dtype"),
+                           flops=lambda N, K, dtype="float16": 2 * N * K)(linear)
+
+
+def main():
+    rng = np.random.default_rng(0)
+    N, K = 1000, 520  # neither a multiple of the tiles
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    for M in (1, 7, 33):
+        x = rng.standard_normal((M, K)).astype(np.float16)
+        w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
+        want = x.astype(np.float32) @ w.astype(np.float32).T
+        for schedule in SCHEDULES:
+            block_N = 16 if schedule == "gemv" else 64
+            kernel = linear(N, K, schedule=schedule, block_N=block_N, block_M=16, block_K=128, split_k=3)
+            if gpu:
+                y = kernel(torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()).float().cpu().numpy()
+            else:
+                y = kernel(x, w).astype(np.float32)
+            err = float(np.abs(y - want).max())
+            print(f"M={M:3d} {schedule:7s}: max error {err:.4f} on {'the GPU' if gpu else 'the interpreter'}")
+            assert err < 2e-2, (M, schedule, err)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""examples/decode_gemm.py: the decoding GEMM's schedules (tensor-core tiles, split-K through a
+T.alloc_global workspace, split-K with float32 atomics, the CUDA-core GEMV) against numpy on
+the interpreter for batches of 1, 7 and 33 rows and sizes that are no multiple of the tiles,
+every pass on the CPU model, NVRTC for sm_80 and sm_90a, and the schedule checks."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import tilers
+from tilers import testing
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import decode_gemm  # noqa: E402
+
+N, K = 200, 300  # neither a multiple of any tile
+
+
+def inputs(M, dtype="float16", seed=0):
+    import ml_dtypes
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((M, K)).astype(np_dtype)
+    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np_dtype)
+    return x, w, x.astype(np.float64) @ w.astype(np.float64).T
+
+
+def small(schedule, dtype="float16"):
+    block_N = 16 if schedule == "gemv" else 64
+    return dict(schedule=schedule, block_N=block_N, block_M=16, block_K=64, split_k=3, num_stages=2,
+                dtype=dtype)
+
+
+@pytest.mark.parametrize("schedule", decode_gemm.SCHEDULES)
+@pytest.mark.parametrize("M", [1, 7, 33])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_against_numpy(schedule, M, dtype):
+    x, w, want = inputs(M, dtype)
+    y = decode_gemm.linear(N, K, **small(schedule, dtype))(x, w)
+    assert y.shape == (M, N)
+    tol = 2e-2 if dtype == "bfloat16" else 4e-3
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
+    if schedule == "atomic":
+        assert y.dtype == np.float32  # the atomics' float32 sums
+
+
+@pytest.mark.parametrize("schedule", decode_gemm.SCHEDULES)
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_every_pass_agrees(schedule, arch):
+    testing.check_passes(decode_gemm.linear.prim_func(N, K, **small(schedule)), arch=arch, check=True)
+
+
+@pytest.mark.parametrize("schedule", decode_gemm.SCHEDULES)
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_nvrtc_compiles_the_llm_shapes(schedule, arch):
+    cfg = dict(schedule=schedule, block_N=8 if schedule == "gemv" else 128, block_K=256 if schedule == "gemv" else 128,
+               block_M=16, split_k=4, num_stages=4)
+    kernel = tilers.compile(decode_gemm.linear.prim_func(4096, 14336, **cfg), out_idx=[2], target=f"cuda:{arch}")
+    assert len(kernel.cubin) > 0
+
+
+def test_one_kernel_serves_every_batch():
+    kernels = set()
+    for M in (1, 2, 5):
+        x, w, want = inputs(M)
+        kernel = decode_gemm.linear(N, K, **small("splitk"))
+        kernels.add(id(kernel))
+        np.testing.assert_allclose(kernel(x, w).astype(np.float64), want, rtol=4e-3, atol=4e-3)
+    assert len(kernels) == 1  # M is symbolic: the factory compiled once
+
+
+def test_the_report_names_the_gemv_shuffles():
+    cfg = dict(schedule="gemv", block_N=8, block_K=256, threads=128)
+    report = tilers.compile(decode_gemm.linear.prim_func(4096, 4096, **cfg), out_idx=[2], target="cuda:sm_90a").report()
+    assert "warp shuffles" in report
+
+
+def test_an_unknown_schedule_is_refused():
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        decode_gemm.linear.prim_func(N, K, schedule="magic")
+
+
+def test_the_configs_cover_every_schedule():
+    assert {c["schedule"] for c in decode_gemm.configs(4096, 4096)} == set(decode_gemm.SCHEDULES)
