@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tilers
 import tilers.language as T
+from tilers import testing
 
 
 def scale_by_eight():
@@ -35,3 +36,28 @@ def test_its_extent_must_be_an_int():
 
     with pytest.raises(tilers.TileError, match="vectorized"):
         tilers.compile(f, target="interp")
+
+
+@pytest.mark.parametrize("n,dtype", [(3, "float32"), (6, "float16"), (5, "float32"), (12, "float16")])
+def test_a_chunk_of_no_power_of_two_elements_is_read_in_power_of_two_vectors(n, dtype):
+    """A copy of n elements into a fragment every thread holds whole (FlashDecoding's
+    combine reads its splits' log-sum-exps so): vectors of 2, 4, 8 or 16 bytes that divide
+    the chunk, never 12 (an internal error before)."""
+
+    @T.prim_func
+    def f(L: T.Tensor((2, 5, n), dtype), O: T.Tensor((2, 5, n), dtype)):
+        with T.Kernel(5, 2, threads=128) as (h, b):
+            row = T.alloc_fragment((n,), dtype)
+            m = T.alloc_fragment((1,), dtype)
+            T.copy(L[b, h, :], row)
+            T.reduce_max(row, m, dim=0)
+            for s in T.Parallel(n):
+                O[b, h, s] = row[s] - m[0]
+
+    L = np.random.default_rng(0).standard_normal((2, 5, n)).astype(dtype)
+    O = np.zeros_like(L)
+    tilers.compile(f, target="interp")(L, O)
+    np.testing.assert_allclose(O, L - L.max(axis=2, keepdims=True), rtol=1e-3, atol=1e-3)
+    testing.check_passes(f, arch="sm_90a", check=True)
+    src = tilers.compile(f, target="cuda:sm_90a").get_kernel_source()
+    assert "uint3" not in src and "float3" not in src

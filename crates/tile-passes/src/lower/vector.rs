@@ -57,7 +57,11 @@ impl Lowerer {
             }
             let idx0: Vec<Expr> = idx.iter().map(|i| simplify(i.clone().substitute(lane, &zero))).collect();
             let strides = m.stride_multiples(buf);
-            let mut w = width.min(widest);
+            // a vector is 2, 4, 8 or 16 bytes: the widest power of two that divides the chunk
+            let mut w = 1;
+            while w * 2 <= width.min(widest) && width % (w * 2) == 0 {
+                w *= 2;
+            }
             while w > 1
                 && (w * b.dtype.bytes() as i64 > 16
                     || !known_multiple(&idx0[n - 1], w)
