@@ -1,0 +1,232 @@
+"""Attention of decoding: one new query per sequence against its KV cache, grouped-query heads
+(`heads` query heads share each of `heads_kv` key/value heads), the cache read once. The KV
+sequence of each (sequence, KV head) is split over `num_split` blocks so that a batch of one
+still fills the GPU: each block runs the online softmax over its share of the keys for the
+group's query heads (the rows of its tiles) and writes a partial output and its log-sum-exp;
+a second kernel combines the splits (weights exp(lse_s - max lse)).
+
+The cache is either contiguous, K/V [batch, max_seqlen, heads_kv, dim] with `cache_seqlens`
+[batch] int32 holding each sequence's length, or paged as inference engines store it:
+K/V [num_pages, page_size, heads_kv, dim] and `block_table` [batch, max_pages] int32 mapping
+each sequence's logical page to a physical one (`page_size` 16 or 64 tokens, any order).
+
+    python examples/flash_decoding.py          # GPU: against torch; else the interpreter
+"""
+
+import math
+import sys
+
+import numpy as np
+import tilers
+import tilers.language as T
+
+LOG2E = 1.4426950408889634
+
+
+@tilers.jit(out_idx=[-1])
+def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=16, block_N=64, threads=128,
+                 dtype="float16", page_size=0, num_pages=0, sm_scale=None):
+    """O [batch, heads, dim] = softmax(q K^T * sm_scale) V per sequence and query head, over
+    the first cache_seqlens[b] keys. page_size=0: a contiguous cache (K, V [batch, max_seqlen,
+    heads_kv, dim]); else a paged one (K, V [num_pages, page_size, heads_kv, dim], with
+    block_table [batch, max_seqlen // page_size]). The kernel's parameters: Q, K, V,
+    cache_seqlens, (block_table,) O."""
+    group = heads // heads_kv
+    if heads % heads_kv or group > block_H:
+        raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv}) with at most block_H "
+                         f"({block_H}) query heads per KV head")
+    paged = page_size > 0
+    if paged and max_seqlen % page_size:
+        raise ValueError(f"max_seqlen ({max_seqlen}) must be whole pages of {page_size} tokens")
+    accum = "float32"
+    sm_scale = 1.0 / math.sqrt(dim) if sm_scale is None else sm_scale
+    scale = sm_scale * LOG2E
+    # the keys of one split: whole tiles
+    split_len = ((max_seqlen + num_split - 1) // num_split + block_N - 1) // block_N * block_N
+    cache_rows = num_pages if paged else batch
+    cache_len = page_size if paged else max_seqlen
+    pages_per_seq = max_seqlen // page_size if paged else 1
+
+    @T.macro
+    def load_tile(cache, shared, b, hk, n0, table):
+        """Rows n0 .. n0 + block_N - 1 of sequence b's keys (or values) of KV head hk."""
+        if not paged:
+            T.copy(cache[b, n0:n0 + block_N, hk, :], shared)
+        elif page_size % block_N == 0:
+            # the tile lies in one page
+            page = table[b, n0 // page_size]
+            T.copy(cache[page, n0 % page_size:n0 % page_size + block_N, hk, :], shared)
+        else:
+            # the tile spans pages: each row from its own
+            for n, d in T.Parallel(block_N, dim):
+                row = n0 + n
+                page = table[b, T.min(row // page_size, pages_per_seq - 1)]
+                shared[n, d] = T.if_then_else(row < max_seqlen, cache[page, row % page_size, hk, d], 0)
+
+    @T.macro
+    def split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE):
+        with T.Kernel(heads_kv, batch, num_split, threads=threads) as (hk, b, s):
+            Q_shared = T.alloc_shared((block_H, dim), dtype)
+            K_shared = T.alloc_shared((block_N, dim), dtype)
+            V_shared = T.alloc_shared((block_N, dim), dtype)
+            acc_s = T.alloc_fragment((block_H, block_N), accum)
+            acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
+            acc_o = T.alloc_fragment((block_H, dim), accum)
+            scores_max = T.alloc_fragment((block_H,), accum)
+            scores_max_prev = T.alloc_fragment((block_H,), accum)
+            scores_scale = T.alloc_fragment((block_H,), accum)
+            scores_sum = T.alloc_fragment((block_H,), accum)
+            logsum = T.alloc_fragment((block_H,), accum)
+
+            length = cache_seqlens[b]
+            start = s * split_len
+            stop = T.min(start + split_len, length)
+            # the group's query heads are the tile's rows (the rest zero)
+            for i, d in T.Parallel(block_H, dim):
+                Q_shared[i, d] = T.if_then_else(i < group, Q[b, hk * group + T.min(i, group - 1), d], 0)
+            T.fill(acc_o, 0)
+            T.fill(logsum, 0)
+            T.fill(scores_max, -T.infinity(accum))
+            tiles = T.ceildiv(T.max(stop - start, 0), block_N)
+            for k in T.Pipelined(tiles, num_stages=2):
+                n0 = start + k * block_N
+                load_tile(K, K_shared, b, hk, n0, table)
+                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True)
+                for i, j in T.Parallel(block_H, block_N):
+                    acc_s[i, j] = T.if_then_else(n0 + j < stop, acc_s[i, j], -T.infinity(accum))
+                T.copy(scores_max, scores_max_prev)
+                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+                for i in T.Parallel(block_H):
+                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                for i, j in T.Parallel(block_H, block_N):
+                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+                T.reduce_sum(acc_s, scores_sum, dim=1)
+                for i in T.Parallel(block_H):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                T.copy(acc_s, acc_s_cast)
+                for i, j in T.Parallel(block_H, dim):
+                    acc_o[i, j] *= scores_scale[i]
+                load_tile(V, V_shared, b, hk, n0, table)
+                T.gemm(acc_s_cast, V_shared, acc_o)
+            # a split with no key of its sequence: weight 0 in the combine (lse -inf)
+            for i, d in T.Parallel(block_H, dim):
+                if i < group:
+                    O_partial[b, hk * group + i, s, d] = T.if_then_else(logsum[i] > 0, acc_o[i, d] / logsum[i], 0)
+            for i in T.Parallel(block_H):
+                if i < group:
+                    LSE[b, hk * group + i, s] = T.if_then_else(
+                        logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale, -T.infinity(accum))
+
+    @T.macro
+    def combine_kernel(O_partial, LSE, O):
+        with T.Kernel(heads, batch, threads=128) as (h, b):
+            lse = T.alloc_fragment((num_split,), accum)
+            lse_max = T.alloc_fragment((1,), accum)
+            weight = T.alloc_fragment((num_split,), accum)
+            weight_sum = T.alloc_fragment((1,), accum)
+            out = T.alloc_fragment((dim,), accum)
+            T.copy(LSE[b, h, :], lse)
+            T.reduce_max(lse, lse_max, dim=0)
+            for s in T.Parallel(num_split):
+                weight[s] = T.if_then_else(lse[s] == -T.infinity(accum), 0, T.exp2(lse[s] - lse_max[0]))
+            T.reduce_sum(weight, weight_sum, dim=0)
+            T.clear(out)
+            for s in T.serial(num_split):
+                for d in T.Parallel(dim):
+                    out[d] += O_partial[b, h, s, d] * weight[s]
+            for d in T.Parallel(dim):
+                O[b, h, d] = T.if_then_else(weight_sum[0] > 0, out[d] / weight_sum[0], 0)
+
+    if paged:
+
+        @T.prim_func
+        def kernel(Q: T.Tensor((batch, heads, dim), dtype),
+                   K: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
+                   V: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
+                   cache_seqlens: T.Tensor((batch,), "int32"),
+                   block_table: T.Tensor((batch, pages_per_seq), "int32"),
+                   O: T.Tensor((batch, heads, dim), dtype)):
+            O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
+            LSE = T.alloc_global((batch, heads, num_split), accum)
+            split_kernel(Q, K, V, cache_seqlens, block_table, O_partial, LSE)
+            combine_kernel(O_partial, LSE, O)
+
+        return kernel
+
+    @T.prim_func
+    def kernel(Q: T.Tensor((batch, heads, dim), dtype),
+               K: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
+               V: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
+               cache_seqlens: T.Tensor((batch,), "int32"),
+               O: T.Tensor((batch, heads, dim), dtype)):
+        O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
+        LSE = T.alloc_global((batch, heads, num_split), accum)
+        split_kernel(Q, K, V, cache_seqlens, None, O_partial, LSE)
+        combine_kernel(O_partial, LSE, O)
+
+    return kernel
+
+
+def reference(q, k, v, seqlens, sm_scale=None):
+    """numpy, float64: q [B, H, D], k/v [B, S, Hkv, D] (contiguous), lengths [B]."""
+    B, H, D = q.shape
+    Hkv = k.shape[2]
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
+    out = np.zeros((B, H, D))
+    for b in range(B):
+        n = int(seqlens[b])
+        for h in range(H):
+            kk = k[b, :n, h // (H // Hkv)].astype(np.float64)
+            vv = v[b, :n, h // (H // Hkv)].astype(np.float64)
+            if n == 0:
+                continue
+            s = kk @ q[b, h].astype(np.float64) * sm_scale
+            p = np.exp(s - s.max())
+            out[b, h] = p @ vv / p.sum()
+    return out
+
+
+def paged_cache(k, v, page_size, seed=0):
+    """The contiguous cache as pages in a random order, and the block table."""
+    B, S, Hkv, D = k.shape
+    pages = S // page_size
+    order = np.random.default_rng(seed).permutation(B * pages)
+    kp = np.zeros((B * pages, page_size, Hkv, D), k.dtype)
+    vp = np.zeros_like(kp)
+    table = order.reshape(B, pages).astype(np.int32)
+    for b in range(B):
+        for p in range(pages):
+            kp[table[b, p]] = k[b, p * page_size:(p + 1) * page_size]
+            vp[table[b, p]] = v[b, p * page_size:(p + 1) * page_size]
+    return kp, vp, table
+
+
+def main():
+    rng = np.random.default_rng(0)
+    B, H, Hkv, D, S = 3, 8, 2, 64, 256
+    q = rng.standard_normal((B, H, D)).astype(np.float16)
+    k = rng.standard_normal((B, S, Hkv, D)).astype(np.float16)
+    v = rng.standard_normal((B, S, Hkv, D)).astype(np.float16)
+    seqlens = np.array([1, 65, 256], np.int32)
+    want = reference(q, k, v, seqlens)
+    try:
+        import torch
+
+        gpu = torch.cuda.is_available()
+    except ImportError:
+        gpu = False
+    run = (lambda f, *a: f(*(torch.from_numpy(x).cuda() for x in a)).float().cpu().numpy()) if gpu else (
+        lambda f, *a: f(*a).astype(np.float64))
+    out = run(flash_decode(B, H, Hkv, D, S, num_split=3), q, k, v, seqlens)
+    print(f"contiguous: max error {np.abs(out - want).max():.4f}")
+    for page in (16, 64):
+        kp, vp, table = paged_cache(k, v, page)
+        f = flash_decode(B, H, Hkv, D, S, num_split=3, page_size=page, num_pages=kp.shape[0])
+        out = run(f, q, kp, vp, seqlens, table)
+        print(f"paged ({page} tokens): max error {np.abs(out - want).max():.4f}")
+        assert np.abs(out - want).max() < 1e-2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""examples/flash_decoding.py: grouped-query decoding attention over a KV cache split across
+blocks and combined by a second kernel, contiguous and paged (pages of 16 and 64 tokens in a
+random order): against numpy on the interpreter for lengths of 1, one tile, one tile + 1 and
+different lengths per sequence, splits that hold no key, fp16 and bf16; every pass on the CPU
+model; NVRTC at the issue's shapes; the argument checks."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import tilers
+from tilers import testing
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import flash_decoding as fd  # noqa: E402
+
+
+def case(B, H, Hkv, D, S, lengths, dtype="float16", seed=0):
+    import ml_dtypes
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((B, H, D)).astype(np_dtype)
+    k = rng.standard_normal((B, S, Hkv, D)).astype(np_dtype)
+    v = rng.standard_normal((B, S, Hkv, D)).astype(np_dtype)
+    seqlens = np.array(lengths, np.int32)
+    return q, k, v, seqlens, fd.reference(q, k, v, seqlens)
+
+
+@pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8)])
+@pytest.mark.parametrize("heads,heads_kv", [(8, 2), (4, 4), (16, 1)])
+def test_contiguous_against_numpy(lengths, num_split, heads, heads_kv):
+    q, k, v, seqlens, want = case(4, heads, heads_kv, 64, 256, lengths)
+    out = fd.flash_decode(4, heads, heads_kv, 64, 256, num_split=num_split)(q, k, v, seqlens)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_paged_against_numpy(page_size, dtype):
+    q, k, v, seqlens, want = case(3, 8, 2, 64, 256, [1, 65, 256], dtype)
+    kp, vp, table = fd.paged_cache(k, v, page_size)
+    kernel = fd.flash_decode(3, 8, 2, 64, 256, num_split=3, page_size=page_size, num_pages=kp.shape[0], dtype=dtype)
+    out = kernel(q, kp, vp, seqlens, table)
+    tol = 2e-2 if dtype == "bfloat16" else 2e-3
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+def test_head_dim_128_and_a_larger_group():
+    q, k, v, seqlens, want = case(2, 32, 8, 128, 128, [128, 70])
+    out = fd.flash_decode(2, 32, 8, 128, 128, num_split=2)(q, k, v, seqlens)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("page_size", [0, 16, 64])
+def test_every_pass_agrees(arch, page_size):
+    pages = 2 * 128 // page_size if page_size else 0
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, 128, num_split=2, page_size=page_size, num_pages=pages)
+    testing.check_passes(f, arch=arch, check=True)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("page_size", [0, 16, 64])
+def test_nvrtc_at_the_issues_shapes(arch, page_size):
+    S = 32768
+    pages = S // page_size if page_size else 0
+    f = fd.flash_decode.prim_func(1, 32, 8, 128, S, num_split=16, page_size=page_size, num_pages=pages)
+    assert len(tilers.compile(f, out_idx=[-1], target=f"cuda:{arch}").cubin) > 0
+
+
+def test_bad_configurations_are_refused():
+    with pytest.raises(ValueError, match="must be a multiple of heads_kv"):
+        fd.flash_decode.prim_func(1, 6, 4, 64, 128)
+    with pytest.raises(ValueError, match="at most block_H"):
+        fd.flash_decode.prim_func(1, 64, 2, 64, 128, block_H=16)
+    with pytest.raises(ValueError, match="whole pages"):
+        fd.flash_decode.prim_func(1, 8, 2, 64, 100, page_size=16, num_pages=7)
