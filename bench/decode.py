@@ -1,0 +1,333 @@
+"""Decode-time kernels (issue 18), tilers beside its references in one run:
+
+- the skinny GEMM y = x @ W^T (examples/decode_gemm.py) for M in DECODE_MS, (N, K) in
+  DECODE_NK, fp16 and bf16, beside cuBLAS (torch.nn.functional.linear) and a Triton GEMM;
+- GQA decoding attention (examples/flash_decoding.py), 32 query heads over 8 KV heads, head
+  dim 128, one query per sequence, contiguous and paged (pages of 64 tokens in a random
+  order), beside SDPA's flash and cuDNN back ends (query length 1, `enable_gqa=True`, BHSD
+  views of the BSHD cache: no copy in the timed region; a back end that refuses a shape is
+  reported as unsupported, never fed a repeated KV).
+
+Every timed call reads buffers the L2 cannot hold: each operand set is one of several copies
+taken in turn, together over DECODE_L2X times the L2. Per row: the configs are tried first
+(each timed alone, checked against the reference), then the fastest is re-timed interleaved
+with the references over DECODE_ROUNDS rounds; the table gives microseconds, the bytes that
+must be read, the fraction of the copy bandwidth measured in the same run (a device-to-device
+copy, bytes read plus written over time), the floor of the launches a result needs (one or
+two kernels), and the median ratio to each reference with its spread.
+
+    python bench/decode.py                        # all rows; DECODE_PART=gemm|attention for one half
+    DECODE_MS=1,16 DECODE_NK=4096x4096 python bench/decode.py
+"""
+
+import math
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+import decode_gemm  # noqa: E402
+import flash_decoding  # noqa: E402
+import tilers  # noqa: E402
+import tilers.language as T  # noqa: E402
+from common import time_ms, write_results  # noqa: E402
+
+ROUNDS = int(os.environ.get("DECODE_ROUNDS", "3"))
+L2X = float(os.environ.get("DECODE_L2X", "3"))
+PART = os.environ.get("DECODE_PART", "all")
+MS = [int(m) for m in os.environ.get("DECODE_MS", "1,2,4,8,16,32,64,128").split(",")]
+NK = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("DECODE_NK", "4096x4096,14336x4096,4096x14336").split(",")]
+DTYPES = os.environ.get("DECODE_DTYPES", "float16,bfloat16").split(",")
+ATTN_BATCHES = [int(b) for b in os.environ.get("DECODE_BATCHES", "1,8,64").split(",")]
+ATTN_LENGTHS = [int(n) for n in os.environ.get("DECODE_KV", "1024,8192,32768,131072").split(",")]
+HEADS, HEADS_KV, DIM, PAGE = 32, 8, 128, 64
+
+
+def rotating(make, nbytes):
+    """Copies of an operand set, together over L2X times the L2, and a function that returns
+    the next one on each call."""
+    import torch
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    copies = max(2, math.ceil(L2X * l2 / max(nbytes, 1)) + 1)
+    sets = [make() for _ in range(copies)]
+    state = {"i": 0}
+
+    def next_set():
+        state["i"] = (state["i"] + 1) % len(sets)
+        return sets[state["i"]]
+
+    return sets, next_set
+
+
+def copy_bandwidth():
+    """Bytes read plus written per second by a 2 GiB device-to-device copy."""
+    import torch
+
+    a = torch.empty(1 << 30, dtype=torch.float16, device="cuda")
+    b = torch.empty_like(a)
+    ms = min(time_ms(lambda: b.copy_(a), 10) for _ in range(3))
+    return 2 * a.numel() * 2 / (ms * 1e-3)
+
+
+def launch_floor(n):
+    """Microseconds of n back-to-back launches of an empty tilers kernel (one block)."""
+
+    @T.prim_func
+    def empty(A: T.Tensor((1,), "float32")):
+        with T.Kernel(1, threads=32):
+            A[0] = A[0]
+
+    import torch
+
+    kernel = tilers.compile(empty)
+    a = torch.zeros(1, device="cuda")
+
+    def run():
+        for _ in range(n):
+            kernel(a)
+
+    return min(time_ms(run, 200) for _ in range(3)) * 1e3
+
+
+def rounds_of(fns):
+    """Per round, each fn timed once (A, B, C, A, B, C, ...): {name: [us per round]}."""
+    import torch
+
+    for fn in fns.values():
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    out = {name: [] for name in fns}
+    for _ in range(ROUNDS):
+        for name, fn in fns.items():
+            out[name].append(time_ms(fn, 20) * 1e3)
+    return out
+
+
+def summarize(row, times, ours, refs, nbytes, bandwidth):
+    """Median µs, fraction of copy bandwidth, and the median ratio (reference / tilers) and
+    its spread to each reference."""
+    t = statistics.median(times[ours])
+    row.update({"us": t, "bytes": nbytes, "of_copy_bw": nbytes / (t * 1e-6) / bandwidth})
+    for ref in refs:
+        if ref not in times:
+            row[f"vs_{ref}"] = "unsupported"
+            continue
+        ratios = [r / o for r, o in zip(times[ref], times[ours])]
+        row[f"{ref}_us"] = statistics.median(times[ref])
+        row[f"vs_{ref}"] = statistics.median(ratios)
+        row[f"vs_{ref}_spread"] = [min(ratios), max(ratios)]
+    return row
+
+
+# ---------------------------------------------------------------------------------------
+# the skinny GEMM
+
+
+def triton_linear():
+    """A Triton GEMM for y = x @ W^T (its own autotuned tiles), the reference beside cuBLAS."""
+    import triton
+    import triton.language as tl
+
+    @triton.autotune(
+        configs=[triton.Config({"BM": 16, "BN": bn, "BK": bk}, num_stages=s, num_warps=w)
+                 for bn in (64, 128) for bk in (64, 128) for s in (3, 4) for w in (4,)],
+        key=["M", "N", "K"],
+    )
+    @triton.jit
+    def kernel(x, w, y, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pid_n, pid_m = tl.program_id(0), tl.program_id(1)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rn = pid_n * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BK)):
+            kk = k * BK + rk
+            a = tl.load(x + rm[:, None] * K + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < K), other=0.0)
+            b = tl.load(w + rn[None, :] * K + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < K), other=0.0)
+            acc += tl.dot(a, b)
+        tl.store(y + rm[:, None] * N + rn[None, :], acc.to(y.dtype.element_ty),
+                 mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    def run(x, w):
+        import torch
+
+        M, K = x.shape
+        N = w.shape[0]
+        y = torch.empty(M, N, device=x.device, dtype=x.dtype)
+        kernel[lambda meta: (triton.cdiv(N, meta["BN"]), triton.cdiv(M, meta["BM"]))](x, w, y, M, N, K)
+        return y
+
+    return run
+
+
+def gemm_rows(bandwidth, floors):
+    import torch
+    import torch.nn.functional as F
+
+    triton_run = triton_linear()
+    rows = []
+    for dtype in DTYPES:
+        tdt = getattr(torch, dtype)
+        for N, K in NK:
+            for M in MS:
+                nbytes = (N * K + M * K + M * N) * 2
+
+                def make():
+                    return (torch.randn(M, K, device="cuda").to(tdt),
+                            (torch.randn(N, K, device="cuda") / K**0.5).to(tdt))
+
+                sets, next_set = rotating(make, nbytes)
+                want = F.linear(*sets[0]).float()
+                # the tuning: every config timed alone over the rotating copies, checked
+                best = None
+                for cfg in decode_gemm.configs(N, K, dtype):
+                    try:
+                        kernel = decode_gemm.linear(N, K, dtype=dtype, **cfg)
+                        got = kernel(*sets[0]).float()
+                    except Exception as err:  # a config the compiler refuses (shared memory, ...)
+                        print(f"  skip {cfg}: {str(err).splitlines()[0][:100]}")
+                        continue
+                    if not torch.allclose(got, want, rtol=3e-2, atol=3e-2):
+                        print(f"  WRONG {cfg}")
+                        continue
+                    us = time_ms(lambda: kernel(*next_set()), 20) * 1e3
+                    if best is None or us < best[0]:
+                        best = (us, cfg, kernel)
+                if best is None:
+                    rows.append({"kind": "gemm", "dtype": dtype, "M": M, "N": N, "K": K, "error": "no config ran"})
+                    continue
+                _, cfg, kernel = best
+                fns = {"tilers": lambda: kernel(*next_set()), "cublas": lambda: F.linear(*next_set())}
+                try:
+                    triton_run(*sets[0])
+                    fns["triton"] = lambda: triton_run(*next_set())
+                except Exception as err:
+                    print(f"  triton refused M={M} N={N} K={K}: {str(err).splitlines()[0][:100]}")
+                times = rounds_of(fns)
+                launches = 1 if cfg["schedule"] in ("tiles", "gemv") else 2
+                row = {"kind": "gemm", "dtype": dtype, "M": M, "N": N, "K": K, "config": cfg,
+                       "launch_floor_us": floors[launches]}
+                rows.append(summarize(row, times, "tilers", ["cublas", "triton"], nbytes, bandwidth))
+                print(rows[-1])
+                del sets
+                torch.cuda.empty_cache()
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# decoding attention
+
+
+def attention_rows(bandwidth, floors):
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    rows = []
+    for B in ATTN_BATCHES:
+        for S in ATTN_LENGTHS:
+            kv_bytes = 2 * B * S * HEADS_KV * DIM * 2
+            if kv_bytes > 40 * 2**30:
+                print(f"  skip B={B} S={S}: {kv_bytes / 2**30:.0f} GiB of KV")
+                continue
+            nbytes = kv_bytes + 2 * B * HEADS * DIM * 2
+
+            def make():
+                q = torch.randn(B, HEADS, DIM, device="cuda", dtype=torch.float16)
+                k = torch.randn(B, S, HEADS_KV, DIM, device="cuda", dtype=torch.float16)
+                v = torch.randn(B, S, HEADS_KV, DIM, device="cuda", dtype=torch.float16)
+                return q, k, v
+
+            sets, next_set = rotating(make, kv_bytes)
+            seqlens = torch.full((B,), S, device="cuda", dtype=torch.int32)
+
+            def sdpa_call(backend, q, k, v):
+                with sdpa_kernel(backend):
+                    return sdpa(q.unsqueeze(2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True)
+
+            q0, k0, v0 = sets[0]
+            want = sdpa_call(SDPBackend.MATH, q0, k0, v0).squeeze(2).float()
+            for paged in (False, True):
+                if paged:
+                    pages = S // PAGE
+                    tables = [torch.randperm(B * pages, device="cuda").view(B, pages).to(torch.int32)
+                              for _ in range(len(sets))]
+                    paged_sets = []
+                    for (q, k, v), table in zip(sets, tables):
+                        kp = torch.empty(B * pages, PAGE, HEADS_KV, DIM, device="cuda", dtype=k.dtype)
+                        vp = torch.empty_like(kp)
+                        kp[table.flatten().long()] = k.reshape(B * pages, PAGE, HEADS_KV, DIM)
+                        vp[table.flatten().long()] = v.reshape(B * pages, PAGE, HEADS_KV, DIM)
+                        paged_sets.append((q, kp, vp, seqlens, table))
+                    args_of = paged_sets
+                else:
+                    args_of = [(q, k, v, seqlens) for q, k, v in sets]
+                state = {"i": 0}
+
+                def next_args():
+                    state["i"] = (state["i"] + 1) % len(args_of)
+                    return args_of[state["i"]]
+
+                best = None
+                for num_split in (1, 2, 4, 8, 16, 32, 64):
+                    if num_split * 64 > S:
+                        continue
+                    for block_N in (64, 128):
+                        for block_H in (16, 64):
+                            try:
+                                kernel = flash_decoding.flash_decode(
+                                    B, HEADS, HEADS_KV, DIM, S, num_split=num_split, block_N=block_N, block_H=block_H,
+                                    page_size=PAGE if paged else 0, num_pages=B * S // PAGE if paged else 0)
+                                got = kernel(*args_of[0]).float()
+                            except Exception as err:
+                                print(f"  skip split {num_split} block_N {block_N}: {str(err).splitlines()[0][:90]}")
+                                continue
+                            if not torch.allclose(got, want, rtol=1e-2, atol=1e-2):
+                                print(f"  WRONG split {num_split} block_N {block_N} block_H {block_H}")
+                                continue
+                            us = time_ms(lambda: kernel(*next_args()), 20) * 1e3
+                            if best is None or us < best[0]:
+                                best = (us, {"num_split": num_split, "block_N": block_N, "block_H": block_H}, kernel)
+                if best is None:
+                    rows.append({"kind": "attention", "B": B, "S": S, "paged": paged, "error": "no config ran"})
+                    continue
+                _, cfg, kernel = best
+                fns = {"tilers": lambda: kernel(*next_args())}
+                for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION),
+                                      ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        got = sdpa_call(backend, q0, k0, v0).squeeze(2).float()
+                        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+                    except Exception as err:
+                        print(f"  {name} unsupported at B={B} S={S}: {str(err).splitlines()[0][:100]}")
+                        continue
+                    fns[name] = (lambda be: lambda: sdpa_call(be, *next_set()))(backend)
+                times = rounds_of(fns)
+                row = {"kind": "attention", "B": B, "S": S, "paged": paged, "config": cfg,
+                       "launch_floor_us": floors[2]}
+                rows.append(summarize(row, times, "tilers", ["sdpa_flash", "sdpa_cudnn"], nbytes, bandwidth))
+                print(rows[-1])
+            del sets
+            torch.cuda.empty_cache()
+    return rows
+
+
+def main():
+    bandwidth = copy_bandwidth()
+    floors = {1: launch_floor(1), 2: launch_floor(2)}
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s; launch floors {floors} us")
+    rows = []
+    if PART in ("all", "gemm"):
+        rows += gemm_rows(bandwidth, floors)
+    if PART in ("all", "attention"):
+        rows += attention_rows(bandwidth, floors)
+    write_results("decode", rows, {"copy_bandwidth_bytes_per_s": bandwidth, "launch_floor_us": floors,
+                                   "rounds": ROUNDS, "l2x": L2X})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
