@@ -345,9 +345,20 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
                 }
                 out.push(Stmt::For { var, start, extent, kind, body: new_body, loc });
             }
+            // a pipeline's prologue: its copies into the stages are ordered after later
+            // accesses by the pipeline's own waits and barriers, but not after what other
+            // threads still do with those tiles — the last iterations of the same pipeline
+            // when it runs again inside an outer loop (stream-K's tile loop)
             Stmt::If { cond, then, otherwise, loc }
                 if then.iter().all(|s| matches!(s, Stmt::Async { .. })) && otherwise.is_empty() =>
             {
+                let a =
+                    accesses(m, &Stmt::If { cond: cond.clone(), then: then.clone(), otherwise: vec![], loc });
+                let seen = pending.seen_by(scope);
+                if hazard(&seen, &a) {
+                    push_sync(&mut out, cx.fence(&seen));
+                    pending.synced(scope);
+                }
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             Stmt::If { cond, then, otherwise, loc } if scope.is_none() && m.thread_range(&cond).is_some() => {
@@ -414,7 +425,15 @@ fn place(cx: &Cx, body: Vec<Stmt>, pending: &mut Pending, scope: Option<(u32, u3
             }
             // ordered by the pipeline's own waits and barriers
             Stmt::Inst(i) if i.effects().only_orders() => out.push(Stmt::Inst(i)),
-            s @ Stmt::Async { .. } => out.push(s),
+            Stmt::Async { body } => {
+                let a = accesses_in(m, &body);
+                let seen = pending.seen_by(scope);
+                if hazard(&seen, &a) {
+                    push_sync(&mut out, cx.fence(&seen));
+                    pending.synced(scope);
+                }
+                out.push(Stmt::Async { body });
+            }
             // the kernel's own barriers order what they guard; what a wait acquires of
             // another region's writes, a wgmma sees after a proxy fence
             s @ Stmt::Barrier(BarrierOp { kind: BarrierKind::Wait { .. }, .. })
