@@ -12,6 +12,10 @@ per bucket of M (`tuned_linear`, its records keyed by N, K and the dtype):
   converts (two launches, no atomics, deterministic).
 - "atomic": split-K whose partial sums are added into a float32 output with atomics (the
   first kernel zeroes it: also two launches; the order of the additions varies).
+- "streamk": a persistent grid of `blocks` blocks shares the tiles' K iterations evenly (one
+  block's range may start inside one tile and end inside another), each adding its partial
+  tiles into a float32 output with atomics (zeroed by a first kernel): no wave left
+  half-empty whatever M and N.
 - "gemv": CUDA cores, threads own rows: each block's threads multiply a [block_N, block_K]
   tile of W by x elementwise (16-byte loads along K) and T.reduce_sum adds along K (the
   compiler picks the shuffles; `kernel.report()` names them); for M of 1 to a few.
@@ -25,19 +29,19 @@ import numpy as np
 import tilers
 import tilers.language as T
 
-SCHEDULES = ("tiles", "splitk", "atomic", "gemv")
+SCHEDULES = ("tiles", "splitk", "atomic", "streamk", "gemv")
 
 
 @tilers.jit(out_idx=[2])
 def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_k=4, num_stages=3,
-           threads=128, dtype="float16"):
+           threads=128, blocks=132, dtype="float16"):
     """y = x @ W^T for x [M, K] (M symbolic), W [N, K]: y [M, N] of `dtype` (float32 for the
-    "atomic" schedule). See the module docstring for the schedules."""
+    "atomic" and "streamk" schedules). See the module docstring for the schedules."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     M = T.dynamic("M")
     accum = "float32"
-    out_dtype = accum if schedule == "atomic" else dtype
+    out_dtype = accum if schedule in ("atomic", "streamk") else dtype
     split = split_k if schedule in ("splitk", "atomic") else 1
     # the K range of one split, a whole number of K tiles
     k_tiles = (K + block_K - 1) // block_K
@@ -53,6 +57,13 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
             T.copy(W[bx * block_N, kk * block_K], W_s)
             T.copy(X[by * block_M, kk * block_K], X_s)
             T.gemm(W_s, X_s, acc, transpose_B=True)
+
+    @T.macro
+    def zero(Y):
+        with T.Kernel(T.ceildiv(N, 1024), M, threads=128) as (bx, m):
+            nothing = T.alloc_fragment((1024,), accum)
+            T.clear(nothing)
+            T.copy(nothing, Y[m, bx * 1024])
 
     if schedule == "tiles":
 
@@ -91,15 +102,43 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
 
         @T.prim_func
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
-            with T.Kernel(T.ceildiv(N, 1024), M, threads=128) as (bx, m):
-                zero = T.alloc_fragment((1024,), accum)
-                T.clear(zero)
-                T.copy(zero, Y[m, bx * 1024])
+            zero(Y)
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, threads=threads) as (bx, by, s):
                 acc = T.alloc_fragment((block_N, block_M), accum)
                 tensor_core_tile(X, W, acc, bx, by, s)
                 for i, j in T.Parallel(block_N, block_M):
                     T.atomic_add(Y[by * block_M + j, bx * block_N + i], acc[i, j])
+
+        return kernel
+
+    if schedule == "streamk":
+        tiles_n = (N + block_N - 1) // block_N
+
+        @T.prim_func
+        def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
+            zero(Y)
+            with T.Kernel(blocks, threads=threads) as pid:
+                W_s = T.alloc_shared((block_N, block_K), dtype)
+                X_s = T.alloc_shared((block_M, block_K), dtype)
+                acc = T.alloc_fragment((block_N, block_M), accum)
+                total = tiles_n * T.ceildiv(M, block_M) * k_tiles  # K iterations of every tile
+                share = T.ceildiv(total, blocks)
+                it = T.alloc_var("int32", init=pid * share)
+                end = T.min(pid * share + share, total)
+                while it < end:
+                    tile = it // k_tiles
+                    k0 = it % k_tiles
+                    k1 = T.min(k_tiles, k0 + end - it)
+                    bx = tile % tiles_n
+                    by = tile // tiles_n
+                    T.clear(acc)
+                    for k in T.Pipelined(k0, k1, num_stages=num_stages):
+                        T.copy(W[bx * block_N, k * block_K], W_s)
+                        T.copy(X[by * block_M, k * block_K], X_s)
+                        T.gemm(W_s, X_s, acc, transpose_B=True)
+                    for i, j in T.Parallel(block_N, block_M):
+                        T.atomic_add(Y[by * block_M + j, bx * block_N + i], acc[i, j])
+                    it = it + (k1 - k0)
 
         return kernel
 
@@ -124,10 +163,10 @@ def configs(N, K, dtype="float16"):
     """The schedules and tiles tried per bucket of M."""
     out = [{"schedule": "gemv", "block_N": bn, "block_K": bk, "threads": t}
            for bn, bk, t in ((8, 256, 128), (16, 128, 128), (4, 512, 128), (32, 128, 256))]
-    for schedule in ("tiles", "splitk", "atomic"):
+    for schedule in ("tiles", "splitk", "atomic", "streamk"):
         for block_N in (64, 128):
             for block_M in (16, 32, 64):
-                for split_k in ((1,) if schedule == "tiles" else (2, 4, 8)):
+                for split_k in ((2, 4, 8) if schedule in ("splitk", "atomic") else (1,)):
                     out.append({"schedule": schedule, "block_N": block_N, "block_M": block_M, "block_K": 128,
                                 "split_k": split_k, "num_stages": 4, "threads": 128})
     return out
@@ -158,7 +197,7 @@ def main():
         want = x.astype(np.float32) @ w.astype(np.float32).T
         for schedule in SCHEDULES:
             block_N = 16 if schedule == "gemv" else 64
-            kernel = linear(N, K, schedule=schedule, block_N=block_N, block_M=16, block_K=128, split_k=3)
+            kernel = linear(N, K, schedule=schedule, block_N=block_N, block_M=16, block_K=128, split_k=3, blocks=7)
             if gpu:
                 y = kernel(torch.from_numpy(x).cuda(), torch.from_numpy(w).cuda()).float().cpu().numpy()
             else:

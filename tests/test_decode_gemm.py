@@ -1,5 +1,5 @@
 """examples/decode_gemm.py: the decoding GEMM's schedules (tensor-core tiles, split-K through a
-T.alloc_global workspace, split-K with float32 atomics, the CUDA-core GEMV) against numpy on
+T.alloc_global workspace, split-K with float32 atomics, stream-K, the CUDA-core GEMV) against numpy on
 the interpreter for batches of 1, 7 and 33 rows and sizes that are no multiple of the tiles,
 every pass on the CPU model, NVRTC for sm_80 and sm_90a, and the schedule checks."""
 
@@ -29,7 +29,7 @@ def inputs(M, dtype="float16", seed=0):
 
 def small(schedule, dtype="float16"):
     block_N = 16 if schedule == "gemv" else 64
-    return dict(schedule=schedule, block_N=block_N, block_M=16, block_K=64, split_k=3, num_stages=2,
+    return dict(schedule=schedule, block_N=block_N, block_M=16, block_K=64, split_k=3, num_stages=2, blocks=5,
                 dtype=dtype)
 
 
@@ -42,7 +42,7 @@ def test_against_numpy(schedule, M, dtype):
     assert y.shape == (M, N)
     tol = 2e-2 if dtype == "bfloat16" else 4e-3
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=tol, atol=tol)
-    if schedule == "atomic":
+    if schedule in ("atomic", "streamk"):
         assert y.dtype == np.float32  # the atomics' float32 sums
 
 

@@ -18,7 +18,7 @@ torch = pytest.importorskip("torch")
 def config(schedule, block_M=16):
     if schedule == "gemv":
         return dict(schedule="gemv", block_N=8, block_K=256, threads=128)
-    return dict(schedule=schedule, block_N=128, block_M=block_M, block_K=128, split_k=4, num_stages=4)
+    return dict(schedule=schedule, block_N=128, block_M=block_M, block_K=128, split_k=4, num_stages=4, blocks=132)
 
 
 @pytest.mark.parametrize("schedule", decode_gemm.SCHEDULES)
