@@ -155,7 +155,7 @@ def test_tilers_cc_and_python_give_the_same_cuda_and_cubin(tmp_path):
 def test_tilers_cc_reports_kernel_errors_with_exit_code_1(tmp_path):
     kernel = tilers.compile(kernels.add(64, 64), target="cuda:sm_90a")
     program = json.loads(kernel.program_json)
-    program["kernel"]["threads"] = 100
+    program["kernel"]["threads"] = 2000
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(program))
     out = subprocess.run(
