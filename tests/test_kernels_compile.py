@@ -162,7 +162,7 @@ def test_tilers_cc_reports_kernel_errors_with_exit_code_1(tmp_path):
         [tilers_cc_binary(), str(path), "-o", str(tmp_path)], capture_output=True, text=True
     )
     assert out.returncode == 1
-    assert "threads=100" in out.stderr and "kernels.py:" in out.stderr
+    assert "threads=2000" in out.stderr and "kernels.py:" in out.stderr
 
 
 def test_shifted_fragment_index_reads_its_shared_copy_not_a_wrong_element():
