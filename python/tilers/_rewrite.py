@@ -217,6 +217,13 @@ class ControlFlow(ast.NodeTransformer):
 
     def visit_Assign(self, node):
         self.generic_visit(node)
+        if (self.depth and len(node.targets) == 1 and isinstance(node.targets[0], (ast.Tuple, ast.List))
+                and isinstance(node.value, (ast.Tuple, ast.List))
+                and len(node.value.elts) == len(node.targets[0].elts)):
+            # `a[0], a[1] = a[1], a[0]`: the values are read before any target is written
+            self.changed = True
+            node.value = ast.copy_location(ast.Call(self.h("bind_all", node), [node.value], []), node)
+            return node
         if not self.depth or len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
             return node
         self.changed = True
@@ -229,7 +236,9 @@ class ControlFlow(ast.NodeTransformer):
             ),
             node,
         )
-        node.value = ast.copy_location(ast.Call(self.h("assign", node), [current, node.value], []), node)
+        node.value = ast.copy_location(
+            ast.Call(self.h("assign", node), [current, node.value, ast.Constant(name)], []), node
+        )
         return node
 
 
@@ -416,12 +425,32 @@ class Flow:
         return then() if cond else otherwise()
 
     @staticmethod
-    def assign(current, value):
-        from . import language
+    def bind_all(values):
+        """The right side of a tuple assignment: each traced value read from buffers keeps
+        its value should an earlier target of the same assignment write those buffers."""
+        from . import _trace, language
+
+        builder = getattr(_trace._state, "builder", None)
+        if builder is not None and builder.blocks:
+            loc = _trace.capture()
+            for k, v in enumerate(values):
+                if isinstance(v, _trace.Expr) and not isinstance(v, language.Var):
+                    builder.bind(f"value{k}", v, loc)
+        return values
+
+    @staticmethod
+    def assign(current, value, name=None):
+        from . import _trace, language
 
         if isinstance(current, language.Var):
             current.set(value)
             return current
+        # a name bound to a traced value read from buffers keeps that value, as TileLang's
+        # Let does, should the buffers be written before it is used (Builder.bind)
+        if name is not None and isinstance(value, _trace.Expr) and not isinstance(value, language.Var):
+            builder = getattr(_trace._state, "builder", None)
+            if builder is not None and builder.blocks:
+                builder.bind(name, value, _trace.capture())
         return value
 
     @staticmethod

@@ -908,6 +908,59 @@ def _root_indices(view: Buffer, indices: tuple) -> tuple:
     return tuple(reversed(out))
 
 
+Bound = namedtuple("Bound", ["value", "name", "reads", "body", "loc"])
+
+
+def _loads_of(node, out: set):
+    """The buffer ids an expression node reads."""
+    if isinstance(node, dict):
+        if node.get("op") == "load":
+            out.add(node["buf"])
+        for v in node.values():
+            _loads_of(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            _loads_of(v, out)
+
+
+def written_buffers(stmt: dict) -> set:
+    """The buffers a statement (with what it holds) writes."""
+    out = set()
+
+    def walk(st):
+        if not isinstance(st, dict):
+            return
+        op = st.get("op")
+        if op in ("store", "atomic_add", "atomic_max", "atomic_min") and "buf" in st:
+            out.add(st["buf"])
+            if st.get("prev") is not None:
+                out.add(st["prev"])
+        elif op in ("copy", "fill", "tma_copy", "cumsum") and isinstance(st.get("dst"), dict):
+            out.add(st["dst"].get("buf"))
+        elif op == "cumsum" and isinstance(st.get("dst"), int):
+            out.add(st["dst"])
+        elif op == "reduce":
+            out.add(st.get("dst"))
+        elif op == "gemm":
+            c = st.get("c")
+            out.add(c["buf"] if isinstance(c, dict) else c)
+        elif op == "cp_async":
+            out.add(st.get("dst"))
+        elif op == "call_extern":
+            for a in st.get("args", []):
+                if a.get("kind") == "ptr" and "w" in a.get("mode", ""):
+                    out.add(a["buf"])
+            if st.get("result"):
+                out.add(st["result"]["buf"])
+        for key in ("body", "then", "else"):
+            for inner in st.get(key) or []:
+                walk(inner)
+
+    walk(stmt)
+    out.discard(None)
+    return out
+
+
 def element_indices(buffer: Buffer, indices: tuple, loc: Loc) -> list:
     """The index nodes of a one-element access; there must be one per dimension."""
     rank = len(buffer.shape)
@@ -1089,6 +1142,7 @@ class Builder:
         self.sizes: dict[str, tuple[Size, Expr]] = {}  # T.dynamic sizes by name
         self.kernel_threads = 0  # T.Kernel's threads, once opened
         self.extern_sources: list[str] = []
+        self.bound: list = []  # names bound to values read from buffers (Builder.bind)
         self.thread_dims: tuple = (0,)
         self.block_vars: list = []
         self.inline_ptx: dict = {}  # (template, operand dtypes, memory) -> function name
@@ -1107,6 +1161,7 @@ class Builder:
         self.reg_budget = {}
         self.open_threads = False
         self.extern_sources = []  # T.import_source / T.inline_ptx code of this kernel
+        self.bound = []
         self.thread_dims = (0,)  # T.Kernel's threads=(x, y, z)
         self.block_vars = []
 
@@ -1239,6 +1294,8 @@ class Builder:
                 "`with T.If(cond):` instead",
             )
         self.blocks.pop()
+        # names bound in the block are out of its scope now (TileLang's Let ends there)
+        self.bound = [b for b in self.bound if b.body is not body]
 
     def emit(self, stmt: dict, loc: Loc) -> dict:
         if not self.blocks:
@@ -1248,8 +1305,54 @@ class Builder:
                 help="put the kernel's statements inside the T.Kernel block",
             )
         stmt["loc"] = self.json_loc(loc)
+        if self.bound:
+            self.keep_bound_values(written_buffers(stmt), loc)
         self.blocks[-1].body.append(stmt)
         return stmt
+
+    def bind(self, name: str, value, loc: Loc):
+        """``name = value`` in the kernel body, outside T.Parallel: TileLang binds the value
+        there (a Let); a traced expression is read where it is used. Remember it, so that
+        a later write to a buffer it reads first copies it (``keep_bound_values``)."""
+        if any(b.what == "T.Parallel" for b in self.blocks) or self.kernel_index is None:
+            return
+        if not isinstance(value, Expr) or (isinstance(value, Load) and value.has_slices()):
+            return
+        try:
+            node = value.node()
+        except TileError:
+            return
+        reads = set()
+        _loads_of(node, reads)
+        if reads:
+            self.bound.append(Bound(value, name, frozenset(reads), self.blocks[-1].body, loc))
+
+    def keep_bound_values(self, written: set, loc: Loc):
+        """Before a statement writes ``written``, copy each bound value that reads them into
+        a register variable where its block is, and read it from there: the value the name
+        was bound to, as TileLang's Let has it."""
+        if not written:
+            return
+        keep, self.bound = [b for b in self.bound if b.reads & written], [
+            b for b in self.bound if not b.reads & written
+        ]
+        for b in keep:
+            value = b.value
+            temp = self.new_buffer(f"{b.name}_value", "local", value.dtype, (1,), b.loc)
+            store = {"op": "store", "buf": temp.id, "idx": [const(0, "int32").node()],
+                     "value": value.node(), "loc": self.json_loc(b.loc)}
+            # at the end of the name's block, or just before the open statement (a loop, an
+            # `if`) inside which this write is
+            body = b.body
+            at = len(body)
+            depth = next((k for k, blk in enumerate(self.blocks) if blk.body is b.body), None)
+            if depth is not None and depth + 1 < len(self.blocks) and body:
+                inner = self.blocks[depth + 1].body
+                last = body[-1]
+                if isinstance(last, dict) and any(v is inner for v in last.values()):
+                    at = len(body) - 1
+            body.insert(at, store)
+            value._node = Load(temp, (0,), b.loc).node()
 
     def program(self) -> dict:
         buffers = [b.to_json(self) for b in self.buffers]  # registers their lines first
