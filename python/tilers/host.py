@@ -43,6 +43,23 @@ def is_gpu_tensor(arg) -> bool:
     return torch is not None and isinstance(arg, torch.Tensor) and arg.device.type != "cpu"
 
 
+KDL_CUDA = 2  # DLPack's device type of CUDA memory
+
+
+def is_dlpack_gpu_array(arg) -> bool:
+    """An array of another framework (CuPy, JAX, ...) in CUDA memory, by the DLPack protocol."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(arg, torch.Tensor):
+        return False
+    device = getattr(arg, "__dlpack_device__", None)
+    if device is None or not hasattr(arg, "__dlpack__"):
+        return False
+    try:
+        return device()[0] == KDL_CUDA
+    except Exception:
+        return False
+
+
 def as_numpy(name: str, spec: dict, arg, info: dict):
     """A writable numpy view of a host argument, checked against the parameter's spec (its
     symbolic dimensions are bound afterwards, by `_sizes.bind`)."""

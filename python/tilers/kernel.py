@@ -460,16 +460,48 @@ class JITKernel:
 
     def _declined(self, *args, **kwargs):
         """A call the launcher declined, untouched: host arrays run on the interpreter;
-        anything else is a wrong argument, which the Python checks name."""
+        arrays of other frameworks in CUDA memory (CuPy, JAX) run through DLPack; anything
+        else is a wrong argument, which the Python checks name."""
         self._check_call_form(args, kwargs)
         if self._runs_on_host(args):
             return host.call(self, args, self._check_scalar)
+        if any(host.is_dlpack_gpu_array(a) for a in args):
+            return self._dlpack_call(args)
         self._check_arguments(args)
         raise RuntimeError(
             f"kernel '{self.name}': the native launcher declined a call whose arguments "
             "pass the Python checks; this is a tilers bug, please report it with the "
             "arguments' types, dtypes, shapes, strides and devices"
         )
+
+    def _dlpack_call(self, args):
+        """Arrays of another framework (CuPy, JAX) as torch tensors over the same memory
+        (DLPack, no copy); the outputs the kernel allocates come back in the framework of
+        the first such argument. A JAX array is immutable: a parameter the kernel writes in
+        place must be a torch or CuPy array."""
+        torch = self._torch
+        framework = None
+        converted = []
+        for position, arg in zip(self._input_positions, args):
+            if host.is_dlpack_gpu_array(arg):
+                module = type(arg).__module__.split(".")[0]
+                framework = framework or module
+                if module in ("jax", "jaxlib") and self.info["params"][position].get("written"):
+                    raise ValueError(
+                        f"parameter '{self.params[position]}': the kernel writes it, but a JAX array "
+                        "is immutable; make it an output the kernel returns (out_idx=) or pass a "
+                        "torch or CuPy array"
+                    )
+                arg = torch.from_dlpack(arg)
+            converted.append(arg)
+        self._check_arguments(converted)
+        result = self._launcher(*converted)
+        back = _from_dlpack_of(framework)
+        if back is None or result is None:
+            return result
+        if isinstance(result, tuple):
+            return tuple(back(r) for r in result)
+        return back(result)
 
     def _check_call_form(self, args, kwargs) -> None:
         if kwargs:
@@ -689,6 +721,19 @@ class JITKernel:
 def _tuple_text(values) -> str:
     """(1024, 1000), and (7,) for one element, as Python writes tuples."""
     return str(tuple(values))
+
+
+def _from_dlpack_of(framework):
+    """The function that takes a torch tensor into `framework`'s arrays (no copy)."""
+    if framework == "cupy":
+        import cupy
+
+        return cupy.from_dlpack
+    if framework in ("jax", "jaxlib"):
+        import jax.dlpack
+
+        return jax.dlpack.from_dlpack
+    return None
 
 
 def _type_text(value) -> str:
