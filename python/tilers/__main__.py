@@ -1,7 +1,9 @@
 """Command line: `python -m tilers dump FILE.py::FUNC [--param name=value ...] -o out.json`
 writes a traced program; `python -m tilers tuning [--kernel NAME] [--plot PATH]` lists (and
-draws) the autotuner's records; `python -m tilers doctor` says what the machine has for
-tilers (driver, GPUs, NVRTC, torch, tilers-cc) and how to fix what is missing."""
+draws) the autotuner's records; `python -m tilers tune FILE.py::NAME [--args ...] [--backend
+process|ray]` tunes an autotuned factory (one worker per GPU, or a Ray cluster); `python -m
+tilers doctor` says what the machine has for tilers (driver, GPUs, NVRTC, torch, tilers-cc)
+and how to fix what is missing."""
 
 from __future__ import annotations
 
@@ -73,6 +75,36 @@ def problem_text(problem: dict, sizes: dict | None = None) -> str:
     parts = [f"{k}={v}" for k, v in problem.items()]
     parts += [f"{k}~{v}" for k, v in (sizes or {}).items()]
     return " ".join(parts) or "-"
+
+
+def tune(args) -> int:
+    """Tune an autotuned factory of a file for the given arguments (its record is written
+    where the search runs: this process)."""
+    from .autotuner import AutotunedFunction, config_text
+
+    path, _, name = args.target.partition("::")
+    if not name or not os.path.isfile(path):
+        raise SystemExit(f"tilers tune: expected FILE.py::NAME of an existing file, got {args.target!r}")
+    # imported under its own name, from its folder: the benchmark workers import it again
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
+    tuned = getattr(module, name, None)
+    if not isinstance(tuned, AutotunedFunction):
+        raise SystemExit(f"tilers tune: {args.target} is not an @tilers.autotune factory")
+    if args.backend:
+        tuned.backend = args.backend
+    if args.devices:
+        tuned.devices = args.devices
+    if args.timeout:
+        tuned.timeout = args.timeout
+    factory_args = [parse_value(v) for v in args.args.split(",")] if args.args else []
+    result = tuned.tune(*factory_args, force=args.force)
+    how = "reused the record" if result.from_record else f"searched {len(result.results)} configs"
+    print(f"{name}{tuple(factory_args)}: {how} in {result.seconds:.1f} s; best "
+          f"{config_text(result.config)}, {result.ms:.4f} ms (record {result.key})")
+    return 0
 
 
 def tuning(args) -> int:
@@ -155,6 +187,43 @@ def plot_records(records: list, path: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+    progress = [r for r in records if any(x.get("finished") is not None for x in r.get("results", []))]
+    if progress:
+        stem, ext = os.path.splitext(path)
+        plot_progress(progress, f"{stem}-progress{ext or '.png'}")
+
+
+def plot_progress(records: list, path: str) -> None:
+    """Per record: the configs each device finished over the search's time (a line per GPU:
+    their slopes are the devices' throughput) and the best time found so far."""
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(len(records), 1, figsize=(8, 0.5 + 3 * len(records)), squeeze=False)
+    for axis, record in zip(axes.flat, records):
+        done = sorted((r for r in record["results"] if r.get("finished") is not None),
+                      key=lambda r: r["finished"])
+        devices = sorted({str(r.get("device")) for r in done})
+        for device in devices:
+            times = [r["finished"] for r in done if str(r.get("device")) == device]
+            axis.step(times, range(1, len(times) + 1), where="post", label=f"device {device}")
+        axis.set_xlabel("seconds into the search")
+        axis.set_ylabel("configs finished")
+        best, curve = None, []
+        for r in done:
+            if r.get("status") == "ok" and (best is None or r["ms"] < best):
+                best = r["ms"]
+            curve.append(best)
+        twin = axis.twinx()
+        twin.step([r["finished"] for r in done], curve, where="post", color="black", linestyle=":",
+                  label="best so far")
+        twin.set_ylabel("best ms so far")
+        name = record.get("kernel", "?").rsplit(".", 1)[-1]
+        axis.set_title(f"{name} {problem_text(record.get('problem', {}), record.get('sizes'))}", fontsize=8)
+        axis.legend(fontsize=6, loc="upper left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    print(f"wrote {path}")
 
 
 def main(argv=None) -> int:
@@ -179,6 +248,16 @@ def main(argv=None) -> int:
         "--dir", default=None, help="the records' folder (default: $TILERS_CACHE_DIR/tuning)"
     )
     tuning_parser.add_argument("--plot", metavar="PATH", help="draw every config's throughput (PNG)")
+    tune_parser = commands.add_parser(
+        "tune", help="tune an @tilers.autotune factory (FILE.py::NAME) for some arguments"
+    )
+    tune_parser.add_argument("target", help="FILE.py::NAME of an @tilers.autotune factory")
+    tune_parser.add_argument("--args", default="", help="the factory's arguments, e.g. 4096,4096,4096")
+    tune_parser.add_argument("--backend", choices=["local", "process", "ray"], default=None,
+                             help="where configs are timed (default: the factory's own)")
+    tune_parser.add_argument("--devices", default=None, help="GPU indices for --backend process, e.g. 0,1")
+    tune_parser.add_argument("--timeout", type=float, default=None, help="seconds a config may take")
+    tune_parser.add_argument("--force", action="store_true", help="search even if a record exists")
     commands.add_parser(
         "doctor", help="what this machine has for tilers (driver, NVRTC, GPU, torch) and fixes"
     )
@@ -189,6 +268,8 @@ def main(argv=None) -> int:
         return doctor()
     if args.command == "tuning":
         return tuning(args)
+    if args.command == "tune":
+        return tune(args)
     try:
         dump(args)
     except TileError as err:

@@ -80,12 +80,21 @@ class ConfigResult:
     ms: float | None = None
     error: str | None = None
     round: int = 0
+    # where and when it was timed: the device (a GPU index, "cpu"; None in the asking
+    # process) and seconds since the search began
+    device: int | str | None = None
+    finished: float | None = None
 
     def as_json(self) -> dict:
-        return {
+        out = {
             "config": self.config, "status": self.status, "ms": self.ms,
             "error": self.error, "round": self.round,
         }
+        if self.device is not None:
+            out["device"] = self.device
+        if self.finished is not None:
+            out["finished"] = self.finished
+        return out
 
 
 @dataclasses.dataclass
@@ -318,6 +327,8 @@ def _valid_result(result) -> bool:
         and (result.get("ms") is None or _is_time(result.get("ms")))
         and (result.get("error") is None or isinstance(result.get("error"), str))
         and isinstance(result.get("round", 0), int) and not isinstance(result.get("round", 0), bool)
+        and (result.get("device") is None or isinstance(result.get("device"), (int, str)))
+        and (result.get("finished") is None or _is_time(result.get("finished")))
     )
 
 
@@ -424,7 +435,8 @@ class AutotunedFunction:
         self, jit_function, configs, warmup=25, rep=100, ref_prog=None, rtol=1e-2,
         atol=1e-2, key=None, supply_type="auto", scalars=None, flops=None, bytes=None,
         search="auto", tile_keys=None, keep=3, early_stop=1.5, max_workers=None,
-        records=True, records_dir=None, verbose=True, bucket=None,
+        records=True, records_dir=None, verbose=True, bucket=None, backend="local",
+        devices=None, timeout=None,
     ):
         from .eager import EagerFunction
         from .jit import JitFunction
@@ -450,6 +462,11 @@ class AutotunedFunction:
                 "{'M': 1024}) or a dict of functions by size name ({'M': lambda m: ...}), "
                 f"got {bucket!r}"
             )
+        if backend not in ("local", "process", "ray"):
+            raise ValueError(f"parameter 'backend': expected local, process or ray, got {backend!r}")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or timeout <= 0):
+            raise ValueError(f"parameter 'timeout': expected seconds > 0 per config, got {timeout!r}")
         if search not in ("auto", "staged", "exhaustive"):
             raise ValueError(
                 f"parameter 'search': expected auto, staged or exhaustive, got {search!r}"
@@ -470,6 +487,7 @@ class AutotunedFunction:
         self.records = TuningRecords(records_dir) if records_dir is not None else None
         self.verbose = verbose
         self.bucket = bucket
+        self.backend, self.devices, self.timeout = backend, devices, timeout
         self.last_result: TuneResult | None = None
         self._kernels = {}
         self._identity = None
@@ -698,6 +716,24 @@ class AutotunedFunction:
             values.append(value(*args, **kwargs) if callable(value) else value)
         return values
 
+    def _run_config(self, kernel, config, state, cutoff_ms) -> dict:
+        """Check one compiled config and time it: {"status", "ms", "error"} (the work of a
+        benchmark worker, in this process or another)."""
+        try:
+            self._check(kernel, config, state)
+        except AssertionError as error:
+            return {"status": "wrong result", "error": str(error)}
+        except Exception as error:
+            return {"status": "run error", "error": f"{type(error).__name__}: {error}"}
+        try:
+            timing = self._bench(kernel, config, state, cutoff_ms)
+        except Exception as error:
+            return {"status": "run error", "error": f"{type(error).__name__}: {error}"}
+        if timing.stopped_early:
+            return {"status": "stopped early", "ms": timing.ms,
+                    "error": f"estimate {timing.ms:.4f} ms over {cutoff_ms:.4f} ms"}
+        return {"status": "ok", "ms": timing.ms}
+
     def _search(self, args, kwargs, configs, fields, key, started, sizes) -> TuneResult:
         results = [ConfigResult(dict(config)) for config in configs]
         progress = _Progress(self.__name__ + (f" at {config_text(sizes)}" if sizes else ""),
@@ -708,64 +744,80 @@ class AutotunedFunction:
         order = [i for i, kernel in enumerate(kernels) if kernel is not None]
         groups = self._groups(configs, order)
         best: ConfigResult | None = None
+        pool = self._pool(args, kwargs, sizes) if self.backend != "local" else None
 
-        def measure(index, round_number) -> bool:
+        def cutoff():
+            return best.ms * self.early_stop if best is not None and self.early_stop else None
+
+        def apply(index, round_number, outcome, device=None) -> bool:
+            """Record a config's outcome; whether it ran (ok or stopped early)."""
             nonlocal best
             result = results[index]
             result.round = round_number
-            kernel = kernels[index]
-            try:
-                self._check(kernel, result.config, state)
-            except AssertionError as error:
-                result.status, result.error = "wrong result", str(error)
-                return False
-            except Exception as error:
-                result.status, result.error = "run error", f"{type(error).__name__}: {error}"
-                return False
-            cutoff = best.ms * self.early_stop if best is not None and self.early_stop else None
-            try:
-                timing = self._bench(kernel, result.config, state, cutoff)
-            except Exception as error:
-                result.status, result.error = "run error", f"{type(error).__name__}: {error}"
-                return False
-            result.ms = timing.ms
-            if timing.stopped_early:
-                result.status = "stopped early"
-                result.error = f"estimate {timing.ms:.4f} ms over {cutoff:.4f} ms"
-                return True
-            result.status = "ok"
-            if best is None or timing.ms < best.ms:
+            result.status = outcome["status"]
+            result.ms = outcome.get("ms")
+            result.error = outcome.get("error")
+            result.device = device
+            result.finished = round(time.perf_counter() - started, 3)
+            if result.status == "ok" and (best is None or result.ms < best.ms):
                 best = result
-            return True
+            return result.status in ("ok", "stopped early")
 
-        if len(groups) > 1 and any(len(g) > 1 for g in groups):
-            # round 1: one config of each tile size (the first that runs and is correct)
-            progress.start("round 1", len(groups))
-            group_times = []
-            for group in groups:
-                for index in group:
-                    if measure(index, 1):
-                        break
+        def measure(index, round_number) -> bool:
+            return apply(index, round_number,
+                         self._run_config(kernels[index], results[index].config, state, cutoff()))
+
+        def measure_all(jobs, round_number) -> None:
+            """Each job is a list of configs tried in order until one runs (one config of a
+            tile size in round 1; a single config otherwise)."""
+            if pool is None:
+                for job in jobs:
+                    for index in job:
+                        ran = measure(index, round_number)
+                        progress.step(best)
+                        if ran:
+                            break
+                return
+            rest = {job[0]: list(job[1:]) for job in jobs}
+
+            def on_done(index, outcome, device):
+                ran = apply(index, round_number, outcome, device)
                 progress.step(best)
-                times = [results[i].ms for i in group if results[i].status == "ok"]
-                if times:
-                    group_times.append((min(times), group))
-            group_times.sort(key=lambda item: item[0])
-            kept = [
-                group for rank, (ms, group) in enumerate(group_times)
-                if rank < self.keep or ms <= group_times[0][0] * (1 + KEEP_MARGIN)
-            ]
-            # round 2: the rest of the kept tile sizes
-            rest = [i for group in kept for i in group if results[i].round == 0]
-            progress.start("round 2", len(rest))
-            for index in rest:
-                measure(index, 2)
-                progress.step(best)
-        else:
-            progress.start("", len(order))
-            for index in order:
-                measure(index, 1)
-                progress.step(best)
+                follow = rest.pop(index, [])
+                if not ran and follow:
+                    rest[follow[0]] = follow[1:]
+                    return [(follow[0], results[follow[0]].config, cutoff)]
+                return []
+
+            pool.run([(job[0], results[job[0]].config, cutoff) for job in jobs], on_done)
+
+        try:
+            if len(groups) > 1 and any(len(g) > 1 for g in groups):
+                # round 1: one config of each tile size (the first that runs and is correct)
+                progress.start("round 1", len(groups))
+                measure_all(groups, 1)
+                group_times = []
+                for group in groups:
+                    times = [results[i].ms for i in group if results[i].status == "ok"]
+                    if times:
+                        group_times.append((min(times), group))
+                group_times.sort(key=lambda item: item[0])
+                kept = [
+                    group for rank, (ms, group) in enumerate(group_times)
+                    if rank < self.keep or ms <= group_times[0][0] * (1 + KEEP_MARGIN)
+                ]
+                # round 2: the rest of the kept tile sizes
+                rest = [i for group in kept for i in group if results[i].round == 0]
+                progress.start("round 2", len(rest))
+                measure_all([[i] for i in rest], 2)
+            else:
+                progress.start("", len(order))
+                measure_all([[i] for i in order], 1)
+            if pool is not None and best is not None:
+                best = self._retime_finalists(pool, results, best, progress, started)
+        finally:
+            if pool is not None:
+                pool.close()
         progress.close()
 
         for result in results:
@@ -806,6 +858,50 @@ class AutotunedFunction:
         best_kernel = kernels[results.index(best)]
         return TuneResult(dict(best.config), best.ms, best_kernel, results, key, record, False,
                           seconds, sizes)
+
+    def _pool(self, args, kwargs, sizes):
+        """The benchmark workers of backend="process" or "ray" (tilers/tune_pool.py)."""
+        from . import tune_pool
+
+        if getattr(_autotune_inputs, "tensors", None) is not None:
+            raise TileError(
+                f"autotune {self.__name__}: set_autotune_inputs(...) gives this process's "
+                f"tensors, which backend={self.backend!r} cannot hand to its workers; tune with "
+                "the default backend, or let the workers draw inputs (supply_type=)"
+            )
+        data = tune_pool.payload(self, args, kwargs, sizes)
+        if self.backend == "ray":
+            from . import tune_ray
+
+            return tune_ray.RayPool(data, timeout=self.timeout)
+        devices = tune_pool.devices_from_env(self.devices)
+        return tune_pool.ProcessPool(data, devices, timeout=self.timeout)
+
+    def _retime_finalists(self, pool, results, best, progress, started) -> ConfigResult:
+        """Timings from different GPUs are not comparable: the `keep` fastest configs (and any
+        within 5% of the best) are timed again on one device, and the best of those wins."""
+        ok = sorted((r for r in results if r.status == "ok"), key=lambda r: r.ms)
+        finalists = [r for rank, r in enumerate(ok)
+                     if rank < self.keep or r.ms <= ok[0].ms * (1 + KEEP_MARGIN)]
+        if len(finalists) < 2:
+            return best
+        progress.start("finalists", len(finalists))
+        index_of = {id(r): i for i, r in enumerate(results)}
+        chosen = {"best": None}
+
+        def on_done(index, outcome, device):
+            result = results[index]
+            if outcome["status"] == "ok":
+                result.ms, result.device = outcome["ms"], device
+                result.finished = round(time.perf_counter() - started, 3)
+                if chosen["best"] is None or result.ms < chosen["best"].ms:
+                    chosen["best"] = result
+            progress.step(chosen["best"])
+            return []
+
+        tasks = [(index_of[id(r)], r.config, lambda: None) for r in finalists]
+        pool.run(tasks, on_done, one_device=True)
+        return chosen["best"] or best
 
     def _check_sizes(self, kernels, sizes) -> None:
         """The sizes given are the compiled kernels' T.dynamic sizes, all of them."""
@@ -1194,7 +1290,7 @@ def autotune(
     keep=3, early_stop=1.5, max_workers=None, records=True, records_dir=None, verbose=True,
     bucket=None, timeout=None, early_stop_factor=None, skip_check=False,
     max_mismatched_ratio=None, cache_input_tensors=None, supply_prog=None,
-    manual_check_prog=None, do_not_specialize=None,
+    manual_check_prog=None, do_not_specialize=None, backend="local", devices=None,
 ):
     """Tune a ``@tilers.jit`` factory over ``configs`` (see the module docstring).
 
@@ -1211,6 +1307,12 @@ def autotune(
         the sizes ({"M": 1000} -> {"M": 1024}) or a dict of functions by size name;
         default each size rounded up to a power of two (and to its multiple_of).
         ``bucket={"M": lambda m: m}`` tunes every value of M on its own.
+    backend: "local" (check and time every config in this process), "process" (one
+        benchmark worker process per GPU: ``devices=`` or TILERS_TUNE_DEVICES restricts
+        them; a worker that crashes, hangs past ``timeout`` seconds on a config or hits a
+        CUDA error loses only that config) or "ray" (tasks on the GPUs of a Ray cluster,
+        ``pip install tilers[ray]``); the finalists are timed again on one GPU, and this
+        process alone writes the record. The function must live at a module's top level.
     """
 
     if supply_prog is not None or manual_check_prog is not None:
@@ -1238,7 +1340,7 @@ def autotune(
             key=key, supply_type=supply_type, scalars=scalars, flops=flops, bytes=bytes,
             search=search, tile_keys=tile_keys, keep=keep, early_stop=early_stop,
             max_workers=max_workers, records=records, records_dir=records_dir, verbose=verbose,
-            bucket=bucket,
+            bucket=bucket, backend=backend, devices=devices, timeout=timeout,
         )
 
     return decorate
