@@ -1324,7 +1324,9 @@ class Builder:
             return
         reads = set()
         _loads_of(node, reads)
-        if reads:
+        # a fragment element read outside T.Parallel would make every thread hold the whole
+        # fragment (which a T.gemm's layout forbids): such a name stays the read itself
+        if reads and not any(self.buffers[b].scope == "fragment" for b in reads):
             self.bound.append(Bound(value, name, frozenset(reads), self.blocks[-1].body, loc))
 
     def keep_bound_values(self, written: set, loc: Loc):
