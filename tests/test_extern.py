@@ -222,3 +222,33 @@ def test_the_prototype_reader():
     widen = protos["widen"][0]
     assert widen.params[0].pointer and widen.params[0].dtype is None
     assert "if" not in protos and "for" not in protos
+
+
+def test_imported_code_that_does_not_compile_is_the_users_error_not_a_tilers_bug():
+    @T.prim_func
+    def f(A: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128) as bx:
+            T.import_source("__device__ float broken(float x) {\n  return x * ;\n}\n")
+            tx = T.get_thread_binding()
+            A[tx] = T.call_extern("float32", "broken", A[tx])
+
+    with pytest.raises(TileError) as err:
+        tilers.compile(f, target="cuda:sm_90a").cubin
+    message = str(err.value)
+    assert "the CUDA it imports (T.import_source) does not compile" in message
+    assert "imported code 1, line 2: error: expected an expression" in message
+    assert "tilers bug" not in message
+
+
+def test_inline_ptx_that_ptxas_refuses_is_named():
+    @T.prim_func
+    def f(A: T.Tensor((128,), "uint32")):
+        with T.Kernel(1, threads=128) as bx:
+            tx = T.get_thread_binding()
+            r = T.alloc_local((1,), "uint32")
+            T.inline_ptx("add.u32.nonsense %0, %1, %2;", outputs=[r[0]], inputs=[A[tx], T.uint32(1)])
+            A[tx] = r[0]
+
+    with pytest.raises(TileError, match=r"ptxas refused the PTX; the kernel's own inline PTX") as err:
+        tilers.compile(f, target="cuda:sm_90a").cubin
+    assert "Unknown modifier '.nonsense'" in str(err.value)

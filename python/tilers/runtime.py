@@ -190,6 +190,38 @@ def nvrtc_options(arch: str, lineinfo: bool = False, fast_math: bool = False) ->
     return options
 
 
+IMPORTED_MARK = "// T.import_source"
+
+
+def _imported_code_errors(source: str, name: str, log: str):
+    """When every error NVRTC reports lies in code a kernel imported (`T.import_source`,
+    `T.inline_ptx`), the message for the user: their code, by its own line numbers; else
+    None (the generated code is at fault: a tilers bug). PTX that ptxas refuses can only come
+    from the kernel's own inline PTX or imported asm."""
+    import re
+
+    lines = source.split("\n")
+    marks = [k for k, text in enumerate(lines) if text == IMPORTED_MARK]
+    if not marks:
+        return None
+    end = next((k for k, text in enumerate(lines) if text.startswith('extern "C"')), len(lines))
+    regions = [(m + 1, (marks[i + 1] if i + 1 < len(marks) else end)) for i, m in enumerate(marks)]
+    errors = [(int(n), text) for n, text in re.findall(rf"{re.escape(name)}\.cu\((\d+)\): error: (.*)", log)]
+    ptxas = [line for line in log.splitlines() if "ptxas" in line and "error" in line.lower()]
+    if errors and all(any(a < n <= b for a, b in regions) for n, _ in errors):
+        shown = []
+        for n, text in errors[:10]:
+            k = next(i for i, (a, b) in enumerate(regions) if a < n <= b)
+            shown.append(f"  imported code {k + 1}, line {n - regions[k][0]}: error: {text}\n"
+                         f"    {lines[n - 1].strip()}")
+        return (f"kernel '{name}': the CUDA it imports (T.import_source) does not compile:\n"
+                + "\n".join(shown) + "\nhelp: fix the imported code; get_kernel_source() shows it in place")
+    if not errors and ptxas:
+        return (f"kernel '{name}': ptxas refused the PTX; the kernel's own inline PTX (T.inline_ptx) or "
+                "imported asm is the code tilers did not write:\n  " + "\n  ".join(ptxas[:10]))
+    return None
+
+
 def nvrtc_compile(
     source: str, arch: str, name: str, lineinfo: bool = False, fast_math: bool = False
 ) -> bytes:
@@ -212,6 +244,9 @@ def nvrtc_compile(
             log = _program_log(program)
             from tilers.errors import TileError
 
+            user = _imported_code_errors(source, name, log)
+            if user is not None:
+                raise TileError(user)
             raise TileError(
                 f"NVRTC could not compile kernel '{name}' for {arch} "
                 f"({message.decode(errors='replace')}); this is a tilers bug: the generated "
