@@ -23,7 +23,7 @@ DSL = {
     "annotate_consumer_reg_alloc", "no_set_max_nreg", "disable_warp_group_reg_alloc",
     # TileLang's API, part 2
     "Var", "alloc_var", "get_thread_binding", "thread_binding", "Layout", "Fragment", "alloc_reducer", "reducer_init", "reducer_update", "finalize_reducer", "macro", "Cast", "Serial", "clamp", "floordiv",
-    "floormod", "sync_threads", "loop_break", "AccessPtr", "access_ptr", "address_of", "ptx_cp_async", "call_extern", "import_source", "inline_ptx", "reshape", "view", "im2col", "shfl_sync", "shfl_xor", "shfl_down", "shfl_up", "tvm_warp_shuffle", "get_thread_extent", "get_block_binding", "get_lane_idx", "get_warp_idx", "get_warp_idx_sync", "get_warp_group_idx",
+    "floormod", "sync_threads", "loop_break", "AccessPtr", "access_ptr", "address_of", "ptx_cp_async", "call_extern", "import_source", "inline_ptx", "make_tensor", "ptr", "reshape", "view", "im2col", "shfl_sync", "shfl_xor", "shfl_down", "shfl_up", "tvm_warp_shuffle", "get_thread_extent", "get_block_binding", "get_lane_idx", "get_warp_idx", "get_warp_idx_sync", "get_warp_group_idx",
     "ptx_commit_group", "ptx_wait_group", "cp_async_barrier_noinc", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "reinterpret", "cumsum", "vectorized",
     "SharedBuffer", "FragmentBuffer", "LocalBuffer",
     # functions, parameters and the kernel

@@ -31,6 +31,8 @@ __all__ = [
     "address_of",
     "ptx_cp_async",
     "call_extern",
+    "make_tensor",
+    "ptr",
     "reshape",
     "view",
     "im2col",
@@ -2948,3 +2950,53 @@ def im2col(img, col, nhw_step, c_step, kernel, stride=1, dilation=1, pad=0, evic
         w = m % ow * stride + (k // c_img) % kernel * dilation - pad
         inside = (h >= 0) & (h < h_img) & (w >= 0) & (w < w_img) & (m < n_img * oh * ow) & (k < kernel * kernel * c_img)
         col[lead + (i, j)] = if_then_else(inside, img[m // (oh * ow), h, w, k % c_img], _trace.const(0, col.dtype))
+
+
+# ----------------------------------------------------------------------------------------
+# tensors over addresses the kernel reads: T.ptr tables and T.make_tensor
+
+# TileLang's pointer element: a tensor of device addresses, as torch gives them
+# (torch.tensor([t.data_ptr() for t in ts], dtype=torch.int64))
+ptr = _trace.DType("int64")
+
+
+def make_tensor(ptr, shape, dtype="float32", strides=None):
+    """A global tensor over the memory at a 64-bit address the kernel read:
+    ``A = T.make_tensor(A_ptrs[g], (M, K), T.float16)`` (``A_ptrs: T.Tensor([G], T.ptr)``, a
+    table of tensors' ``data_ptr()``s): row-major, every element access and tile copy of it
+    bounds-checked against ``shape`` as a parameter's are. The address is read where this
+    runs (each thread its own, as a C pointer); it must be 16-byte aligned (torch's are) and
+    the memory on the kernel's device. Runs on the GPU only (no TMA: its copies use cp.async
+    or vector loads)."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.make_tensor", loc)
+    if strides is not None:
+        raise _trace.user_error(
+            "T.make_tensor(..., strides=...): tilers makes row-major tensors only", loc=loc,
+            help="drop strides= (a row-major tensor), or view the memory with the shape it has",
+        )
+    if any(b.what == "T.Parallel" for b in builder.blocks):
+        raise _trace.user_error("T.make_tensor inside T.Parallel: make the tensor before the loop", loc=loc)
+    address = _trace.literal(ptr)
+    if address.dtype not in ("int64", "uint64"):
+        raise _trace.user_error(
+            f"T.make_tensor: parameter 'ptr': expected a 64-bit address (an element of a T.ptr "
+            f"tensor, int64), got a {address.dtype} value",
+            loc=loc,
+            help="read the address from a T.Tensor([n], T.ptr) table: T.make_tensor(table[i], shape, dtype)",
+        )
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    for d in dims:
+        if not (isinstance(d, _trace.Size) or (isinstance(d, _builtins.int) and not isinstance(d, _builtins.bool)
+                                                and d > 0)):
+            raise _trace.user_error(
+                f"T.make_tensor: parameter 'shape': each dimension is a positive Python int or a "
+                f"T.dynamic size, got {d!r}",
+                loc=loc,
+            )
+    dt = _trace.normalize_dtype(dtype)
+    name = _trace.assigned_name(loc) or f"tensor{len(builder.buffers)}"
+    buffer = builder.new_buffer(name, "global", dt, dims, loc)
+    builder.emit({"op": "bind_pointer", "buf": buffer.id, "addr": cast(address, "int64").node()}, loc)
+    return buffer

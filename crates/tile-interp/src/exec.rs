@@ -520,6 +520,9 @@ impl<'m> Interp<'m> {
             // after another sees them at the wait or barrier that orders them)
             Stmt::Inst(tile_ir::inst::Inst::AsyncCopy(c)) => self.cp_async(c, ids)?,
             Stmt::Inst(tile_ir::inst::Inst::SetMaxNReg(_)) => {}
+            Stmt::Inst(tile_ir::inst::Inst::BindPointer(b)) => {
+                return Err(self.error(crate::pointer_message(&self.m.buffer(b.buf).name), self.m.kernel.loc));
+            }
             Stmt::Inst(tile_ir::inst::Inst::CallExtern(c)) => {
                 if !crate::EXTERN_NO_EFFECT.contains(&c.name.as_str()) {
                     return Err(self.error(crate::extern_message(&c.name), self.m.kernel.loc));

@@ -177,9 +177,19 @@ pub fn extern_message(name: &str) -> String {
     )
 }
 
+/// Why a `T.make_tensor` over a loaded address cannot run here.
+pub fn pointer_message(name: &str) -> String {
+    format!(
+        "'{name}' is a T.make_tensor over an address the kernel reads: it runs only on the GPU (the interpreter has no device memory)"
+    )
+}
+
 pub const SEQUENTIAL_WAIT: &str = "would wait forever here";
 
 pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
+    if let Some(b) = m.buffers.iter().enumerate().find(|(i, _)| m.is_pointer(tile_ir::BufferId(*i as u32))) {
+        return Err(Diagnostic::error(pointer_message(&b.1.name), b.1.loc));
+    }
     let (spec, sizes) = bind_sizes(m, args)?;
     let m = &spec;
     // the sizes follow the parameters (bind_sizes counted them)

@@ -888,6 +888,44 @@ impl Instruction for CallExtern {
     }
 }
 
+/// `T.make_tensor(address, shape, dtype)`: from here on the global buffer `buf` (neither a
+/// parameter nor scratch: `Module::is_pointer`) is the memory at `addr`, a 64-bit address
+/// the kernel read (a table of tensors' addresses, TileLang's `T.ptr`). Every thread that
+/// runs it sets its own pointer, as a C pointer variable would be.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BindPointer {
+    pub buf: BufferId,
+    pub addr: Expr,
+}
+
+impl Instruction for BindPointer {
+    fn exprs(&self) -> Vec<&Expr> {
+        vec![&self.addr]
+    }
+    fn map_exprs(self, f: &mut dyn FnMut(Expr) -> Expr) -> Self {
+        BindPointer { buf: self.buf, addr: f(self.addr) }
+    }
+    fn accesses(&self) -> Vec<Access<'_>> {
+        vec![]
+    }
+    fn effects(&self) -> Effects {
+        Effects { observable: true, ..Effects::default() }
+    }
+    fn text(&self, t: &dyn TextNames) -> String {
+        format!("bind_pointer {} <- {}", t.buffer(self.buf), t.expr(&self.addr))
+    }
+    fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
+        if op != "bind_pointer" {
+            return None;
+        }
+        Some((|| {
+            let buf = r.buffer()?;
+            r.punct("<-")?;
+            Ok(BindPointer { buf, addr: r.expr()? })
+        })())
+    }
+}
+
 /// `break`: the threads that run it leave the innermost (serial) loop (`T.loop_break()`, a
 /// Python `break` in the kernel body).
 #[derive(Clone, Debug, PartialEq)]
@@ -1694,6 +1732,7 @@ instructions!(
     SyncWarp,
     Printf,
     CallExtern,
+    BindPointer,
     Trap,
     LoopBreak
 );

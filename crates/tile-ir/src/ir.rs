@@ -306,7 +306,8 @@ pub struct Module {
     /// Global scratch buffers (`T.alloc_global`), in declaration order: not parameters of
     /// the call, but allocated by the runtime for each call (contents undefined at the start)
     /// and passed to the CUDA function after `params`. Every global buffer is a tensor
-    /// parameter or one of these.
+    /// parameter, one of these, or a view of an address the kernel reads
+    /// ([`Module::is_pointer`], set by `bind_pointer`).
     pub scratch: Vec<BufferId>,
     pub vars: Vec<Var>,
     pub kernel: Kernel,
@@ -320,6 +321,13 @@ impl Module {
     /// ([`Module::scratch`]).
     pub fn is_scratch(&self, b: BufferId) -> bool {
         self.scratch.contains(&b)
+    }
+    /// Whether `b` is a global buffer over an address the kernel reads (`T.make_tensor`):
+    /// neither a tensor parameter nor scratch; a `bind_pointer` sets it before any access.
+    pub fn is_pointer(&self, b: BufferId) -> bool {
+        self.buffer(b).scope == crate::Scope::Global
+            && !self.is_scratch(b)
+            && !self.params.iter().any(|p| matches!(p, Param::Tensor { buffer, .. } if *buffer == b))
     }
     /// This module with its scratch buffers as tensor parameters after the others (named as
     /// the buffers): how the checks without a GPU run one kernel of a prim_func of several,

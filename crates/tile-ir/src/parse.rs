@@ -1058,6 +1058,17 @@ impl Parser {
                 };
                 Stmt::inst(crate::inst::CallExtern { name, args, result })
             }
+            "bind_pointer" => {
+                // T.make_tensor(address, shape, dtype): the global buffer `buf` is the memory at
+                // `addr` from here on
+                let o = Obj::new(v, path, &["op", "buf", "addr", "loc"])?;
+                let buf = self.buffer_id(o.get("buf")?, &o.p("buf"))?;
+                let addr = self.expr(o.get("addr")?, &o.p("addr"), ns)?;
+                if !matches!(addr.dtype(), crate::types::DType::I64 | crate::types::DType::U64) {
+                    return err(&o.p("addr"), "an address is a 64-bit integer (int64 or uint64)");
+                }
+                Stmt::inst(crate::inst::BindPointer { buf, addr })
+            }
             "break" => {
                 // T.loop_break() (a Python `break` under a traced condition): leave the loop
                 Obj::new(v, path, &["op", "loc"])?;

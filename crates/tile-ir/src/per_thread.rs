@@ -107,6 +107,7 @@ impl PerThread {
             Stmt::Inst(i @ crate::inst::Inst::AsyncCopy(_)) => i.exprs().into_iter().any(|e| self.expr(e)),
             // a T.call_extern with operands of the thread's own (it runs on every thread
             // anyway, as in CUDA; this marks what it writes as per thread)
+            Stmt::Inst(i @ crate::inst::Inst::BindPointer(_)) => i.exprs().into_iter().any(|e| self.expr(e)),
             Stmt::Inst(i @ crate::inst::Inst::CallExtern(_)) => {
                 i.exprs().into_iter().any(|e| self.expr(e))
                     || i.accesses()

@@ -134,6 +134,9 @@ fn stmt(s: &Stmt, sc: &[Schedule]) -> Option<Value> {
             v
         }
         Stmt::Inst(crate::inst::Inst::LoopBreak(_)) => json!({"op": "break"}),
+        Stmt::Inst(crate::inst::Inst::BindPointer(b)) => {
+            json!({"op": "bind_pointer", "buf": b.buf.0, "addr": expr(&b.addr)})
+        }
         Stmt::Inst(crate::inst::Inst::CallExtern(c)) => {
             use crate::inst::ExternArg;
             let args: Vec<Value> = c

@@ -1025,6 +1025,21 @@ impl<'a> Verifier<'a> {
                     self.err("cp.async inside T.Parallel".into(), Loc::UNKNOWN);
                 }
             }
+            // T.make_tensor: the tracer checked it at the user's line
+            Stmt::Inst(crate::inst::Inst::BindPointer(b)) => {
+                self.expr(&b.addr, Loc::UNKNOWN);
+                if !m.is_pointer(b.buf) {
+                    self.err(
+                        format!(
+                            "bind_pointer of '{}', which is a tensor parameter or scratch",
+                            m.buffer(b.buf).name
+                        ),
+                        Loc::UNKNOWN,
+                    );
+                } else if self.in_parallel.is_some() {
+                    self.err("T.make_tensor inside T.Parallel".into(), Loc::UNKNOWN);
+                }
+            }
             // T.call_extern: the tracer checked it at the user's line; a module from elsewhere
             // gets this
             Stmt::Inst(crate::inst::Inst::CallExtern(c)) => {

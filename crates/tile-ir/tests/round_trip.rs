@@ -80,6 +80,7 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   local v: float16[8]
   shared B_s: float16[64, 64] at smem+8192 panels<64> swizzle<3,4,3>
   local d: float32[32]
+  global P: float16[16]
   shared bars: int64[2] at smem+16384
   let %lane = floormod(%tid, 32)
   cp.async16 A_s[%lane, 0] <- A[%lane, 0] (select(lt(%lane, 64), 16, 0) bytes)
@@ -120,6 +121,7 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   printf("lane %d: %g\n", %lane, c[0])
   call_extern "f"(ptr r 2 c[0] as "const float*", value c[1], str "x\"y") -> c[2]
   call_extern "__nanosleep"(value 100)
+  bind_pointer P <- cast<int64>(mul(%lane, 64))
   if lt(c[0], 0.0:float32) {
     trap
   }
@@ -157,6 +159,7 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::SyncWarp(_) => "sync_warp",
                 Inst::Printf(_) => "printf",
                 Inst::CallExtern(_) => "call_extern",
+                Inst::BindPointer(_) => "bind_pointer",
                 Inst::Trap(_) => "trap",
                 Inst::LoopBreak(_) => "break",
                 Inst::FenceMbarrierInit(_) => "fence_mbarrier_init",
@@ -174,17 +177,17 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 31, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 32, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]
 fn text_errors_name_the_line() {
     let bad = EVERY_INSTRUCTION.replace("vec8 v[0] <- A_s", "vec8 v[0] <- nowhere");
     let e = tile_ir::text::parse_text(&bad).unwrap_err();
-    assert!(e.starts_with("line 20:") && e.contains("unknown buffer nowhere"), "{e}");
+    assert!(e.starts_with("line 21:") && e.contains("unknown buffer nowhere"), "{e}");
     let e =
         tile_ir::text::parse_text(&EVERY_INSTRUCTION.replace("sync\n", "stmatrix.x9 v[0..]\n")).unwrap_err();
-    assert!(e.contains("line 19: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
+    assert!(e.contains("line 20: expected a statement or an instruction, found 'stmatrix.x9'"), "{e}");
 }
 
 /// uint16 and uint64 buffers and constants: a uint64 from 2^63 up prints as its value and

@@ -294,6 +294,14 @@ impl Emitter<'_> {
                 _ => {}
             }
         }
+        // the tensors over addresses the kernel reads (T.make_tensor): set by bind_pointer
+        for i in 0..m.buffers.len() as u32 {
+            let b = BufferId(i);
+            if m.is_pointer(b) {
+                let ty = storage_type(m.buffer(b).dtype);
+                self.line(&format!("{ty}* {} = nullptr;", self.names.buffer(b)));
+            }
+        }
         let shared: Vec<BufferId> = (0..m.buffers.len() as u32)
             .map(BufferId)
             .filter(|b| m.buffer(*b).scope == Scope::Shared)

@@ -209,6 +209,7 @@ impl Machine<'_> {
             Inst::WgmmaWait(w) => self.wgmma_wait(active, w)?,
             Inst::FenceProxyAsync(_) => self.fence_proxy_async(active),
             Inst::Printf(_) => {}
+            Inst::BindPointer(b) => return Err(self.err(crate::pointer_message(&self.m.buffer(b.buf).name))),
             Inst::CallExtern(c) => {
                 if !crate::EXTERN_NO_EFFECT.contains(&c.name.as_str()) {
                     return Err(self.err(crate::extern_message(&c.name)));

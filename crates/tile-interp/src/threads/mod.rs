@@ -198,6 +198,9 @@ fn run_machine(
     if m.level != Level::Thread {
         return Err(error("the thread-level interpreter runs lowered modules; this one is tile level"));
     }
+    if let Some(b) = (0..m.buffers.len() as u32).map(tile_ir::BufferId).find(|&b| m.is_pointer(b)) {
+        return Err(error(crate::pointer_message(&m.buffer(b).name)));
+    }
     let (spec, sizes) = crate::bind_sizes(m, args)?;
     let m = &spec;
     // the sizes follow the parameters (bind_sizes counted them)

@@ -507,7 +507,7 @@ impl Lowerer {
                 }
                 // T.call_extern runs on every thread that reaches it, as in CUDA: the loads in
                 // its operands are bounds-checked
-                Stmt::Inst(i @ Inst::CallExtern(_)) => {
+                Stmt::Inst(i @ (Inst::CallExtern(_) | Inst::BindPointer(_))) => {
                     out.push(Stmt::Inst(i.map_exprs(&mut |x| self.guard_loads(x))));
                 }
                 // a kernel's own cp.async at addresses every thread computes alike: once per

@@ -72,6 +72,12 @@ fn fit_issued_by(m: &Module, op: &CopyOp, target: &Target, in_place: bool) -> Re
             sb.name
         ));
     }
+    if m.is_pointer(s.buf) {
+        return Err(format!(
+            "'{}' is a T.make_tensor over an address the kernel reads (tensor maps describe parameters only)",
+            sb.name
+        ));
+    }
     if sb.dtype != db.dtype {
         return Err(format!("it converts {} to {}", sb.dtype, db.dtype));
     }
@@ -282,9 +288,9 @@ pub fn store_fit(m: &Module, op: &CopyOp) -> Result<(), String> {
     if sb.scope != Scope::Fragment || db.scope != Scope::Global || sb.rank() != 2 {
         return Err("it is not a 2-D fragment stored to a global tensor".into());
     }
-    if m.is_scratch(d.buf) {
+    if m.is_scratch(d.buf) || m.is_pointer(d.buf) {
         return Err(format!(
-            "'{}' is T.alloc_global scratch (tensor maps describe parameters only)",
+            "'{}' is T.alloc_global scratch or a T.make_tensor (tensor maps describe parameters only)",
             db.name
         ));
     }

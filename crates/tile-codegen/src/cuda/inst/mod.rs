@@ -90,6 +90,13 @@ impl Emitter<'_> {
             Inst::Stmatrix(x) => self.stmatrix(x),
             Inst::Printf(x) => self.printf(x),
             Inst::CallExtern(x) => self.call_extern(x),
+            Inst::BindPointer(x) => {
+                let addr = self.expr(&x.addr)?;
+                let ty = super::storage_type(self.m.buffer(x.buf).dtype);
+                let name = self.names.buffer(x.buf);
+                self.line(&format!("{name} = ({ty}*)({addr});"));
+                Ok(())
+            }
             Inst::Trap(_) => {
                 self.line("__trap();");
                 Ok(())
