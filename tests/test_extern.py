@@ -233,7 +233,7 @@ def test_imported_code_that_does_not_compile_is_the_users_error_not_a_tilers_bug
             A[tx] = T.call_extern("float32", "broken", A[tx])
 
     with pytest.raises(TileError) as err:
-        tilers.compile(f, target="cuda:sm_90a").cubin
+        _ = tilers.compile(f, target="cuda:sm_90a").cubin
     message = str(err.value)
     assert "the CUDA it imports (T.import_source) does not compile" in message
     assert "imported code 1, line 2: error: expected an expression" in message
@@ -250,5 +250,5 @@ def test_inline_ptx_that_ptxas_refuses_is_named():
             A[tx] = r[0]
 
     with pytest.raises(TileError, match=r"ptxas refused the PTX; the kernel's own inline PTX") as err:
-        tilers.compile(f, target="cuda:sm_90a").cubin
+        _ = tilers.compile(f, target="cuda:sm_90a").cubin
     assert "Unknown modifier '.nonsense'" in str(err.value)
