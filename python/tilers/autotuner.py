@@ -796,6 +796,10 @@ class AutotunedFunction:
                 # round 1: one config of each tile size (the first that runs and is correct)
                 progress.start("round 1", len(groups))
                 measure_all(groups, 1)
+                if pool is not None:
+                    # round 1's best tile sizes, timed again on one device before choosing
+                    best = self._retime_finalists(pool, results, best, progress, started,
+                                                  among=[i for g in groups for i in g]) or best
                 group_times = []
                 for group in groups:
                     times = [results[i].ms for i in group if results[i].status == "ok"]
@@ -877,13 +881,17 @@ class AutotunedFunction:
         devices = tune_pool.devices_from_env(self.devices)
         return tune_pool.ProcessPool(data, devices, timeout=self.timeout)
 
-    def _retime_finalists(self, pool, results, best, progress, started) -> ConfigResult:
+    def _retime_finalists(self, pool, results, best, progress, started, among=None) -> ConfigResult:
         """Timings from different GPUs are not comparable: the `keep` fastest configs (and any
-        within 5% of the best) are timed again on one device, and the best of those wins."""
-        ok = sorted((r for r in results if r.status == "ok"), key=lambda r: r.ms)
+        within 5% of the best) — of `among` (indices) when given — are timed again on one
+        device, and the best of those wins."""
+        pool_of = results if among is None else [results[i] for i in among]
+        ok = sorted((r for r in pool_of if r.status == "ok"), key=lambda r: r.ms)
         finalists = [r for rank, r in enumerate(ok)
                      if rank < self.keep or r.ms <= ok[0].ms * (1 + KEEP_MARGIN)]
-        if len(finalists) < 2:
+        # round 1 on a single device (a one-GPU host) was timed on one device already
+        one_device = among is not None and len(getattr(pool, "devices", ())) == 1
+        if len(finalists) < 2 or one_device:
             return best
         progress.start("finalists", len(finalists))
         index_of = {id(r): i for i, r in enumerate(results)}
