@@ -35,3 +35,16 @@ def test_elementwise_add_prints_its_cuda():
 def test_autotune_elementwise_example():
     out = run("autotune_elementwise.py")
     assert out.returncode == 0, out.stderr
+
+
+def test_decode_gemm_runs_every_schedule():
+    out = run("decode_gemm.py")
+    assert out.returncode == 0, out.stderr
+    for schedule in ("tiles", "splitk", "atomic", "streamk", "gemv"):
+        assert f"M= 33 {schedule:7s}: max error" in out.stdout
+
+
+def test_flash_decoding_runs_contiguous_and_paged():
+    out = run("flash_decoding.py")
+    assert out.returncode == 0, out.stderr
+    assert "contiguous: max error" in out.stdout and "paged (64 tokens): max error" in out.stdout
