@@ -619,3 +619,21 @@ def test_dump_command(tmp_path, target, extra, shape):
     program = json.loads(out.read_text())
     assert program["buffers"][0]["shape"] == shape
     assert program["sources"][0]["file"] == str(source)
+
+
+def test_tilelangs_compile_options_are_accepted_by_tilers_compile():
+    """tilelang.compile(func, target="cuda", execution_backend="cython", verbose=True, ...):
+    the options tilers has no use for are not names the kernel reads."""
+    import numpy as np
+
+    @T.prim_func
+    def f(A: T.Tensor((64,), "float32")):
+        with T.Kernel(1, threads=64) as bx:
+            for i in T.Parallel(64):
+                A[i] = A[i] + 1.0
+
+    kernel = tilers.compile(f, target="interp", execution_backend="cython", verbose=True,
+                            target_host="llvm", compile_flags=["-O3"])
+    A = np.zeros(64, np.float32)
+    kernel(A)
+    assert (A == 1).all()

@@ -59,6 +59,9 @@ def compile(
                 f"'{prim_func.__name__}': call it, or use {prim_func.__name__}.compile(...)"
             )
         raise TileError(f"tilers.compile expects a @T.prim_func, got {type(prim_func).__name__}")
+    # TileLang's compile options that tilers has no use for (tilelang.compile(func,
+    # execution_backend="cython", ...)): not names the function reads
+    params = {k: v for k, v in params.items() if k not in _TILELANG_NO_OPS}
     options = compile_options(target, lineinfo, wgmma, tma, persistent, tma_store, fast_math,
                               pass_configs, cluster)
     # out_idx is checked and normalized once, against the compiled parameters (JITKernel)
