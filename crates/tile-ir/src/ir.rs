@@ -322,6 +322,11 @@ impl Module {
     pub fn is_scratch(&self, b: BufferId) -> bool {
         self.scratch.contains(&b)
     }
+    /// The buffer whose bytes `b` occupies: the tile a view of another dtype (`T.view`,
+    /// `alias_of`) lies over, else `b` itself.
+    pub fn storage(&self, b: BufferId) -> BufferId {
+        self.buffer(b).alias_of.unwrap_or(b)
+    }
     /// Whether `b` is a global buffer over an address the kernel reads (`T.make_tensor`):
     /// neither a tensor parameter nor scratch; a `bind_pointer` sets it before any access.
     pub fn is_pointer(&self, b: BufferId) -> bool {

@@ -131,7 +131,7 @@ pub fn insert_syncs(mut m: Module, _ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
                     [op.a, op.b]
                         .into_iter()
                         .filter(|&b| m.buffer(b).scope == Scope::Shared)
-                        .map(|b| m.buffer(b).alias_of.unwrap_or(b)),
+                        .map(|b| m.storage(b)),
                 );
             }
         }
@@ -234,9 +234,8 @@ fn accesses_in(m: &Module, body: &[Stmt]) -> Sets {
         });
     });
     // a view of another dtype (`T.view`) is its tile's bytes: one buffer for the hazards
-    let root = |set: BTreeSet<BufferId>| -> BTreeSet<BufferId> {
-        set.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect()
-    };
+    let root =
+        |set: BTreeSet<BufferId>| -> BTreeSet<BufferId> { set.into_iter().map(|b| m.storage(b)).collect() };
     Sets {
         reads: root(reads),
         writes: root(writes),

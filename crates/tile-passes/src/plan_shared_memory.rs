@@ -156,8 +156,7 @@ impl Lifetimes {
             let mut used = BTreeSet::new();
             uses(s, &mut used, &mut async_dst);
             // a view of another dtype lives in its tile's bytes: its uses are the tile's
-            let used: BTreeSet<BufferId> =
-                used.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect();
+            let used: BTreeSet<BufferId> = used.into_iter().map(|b| m.storage(b)).collect();
             for b in used {
                 let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
                 *e = Some(match *e {
@@ -177,8 +176,7 @@ impl Lifetimes {
             for s in stmts {
                 uses(s, &mut used, &mut async_dst);
             }
-            let used: BTreeSet<BufferId> =
-                used.into_iter().map(|b| m.buffer(b).alias_of.unwrap_or(b)).collect();
+            let used: BTreeSet<BufferId> = used.into_iter().map(|b| m.storage(b)).collect();
             for b in used {
                 let e: &mut Option<(usize, usize)> = &mut span[b.0 as usize];
                 *e = Some(match *e {
