@@ -850,15 +850,10 @@ def make_view(root: Buffer, shape, dtype: str, loc: Loc, what: str) -> Buffer:
             loc=loc,
             help="view a tensor, a T.alloc_shared tile or a T.alloc_local buffer",
         )
-    def count(ds):
-        n = 1
-        for d in ds:
-            n = n * d
-        return n
-    if all(isinstance(d, int) for d in dims + tuple(root.shape)) and count(dims) > count(root.shape):
+    if all(isinstance(d, int) for d in dims + tuple(root.shape)) and math.prod(dims) > math.prod(root.shape):
         raise user_error(
-            f"{what}: a view of shape {list(dims)} ({count(dims)} elements) over '{root.name}' "
-            f"{list(root.shape)} ({count(root.shape)} elements)",
+            f"{what}: a view of shape {list(dims)} ({math.prod(dims)} elements) over '{root.name}' "
+            f"{list(root.shape)} ({math.prod(root.shape)} elements)",
             loc=loc,
             help="a view may not hold more elements than the buffer it views",
         )
@@ -876,12 +871,7 @@ def _retyped_view(root: Buffer, dims: tuple, dtype: str, loc: Loc, what: str) ->
     two tiles' layouts (row-major unless a T.gemm swizzles one)."""
     if not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in dims):
         raise user_error(f"{what}: a shape of positive Python ints, got {list(dims)}", loc=loc)
-    n = 1
-    for d in dims:
-        n *= d
-    m = 1
-    for d in root.shape:
-        m *= d
+    n, m = math.prod(dims), math.prod(root.shape)
     if n * dtype_bytes(dtype) != m * dtype_bytes(root.dtype):
         raise user_error(
             f"{what}: a view of '{root.name}' {list(root.shape)} {root.dtype} ({m * dtype_bytes(root.dtype)} "

@@ -773,20 +773,20 @@ class AutotunedFunction:
             if pool is None:
                 for job in jobs:
                     for index in job:
-                        ran = measure(index, round_number)
-                        progress.step(best)
-                        if ran:
+                        if measure(index, round_number):
                             break
+                    progress.step(best)
                 return
             rest = {job[0]: list(job[1:]) for job in jobs}
 
             def on_done(index, outcome, device):
                 ran = apply(index, round_number, outcome, device)
-                progress.step(best)
                 follow = rest.pop(index, [])
                 if not ran and follow:
+                    # the job's next config; the job is done when one runs or none is left
                     rest[follow[0]] = follow[1:]
                     return [(follow[0], results[follow[0]].config, cutoff)]
+                progress.step(best)
                 return []
 
             pool.run([(job[0], results[job[0]].config, cutoff) for job in jobs], on_done)

@@ -2279,13 +2279,13 @@ def thread_binding(start, stop=None, thread="threadIdx.x", annotations=None):
         )
     dim = axes[thread]
     dims = builder.thread_dims
-    extent = dims[dim] if dim < _builtins.len(dims) else 1
     if dim >= _builtins.len(dims):
         raise _trace.user_error(
             f"T.thread_binding(thread={thread!r}): the block is threads={dims[0] if _builtins.len(dims) == 1 else dims}",
             loc=loc,
             help=f"give T.Kernel threads=({', '.join(['x', 'y', 'z'][:dim + 1])})",
         )
+    extent = dims[dim]
     if lo != 0 or (isinstance(hi, _builtins.int) and hi != extent):
         raise _trace.user_error(
             f"T.thread_binding({lo}, {hi}, thread={thread!r}) must span the block's threads along "
@@ -2845,7 +2845,7 @@ def _shuffle(what, cuda, value, lane, width, mask):
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, what, loc)
-    v = _trace.literal(value)
+    v = given = _trace.literal(value)
     if v.dtype in ("bool", "int8", "uint8", "int16", "uint16"):
         v = cast(v, "int32" if v.dtype != "uint16" and v.dtype != "uint8" else "uint32")
     if any(b.what == "T.Parallel" for b in builder.blocks):
@@ -2859,7 +2859,7 @@ def _shuffle(what, cuda, value, lane, width, mask):
     args = (cast(_trace.literal(mask, "uint32"), "uint32"), v, cast(_trace.literal(lane), "int32"),
             _trace.const(width, "int32"))
     out = _extern_call(builder, cuda, args, v.dtype, loc, what=what)
-    return cast(out, _trace.literal(value).dtype) if out.dtype != _trace.literal(value).dtype else out
+    return cast(out, given.dtype) if out.dtype != given.dtype else out
 
 
 def shfl_sync(value, srcLane, width=32, mask=_FULL_MASK):
@@ -2908,8 +2908,9 @@ def reshape(src, shape):
 
 
 def view(src, shape=None, dtype=None):
-    """``T.view(src, shape)``: ``T.reshape`` (the same dtype: a view as another dtype is
-    refused at your line): ``rows = T.view(S, shape=[64, 128])``."""
+    """``T.view(src, shape)``: ``T.reshape`` (``rows = T.view(S, shape=[64, 128])``);
+    ``T.view(S, shape, dtype)`` of another dtype over a shared tile is a tile of that dtype
+    over exactly its bytes (of another buffer, refused at your line)."""
     loc = _trace.capture()
     _trace.require_kernel(_trace.current_builder(), "T.view", loc)
     if not isinstance(src, _trace.Buffer):

@@ -296,8 +296,6 @@ def _poison(torch, tensor, pattern: int = 0) -> None:
         tensor.fill_(info.max if pattern == 0 else info.min)
 
 
-
-
 class Profiler:
     """Inputs, checks and timing for one compiled kernel (``kernel.profiler()``).
 
