@@ -64,8 +64,12 @@ def write_results(name, rows, extra=None):
         json.dump({**info, **(extra or {}), "rows": rows}, f, indent=1)
     print(f"# {name}: {info}")
     if rows:
-        keys = list(rows[0])
-        print(" | ".join(keys))
+        # rows of several kinds (bench/decode.py: GEMM and attention rows) each print with the
+        # keys of the first row of their kind
+        keys = None
         for r in rows:
+            if keys is None or set(r) != set(keys):
+                keys = list(r)
+                print(" | ".join(keys))
             print(" | ".join(f"{r[k]:.3f}" if isinstance(r[k], float) else str(r[k]) for k in keys))
     print(f"wrote {path}")
