@@ -92,6 +92,8 @@ class Fake:
         self.path = str(path)
         self.lib = ctypes.CDLL(self.path)
         self.lib.fake_last_launch.restype = ctypes.POINTER(LaunchRecord)
+        self.lib.fake_launch_at.restype = ctypes.POINTER(LaunchRecord)
+        self.lib.fake_entry_at.restype = ctypes.c_char_p
         self.lib.fake_encoded.restype = ctypes.POINTER(EncodeRecord)
         self.lib.fake_entry.restype = ctypes.c_char_p
         self.lib.fake_image.restype = ctypes.POINTER(ctypes.c_ubyte * 16)
@@ -579,6 +581,50 @@ def test_scratch_lives_in_the_callers_workspace(tmp_path, fake):
     assert "expected a 16-byte aligned pointer" in e.error
 
 
+def test_several_kernels_launch_in_turn_sharing_the_workspace(tmp_path, fake):
+    """A prim_func of two T.Kernel (split-K: partial sums into T.alloc_global scratch, then
+    their reduction): one launch function, each kernel from its own entry with its own grid
+    and block, in order, on the same stream, both given the same workspace."""
+    sys.path.insert(0, str(HERE.parent / "examples"))
+    import decode_gemm
+
+    program = decode_gemm.linear.prim_func(1000, 520, schedule="splitk", split_k=3, block_N=64, block_M=16)
+    kernel = tilers.compile(program, target="cuda:sm_90a")
+    info = kernel.info
+    assert len(info["then"]) == 1
+    e = export(tmp_path, kernel, "splitk")
+    fake.expect_params([8, 8, 8, 8, 4])  # X, W, Y, the partials, M
+    x, w, y = tensor(A_PTR, [5, 520]), tensor(B_PTR, [1000, 520]), tensor(C_PTR, [5, 1000])
+    status, need = e.workspace_size(x, w, y)
+    assert status == 0 and need == -(-3 * 5 * 1000 * 4 // 256) * 256  # rounded to 256 bytes
+    workspace = 0x7F0000400000
+    assert e.launch(x, w, y, workspace, need, stream=0x7777) == 0, e.error
+    assert (fake.count("loads"), fake.count("launches")) == (1, 2)
+    first, second = (fake.lib.fake_launch_at(i).contents for i in range(2))
+    assert [fake.lib.fake_entry_at(i).decode() for i in range(2)] == [info["entry"], info["then"][0]["entry"]]
+    assert second.function == first.function + 1  # the module's second function
+    assert list(first.grid) == [16, 1, 3] and list(first.block) == info["block"]
+    assert list(second.grid) == [1, 5, 1] and list(second.block) == info["then"][0]["block"]
+    for record in (first, second):
+        assert record.stream == 0x7777
+        assert [record.param(i, ctypes.c_uint64) for i in range(4)] == [A_PTR, B_PTR, C_PTR, workspace]
+        assert record.param(4, ctypes.c_int32) == 5
+    # loaded once per context: the next call launches both again from the table
+    assert e.launch(x, w, y, workspace, need) == 0
+    assert (fake.count("loads"), fake.count("launches")) == (1, 4)
+    # M = 0: neither kernel has blocks, nothing is loaded or launched
+    fake.reset()
+    empty = [tensor(A_PTR, [0, 520]), w, tensor(C_PTR, [0, 1000])]
+    assert e.launch(*empty, workspace, need) == 0
+    assert fake.count("launches") == 0
+    # a launch that fails names the kernel; the ones before it are queued
+    fake.reset()
+    fake.expect_params([8, 8, 8, 8, 4])
+    fake.fail("cuLaunchKernel", 719)
+    assert e.launch(x, w, y, workspace, need) == 719
+    assert "kernel 1 of 2" in e.error
+
+
 # ---- a dispatcher over specializations ------------------------------------------------
 
 
@@ -689,7 +735,7 @@ def test_the_cpp_example_exports_and_compiles(tmp_path):
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr
-    for name in ["gemm", "gemm_m64", "gemm_m128", "softmax"]:
+    for name in ["gemm", "gemm_m64", "gemm_m128", "splitk_gemm", "softmax"]:
         build(tmp_path / f"tilers_{name}.c", tmp_path / f"{name}.o", "-c", "-O2")
     assert "tilers_gemm_m64 when M=..256; tilers_gemm_m128" in (tmp_path / "tilers_gemm.h").read_text()
     if CXX is None:

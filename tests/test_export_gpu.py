@@ -43,6 +43,8 @@ def test_cpp_example_runs_and_matches_torch(tmp_path):
     assert "all checks passed" in result.stdout
     assert "a missing A -> status 1: tilers_gemm_m64: parameter 'A' is a NULL pointer" in result.stdout
     assert "a misaligned A -> status 1:" in result.stdout
+    # two kernels in one exported call, with the caller's workspace
+    assert "ok: splitk_gemm M=100 matches the CPU reference" in result.stdout
     a = torch.from_numpy(numpy.fromfile(dump / "gemm_a.bin", dtype="float16"))
     b = torch.from_numpy(numpy.fromfile(dump / "gemm_b.bin", dtype="float16"))
     c = torch.from_numpy(numpy.fromfile(dump / "gemm_c.bin", dtype="float16"))

@@ -1,5 +1,6 @@
-// The C++ side of the export example: launch the GEMM (through its dispatcher) and the
-// softmax that export_kernels.py exported, check them against a CPU reference computed here,
+// The C++ side of the export example: launch the GEMM (through its dispatcher), the split-K
+// GEMM (two kernels in one call, with a workspace) and the softmax that export_kernels.py
+// exported, check them against a CPU reference computed here,
 // and show that bad arguments are error statuses with messages, never crashes.
 //
 //   ./tilers_example [--dump DIR]    (DIR: raw inputs and outputs for a check against torch)
@@ -20,6 +21,7 @@
 
 #include "tilers_gemm.h"
 #include "tilers_softmax.h"
+#include "tilers_splitk_gemm.h"
 
 namespace {
 
@@ -86,7 +88,9 @@ void dump(const char *dir, const std::string &name, const void *data, size_t byt
     std::fclose(f);
 }
 
-void check_gemm(int64_t M, cudaStream_t stream, const char *dump_dir) {
+// the GEMM through the dispatcher (split = false) or the split-K export with its workspace
+void check_gemm(int64_t M, cudaStream_t stream, const char *dump_dir, bool split = false) {
+    const std::string what = std::string(split ? "splitk_gemm" : "gemm") + " M=" + std::to_string(M);
     std::vector<uint16_t> a(M * K), b(K * N), c(M * N);
     for (auto &x : a) x = exact_half(next_int(1024) / 1024.0f);
     for (auto &x : b) x = exact_half(next_int(1024) / 1024.0f);
@@ -99,9 +103,21 @@ void check_gemm(int64_t M, cudaStream_t stream, const char *dump_dir) {
     int64_t a_shape[] = {M, K}, b_shape[] = {K, N}, c_shape[] = {M, N};
     tilers_tensor A = {dA, 2, a_shape, nullptr}, B = {dB, 2, b_shape, nullptr},
                   C = {dC, 2, c_shape, nullptr};
-    tilers_status status = tilers_gemm_launch(A, B, C, stream);
-    if (status != TILERS_SUCCESS) std::printf("  %s\n", tilers_gemm_last_error());
-    expect(status == TILERS_SUCCESS, "gemm M=" + std::to_string(M) + " launches");
+    tilers_status status;
+    void *workspace = nullptr;
+    if (split) {
+        size_t bytes = 0;
+        status = tilers_splitk_gemm_workspace_size(A, B, C, &bytes);
+        expect(status == TILERS_SUCCESS && bytes >= size_t(4 * M * N * 4),
+               what + " needs " + std::to_string(bytes) + " bytes of workspace");
+        CUDA_CHECK(cudaMalloc(&workspace, bytes));
+        status = tilers_splitk_gemm_launch(A, B, C, workspace, bytes, stream);
+        if (status != TILERS_SUCCESS) std::printf("  %s\n", tilers_splitk_gemm_last_error());
+    } else {
+        status = tilers_gemm_launch(A, B, C, stream);
+        if (status != TILERS_SUCCESS) std::printf("  %s\n", tilers_gemm_last_error());
+    }
+    expect(status == TILERS_SUCCESS, what + " launches");
     CUDA_CHECK(cudaStreamSynchronize(stream));
     CUDA_CHECK(cudaMemcpy(c.data(), dC, c.size() * 2, cudaMemcpyDeviceToHost));
     std::vector<float> af(a.size()), bf(b.size());
@@ -124,9 +140,10 @@ void check_gemm(int64_t M, cudaStream_t stream, const char *dump_dir) {
             worst = std::fmax(worst, error);
         }
     }
-    expect(bad == 0, "gemm M=" + std::to_string(M) + " matches the CPU reference (max error " +
-                         std::to_string(worst) + ", " + std::to_string(bad) + " elements off)");
-    if (M == 100) {
+    expect(bad == 0, what + " matches the CPU reference (max error " + std::to_string(worst) + ", " +
+                         std::to_string(bad) + " elements off)");
+    if (workspace) CUDA_CHECK(cudaFree(workspace));
+    if (M == 100 && !split) {
         dump(dump_dir, "gemm_a.bin", a.data(), a.size() * 2);
         dump(dump_dir, "gemm_b.bin", b.data(), b.size() * 2);
         dump(dump_dir, "gemm_c.bin", c.data(), c.size() * 2);
@@ -218,6 +235,7 @@ int main(int argc, char **argv) {
     cudaStream_t stream;
     CUDA_CHECK(cudaStreamCreate(&stream));
     for (int64_t M : {1, 100, 256, 1000}) check_gemm(M, stream, dump_dir);
+    for (int64_t M : {1, 100}) check_gemm(M, stream, dump_dir, true);
     check_softmax(stream, dump_dir);
     check_errors(stream);
     CUDA_CHECK(cudaStreamDestroy(stream));

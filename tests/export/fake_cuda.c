@@ -38,9 +38,12 @@ static struct {
     atomic_int loads, launches, encodes, pushes, attributes_set;
     int attribute_value;
     char entry[128];
+    char entries[8][128]; /* the names of the functions asked for, in order (since the reset) */
+    int functions, module_functions;
     unsigned char image[16];
     void *load_context;
     fake_launch_record launch;
+    fake_launch_record history[8]; /* the first launches since the reset */
     fake_encode_record encode[8];
 } fake;
 
@@ -88,6 +91,8 @@ const char *fake_entry(void) { return fake.entry; }
 const unsigned char *fake_image(void) { return fake.image; }
 void *fake_load_context(void) { return fake.load_context; }
 const fake_launch_record *fake_last_launch(void) { return &fake.launch; }
+const fake_launch_record *fake_launch_at(int i) { return &fake.history[i]; }
+const char *fake_entry_at(int i) { return fake.entries[i]; }
 const fake_encode_record *fake_encoded(int i) { return &fake.encode[i]; }
 
 /* ---- the driver ---- */
@@ -145,11 +150,15 @@ int cuModuleLoadData(void **module, const void *image) {
     memcpy(fake.image, image, sizeof fake.image);
     fake.load_context = fake.depth ? fake.stack[fake.depth - 1] : NULL;
     *module = (void *)(uintptr_t)(0xA000 + 16 * ++fake.loads);
+    fake.module_functions = 0;
     return 0;
 }
 int cuModuleGetFunction(void **function, void *module, const char *name) {
     strncpy(fake.entry, name, sizeof fake.entry - 1);
-    *function = (void *)((uintptr_t)module + 1);
+    if (fake.functions < 8) strncpy(fake.entries[fake.functions], name, sizeof fake.entries[0] - 1);
+    fake.functions++;
+    /* the module's first function is module + 1, its next module + 2, ... */
+    *function = (void *)((uintptr_t)module + 1 + (uintptr_t)fake.module_functions++);
     return 0;
 }
 int cuFuncSetAttribute(void *function, int attribute, int value) {
@@ -175,6 +184,7 @@ int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsign
     r->params = fake.param_count;
     for (int i = 0; i < fake.param_count && i < 64; i++)
         memcpy(r->bytes[i], params[i], (size_t)fake.param_sizes[i]);
+    if (fake.launches < 8) fake.history[fake.launches] = *r;
     fake.launches++;
     return 0;
 }

@@ -20,6 +20,9 @@ use tile_codegen::kernel_info::{Extent, GridExpr, GridOp, KernelInfo, ParamInfo,
 /// The C the runtime of every export shares.
 const RUNTIME: &str = include_str!("runtime.c");
 
+/// The most kernels one exported call launches in turn (runtime.c's `TL_MAX_LAUNCHES`).
+pub const MAX_LAUNCHES: usize = 16;
+
 /// Byte alignment of each scratch buffer inside the caller's workspace.
 pub const WORKSPACE_ALIGN: u64 = 256;
 
@@ -277,27 +280,35 @@ pub fn export_c(info: &KernelInfo, cubin: &[u8], name: &str) -> Result<Exported,
     if !is_identifier(name) {
         return Err(format!("the export name {name:?} is not a C identifier (letters, digits and _)"));
     }
-    let Some(entry) = &info.entry else {
-        return Err(format!("kernel '{}' was compiled for the interpreter: it has no GPU code", info.name));
-    };
-    if info.cluster != [1, 1, 1] {
+    let launches: Vec<&KernelInfo> = info.launches().collect();
+    if launches.len() > MAX_LAUNCHES {
         return Err(format!(
-            "kernel '{}' needs a thread-block cluster {:?}, which the C launcher does not set up yet",
-            info.name, info.cluster
+            "'{}' launches {} kernels in turn (several T.Kernel in one prim_func); the C launcher takes at most {MAX_LAUNCHES}",
+            info.name,
+            launches.len()
         ));
     }
-    if !info.then.is_empty() {
-        return Err(format!(
-            "'{}' launches {} kernels in turn (several T.Kernel in one prim_func), which the C launcher does not export yet",
-            info.name,
-            1 + info.then.len()
-        ));
+    let mut entries = Vec::new();
+    for launch in &launches {
+        let Some(entry) = &launch.entry else {
+            return Err(format!(
+                "kernel '{}' was compiled for the interpreter: it has no GPU code",
+                info.name
+            ));
+        };
+        entries.push(entry.as_str());
+        if launch.cluster != [1, 1, 1] {
+            return Err(format!(
+                "kernel '{}' needs a thread-block cluster {:?}, which the C launcher does not set up yet",
+                info.name, launch.cluster
+            ));
+        }
+        if launch.grid.len() != 3 {
+            return Err("the KernelInfo's grid must have three dimensions".into());
+        }
     }
     if cubin.is_empty() {
         return Err(format!("kernel '{}': the cubin is empty", info.name));
-    }
-    if info.grid.len() != 3 {
-        return Err("the KernelInfo's grid must have three dimensions".into());
     }
     let arch = parse_arch(&info.arch)?;
     let names = param_names(info);
@@ -344,7 +355,7 @@ pub fn export_c(info: &KernelInfo, cubin: &[u8], name: &str) -> Result<Exported,
             return Err(format!("size '{}' is {}; sizes are int32 or int64", size.name, size.dtype));
         }
     }
-    for map in &info.tensor_maps {
+    for map in launches.iter().flat_map(|l| &l.tensor_maps) {
         let Some(ParamInfo::Tensor { name, dtype, shape, .. }) = info.params.get(map.param) else {
             return Err(format!("a tensor map of parameter {}, which is not a tensor", map.param));
         };
@@ -364,7 +375,7 @@ pub fn export_c(info: &KernelInfo, cubin: &[u8], name: &str) -> Result<Exported,
     }
     let has_workspace = !info.scratch.is_empty();
     let header = header(info, name, &signature, &docs, has_workspace);
-    let source = source(info, cubin, name, entry, arch, &names, &tensors, &signature, has_workspace)?;
+    let source = source(info, cubin, name, &entries, arch, &names, &tensors, &signature, has_workspace)?;
     Ok(Exported { header, source })
 }
 
@@ -446,7 +457,7 @@ fn source(
     info: &KernelInfo,
     cubin: &[u8],
     name: &str,
-    entry: &str,
+    entries: &[&str],
     (major, minor, exact): (u32, u32, bool),
     names: &[String],
     tensors: &[TensorParam<'_>],
@@ -465,7 +476,7 @@ fn source(
     c.push_str(RUNTIME);
     c.push('\n');
     // the cubin
-    let _ = writeln!(c, "/* the cubin ({}, {} bytes; entry {entry}) */", info.arch, cubin.len());
+    let _ = writeln!(c, "/* the cubin ({}, {} bytes; {}) */", info.arch, cubin.len(), entries_text(entries));
     c.push_str("static _Alignas(64) const unsigned char tl_cubin[] = {\n");
     for chunk in cubin.chunks(20) {
         c.push_str("   ");
@@ -476,11 +487,17 @@ fn source(
     }
     c.push_str("};\n\n");
     let _ = writeln!(c, "static const char tl_kernel[] = {};", c_string(&kernel));
-    let _ = writeln!(c, "static const char tl_entry[] = {};", c_string(entry));
+    let launches: Vec<&KernelInfo> = info.launches().collect();
+    let n = launches.len();
+    let quoted: Vec<String> = entries.iter().map(|e| c_string(e)).collect();
+    let _ = writeln!(c, "/* the kernels a call launches, in order, and their shared memory */");
+    let _ = writeln!(c, "static const char *const tl_entries[{n}] = {{{}}};", quoted.join(", "));
+    let shared: Vec<String> = launches.iter().map(|l| format!("{}u", l.shared_bytes)).collect();
+    let _ = writeln!(c, "static const unsigned tl_shared[{n}] = {{{}}};", shared.join(", "));
     let _ = writeln!(c, "static const char tl_arch[] = {};", c_string(&info.arch));
     c.push_str("static tl_loaded tl_table[TL_MAX_CONTEXTS];\nstatic int tl_table_count;\n");
     c.push_str("static pthread_mutex_t tl_lock = PTHREAD_MUTEX_INITIALIZER;\n");
-    let maps = info.tensor_maps.len();
+    let maps: usize = launches.iter().map(|l| l.tensor_maps.len()).sum();
     if maps > 0 {
         let _ = writeln!(c, "static tl_cached_map tl_map_cache[{maps}];");
     }
@@ -492,7 +509,7 @@ fn source(
     c.push_str("/* what the checks of a call find: the sizes, the grid, the expected strides, the scratch offsets */\n");
     c.push_str("typedef struct {\n");
     let _ = writeln!(c, "    int64_t sizes[{}];", n_sizes.max(1));
-    c.push_str("    int64_t grid[3];\n");
+    let _ = writeln!(c, "    int64_t grid[{n}][3];");
     for t in tensors {
         let _ = writeln!(c, "    int64_t strides_{}[{}];", t.index, t.shape.len().max(1));
     }
@@ -669,27 +686,34 @@ fn source(
         );
         c.push_str("    }\n");
     }
-    // the grid
+    // the grids, one per kernel
     let axes = ["x", "y", "z"];
-    for (axis, e) in info.grid.iter().enumerate() {
-        let expr = c_expr(e, info, names)?;
-        let limit = MAX_GRID[axis];
-        let _ = writeln!(c, "    call->grid[{axis}] = {expr};");
-        let _ = writeln!(c, "    if (tl_bad || call->grid[{axis}] < 0 || call->grid[{axis}] > {limit}) {{");
-        let (format, values) = grid_sources(e, info, names);
-        c.push_str("        char tl_from[256];\n");
-        if format.is_empty() {
-            c.push_str("        tl_from[0] = '\\0';\n");
-        } else {
-            let _ = writeln!(c, "        snprintf(tl_from, sizeof tl_from, \"{format}\"{values});");
+    for (k, launch) in launches.iter().enumerate() {
+        let which =
+            if n > 1 { format!(" of kernel {} of {n} ({})", k + 1, entries[k]) } else { String::new() };
+        for (axis, e) in launch.grid.iter().enumerate() {
+            let expr = c_expr(e, info, names)?;
+            let limit = MAX_GRID[axis];
+            let _ = writeln!(c, "    call->grid[{k}][{axis}] = {expr};");
+            let _ = writeln!(
+                c,
+                "    if (tl_bad || call->grid[{k}][{axis}] < 0 || call->grid[{k}][{axis}] > {limit}) {{"
+            );
+            let (format, values) = grid_sources(e, info, names);
+            c.push_str("        char tl_from[256];\n");
+            if format.is_empty() {
+                c.push_str("        tl_from[0] = '\\0';\n");
+            } else {
+                let _ = writeln!(c, "        snprintf(tl_from, sizeof tl_from, \"{format}\"{values});");
+            }
+            let x = axes[axis];
+            let _ = writeln!(c, "        if (tl_bad == 1) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} divides by zero%s\", tl_kernel, tl_from);");
+            let _ = writeln!(c, "        if (tl_bad == 3) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} reads a float that is not finite%s: it has no number of blocks\", tl_kernel, tl_from);");
+            let _ = writeln!(c, "        if (tl_bad == 2) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} overflows%s: over the CUDA limit of {limit} blocks\", tl_kernel, tl_from);");
+            let _ = writeln!(c, "        if (call->grid[{k}][{axis}] < 0) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} is %lld%s: a grid dimension cannot be negative\", tl_kernel, (long long)call->grid[{k}][{axis}], tl_from);");
+            let _ = writeln!(c, "        return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} is %lld%s: over the CUDA limit of {limit} blocks\", tl_kernel, (long long)call->grid[{k}][{axis}], tl_from);");
+            c.push_str("    }\n");
         }
-        let x = axes[axis];
-        let _ = writeln!(c, "        if (tl_bad == 1) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x} divides by zero%s\", tl_kernel, tl_from);");
-        let _ = writeln!(c, "        if (tl_bad == 3) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x} reads a float that is not finite%s: it has no number of blocks\", tl_kernel, tl_from);");
-        let _ = writeln!(c, "        if (tl_bad == 2) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x} overflows%s: over the CUDA limit of {limit} blocks\", tl_kernel, tl_from);");
-        let _ = writeln!(c, "        if (call->grid[{axis}] < 0) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x} is %lld%s: a grid dimension cannot be negative\", tl_kernel, (long long)call->grid[{axis}], tl_from);");
-        let _ = writeln!(c, "        return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x} is %lld%s: over the CUDA limit of {limit} blocks\", tl_kernel, (long long)call->grid[{axis}], tl_from);");
-        c.push_str("    }\n");
     }
     c.push_str("    return 0;\n}\n\n");
 
@@ -706,87 +730,125 @@ fn source(
     let _ = writeln!(c, "    tl_result status = tl_check(&call, 0, {all}{workspace_none});");
     c.push_str("    if (status == 0) *bytes = call.workspace_bytes;\n    return status;\n}\n\n");
 
-    // the launch
+    // the launch: each kernel with blocks, in order, on the stream (which orders them)
     let _ = writeln!(c, "tilers_status {kernel}_launch({args}{workspace_params}, CUstream stream) {{");
     c.push_str("    tl_call call;\n");
     let _ = writeln!(c, "    tl_result status = tl_check(&call, 1, {all}{workspace_call});");
     c.push_str("    if (status != 0) return status;\n");
-    c.push_str("    /* no blocks (a size of 0): nothing to launch */\n");
-    c.push_str("    if (call.grid[0] == 0 || call.grid[1] == 0 || call.grid[2] == 0) return 0;\n");
+    c.push_str(
+        "    /* kernels of no blocks (a size of 0) are not launched; none with blocks: nothing to do */\n",
+    );
+    let _ = writeln!(c, "    int tl_any = 0;\n    for (int k = 0; k < {n}; k++)");
+    c.push_str("        tl_any |= call.grid[k][0] != 0 && call.grid[k][1] != 0 && call.grid[k][2] != 0;\n");
+    c.push_str("    if (!tl_any) return 0;\n");
     c.push_str("    if ((status = tl_driver_ready(tl_kernel)) != 0) return status;\n");
     c.push_str("    tl_handle context;\n    int pushed;\n");
     c.push_str("    if ((status = tl_enter(tl_kernel, stream, &context, &pushed)) != 0) return status;\n");
     c.push_str("    const tl_loaded *loaded = NULL;\n");
     let _ = writeln!(
         c,
-        "    status = tl_load(tl_kernel, tl_table, &tl_table_count, &tl_lock, context, tl_cubin, tl_entry, tl_arch, {major}, {minor}, {}, {}u, &loaded);",
-        exact as u8, info.shared_bytes
+        "    status = tl_load(tl_kernel, tl_table, &tl_table_count, &tl_lock, context, tl_cubin, tl_entries, tl_shared, {n}, tl_arch, {major}, {minor}, {}, &loaded);",
+        exact as u8
     );
     c.push_str("    if (status != 0) {\n        tl_leave(pushed);\n        return status;\n    }\n");
-    c.push_str(
-        "    unsigned grid[3] = {(unsigned)call.grid[0], (unsigned)call.grid[1], (unsigned)call.grid[2]};\n",
-    );
-    if info.persistent {
-        c.push_str("    /* persistent: one block per SM (at most one per tile) walks the grid's tiles */\n");
-        c.push_str("    {\n        uint64_t tiles = (uint64_t)grid[0] * grid[1];\n");
-        c.push_str("        tiles = tiles > UINT64_MAX / grid[2] ? UINT64_MAX : tiles * grid[2];\n");
-        c.push_str("        uint64_t sms = (uint64_t)loaded->multiprocessors;\n");
-        c.push_str("        grid[0] = (unsigned)(tiles < sms ? tiles : sms);\n        grid[1] = 1;\n        grid[2] = 1;\n    }\n");
-    }
-    // the kernel's parameters: the params, scratch pointers, sizes, then the tensor maps
-    let mut slots = Vec::new();
+    // the arguments every kernel takes: the params, scratch pointers, sizes (its maps follow)
+    let mut common = Vec::new();
     for (p, n) in info.params.iter().zip(names) {
         match p {
-            ParamInfo::Tensor { .. } => slots.push(format!("&{n}.data")),
-            ParamInfo::Scalar { .. } => slots.push(format!("&{n}")),
+            ParamInfo::Tensor { .. } => common.push(format!("&{n}.data")),
+            ParamInfo::Scalar { .. } => common.push(format!("&{n}")),
         }
     }
     for k in 0..info.scratch.len() {
         let _ = writeln!(c, "    void *tl_scratch{k} = (char *)workspace + call.scratch_offset[{k}];");
-        slots.push(format!("&tl_scratch{k}"));
+        common.push(format!("&tl_scratch{k}"));
     }
     for (k, s) in info.sizes.iter().enumerate() {
         let ty = if s.dtype == "int64" { "int64_t" } else { "int32_t" };
         let _ = writeln!(c, "    {ty} tl_size{k} = ({ty})call.sizes[{k}];");
-        slots.push(format!("&tl_size{k}"));
+        common.push(format!("&tl_size{k}"));
     }
-    if maps > 0 {
-        let _ = writeln!(c, "    tl_tensor_map tl_maps[{maps}];");
-        for (j, map) in info.tensor_maps.iter().enumerate() {
-            let t = tensors.iter().find(|t| t.index == map.param).expect("checked: a tensor");
-            let (data_type, bytes) = tma_data_type(t.dtype).expect("checked");
-            let swizzle = swizzle_mode(map.swizzle).expect("checked");
-            let rank = t.shape.len();
-            let boxes: Vec<String> = map.box_shape.iter().map(|b| format!("{b}u")).collect();
-            c.push_str("    {\n");
-            let _ = writeln!(c, "        static const uint32_t tl_box[{rank}] = {{{}}};", boxes.join(", "));
-            let _ = writeln!(
-                c,
-                "        status = tl_encode_map(tl_kernel, {}, &tl_map_cache[{j}], &tl_lock, &tl_maps[{j}], {data_type}u, {bytes}u, {rank}, {v}.data, {v}.shape, call.strides_{}, tl_box, {swizzle}u);",
-                c_string(t.name),
-                t.index,
-                v = t.c
-            );
-            c.push_str("        if (status != 0) {\n            tl_leave(pushed);\n            return status;\n        }\n    }\n");
-            slots.push(format!("&tl_maps[{j}]"));
+    let mut cached = 0;
+    for (k, launch) in launches.iter().enumerate() {
+        if n > 1 {
+            let _ = writeln!(c, "    /* kernel {} of {n}: {} */", k + 1, entries[k]);
         }
+        let _ = writeln!(
+            c,
+            "    if (call.grid[{k}][0] != 0 && call.grid[{k}][1] != 0 && call.grid[{k}][2] != 0) {{"
+        );
+        let _ = writeln!(
+            c,
+            "        unsigned grid[3] = {{(unsigned)call.grid[{k}][0], (unsigned)call.grid[{k}][1], (unsigned)call.grid[{k}][2]}};"
+        );
+        if launch.persistent {
+            c.push_str(
+                "        /* persistent: one block per SM (at most one per tile) walks the grid's tiles */\n",
+            );
+            c.push_str("        {\n            uint64_t tiles = (uint64_t)grid[0] * grid[1];\n");
+            c.push_str("            tiles = tiles > UINT64_MAX / grid[2] ? UINT64_MAX : tiles * grid[2];\n");
+            c.push_str("            uint64_t sms = (uint64_t)loaded->multiprocessors;\n");
+            c.push_str("            grid[0] = (unsigned)(tiles < sms ? tiles : sms);\n            grid[1] = 1;\n            grid[2] = 1;\n        }\n");
+        }
+        let mut slots = common.clone();
+        let own = launch.tensor_maps.len();
+        if own > 0 {
+            let _ = writeln!(c, "        tl_tensor_map tl_maps[{own}];");
+            for (j, map) in launch.tensor_maps.iter().enumerate() {
+                let t = tensors.iter().find(|t| t.index == map.param).expect("checked: a tensor");
+                let (data_type, bytes) = tma_data_type(t.dtype).expect("checked");
+                let swizzle = swizzle_mode(map.swizzle).expect("checked");
+                let rank = t.shape.len();
+                let boxes: Vec<String> = map.box_shape.iter().map(|b| format!("{b}u")).collect();
+                c.push_str("        {\n");
+                let _ = writeln!(
+                    c,
+                    "            static const uint32_t tl_box[{rank}] = {{{}}};",
+                    boxes.join(", ")
+                );
+                let _ = writeln!(
+                    c,
+                    "            status = tl_encode_map(tl_kernel, {}, &tl_map_cache[{}], &tl_lock, &tl_maps[{j}], {data_type}u, {bytes}u, {rank}, {v}.data, {v}.shape, call.strides_{}, tl_box, {swizzle}u);",
+                    c_string(t.name),
+                    cached + j,
+                    t.index,
+                    v = t.c
+                );
+                c.push_str("            if (status != 0) {\n                tl_leave(pushed);\n                return status;\n            }\n        }\n");
+                slots.push(format!("&tl_maps[{j}]"));
+            }
+        }
+        cached += own;
+        let _ = writeln!(
+            c,
+            "        void *tl_args[{}] = {{{}}};",
+            slots.len().max(1),
+            if slots.is_empty() { "NULL".into() } else { slots.join(", ") }
+        );
+        let [bx, by, bz] = launch.block;
+        let _ = writeln!(
+            c,
+            "        status = tl_driver.launch_kernel(loaded->function[{k}], grid[0], grid[1], grid[2], {bx}u, {by}u, {bz}u, {}u, (tl_handle)stream, tl_args, NULL);",
+            launch.shared_bytes
+        );
+        c.push_str("        if (status != 0) {\n            tl_leave(pushed);\n");
+        let what = if n > 1 {
+            format!("cuLaunchKernel (kernel {} of {n}, {}; those before it are queued)", k + 1, entries[k])
+        } else {
+            "cuLaunchKernel".to_string()
+        };
+        let _ = writeln!(c, "            return tl_driver_error(status, tl_kernel, {});", c_string(&what));
+        c.push_str("        }\n    }\n");
     }
-    let _ = writeln!(
-        c,
-        "    void *tl_args[{}] = {{{}}};",
-        slots.len().max(1),
-        if slots.is_empty() { "NULL".into() } else { slots.join(", ") }
-    );
-    let [bx, by, bz] = info.block;
-    let _ = writeln!(
-        c,
-        "    status = tl_driver.launch_kernel(loaded->function, grid[0], grid[1], grid[2], {bx}u, {by}u, {bz}u, {}u, (tl_handle)stream, tl_args, NULL);",
-        info.shared_bytes
-    );
     c.push_str("    tl_leave(pushed);\n");
-    c.push_str("    if (status != 0) return tl_driver_error(status, tl_kernel, \"cuLaunchKernel\");\n");
     c.push_str("    return 0;\n}\n");
     Ok(c)
+}
+
+/// "entry k_kernel" or "entries a_kernel, b_kernel": the cubin's functions a call launches.
+fn entries_text(entries: &[&str]) -> String {
+    let plural = if entries.len() > 1 { "entries" } else { "entry" };
+    format!("{plural} {}", entries.join(", "))
 }
 
 /// `(1000, M)`: a shape as the messages write it.
@@ -1169,9 +1231,29 @@ mod tests {
         let mut clustered = info();
         clustered.cluster = [2, 1, 1];
         assert!(export_c(&clustered, &[1], "x").unwrap_err().contains("cluster [2, 1, 1]"));
+        // several T.Kernel: one launch function, each kernel with its own entry, grid,
+        // block, shared memory and tensor maps (a cache slot each), in order
         let mut several = info();
-        several.then = vec![info()];
-        assert!(export_c(&several, &[1], "x").unwrap_err().contains("launches 2 kernels in turn"));
+        let mut second = info();
+        second.entry = Some("add_m_kernel_1".into());
+        second.grid[0] = GridExpr::Const { value: 7 };
+        second.block = [256, 1, 1];
+        second.shared_bytes = 64 * 1024;
+        several.then = vec![second.clone()];
+        let e = export_c(&several, &[1], "x").unwrap();
+        assert!(e
+            .source
+            .contains("static const char *const tl_entries[2] = {\"add_kernel\", \"add_m_kernel_1\"};"));
+        assert!(e.source.contains("static const unsigned tl_shared[2] = {0u, 65536u};"));
+        assert!(e.source.contains("static tl_cached_map tl_map_cache[2];"));
+        assert!(e.source.contains("call->grid[1][0] = INT64_C(7);"));
+        assert!(e.source.contains("grid dimension y of kernel 2 of 2 (add_m_kernel_1)"));
+        assert!(e.source.contains("&tl_map_cache[1]"));
+        assert!(e
+            .source
+            .contains("launch_kernel(loaded->function[1], grid[0], grid[1], grid[2], 256u, 1u, 1u, 65536u"));
+        several.then = vec![second; MAX_LAUNCHES];
+        assert!(export_c(&several, &[1], "x").unwrap_err().contains("launches 17 kernels in turn"));
         assert!(export_c(&info(), &[1], "a-b").unwrap_err().contains("not a C identifier"));
         let mut half = info();
         half.params[2] = ParamInfo::Scalar { name: "s".into(), dtype: "float16".into() };

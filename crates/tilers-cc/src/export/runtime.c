@@ -28,6 +28,8 @@
 
 /* the most CUDA contexts one kernel is loaded into (one per GPU, usually) */
 #define TL_MAX_CONTEXTS 64
+/* the kernels one call launches in turn (a prim_func of several T.Kernel) */
+#define TL_MAX_LAUNCHES 16
 
 /* every helper is static and may go unused by a kernel (a grid without float scalars) */
 #define TL_HELPER static __attribute__((unused))
@@ -151,7 +153,7 @@ TL_HELPER tl_result tl_driver_error(tl_result status, const char *kernel, const 
 
 typedef struct {
     tl_handle context;
-    tl_handle function;
+    tl_handle function[TL_MAX_LAUNCHES]; /* one per kernel the call launches, in order */
     int multiprocessors;
 } tl_loaded;
 
@@ -200,11 +202,13 @@ TL_HELPER int tl_runs_on(int major, int minor, int exact, int device_major, int 
     return exact ? device_minor == minor : device_minor >= minor;
 }
 
-/* Load the cubin into `context` (current) once: the loaded entry of the table. */
+/* Load the cubin into `context` (current) once, with the function of each of its `launches`
+ * entries (`launches` <= TL_MAX_LAUNCHES): the loaded entry of the table. */
 TL_HELPER tl_result tl_load(const char *kernel, tl_loaded *table, int *count, pthread_mutex_t *lock,
-                         tl_handle context, const unsigned char *cubin, const char *entry,
+                         tl_handle context, const unsigned char *cubin,
+                         const char *const *entries, const unsigned *shared_bytes, int launches,
                          const char *arch, int major, int minor, int exact,
-                         unsigned shared_bytes, const tl_loaded **loaded) {
+                         const tl_loaded **loaded) {
     pthread_mutex_lock(lock);
     for (int i = 0; i < *count; i++) {
         if (table[i].context == context) {
@@ -215,7 +219,7 @@ TL_HELPER tl_result tl_load(const char *kernel, tl_loaded *table, int *count, pt
     }
     tl_result status = 0;
     int device = 0, device_major = 0, device_minor = 0, sms = 0;
-    tl_handle module = NULL, function = NULL;
+    tl_handle module = NULL, functions[TL_MAX_LAUNCHES] = {0};
     if (*count == TL_MAX_CONTEXTS) {
         status = tl_fail(TL_NOT_SUPPORTED, "%s: loaded in %d CUDA contexts already, the most it "
                          "keeps", kernel, TL_MAX_CONTEXTS);
@@ -242,18 +246,20 @@ TL_HELPER tl_result tl_load(const char *kernel, tl_loaded *table, int *count, pt
         tl_driver_error(status, kernel, "cuModuleLoadData");
         goto done;
     }
-    if ((status = tl_driver.module_get_function(&function, module, entry)) != 0) {
-        tl_driver_error(status, kernel, "cuModuleGetFunction");
-        goto done;
-    }
-    if (shared_bytes > 48 * 1024 &&
-        (status = tl_driver.func_set_attribute(function, TL_FUNC_MAX_DYNAMIC_SHARED,
-                                               (int)shared_bytes)) != 0) {
-        tl_driver_error(status, kernel, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
-        goto done;
+    for (int k = 0; k < launches; k++) {
+        if ((status = tl_driver.module_get_function(&functions[k], module, entries[k])) != 0) {
+            tl_driver_error(status, kernel, "cuModuleGetFunction");
+            goto done;
+        }
+        if (shared_bytes[k] > 48 * 1024 &&
+            (status = tl_driver.func_set_attribute(functions[k], TL_FUNC_MAX_DYNAMIC_SHARED,
+                                                   (int)shared_bytes[k])) != 0) {
+            tl_driver_error(status, kernel, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+            goto done;
+        }
     }
     table[*count].context = context;
-    table[*count].function = function;
+    for (int k = 0; k < launches; k++) table[*count].function[k] = functions[k];
     table[*count].multiprocessors = sms > 0 ? sms : 1;
     *loaded = &table[*count];
     *count += 1;
