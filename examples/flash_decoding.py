@@ -56,6 +56,12 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
             # the tile lies in one page
             page = table[b, n0 // page_size]
             T.copy(cache[page, n0 % page_size:n0 % page_size + block_N, hk, :], shared)
+        elif block_N % page_size == 0:
+            # the tile is whole pages: a copy per page (past the table's end, its last page:
+            # those rows lie beyond the split, their scores masked)
+            for p in range(block_N // page_size):  # unrolled as traced: one copy each
+                page = table[b, T.min(n0 // page_size + p, pages_per_seq - 1)]
+                T.copy(cache[page, 0:page_size, hk, :], shared[p * page_size:(p + 1) * page_size, :])
         else:
             # the tile spans pages: each row from its own
             for n, d in T.Parallel(block_N, dim):

@@ -36,12 +36,14 @@ def test_contiguous_against_numpy(lengths, num_split, heads, heads_kv):
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
 
 
-@pytest.mark.parametrize("page_size", [16, 64])
+@pytest.mark.parametrize("page_size,block_N,S", [(16, 64, 256), (64, 64, 256), (16, 128, 256), (64, 128, 256), (48, 64, 192)],
+                         ids=["4-pages-a-tile", "a-page-a-tile", "8-pages-a-tile", "2-pages-a-tile", "rows-across-pages"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_paged_against_numpy(page_size, dtype):
-    q, k, v, seqlens, want = case(3, 8, 2, 64, 256, [1, 65, 256], dtype)
+def test_paged_against_numpy(page_size, block_N, S, dtype):
+    q, k, v, seqlens, want = case(3, 8, 2, 64, S, [1, 65, S], dtype)
     kp, vp, table = fd.paged_cache(k, v, page_size)
-    kernel = fd.flash_decode(3, 8, 2, 64, 256, num_split=3, page_size=page_size, num_pages=kp.shape[0], dtype=dtype)
+    kernel = fd.flash_decode(3, 8, 2, 64, S, num_split=3, block_N=block_N, page_size=page_size, num_pages=kp.shape[0],
+                             dtype=dtype)
     out = kernel(q, kp, vp, seqlens, table)
     tol = 2e-2 if dtype == "bfloat16" else 2e-3
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol)
@@ -54,10 +56,10 @@ def test_head_dim_128_and_a_larger_group():
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
-@pytest.mark.parametrize("page_size", [0, 16, 64])
-def test_every_pass_agrees(arch, page_size):
-    pages = 2 * 128 // page_size if page_size else 0
-    f = fd.flash_decode.prim_func(2, 8, 2, 64, 128, num_split=2, page_size=page_size, num_pages=pages)
+@pytest.mark.parametrize("page_size,block_N", [(0, 64), (16, 64), (64, 64), (64, 128)])
+def test_every_pass_agrees(arch, page_size, block_N):
+    pages = 2 * 256 // page_size if page_size else 0
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, 256, num_split=2, block_N=block_N, page_size=page_size, num_pages=pages)
     testing.check_passes(f, arch=arch, check=True)
 
 
