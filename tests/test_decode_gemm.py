@@ -75,6 +75,8 @@ def test_the_report_names_the_gemv_shuffles():
     cfg = dict(schedule="gemv", block_N=8, block_K=256, threads=128)
     report = tilers.compile(decode_gemm.linear.prim_func(4096, 4096, **cfg), out_idx=[2], target="cuda:sm_90a").report()
     assert "warp shuffles" in report
+    # the float32 products fragment takes runs of 8 from its float16 operands: 16-byte loads
+    assert "vector loads [W x8 (16 bytes), X x8 (16 bytes)]" in report
 
 
 def test_an_unknown_schedule_is_refused():

@@ -685,14 +685,34 @@ fn default_layout(m: &Module, b: BufferId, threads: u32) -> FragmentLayout {
     let extents = buf.extents();
     let in_registers = uniform_dims(m, b);
     let placed: Vec<usize> = (0..extents.len()).filter(|&k| !in_registers[k]).collect();
+    let elem_bytes = access_elem_bytes(m, b);
     if placed.len() == extents.len() {
-        return FragmentLayout::blocked(&extents, threads, buf.dtype.bytes());
+        return FragmentLayout::blocked(&extents, threads, elem_bytes);
     }
     if placed.is_empty() {
         return FragmentLayout::whole(&extents, threads);
     }
     let shape: Vec<i64> = placed.iter().map(|&k| extents[k]).collect();
-    FragmentLayout::blocked(&shape, threads, buf.dtype.bytes()).with_register_dims(&extents, &placed)
+    FragmentLayout::blocked(&shape, threads, elem_bytes).with_register_dims(&extents, &placed)
+}
+
+/// The element width a blocked layout of fragment `b` groups its runs by: the narrowest of
+/// its own dtype and of the memory the parallel loops that use it by all their variables
+/// read or write (`acc[i, j] += W[.., k + j] * x[..]`: a float32 fragment fed by float16
+/// loads takes runs of 8, so those loads are 16 bytes wide, not 8).
+fn access_elem_bytes(m: &Module, b: BufferId) -> u32 {
+    let mut bytes = m.buffer(b).dtype.bytes();
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::Parallel { vars, body, .. } = s {
+            let spread = fragment_accesses(m, body).into_iter().any(|(access, idx, _, _)| {
+                access == b && access_dims(&idx, vars).is_some_and(|d| d.len() == vars.len() && d.iter().all(Option::is_some))
+            });
+            if spread {
+                bytes = bytes.min(min_elem_bytes(m, body));
+            }
+        }
+    });
+    bytes
 }
 
 /// Per dimension of fragment `b`, whether some parallel loop indexes it by a value that
