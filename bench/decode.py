@@ -45,6 +45,10 @@ ROUNDS = int(os.environ.get("DECODE_ROUNDS", "3"))
 # "eager": CALLS back-to-back calls from Python, the host's launch cost included (at a few
 # microseconds per kernel it dominates the small rows)
 TIMING = os.environ.get("DECODE_TIMING", "graph")
+# the decoding kernel's pipeline depths tried, and whether every config's time is printed
+STAGES = [int(s) for s in os.environ.get("DECODE_STAGES", "2,3,4").split(",")]
+SPLITS = [int(s) for s in os.environ.get("DECODE_SPLITS", "1,2,4,8,16,32,64").split(",")]
+VERBOSE = os.environ.get("DECODE_VERBOSE", "") == "1"
 CALLS = 20
 L2X = float(os.environ.get("DECODE_L2X", "3"))
 PART = os.environ.get("DECODE_PART", "all")
@@ -316,25 +320,26 @@ def attention_rows(bandwidth, floors):
                     return args_of[state["i"]]
 
                 best = None
-                for num_split in (1, 2, 4, 8, 16, 32, 64):
-                    if num_split * 64 > S:
+                space = [{"num_split": num_split, "block_N": block_N, "block_H": block_H, "num_stages": stages}
+                         for num_split in SPLITS if num_split * 64 <= S
+                         for block_N in (64, 128) for block_H in (16, 64) for stages in STAGES]
+                for cfg in space:
+                    try:
+                        kernel = flash_decoding.flash_decode(
+                            B, HEADS, HEADS_KV, DIM, S, **cfg,
+                            page_size=PAGE if paged else 0, num_pages=B * S // PAGE if paged else 0)
+                        got = kernel(*args_of[0]).float()
+                    except Exception as err:  # a config the compiler refuses (shared memory, ...)
+                        print(f"  skip {cfg}: {str(err).splitlines()[0][:90]}")
                         continue
-                    for block_N in (64, 128):
-                        for block_H in (16, 64):
-                            try:
-                                kernel = flash_decoding.flash_decode(
-                                    B, HEADS, HEADS_KV, DIM, S, num_split=num_split, block_N=block_N, block_H=block_H,
-                                    page_size=PAGE if paged else 0, num_pages=B * S // PAGE if paged else 0)
-                                got = kernel(*args_of[0]).float()
-                            except Exception as err:
-                                print(f"  skip split {num_split} block_N {block_N}: {str(err).splitlines()[0][:90]}")
-                                continue
-                            if not torch.allclose(got, want, rtol=1e-2, atol=1e-2):
-                                print(f"  WRONG split {num_split} block_N {block_N} block_H {block_H}")
-                                continue
-                            us = timer(lambda: kernel(*next_args()))()
-                            if best is None or us < best[0]:
-                                best = (us, {"num_split": num_split, "block_N": block_N, "block_H": block_H}, kernel)
+                    if not torch.allclose(got, want, rtol=1e-2, atol=1e-2):
+                        print(f"  WRONG {cfg}")
+                        continue
+                    us = timer(lambda: kernel(*next_args()))()
+                    if VERBOSE:
+                        print(f"  {cfg}: {us:.2f} us")
+                    if best is None or us < best[0]:
+                        best = (us, cfg, kernel)
                 if best is None:
                     rows.append({"kind": "attention", "B": B, "S": S, "paged": paged, "error": "no config ran"})
                     continue

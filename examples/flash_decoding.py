@@ -25,12 +25,13 @@ LOG2E = 1.4426950408889634
 
 @tilers.jit(out_idx=[-1])
 def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=16, block_N=64, threads=128,
-                 dtype="float16", page_size=0, num_pages=0, sm_scale=None):
+                 dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2):
     """O [batch, heads, dim] = softmax(q K^T * sm_scale) V per sequence and query head, over
     the first cache_seqlens[b] keys. page_size=0: a contiguous cache (K, V [batch, max_seqlen,
     heads_kv, dim]); else a paged one (K, V [num_pages, page_size, heads_kv, dim], with
     block_table [batch, max_seqlen // page_size]). The kernel's parameters: Q, K, V,
-    cache_seqlens, (block_table,) O."""
+    cache_seqlens, (block_table,) O. num_stages: K/V tiles in flight per block (a memory-bound
+    kernel wants more bytes in flight than two stages give at batch 1)."""
     group = heads // heads_kv
     if heads % heads_kv or group > block_H:
         raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv}) with at most block_H "
@@ -94,7 +95,7 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
             T.fill(logsum, 0)
             T.fill(scores_max, -T.infinity(accum))
             tiles = T.ceildiv(T.max(stop - start, 0), block_N)
-            for k in T.Pipelined(tiles, num_stages=2):
+            for k in T.Pipelined(tiles, num_stages=num_stages):
                 n0 = start + k * block_N
                 load_tile(K, K_shared, b, hk, n0, table)
                 T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True)

@@ -63,6 +63,26 @@ def test_every_pass_agrees(arch, page_size, block_N):
     testing.check_passes(f, arch=arch, check=True)
 
 
+@pytest.mark.parametrize("page_size,block_N,stages", [(0, 64, 4), (0, 128, 3), (16, 64, 3), (64, 128, 4)])
+def test_deeper_pipelines_agree_and_match_numpy(page_size, block_N, stages):
+    """num_stages 3 and 4 (more K/V bytes in flight at batch 1): every pass on the CPU model,
+    and the result against numpy, with splits shorter than the pipeline and one of no key."""
+    S = 512
+    q, k, v, seqlens, want = case(2, 8, 2, 64, S, [S, 70], "float16")
+    pages = 2 * S // page_size if page_size else 0
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, S, num_split=4, block_N=block_N, page_size=page_size, num_pages=pages,
+                                  num_stages=stages)
+    testing.check_passes(f, arch="sm_90a", check=True)
+    kernel = fd.flash_decode(2, 8, 2, 64, S, num_split=4, block_N=block_N, page_size=page_size, num_pages=pages,
+                             num_stages=stages)
+    if page_size:
+        kp, vp, table = fd.paged_cache(k, v, page_size)
+        out = kernel(q, kp, vp, seqlens, table)
+    else:
+        out = kernel(q, k, v, seqlens)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 @pytest.mark.parametrize("page_size", [0, 16, 64])
 def test_nvrtc_at_the_issues_shapes(arch, page_size):
