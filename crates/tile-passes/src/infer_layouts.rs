@@ -705,7 +705,9 @@ fn access_elem_bytes(m: &Module, b: BufferId) -> u32 {
     walk_stmts(&m.kernel.body, &mut |s| {
         if let Stmt::Parallel { vars, body, .. } = s {
             let spread = fragment_accesses(m, body).into_iter().any(|(access, idx, _, _)| {
-                access == b && access_dims(&idx, vars).is_some_and(|d| d.len() == vars.len() && d.iter().all(Option::is_some))
+                access == b
+                    && access_dims(&idx, vars)
+                        .is_some_and(|d| d.len() == vars.len() && d.iter().all(Option::is_some))
             });
             if spread {
                 bytes = bytes.min(min_elem_bytes(m, body));

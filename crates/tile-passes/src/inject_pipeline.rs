@@ -100,8 +100,10 @@ fn shared_writes(m: &Module, s: &Stmt, out: &mut BTreeSet<BufferId>) {
 }
 
 /// The producers of a pipelined loop's body (their positions): copies from global into a
-/// shared tile that nothing else in the body writes, the first copy into each tile.
-/// `select_instructions` gives them `cp.async` where it can, this pass runs them ahead.
+/// shared tile that nothing else in the body writes — the first copy into each tile, or
+/// every copy into it when they fill fixed, disjoint parts of it (a tile of KV pages, a
+/// copy per page). `select_instructions` gives them `cp.async` where it can, this pass runs
+/// them ahead.
 pub fn producers(m: &Module, body: &[Stmt]) -> BTreeSet<usize> {
     let is_candidate = |s: &Stmt| {
         matches!(s, Stmt::Copy(CopyOp { src, dst, atomic: None, .. })
@@ -111,16 +113,55 @@ pub fn producers(m: &Module, body: &[Stmt]) -> BTreeSet<usize> {
     for s in body.iter().filter(|s| !is_candidate(s)) {
         shared_writes(m, s, &mut others_write);
     }
-    let mut tiles = BTreeSet::new();
-    let mut out = BTreeSet::new();
+    // the candidate copies into each tile, in order
+    let mut by_tile: std::collections::BTreeMap<BufferId, Vec<usize>> = Default::default();
     for (k, s) in body.iter().enumerate() {
         if let Stmt::Copy(op) = s {
-            if is_candidate(s) && !others_write.contains(&op.dst.buf) && tiles.insert(op.dst.buf) {
-                out.insert(k);
+            if is_candidate(s) && !others_write.contains(&op.dst.buf) {
+                by_tile.entry(op.dst.buf).or_default().push(k);
             }
         }
     }
+    let mut out = BTreeSet::new();
+    for (tile, copies) in by_tile {
+        let boxes: Option<Vec<Vec<(i64, i64)>>> = copies
+            .iter()
+            .map(|&k| match &body[k] {
+                Stmt::Copy(op) => fixed_box(m, tile, &op.dst.dims),
+                _ => None,
+            })
+            .collect();
+        let disjoint = boxes.is_some_and(|b| {
+            (0..b.len()).all(|i| {
+                (i + 1..b.len()).all(|j| b[i].iter().zip(&b[j]).any(|(x, y)| x.1 <= y.0 || y.1 <= x.0))
+            })
+        });
+        if disjoint {
+            out.extend(copies);
+        } else {
+            out.insert(copies[0]);
+        }
+    }
     out
+}
+
+/// The part of shared tile `b` a copy writes, `[lo, hi)` per dimension, when every bound is
+/// a number (`tile[p * 16:(p + 1) * 16, :]` with `p` fixed at trace time).
+fn fixed_box(m: &Module, b: BufferId, dims: &[RegionDim]) -> Option<Vec<(i64, i64)>> {
+    let extents = m.buffer(b).extents();
+    let mut out = Vec::new();
+    for (d, &n) in extents.iter().enumerate() {
+        out.push(match dims.get(d) {
+            None => (0, n),
+            Some(RegionDim::Index(e)) => {
+                let i = e.as_int()?;
+                (i, i + 1)
+            }
+            Some(RegionDim::Slice { start, stop }) => (start.as_int()?, stop.as_int()?),
+            Some(RegionDim::Origin(_)) => return None,
+        });
+    }
+    Some(out)
 }
 
 #[allow(clippy::too_many_arguments)]

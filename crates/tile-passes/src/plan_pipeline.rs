@@ -78,8 +78,17 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
                     .any(|(j, s)| j != k && inject_pipeline::touches(s, op.dst.buf));
                 outside.then(|| m.buffer(op.dst.buf).name.clone())
             });
+            let mut filled = std::collections::BTreeSet::new();
+            let shared_tile = producers.iter().find_map(|&p| {
+                let Stmt::Copy(op) = &body[p] else { return None };
+                (!filled.insert(op.dst.buf)).then(|| m.buffer(op.dst.buf).name.clone())
+            });
             if producers.is_empty() {
                 Some("no copy from global into a shared tile to run ahead".to_string())
+            } else if let Some(tile) = shared_tile {
+                Some(format!(
+                    "several copies fill parts of '{tile}' (a TMA pipeline takes one copy per tile)"
+                ))
             } else if let Some(tile) = used_outside {
                 Some(format!("its tile '{tile}' is also used outside the loop"))
             } else {
