@@ -29,12 +29,16 @@ COMPILE = json.loads(os.environ.get("ATTN_COMPILE", '{"fast_math": true}'))
 CONFIGS = {
     64: [(128, 128, 2, 256, False, False), (128, 128, 2, 256, True, False), (128, 128, 3, 256, False, True),
          (128, 128, 3, 256, True, True), (128, 128, 4, 256, True, True), (128, 64, 3, 256, True, False),
-         (128, 128, 4, 256, True, False)],
+         (128, 128, 4, 256, True, False),
+         # FlashAttention-3's d=64 tile: 192 query rows over three consumer warpgroups
+         (192, 128, 2, 384, False, False), (192, 128, 2, 384, True, False)],
     128: [(128, 128, 2, 256, False, False), (128, 128, 2, 256, True, False), (128, 128, 3, 256, False, True),
           (128, 128, 3, 256, True, True), (128, 128, 3, 256, True, False), (128, 64, 3, 256, True, False),
           (128, 64, 2, 128, False, False)],
     256: [(128, 64, 2, 256, False, True), (128, 64, 2, 256, True, True), (128, 64, 2, 256, False, False),
-          (64, 64, 3, 128, False, True)],
+          (64, 64, 3, 128, False, True),
+          # FlashAttention-3's d=256 tile: 80 keys (wgmma n80)
+          (128, 80, 2, 256, False, False), (128, 80, 2, 256, True, False)],
 }
 DTYPES = os.environ.get("ATTN_DTYPES", "float16,bfloat16").split(",")
 SHAPES = [  # batch, heads, seq, dim, causal (issue 15's table)
