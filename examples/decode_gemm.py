@@ -164,7 +164,8 @@ def configs(N, K, dtype="float16"):
     out = [{"schedule": "gemv", "block_N": bn, "block_K": bk, "threads": t}
            for bn, bk, t in ((8, 256, 128), (16, 128, 128), (4, 512, 128), (32, 128, 256))]
     for schedule in ("tiles", "splitk", "atomic", "streamk"):
-        for block_N in (64, 128):
+        # 32 rows of W a tile: N / 32 blocks (128 at N = 4096) before any split of K
+        for block_N in (32, 64, 128):
             for block_M in (16, 32, 64):
                 for split_k in ((2, 4, 8) if schedule in ("splitk", "atomic") else (1,)):
                     out.append({"schedule": schedule, "block_N": block_N, "block_M": block_M, "block_K": 128,

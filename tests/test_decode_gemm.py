@@ -52,6 +52,19 @@ def test_every_pass_agrees(schedule, arch):
     testing.check_passes(decode_gemm.linear.prim_func(N, K, **small(schedule)), arch=arch, check=True)
 
 
+@pytest.mark.parametrize("schedule", ["tiles", "splitk", "atomic", "streamk"])
+def test_tiles_of_32_rows_of_w(schedule):
+    """block_N = 32 (N / 32 blocks before a K split: 128 at N = 4096): every pass and numpy."""
+    cfg = dict(small(schedule), block_N=32)
+    testing.check_passes(decode_gemm.linear.prim_func(N, K, **cfg), arch="sm_90a", check=True)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((7, K)).astype(np.float16)
+    w = (rng.standard_normal((N, K)) / np.sqrt(K)).astype(np.float16)
+    y = decode_gemm.linear(N, K, **cfg)(x, w)
+    want = x.astype(np.float64) @ w.astype(np.float64).T
+    np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
+
+
 @pytest.mark.parametrize("schedule", decode_gemm.SCHEDULES)
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_nvrtc_compiles_the_llm_shapes(schedule, arch):
