@@ -833,7 +833,8 @@ fn source(
         );
         c.push_str("        if (status != 0) {\n            tl_leave(pushed);\n");
         let what = if n > 1 {
-            format!("cuLaunchKernel (kernel {} of {n}, {}; those before it are queued)", k + 1, entries[k])
+            let queued = if k > 0 { "; the kernels before it are queued" } else { "" };
+            format!("cuLaunchKernel (kernel {} of {n}, {}{queued})", k + 1, entries[k])
         } else {
             "cuLaunchKernel".to_string()
         };
