@@ -13,7 +13,8 @@ taken in turn, together over DECODE_L2X times the L2. Per row: the configs are t
 (each timed alone, checked against the reference), then the fastest is re-timed interleaved
 with the references over DECODE_ROUNDS rounds; the table gives microseconds, the bytes that
 must be read, the fraction of the copy bandwidth measured in the same run (a device-to-device
-copy, bytes read plus written over time), the floor of the launches a result needs (one or
+copy, bytes read plus written over time: of 2 GiB, and of the row's own byte count, whose
+ramp-up and tail a small read cannot avoid either), the floor of the launches a result needs (one or
 two kernels), and the median ratio to each reference with its spread.
 
 Timing (DECODE_TIMING): by default each measurement replays a CUDA graph of 20 captured calls
@@ -142,11 +143,38 @@ def rounds_of(fns):
     return out
 
 
+_SIZE_BANDWIDTH = {}
+
+
+def copy_bandwidth_at(nbytes):
+    """Bytes read plus written per second by a device-to-device copy of `nbytes` (rotated
+    over 3x the L2, timed as the rows are): the ceiling a read of that size meets once its
+    ramp-up and tail count, beside the 2 GiB copy's asymptotic one."""
+    import torch
+
+    if nbytes not in _SIZE_BANDWIDTH:
+        n = max(1, nbytes // 2)
+        sets, next_set = rotating(lambda: (torch.empty(n, dtype=torch.float16, device="cuda"),
+                                           torch.empty(n, dtype=torch.float16, device="cuda")), 2 * n * 2)
+
+        def copy():
+            a, b = next_set()
+            b.copy_(a)
+
+        timed = timer(copy)
+        us = min(timed() for _ in range(3))
+        _SIZE_BANDWIDTH[nbytes] = 2 * n * 2 / (us * 1e-6)
+        del sets
+    return _SIZE_BANDWIDTH[nbytes]
+
+
 def summarize(row, times, ours, refs, nbytes, bandwidth):
-    """Median µs, fraction of copy bandwidth, and the median ratio (reference / tilers) and
-    its spread to each reference."""
+    """Median µs, fraction of copy bandwidth (the 2 GiB copy's, and a copy's of the row's own
+    size), and the median ratio (reference / tilers) and its spread to each reference."""
     t = statistics.median(times[ours])
-    row.update({"us": t, "bytes": nbytes, "of_copy_bw": nbytes / (t * 1e-6) / bandwidth})
+    at_size = copy_bandwidth_at(nbytes)
+    row.update({"us": t, "bytes": nbytes, "of_copy_bw": nbytes / (t * 1e-6) / bandwidth,
+                "copy_bw_at_size": at_size, "of_copy_bw_at_size": nbytes / (t * 1e-6) / at_size})
     for ref in refs:
         if ref not in times:
             row[f"vs_{ref}"] = "unsupported"
