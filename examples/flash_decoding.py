@@ -60,7 +60,7 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         elif block_N % page_size == 0:
             # the tile is whole pages: a copy per page (past the table's end, its last page:
             # those rows lie beyond the split, their scores masked)
-            for p in range(block_N // page_size):  # unrolled as traced: one copy each
+            for p in T.unroll(block_N // page_size):  # unrolled by the compiler: each copy runs ahead
                 page = table[b, T.min(n0 // page_size + p, pages_per_seq - 1)]
                 T.copy(cache[page, 0:page_size, hk, :], shared[p * page_size:(p + 1) * page_size, :])
         else:

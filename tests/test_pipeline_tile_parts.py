@@ -13,9 +13,10 @@ from tilers import testing
 M, N, K, BK = 64, 64, 256, 64
 
 
-def halves(overlap=False, parts=2, stages=2):
+def halves(overlap=False, parts=2, stages=2, unroll=False):
     """C = A @ B^T where each K tile of B is copied into its tile in `parts` row ranges (or,
-    with `overlap`, a second copy that rewrites the last part: the first must not win)."""
+    with `overlap`, a second copy that rewrites the last part: the first must not win), in a
+    Python loop (unrolled as traced) or, `unroll`, a T.unroll loop (unrolled by the compiler)."""
     rows = N // parts
 
     @T.prim_func
@@ -27,7 +28,7 @@ def halves(overlap=False, parts=2, stages=2):
             T.clear(acc)
             for k in T.Pipelined(K // BK, num_stages=stages):
                 T.copy(A[0, k * BK], A_s)
-                for p in range(parts):
+                for p in T.unroll(parts) if unroll else range(parts):
                     T.copy(B[p * rows:(p + 1) * rows, k * BK:(k + 1) * BK], B_s[p * rows:(p + 1) * rows, :])
                 if overlap:
                     # the last part again, from the first rows of B: the later copy must win
@@ -46,9 +47,9 @@ def expected(a, b, overlap, parts):
     return a.astype(np.float32) @ b.T
 
 
-@pytest.mark.parametrize("parts,stages", [(2, 2), (4, 3), (8, 2)])
-def test_disjoint_parts_all_run_ahead(parts, stages):
-    f = halves(parts=parts, stages=stages)
+@pytest.mark.parametrize("parts,stages,unroll", [(2, 2, False), (4, 3, False), (8, 2, False), (2, 2, True), (4, 3, True)])
+def test_disjoint_parts_all_run_ahead(parts, stages, unroll):
+    f = halves(parts=parts, stages=stages, unroll=unroll)
     report = tilers.compile(f, target="cuda:sm_90a").report()
     assert "copies into A_s, B_s issued" in report
     # every copy of B runs ahead: none is left in the loop as a plain copy

@@ -9,6 +9,8 @@
 //!   where each operand comes from; its shared operand tiles read by `ldmatrix` are swizzled
 //!   (16-byte chunks XOR line % 8) when their rows allow; a gemm no instruction can run is a
 //!   diagnostic at the user's line;
+//! - a constant `T.unroll` loop of copies from global into shared memory directly inside a
+//!   pipelined loop is unrolled into its copies first, so each can be a producer;
 //! - every copy has a `CopyInst`: the producers of a pipelined loop (`inject_pipeline::
 //!   producers`) take `cp.async` when their dtypes match, their pad is zero and both sides
 //!   are 16-byte vectors, else they stay synchronous and the report says why; a 2-D fragment
@@ -29,6 +31,8 @@ use tile_ir::verify::resolve_copy;
 use tile_ir::*;
 
 pub fn select_instructions(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    let body = std::mem::take(&mut m.kernel.body);
+    m.kernel.body = unroll_copy_loops(&m, body, false);
     let mut s = Selector {
         target: ctx.target.clone(),
         stmatrix_epilogue: ctx.options.stmatrix_epilogue,
@@ -58,6 +62,63 @@ struct Selector {
     /// every shared tile (multi-buffered producers counted with all their stages), the
     /// staging tiles and reduction scratch chosen before it, 16 bytes of alignment each.
     shared_used: u64,
+}
+
+/// Iterations up to which a `T.unroll` loop of copies inside a pipelined loop is unrolled.
+const MAX_UNROLLED_COPIES: i64 = 64;
+
+/// A `T.unroll` loop of constant bounds directly in a pipelined loop's body whose body is
+/// only copies from global into shared memory (a tile of KV pages, a copy per page) becomes
+/// those copies, one per iteration with the variable a number, so that each can run ahead as
+/// a producer (`inject_pipeline::producers`); elsewhere loops stay as written.
+fn unroll_copy_loops(m: &Module, body: Vec<Stmt>, in_pipeline: bool) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for s in body {
+        match s {
+            Stmt::For { var, start, extent, kind: ForKind::Unroll, body, loc } => {
+                let bounds = (start.as_int(), extent.as_int());
+                let copies_only = body.iter().all(|c| {
+                    matches!(c, Stmt::Copy(CopyOp { src, dst, atomic: None, .. })
+                        if m.buffer(src.buf).scope == Scope::Global && m.buffer(dst.buf).scope == Scope::Shared)
+                });
+                match bounds {
+                    (Some(first), Some(n))
+                        if in_pipeline
+                            && copies_only
+                            && !body.is_empty()
+                            && (0..=MAX_UNROLLED_COPIES).contains(&n) =>
+                    {
+                        let dtype = m.var(var).dtype;
+                        for i in first..first + n {
+                            for c in &body {
+                                out.push(map_stmt_exprs(c.clone(), &mut |e| match e {
+                                    Expr::Var { id, .. } if id == var => Expr::int_of(i, dtype),
+                                    other => simplify(other),
+                                }));
+                            }
+                        }
+                    }
+                    _ => {
+                        let body = unroll_copy_loops(m, body, false);
+                        out.push(Stmt::For { var, start, extent, kind: ForKind::Unroll, body, loc });
+                    }
+                }
+            }
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                let pipelined = matches!(kind, ForKind::Pipelined { .. });
+                let body = unroll_copy_loops(m, body, pipelined);
+                out.push(Stmt::For { var, start, extent, kind, body, loc });
+            }
+            Stmt::If { cond, then, otherwise, loc } => out.push(Stmt::If {
+                cond,
+                then: unroll_copy_loops(m, then, false),
+                otherwise: unroll_copy_loops(m, otherwise, false),
+                loc,
+            }),
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Shared bytes of every shared buffer, producer tiles of pipelined loops with their stages.
