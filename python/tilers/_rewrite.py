@@ -533,6 +533,51 @@ def make_maker(func, definition, helpers: list[str]):
     return namespace["__tilers_make__"]
 
 
+def _from_text(text_code, original) -> bool:
+    """Whether ``original`` can have been compiled from the text ``text_code`` was: every
+    name, value and source line of the text's code is the original's (not the instructions,
+    which differ between compile paths; the original may hold more — pytest's rewritten
+    asserts add names and values)."""
+
+    def parts(code):
+        consts = {repr(c) for c in code.co_consts if not inspect.iscode(c)}
+        # the first line is the prologue's: the decorator's or the def's, as compiled
+        lines = sorted({line for _, _, line in code.co_lines() if line is not None})[1:]
+        return set(code.co_names), set(code.co_varnames) | set(code.co_freevars), consts, set(lines)
+
+    return all(mine <= theirs for mine, theirs in zip(parts(text_code), parts(original)))
+
+
+def check_source_is_current(func, definition) -> None:
+    """The kernel body is rewritten from the source file as it is now: if the file changed
+    after the function was defined (an edit while a notebook or server runs), that text is
+    not this function, and running it would mix the two. Compiled as written, the text must
+    give the function's own instructions; else an error says to reload."""
+    plain = copy.deepcopy(definition)
+    plain.decorator_list = []
+    plain.returns = None
+    args = plain.args
+    for arg in args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]:
+        arg.annotation = None
+    args.defaults = []
+    args.kw_defaults = [None] * len(args.kwonlyargs)
+    try:
+        maker = make_maker(func, plain, [])
+        compiled = maker(*([None] * len(func.__code__.co_freevars))).__code__
+    except Exception:  # noqa: BLE001 - a check that cannot run does not block the kernel
+        return
+    if not _from_text(compiled, func.__code__):
+        from ._source import user_error
+
+        code = func.__code__
+        raise user_error(
+            f"the source of '{func.__name__}' in {code.co_filename} changed after it was defined: "
+            "tilers reads a kernel's body from its file, which no longer holds this function",
+            help="reload the module (importlib.reload, or %autoreload in a notebook) or restart, "
+            "so the function and its file agree",
+        )
+
+
 _prim_cache: dict = {}
 
 
@@ -550,6 +595,7 @@ def prim_func_code(func, inside_kernel: bool = False):
     found = syntax(func)
     if found is not None:
         _, definition = found
+        check_source_is_current(func, definition)
         definition.decorator_list = []
         definition.returns = None
         args = definition.args
