@@ -548,12 +548,15 @@ def _from_text(text_code, original) -> bool:
     return all(mine <= theirs for mine, theirs in zip(parts(text_code), parts(original)))
 
 
-def check_source_is_current(func, definition) -> None:
+def check_source_is_current(func) -> None:
     """The kernel body is rewritten from the source file as it is now: if the file changed
     after the function was defined (an edit while a notebook or server runs), that text is
     not this function, and running it would mix the two. Compiled as written, the text must
-    give the function's own instructions; else an error says to reload."""
-    plain = copy.deepcopy(definition)
+    use only the function's own names, values and lines; else an error says to reload."""
+    found = syntax(func)
+    if found is None:
+        return
+    plain = found[1]  # a fresh parse: stripped of what the def statement evaluates
     plain.decorator_list = []
     plain.returns = None
     args = plain.args
@@ -595,7 +598,6 @@ def prim_func_code(func, inside_kernel: bool = False):
     found = syntax(func)
     if found is not None:
         _, definition = found
-        check_source_is_current(func, definition)
         definition.decorator_list = []
         definition.returns = None
         args = definition.args
@@ -611,7 +613,8 @@ def prim_func_code(func, inside_kernel: bool = False):
         for s in definition.body:
             flat.extend(s if isinstance(s, list) else [s])
         definition.body = flat
-        if flow.changed:
+        if flow.changed:  # the rewritten text runs: it must still be this function's
+            check_source_is_current(func)
             ast.fix_missing_locations(definition)
             maker = make_maker(func, definition, [HELPER])
             inner = maker(Flow, *([None] * len(func.__code__.co_freevars)))

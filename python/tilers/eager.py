@@ -107,7 +107,7 @@ class Rewritten:
                 "body cannot be read (define it in a file, not in an interactive string)"
             )
         source, definition = syntax
-        _rewrite.check_source_is_current(func, definition)
+        _rewrite.check_source_is_current(func)
         definition.decorator_list = []
         definition.returns = None
         params = inspect.signature(func).parameters
