@@ -168,6 +168,31 @@ def copy_bandwidth_at(nbytes):
     return _SIZE_BANDWIDTH[nbytes]
 
 
+def tune(space, build, first_args, next_args, want, tol):
+    """The tuning of a row: every config of `space` built, checked on `first_args` against
+    `want`, timed alone over the rotating copies (`next_args`); (µs, config, kernel) of the
+    fastest, or None when none ran."""
+    import torch
+
+    best = None
+    for cfg in space:
+        try:
+            kernel = build(cfg)
+            got = kernel(*first_args).float()
+        except Exception as err:  # a config the compiler refuses (shared memory, ...)
+            print(f"  skip {cfg}: {str(err).splitlines()[0][:100]}")
+            continue
+        if not torch.allclose(got, want, rtol=tol, atol=tol):
+            print(f"  WRONG {cfg}")
+            continue
+        us = timer(lambda: kernel(*next_args()))()
+        if VERBOSE:
+            print(f"  {cfg}: {us:.2f} us")
+        if best is None or us < best[0]:
+            best = (us, cfg, kernel)
+    return best
+
+
 def summarize(row, times, ours, refs, nbytes, bandwidth):
     """Median µs, fraction of copy bandwidth (the 2 GiB copy's, and a copy's of the row's own
     size), and the median ratio (reference / tilers) and its spread to each reference."""
@@ -245,21 +270,8 @@ def gemm_rows(bandwidth, floors):
 
                 sets, next_set = rotating(make, nbytes)
                 want = F.linear(*sets[0]).float()
-                # the tuning: every config timed alone over the rotating copies, checked
-                best = None
-                for cfg in decode_gemm.configs(N, K, dtype):
-                    try:
-                        kernel = decode_gemm.linear(N, K, dtype=dtype, **cfg)
-                        got = kernel(*sets[0]).float()
-                    except Exception as err:  # a config the compiler refuses (shared memory, ...)
-                        print(f"  skip {cfg}: {str(err).splitlines()[0][:100]}")
-                        continue
-                    if not torch.allclose(got, want, rtol=3e-2, atol=3e-2):
-                        print(f"  WRONG {cfg}")
-                        continue
-                    us = timer(lambda: kernel(*next_set()))()
-                    if best is None or us < best[0]:
-                        best = (us, cfg, kernel)
+                best = tune(decode_gemm.configs(N, K, dtype), lambda cfg: decode_gemm.linear(N, K, dtype=dtype, **cfg),
+                            sets[0], next_set, want, 3e-2)
                 if best is None:
                     rows.append({"kind": "gemm", "dtype": dtype, "M": M, "N": N, "K": K, "error": "no config ran"})
                     continue
@@ -347,27 +359,16 @@ def attention_rows(bandwidth, floors):
                     state["i"] = (state["i"] + 1) % len(args_of)
                     return args_of[state["i"]]
 
-                best = None
                 space = [{"num_split": num_split, "block_N": block_N, "block_H": block_H, "num_stages": stages}
                          for num_split in SPLITS if num_split * 64 <= S
                          for block_N in (64, 128) for block_H in (16, 64) for stages in STAGES]
-                for cfg in space:
-                    try:
-                        kernel = flash_decoding.flash_decode(
-                            B, HEADS, HEADS_KV, DIM, S, **cfg,
-                            page_size=PAGE if paged else 0, num_pages=B * S // PAGE if paged else 0)
-                        got = kernel(*args_of[0]).float()
-                    except Exception as err:  # a config the compiler refuses (shared memory, ...)
-                        print(f"  skip {cfg}: {str(err).splitlines()[0][:90]}")
-                        continue
-                    if not torch.allclose(got, want, rtol=1e-2, atol=1e-2):
-                        print(f"  WRONG {cfg}")
-                        continue
-                    us = timer(lambda: kernel(*next_args()))()
-                    if VERBOSE:
-                        print(f"  {cfg}: {us:.2f} us")
-                    if best is None or us < best[0]:
-                        best = (us, cfg, kernel)
+
+                def build(cfg):
+                    return flash_decoding.flash_decode(
+                        B, HEADS, HEADS_KV, DIM, S, **cfg,
+                        page_size=PAGE if paged else 0, num_pages=B * S // PAGE if paged else 0)
+
+                best = tune(space, build, args_of[0], next_args, want, 1e-2)
                 if best is None:
                     rows.append({"kind": "attention", "B": B, "S": S, "paged": paged, "error": "no config ran"})
                     continue
