@@ -270,7 +270,7 @@ def gemm_rows(bandwidth, floors):
 
                 sets, next_set = rotating(make, nbytes)
                 want = F.linear(*sets[0]).float()
-                best = tune(decode_gemm.configs(N, K, dtype), lambda cfg: decode_gemm.linear(N, K, dtype=dtype, **cfg),
+                best = tune(decode_gemm.configs(N, K, dtype, M), lambda cfg: decode_gemm.linear(N, K, dtype=dtype, **cfg),
                             sets[0], next_set, want, 3e-2)
                 if best is None:
                     rows.append({"kind": "gemm", "dtype": dtype, "M": M, "N": N, "K": K, "error": "no config ran"})

@@ -159,18 +159,38 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
     return kernel
 
 
-def configs(N, K, dtype="float16"):
-    """The schedules and tiles tried per bucket of M."""
+def configs(N, K, dtype="float16", M=None):
+    """The schedules and tiles tried per bucket of M; given M, only those that suit it (GEMV
+    for a few rows, tiles of at least half of M's rows and not more than M's)."""
+    if M is not None:
+        return [c for c in configs(N, K, dtype) if suits(c, M)]
     out = [{"schedule": "gemv", "block_N": bn, "block_K": bk, "threads": t}
-           for bn, bk, t in ((8, 256, 128), (16, 128, 128), (4, 512, 128), (32, 128, 256))]
+           for bn, bk, t in ((8, 256, 128), (16, 128, 128), (4, 512, 128), (32, 128, 256), (2, 1024, 128),
+                             (4, 1024, 256))]
     for schedule in ("tiles", "splitk", "atomic", "streamk"):
         # 32 rows of W a tile: N / 32 blocks (128 at N = 4096) before any split of K
         for block_N in (32, 64, 128):
-            for block_M in (16, 32, 64):
+            for block_M in (16, 32, 64, 128):
                 for split_k in ((2, 4, 8) if schedule in ("splitk", "atomic") else (1,)):
-                    out.append({"schedule": schedule, "block_N": block_N, "block_M": block_M, "block_K": 128,
-                                "split_k": split_k, "num_stages": 4, "threads": 128})
+                    # the stages that fit in shared memory, more for thin tiles (bytes in flight)
+                    tile_bytes = (block_N + block_M) * 128 * 2
+                    stages = [s for s in (4, 8) if s * tile_bytes <= 160 * 1024 and (s == 4 or block_N == 32)]
+                    stages = stages or [3]
+                    # two warpgroups for the widest tiles (128 rows of W each split in two)
+                    threads = (128, 256) if block_N == 128 and block_M >= 64 else (128,)
+                    for num_stages in stages:
+                        for t in threads:
+                            out.append({"schedule": schedule, "block_N": block_N, "block_M": block_M,
+                                        "block_K": 128, "split_k": split_k, "num_stages": num_stages,
+                                        "threads": t})
     return out
+
+
+def suits(cfg, M):
+    """Whether a config is worth timing for M rows of x."""
+    if cfg["schedule"] == "gemv":
+        return M <= 8
+    return cfg["block_M"] <= max(16, M) and 2 * cfg["block_M"] >= min(M, 128)
 
 
 def reference(X, W):
