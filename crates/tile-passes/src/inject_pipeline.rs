@@ -66,7 +66,25 @@ fn block(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Result<Vec<Stmt>, Di
         match s {
             Stmt::For { var, start, extent, kind: ForKind::Pipelined { stages, schedule }, body, loc } => {
                 let sched = schedule.map(|k| m.schedules[k as usize].clone());
-                out.extend(pipeline(m, var, start, extent, stages, sched.as_ref(), body, loc, ctx)?);
+                let (mut stmts, prologue) = pipeline(m, var, start, extent, stages, sched.as_ref(), body, loc, ctx)?;
+                // the prologue's copies start before the statements above the loop that they
+                // do not depend on (a tile filled by the threads, an accumulator cleared): the
+                // first stages' memory latency overlaps that work instead of following it
+                let rest = stmts.split_off(prologue);
+                let mut at = out.len();
+                while at > 0 && prologue > 0 && can_run_after(&out[at - 1], &stmts) {
+                    at -= 1;
+                }
+                if at < out.len() {
+                    let before = out.iter().skip(at).filter(|s| !matches!(s, Stmt::Comment(_) | Stmt::SourceLine(_)));
+                    ctx.report.push(format!(
+                        "{}: T.Pipelined: the first stages' copies are issued before the {} statement(s) above the loop, which they do not depend on",
+                        m.sources.short(loc).unwrap_or_default(),
+                        before.count()
+                    ));
+                }
+                out.splice(at..at, stmts);
+                out.extend(rest);
             }
             Stmt::For { var, start, extent, kind, body, loc } => {
                 let body = block(m, body, ctx)?;
@@ -175,7 +193,7 @@ fn pipeline(
     body: Vec<Stmt>,
     loc: Loc,
     ctx: &mut Ctx,
-) -> Result<Vec<Stmt>, Diagnostic> {
+) -> Result<(Vec<Stmt>, usize), Diagnostic> {
     let at = m.sources.short(loc).unwrap_or_default();
     let serial = |body: Vec<Stmt>| {
         vec![Stmt::For {
@@ -208,9 +226,9 @@ fn pipeline(
                     stage: 0,
                 }]
             };
-            return Ok(schedule::expand(m, &plan, &n, loc, &BTreeSet::new(), &mut group).stmts(loc));
+            return Ok((schedule::expand(m, &plan, &n, loc, &BTreeSet::new(), &mut group).stmts(loc), 0));
         }
-        return Ok(serial(body));
+        return Ok((serial(body), 0));
     }
     let producer_at = producers(m, &body);
     let body = match sched {
@@ -269,7 +287,7 @@ fn pipeline(
             "{at}: T.Pipelined(num_stages={stages}) runs as a serial loop: no copy from global into a shared tile to run ahead"
         ));
         consumers.extend(producers);
-        return Ok(serial(consumers));
+        return Ok((serial(consumers), 0));
     }
     // a wgmma consumer: fence its operands' writes; keep its group in flight when it can
     let wgmma_at: Vec<usize> =
@@ -327,6 +345,7 @@ fn pipeline(
 
     let mut out = Vec::new();
     let d = ahead as i64;
+    // the prologue: `out[..2 * d]`
     for p in 0..d {
         out.push(issue(Expr::int(p)));
         out.push(Stmt::inst(inst::AsyncCommit));
@@ -344,7 +363,59 @@ fn pipeline(
     if let Some(acc) = drain {
         out.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
     }
-    Ok(out)
+    Ok((out, 2 * d as usize))
+}
+
+/// Whether a pipeline's prologue (`prologue`: its first stages' copies and commits) may run
+/// before statement `s`, which precedes the loop, instead of after it: `s` is work of the
+/// threads alone (stores, fills, `T.Parallel` loops, copies by the threads, serial loops and
+/// branches of those: no barrier, instruction, asynchronous copy or collective that could
+/// wait on the prologue's groups), writes nothing the prologue reads or writes (its global
+/// sources, the loop bound's operands, its shared tiles), reads none of its tiles, and binds
+/// no variable the prologue uses.
+fn can_run_after(s: &Stmt, prologue: &[Stmt]) -> bool {
+    let mut simple = true;
+    walk_stmts(std::slice::from_ref(s), &mut |st| {
+        simple &= match st {
+            Stmt::Store { .. } | Stmt::Fill { .. } | Stmt::Parallel { .. } | Stmt::Comment(_) | Stmt::SourceLine(_) => true,
+            Stmt::Copy(op) => op.atomic.is_none() && matches!(op.inst, None | Some(CopyInst::Threads)),
+            Stmt::For { kind, .. } => matches!(kind, ForKind::Serial | ForKind::Unroll),
+            Stmt::If { .. } => true,
+            _ => false,
+        };
+    });
+    if !simple {
+        return false;
+    }
+    // what the prologue reads (buffers, variables) and writes (its tiles)
+    let mut reads = BTreeSet::new();
+    let mut vars = BTreeSet::new();
+    let mut tiles = BTreeSet::new();
+    walk_stmts(prologue, &mut |st| {
+        stmt_exprs(st, &mut |e| {
+            e.walk(&mut |x| match x {
+                Expr::Load { buf, .. } => {
+                    reads.insert(*buf);
+                }
+                Expr::Var { id, .. } => {
+                    vars.insert(*id);
+                }
+                _ => {}
+            })
+        });
+        if let Stmt::Copy(op) = st {
+            reads.insert(op.src.buf);
+            tiles.insert(op.dst.buf);
+        }
+    });
+    let mut binds = false;
+    walk_stmts(std::slice::from_ref(s), &mut |st| {
+        binds |= matches!(st, Stmt::Let { var, .. } | Stmt::For { var, .. } if vars.contains(var));
+        if let Stmt::Parallel { vars: vs, .. } = st {
+            binds |= vs.iter().any(|v| vars.contains(v));
+        }
+    });
+    !binds && !reads.iter().any(|&b| writes(s, b)) && !tiles.iter().any(|&b| touches(s, b))
 }
 
 /// With three stages or more and one wgmma gemm among the consumers whose accumulator no

@@ -75,18 +75,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int s = 0; s < 32; ++s) {
       acc[s] = 0.0f;
     }
-    // kernels.py:266: T.fill
-    #pragma unroll
-    for (int s_1 = 0; s_1 < 32; ++s_1) {
-      acc[s_1] = 0.0f;
-    }
     {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
       const int t0 = (tid / 4);
       const int t1 = (tid % 4);
       #pragma unroll
       for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((o0 * 1024) + (t1 * 8)) + (t0 * 32)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((long long)o0) * 32ll) + (((long long)by) * 64ll)) + ((long long)t0))) * 256ll + (((long long)t1) * 8ll)]) : "memory");
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((long long)by) * 64ll) + ((long long)t0)) + (((long long)o0) * 32ll))) * 256ll + (((long long)t1) * 8ll)]) : "memory");
       }
       // kernels.py:275: T.copy (issued ahead by the pipeline)
       const int t0_1 = (tid / 8);
@@ -114,6 +109,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
+    // kernels.py:266: T.fill
+    #pragma unroll
+    for (int s_1 = 0; s_1 < 32; ++s_1) {
+      acc[s_1] = 0.0f;
+    }
     for (int ko = 0; ko < 8; ++ko) {
       asm volatile("cp.async.wait_group 1;" ::: "memory");
       __syncthreads();

@@ -81,11 +81,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int s = 0; s < 32; ++s) {
       acc[s] = 0.0f;
     }
-    // kernels.py:266: T.fill
-    #pragma unroll
-    for (int s_1 = 0; s_1 < 32; ++s_1) {
-      acc[s_1] = 0.0f;
-    }
     if ((0ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
       const int t0 = (tid / 4);
@@ -111,6 +106,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
+    // kernels.py:266: T.fill
+    #pragma unroll
+    for (int s_1 = 0; s_1 < 32; ++s_1) {
+      acc[s_1] = 0.0f;
+    }
     for (int ko = 0; ko < tl_floordiv((K + 31), 32); ++ko) {
       asm volatile("cp.async.wait_group 0;" ::: "memory");
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -190,11 +190,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     for (int s = 0; s < 32; ++s) {
       acc[s] = 0.0f;
     }
-    // kernels.py:266: T.fill
-    #pragma unroll
-    for (int s_1 = 0; s_1 < 32; ++s_1) {
-      acc[s_1] = 0.0f;
-    }
     if ((0ll < tl_floordiv((((long long)K) + 31ll), 32ll))) {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
       const int t0 = (tid / 4);
@@ -220,6 +215,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
+    // kernels.py:266: T.fill
+    #pragma unroll
+    for (int s_1 = 0; s_1 < 32; ++s_1) {
+      acc[s_1] = 0.0f;
+    }
     for (int ko = 0; ko < tl_floordiv((K + 31), 32); ++ko) {
       asm volatile("cp.async.wait_group 0;" ::: "memory");
       asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

@@ -63,11 +63,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0;
   }
-  // kernels.py:266: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 32; ++s_1) {
-    acc[s_1] = 0;
-  }
   {
     // kernels.py:269: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
@@ -90,6 +85,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_3 * 64) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 8192))), "l"(&B[((t0_3 + 32)) * 64 + ((bx * 64) + (t1_3 * 16))]) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // kernels.py:266: T.fill
+  #pragma unroll
+  for (int s_1 = 0; s_1 < 32; ++s_1) {
+    acc[s_1] = 0;
+  }
   for (int ko = 0; ko < 2; ++ko) {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();

@@ -63,18 +63,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   for (int s = 0; s < 128; ++s) {
     acc[s] = 0;
   }
-  // kernels.py:266: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 128; ++s_1) {
-    acc[s_1] = 0;
-  }
   {
     // kernels.py:271: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 4; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t1 * 16) + (t0 * 64)) + (o0 * 2048)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[((((((by * 128) + t0) + (o0 * 32)) < 100) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + (t1 * 16)]), "r"((((((by * 128) + t0) + (o0 * 32)) < 100) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0 * 64) + (o0 * 2048)) + (t1 * 16)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[((((((by * 128) + t0) + (o0 * 32)) < 100) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + (t1 * 16)]), "r"((((((by * 128) + t0) + (o0 * 32)) < 100) ? 16 : 0)) : "memory");
     }
     // kernels.py:273: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
@@ -102,6 +97,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // kernels.py:266: T.fill
+  #pragma unroll
+  for (int s_1 = 0; s_1 < 128; ++s_1) {
+    acc[s_1] = 0;
+  }
   for (int ko = 0; ko < 2; ++ko) {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();

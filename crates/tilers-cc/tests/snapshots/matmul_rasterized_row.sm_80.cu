@@ -85,18 +85,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:301: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 32; ++s_1) {
-    acc[s_1] = 0.0f;
-  }
   {
     // kernels.py:303: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 200) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 72 + (t1 * 8)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 200) ? 16 : 0)) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 200) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 72 + (t1 * 8)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 200) ? 16 : 0)) : "memory");
     }
     // kernels.py:304: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 8);
@@ -122,6 +117,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // kernels.py:301: T.fill
+  #pragma unroll
+  for (int s_1 = 0; s_1 < 32; ++s_1) {
+    acc[s_1] = 0.0f;
+  }
   for (int ko = 0; ko < 3; ++ko) {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();

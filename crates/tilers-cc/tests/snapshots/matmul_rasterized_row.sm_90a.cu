@@ -88,11 +88,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:301: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 32; ++s_1) {
-    acc[s_1] = 0.0f;
-  }
   {
     // kernels.py:303: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
@@ -125,6 +120,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // kernels.py:301: T.fill
+  #pragma unroll
+  for (int s_1 = 0; s_1 < 32; ++s_1) {
+    acc[s_1] = 0.0f;
+  }
   for (int ko = 0; ko < 3; ++ko) {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");

@@ -64,18 +64,13 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0;
   }
-  // kernels.py:360: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 32; ++s_1) {
-    acc[s_1] = 0;
-  }
   {
     // kernels.py:362: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (o0 * 2048)) + (t1 * 16)))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 128 + (t1 * 16)]) : "memory");
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((o0 * 2048) + (t1 * 16)) + (t0 * 64)))), "l"(&A[((((by * 64) + (o0 * 32)) + t0)) * 128 + (t1 * 16)]) : "memory");
     }
     // kernels.py:363: T.copy (issued ahead by the pipeline)
     const int t0_1 = (tid / 4);
@@ -86,6 +81,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // kernels.py:360: T.fill
+  #pragma unroll
+  for (int s_1 = 0; s_1 < 32; ++s_1) {
+    acc[s_1] = 0;
+  }
   for (int ko = 0; ko < 2; ++ko) {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();

@@ -82,29 +82,24 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:399: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 32; ++s_1) {
-    acc[s_1] = 0.0f;
-  }
   {
     // kernels.py:401: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
     const int t1 = (tid % 4);
     #pragma unroll
     for (int o0 = 0; o0 < 2; ++o0) {
-      if (((((by * 64) + t0) + (o0 * 32)) < 100)) {
-        *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + t0) + (o0 * 32))) * 100 + (t1 * 8)]);
-        *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + 4)]);
+      if (((((by * 64) + (o0 * 32)) + t0) < 100)) {
+        *(uint2*)(&A_v[0]) = *(const uint2*)(&A[((((by * 64) + (o0 * 32)) + t0)) * 100 + (t1 * 8)]);
+        *(uint2*)(&A_v[4]) = *(const uint2*)(&A[((((by * 64) + (o0 * 32)) + t0)) * 100 + ((t1 * 8) + 4)]);
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
           A_shared_out[e] = A_v[e];
         }
-        *(uint4*)(&A_shared[((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[((((o0 * 1024) + (t1 * 8)) + (t0 * 32)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
       } else {
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          A_shared[(((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) + e) ^ (((t0 >> 1) & 7) << 3))] = tl_to_half((((((by * 64) + t0) + (o0 * 32)) < 100) ? tl_float(A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + e)]) : 0.0f));
+          A_shared[(((((o0 * 1024) + (t1 * 8)) + e) + (t0 * 32)) ^ (((t0 >> 1) & 7) << 3))] = tl_to_half((((((by * 64) + (o0 * 32)) + t0) < 100) ? tl_float(A[((((by * 64) + (o0 * 32)) + t0)) * 100 + ((t1 * 8) + e)]) : 0.0f));
         }
       }
     }
@@ -132,6 +127,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_h
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // kernels.py:399: T.fill
+  #pragma unroll
+  for (int s_1 = 0; s_1 < 32; ++s_1) {
+    acc[s_1] = 0.0f;
+  }
   for (int ko = 0; ko < 4; ++ko) {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();

@@ -85,11 +85,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
   for (int s = 0; s < 32; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:266: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 32; ++s_1) {
-    acc[s_1] = 0.0f;
-  }
   {
     // kernels.py:271: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 4);
@@ -103,11 +98,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
         for (int e = 0; e < 8; ++e) {
           A_shared_out[e] = A_v[e];
         }
-        *(uint4*)(&A_shared[((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
+        *(uint4*)(&A_shared[((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3))]) = *(const uint4*)(&A_shared_out[0]);
       } else {
         #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          A_shared[(((((t1 * 8) + e) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3))] = tl_to_bf16((((((by * 64) + t0) + (o0 * 32)) < 33) ? tl_float(A[((((by * 64) + t0) + (o0 * 32))) * 100 + ((t1 * 8) + e)]) : 0.0f));
+          A_shared[((((e + (t0 * 32)) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3))] = tl_to_bf16((((((by * 64) + t0) + (o0 * 32)) < 33) ? tl_float(A[((((by * 64) + t0) + (o0 * 32))) * 100 + (e + (t1 * 8))]) : 0.0f));
         }
       }
     }
@@ -176,6 +171,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_bf16* _
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // kernels.py:266: T.fill
+  #pragma unroll
+  for (int s_1 = 0; s_1 < 32; ++s_1) {
+    acc[s_1] = 0.0f;
+  }
   for (int ko = 0; ko < 4; ++ko) {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();

@@ -73,11 +73,6 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   for (int s = 0; s < 128; ++s) {
     acc[s] = 0.0f;
   }
-  // kernels.py:266: T.fill
-  #pragma unroll
-  for (int s_1 = 0; s_1 < 128; ++s_1) {
-    acc[s_1] = 0.0f;
-  }
   {
     // kernels.py:269: T.copy (issued ahead by the pipeline)
     const int t0 = (tid / 16);
@@ -112,6 +107,11 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  // kernels.py:266: T.fill
+  #pragma unroll
+  for (int s_1 = 0; s_1 < 128; ++s_1) {
+    acc[s_1] = 0.0f;
+  }
   for (int ko = 0; ko < 8; ++ko) {
     asm volatile("cp.async.wait_group 1;" ::: "memory");
     __syncthreads();
