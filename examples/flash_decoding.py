@@ -124,23 +124,28 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                     LSE[b, hk * group + i, s] = T.if_then_else(
                         logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale, -T.infinity(accum))
 
+    # the combine holds every split's output in registers: more threads when they are many
+    combine_threads = 128 if num_split * dim <= 64 * 128 else 256
+
     @T.macro
     def combine_kernel(O_partial, LSE, O):
-        with T.Kernel(heads, batch, threads=128) as (h, b):
+        with T.Kernel(heads, batch, threads=combine_threads) as (h, b):
             lse = T.alloc_fragment((num_split,), accum)
             lse_max = T.alloc_fragment((1,), accum)
             weight = T.alloc_fragment((num_split,), accum)
             weight_sum = T.alloc_fragment((1,), accum)
+            partial = T.alloc_fragment((num_split, dim), accum)
             out = T.alloc_fragment((dim,), accum)
+            # every split's output loads at once, alongside the LSEs
             T.copy(LSE[b, h, :], lse)
+            T.copy(O_partial[b, h, :, :], partial)
             T.reduce_max(lse, lse_max, dim=0)
             for s in T.Parallel(num_split):
                 weight[s] = T.if_then_else(lse[s] == -T.infinity(accum), 0, T.exp2(lse[s] - lse_max[0]))
             T.reduce_sum(weight, weight_sum, dim=0)
-            T.clear(out)
-            for s in T.serial(num_split):
-                for d in T.Parallel(dim):
-                    out[d] += O_partial[b, h, s, d] * weight[s]
+            for s, d in T.Parallel(num_split, dim):
+                partial[s, d] *= weight[s]
+            T.reduce_sum(partial, out, dim=0)
             for d in T.Parallel(dim):
                 O[b, h, d] = T.if_then_else(weight_sum[0] > 0, out[d] / weight_sum[0], 0)
 

@@ -36,6 +36,17 @@ def test_contiguous_against_numpy(lengths, num_split, heads, heads_kv):
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
 
 
+def test_many_splits_wide_heads():
+    """64 splits of head dim 256 (the combine's registers spread over 256 threads), most
+    splits past every sequence's end."""
+    q, k, v, seqlens, want = case(2, 4, 2, 256, 256, [200, 1])
+    testing.check_passes(fd.flash_decode.prim_func(2, 4, 2, 256, 256, num_split=64), arch="sm_90a", check=True)
+    kernel = fd.flash_decode(2, 4, 2, 256, 256, num_split=64)
+    assert "__launch_bounds__(256)" in kernel.get_kernel_source()
+    out = kernel(q, k, v, seqlens)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
 @pytest.mark.parametrize("page_size,block_N,S", [(16, 64, 256), (64, 64, 256), (16, 128, 256), (64, 128, 256), (48, 64, 192)],
                          ids=["4-pages-a-tile", "a-page-a-tile", "8-pages-a-tile", "2-pages-a-tile", "rows-across-pages"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
