@@ -35,11 +35,23 @@ mod mbarrier;
 mod schedule;
 
 use crate::Ctx;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use tile_ir::*;
 
 pub fn inject_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
-    let mut body = std::mem::take(&mut m.kernel.body);
+    let body = std::mem::take(&mut m.kernel.body);
+    // a multi-buffered tile used outside its loops: each such use gets its stage first
+    let mut cur: BTreeMap<BufferId, Outside> = BTreeMap::new();
+    walk_stmts(&body, &mut |s| {
+        if let Stmt::For { kind: ForKind::Pipelined { stages, .. }, body, .. } = s {
+            for t in ring_of(&m, body, *stages) {
+                cur.insert(t, Outside::At(Expr::int(0)));
+            }
+        }
+    });
+    let (mut body, _) = stage_outside(&m, body, &mut cur).map_err(|d| vec![d])?;
+    // the cp.async rings: a stage dimension per tile, as deep as its deepest loop's
+    let mut rings = BTreeMap::new();
     // the warp-specialized loop (plan_pipeline marked its producers TMA) splits the kernel
     let tma_loop = m.kernel.roles.and_then(|_| {
         body.iter().position(|s| {
@@ -51,22 +63,171 @@ pub fn inject_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         Some(k) => {
             let post = body.split_off(k + 1);
             let the_loop = body.pop().expect("the loop is at k");
-            let pre = block(&mut m, body, ctx).map_err(|d| vec![d])?;
-            let post = block(&mut m, post, ctx).map_err(|d| vec![d])?;
+            let pre = block(&mut m, body, ctx, &mut rings).map_err(|d| vec![d])?;
+            let post = block(&mut m, post, ctx, &mut rings).map_err(|d| vec![d])?;
             mbarrier::warp_specialize(&mut m, pre, the_loop, post, ctx)?
         }
-        None => block(&mut m, body, ctx).map_err(|d| vec![d])?,
+        None => block(&mut m, body, ctx, &mut rings).map_err(|d| vec![d])?,
     };
+    for (t, stages) in rings {
+        m.buffer_mut(t).shape.insert(0, Dim::Fixed(stages as i64));
+    }
     Ok(m)
 }
 
-fn block(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Result<Vec<Stmt>, Diagnostic> {
+/// Where the accesses of a multi-buffered tile outside its pipelined loops point.
+#[derive(Clone)]
+enum Outside {
+    /// This stage: 0 before its first loop (and after a loop of no iterations), the stage of
+    /// the last iteration after a loop of the same block.
+    At(Expr),
+    /// Multi-buffered by the loop at this location inside another statement: not known here.
+    Lost(Loc),
+}
+
+/// The tiles a pipelined loop of `stages` multi-buffers: its producers' (two stages or more).
+fn ring_of(m: &Module, body: &[Stmt], stages: u32) -> BTreeSet<BufferId> {
+    if stages < 2 {
+        return BTreeSet::new();
+    }
+    producers(m, body)
+        .into_iter()
+        .filter_map(|k| match &body[k] {
+            Stmt::Copy(op) => Some(op.dst.buf),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Gives every access of a multi-buffered tile outside its own pipelined loops a stage
+/// (`cur`: each tile's, updated as the statements go by): what the threads wrote into it
+/// before the loop is stage 0, which the loop's first iteration fills; after the loop it
+/// holds the last iteration's tile (stage `max(n - 1, 0) % s`), until another loop of the
+/// block refills it. A use after a loop nested in another statement (no stage known there),
+/// or by a statement that cannot name a stage, is an error at its line. Returns the
+/// statements and the tiles that loops inside them multi-buffer (with those loops).
+fn stage_outside(
+    m: &Module,
+    body: Vec<Stmt>,
+    cur: &mut BTreeMap<BufferId, Outside>,
+) -> Result<(Vec<Stmt>, BTreeMap<BufferId, Loc>), Diagnostic> {
+    let mut out = Vec::with_capacity(body.len());
+    let mut ringed = BTreeMap::new();
+    // tiles multi-buffered inside a child block lose their stage here
+    let lose = |cur: &mut BTreeMap<BufferId, Outside>,
+                inner: &BTreeMap<BufferId, Loc>,
+                ringed: &mut BTreeMap<BufferId, Loc>| {
+        for (&t, &at) in inner {
+            cur.insert(t, Outside::Lost(at));
+            ringed.insert(t, at);
+        }
+    };
+    for s in body {
+        match s {
+            Stmt::For { var, start, extent, kind: kind @ ForKind::Pipelined { .. }, body, loc } => {
+                let ForKind::Pipelined { stages, .. } = kind else { unreachable!("matched") };
+                let own = ring_of(m, &body, stages);
+                // inside, the loop's own tiles are the pipeline's to stage
+                let mut inner: BTreeMap<BufferId, Outside> =
+                    cur.iter().filter(|(t, _)| !own.contains(t)).map(|(t, o)| (*t, o.clone())).collect();
+                let (body, nested) = stage_outside(m, body, &mut inner)?;
+                lose(cur, &nested, &mut ringed);
+                let n = Expr::cast(extent.clone(), DType::I32);
+                let last = simplify::simplify(Expr::binary(
+                    BinOp::FloorMod,
+                    Expr::binary(BinOp::Max, Expr::binary(BinOp::Sub, n, Expr::int(1)), Expr::int(0)),
+                    Expr::int(stages as i64),
+                ));
+                for &t in &own {
+                    cur.insert(t, Outside::At(last.clone()));
+                    ringed.insert(t, loc);
+                }
+                out.push(Stmt::For { var, start, extent, kind, body, loc });
+            }
+            Stmt::For { var, start, extent, kind, body, loc } => {
+                let head = outside_leaf(m, Stmt::For { var, start, extent, kind, body: vec![], loc }, cur)?;
+                let Stmt::For { var, start, extent, kind, .. } = head else { unreachable!("a loop") };
+                let mut inner = cur.clone();
+                let (body, nested) = stage_outside(m, body, &mut inner)?;
+                lose(cur, &nested, &mut ringed);
+                out.push(Stmt::For { var, start, extent, kind, body, loc });
+            }
+            Stmt::If { cond, then, otherwise, loc } => {
+                let head = outside_leaf(m, Stmt::If { cond, then: vec![], otherwise: vec![], loc }, cur)?;
+                let Stmt::If { cond, .. } = head else { unreachable!("an if") };
+                let (mut a, mut b) = (cur.clone(), cur.clone());
+                let (then, nested_then) = stage_outside(m, then, &mut a)?;
+                let (otherwise, nested_else) = stage_outside(m, otherwise, &mut b)?;
+                lose(cur, &nested_then, &mut ringed);
+                lose(cur, &nested_else, &mut ringed);
+                out.push(Stmt::If { cond, then, otherwise, loc });
+            }
+            other => out.push(outside_leaf(m, other, cur)?),
+        }
+    }
+    Ok((out, ringed))
+}
+
+/// One statement (with no pipelined loop inside) outside the loops of the tiles it uses.
+fn outside_leaf(m: &Module, mut s: Stmt, cur: &BTreeMap<BufferId, Outside>) -> Result<Stmt, Diagnostic> {
+    for (&t, where_) in cur {
+        if !touches(&s, t) {
+            continue;
+        }
+        let name = &m.buffer(t).name;
+        let mut unstaged = None;
+        walk_stmts(std::slice::from_ref(&s), &mut |x| {
+            let what = match x {
+                Stmt::Reduce(op) if op.src == t || op.dst == t => Some("a reduction"),
+                Stmt::Gemm(op) if op.c == t => Some("a gemm's accumulator"),
+                Stmt::Inst(i) if i.accesses().iter().any(|a| a.buf == t) => Some("an instruction"),
+                _ => None,
+            };
+            if let (None, Some(w)) = (&unstaged, what) {
+                unstaged = Some((w, x.loc()));
+            }
+        });
+        match where_ {
+            Outside::Lost(at) => {
+                let at = m.sources.short(*at).unwrap_or_default();
+                return Err(Diagnostic::error(
+                    format!(
+                        "'{name}' is multi-buffered by the T.Pipelined loop at {at} (a buffer per stage in flight), which runs inside another statement: outside that loop it can be used only in the loop's own block"
+                    ),
+                    s.loc(),
+                )
+                .with_help(format!("move this use into the block of the loop at {at}, or copy '{name}' into another shared tile there")));
+            }
+            Outside::At(stage) => {
+                if let Some((what, loc)) = unstaged {
+                    return Err(Diagnostic::error(
+                        format!(
+                            "'{name}' is multi-buffered by a T.Pipelined loop (a buffer per stage in flight): {what} on it outside the loop is not supported"
+                        ),
+                        if loc == Loc::UNKNOWN { s.loc() } else { loc },
+                    )
+                    .with_help(format!("copy '{name}' into another shared tile and use that")));
+                }
+                s = select_stage(s, &BTreeSet::from([t]), stage);
+            }
+        }
+    }
+    Ok(s)
+}
+
+fn block(
+    m: &mut Module,
+    body: Vec<Stmt>,
+    ctx: &mut Ctx,
+    rings: &mut BTreeMap<BufferId, u32>,
+) -> Result<Vec<Stmt>, Diagnostic> {
     let mut out = Vec::new();
     for s in body {
         match s {
             Stmt::For { var, start, extent, kind: ForKind::Pipelined { stages, schedule }, body, loc } => {
                 let sched = schedule.map(|k| m.schedules[k as usize].clone());
-                let (mut stmts, prologue) = pipeline(m, var, start, extent, stages, sched.as_ref(), body, loc, ctx)?;
+                let (mut stmts, prologue) =
+                    pipeline(m, var, start, extent, stages, sched.as_ref(), body, loc, ctx, rings)?;
                 // the prologue's copies start before the statements above the loop that they
                 // do not depend on (a tile filled by the threads, an accumulator cleared): the
                 // first stages' memory latency overlaps that work instead of following it
@@ -76,7 +237,8 @@ fn block(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Result<Vec<Stmt>, Di
                     at -= 1;
                 }
                 if at < out.len() {
-                    let before = out.iter().skip(at).filter(|s| !matches!(s, Stmt::Comment(_) | Stmt::SourceLine(_)));
+                    let before =
+                        out.iter().skip(at).filter(|s| !matches!(s, Stmt::Comment(_) | Stmt::SourceLine(_)));
                     ctx.report.push(format!(
                         "{}: T.Pipelined: the first stages' copies are issued before the {} statement(s) above the loop, which they do not depend on",
                         m.sources.short(loc).unwrap_or_default(),
@@ -87,12 +249,12 @@ fn block(m: &mut Module, body: Vec<Stmt>, ctx: &mut Ctx) -> Result<Vec<Stmt>, Di
                 out.extend(rest);
             }
             Stmt::For { var, start, extent, kind, body, loc } => {
-                let body = block(m, body, ctx)?;
+                let body = block(m, body, ctx, rings)?;
                 out.push(Stmt::For { var, start, extent, kind, body, loc });
             }
             Stmt::If { cond, then, otherwise, loc } => {
-                let then = block(m, then, ctx)?;
-                let otherwise = block(m, otherwise, ctx)?;
+                let then = block(m, then, ctx, rings)?;
+                let otherwise = block(m, otherwise, ctx, rings)?;
                 out.push(Stmt::If { cond, then, otherwise, loc });
             }
             other => out.push(other),
@@ -193,6 +355,7 @@ fn pipeline(
     body: Vec<Stmt>,
     loc: Loc,
     ctx: &mut Ctx,
+    rings: &mut BTreeMap<BufferId, u32>,
 ) -> Result<(Vec<Stmt>, usize), Diagnostic> {
     let at = m.sources.short(loc).unwrap_or_default();
     let serial = |body: Vec<Stmt>| {
@@ -295,10 +458,11 @@ fn pipeline(
     let drain = keep_in_flight(&mut consumers, stages);
     // iterations the copies run ahead
     let ahead = if drain.is_some() { stages - 2 } else { stages - 1 };
-    // multi-buffer the tiles
+    // multi-buffer the tiles (their stage dimensions go in at the end of the pass: a tile
+    // may be refilled by several loops, each using `stages` of its buffers)
     for &t in &tiles {
-        let b = m.buffer_mut(t);
-        b.shape.insert(0, Dim::Fixed(stages as i64));
+        let deepest = rings.entry(t).or_insert(stages);
+        *deepest = (*deepest).max(stages);
     }
     let names: Vec<String> = tiles.iter().map(|t| m.buffer(*t).name.clone()).collect();
     ctx.report.push(format!(
@@ -377,7 +541,11 @@ fn can_run_after(s: &Stmt, prologue: &[Stmt]) -> bool {
     let mut simple = true;
     walk_stmts(std::slice::from_ref(s), &mut |st| {
         simple &= match st {
-            Stmt::Store { .. } | Stmt::Fill { .. } | Stmt::Parallel { .. } | Stmt::Comment(_) | Stmt::SourceLine(_) => true,
+            Stmt::Store { .. }
+            | Stmt::Fill { .. }
+            | Stmt::Parallel { .. }
+            | Stmt::Comment(_)
+            | Stmt::SourceLine(_) => true,
             Stmt::Copy(op) => op.atomic.is_none() && matches!(op.inst, None | Some(CopyInst::Threads)),
             Stmt::For { kind, .. } => matches!(kind, ForKind::Serial | ForKind::Unroll),
             Stmt::If { .. } => true,
@@ -514,6 +682,20 @@ fn select_stage(s: Stmt, tiles: &BTreeSet<BufferId>, stage: &Expr) -> Stmt {
             Stmt::Copy(CopyOp { src: region(op.src), dst: region(op.dst), pad: op.pad.map(loads), ..op })
         }
         Stmt::Fill { dst, value, loc } => Stmt::Fill { dst: region(dst), value: loads(value), loc },
+        Stmt::Store { buf, mut idx, value, loc } => {
+            idx = idx.into_iter().map(loads).collect();
+            if tiles.contains(&buf) {
+                idx.insert(0, stage.clone());
+            }
+            Stmt::Store { buf, idx, value: loads(value), loc }
+        }
+        Stmt::Atomic { mode, buf, mut idx, value, prev, loc } => {
+            idx = idx.into_iter().map(loads).collect();
+            if tiles.contains(&buf) {
+                idx.insert(0, stage.clone());
+            }
+            Stmt::Atomic { mode, buf, idx, value: loads(value), prev, loc }
+        }
         Stmt::Gemm(op) => Stmt::Gemm(GemmOp {
             a_stage: if tiles.contains(&op.a) { Some(stage.clone()) } else { op.a_stage },
             b_stage: if tiles.contains(&op.b) { Some(stage.clone()) } else { op.b_stage },
