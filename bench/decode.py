@@ -3,7 +3,7 @@
 - the skinny GEMM y = x @ W^T (examples/decode_gemm.py) for M in DECODE_MS, (N, K) in
   DECODE_NK, fp16 and bf16, beside cuBLAS (torch.nn.functional.linear) and a Triton GEMM;
 - GQA decoding attention (examples/flash_decoding.py), 32 query heads over 8 KV heads, head
-  dim 128, one query per sequence, contiguous and paged (pages of 64 tokens in a random
+  dim 128, one query per sequence, contiguous and paged (pages of DECODE_PAGE = 64 tokens in a random
   order), beside SDPA's flash and cuDNN back ends (query length 1, `enable_gqa=True`, BHSD
   views of the BSHD cache: no copy in the timed region; a back end that refuses a shape is
   reported as unsupported, never fed a repeated KV).
@@ -58,7 +58,8 @@ NK = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("DECODE_NK", "
 DTYPES = os.environ.get("DECODE_DTYPES", "float16,bfloat16").split(",")
 ATTN_BATCHES = [int(b) for b in os.environ.get("DECODE_BATCHES", "1,8,64").split(",")]
 ATTN_LENGTHS = [int(n) for n in os.environ.get("DECODE_KV", "1024,8192,32768,131072").split(",")]
-HEADS, HEADS_KV, DIM, PAGE = 32, 8, 128, 64
+HEADS, HEADS_KV, DIM = 32, 8, 128
+PAGE = int(os.environ.get("DECODE_PAGE", "64"))  # tokens per page of the paged rows
 
 
 def rotating(make, nbytes):
@@ -384,7 +385,7 @@ def attention_rows(bandwidth, floors):
                         continue
                     fns[name] = (lambda be: lambda: sdpa_call(be, *next_set()))(backend)
                 times = rounds_of(fns)
-                row = {"kind": "attention", "B": B, "S": S, "paged": paged, "config": cfg,
+                row = {"kind": "attention", "B": B, "S": S, "paged": paged, "page_size": PAGE if paged else 0, "config": cfg,
                        "launch_floor_us": floors[2]}
                 rows.append(summarize(row, times, "tilers", ["sdpa_flash", "sdpa_cudnn"], nbytes, bandwidth))
                 print(rows[-1])
