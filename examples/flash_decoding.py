@@ -115,6 +115,12 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                     acc_o[i, j] *= scores_scale[i]
                 load_tile(V, V_shared, b, hk, n0, table)
                 T.gemm(acc_s_cast, V_shared, acc_o)
+            if num_split == 1:
+                # one split: the output itself (O_partial is O), no combine
+                for i, d in T.Parallel(block_H, dim):
+                    if i < group:
+                        O_partial[b, hk * group + i, d] = T.if_then_else(logsum[i] > 0, acc_o[i, d] / logsum[i], 0)
+                return
             # a split with no key of its sequence: weight 0 in the combine (lse -inf)
             for i, d in T.Parallel(block_H, dim):
                 if i < group:
@@ -158,10 +164,13 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                    cache_seqlens: T.Tensor((batch,), "int32"),
                    block_table: T.Tensor((batch, pages_per_seq), "int32"),
                    O: T.Tensor((batch, heads, dim), dtype)):
-            O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
-            LSE = T.alloc_global((batch, heads, num_split), accum)
-            split_kernel(Q, K, V, cache_seqlens, block_table, O_partial, LSE)
-            combine_kernel(O_partial, LSE, O)
+            if num_split == 1:
+                split_kernel(Q, K, V, cache_seqlens, block_table, O, None)
+            else:
+                O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
+                LSE = T.alloc_global((batch, heads, num_split), accum)
+                split_kernel(Q, K, V, cache_seqlens, block_table, O_partial, LSE)
+                combine_kernel(O_partial, LSE, O)
 
         return kernel
 
@@ -171,10 +180,13 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                V: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
                cache_seqlens: T.Tensor((batch,), "int32"),
                O: T.Tensor((batch, heads, dim), dtype)):
-        O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
-        LSE = T.alloc_global((batch, heads, num_split), accum)
-        split_kernel(Q, K, V, cache_seqlens, None, O_partial, LSE)
-        combine_kernel(O_partial, LSE, O)
+        if num_split == 1:
+            split_kernel(Q, K, V, cache_seqlens, None, O, None)
+        else:
+            O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
+            LSE = T.alloc_global((batch, heads, num_split), accum)
+            split_kernel(Q, K, V, cache_seqlens, None, O_partial, LSE)
+            combine_kernel(O_partial, LSE, O)
 
     return kernel
 

@@ -28,11 +28,31 @@ def case(B, H, Hkv, D, S, lengths, dtype="float16", seed=0):
     return q, k, v, seqlens, fd.reference(q, k, v, seqlens)
 
 
-@pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8)])
+@pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8),
+                                               ([1, 64, 65, 256], 1)])
 @pytest.mark.parametrize("heads,heads_kv", [(8, 2), (4, 4), (16, 1)])
 def test_contiguous_against_numpy(lengths, num_split, heads, heads_kv):
     q, k, v, seqlens, want = case(4, heads, heads_kv, 64, 256, lengths)
     out = fd.flash_decode(4, heads, heads_kv, 64, 256, num_split=num_split)(q, k, v, seqlens)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+
+
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_one_split_writes_the_output_itself(page_size):
+    """num_split=1: the split kernel writes O (no scratch, no combine kernel)."""
+    S = 256
+    q, k, v, seqlens, want = case(3, 8, 2, 64, S, [256, 1, 100])
+    pages = 3 * S // page_size if page_size else 0
+    f = fd.flash_decode.prim_func(3, 8, 2, 64, S, num_split=1, page_size=page_size, num_pages=pages)
+    testing.check_passes(f, arch="sm_90a", check=True)
+    kernel = fd.flash_decode(3, 8, 2, 64, S, num_split=1, page_size=page_size, num_pages=pages)
+    src = kernel.get_kernel_source()
+    assert src.count("__global__") == 1 and "O_partial" not in src
+    if page_size:
+        kp, vp, table = fd.paged_cache(k, v, page_size)
+        out = kernel(q, kp, vp, seqlens, table)
+    else:
+        out = kernel(q, k, v, seqlens)
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
 
 

@@ -40,9 +40,10 @@ def paged(k, v, page_size):
     return kp, vp, table
 
 
+@pytest.mark.parametrize("num_split", [8, 1])
 @pytest.mark.parametrize("page_size", [0, 16, 64])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_against_torch(page_size, dtype):
+def test_against_torch(page_size, dtype, num_split):
     B, H, Hkv, D, S = 4, 32, 8, 128, 1024
     torch_dtype = getattr(torch, dtype)
     q = torch.randn(B, H, D, device="cuda").to(torch_dtype)
@@ -52,9 +53,9 @@ def test_against_torch(page_size, dtype):
     want = reference(q, k, v, seqlens)
     if page_size:
         kp, vp, table = paged(k, v, page_size)
-        kernel = fd.flash_decode(B, H, Hkv, D, S, num_split=8, page_size=page_size, num_pages=kp.shape[0], dtype=dtype)
+        kernel = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, page_size=page_size, num_pages=kp.shape[0], dtype=dtype)
         out = kernel(q, kp, vp, seqlens, table)
     else:
-        out = fd.flash_decode(B, H, Hkv, D, S, num_split=8, dtype=dtype)(q, k, v, seqlens)
+        out = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, dtype=dtype)(q, k, v, seqlens)
     tol = 2e-2 if dtype == "bfloat16" else 3e-3
     torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
