@@ -40,10 +40,11 @@ def paged(k, v, page_size):
     return kp, vp, table
 
 
-@pytest.mark.parametrize("num_split", [8, 1])
+@pytest.mark.parametrize("num_split,block_H", [(8, 16), (1, 16), (8, 64)])
 @pytest.mark.parametrize("page_size", [0, 16, 64])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_against_torch(page_size, dtype, num_split):
+def test_against_torch(page_size, dtype, num_split, block_H):
+    # block_H=64: wgmma, and on the contiguous cache the TMA pipeline (bounds from cache_seqlens)
     B, H, Hkv, D, S = 4, 32, 8, 128, 1024
     torch_dtype = getattr(torch, dtype)
     q = torch.randn(B, H, D, device="cuda").to(torch_dtype)
@@ -53,9 +54,10 @@ def test_against_torch(page_size, dtype, num_split):
     want = reference(q, k, v, seqlens)
     if page_size:
         kp, vp, table = paged(k, v, page_size)
-        kernel = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, page_size=page_size, num_pages=kp.shape[0], dtype=dtype)
+        kernel = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, page_size=page_size, num_pages=kp.shape[0], dtype=dtype,
+                                 block_H=block_H)
         out = kernel(q, kp, vp, seqlens, table)
     else:
-        out = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, dtype=dtype)(q, k, v, seqlens)
+        out = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, dtype=dtype, block_H=block_H)(q, k, v, seqlens)
     tol = 2e-2 if dtype == "bfloat16" else 3e-3
     torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)

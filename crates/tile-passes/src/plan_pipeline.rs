@@ -62,8 +62,10 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             Some(format!("threads={} is not whole warpgroups (a multiple of 128)", m.kernel.threads))
         } else if m.kernel.threads + 128 > ctx.target.limits.max_threads {
             Some(format!("threads={} leaves no room for a producer warpgroup", m.kernel.threads))
-        } else if reads_memory(start) || reads_memory(extent) {
-            Some("its bounds are read from memory".to_string())
+        } else if !read_only_loads(&m, start) || !read_only_loads(&m, extent) {
+            // the producer warpgroup evaluates the bounds itself: from tensors, not from what
+            // the consumers computed before the loop (a T.alloc_var, a fragment)
+            Some("its bounds read memory that the kernel writes (a variable, a tile): the producer warpgroup could not compute them".to_string())
         } else {
             let producers = inject_pipeline::producers(&m, body);
             // the producer fills its tiles while the consumers still run the statements
@@ -157,4 +159,21 @@ fn tma_epilogues(m: &mut Module, k: usize, ctx: &mut Ctx) {
             Err(why) => ctx.report.push(format!("{at}: T.copy {s} -> {d} is not stored by TMA: {why}")),
         }
     }
+}
+
+/// Whether every load in `e` reads a global tensor that no statement of the kernel writes
+/// (a sequence length, a page count): a value every warp can read for itself.
+fn read_only_loads(m: &Module, e: &Expr) -> bool {
+    if !reads_memory(e) {
+        return true;
+    }
+    let mut bufs = std::collections::BTreeSet::new();
+    e.walk(&mut |x| {
+        if let Expr::Load { buf, .. } = x {
+            bufs.insert(*buf);
+        }
+    });
+    bufs.iter().all(|&b| {
+        m.buffer(b).scope == Scope::Global && !m.kernel.body.iter().any(|s| inject_pipeline::writes(s, b))
+    })
 }
