@@ -175,16 +175,17 @@ def configs(N, K, dtype="float16", M=None):
                     # two warpgroups for the widest tiles (128 rows of W each split in two)
                     threads = (128, 256) if block_N == 128 and block_M >= 64 else (128,)
                     # the stages that fit in shared memory, more for thin tiles (bytes in
-                    # flight); wide tiles also as 64- and 32-column K tiles, more stages: a
+                    # flight); wide tiles also as 64-column K tiles, twice the stages: a
                     # wgmma kept in flight holds a stage, so 3 stages of 128 columns leave
-                    # one k-tile of W on its way from memory, 6 of 64 columns four
-                    for block_K in (128, 64, 32) if block_N + block_M >= 192 else (128,):
+                    # one k-tile of W on its way from memory, 6 of 64 columns four (32
+                    # columns, 12 stages, measured slower: bench/results/decode-gemm-bk32-*)
+                    for block_K in (128, 64) if block_N + block_M >= 192 else (128,):
                         tile_bytes = (block_N + block_M) * block_K * 2
                         if block_K == 128:
                             stages = [s for s in (4, 8) if s * tile_bytes <= 160 * 1024 and (s == 4 or block_N == 32)]
                             stages = stages or [3]
                         else:
-                            stages = [min(12, 192 * 1024 // tile_bytes)]
+                            stages = [min(8, 192 * 1024 // tile_bytes)]
                         for num_stages in stages:
                             for t in threads:
                                 out.append({"schedule": schedule, "block_N": block_N, "block_M": block_M,
