@@ -155,6 +155,16 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
             for d in T.Parallel(dim):
                 O[b, h, d] = T.if_then_else(weight_sum[0] > 0, out[d] / weight_sum[0], 0)
 
+    @T.macro
+    def decode(Q, K, V, cache_seqlens, table, O):
+        if num_split == 1:
+            split_kernel(Q, K, V, cache_seqlens, table, O, None)
+        else:
+            O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
+            LSE = T.alloc_global((batch, heads, num_split), accum)
+            split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE)
+            combine_kernel(O_partial, LSE, O)
+
     if paged:
 
         @T.prim_func
@@ -164,13 +174,7 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                    cache_seqlens: T.Tensor((batch,), "int32"),
                    block_table: T.Tensor((batch, pages_per_seq), "int32"),
                    O: T.Tensor((batch, heads, dim), dtype)):
-            if num_split == 1:
-                split_kernel(Q, K, V, cache_seqlens, block_table, O, None)
-            else:
-                O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
-                LSE = T.alloc_global((batch, heads, num_split), accum)
-                split_kernel(Q, K, V, cache_seqlens, block_table, O_partial, LSE)
-                combine_kernel(O_partial, LSE, O)
+            decode(Q, K, V, cache_seqlens, block_table, O)
 
         return kernel
 
@@ -180,13 +184,7 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                V: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
                cache_seqlens: T.Tensor((batch,), "int32"),
                O: T.Tensor((batch, heads, dim), dtype)):
-        if num_split == 1:
-            split_kernel(Q, K, V, cache_seqlens, None, O, None)
-        else:
-            O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
-            LSE = T.alloc_global((batch, heads, num_split), accum)
-            split_kernel(Q, K, V, cache_seqlens, None, O_partial, LSE)
-            combine_kernel(O_partial, LSE, O)
+        decode(Q, K, V, cache_seqlens, None, O)
 
     return kernel
 
