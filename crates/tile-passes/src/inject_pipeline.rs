@@ -49,7 +49,8 @@ pub fn inject_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
             }
         }
     });
-    let (mut body, _) = stage_outside(&m, body, &mut cur).map_err(|d| vec![d])?;
+    let mut body =
+        if cur.is_empty() { body } else { stage_outside(&m, body, &mut cur).map_err(|d| vec![d])?.0 };
     // the cp.async rings: a stage dimension per tile, as deep as its deepest loop's
     let mut rings = BTreeMap::new();
     // the warp-specialized loop (plan_pipeline marked its producers TMA) splits the kernel
