@@ -25,16 +25,22 @@ ROUNDS = int(os.environ.get("ATTN_ROUNDS", "3"))
 COMPILE = json.loads(os.environ.get("ATTN_COMPILE", '{"fast_math": true}'))
 # block_M, block_N, num_stages, threads, overlap (the stage=/order= schedule of FA3's overlap),
 # o_in_q (the output staged in Q's shared tile: room for a third K/V stage at d=128; the
-# compiler now overlays the two itself, so a config with and without it should time alike)
+# compiler now overlays the two itself, so a config with and without it should time alike),
+# and optionally persistent= ("pingpong": two consumer slots of `threads` taking alternate
+# query tiles, one's epilogue and next Q load beside the other's main loop)
 CONFIGS = {
     64: [(128, 128, 2, 256, False, False), (128, 128, 2, 256, True, False), (128, 128, 3, 256, False, True),
          (128, 128, 3, 256, True, True), (128, 128, 4, 256, True, True), (128, 64, 3, 256, True, False),
          (128, 128, 4, 256, True, False),
          # FlashAttention-3's d=64 tile: 192 query rows over three consumer warpgroups
-         (192, 128, 2, 384, False, False), (192, 128, 2, 384, True, False)],
+         (192, 128, 2, 384, False, False), (192, 128, 2, 384, True, False),
+         (64, 128, 2, 128, False, False, "pingpong"), (64, 128, 2, 128, True, False, "pingpong"),
+         (64, 128, 3, 128, True, False, "pingpong")],
     128: [(128, 128, 2, 256, False, False), (128, 128, 2, 256, True, False), (128, 128, 3, 256, False, True),
           (128, 128, 3, 256, True, True), (128, 128, 3, 256, True, False), (128, 64, 3, 256, True, False),
-          (128, 64, 2, 128, False, False)],
+          (128, 64, 2, 128, False, False),
+          (64, 128, 2, 128, False, False, "pingpong"), (64, 128, 2, 128, True, False, "pingpong"),
+          (64, 64, 3, 128, True, False, "pingpong")],
     256: [(128, 64, 2, 256, False, True), (128, 64, 2, 256, True, True), (128, 64, 2, 256, False, False),
           (64, 64, 3, 128, False, True),
           # FlashAttention-3's d=256 tile: 80 keys (wgmma n80)
@@ -66,12 +72,14 @@ def main():
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         want = sdpa(qt, kt, vt, is_causal=causal).transpose(1, 2).float()
         fns = {}
-        for bm, bn, st, th, overlap, o_in_q in CONFIGS[d]:
-            name = f"{bm}x{bn} s{st} t{th}" + (" overlap" if overlap else "") + (" o_in_q" if o_in_q else "")
+        for bm, bn, st, th, overlap, o_in_q, *persistent in CONFIGS[d]:
+            persistent = persistent[0] if persistent else True
+            name = (f"{bm}x{bn} s{st} t{th}" + (" overlap" if overlap else "") + (" o_in_q" if o_in_q else "")
+                    + ("" if persistent is True else f" {persistent}"))
             try:
                 kern = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype,
                                                          overlap=overlap, o_in_q=o_in_q),
-                                      out_idx=[3], **COMPILE)
+                                      out_idx=[3], persistent=persistent, **COMPILE)
                 out = kern(q, k, v)
                 torch.cuda.synchronize()
                 err = ((out.float() - want).abs().max() / want.abs().max()).item()
