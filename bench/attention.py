@@ -26,25 +26,26 @@ COMPILE = json.loads(os.environ.get("ATTN_COMPILE", '{"fast_math": true}'))
 # block_M, block_N, num_stages, threads, overlap (the stage=/order= schedule of FA3's overlap),
 # o_in_q (the output staged in Q's shared tile: room for a third K/V stage at d=128; the
 # compiler now overlays the two itself, so a config with and without it should time alike),
-# and optionally persistent= ("pingpong": two consumer slots of `threads` taking alternate
-# query tiles, one's epilogue and next Q load beside the other's main loop)
+# ("direct": the output stored from registers, no shared tile, so that the producer loads Q
+# by TMA, the next tile's during this one's epilogue), and optionally persistent= ("pingpong":
+# two consumer slots of `threads` taking alternate query tiles; measured slower at 64 rows)
 CONFIGS = {
     64: [(128, 128, 2, 256, False, False), (128, 128, 2, 256, True, False), (128, 128, 3, 256, False, True),
          (128, 128, 3, 256, True, True), (128, 128, 4, 256, True, True), (128, 64, 3, 256, True, False),
          (128, 128, 4, 256, True, False),
          # FlashAttention-3's d=64 tile: 192 query rows over three consumer warpgroups
          (192, 128, 2, 384, False, False), (192, 128, 2, 384, True, False),
-         (64, 128, 2, 128, False, False, "pingpong"), (64, 128, 2, 128, True, False, "pingpong"),
-         (64, 128, 3, 128, True, False, "pingpong")],
+         (128, 128, 3, 256, True, "direct"), (128, 128, 4, 256, True, "direct"),
+         (192, 128, 2, 384, False, "direct"), (192, 128, 2, 384, True, "direct")],
     128: [(128, 128, 2, 256, False, False), (128, 128, 2, 256, True, False), (128, 128, 3, 256, False, True),
           (128, 128, 3, 256, True, True), (128, 128, 3, 256, True, False), (128, 64, 3, 256, True, False),
           (128, 64, 2, 128, False, False),
-          (64, 128, 2, 128, False, False, "pingpong"), (64, 128, 2, 128, True, False, "pingpong"),
-          (64, 64, 3, 128, True, False, "pingpong")],
+          (128, 128, 3, 256, True, "direct"), (128, 128, 3, 256, False, "direct"), (128, 128, 2, 256, True, "direct")],
     256: [(128, 64, 2, 256, False, True), (128, 64, 2, 256, True, True), (128, 64, 2, 256, False, False),
           (64, 64, 3, 128, False, True),
           # FlashAttention-3's d=256 tile: 80 keys (wgmma n80)
-          (128, 80, 2, 256, False, False), (128, 80, 2, 256, True, False)],
+          (128, 80, 2, 256, False, False), (128, 80, 2, 256, True, False),
+          (128, 64, 2, 256, True, "direct"), (128, 80, 2, 256, True, "direct"), (128, 80, 2, 256, False, "direct")],
 }
 DTYPES = os.environ.get("ATTN_DTYPES", "float16,bfloat16").split(",")
 SHAPES = [  # batch, heads, seq, dim, causal (issue 15's table)
@@ -74,11 +75,13 @@ def main():
         fns = {}
         for bm, bn, st, th, overlap, o_in_q, *persistent in CONFIGS[d]:
             persistent = persistent[0] if persistent else True
+            o_direct = o_in_q == "direct"
+            o_in_q = o_in_q is True
             name = (f"{bm}x{bn} s{st} t{th}" + (" overlap" if overlap else "") + (" o_in_q" if o_in_q else "")
-                    + ("" if persistent is True else f" {persistent}"))
+                    + (" o_direct" if o_direct else "") + ("" if persistent is True else f" {persistent}"))
             try:
                 kern = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype,
-                                                         overlap=overlap, o_in_q=o_in_q),
+                                                         overlap=overlap, o_in_q=o_in_q, o_direct=o_direct),
                                       out_idx=[3], persistent=persistent, **COMPILE)
                 out = kern(q, k, v)
                 torch.cuda.synchronize()

@@ -23,7 +23,7 @@ LOG2E = 1.4426950408889634
 def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, block_N=64,
                     num_stages=2, threads=128, dtype="float16", sm_scale=None, overlap=False,
                     heads_kv=None, window=(-1, -1), softcap=0.0, return_lse=False, varlen=False,
-                    o_in_q=False, seq_len_kv=None, align="bottom_right"):
+                    o_in_q=False, seq_len_kv=None, align="bottom_right", o_direct=False):
     """Q: [batch, seq_len, heads, dim], K and V: [batch, seq_len_kv, heads_kv, dim] (seq_len_kv
     defaults to seq_len); returns the
     @T.prim_func computing O = softmax(mask(softcap(Q K^T * sm_scale))) V, O of Q's shape and
@@ -51,7 +51,12 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
     o_in_q=True stages the output tile in Q's shared tile (dead once the last Q K^T is done)
     instead of a tile of its own: 32 KB fewer at block_M=128, d=128, room for a third K/V
     stage. (The compiler now finds this itself — plan_shared_memory overlays the output tile
-    on Q's, with the barriers it needs — so both spellings give the same kernel size.)"""
+    on Q's, with the barriers it needs — so both spellings give the same kernel size.)
+
+    o_direct=True stores the output from registers, with no shared tile: Q's tile is then
+    read by nothing after the loop, so on sm_90a the producer warpgroup loads Q by TMA too
+    (a persistent kernel loads the next tile's Q during this one's epilogue; the kernel's
+    report says so), and a third K/V stage still fits at d=128."""
     heads_kv = heads if heads_kv is None else heads_kv
     if heads % heads_kv:
         raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv})")
@@ -105,7 +110,8 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
             Q_shared = T.alloc_shared((block_M, dim), dtype)
             K_shared = T.alloc_shared((block_N, dim), dtype)
             V_shared = T.alloc_shared((block_N, dim), dtype)
-            O_shared = Q_shared if o_in_q else T.alloc_shared((block_M, dim), dtype)
+            if not o_direct:
+                O_shared = Q_shared if o_in_q else T.alloc_shared((block_M, dim), dtype)
             acc_s = T.alloc_fragment((block_M, block_N), accum)
             acc_s_cast = T.alloc_fragment((block_M, block_N), dtype)
             acc_o = T.alloc_fragment((block_M, dim), accum)
@@ -195,6 +201,8 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
                 for i, j in T.Parallel(block_M, dim):
                     if bx * block_M + i < length:
                         Output[base + bx * block_M + i, by, j] = acc_o[i, j]
+            elif o_direct:
+                T.copy(acc_o, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])
             else:
                 T.copy(acc_o, O_shared)
                 T.copy(O_shared, Output[bz, bx * block_M:(bx + 1) * block_M, by, :])

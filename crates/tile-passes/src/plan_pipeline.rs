@@ -131,8 +131,105 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
                 );
             }
         }
+        prefetch_before(&mut m, k, ctx);
     }
     Ok(m)
+}
+
+/// The copies before the TMA loop at `k` that its producer warpgroup can issue too (an
+/// attention kernel's Q tile): from a global tensor the kernel never writes into a shared
+/// tile that only this copy writes and no statement after the loop touches, at a position
+/// the producer computes itself (block indices, sizes, parameters, read-only loads), whole
+/// tiles in wgmma's layout (`tma::fit`) — marked `CopyInst::Tma`. `inject_pipeline` gives
+/// each a full and an empty barrier of its own: a persistent kernel's producer loads the
+/// next tile's copy as soon as the consumers' loop is done with this one, beside their
+/// epilogue. The tile can then share no bytes with another (the producer writes it while
+/// the consumers run anything), so a copy is left to the consumers when the shared tiles
+/// without sharing would not fit; and with thread-block clusters (not planned here).
+fn prefetch_before(m: &mut Module, k: usize, ctx: &mut Ctx) {
+    if ctx.options.cluster.is_some() {
+        return;
+    }
+    let Stmt::For { body, kind: ForKind::Pipelined { stages, .. }, .. } = &m.kernel.body[k] else { return };
+    let ring: std::collections::BTreeSet<BufferId> = body
+        .iter()
+        .filter_map(|s| match s {
+            Stmt::Copy(op) if op.inst == Some(CopyInst::Tma) => Some(op.dst.buf),
+            _ => None,
+        })
+        .collect();
+    let stages = *stages as i64;
+    // the shared bytes with no tile overlaid on another: every tile, the ring's times its
+    // stages, the staging tiles of the epilogue's stores, the barriers, and 1 KB for the
+    // lowering's scratch (cross-warp reductions)
+    let mut bytes: i64 = m
+        .buffers
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.scope == Scope::Shared && b.alias_of.is_none())
+        .map(|(i, b)| b.bytes() * if ring.contains(&BufferId(i as u32)) { stages } else { 1 })
+        .sum();
+    walk_stmts(&m.kernel.body, &mut |s| {
+        if let Stmt::Copy(op) = s {
+            if matches!(op.inst, Some(CopyInst::Staged { .. } | CopyInst::StagedTma)) {
+                let (src, dst) = (m.buffer(op.src.buf), m.buffer(op.dst.buf));
+                bytes += src.num_elements() * dst.dtype.bytes() as i64;
+            }
+        }
+    });
+    bytes += 3 * 8 * stages + 1024;
+    let movable = |v: &Var| {
+        matches!(v.kind, VarKind::BlockIdx(_) | VarKind::Param | VarKind::Size { .. })
+    };
+    for j in 0..k {
+        let Stmt::Copy(op) = &m.kernel.body[j] else { continue };
+        let (src, dst) = (op.src.buf, op.dst.buf);
+        if op.atomic.is_some()
+            || m.buffer(src).scope != Scope::Global
+            || m.buffer(dst).scope != Scope::Shared
+            || m.kernel.body.iter().any(|s| inject_pipeline::writes(s, src))
+            || m.buffers.iter().any(|b| b.alias_of == Some(dst))
+        {
+            continue;
+        }
+        let only_here = m.kernel.body.iter().enumerate().all(|(i, s)| {
+            i == j
+                || (i < k && !inject_pipeline::touches(s, dst))
+                || (i == k && !inject_pipeline::writes(s, dst))
+                || (i > k && !inject_pipeline::touches(s, dst))
+        });
+        let mut placed = true;
+        tile_ir::stmt_exprs(&m.kernel.body[j], &mut |e| {
+            e.walk(&mut |x| match x {
+                Expr::Var { id, .. } => placed &= movable(m.var(*id)),
+                Expr::Load { buf, .. } => {
+                    placed &= m.buffer(*buf).scope == Scope::Global
+                        && !m.kernel.body.iter().any(|s| inject_pipeline::writes(s, *buf))
+                }
+                _ => {}
+            })
+        });
+        if !only_here || !placed || tma::fit(m, op, &ctx.target).is_err() {
+            continue;
+        }
+        let at = m.sources.short(op.loc).unwrap_or_default();
+        let (s, d) = (m.buffer(src).name.clone(), m.buffer(dst).name.clone());
+        let need = bytes + 16;
+        if need as u64 > ctx.target.limits.shared_bytes {
+            ctx.report.push(format!(
+                "{at}: T.copy {s} -> {d} stays with the consumers, not the producer warpgroup: filled ahead it could share no bytes with another tile, and the tiles would need {need} bytes of shared memory (of {})",
+                ctx.target.limits.shared_bytes
+            ));
+            continue;
+        }
+        bytes = need;
+        if let Stmt::Copy(op) = &mut m.kernel.body[j] {
+            op.inst = Some(CopyInst::Tma);
+        }
+        ctx.report.push(format!(
+            "{at}: T.copy {s} -> {d}: TMA by the producer warpgroup, once per tile on a barrier of its own (a persistent kernel loads the next tile's during this one's epilogue)"
+        ));
+    }
 }
 
 /// The staged accumulator stores after the TMA loop at `k` leave their staging tile by bulk

@@ -357,6 +357,28 @@ pub(super) fn warp_specialize(
     let roles = m.kernel.roles.ok_or_else(|| vec![Diagnostic::bug("warp_specialize without roles")])?;
     let at = m.sources.short(loc).unwrap_or_default();
     let threads = m.kernel.threads;
+    // the copies before the loop that the producer issues too (plan_pipeline marked them):
+    // out of the consumers' statements, each replaced by a wait for its barrier just
+    // before the first statement that touches its tile (else at the end)
+    let mut once: Vec<CopyOp> = Vec::new();
+    let mut pre_rest = Vec::new();
+    for s in pre {
+        match s {
+            Stmt::Copy(op) if op.inst == Some(CopyInst::Tma) => once.push(op),
+            other => pre_rest.push(other),
+        }
+    }
+    let pre = pre_rest;
+    let once_wait_at: Vec<usize> = once
+        .iter()
+        .map(|op| pre.iter().position(|s| super::touches(s, op.dst.buf)).unwrap_or(pre.len()))
+        .collect();
+    let mut once_plans = Vec::new();
+    for op in &once {
+        once_plans.push(
+            tma::fit(m, op, &ctx.target).map_err(|why| vec![Diagnostic::bug(format!("TMA plan: {why}"))])?,
+        );
+    }
     let mut producers = Vec::new();
     let mut consumers = Vec::new();
     let mut consumer_at = Vec::new();
@@ -570,25 +592,13 @@ pub(super) fn warp_specialize(
         body: pbody,
         loc,
     };
-    let producer_work = match (&persistent, ptile) {
-        (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, None, vec![producer_loop], loc)],
-        _ => vec![producer_loop],
-    };
-    let one_thread = Expr::binary(BinOp::Eq, tid_e.clone(), Expr::int(m.consumer_threads() as i64));
-    let mut producer = Vec::new();
-    if roles.producer_regs > 0 {
-        producer.push(Stmt::inst(inst::SetMaxNReg { inc: false, regs: roles.producer_regs }));
-    }
-    producer.push(Stmt::If { cond: one_thread, then: producer_work, otherwise: vec![], loc });
-
-    // the consumers: wait for the stage, compute, release it — once, or per ping-pong slot
-    // on alternate tiles (slot 1 on its own copies of the consumers' shared tiles)
+    // the once-per-tile copies: barriers of their own, one per consumer slot
     let slots = roles.slots();
-    let mut slot_work = Vec::new();
     let shared_map: BTreeMap<BufferId, BufferId> = if slots > 1 {
         let mut all = pre.clone();
         all.extend(consumers.iter().cloned());
         all.extend(post.iter().cloned());
+        all.extend(once.iter().cloned().map(Stmt::Copy));
         let mut map = BTreeMap::new();
         for id in shared_buffers(m, &all) {
             if tiles.contains(&id) {
@@ -602,6 +612,82 @@ pub(super) fn warp_specialize(
     } else {
         BTreeMap::new()
     };
+    let mut once_bars = Vec::new();
+    for op in &once {
+        let name = m.buffer(op.dst.buf).name.clone();
+        let full_once = barriers(m, &format!("full_bar_{name}"), slots, loc);
+        let empty_once = persistent.is_some().then(|| barriers(m, &format!("empty_bar_{name}"), slots, loc));
+        once_bars.push((full_once, empty_once));
+    }
+    let mut producer_tile = Vec::new();
+    if !once.is_empty() {
+        // the block's tile (slot c = tile % 2 of two slots, its j-th: tile / 2)
+        let t = match ptile {
+            Some(t) => Expr::var(t, DType::I32),
+            None => Expr::int(0),
+        };
+        let (slot, j) = match slots {
+            1 => (Expr::int(0), t),
+            _ => (
+                simplify(Expr::binary(BinOp::FloorMod, t.clone(), Expr::int(2))),
+                simplify(Expr::binary(BinOp::FloorDiv, t, Expr::int(2))),
+            ),
+        };
+        for c in 0..slots {
+            let mut body = Vec::new();
+            for ((op, plan), &(full_once, empty_once)) in once.iter().zip(&once_plans).zip(&once_bars) {
+                let idx = match slots {
+                    1 => slot.clone(),
+                    _ => Expr::int(c as i64),
+                };
+                if let Some(e) = empty_once {
+                    let parity = simplify(Expr::binary(
+                        BinOp::FloorMod,
+                        Expr::binary(BinOp::Add, j.clone(), Expr::int(1)),
+                        Expr::int(2),
+                    ));
+                    body.push(Stmt::inst(inst::MbarrierWait { bar: e, idx: idx.clone(), parity }));
+                }
+                body.push(Stmt::inst(inst::MbarrierArrive {
+                    bar: full_once,
+                    idx: idx.clone(),
+                    expect_tx: Some(plan.bytes),
+                    cta: None,
+                    pred: None,
+                }));
+                let op = match c {
+                    0 => op.clone(),
+                    _ => match remap_buffers(Stmt::Copy(op.clone()), &shared_map) {
+                        Stmt::Copy(op) => op,
+                        _ => unreachable!("a copy maps to a copy"),
+                    },
+                };
+                body.extend(tma::loads(m, &op, plan, None, full_once, &idx, None).map_err(|d| vec![d])?);
+            }
+            match slots {
+                1 => producer_tile.extend(body),
+                _ => {
+                    let this = simplify(Expr::binary(BinOp::Eq, slot.clone(), Expr::int(c as i64)));
+                    producer_tile.push(Stmt::If { cond: this, then: body, otherwise: vec![], loc });
+                }
+            }
+        }
+    }
+    producer_tile.push(producer_loop);
+    let producer_work = match (&persistent, ptile) {
+        (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, None, producer_tile, loc)],
+        _ => producer_tile,
+    };
+    let one_thread = Expr::binary(BinOp::Eq, tid_e.clone(), Expr::int(m.consumer_threads() as i64));
+    let mut producer = Vec::new();
+    if roles.producer_regs > 0 {
+        producer.push(Stmt::inst(inst::SetMaxNReg { inc: false, regs: roles.producer_regs }));
+    }
+    producer.push(Stmt::If { cond: one_thread, then: producer_work, otherwise: vec![], loc });
+
+    // the consumers: wait for the stage, compute, release it — once, or per ping-pong slot
+    // on alternate tiles (slot 1 on its own copies of the consumers' shared tiles)
+    let mut slot_work = Vec::new();
     let tiles_of_block = persistent.as_ref().map(|plan| block_tiles(m, plan));
     // a gemm accumulator the kernel never clears starts at zero (the lowering zeroes it at
     // the kernel's start): in a persistent walk, at each tile's start
@@ -682,7 +768,24 @@ pub(super) fn warp_specialize(
             out
         };
         let mut work = implicit_zero.clone();
-        work.extend(pre);
+        // the once-per-tile copies' waits, at their places among the statements before the loop
+        let once_parity = match ctile {
+            Some(t) => simplify(Expr::binary(BinOp::FloorMod, Expr::var(t, DType::I32), Expr::int(2))),
+            None => Expr::int(0),
+        };
+        let once_wait = |k: usize| {
+            Stmt::inst(inst::MbarrierWait {
+                bar: once_bars[k].0,
+                idx: Expr::int(c as i64),
+                parity: once_parity.clone(),
+            })
+        };
+        let pre_len = pre.len();
+        for (i, x) in pre.into_iter().enumerate() {
+            work.extend((0..once.len()).filter(|&k| once_wait_at[k] == i).map(once_wait));
+            work.push(x);
+        }
+        work.extend((0..once.len()).filter(|&k| once_wait_at[k] == pre_len).map(once_wait));
         // ping-pong: the main loops run in turn — slot c waits until the other slot's loop
         // over the block's previous tile was issued (named barrier 3 + c over both slots),
         // and hands over after its own (bar.arrive), only to a tile that exists; so each
@@ -792,6 +895,19 @@ pub(super) fn warp_specialize(
                 loc,
             });
         }
+        // the consumers are done with the once-per-tile tiles: the producer may load the next
+        // tile's (every gemm reading them retired within the loop or at the drain above)
+        for &(_, empty_once) in &once_bars {
+            if let Some(e) = empty_once {
+                work.push(Stmt::inst(inst::MbarrierArrive {
+                    bar: e,
+                    idx: Expr::int(c as i64),
+                    expect_tx: None,
+                    cta: None,
+                    pred: None,
+                }));
+            }
+        }
         work.extend(post);
         slot_work.push(match (&persistent, ctile) {
             (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, local.map(|u| (c, u)), work, loc)],
@@ -845,6 +961,14 @@ pub(super) fn warp_specialize(
             }
         }
         init.push(Stmt::inst(inst::MbarrierInit { bar: empty, idx: Expr::int(k), count: releases }));
+    }
+    for &(full_once, empty_once) in &once_bars {
+        for c in 0..slots as i64 {
+            init.push(Stmt::inst(inst::MbarrierInit { bar: full_once, idx: Expr::int(c), count: 1 }));
+            if let Some(e) = empty_once {
+                init.push(Stmt::inst(inst::MbarrierInit { bar: e, idx: Expr::int(c), count: threads }));
+            }
+        }
     }
     init.push(Stmt::inst(inst::FenceMbarrierInit));
     let first = Expr::binary(BinOp::Eq, tid_e.clone(), Expr::int(0));
