@@ -16,10 +16,13 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def check(b, h, n, d, causal, dtype="float16", config=(128, 64, 2, 128), overlap=False, o_in_q=False, **opts):
+def check(b, h, n, d, causal, dtype="float16", config=(128, 64, 2, 128), overlap=False, o_in_q=False,
+          o_direct=False, **opts):
     bm, bn, st, th = config
     k = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype, overlap=overlap,
-                                          o_in_q=o_in_q), out_idx=[3], **opts)
+                                          o_in_q=o_in_q, o_direct=o_direct), out_idx=[3], **opts)
+    if o_direct and opts.get("target", "auto") == "auto":
+        assert "T.copy Q -> Q_shared: TMA by the producer warpgroup, once per tile" in k.report()
     g = torch.Generator(device="cuda").manual_seed(1)
     dt = getattr(torch, dtype)
     q, kk, v = (torch.randn(b, n, h, d, generator=g, device="cuda").to(dt) for _ in range(3))
@@ -52,6 +55,21 @@ def test_the_output_staged_in_q(config, d, overlap, causal, dtype):
     # bench/attention.py's fastest configs: more tiles than SMs, so each block stages
     # several tiles' outputs in Q's tile; fast math as the benchmark compiles them
     check(4, 16, 1000, d, causal, dtype, config=config, overlap=overlap, o_in_q=True, fast_math=True)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("config,d", [((128, 128, 3, 256), 128), ((128, 128, 4, 256), 64), ((192, 128, 2, 384), 64),
+                                      ((128, 80, 2, 256), 256)])
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("n", [1, 129, 1000])
+def test_q_loaded_by_the_producer(n, config, d, overlap, causal, dtype):
+    # the output stored from registers, Q filled by the producer's TMA (the next tile's
+    # during this one's epilogue): 4 x 16 heads x 8 tiles of 128 rows walk 132 blocks
+    check(4, 16, n, d, causal, dtype, config=config, overlap=overlap, o_direct=True, fast_math=True)
+    if n == 1000 and not causal:
+        check(4, 16, n, d, causal, dtype, config=config, overlap=overlap, o_direct=True, fast_math=True,
+              persistent=False)
 
 
 def torch_reference(q, k, v, causal, window=(-1, -1), softcap=0.0, align="bottom_right"):
