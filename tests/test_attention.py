@@ -94,7 +94,14 @@ def test_the_output_staged_in_q_leaves_room_for_more_stages(d, stages):
     k = tilers.compile(fa.flash_attention(2, 4, 1024, d, False, 128, 128, stages, 256, overlap=True),
                        out_idx=[3], target="cuda:sm_90a")
     report = k.report()
-    assert f"{stages} stages on full/empty mbarriers" in report and "shares bytes with Q_shared" in report, report
+    assert f"{stages} stages on full/empty mbarriers" in report, report
+    if d == 128:
+        # 224 KB of Q, K and V: the output tile fits only over Q's bytes, so Q stays with
+        # the consumers (a tile the producer fills ahead shares no bytes)
+        assert "shares bytes with Q_shared" in report and "stays with the consumers" in report, report
+    else:
+        # room for both: the producer fills Q ahead (plan_pipeline), the output has its own tile
+        assert "T.copy Q -> Q_shared: TMA by the producer warpgroup" in report, report
 
 
 def test_p_moves_from_the_mma_accumulator_to_the_a_operand_in_registers():

@@ -178,9 +178,7 @@ fn prefetch_before(m: &mut Module, k: usize, ctx: &mut Ctx) {
         }
     });
     bytes += 3 * 8 * stages + 1024;
-    let movable = |v: &Var| {
-        matches!(v.kind, VarKind::BlockIdx(_) | VarKind::Param | VarKind::Size { .. })
-    };
+    let movable = |v: &Var| matches!(v.kind, VarKind::BlockIdx(_) | VarKind::Param | VarKind::Size { .. });
     for j in 0..k {
         let Stmt::Copy(op) = &m.kernel.body[j] else { continue };
         let (src, dst) = (op.src.buf, op.dst.buf);
