@@ -76,20 +76,15 @@ def main():
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         want = sdpa(qt, kt, vt, is_causal=causal).transpose(1, 2).float()
         fns = {}
-        # causal rows launch the longest query tiles first (the example's default);
-        # ATTN_LIGHT_FIRST=1 adds each config in launch order too, to compare in one sweep
-        orders = [None, False] if causal and os.environ.get("ATTN_LIGHT_FIRST") == "1" else [None]
-        for (bm, bn, st, th, overlap, o_in_q, *persistent), heavy in ((c, o) for c in CONFIGS[d] for o in orders):
+        for bm, bn, st, th, overlap, o_in_q, *persistent in CONFIGS[d]:
             persistent = persistent[0] if persistent else True
             o_direct = o_in_q == "direct"
             o_in_q = o_in_q is True
             name = (f"{bm}x{bn} s{st} t{th}" + (" overlap" if overlap else "") + (" o_in_q" if o_in_q else "")
-                    + (" o_direct" if o_direct else "") + ("" if persistent is True else f" {persistent}")
-                    + (" light_first" if heavy is False else ""))
+                    + (" o_direct" if o_direct else "") + ("" if persistent is True else f" {persistent}"))
             try:
                 kern = tilers.compile(fa.flash_attention(b, h, n, d, causal, bm, bn, st, th, dtype=dtype,
-                                                         overlap=overlap, o_in_q=o_in_q, o_direct=o_direct,
-                                                         heavy_first=heavy),
+                                                         overlap=overlap, o_in_q=o_in_q, o_direct=o_direct),
                                       out_idx=[3], persistent=persistent, **COMPILE)
                 out = kern(q, k, v)
                 torch.cuda.synchronize()

@@ -23,7 +23,7 @@ LOG2E = 1.4426950408889634
 def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, block_N=64,
                     num_stages=2, threads=128, dtype="float16", sm_scale=None, overlap=False,
                     heads_kv=None, window=(-1, -1), softcap=0.0, return_lse=False, varlen=False,
-                    o_in_q=False, seq_len_kv=None, align="bottom_right", o_direct=False, heavy_first=None):
+                    o_in_q=False, seq_len_kv=None, align="bottom_right", o_direct=False):
     """Q: [batch, seq_len, heads, dim], K and V: [batch, seq_len_kv, heads_kv, dim] (seq_len_kv
     defaults to seq_len); returns the
     @T.prim_func computing O = softmax(mask(softcap(Q K^T * sm_scale))) V, O of Q's shape and
@@ -56,12 +56,7 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
     o_direct=True stores the output from registers, with no shared tile: Q's tile is then
     read by nothing after the loop, so on sm_90a the producer warpgroup loads Q by TMA too
     (a persistent kernel loads the next tile's Q during this one's epilogue; the kernel's
-    report says so), and a third K/V stage still fits at d=128.
-
-    heavy_first (default: when the causal mask or a window's right edge makes later query
-    tiles visit more key tiles) numbers the query tiles from the last: the blocks launched
-    first are the longest, so the launch ends on short blocks instead of leaving SMs idle
-    behind one long block (the longest-first order FlashAttention uses for causal masks)."""
+    report says so), and a third K/V stage still fits at d=128."""
     heads_kv = heads if heads_kv is None else heads_kv
     if heads % heads_kv:
         raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv})")
@@ -93,16 +88,11 @@ def flash_attention(batch, heads, seq_len, dim, is_causal=False, block_M=128, bl
     # rows that keep no key of a tile they visit (left of a window, or above a bottom-right
     # diagonal that starts past the first key): their max stays -inf there
     empty_rows = left >= 0 or (right >= 0 and shift + right < 0)
-    if heavy_first is None:
-        # a right edge (causal or a window) makes the trip count grow with the query tile
-        heavy_first = right >= 0
 
     @T.macro
     def body(Q, K, V, Output, LSE, cu_seqlens, max_seqlen):
         tiles_q = T.ceildiv(max_seqlen if varlen else seq_len, block_M)
-        with T.Kernel(tiles_q, heads, batch, threads=threads) as (block_x, by, bz):
-            # blocks launch in order of blockIdx.x: with heavy_first the longest tiles first
-            bx = tiles_q - 1 - block_x if heavy_first else block_x
+        with T.Kernel(tiles_q, heads, batch, threads=threads) as (bx, by, bz):
             # this block's sequence: its first row in the packed tensors and its length
             if varlen:
                 base = cu_seqlens[bz]
