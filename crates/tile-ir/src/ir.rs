@@ -257,6 +257,12 @@ pub struct WarpRoles {
     /// along the launch's x), the producer copies that do not depend on the block index
     /// along the cluster multicast (each block loads its share into all). `[1, 1]`: none.
     pub cluster: [u32; 2],
+    /// A persistent walk over tiles whose pipelined loops differ in trip count along `bx`
+    /// (a causal mask): each block takes tiles in pairs of equal total work (`bx = x` and
+    /// `bx = gx - 1 - x` of one row of the grid, or the row's middle tile with the next
+    /// row's first when `gx` is odd), and the producer and the consumers carry the ring's
+    /// position from tile to tile as a running sum of the trip counts.
+    pub fold: bool,
 }
 
 impl WarpRoles {

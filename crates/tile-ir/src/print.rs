@@ -114,12 +114,13 @@ impl Printer<'_> {
         };
         let roles = match m.kernel.roles {
             Some(r) => format!(
-                " producers={} producer_regs={} consumer_regs={}{}{}{}",
+                " producers={} producer_regs={} consumer_regs={}{}{}{}{}",
                 r.producers,
                 r.producer_regs,
                 r.consumer_regs,
                 if r.persistent { " persistent=1" } else { "" },
                 if r.pingpong { " pingpong=1" } else { "" },
+                if r.fold { " fold=1" } else { "" },
                 if r.cluster_blocks() > 1 {
                     format!(" cluster={}x{}", r.cluster[0], r.cluster[1])
                 } else {

@@ -1107,6 +1107,7 @@ impl Parser {
                 if self.is_word("persistent") { self.kv_parsed::<u32>("persistent")? == 1 } else { false };
             let pingpong =
                 if self.is_word("pingpong") { self.kv_parsed::<u32>("pingpong")? == 1 } else { false };
+            let fold = if self.is_word("fold") { self.kv_parsed::<u32>("fold")? == 1 } else { false };
             let cluster = if self.is_word("cluster") {
                 let text = self.kv("cluster")?;
                 let dims: Vec<u32> = text.split('x').filter_map(|d| d.parse().ok()).collect();
@@ -1117,8 +1118,15 @@ impl Parser {
             } else {
                 [1, 1]
             };
-            self.m.kernel.roles =
-                Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong, cluster });
+            self.m.kernel.roles = Some(WarpRoles {
+                producers,
+                producer_regs,
+                consumer_regs,
+                persistent,
+                pingpong,
+                cluster,
+                fold,
+            });
         }
         self.m.level = match self.kv("level")?.as_str() {
             "tile" => Level::Tile,

@@ -13,10 +13,15 @@
 //! user's threads. With `Options::cluster` (and a persistent walk whose grid the cluster
 //! divides along one axis, and a producer copy the cluster's blocks share) the tiles are
 //! walked in thread-block clusters (`WarpRoles::cluster`); else the report says why not.
+//! A persistent walk needs the pipelined loop's trip count to be the same for every tile,
+//! or to depend only on `bx` (a causal mask, a window): then it is evaluated for every `bx`
+//! at compile time and, where it differs, the tiles are walked in pairs of about equal work
+//! (`WarpRoles::fold`; not with ping-pong, clusters or a raster).
 //! Kernels without a TMA pipeline are unchanged. Does not: rewrite statements
 //! (`inject_pipeline` does).
 
 use crate::Ctx;
+use tile_ir::simplify::simplify;
 use tile_ir::*;
 
 /// Registers of one SM's register file.
@@ -56,6 +61,8 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         found
     };
     let tiles = m.kernel.grid.iter().try_fold(1i64, |acc, g| g.as_int().and_then(|v| acc.checked_mul(v)));
+    // the fewest and most k-tiles of a tile, when they differ along bx (a causal mask)
+    let mut varying = None;
     let why_not_persistent = if ctx.options.no_persistent {
         Some("persistent=False")
     } else if !m.sizes().is_empty() {
@@ -63,13 +70,33 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     } else if !tiles.is_some_and(|t| (1..i32::MAX as i64).contains(&t)) {
         Some("its grid is not a fixed number of blocks")
     } else if reads_block(&start) || reads_block(&extent) {
-        Some("the pipelined loop's trip count depends on the block")
+        match trips_along_x(&m, &extent) {
+            Err(why) => Some(why),
+            Ok(Some(_)) if ctx.options.pingpong => Some(
+                "the pipelined loop's trip count differs from tile to tile, and ping-pong slots take alternate tiles of equal work",
+            ),
+            Ok(Some(_)) if m.kernel.raster.is_some() => {
+                Some("the pipelined loop's trip count differs from tile to tile, and the kernel asks for a raster order")
+            }
+            Ok(range) => {
+                varying = range;
+                None
+            }
+        }
     } else {
         None
     };
     let persistent = why_not_persistent.is_none();
+    let fold = persistent && varying.is_some();
     let pingpong = ctx.options.pingpong && persistent;
     let (cluster, cluster_note) = match ctx.options.cluster {
+        Some(want) if fold => (
+            [1, 1],
+            format!(
+                "; no cluster {}x{}: the tiles' trip counts differ, and a cluster's blocks walk tiles of equal work",
+                want[0], want[1]
+            ),
+        ),
         Some(want) => match plan_cluster(&m, ctx, want, &tma_copies, why_not_persistent, pingpong) {
             Ok((cluster, note)) => (cluster, note),
             Err(why) => ([1, 1], format!("; no cluster {}x{}: {why}", want[0], want[1])),
@@ -128,7 +155,7 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     // each tile), and a k-loop whose trip count is the same for every tile (the ring's phase
     // is computed)
     m.kernel.roles =
-        Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong, cluster });
+        Some(WarpRoles { producers, producer_regs, consumer_regs, persistent, pingpong, cluster, fold });
     let budget = if consumer_regs > 0 {
         format!("setmaxnreg: producer {producer_regs}, consumers {consumer_regs} registers per thread")
     } else {
@@ -138,9 +165,19 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         (None, Some(t)) if pingpong => format!(
             "; persistent, ping-pong: min({t} tiles, SMs) blocks walk the tiles, the two consumer slots taking alternate tiles, their main loops in turn (one's epilogue overlapping the other's tensor-core work)"
         ),
-        (None, Some(t)) => format!(
-            "; persistent: min({t} tiles, SMs) blocks walk the tiles, the next tile's copies overlapping this one's epilogue"
-        ),
+        (None, Some(t)) => match varying {
+            Some((lo, hi)) => {
+                let gx = m.kernel.grid[0].as_int().unwrap_or(1);
+                format!(
+                    "; persistent: the tiles' trip counts differ along bx ({lo} to {hi} k-tiles), so min({t} tiles, SMs) blocks walk {} pairs of tiles of about equal work (bx = x with bx = {} - x), carrying the ring's position from tile to tile, the next tile's copies overlapping this one's epilogue",
+                    (t + 1) / 2,
+                    gx - 1
+                )
+            }
+            None => format!(
+                "; persistent: min({t} tiles, SMs) blocks walk the tiles, the next tile's copies overlapping this one's epilogue"
+            ),
+        },
         (Some(why), _) if ctx.options.pingpong => {
             format!("; one tile per block, not persistent (so not ping-pong either): {why}")
         }
@@ -158,6 +195,33 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         slots * t
     ));
     Ok(m)
+}
+
+/// The pipelined loop's trip count (`extent`) for every `bx` of the grid: `Ok(None)` when
+/// it is the same for all, `Ok(Some((fewest, most)))` when it differs, `Err` when it reads
+/// more than `bx` and constants (another block index, a parameter, memory), so that the
+/// tiles' work is not known when the kernel is compiled.
+fn trips_along_x(m: &Module, extent: &Expr) -> Result<Option<(i64, i64)>, &'static str> {
+    const WHY: &str =
+        "the pipelined loop's trip count depends on the block and on values known only at run time";
+    let bx = m.vars.iter().position(|v| v.kind == VarKind::BlockIdx(0)).map(|i| VarId(i as u32));
+    let mut other = false;
+    extent.walk(&mut |e| match e {
+        Expr::Var { id, .. } => other |= Some(*id) != bx,
+        Expr::Load { .. } => other = true,
+        _ => {}
+    });
+    let (Some(bx), false) = (bx, other) else { return Err(WHY) };
+    let gx = m.kernel.grid.first().and_then(|g| g.as_int()).ok_or(WHY)?;
+    if !(1..=1 << 20).contains(&gx) {
+        return Err(WHY);
+    }
+    let mut range: Option<(i64, i64)> = None;
+    for x in 0..gx {
+        let n = simplify(extent.clone().substitute(bx, &Expr::int(x))).as_int().ok_or(WHY)?.max(0);
+        range = Some(range.map_or((n, n), |(lo, hi)| (lo.min(n), hi.max(n))));
+    }
+    Ok(range.filter(|(lo, hi)| lo != hi))
 }
 
 /// Whether the persistent kernel can walk its tiles in clusters of `want` (`[x, y]` tiles

@@ -48,6 +48,8 @@ struct Persistent {
     grid: [i64; 3],
     raster: Option<Raster>,
     cluster: [i64; 2],
+    /// Tiles walked in pairs of about equal work (`WarpRoles::fold`).
+    fold: bool,
 }
 
 impl Persistent {
@@ -66,7 +68,8 @@ fn persistent_plan(m: &mut Module) -> Option<Persistent> {
         grid[axis] = g.as_int()?;
     }
     let cluster = m.kernel.roles.map_or([1, 1], |r| r.cluster).map(|c| c as i64);
-    Some(Persistent { grid, raster: m.kernel.raster.take(), cluster })
+    let fold = m.kernel.roles.is_some_and(|r| r.fold);
+    Some(Persistent { grid, raster: m.kernel.raster.take(), cluster, fold })
 }
 
 /// This block's rank in its cluster: clusters run along the launch's x.
@@ -90,13 +93,13 @@ fn walker(m: &mut Module, plan: &Persistent) -> (Expr, Expr) {
     }
 }
 
-/// The tiles (groups of tiles, with clusters) this block walks: `ceildiv(tiles -
-/// blockIdx.x, gridDim.x)`.
+/// The tiles (groups of tiles, with clusters; pairs of tiles, folded) this block walks:
+/// `ceildiv(tiles - blockIdx.x, gridDim.x)`.
 fn block_tiles(m: &mut Module, plan: &Persistent) -> Expr {
     let [gx, gy, gz] = plan.grid;
     let bin = Expr::binary;
     let (l, g) = walker(m, plan);
-    let walked = gx * gy * gz / plan.blocks();
+    let walked = if plan.fold { (gx * gy * gz + 1) / 2 } else { gx * gy * gz / plan.blocks() };
     simplify(bin(
         BinOp::Add,
         bin(BinOp::FloorDiv, bin(BinOp::Sub, Expr::int(walked - 1), l), g),
@@ -133,6 +136,9 @@ fn tile_loop(
             value: simplify(bin(BinOp::Add, bin(BinOp::Mul, u, Expr::int(2)), Expr::int(c as i64))),
         });
         u = Expr::var(local, DType::I32);
+    }
+    if plan.fold {
+        return fold_loop(m, plan, t, count, tile, body, loc);
     }
     lets.push(Stmt::Let { var: tile, value: simplify(bin(BinOp::Add, l, bin(BinOp::Mul, u, g))) });
     let tile_e = Expr::var(tile, DType::I32);
@@ -175,6 +181,72 @@ fn tile_loop(
     }
     lets.extend(body);
     Stmt::For { var: t, start: Expr::int(0), extent: simplify(count), kind: ForKind::Serial, body: lets, loc }
+}
+
+/// The folded walk (`Persistent::fold`): the tiles in the order of the grid's rows (`by`,
+/// then `bz`), each row's `bx` taken as 0, gx - 1, 1, gx - 2, ..., and the block takes pairs
+/// of consecutive tiles of that order (pair `p = blockIdx.x + (t / 2) * gridDim.x`, tile
+/// `2 p + t % 2`): the two of a pair have about the same work in all (a causal mask's
+/// `x + 1` and `gx - x` k-tiles). With an odd number of tiles the last pair has one, and
+/// the body is skipped for the missing one (always a block's last: the walk's parities
+/// stay as they are).
+fn fold_loop(
+    m: &mut Module,
+    plan: &Persistent,
+    t: VarId,
+    pairs: Expr,
+    tile: VarId,
+    body: Vec<Stmt>,
+    loc: Loc,
+) -> Stmt {
+    let [gx, gy, gz] = plan.grid;
+    let bin = Expr::binary;
+    let (l, g) = walker(m, plan);
+    let te = Expr::var(t, DType::I32);
+    let pair = bin(BinOp::Add, l, bin(BinOp::Mul, bin(BinOp::FloorDiv, te.clone(), Expr::int(2)), g));
+    let value = bin(BinOp::Add, bin(BinOp::Mul, pair, Expr::int(2)), bin(BinOp::FloorMod, te, Expr::int(2)));
+    let mut lets = vec![Stmt::Let { var: tile, value: simplify(value) }];
+    let tile_e = Expr::var(tile, DType::I32);
+    let p = simplify(bin(BinOp::FloorMod, tile_e.clone(), Expr::int(gx)));
+    let half = simplify(bin(BinOp::FloorDiv, p.clone(), Expr::int(2)));
+    let even = simplify(bin(BinOp::Eq, bin(BinOp::FloorMod, p, Expr::int(2)), Expr::int(0)));
+    let x = Expr::select(even, half.clone(), simplify(bin(BinOp::Sub, Expr::int(gx - 1), half)));
+    let row = simplify(bin(BinOp::FloorDiv, tile_e.clone(), Expr::int(gx)));
+    let y = simplify(bin(BinOp::FloorMod, row.clone(), Expr::int(gy)));
+    let z = simplify(bin(BinOp::FloorDiv, row, Expr::int(gy)));
+    let block_var = |m: &Module, axis: u8| {
+        m.vars.iter().position(|v| v.kind == VarKind::BlockIdx(axis)).map(|i| VarId(i as u32))
+    };
+    for (axis, value) in [(0u8, x), (1, y), (2, z)] {
+        if let Some(v) = block_var(m, axis) {
+            lets.push(Stmt::Let { var: v, value });
+        }
+    }
+    let tiles = gx * gy * gz;
+    if tiles % 2 == 1 {
+        let real = simplify(bin(BinOp::Lt, tile_e, Expr::int(tiles)));
+        lets.push(Stmt::If { cond: real, then: body, otherwise: vec![], loc });
+    } else {
+        lets.extend(body);
+    }
+    let count = simplify(bin(BinOp::Mul, pairs, Expr::int(2)));
+    Stmt::For { var: t, start: Expr::int(0), extent: count, kind: ForKind::Serial, body: lets, loc }
+}
+
+/// A one-element `int32` array of each thread: a running sum (`T.alloc_var`'s kind).
+fn counter(m: &mut Module, name: &str, loc: Loc) -> BufferId {
+    m.add_buffer(Buffer {
+        name: name.to_string(),
+        scope: Scope::Local,
+        dtype: DType::I32,
+        shape: fixed_dims(&[1]),
+        loc,
+        layout: None,
+        shared_offset: None,
+        alias_of: None,
+        panel: None,
+        swizzle: None,
+    })
 }
 
 /// `s` with every buffer in `map` replaced by its image (a ping-pong slot's own copies of
@@ -548,9 +620,32 @@ pub(super) fn warp_specialize(
     };
     let global = |base: &Expr, i: Expr| simplify(Expr::binary(BinOp::Add, base.clone(), i));
 
+    // a folded walk (trip counts that differ from tile to tile): the ring's position at
+    // each tile's start is a running sum of the trip counts, which the producer thread and
+    // every consumer thread keep alike (each tile's count is the same expression of its bx)
+    let fold = persistent.as_ref().is_some_and(|p| p.fold);
+    let running = |m: &mut Module, name: &str| {
+        fold.then(|| {
+            (
+                counter(m, &format!("ring_{name}"), loc),
+                m.add_var(&format!("ring_base_{name}"), VarKind::Temp, DType::I32),
+            )
+        })
+    };
+    let load_base = |ring: BufferId, base: VarId| Stmt::Let {
+        var: base,
+        value: Expr::load(ring, vec![Expr::int(0)], DType::I32),
+    };
+    let store_base =
+        |ring: BufferId, value: Expr| Stmt::Store { buf: ring, idx: vec![Expr::int(0)], value, loc };
+
     // the producer: one thread walks the ring
     let ptile = persistent.as_ref().map(|_| m.add_var("tile_p", VarKind::Loop, DType::I32));
-    let pbase = tile_base(ptile);
+    let prun = running(m, "p");
+    let pbase = match prun {
+        Some((_, v)) => Expr::var(v, DType::I32),
+        None => tile_base(ptile),
+    };
     let pvar = m.add_var(&format!("{}_p", m.var(var).name), VarKind::Loop, m.var(var).dtype);
     let pi = global(&pbase, count_of(pvar));
     let pstage = stage_of(&pi);
@@ -620,6 +715,9 @@ pub(super) fn warp_specialize(
         once_bars.push((full_once, empty_once));
     }
     let mut producer_tile = Vec::new();
+    if let Some((ring, base)) = prun {
+        producer_tile.push(load_base(ring, base));
+    }
     if !once.is_empty() {
         // the block's tile (slot c = tile % 2 of two slots, its j-th: tile / 2)
         let t = match ptile {
@@ -674,8 +772,15 @@ pub(super) fn warp_specialize(
         }
     }
     producer_tile.push(producer_loop);
+    if let Some((ring, _)) = prun {
+        producer_tile.push(store_base(ring, global(&pbase, n.clone())));
+    }
     let producer_work = match (&persistent, ptile) {
-        (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, None, producer_tile, loc)],
+        (Some(plan), Some(t)) => {
+            let mut work: Vec<Stmt> = prun.iter().map(|&(ring, _)| store_base(ring, Expr::int(0))).collect();
+            work.push(tile_loop(m, plan, t, None, producer_tile, loc));
+            work
+        }
         _ => producer_tile,
     };
     let one_thread = Expr::binary(BinOp::Eq, tid_e.clone(), Expr::int(m.consumer_threads() as i64));
@@ -726,9 +831,11 @@ pub(super) fn warp_specialize(
         let ctile = persistent.as_ref().map(|_| m.add_var("tile", VarKind::Loop, DType::I32));
         // the block's tile number: the loop's counter, or every other one of a slot
         let local = (slots > 1).then(|| m.add_var("tile_local", VarKind::Temp, DType::I32));
-        let cbase = match local {
-            Some(u) => simplify(Expr::binary(BinOp::Mul, Expr::var(u, DType::I32), n.clone())),
-            None => tile_base(ctile),
+        let crun = running(m, "c");
+        let cbase = match (local, crun) {
+            (Some(u), _) => simplify(Expr::binary(BinOp::Mul, Expr::var(u, DType::I32), n.clone())),
+            (None, Some((_, v))) => Expr::var(v, DType::I32),
+            (None, None) => tile_base(ctile),
         };
         let local_i = count_of(var);
         let ci = global(&cbase, local_i.clone());
@@ -767,7 +874,8 @@ pub(super) fn warp_specialize(
             }));
             out
         };
-        let mut work = implicit_zero.clone();
+        let mut work: Vec<Stmt> = crun.iter().map(|&(ring, base)| load_base(ring, base)).collect();
+        work.extend(implicit_zero.iter().cloned());
         // the once-per-tile copies' waits, at their places among the statements before the loop
         let once_parity = match ctile {
             Some(t) => simplify(Expr::binary(BinOp::FloorMod, Expr::var(t, DType::I32), Expr::int(2))),
@@ -908,9 +1016,17 @@ pub(super) fn warp_specialize(
                 }));
             }
         }
+        if let Some((ring, _)) = crun {
+            work.push(store_base(ring, global(&cbase, n.clone())));
+        }
         work.extend(post);
         slot_work.push(match (&persistent, ctile) {
-            (Some(plan), Some(t)) => vec![tile_loop(m, plan, t, local.map(|u| (c, u)), work, loc)],
+            (Some(plan), Some(t)) => {
+                let mut walk: Vec<Stmt> =
+                    crun.iter().map(|&(ring, _)| store_base(ring, Expr::int(0))).collect();
+                walk.push(tile_loop(m, plan, t, local.map(|u| (c, u)), work, loc));
+                walk
+            }
             _ => work,
         });
     }
