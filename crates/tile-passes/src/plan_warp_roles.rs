@@ -6,8 +6,9 @@
 //! `setmaxnreg` budgets that move registers from the producer (which only issues copies)
 //! to the consumers (which hold the accumulators): of the block's registers (the launch's
 //! even share of the SM's 64K, in units of 8, times its threads: `setmaxnreg.inc` takes only
-//! what other warps released), the producer keeps 40 per thread (24 with three or more
-//! consumer warpgroups) and the consumers share the rest, at most 240 each — when that is
+//! what other warps released), the producer keeps 24 per thread (FlashAttention-3's budget
+//! for a TMA-only producer: ptxas fits its address arithmetic there without spilling) and
+//! the consumers share the rest, at most 240 each — when that is
 //! more than the launch's even share (`__launch_bounds__(threads, 1)`), else no budgets are
 //! set. With `Options::pingpong` (and a persistent walk) the consumers are two slots of the
 //! user's threads. With `Options::cluster` (and a persistent walk whose grid the cluster
@@ -112,7 +113,7 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     // summing to more hung on the H200)
     let share = (REGISTER_FILE / launched).min(255) / 8 * 8;
     let pool = share * launched;
-    let producer_regs = if consumer_groups >= 3 { 24 } else { 40 };
+    let producer_regs = 24;
     let consumer_regs = ((pool / 128 - producer_regs) / consumer_groups / 8 * 8).min(240);
     let (producer_regs, consumer_regs) = if ctx.target.caps.setmaxnreg && consumer_regs > share {
         (producer_regs, consumer_regs)

@@ -96,7 +96,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) matmul_kernel_kernel(const 
   }
   __syncthreads();
   if ((tid < 256)) {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;" ::: "memory");
     for (int tile = 0; tile < (tl_floordiv(((launch_x * (-1)) + 63), launched) + 1); ++tile) {
       const int tile_id_1 = ((tile * launched) + launch_x);
       const int bx = (tile_id_1 % 8);
@@ -165,7 +165,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) matmul_kernel_kernel(const 
       }
     }
   } else {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;" ::: "memory");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;" ::: "memory");
     if ((tid == 256)) {
       for (int tile_p = 0; tile_p < (tl_floordiv(((launch_x * (-1)) + 63), launched) + 1); ++tile_p) {
         const int tile_id = ((tile_p * launched) + launch_x);
