@@ -2071,13 +2071,13 @@ def _reg_budget(key, value):
 
 def annotate_producer_reg_dealloc(reg_count=24):
     """The register budget of the producer warpgroup tilers adds to a warp-specialized
-    pipeline: ``T.annotate_producer_reg_dealloc(24)`` (default 40)."""
+    pipeline: ``T.annotate_producer_reg_dealloc(24)`` (default 24)."""
     _reg_budget("producer", reg_count)
 
 
 def annotate_consumer_reg_alloc(reg_count=240):
     """The register budget of the consumer warpgroups of a warp-specialized pipeline:
-    ``T.annotate_consumer_reg_alloc(240)`` (default 232 for two consumer warpgroups)."""
+    ``T.annotate_consumer_reg_alloc(240)`` (default 240)."""
     _reg_budget("consumer", reg_count)
 
 
