@@ -40,7 +40,9 @@ CONFIGS = {
     128: [(128, 128, 2, 256, False, False), (128, 128, 2, 256, True, False), (128, 128, 3, 256, False, True),
           (128, 128, 3, 256, True, True), (128, 128, 3, 256, True, False), (128, 64, 3, 256, True, False),
           (128, 64, 2, 128, False, False),
-          (128, 128, 3, 256, True, "direct"), (128, 128, 3, 256, False, "direct"), (128, 128, 2, 256, True, "direct")],
+          (128, 128, 3, 256, True, "direct"), (128, 128, 3, 256, False, "direct"), (128, 128, 2, 256, True, "direct"),
+          # FlashAttention-3's non-causal d=128 tile: 176 keys (wgmma n176; two stages fit)
+          (128, 176, 2, 256, True, "direct"), (128, 176, 2, 256, False, "direct")],
     256: [(128, 64, 2, 256, False, True), (128, 64, 2, 256, True, True), (128, 64, 2, 256, False, False),
           (64, 64, 3, 128, False, True),
           # FlashAttention-3's d=256 tile: 80 keys (wgmma n80)

@@ -57,11 +57,13 @@ def test_nvrtc_compiles_the_benchmarked_configs(config, d):
     assert "A from registers" in report, report
 
 
-@pytest.mark.parametrize("d,config", [(64, (192, 128, 2, 384)), (256, (128, 80, 2, 256))], ids=["d64-192x128", "d256-128x80"])
+@pytest.mark.parametrize("d,config", [(64, (192, 128, 2, 384)), (128, (128, 176, 2, 256)), (256, (128, 80, 2, 256))],
+                         ids=["d64-192x128", "d128-128x176", "d256-128x80"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_flashattention3s_tile_shapes_pass_every_pass(d, config, causal):
-    """The tiles FlashAttention-3 uses at head dims 64 and 256 (bench/attention.py tunes over
-    them): 192 query rows over three consumer warpgroups; 80 keys a tile (wgmma n80). Ragged
+    """The tiles FlashAttention-3 uses at head dims 64, 128 (non-causal) and 256 (bench/attention.py
+    tunes over them): 192 query rows over three consumer warpgroups; 176 or 80 keys a tile
+    (wgmma n176, n80: neither a power of two). Ragged
     lengths (not whole tiles), every pass on the CPU model; NVRTC at a benchmark shape."""
     bm, bn, st, th = config
     f = fa.flash_attention(1, 2, 200, d, causal, bm, bn, st, th, overlap=True)
