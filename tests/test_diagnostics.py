@@ -408,6 +408,30 @@ def parallel_race():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
+@mistake("A per-thread variable carried from one `T.Parallel` iteration to the next", "each thread's own",
+         "'count'")
+def local_carried_across_parallel_iterations():
+    @T.prim_func
+    def kernel(A: T.Tensor((128,), "float32"), B: T.Tensor((1,), "int32")):
+        with T.Kernel(1, threads=128):
+            count = T.alloc_var("int32", init=0)
+            for i in T.Parallel(128):
+                count = count + T.if_then_else(A[i] > 0, 1, 0)  # <- mistake
+            B[0] = count
+
+    tilers.compile(kernel, target="cuda:sm_90a")
+
+
+@mistake("A grid larger than CUDA launches", "grid dimension 1 is 70000 blocks", "65535")
+def grid_over_cuda_limit():
+    @T.prim_func
+    def kernel(A: T.Tensor((70000, 4), "float32")):
+        with T.Kernel(4, 70000, threads=32) as (bx, by):  # <- mistake
+            A[by, bx] = 1.0
+
+    tilers.compile(kernel, target="cuda:sm_90a")
+
+
 @mistake("`T.Parallel` extents larger than the fragment they index", "128", "'x'")
 def parallel_extent_exceeds_fragment():
     @T.prim_func

@@ -118,6 +118,15 @@ def call(kernel, args, scalar_check):
             torch_inputs |= not isinstance(arg, numpy.ndarray)
         else:
             values[position] = scalar_check(position, arg)
+    written = [p for p in views if specs[p].get("written", True)]
+    for i, p in enumerate(written):
+        for q in written[i + 1 :]:
+            if numpy.shares_memory(views[p], views[q]):
+                raise TileError(
+                    f"parameters '{specs[p]['name']}' and '{specs[q]['name']}' are the same memory "
+                    "and the kernel writes both; the interpreter cannot order their writes: pass "
+                    "separate arrays"
+                )
     sizes = _sizes.bind(kernel.info, {p: tuple(v.shape) for p, v in views.items()})
     outputs = []
     for position in kernel.out_idx:
@@ -132,8 +141,10 @@ def call(kernel, args, scalar_check):
         results = _tilers.interpret(kernel.program_json, values, json.dumps({"arch": kernel.arch}))
     except _tilers.CompileError as error:
         raise TileError(str(error)) from None
+    # only tensors the kernel writes come back: an input passed twice (in place, `k(a, a)`)
+    # must not have its result overwritten by the unchanged copy of the other parameter
     for position, data in enumerate(results):
-        if data is not None:
+        if data is not None and (specs[position].get("written", True) or position in kernel.out_idx):
             view = views[position]
             numpy.copyto(view, numpy.frombuffer(data, dtype=view.dtype).reshape(view.shape))
     if torch_inputs:

@@ -9,6 +9,15 @@ from ._trace import PrimFunc, program_json, trace
 from .errors import TileError
 
 
+def _typed(value):
+    """A memo key that tells 2 from 2.0 and 1 from True (equal, and equal hashes, in Python,
+    but a factory may build a different kernel from each): every scalar with its type,
+    through tuples and lists."""
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__,) + tuple(_typed(v) for v in value)
+    return (type(value).__name__, value)
+
+
 def compile(
     prim_func,
     out_idx=None,
@@ -65,9 +74,9 @@ def compile(
     options = compile_options(target, lineinfo, wgmma, tma, persistent, tma_store, fast_math,
                               pass_configs, cluster)
     # out_idx is checked and normalized once, against the compiled parameters (JITKernel)
-    out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
+    out_key = _typed(out_idx)
     try:
-        key = (tuple(sorted(params.items())), out_key, tuple(sorted(options.items())))
+        key = (_typed(tuple(sorted(params.items()))), out_key, tuple(sorted(options.items())))
         hash(key)
     except TypeError:  # an unhashable parameter value: compile without the memo
         key = None
@@ -219,8 +228,7 @@ class JitFunction:
                 options = pass_config.apply(pass_configs, options)
             options_key = tuple(sorted(options.items()))
         out_idx = self.out_idx if out_idx is None else out_idx
-        out_key = tuple(out_idx) if isinstance(out_idx, (list, tuple)) else out_idx
-        key = (args, tuple(sorted(kwargs.items())), options_key, out_key)
+        key = (_typed(args), _typed(tuple(sorted(kwargs.items()))), options_key, _typed(out_idx))
         try:
             return self.kernels[key]
         except KeyError:

@@ -92,6 +92,11 @@ def normalize_out_idx(out_idx, kernel_name: str, params: list[dict]) -> list[int
                 f"out_idx {index} names scalar parameter '{params[position]['name']}'; only "
                 "tensors can be outputs"
             )
+        if position in positions:
+            raise TileError(
+                f"out_idx lists parameter '{params[position]['name']}' twice ({out_idx!r}); each "
+                "output is one parameter"
+            )
         positions.append(position)
     return positions
 

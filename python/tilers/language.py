@@ -1721,6 +1721,8 @@ def symbolic(name, dtype="int32", multiple_of=None):
 def ceildiv(a, b):
     """``(a + b - 1) // b``; plain ints give a plain int: ``T.ceildiv(1000, 128) == 8``."""
     if isinstance(a, _builtins.int) and isinstance(b, _builtins.int):
+        if b <= 0:
+            raise _trace.user_error(f"T.ceildiv({a}, {b}): the divisor must be a positive integer")
         return -(-a // b)
     return (a + b - 1) // b
 

@@ -20,6 +20,8 @@ pub const DEFAULT_ARCH: &str = "sm_90a";
 
 /// The oldest architecture tilers emits code for (`ldmatrix`, `cp.async`, bf16 `mma.sync`).
 pub const MIN_SM: u32 = 80;
+/// The compute capabilities from MIN_SM on that NVRTC (CUDA 13) compiles for.
+pub const KNOWN_SM: &[u32] = &[80, 86, 87, 88, 89, 90, 100, 103, 110, 120, 121];
 
 /// The portable path's architecture: what the pass checker lowers for by default, since
 /// every later GPU runs its instructions.
@@ -80,13 +82,20 @@ impl Target {
     /// says what is accepted.
     pub fn parse(arch: &str) -> Result<Target, String> {
         let bad = || {
-            format!("unsupported architecture '{arch}': expected sm_{MIN_SM} or newer, e.g. {DEFAULT_ARCH}")
+            let known: Vec<String> = KNOWN_SM.iter().map(|sm| format!("sm_{sm}")).collect();
+            format!(
+                "unsupported architecture '{arch}': expected one of {} (with an `a` suffix from sm_90 on), e.g. {DEFAULT_ARCH}",
+                known.join(", ")
+            )
         };
         let rest = arch.strip_prefix("sm_").ok_or_else(bad)?;
         let digits: String = rest.chars().take_while(|c| c.is_ascii_digit()).collect();
         let suffix = &rest[digits.len()..];
         let sm: u32 = digits.parse().map_err(|_| bad())?;
-        if sm < MIN_SM || !matches!(suffix, "" | "a") {
+        // an architecture NVRTC does not know (sm_99) is an error here, not a failed
+        // compile blamed on tilers later
+        if sm < MIN_SM || !KNOWN_SM.contains(&sm) || !matches!(suffix, "" | "a") || (suffix == "a" && sm < 90)
+        {
             return Err(bad());
         }
         let arch_specific = suffix == "a";

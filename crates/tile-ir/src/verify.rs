@@ -273,6 +273,8 @@ struct Verifier<'a> {
     per_thread: Option<Loc>,
     /// The loops around the statement being checked, innermost last (None: `parallel`).
     loops: Vec<Option<ForKind>>,
+    /// Per-thread (local) buffers the current T.Parallel iteration has stored to so far.
+    local_set: Vec<BufferId>,
 }
 
 /// Check the tile-level invariants listed in this module's doc.
@@ -285,6 +287,7 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
         pt: PerThread::of(m),
         per_thread: None,
         loops: Vec::new(),
+        local_set: Vec::new(),
     };
     // symbolic sizes are dimensions of tensor parameters only: every tile is fixed
     for b in &m.buffers {
@@ -380,7 +383,9 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
             );
         }
     }
-    for g in &m.kernel.grid {
+    // CUDA's grid limits per axis (x, y, z)
+    const GRID_LIMIT: [i64; 3] = [(1 << 31) - 1, 65535, 65535];
+    for (axis, g) in m.kernel.grid.iter().enumerate() {
         v.expr(g, m.kernel.loc);
         if !g.dtype().is_int() {
             v.diags.push(
@@ -393,6 +398,16 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
                 v.diags.push(
                     Diagnostic::error(format!("grid dimension is {x}; it must be positive"), m.kernel.loc)
                         .with_help("round the number of blocks up with T.ceildiv(N, block_N)"),
+                );
+            } else if let Some(&limit) = GRID_LIMIT.get(axis).filter(|&&limit| x > limit) {
+                v.diags.push(
+                    Diagnostic::error(
+                        format!(
+                            "grid dimension {axis} is {x} blocks, above the {limit} CUDA launches on that axis"
+                        ),
+                        m.kernel.loc,
+                    )
+                    .with_help("put the largest count first (the x axis takes up to 2^31 - 1 blocks), or give each block more work"),
                 );
             }
         }
@@ -646,6 +661,37 @@ impl<'a> Verifier<'a> {
         if let Some(mode) = atomic {
             self.atomic_target(buf, mode, loc);
             return;
+        }
+        // A per-thread buffer (T.alloc_var, T.alloc_local) updated from its own value in a
+        // T.Parallel iteration that has not set it first carries a value from iteration to
+        // iteration; the iterations run on different threads, each with its own copy, so
+        // the sum (or count, or max) would be of one thread's iterations only.
+        if self.in_parallel.is_some() && b.scope == Scope::Local {
+            let reads_itself = {
+                let mut found = false;
+                value.walk(&mut |x| {
+                    if matches!(x, Expr::Load { buf: lb, .. } if *lb == buf) {
+                        found = true;
+                    }
+                });
+                found
+            };
+            let splits = self.scope.iter().any(|(_, p)| *p);
+            if reads_itself && splits && !self.local_set.contains(&buf) {
+                let name = b.name.clone();
+                self.err_help(
+                    format!(
+                        "'{name}' is each thread's own (a local buffer), and this T.Parallel loop's iterations run on threads the compiler chooses: updating it from the value an earlier iteration left accumulates one thread's iterations only"
+                    ),
+                    loc,
+                    format!(
+                        "accumulate into a fragment indexed by the loop variables and reduce it with T.reduce_sum / T.reduce_max, use T.atomic_add on a shared buffer, or loop with T.serial; setting '{name}' earlier in the same iteration makes it a temporary"
+                    ),
+                );
+            }
+            if !self.local_set.contains(&buf) {
+                self.local_set.push(buf);
+            }
         }
         // Races: inside a parallel loop, each iteration must write its own element.
         if self.in_parallel.is_some() && b.scope != Scope::Local {
@@ -949,6 +995,7 @@ impl<'a> Verifier<'a> {
                 // (under an `if i < c` the reach of i is c)
                 self.check_extents_in(body, vars, extents, *loc);
                 self.in_parallel = Some(*loc);
+                self.local_set.clear();
                 // a variable of extent 1 takes one value: no two iterations differ in it
                 // (TileLang's layernorm bwd accumulates `acc[j] += ...` over T.Parallel(1, D))
                 for (v, &e) in vars.iter().zip(extents) {

@@ -1,0 +1,153 @@
+"""Defects a fault probe found (session 23), each a silent wrong result or an error that
+blamed tilers: a duplicate out_idx, a tensor passed for two parameters on the interpreter,
+the factory memo taking 2 for 2.0, T.ceildiv by zero, an architecture NVRTC does not know,
+and a grid above CUDA's limits."""
+
+import numpy as np
+import pytest
+import tilers
+import tilers.language as T
+from tilers.errors import TileError
+
+
+def copy_twice():
+    @T.prim_func
+    def copy(A: T.Tensor((4,), "float32"), B: T.Tensor((4,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(4):
+                B[i] = A[i] * 2.0
+
+    return copy
+
+
+def test_out_idx_naming_a_parameter_twice_is_an_error():
+    with pytest.raises(TileError, match=r"out_idx lists parameter 'B' twice"):
+        tilers.compile(copy_twice(), out_idx=[1, -1], target="cuda:sm_90a")
+
+
+def test_one_array_for_an_input_and_an_output_works_in_place():
+    @T.prim_func
+    def double(Y: T.Tensor((8,), "float32"), X: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(8):
+                Y[i] = X[i] * 2.0
+
+    k = tilers.compile(double, target="cuda:sm_90a")
+    a = np.arange(8, dtype=np.float32)
+    k(a, a)  # the unchanged input X must not be copied back over Y's result
+    np.testing.assert_array_equal(a, np.arange(8, dtype=np.float32) * 2)
+
+
+def test_one_array_for_two_written_parameters_is_an_error():
+    @T.prim_func
+    def two(Y: T.Tensor((8,), "float32"), Z: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.Parallel(8):
+                Y[i] = 1.0
+                Z[i] = 2.0
+
+    k = tilers.compile(two, target="cuda:sm_90a")
+    a = np.zeros(8, dtype=np.float32)
+    with pytest.raises(TileError, match="'Y' and 'Z' are the same memory"):
+        k(a, a)
+
+
+def test_the_factory_memo_tells_an_int_from_a_float():
+    @tilers.jit(out_idx=[1], target="cuda:sm_90a")
+    def scale_by(c):
+        @T.prim_func
+        def k(A: T.Tensor((8,), "float32"), B: T.Tensor((8,), "float32")):
+            with T.Kernel(1, threads=32):
+                for i in T.Parallel(8):
+                    B[i] = T.floor(A[i] / c) if isinstance(c, int) else A[i] / c
+
+        return k
+
+    a = np.full(8, 7, np.float32)
+    assert scale_by(2)(a)[0] == 3.0
+    assert scale_by(2.0)(a)[0] == 3.5
+    assert scale_by(c=2)(a)[0] == 3.0 and scale_by(c=2.0)(a)[0] == 3.5
+
+
+def test_compile_memo_tells_an_int_from_a_float_parameter():
+    f = copy_twice()
+    tilers.compile(f, out_idx=[1], target="cuda:sm_90a")
+    with pytest.raises(TileError, match="out_idx 1.0 is out of range"):
+        tilers.compile(f, out_idx=[1.0], target="cuda:sm_90a")
+
+
+def test_ceildiv_by_zero_is_an_error_at_the_line():
+    @tilers.jit(out_idx=[1], target="cuda:sm_90a")
+    def add1(N, block):
+        @T.prim_func
+        def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+            with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
+                for i in T.Parallel(32):
+                    B[bx * 32 + i] = A[bx * 32 + i] + 1.0
+
+        return k
+
+    with pytest.raises(TileError, match=r"test_call_and_compile_checks.py:\d+:\d+: error: T.ceildiv\(64, 0\)"):
+        add1(64, 0)
+
+
+@pytest.mark.parametrize("arch", ["sm_99", "sm_85", "sm_80a", "sm_75"])
+def test_an_architecture_nvrtc_does_not_know_is_an_error_up_front(arch):
+    with pytest.raises(TileError, match=f"unsupported architecture '{arch}': expected one of sm_80"):
+        tilers.compile(copy_twice(), out_idx=[1], target=f"cuda:{arch}")
+
+
+@pytest.mark.parametrize("arch", ["sm_86", "sm_89", "sm_100a", "sm_120a"])
+def test_known_architectures_compile(arch):
+    k = tilers.compile(copy_twice(), out_idx=[1], target=f"cuda:{arch}")
+    assert k.cubin  # NVRTC compiles it
+
+
+@pytest.mark.parametrize("grid,axis,blocks", [((1, 70000), 1, 70000), ((2, 1, 65536), 2, 65536),
+                                              ((2**31,), 0, 2**31)])
+def test_a_grid_above_cudas_limits_is_an_error(grid, axis, blocks):
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32")):
+        with T.Kernel(*grid, threads=32):
+            A[0] = 1.0
+
+    with pytest.raises(TileError, match=f"grid dimension {axis} is {blocks} blocks, above the"):
+        tilers.compile(k, target="cuda:sm_90a")
+
+
+def test_a_per_thread_variable_carried_across_parallel_iterations_is_an_error():
+    @T.prim_func
+    def count(A: T.Tensor((128,), "int32")):
+        with T.Kernel(1, threads=128):
+            v = T.alloc_var("int32", init=3)
+            for i in T.Parallel(128):
+                v = v + 1
+            A[0] = v
+
+    with pytest.raises(TileError, match="'v' is each thread's own"):
+        tilers.compile(count, out_idx=[0], target="cuda:sm_90a")
+
+
+def test_a_per_thread_temporary_set_first_in_the_iteration_is_fine():
+    @T.prim_func
+    def square_plus(A: T.Tensor((128,), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            t = T.alloc_var("float32")
+            for i in T.Parallel(128):
+                t = A[i] * A[i]
+                t = t + 1.0
+                B[i] = t
+
+    k = tilers.compile(square_plus, out_idx=[1], target="cuda:sm_90a")
+    a = np.arange(128, dtype=np.float32)
+    np.testing.assert_allclose(k(a), a * a + 1)
+    assert tilers.testing.check_passes(square_plus, arch="sm_90a").ok
+
+
+def test_the_largest_grid_cuda_takes_compiles():
+    @T.prim_func
+    def k(A: T.Tensor((4,), "float32")):
+        with T.Kernel(2**31 - 1, 65535, threads=32):
+            A[0] = 1.0
+
+    assert "blockIdx" in tilers.compile(k, target="cuda:sm_90a").source
