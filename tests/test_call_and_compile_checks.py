@@ -151,3 +151,28 @@ def test_the_largest_grid_cuda_takes_compiles():
             A[0] = 1.0
 
     assert "blockIdx" in tilers.compile(k, target="cuda:sm_90a").source
+
+
+def test_stage_and_extent_limits_are_errors_at_the_line():
+    def pipelined(stages):
+        @T.prim_func
+        def k(A: T.Tensor((64, 64), "float32")):
+            with T.Kernel(1, threads=128):
+                s = T.alloc_shared((16, 64), "float32")
+                for i in T.Pipelined(4, num_stages=stages):
+                    T.copy(A[i * 16, 0], s)
+
+        return k
+
+    with pytest.raises(TileError, match=r"test_call_and_compile_checks.py:\d+:\d+: error: num_stages=17 is above"):
+        tilers.compile(pipelined(17), target="cuda:sm_90a")
+
+    with pytest.raises(TileError, match=r"test_call_and_compile_checks.py:\d+:\d+: error: T.Parallel extent 2147483647"):
+
+        @T.prim_func
+        def big(A: T.Tensor((4,), "float32")):
+            with T.Kernel(1, threads=128):
+                for i in T.Parallel(2**31 - 1):
+                    A[0] = 1.0
+
+        tilers.compile(big, target="cuda:sm_90a")

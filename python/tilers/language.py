@@ -1085,6 +1085,12 @@ def Parallel(*extents, annotations=None, prefer_async=None, coalesced_width=None
                 loc=loc,
                 help="use T.serial for a loop with a traced extent",
             )
+        if extent > 1 << 24:
+            raise _trace.user_error(
+                f"T.Parallel extent {extent} is above the 2^24 iterations one loop may have",
+                loc=loc,
+                help="tile the work over the grid: each block should handle a tile of at most a few thousand elements per thread",
+            )
     names = _trace.target_names(loc, _trace._FOR_TARGETS, len(extents))
     names = names or [f"i{len(builder.vars) + k}" for k in range(len(extents))]
     loop_vars = [builder.new_var(n, "loop") for n in names]
@@ -1358,6 +1364,11 @@ def Pipelined(start, stop=None, num_stages=0, order=None, stage=None, sync=None,
         raise _trace.user_error(
             f"num_stages must be a non-negative int, got {num_stages!r}",
             help="use num_stages=2 or 3 to overlap copies with compute, or 0 for none",
+        )
+    if num_stages > 16:
+        raise _trace.user_error(
+            f"num_stages={num_stages} is above the 16 stages a pipeline may have",
+            help="use num_stages=2 to 4: more stages than copies in flight only cost shared memory",
         )
     for name, value in {"order": order, "stage": stage}.items():
         if value is None:
