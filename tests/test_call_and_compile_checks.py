@@ -176,3 +176,45 @@ def test_stage_and_extent_limits_are_errors_at_the_line():
                     A[0] = 1.0
 
         tilers.compile(big, target="cuda:sm_90a")
+
+
+SPIN = '''
+import sys, time
+import tilers, tilers.language as T
+
+@T.prim_func
+def spin(A: T.Tensor((4,), "int32"), n: T.int32):
+    with T.Kernel(1, threads=32):
+        i = T.alloc_var("int32", init=0)
+        while i < n:
+            i = i + 1
+        A[0] = i
+
+k = tilers.compile(spin, out_idx=[0], target="cuda:sm_90a")
+print("ready", flush=True)
+start = time.time()
+try:
+    k(2**31 - 1)  # about an hour on the interpreter
+except KeyboardInterrupt:
+    print(f"interrupted after {time.time() - start:.1f} s", flush=True)
+    print(k(5)[0], flush=True)  # the next run is not stopped
+'''
+
+
+def test_ctrl_c_stops_an_interpreted_kernel(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "spin.py"  # a file: the kernel's `while` is traced from its source
+    script.write_text(SPIN)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert "interrupted after" in out and out.strip().endswith("5"), out

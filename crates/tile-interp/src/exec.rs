@@ -362,6 +362,7 @@ impl<'m> Interp<'m> {
     }
 
     fn stmt(&mut self, s: &Stmt, ids: Lanes<'_>) -> Result<(), Diagnostic> {
+        crate::check_stop()?;
         let m = self.m;
         if !self.simt && self.par.is_none() && self.pt.head(m, s) {
             return self.per_thread(s);

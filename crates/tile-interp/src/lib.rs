@@ -186,6 +186,18 @@ pub fn pointer_message(name: &str) -> String {
 
 pub const SEQUENTIAL_WAIT: &str = "would wait forever here";
 
+/// Set by the embedder (the Python module, on Ctrl-C) to stop every interpreter run at its
+/// next statement with [`INTERRUPTED`]; cleared by the embedder once the run has returned.
+pub static STOP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+pub const INTERRUPTED: &str = "interrupted (KeyboardInterrupt)";
+
+pub(crate) fn check_stop() -> Result<(), Diagnostic> {
+    if STOP.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(Diagnostic::error(INTERRUPTED.to_string(), Loc::UNKNOWN));
+    }
+    Ok(())
+}
+
 pub fn run(m: &Module, args: &mut [Arg]) -> Result<(), Diagnostic> {
     if let Some(b) = m.buffers.iter().enumerate().find(|(i, _)| m.is_pointer(tile_ir::BufferId(*i as u32))) {
         return Err(Diagnostic::error(pointer_message(&b.1.name), b.1.loc));

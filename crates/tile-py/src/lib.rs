@@ -26,6 +26,73 @@ create_exception!(
     "A bug in tilers; the message says where the reproducer was saved."
 );
 
+/// Run `work` (an interpreter run) on a deep-stack thread while this thread, holding the
+/// GIL only between waits, checks for Python signals every 50 ms: Ctrl-C during a long or
+/// endless interpreted kernel sets `tile_interp::STOP`, the run stops at its next statement,
+/// and the signal's exception (KeyboardInterrupt) is raised here.
+fn interruptible<T: Send + 'static>(
+    py: Python<'_>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> PyResult<T> {
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc;
+    use std::time::Duration;
+    let (send, receive) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("tilers-interpret".into())
+        .stack_size(tilers_cc::DEEP_STACK_BYTES)
+        .spawn(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            let _ = send.send(result);
+        });
+    let Ok(handle) = spawned else {
+        return Err(pyo3::exceptions::PyRuntimeError::new_err("could not start the interpreter's thread"));
+    };
+    let mut pending: Option<PyErr> = None;
+    let mut receive = receive;
+    loop {
+        let (got, back) = py.allow_threads(move || {
+            let got = receive.recv_timeout(Duration::from_millis(50));
+            (got, receive)
+        });
+        receive = back;
+        match got {
+            Ok(result) => {
+                let _ = handle.join();
+                if pending.is_some() {
+                    tile_interp::STOP.store(false, Ordering::Relaxed);
+                }
+                if let Some(e) = pending {
+                    return Err(e);
+                }
+                return result.map_err(|panic| {
+                    let message = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "a panic".into());
+                    InternalCompilerError::new_err(format!("internal error in the interpreter: {message}"))
+                });
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if pending.is_none() {
+                    if let Err(e) = py.check_signals() {
+                        tile_interp::STOP.store(true, Ordering::Relaxed);
+                        pending = Some(e);
+                    }
+                }
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let _ = handle.join();
+                tile_interp::STOP.store(false, Ordering::Relaxed);
+                return Err(pending.unwrap_or_else(|| {
+                    InternalCompilerError::new_err("the interpreter's thread ended without a result")
+                }));
+            }
+        }
+    }
+}
+
 fn to_py(e: DriverError) -> PyErr {
     match e {
         DriverError::Internal { .. } => InternalCompilerError::new_err(e.to_string()),
@@ -99,7 +166,7 @@ fn interpret(
             )));
         }
     }
-    let result = py.allow_threads(move || on_deep_stack(move || tilers_cc::interpret(&program, converted)));
+    let result = interruptible(py, move || tilers_cc::interpret(&program, converted))?;
     let out = result.map_err(to_py)?;
     Ok(out
         .into_iter()
@@ -209,13 +276,11 @@ fn buffer_layouts(m: &tile_ir::Module) -> serde_json::Value {
 /// `tilers_cc::passcheck`). Options: `{"arch": "sm_80", "seed": 0, "blocks": "edges"|"all"}`.
 #[pyfunction]
 fn check_passes(py: Python<'_>, program: String, options: String) -> PyResult<String> {
-    let result = py.allow_threads(move || {
-        on_deep_stack(move || {
-            let opts = tilers_cc::passcheck::CheckOptions::from_json(&options)?;
-            let r = tilers_cc::passcheck::check_passes(&program, &opts)?;
-            Ok(r.to_json(&opts).to_string())
-        })
-    });
+    let result = interruptible(py, move || -> Result<String, DriverError> {
+        let opts = tilers_cc::passcheck::CheckOptions::from_json(&options)?;
+        let r = tilers_cc::passcheck::check_passes(&program, &opts)?;
+        Ok(r.to_json(&opts).to_string())
+    })?;
     result.map_err(to_py)
 }
 

@@ -884,6 +884,7 @@ impl<'m> Machine<'m> {
     }
 
     fn stmt(&mut self, s: &Stmt, active: &[u32]) -> Result<(), Diagnostic> {
+        crate::check_stop()?;
         let m = self.m;
         match s {
             Stmt::Comment(c) => self.context = c.clone(),
