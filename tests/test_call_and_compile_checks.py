@@ -218,3 +218,16 @@ def test_ctrl_c_stops_an_interpreted_kernel(tmp_path):
     finally:
         proc.kill()
     assert "interrupted after" in out and out.strip().endswith("5"), out
+
+
+def test_messages_name_the_buffer_assigned_at_the_calls_column():
+    @T.prim_func
+    def k(A: T.Tensor((128, 64), "float16"), B: T.Tensor((128, 64), "float16")):
+        with T.Kernel(1, threads=128):
+            s = T.alloc_shared((64, 64), "float16"); frag = T.alloc_fragment((32, 64), "float16")  # noqa: E702
+            T.copy(A[0, 0], s)
+            T.copy(s, frag)
+            T.copy(frag, B[0, 0])
+
+    with pytest.raises(TileError, match=r"'s' region has shape \[64, 64\], 'frag' region has shape \[32, 64\]"):
+        tilers.compile(k, target="cuda:sm_90a")

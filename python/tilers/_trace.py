@@ -1398,9 +1398,20 @@ _FOR_TARGETS = re.compile(r"^\s*for\s+\(?([\w\s,]+?)\)?\s+in\b")
 _WITH_TARGETS = re.compile(r"\bas\s+\(?([\w\s,]+?)\)?\s*:")
 
 
+_NAME_BEFORE_CALL = re.compile(r"(?:^|[;:]|\bin\b)\s*([A-Za-z_]\w*)\s*(?::[^=;]*)?=\s*$")
+
+
 def assigned_name(loc: Loc) -> str | None:
-    """``acc`` from a source line ``acc = T.alloc_fragment(...)``."""
-    match = _ASSIGNED_NAME.match(line_text(loc))
+    """``acc`` from a source line ``acc = T.alloc_fragment(...)``: the name assigned the
+    call at ``loc``'s column (``s = ...; frag = T.alloc_fragment(...)`` names ``frag``), else
+    the line's first assignment."""
+    text = line_text(loc)
+    column = getattr(loc, "column", 0) or 0
+    if column > 1:
+        match = _NAME_BEFORE_CALL.search(text[: column - 1])
+        if match:
+            return match.group(1)
+    match = _ASSIGNED_NAME.match(text)
     return match.group(1) if match else None
 
 
