@@ -231,3 +231,30 @@ def test_messages_name_the_buffer_assigned_at_the_calls_column():
 
     with pytest.raises(TileError, match=r"'s' region has shape \[64, 64\], 'frag' region has shape \[32, 64\]"):
         tilers.compile(k, target="cuda:sm_90a")
+
+
+def test_ceildiv_of_a_list_is_an_error_at_the_line():
+    @tilers.jit(out_idx=[1], target="cuda:sm_90a")
+    def add1(N, block):
+        @T.prim_func
+        def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+            with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
+                for i in T.Parallel(32):
+                    B[bx * 32 + i] = A[bx * 32 + i] + 1.0
+
+        return k
+
+    with pytest.raises(TileError, match=r"error: T.ceildiv\(64, \[32\]\): operands must be integers .* got list"):
+        add1(64, [32])
+
+
+def test_a_read_only_array_is_fine_for_a_parameter_the_kernel_only_reads():
+    k = tilers.compile(copy_twice(), out_idx=[1], target="cuda:sm_90a")
+    a = np.arange(4, dtype=np.float32)
+    a.flags.writeable = False
+    np.testing.assert_array_equal(k(a), a * 2)
+    b = np.zeros(4, dtype=np.float32)
+    b.flags.writeable = False
+    k2 = tilers.compile(copy_twice(), target="cuda:sm_90a")
+    with pytest.raises(ValueError, match="parameter 'B': the kernel writes it, and the array is read-only"):
+        k2(a, b)

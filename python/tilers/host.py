@@ -95,8 +95,10 @@ def as_numpy(name: str, spec: dict, arg, info: dict):
             f"parameter '{name}': expected a C-contiguous array, got strides {view.strides} "
             f"— pass numpy.ascontiguousarray({name})"
         )
-    if not view.flags.writeable:
-        raise ValueError(f"parameter '{name}': the array is read-only; pass a writable copy")
+    if not view.flags.writeable and spec.get("written", True):
+        raise ValueError(
+            f"parameter '{name}': the kernel writes it, and the array is read-only; pass a writable copy"
+        )
     return view
 
 

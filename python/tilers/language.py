@@ -1735,6 +1735,13 @@ def ceildiv(a, b):
         if b <= 0:
             raise _trace.user_error(f"T.ceildiv({a}, {b}): the divisor must be a positive integer")
         return -(-a // b)
+    for operand in (a, b):
+        if operand is None or isinstance(operand, (_builtins.float, _builtins.str, _builtins.list,
+                                                   _builtins.tuple, _builtins.dict)):
+            raise _trace.user_error(
+                f"T.ceildiv({a!r}, {b!r}): operands must be integers or traced integer values, "
+                f"got {type(operand).__name__}"
+            )
     return (a + b - 1) // b
 
 
