@@ -18,6 +18,15 @@ def _typed(value):
     return (type(value).__name__, value)
 
 
+def _typed_values(values: tuple):
+    """``_typed`` for a tuple of arguments, cheaply on a memo hit: the values beside their
+    types (a C-level map) unless one is itself a container."""
+    types = tuple(map(type, values))
+    if tuple in types or list in types:
+        return _typed(values)
+    return (values, types)
+
+
 def compile(
     prim_func,
     out_idx=None,
@@ -228,7 +237,9 @@ class JitFunction:
                 options = pass_config.apply(pass_configs, options)
             options_key = tuple(sorted(options.items()))
         out_idx = self.out_idx if out_idx is None else out_idx
-        key = (_typed(args), _typed(tuple(sorted(kwargs.items()))), options_key, _typed(out_idx))
+        names = tuple(sorted(kwargs)) if kwargs else ()  # keyword order makes no other kernel
+        kw = (names, _typed_values(tuple(kwargs[n] for n in names))) if kwargs else ()
+        key = (_typed_values(args), kw, options_key, _typed(out_idx))
         try:
             return self.kernels[key]
         except KeyError:
