@@ -76,17 +76,20 @@ def test_compile_memo_tells_an_int_from_a_float_parameter():
         tilers.compile(f, out_idx=[1.0], target="cuda:sm_90a")
 
 
+@tilers.jit(out_idx=[1], target="cuda:sm_90a")
+def add1(N, block):
+    """A factory whose grid is T.ceildiv(N, block)."""
+
+    @T.prim_func
+    def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
+        with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
+            for i in T.Parallel(32):
+                B[bx * 32 + i] = A[bx * 32 + i] + 1.0
+
+    return k
+
+
 def test_ceildiv_by_zero_is_an_error_at_the_line():
-    @tilers.jit(out_idx=[1], target="cuda:sm_90a")
-    def add1(N, block):
-        @T.prim_func
-        def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
-            with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
-                for i in T.Parallel(32):
-                    B[bx * 32 + i] = A[bx * 32 + i] + 1.0
-
-        return k
-
     with pytest.raises(TileError, match=r"test_call_and_compile_checks.py:\d+:\d+: error: T.ceildiv\(64, 0\)"):
         add1(64, 0)
 
@@ -234,16 +237,6 @@ def test_messages_name_the_buffer_assigned_at_the_calls_column():
 
 
 def test_ceildiv_of_a_list_is_an_error_at_the_line():
-    @tilers.jit(out_idx=[1], target="cuda:sm_90a")
-    def add1(N, block):
-        @T.prim_func
-        def k(A: T.Tensor((N,), "float32"), B: T.Tensor((N,), "float32")):
-            with T.Kernel(T.ceildiv(N, block), threads=32) as bx:
-                for i in T.Parallel(32):
-                    B[bx * 32 + i] = A[bx * 32 + i] + 1.0
-
-        return k
-
     with pytest.raises(TileError, match=r"error: T.ceildiv\(64, \[32\]\): operands must be integers .* got list"):
         add1(64, [32])
 
