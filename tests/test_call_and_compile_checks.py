@@ -251,3 +251,60 @@ def test_a_read_only_array_is_fine_for_a_parameter_the_kernel_only_reads():
     k2 = tilers.compile(copy_twice(), target="cuda:sm_90a")
     with pytest.raises(ValueError, match="parameter 'B': the kernel writes it, and the array is read-only"):
         k2(a, b)
+
+
+def local_tile(case):
+    @T.prim_func
+    def k(A: T.Tensor((256,), "float32"), B: T.Tensor((256,), "float32")):
+        with T.Kernel(1, threads=128):
+            loc = T.alloc_local((128,), "float32")
+            if case == "reversed":  # set on one thread, read on another
+                for i in T.Parallel(128):
+                    loc[i] = A[i]
+                for i in T.Parallel(128):
+                    B[i] = loc[127 - i]
+            elif case == "outside":  # read by every thread, set by one
+                for i in T.Parallel(128):
+                    loc[i] = A[i]
+                B[0] = loc[3]
+            elif case == "next_round":  # the second loop's write reaches the first loop's read
+                for s in T.serial(2):
+                    for i in T.Parallel(128):
+                        B[i] = loc[127 - i]
+                    for i in T.Parallel(128):
+                        loc[i] = A[i]
+            elif case == "same_element":  # each thread reads back what it set
+                for i in T.Parallel(128):
+                    loc[i] = A[i]
+                for i in T.Parallel(128):
+                    B[i * 2] = loc[i] * 2.0
+            elif case == "set_by_all":  # every thread sets all of it first
+                for j in T.serial(128):
+                    loc[j] = 1.0
+                for i in T.Parallel(128):
+                    B[i] = loc[127 - i]
+
+    return k
+
+
+@pytest.mark.parametrize("case,element,line", [("reversed", 127, 9), ("outside", 3, 13), ("next_round", 127, 17)])
+def test_a_local_element_read_on_another_thread_than_set_is_an_error(case, element, line):
+    # the GPU would read the reading thread's own (unset) copy; the interpreter the set value
+    with pytest.raises(TileError, match=rf"'loc' is each thread's own .* reads loc\[{element}\] here") as e:
+        tilers.compile(local_tile(case), target="cuda:sm_90a")
+    assert (e.value.file, e.value.line) == (__file__, local_tile.__code__.co_firstlineno + line)
+    assert "T.alloc_fragment" in str(e.value)
+
+
+@pytest.mark.parametrize("case", ["same_element", "set_by_all"])
+def test_local_elements_read_where_they_were_set_compile_and_run(case):
+    k = tilers.compile(local_tile(case), target="cuda:sm_90a")
+    a = np.arange(256, dtype=np.float32)
+    b = np.zeros(256, dtype=np.float32)
+    k(a, b)
+    want = np.zeros(256, dtype=np.float32)
+    if case == "same_element":
+        want[0:256:2] = a[:128] * 2
+    else:
+        want[:128] = 1.0
+    np.testing.assert_array_equal(b, want)

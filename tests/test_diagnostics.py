@@ -422,6 +422,21 @@ def local_carried_across_parallel_iterations():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
+@mistake("A local buffer's element read on another thread than the one that set it", "each thread's own",
+         "loc[127]", "T.alloc_fragment")
+def local_read_on_another_thread():
+    @T.prim_func
+    def kernel(A: T.Tensor((128,), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128):
+            loc = T.alloc_local((128,), "float32")
+            for i in T.Parallel(128):
+                loc[i] = A[i]
+            for i in T.Parallel(128):
+                B[i] = loc[127 - i]  # <- mistake
+
+    tilers.compile(kernel, target="cuda:sm_90a")
+
+
 @mistake("A grid larger than CUDA launches", "grid dimension 1 is 70000 blocks", "65535")
 def grid_over_cuda_limit():
     @T.prim_func

@@ -665,6 +665,11 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     let mut body = std::mem::take(&mut m.kernel.body);
     assign_loop_layouts(&m, &gemms, &mut body, threads, &mut diags);
     m.kernel.body = body;
+    // a per-thread buffer the loops index by their variables: each read on the thread
+    // that set the element (local_owners.rs)
+    if diags.is_empty() {
+        diags.extend(crate::local_owners::check(&m));
+    }
     for b in &m.buffers {
         if let Some(l) = &b.layout {
             ctx.report.push(format!("layout of {}: {l}", b.name));

@@ -10,6 +10,7 @@ pub mod infer_layouts;
 pub mod infer_scopes;
 pub mod inject_pipeline;
 pub mod insert_syncs;
+mod local_owners;
 pub mod lower;
 pub mod plan_pipeline;
 pub mod plan_shared_memory;
