@@ -308,3 +308,38 @@ def test_local_elements_read_where_they_were_set_compile_and_run(case):
     else:
         want[:128] = 1.0
     np.testing.assert_array_equal(b, want)
+
+
+def reduce_read_by_all(n, threads, rows):
+    @T.prim_func
+    def k(A: T.Tensor((rows, n), "float16"), B: T.Tensor((rows, n), "float32"), S: T.Tensor((rows,), "float32")):
+        with T.Kernel(1, threads=threads):
+            x = T.alloc_fragment((rows, n), "float16")
+            r = T.alloc_fragment((rows,), "float32")
+            T.copy(A, x)
+            T.reduce_sum(x, r, dim=1)
+            for j in T.serial(rows):  # scalar code: every thread holds all of r
+                S[j] = r[j]
+            for i, j in T.Parallel(rows, n):
+                B[i, j] = x[i, j] - r[i]
+
+    return k
+
+
+@pytest.mark.parametrize("n,threads,rows", [(128, 128, 1), (1024, 256, 1), (64, 128, 4), (64, 256, 4)])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90a"])
+def test_a_reduction_read_by_scalar_code_reaches_every_thread(n, threads, rows, arch):
+    # the source sits on fewer threads than the block (vectorized), the result is read by
+    # all: it used to be a "layout conflict"; now the reducing threads hand it to all
+    from tilers.testing import check_passes
+
+    k = reduce_read_by_all(n, threads, rows)
+    assert check_passes(k, arch=arch).ok
+    kern = tilers.compile(k, target=f"cuda:{arch}")
+    assert "through shared memory" in kern.report()
+    a = (np.arange(rows * n, dtype=np.float32).reshape(rows, n) % 7).astype(np.float16)
+    b = np.zeros((rows, n), np.float32)
+    s = np.zeros(rows, np.float32)
+    kern(a, b, s)
+    np.testing.assert_allclose(s, a.astype(np.float32).sum(1))
+    np.testing.assert_allclose(b, a.astype(np.float32) - a.astype(np.float32).sum(1, keepdims=True))

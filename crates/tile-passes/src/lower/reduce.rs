@@ -2,7 +2,9 @@
 //! across the lanes that hold a row, then shared memory across warps.
 //!
 //! Requires: source and destination fragments whose layouts agree (the destination's is
-//! the source's reduced layout).
+//! the source's reduced layout), or a destination every thread holds whole (scalar code
+//! reads it): then the threads that reduced each element store it to shared memory and
+//! every thread loads it back.
 //! Ensures: every holder of a result element holds the reduction (replicas agree);
 //! fp16/bf16 accumulate in float32.
 //! Does not: use `redux.sync` (32-bit integer reductions could, on sm_80+).
@@ -59,7 +61,10 @@ impl Lowerer {
             return vec![];
         };
         let expect = sl.reduced(dim);
-        if expect != dl {
+        // a result every thread holds whole (read by code outside T.Parallel) of a source
+        // on fewer threads: the threads that reduced it hand it to all through shared memory
+        let broadcast = expect != dl && dl.is_whole() && expect.shape() == dl.shape() && dl.slots() <= 1024;
+        if expect != dl && !broadcast {
             self.diags.push(
                 Diagnostic::error(
                     format!("layout conflict: '{}' cannot hold the reduction of '{}'", db.name, sb.name),
@@ -279,6 +284,66 @@ impl Lowerer {
                 self.m.sources.short(loc).unwrap_or_default(),
                 kind.name(),
                 dst_slots * slots_per_row * acc_dt.bytes() as i64
+            ));
+        }
+        if broadcast {
+            // each element from the first thread that holds its reduction, to every thread
+            let shape = dl.shape();
+            let n = dl.slots();
+            let scratch = self.m.add_buffer(Buffer {
+                name: format!("{}_bcast", db.name),
+                scope: Scope::Shared,
+                dtype: acc_dt,
+                shape: fixed_dims(&[n]),
+                loc,
+                layout: None,
+                shared_offset: None,
+                alias_of: None,
+                panel: None,
+                swizzle: None,
+            });
+            let mut put = Vec::new();
+            let mut get = Vec::new();
+            for e in 0..n {
+                let mut coord = vec![0i64; shape.len()];
+                let mut r = e;
+                for k in (0..shape.len()).rev() {
+                    coord[k] = r % shape[k];
+                    r /= shape[k];
+                }
+                let (holder, _) = expect.locate(&coord);
+                let (_, slot) = dl.locate(&coord);
+                put.push(Stmt::If {
+                    cond: Expr::binary(BinOp::Eq, self.tid(), i32c(holder)),
+                    then: vec![Stmt::Store {
+                        buf: scratch,
+                        idx: vec![i32c(e)],
+                        value: Expr::load(partial, vec![i32c(slot)], acc_dt),
+                        loc,
+                    }],
+                    otherwise: vec![],
+                    loc,
+                });
+                get.push(Stmt::Store {
+                    buf: partial,
+                    idx: vec![i32c(slot)],
+                    value: Expr::load(scratch, vec![i32c(e)], acc_dt),
+                    loc,
+                });
+            }
+            out.push(Stmt::inst(inst::Sync));
+            out.extend(put);
+            out.push(Stmt::inst(inst::Sync));
+            out.extend(get);
+            out.push(Stmt::inst(inst::Sync));
+            self.report.push(format!(
+                "{}: reduce_{}: '{}' is read by every thread, '{}' reduced on {} of them: the result goes to all through shared memory ({} bytes)",
+                self.m.sources.short(loc).unwrap_or_default(),
+                kind.name(),
+                db.name,
+                sb.name,
+                sl.active_threads,
+                n * acc_dt.bytes() as i64
             ));
         }
         // write the result
