@@ -185,13 +185,27 @@ def test_the_report_and_the_source_show_the_overlap():
     k = tilers.compile(chain(256, 512, 64, 64, **OVERLAP), target="cuda:sm_90a")
     (line,) = report_lines(k, "step i runs")
     assert "(iteration i-1)" in line and "1 step(s) of prologue and of epilogue" in line
-    # two consumer warpgroups, each on its own rows: they take turns issuing the gemms
-    assert report_lines(k, "take turns issuing each step's gemms (named barriers 5 and 6)")
+    # two consumer warpgroups, each on its own rows, on tiles of one trip count: they issue
+    # their gemms freely (the turns measured slower there)
+    assert report_lines(k, "issue their gemms without taking turns")
     src = k.get_kernel_source()
-    assert "bar.arrive 6, 256;" in src and "bar.sync 5, 256;" in src
+    assert "bar.sync 5, 256;" not in src and "bar.arrive 6, 256;" not in src
     # the steady state leaves O += P V in flight while S's group is retired
     assert "wgmma.wait_group.sync.aligned 1;" in src
     assert src == tilers.compile(chain(256, 512, 64, 64, **OVERLAP), target="cuda:sm_90a").get_kernel_source()
+
+
+@pytest.mark.parametrize("window", [(-1, 0), (256, -1)])
+def test_warpgroups_take_turns_where_the_tiles_trip_counts_differ(window):
+    # a causal mask or a window: each tile's loop has its own trip count (measured +2-3%
+    # with the turns on an H100, 1.5-7% slower without varying trips)
+    f = fa.flash_attention(2, 4, 1024, 128, False, 128, 128, 2, 256, overlap=True, window=window)
+    k = tilers.compile(f, target="cuda:sm_90a")
+    assert report_lines(k, "take turns issuing each step's gemms (named barriers 5 and 6)")
+    src = k.get_kernel_source()
+    assert "bar.arrive 6, 256;" in src and "bar.sync 5, 256;" in src
+    small = fa.flash_attention(1, 1, 300, 64, False, 128, 64, 2, 256, overlap=True, window=window)
+    testing.check_passes(small, arch="sm_90a", check=True)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
@@ -320,10 +334,11 @@ def braced_block(src, head):
 @pytest.mark.parametrize("n", [4096, 1000])
 def test_the_steady_attention_loop_has_no_barrier_of_every_consumer(n, causal):
     # Q's write before the loop is ordered by the prologue's barrier; the steady state holds
-    # only the warpgroups' turns (bar.sync 5/6), never one of all 256 consumers (bar.sync 1),
+    # at most the warpgroups' turns (bar.sync 5/6, causal only), never one of all 256
+    # consumers (bar.sync 1),
     # which would hold the two warpgroups in step (a constant `if true` used to leave the
     # write pending: insert_syncs_constant_if.tir)
     src = tilers.compile(fa.flash_attention(2, 4, n, 128, causal, 128, 128, 2, 256, overlap=True),
                          target="cuda:sm_90a").get_kernel_source()
     body = braced_block(src, "for (int step")
-    assert "bar.sync 5, 256;" in body and "bar.sync 1, 256;" not in body
+    assert ("bar.sync 5, 256;" in body) == causal and "bar.sync 1, 256;" not in body

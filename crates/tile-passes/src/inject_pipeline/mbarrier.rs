@@ -966,7 +966,25 @@ pub(super) fn warp_specialize(
                     items
                 };
                 let mut ex = schedule::expand(m, plan, &n, loc, &tiles, &mut group);
-                if threads == 256 && warpgroup_turns(m, &mut ex, &tid_e, 5 + 2 * c, loc) && c == 0 {
+                // the turns only where the tiles' trip counts differ (a causal mask, a
+                // window): measured on an H100 (bench/results/attention-turns-2026-12-06-*),
+                // +2-3% there, 1.5-7% slower where every tile runs the same loop (the
+                // schedule's own overlap already hides the softmax)
+                let reads_block = |e: &Expr| {
+                    let mut found = false;
+                    e.walk(&mut |x| {
+                        found |= matches!(x, Expr::Var { id, .. } if matches!(m.var(*id).kind, VarKind::BlockIdx(_)))
+                    });
+                    found
+                };
+                let varying = reads_block(&start) || reads_block(&extent);
+                if threads == 256 && !varying && c == 0 {
+                    ctx.report.push(format!(
+                        "{at}: the two consumer warpgroups issue their gemms without taking turns: every tile's loop runs the same steps, and the schedule's overlap hides the softmax"
+                    ));
+                }
+                if threads == 256 && varying && warpgroup_turns(m, &mut ex, &tid_e, 5 + 2 * c, loc) && c == 0
+                {
                     ctx.report.push(format!(
                         "{at}: the two consumer warpgroups take turns issuing each step's gemms (named barriers {} and {}): one's softmax runs beside the other's gemms",
                         5 + 2 * c,
