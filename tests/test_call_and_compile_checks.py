@@ -350,3 +350,71 @@ def test_a_reduction_read_by_scalar_code_reaches_every_thread(n, threads, rows, 
     kern(a, b, s)
     np.testing.assert_allclose(s, a.astype(np.float32).sum(1))
     np.testing.assert_allclose(b, a.astype(np.float32) - a.astype(np.float32).sum(1, keepdims=True))
+
+
+@pytest.mark.parametrize("start,stop,step", [(1, 16, 3), (15, -1, -4), (0, 16, 5), (5, 5, 2), (10, 2, 3), (0, 16, 1)])
+@pytest.mark.parametrize("loop", ["serial", "unroll"])
+def test_stepped_loops_visit_pythons_range(start, stop, step, loop):
+    # TileLang's T.serial(start, stop, step) / T.unroll(..., step)
+    @T.prim_func
+    def k(A: T.Tensor((16,), "float32"), B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in getattr(T, loop)(start, stop, step):
+                B[i] = A[i] + 1.0
+
+    kern = tilers.compile(k, target="cuda:sm_90a")
+    a = np.arange(16, dtype=np.float32)
+    b = np.zeros(16, np.float32)
+    kern(a, b)
+    want = np.zeros(16, np.float32)
+    idx = list(range(start, stop, step))
+    want[idx] = a[idx] + 1
+    np.testing.assert_array_equal(b, want)
+
+
+def test_a_stepped_loop_with_traced_bounds_and_the_eager_style():
+    @T.prim_func
+    def k(A: T.Tensor((64,), "float32"), B: T.Tensor((64,), "float32"), n: T.int32):
+        with T.Kernel(2, threads=32) as bx:
+            for i in T.serial(bx, n, 2):  # block 0 the even rows below n, block 1 the odd
+                B[i] = A[i] + 1.0
+
+    kern = tilers.compile(k, target="cuda:sm_90a")
+    for n in (0, 1, 7, 64):
+        a = np.arange(64, dtype=np.float32)
+        b = np.zeros(64, np.float32)
+        kern(a, b, n)
+        want = np.zeros(64, np.float32)
+        want[:n] = a[:n] + 1
+        np.testing.assert_array_equal(b, want)
+
+    @tilers.jit
+    def backwards(A, n):
+        A: T.Tensor((16,), T.float32)
+        B = T.empty((16,), T.float32)
+        with T.Kernel(1, threads=32):
+            for j in T.serial(16):
+                B[j] = 0.0
+            for i in T.unroll(n - 1, -1, -3):
+                B[i] = A[i]
+            for i in range(1, n, 6):  # a device loop too (T.serial)
+                B[i] = A[i] * 2.0
+        return B
+
+    a = np.arange(16, dtype=np.float32) + 1
+    want = np.zeros(16, np.float32)
+    want[list(range(12, -1, -3))] = a[list(range(12, -1, -3))]
+    want[[1, 7]] = a[[1, 7]] * 2
+    np.testing.assert_array_equal(np.asarray(backwards(a, 13)), want)
+
+
+@pytest.mark.parametrize("step,message", [(0, "step must not be 0"), (1.5, "step must be a Python int, got 1.5")])
+def test_a_bad_step_is_an_error_at_the_line(step, message):
+    @T.prim_func
+    def k(B: T.Tensor((16,), "float32")):
+        with T.Kernel(1, threads=32):
+            for i in T.serial(0, 16, step):
+                B[i] = 1.0
+
+    with pytest.raises(TileError, match=rf"test_call_and_compile_checks.py:\d+:\d+: error: T.serial {message}"):
+        tilers.compile(k, target="cuda:sm_90a")

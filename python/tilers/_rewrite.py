@@ -458,16 +458,7 @@ class Flow:
         from . import language as T
         from ._source import user_error
 
-        if len(args) == 3:
-            start, stop, step = args
-            if not (isinstance(step, int) and step == 1):
-                raise user_error(
-                    "a range loop inside T.Kernel becomes T.serial, which steps by 1; "
-                    f"this one steps by {step!r}",
-                    help="loop over the count and scale the index: for i in range(n): x = start + i * step",
-                )
-            return T.serial(start, stop)
-        if not 1 <= len(args) <= 2:
+        if not 1 <= len(args) <= 3:
             raise user_error(f"range expected 1 to 3 arguments, got {len(args)}")
         return T.serial(*args)
 

@@ -1292,12 +1292,14 @@ def _finish_reducer_update(update, loop_vars, extents):
     next(body, None)
 
 
-def _for_loop(kind: str, start, stop, stages, what: str):
+def _for_loop(kind: str, start, stop, stages, what: str, step=None):
     loc = _trace.capture()
     builder = _trace.current_builder()
     _trace.require_kernel(builder, what, loc)
     if stop is None:
         start, stop = 0, start
+    if step is not None and not (isinstance(step, _builtins.int) and step == 1):
+        return _stepped_loop(builder, kind, start, stop, step, what, loc)
     extent = stop if isinstance(start, _builtins.int) and start == 0 else stop - start
     start_node = _loop_bound(start, loc, what)
     extent_node = _loop_bound(extent, loc, what)
@@ -1313,6 +1315,43 @@ def _for_loop(kind: str, start, stop, stages, what: str):
     if stages is not None:
         stmt["stages"] = stages
     return _for_body(builder, var, stmt, loc, what)
+
+
+def _stepped_loop(builder, kind, start, stop, step, what, loc):
+    """``T.serial(start, stop, step)`` (TileLang's stepped loops): a loop over the
+    iteration count, its variable ``start + k * step`` (a negative step counts down; the
+    loop runs no iteration where the range is empty)."""
+    if isinstance(step, _builtins.bool) or not isinstance(step, _builtins.int):
+        raise _trace.user_error(
+            f"{what} step must be a Python int, got {step!r}",
+            loc=loc,
+            help="a step known when the kernel is traced: T.serial(0, n, 2); for a run-time step, "
+            "loop over the count and compute the index",
+        )
+    if step == 0:
+        raise _trace.user_error(f"{what} step must not be 0", loc=loc, help="use 1 to take every value")
+    for bound in (start, stop):
+        _loop_bound(bound, loc, what)  # integers, or an error at the line
+    span = stop - start if step > 0 else start - stop
+    size = _builtins.abs(step)
+    if isinstance(span, _builtins.int):
+        count = _builtins.max(0, -(-span // size))
+    else:
+        count = (span + (size - 1)) // size
+    names = _trace.target_names(loc, _trace._FOR_TARGETS, 1)
+    var = builder.new_var((names[0] + "_k") if names else f"k{len(builder.vars)}", "loop")
+    stmt = {
+        "op": "for",
+        "var": var.node()["id"],
+        "start": _loop_bound(0, loc, what),
+        "extent": _loop_bound(count, loc, what),
+        "kind": kind,
+    }
+    value = start + var * step if not (isinstance(start, _builtins.int) and start == 0) else var * step
+    stmt["body"] = builder.open_block(what, loc)
+    yield value
+    builder.close_block(stmt["body"])
+    builder.emit(stmt, loc)
 
 
 def _for_body(builder, var, stmt, loc, what):
@@ -1333,14 +1372,18 @@ def _loop_bound(value, loc, what) -> dict:
     return expr.node()
 
 
-def serial(start, stop=None):
-    """A sequential loop: ``for k in T.serial(n):`` or ``T.serial(start, stop)``."""
-    return _for_loop("serial", start, stop, None, "T.serial")
+def serial(start, stop=None, step=None, *, annotations=None):
+    """A sequential loop: ``for k in T.serial(n):``, ``T.serial(start, stop)`` or
+    ``T.serial(start, stop, step)`` (a Python int step, negative counts down).
+    ``annotations`` (TileLang's loop hints) are accepted and not used."""
+    return _for_loop("serial", start, stop, None, "T.serial", step)
 
 
-def unroll(start, stop=None):
-    """A sequential loop the compiler unrolls: ``for k in T.unroll(4):``."""
-    return _for_loop("unroll", start, stop, None, "T.unroll")
+def unroll(start, stop=None, step=None, *, explicit=False, unroll_factor=None, annotations=None):
+    """A sequential loop the compiler unrolls: ``for k in T.unroll(4):`` (a ``step`` as in
+    :func:`serial`; TileLang's ``explicit``, ``unroll_factor`` and ``annotations`` are
+    accepted and not used: tilers unrolls the whole loop)."""
+    return _for_loop("unroll", start, stop, None, "T.unroll", step)
 
 
 def vectorized(start, stop=None):
