@@ -418,3 +418,46 @@ def test_a_bad_step_is_an_error_at_the_line(step, message):
 
     with pytest.raises(TileError, match=rf"test_call_and_compile_checks.py:\d+:\d+: error: T.serial {message}"):
         tilers.compile(k, target="cuda:sm_90a")
+
+
+@T.prim_func
+def masked_sum(A: T.Tensor((100,), "int32"), M: T.Tensor((100,), "int32"), S: T.Tensor((2,), "int32")):
+    with T.Kernel(1, threads=32):
+        acc = T.alloc_var("int32", init=0)
+        big = T.alloc_var("int32", init=0)
+        for k in T.serial(100):
+            if M[k] == 0:  # TileLang's `continue`: the rest of this iteration is skipped
+                continue
+            acc = acc + A[k]
+            if A[k] > 50:
+                big = big + 1
+            else:
+                continue
+            acc = acc + 1000
+        S[0] = acc
+        S[1] = big
+
+
+def test_continue_under_a_traced_condition_skips_the_rest_of_the_iteration():
+    a = np.arange(100, dtype=np.int32)
+    m = (np.arange(100) % 3 != 0).astype(np.int32)
+    s = np.zeros(2, np.int32)
+    tilers.compile(masked_sum, target="cuda:sm_90a")(a, m, s)
+    kept = [int(x) for x, keep in zip(a, m) if keep]
+    assert s.tolist() == [sum(kept) + 1000 * sum(x > 50 for x in kept), sum(x > 50 for x in kept)]
+
+
+def test_a_continue_deeper_in_a_branch_is_still_an_error_at_its_line():
+    with pytest.raises(TileError, match=r"test_call_and_compile_checks.py:\d+:\d+: .*continue"):
+
+        @T.prim_func
+        def k(A: T.Tensor((8,), "int32")):
+            with T.Kernel(1, threads=32):
+                for i in T.serial(8):
+                    if A[i] > 0:
+                        if A[i] > 4:
+                            continue
+                        A[i] = 1
+                    A[i] = A[i] + 1
+
+        tilers.compile(k, target="cuda:sm_90a")

@@ -23,7 +23,9 @@ point at the user's code):
   ``test`` is false; a ``break`` in it under a traced condition leaves it too).
 
 What stays an error: ``while ... else``, a ``while`` whose test turns from a Python value into
-a traced one, ``continue`` or ``return`` under a traced condition, ``break`` under one out of a Python loop (it runs at trace time), a traced value in a Python ``for``'s
+a traced one, ``continue`` under a traced condition other than as the last statement of a
+branch of an ``if`` of the loop's own body (that one skips the rest of the iteration),
+``return`` under one, ``break`` under one out of a Python loop (it runs at trace time), a traced value in a Python ``for``'s
 iterable or ``range`` bound where a device loop is not written (use ``T.serial``), and
 control flow in a helper function called from the kernel (it runs as plain Python: make it
 a ``T.macro``).
@@ -98,6 +100,8 @@ class ControlFlow(ast.NodeTransformer):
         return node
 
     def visit_For(self, node):
+        if self.depth:
+            node.body = _lift_continues(node.body)
         self.generic_visit(node)
         call = node.iter
         if (self.depth and self.range_loops and isinstance(call, ast.Call)
@@ -111,6 +115,8 @@ class ControlFlow(ast.NodeTransformer):
         return node
 
     def visit_While(self, node):
+        if self.depth:
+            node.body = _lift_continues(node.body)
         self.generic_visit(node)
         if not self.depth or node.orelse:
             return node
@@ -240,6 +246,30 @@ class ControlFlow(ast.NodeTransformer):
             ast.Call(self.h("assign", node), [current, node.value, ast.Constant(name)], []), node
         )
         return node
+
+
+def _lift_continues(body):
+    """A loop body's ``if c: A; continue`` (an ``if`` of the body itself, one branch ending in
+    ``continue``, no other jump in it) as ``if c: A else: <the rest of the body>`` (likewise
+    for the ``else`` branch): the same loop in Python, and under a traced ``c`` a device
+    loop whose iterations skip the rest (TileLang's ``continue``)."""
+    for i, s in enumerate(body):
+        if not isinstance(s, ast.If):
+            continue
+        for branch, other in (("body", "orelse"), ("orelse", "body")):
+            b, o = getattr(s, branch), getattr(s, other)
+            if (b and isinstance(b[-1], ast.Continue) and _jump_in(b[:-1]) is None
+                    and _jump_in(o) is None):
+                rest = _lift_continues(body[i + 1:])
+                kept = b[:-1]
+                if branch == "body" and not kept:
+                    kept = [ast.copy_location(ast.Pass(), b[-1])]
+                setattr(s, branch, kept)
+                setattr(s, other, o + rest)
+                if branch == "orelse" and not s.body:
+                    s.body = [ast.copy_location(ast.Pass(), s)]
+                return body[:i] + [s]
+    return body
 
 
 def _breaks(body) -> bool:
