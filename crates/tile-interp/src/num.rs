@@ -103,10 +103,36 @@ pub(crate) enum OpError {
     Unsupported,
 }
 
-/// Shift count as the GPU's C shifts see it: masked to the width of the promoted operand
-/// (31 for types up to 32 bits, which C promotes to int; 63 for int64 and uint64).
-fn shift_count(b: i64, dt: DType) -> u32 {
-    (b & if dt.bytes() == 8 { 63 } else { 31 }) as u32
+/// The width a C shift of `dt` works in: 32 for types up to 32 bits (C promotes them to
+/// int), 64 for int64 and uint64.
+fn shift_width(dt: DType) -> i64 {
+    if dt.bytes() == 8 {
+        64
+    } else {
+        32
+    }
+}
+
+/// `a << b` as the GPU runs it: PTX `shl` clamps a count at or past the width (or negative,
+/// read unsigned) to the width, so every bit is shifted out — as the simplifier folds it.
+fn shl(a: i64, b: i64, dt: DType) -> i64 {
+    if (0..shift_width(dt)).contains(&b) {
+        a.wrapping_shl(b as u32)
+    } else {
+        0
+    }
+}
+
+/// `a >> b` likewise (`shr.s` fills with the sign; operands are held sign- or zero-extended,
+/// so this is arithmetic for signed types and logical for unsigned ones).
+fn shr(a: i64, b: i64, dt: DType) -> i64 {
+    if (0..shift_width(dt)).contains(&b) {
+        a >> b
+    } else if a < 0 {
+        -1
+    } else {
+        0
+    }
 }
 
 /// An integer (or bool) binary operator; `dt` is the operands' dtype, `out` the result's.
@@ -135,10 +161,8 @@ pub(crate) fn int_binary(op: BinOp, a: i64, b: i64, dt: DType, out: DType) -> Re
         BinOp::BitAnd => a & b,
         BinOp::BitOr => a | b,
         BinOp::BitXor => a ^ b,
-        BinOp::Shl => a.wrapping_shl(shift_count(b, dt)),
-        // operands are held sign- or zero-extended, so this is arithmetic for signed types
-        // and logical for unsigned ones
-        BinOp::Shr => a >> shift_count(b, dt),
+        BinOp::Shl => shl(a, b, dt),
+        BinOp::Shr => shr(a, b, dt),
     };
     Ok(wrap_int(r, out))
 }
@@ -167,8 +191,9 @@ fn u64_binary(op: BinOp, a: u64, b: u64) -> Result<u64, OpError> {
         BinOp::BitAnd => a & b,
         BinOp::BitOr => a | b,
         BinOp::BitXor => a ^ b,
-        BinOp::Shl => a.wrapping_shl(shift_count(b as i64, DType::U64)),
-        BinOp::Shr => a >> shift_count(b as i64, DType::U64),
+        BinOp::Shl if b < 64 => a << b,
+        BinOp::Shr if b < 64 => a >> b,
+        BinOp::Shl | BinOp::Shr => 0,
     })
 }
 
@@ -474,7 +499,14 @@ mod tests {
         assert_eq!(int_binary(BinOp::Mul, 200, 2, DType::U8, DType::U8), Ok(144));
         assert_eq!(int_binary(BinOp::Sub, 0, 1, DType::U32, DType::U32), Ok(u32::MAX as i64));
         assert_eq!(int_binary(BinOp::Add, i32::MAX as i64, 1, DType::I32, DType::I32), Ok(i32::MIN as i64));
-        assert_eq!(int_binary(BinOp::Shl, 1, 33, DType::I32, DType::I32), Ok(2)); // count masked to 31
+        // a count at or past the width shifts every bit out (PTX shl/shr clamp the count)
+        assert_eq!(int_binary(BinOp::Shl, 1, 33, DType::I32, DType::I32), Ok(0));
+        assert_eq!(int_binary(BinOp::Shl, 1, 32, DType::I32, DType::I32), Ok(0));
+        assert_eq!(int_binary(BinOp::Shr, -8, 40, DType::I32, DType::I32), Ok(-1));
+        assert_eq!(int_binary(BinOp::Shr, 8, 32, DType::I32, DType::I32), Ok(0));
+        assert_eq!(int_binary(BinOp::Shl, 3, -1, DType::I32, DType::I32), Ok(0));
+        assert_eq!(int_binary(BinOp::Shl, 1, 64, DType::U64, DType::U64), Ok(0));
+        assert_eq!(int_binary(BinOp::Shl, 0x40, 9, DType::I8, DType::I8), Ok(0)); // promoted, then wrapped
         assert_eq!(int_binary(BinOp::Shl, 1, 40, DType::I64, DType::I64), Ok(1 << 40));
         assert_eq!(int_binary(BinOp::Shr, -8, 1, DType::I32, DType::I32), Ok(-4));
         assert_eq!(int_binary(BinOp::Shr, u32::MAX as i64, 4, DType::U32, DType::U32), Ok(0x0fff_ffff));
@@ -520,7 +552,7 @@ mod tests {
         assert_eq!(u64_op(BinOp::FloorDiv, 1, 0), Err(OpError::DivisionByZero));
         assert_eq!(u64_op(BinOp::Shr, top, 63), Ok(1)); // logical, not arithmetic
         assert_eq!(u64_op(BinOp::Shl, 1, 63), Ok(top));
-        assert_eq!(u64_op(BinOp::Shl, 1, 64), Ok(1)); // count masked to 63
+        assert_eq!(u64_op(BinOp::Shl, 1, 64), Ok(0)); // every bit shifted out (PTX clamps the count)
         assert_eq!(int_unary(UnOp::Abs, max, DType::U64), Ok(max));
         assert_eq!(int_unary(UnOp::Neg, 1, DType::U64), Ok(max));
         // conversions
