@@ -193,7 +193,7 @@ def spin(A: T.Tensor((4,), "int32"), n: T.int32):
             i = i + 1
         A[0] = i
 
-k = tilers.compile(spin, out_idx=[0], target="cuda:sm_90a")
+k = tilers.compile(spin, out_idx=[0], target="interp")  # the interpreter, GPU or not
 print("ready", flush=True)
 start = time.time()
 try:

@@ -51,6 +51,7 @@ pub(crate) fn write_kernels(
             out: String::new(),
             depth: 1,
             at: Loc::UNKNOWN,
+            registers_written: Vec::new(),
         };
         functions.push(e.kernel(entry, &mut needs)?);
     }
@@ -171,6 +172,9 @@ pub(super) struct Emitter<'a> {
     depth: usize,
     /// The user's statement the code being emitted implements (for `#line`, with lineinfo).
     at: Loc,
+    /// Register buffers (fragments, locals of 16 or 32 bits) stored to since the last wgmma
+    /// instruction, in order: the work a `wgmma.wait_group` must not be hoisted above.
+    registers_written: Vec<BufferId>,
 }
 
 impl Emitter<'_> {
@@ -503,6 +507,14 @@ impl Emitter<'_> {
                 let target = self.access(*buf, idx)?;
                 let v = self.store_value(m.buffer(*buf).dtype, value)?;
                 self.line(&format!("{target} = {v};"));
+                let b = m.buffer(*buf);
+                let register = matches!(b.scope, Scope::Fragment | Scope::Local)
+                    && matches!(b.dtype.bytes(), 2 | 4)
+                    && b.dtype != DType::Bool;
+                if register && self.registers_written.last() != Some(buf) {
+                    self.registers_written.retain(|x| x != buf);
+                    self.registers_written.push(*buf);
+                }
             }
             Stmt::Atomic { mode, buf, idx, value, prev, .. } => {
                 let target = self.access(*buf, idx)?;

@@ -52,9 +52,16 @@ impl Emitter<'_> {
             }
             Inst::Ldmatrix(x) => self.ldmatrix(x),
             Inst::Mma(x) => self.mma(x),
-            Inst::Wgmma(x) => self.wgmma(x),
-            Inst::WgmmaFence(_) => self.wgmma_fence(),
+            Inst::Wgmma(x) => {
+                self.registers_written.clear();
+                self.wgmma(x)
+            }
+            Inst::WgmmaFence(_) => {
+                self.registers_written.clear();
+                self.wgmma_fence()
+            }
             Inst::WgmmaCommit(_) => {
+                self.registers_written.clear();
                 self.line("asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");");
                 Ok(())
             }

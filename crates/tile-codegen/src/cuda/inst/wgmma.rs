@@ -125,6 +125,24 @@ impl Emitter<'_> {
     }
 
     pub(super) fn wgmma_wait(&mut self, w: &inst::WgmmaWait) -> Result<(), Diagnostic> {
+        // Register work issued since the last wgmma (a softmax beside an in-flight P V) ends
+        // a basic block before the wait: ptxas schedules within blocks, and in one block with
+        // the work it hoisted the wait above it (to reuse the retired operand's registers),
+        // which ran the work after the tensor cores instead of beside them (SASS of the
+        // attention steady state, 2026-12-06). The branch tests a NaN payload no arithmetic
+        // makes and only sleeps 0 ns if taken: it changes no result.
+        let written = std::mem::take(&mut self.registers_written);
+        if let Some(&b) = written.iter().rev().find(|b| !w.acc.contains(b)) {
+            let n = self.names.buffer(b);
+            let test = match self.m.buffer(b).dtype {
+                DType::F32 => format!("__float_as_uint({n}[0]) == 0x7fc00001u"),
+                DType::F16 | DType::BF16 => format!("{n}[0].bits == 0x7e01"),
+                _ => format!("(unsigned int){n}[0] == 0x7fc00001u"),
+            };
+            self.line(&format!(
+                "if ({test}) asm volatile(\"nanosleep.u32 0;\");  // a block boundary before the wait"
+            ));
+        }
         self.line(&format!("asm volatile(\"wgmma.wait_group.sync.aligned {};\" ::: \"memory\");", w.pending));
         self.fence_registers(&w.acc);
         Ok(())
