@@ -185,7 +185,7 @@ fn gemm_module(g: Gemm) -> Module {
         }));
     }
     body.push(Stmt::inst(inst::WgmmaCommit));
-    body.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
+    body.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc], boundary: false }));
     for i in 0..g.n / 2 {
         let (r, col) = fragment(&tid, i);
         body.push(Stmt::Store {
@@ -361,7 +361,7 @@ fn a_wait_that_leaves_the_group_in_flight_is_reported() {
     let mut m = gemm_module(GEMM);
     let at = position(&m, &|s| is_inst(s, &|i| matches!(i, Inst::WgmmaWait(_))));
     let acc = BufferId(m.buffers.iter().position(|b| b.name == "acc").unwrap() as u32);
-    m.kernel.body[at] = Stmt::inst(inst::WgmmaWait { pending: 1, acc: vec![acc] });
+    m.kernel.body[at] = Stmt::inst(inst::WgmmaWait { pending: 1, acc: vec![acc], boundary: false });
     let e = error_of(&m, GEMM);
     assert!(e.contains("while a wgmma that uses it is pending"), "{e}");
     // no wait, and no reads of the accumulator: still pending at the end
@@ -375,7 +375,7 @@ fn a_wait_that_leaves_the_group_in_flight_is_reported() {
 fn a_wait_must_name_the_accumulators_it_retires() {
     let mut m = gemm_module(GEMM);
     let at = position(&m, &|s| is_inst(s, &|i| matches!(i, Inst::WgmmaWait(_))));
-    m.kernel.body[at] = Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![] });
+    m.kernel.body[at] = Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![], boundary: false });
     let e = error_of(&m, GEMM);
     assert!(e.contains("retires a wgmma writing 'acc', which its accumulator list does not name"), "{e}");
 }

@@ -1611,11 +1611,14 @@ ordering_instruction!(FenceMbarrierInit, "fence_mbarrier_init");
 
 /// `wgmma.wait_group.sync.aligned pending`: waits until at most `pending` of the
 /// warpgroup's committed groups are in flight; the accumulators `acc` (whose registers the
-/// retired wgmmas wrote) are defined from here on.
+/// retired wgmmas wrote) are defined from here on. `boundary`: the register work since the
+/// last wgmma ends a basic block before the wait, which ptxas would otherwise hoist above
+/// that work (set by `inject_pipeline` where the consumer warpgroups take turns).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WgmmaWait {
     pub pending: u32,
     pub acc: Vec<BufferId>,
+    pub boundary: bool,
 }
 
 impl Instruction for WgmmaWait {
@@ -1633,7 +1636,8 @@ impl Instruction for WgmmaWait {
     }
     fn text(&self, t: &dyn TextNames) -> String {
         let acc: Vec<String> = self.acc.iter().map(|b| t.buffer(*b)).collect();
-        format!("wgmma_wait {} [{}]", self.pending, acc.join(", "))
+        let boundary = if self.boundary { " boundary" } else { "" };
+        format!("wgmma_wait {} [{}]{boundary}", self.pending, acc.join(", "))
     }
     fn parse(op: &str, r: &mut dyn TextReader) -> Option<Result<Self, String>> {
         if op != "wgmma_wait" {
@@ -1651,7 +1655,11 @@ impl Instruction for WgmmaWait {
                 }
             }
             r.punct("]")?;
-            Ok(WgmmaWait { pending, acc })
+            let boundary = r.is_keyword("boundary");
+            if boundary {
+                r.keyword("boundary")?;
+            }
+            Ok(WgmmaWait { pending, acc, boundary })
         })())
     }
 }

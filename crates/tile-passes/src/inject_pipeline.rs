@@ -526,7 +526,7 @@ fn pipeline(
     out.push(Stmt::For { var, start, extent, kind: ForKind::Serial, body: loop_body, loc });
     out.push(Stmt::inst(inst::AsyncWait { pending: 0 }));
     if let Some(acc) = drain {
-        out.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc] }));
+        out.push(Stmt::inst(inst::WgmmaWait { pending: 0, acc: vec![acc], boundary: false }));
     }
     Ok((out, 2 * d as usize))
 }

@@ -344,7 +344,7 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
                 acc.push(p.acc);
             }
         }
-        out.push(Stmt::inst(inst::WgmmaWait { pending: left, acc }));
+        out.push(Stmt::inst(inst::WgmmaWait { pending: left, acc, boundary: false }));
         let mut keep = Vec::new();
         for (stage, body) in held.drain(..) {
             if pending.iter().any(|p| p.ring == Some(stage)) {

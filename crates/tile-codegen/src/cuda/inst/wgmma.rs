@@ -125,14 +125,15 @@ impl Emitter<'_> {
     }
 
     pub(super) fn wgmma_wait(&mut self, w: &inst::WgmmaWait) -> Result<(), Diagnostic> {
-        // Register work issued since the last wgmma (a softmax beside an in-flight P V) ends
-        // a basic block before the wait: ptxas schedules within blocks, and in one block with
-        // the work it hoisted the wait above it (to reuse the retired operand's registers),
-        // which ran the work after the tensor cores instead of beside them (SASS of the
-        // attention steady state, 2026-12-06). The branch tests a NaN payload no arithmetic
-        // makes and only sleeps 0 ns if taken: it changes no result.
+        // `boundary`: register work issued since the last wgmma (a softmax beside an in-flight
+        // P V) ends a basic block before the wait: ptxas schedules within blocks, and in one
+        // block with the work it hoisted the wait above it (reusing the retired operand's
+        // registers), which ran the work after the tensor cores instead of beside them (SASS
+        // of the attention steady state, 2026-12-06). The branch tests a NaN payload no
+        // arithmetic makes and only sleeps 0 ns if taken: it changes no result.
         let written = std::mem::take(&mut self.registers_written);
-        if let Some(&b) = written.iter().rev().find(|b| !w.acc.contains(b)) {
+        let last = written.iter().rev().find(|b| !w.acc.contains(b));
+        if let (true, Some(&b)) = (w.boundary, last) {
             let n = self.names.buffer(b);
             let test = match self.m.buffer(b).dtype {
                 DType::F32 => format!("__float_as_uint({n}[0]) == 0x7fc00001u"),

@@ -86,7 +86,11 @@ impl Lowerer {
         out.push(Stmt::inst(inst::WgmmaCommit));
         // a deferred gemm's wait is the pipeline's (placed before the first use)
         if !plan.deferred {
-            out.push(Stmt::inst(inst::WgmmaWait { pending: u32::from(plan.in_flight), acc: vec![c] }));
+            out.push(Stmt::inst(inst::WgmmaWait {
+                pending: u32::from(plan.in_flight),
+                acc: vec![c],
+                boundary: false,
+            }));
         }
         out
     }
