@@ -302,6 +302,23 @@ impl Lowerer {
         })
     }
 
+    /// A shared tile of `shape` the lowering adds (a reduction's cross-warp partials, a
+    /// value handed to every thread); `plan_shared_memory` places it.
+    pub(super) fn shared_scratch(&mut self, name: String, dtype: DType, shape: &[i64], loc: Loc) -> BufferId {
+        self.m.add_buffer(Buffer {
+            name,
+            scope: Scope::Shared,
+            dtype,
+            shape: fixed_dims(shape),
+            loc,
+            layout: None,
+            shared_offset: None,
+            alias_of: None,
+            panel: None,
+            swizzle: None,
+        })
+    }
+
     pub(super) fn tid(&self) -> Expr {
         Expr::var(self.tid, DType::I32)
     }
@@ -377,18 +394,7 @@ impl Lowerer {
         let loc = s.loc();
         let dt = self.m.buffer(prev).dtype;
         let name = format!("{}_shared", self.m.buffer(prev).name);
-        let handoff = self.m.add_buffer(Buffer {
-            name,
-            scope: Scope::Shared,
-            dtype: dt,
-            shape: fixed_dims(&[1]),
-            loc,
-            layout: None,
-            shared_offset: None,
-            alias_of: None,
-            panel: None,
-            swizzle: None,
-        });
+        let handoff = self.shared_scratch(name, dt, &[1], loc);
         let at0 = || vec![i32c(0)];
         let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
         let mut then = self.guard_globals(vec![s]);

@@ -204,18 +204,8 @@ impl Lowerer {
                 })
             };
             let slots_per_row = active >> lane_bits.len();
-            let scratch = self.m.add_buffer(Buffer {
-                name: format!("{}_xwarp", db.name),
-                scope: Scope::Shared,
-                dtype: acc_dt,
-                shape: fixed_dims(&[dst_slots, slots_per_row]),
-                loc,
-                layout: None,
-                shared_offset: None,
-                alias_of: None,
-                panel: None,
-                swizzle: None,
-            });
+            let scratch =
+                self.shared_scratch(format!("{}_xwarp", db.name), acc_dt, &[dst_slots, slots_per_row], loc);
             let is_active = Expr::binary(BinOp::Lt, self.tid(), i32c(active));
             let stores = if lanes_mask == 0 {
                 is_active.clone()
@@ -290,18 +280,7 @@ impl Lowerer {
             // each element from the first thread that holds its reduction, to every thread
             let shape = dl.shape();
             let n = dl.slots();
-            let scratch = self.m.add_buffer(Buffer {
-                name: format!("{}_bcast", db.name),
-                scope: Scope::Shared,
-                dtype: acc_dt,
-                shape: fixed_dims(&[n]),
-                loc,
-                layout: None,
-                shared_offset: None,
-                alias_of: None,
-                panel: None,
-                swizzle: None,
-            });
+            let scratch = self.shared_scratch(format!("{}_bcast", db.name), acc_dt, &[n], loc);
             let mut put = Vec::new();
             let mut get = Vec::new();
             for e in 0..n {
