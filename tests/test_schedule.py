@@ -196,6 +196,20 @@ def test_the_report_and_the_source_show_the_overlap():
     assert src == tilers.compile(chain(256, 512, 64, 64, **OVERLAP), target="cuda:sm_90a").get_kernel_source()
 
 
+def test_the_scheduled_attention_frees_k_and_v_on_barriers_of_their_own():
+    # K is free once S = Q K^T retired, V once P V did (FlashAttention-3's two pipelines): the
+    # producer refills K a step before V; one barrier per stage held K until P V retired
+    f = fa.flash_attention(2, 4, 1000, 256, False, 128, 80, 2, 256, overlap=True, o_direct=True)
+    k = tilers.compile(f, target="cuda:sm_90a")
+    assert report_lines(k, "an empty barrier per tile (K_shared, V_shared)")
+    assert "empty_bar_V_shared" in k.get_kernel_source()
+    plain = tilers.compile(fa.flash_attention(2, 4, 1000, 256, False, 128, 80, 2, 256, o_direct=True),
+                           target="cuda:sm_90a")
+    assert not report_lines(plain, "an empty barrier per tile")
+    small = fa.flash_attention(1, 1, 300, 64, False, 128, 64, 2, 256, overlap=True, o_direct=True)
+    testing.check_passes(small, arch="sm_90a", check=True)
+
+
 @pytest.mark.parametrize("window", [(-1, 0), (256, -1)])
 def test_warpgroups_take_turns_where_the_tiles_trip_counts_differ(window):
     # a causal mask or a window: each tile's loop has its own trip count (measured +2-3%

@@ -20,6 +20,10 @@
 //!   }
 //! }
 //! ```
+//! A scheduled loop (`stage=`/`order=`) whose tiles have full barriers of their own also has
+//! an empty barrier per tile, each released after the tile's last reader retired, and the
+//! producer waits for each before refilling that tile.
+//!
 //! A fresh barrier's preceding phase counts as complete, so the producer's first pass over
 //! the ring does not wait; from then on it refills a stage once all `threads` consumers
 //! released it. The consumers wait for the bytes of their stage on its full barrier (TMA
@@ -604,6 +608,32 @@ pub(super) fn warp_specialize(
         ));
     }
     let empty = barriers(m, "empty_bar", stages, loc);
+    // a scheduled loop whose tiles arrive on barriers of their own also frees them on barriers
+    // of their own, each after its last reader retired (FlashAttention-3's K and V
+    // pipelines: K of iteration i is free once S = Q K^T retired, while P V still reads V, so
+    // the producer refills it a step earlier than one barrier for the stage would let it)
+    let per_tile = split && scheduled.is_some();
+    let mut empties = vec![empty; producers.len()];
+    let mut last_readers: Vec<Option<usize>> = vec![None; producers.len()];
+    if per_tile {
+        for (p, op) in producers.iter().enumerate() {
+            if p > 0 {
+                let name = format!("empty_bar_{}", m.buffer(op.dst.buf).name);
+                empties[p] = barriers(m, &name, stages, loc);
+            }
+            last_readers[p] = (0..consumers.len())
+                .filter(|&g| {
+                    let (reads, writes) = schedule::effects(&consumers[g]);
+                    reads.contains(&op.dst.buf) || writes.contains(&op.dst.buf)
+                })
+                .max_by_key(|&g| key(g));
+        }
+        let names: Vec<String> = producers.iter().map(|op| m.buffer(op.dst.buf).name.clone()).collect();
+        ctx.report.push(format!(
+            "{at}: an empty barrier per tile ({}): each released once its last reader retired",
+            names.join(", ")
+        ));
+    }
     let tid = m.thread_idx();
     let tid_e = Expr::var(tid, DType::I32);
     let s = stages as i64;
@@ -668,14 +698,19 @@ pub(super) fn warp_specialize(
             pred: None,
         })
     };
-    let mut pbody =
-        vec![Stmt::inst(inst::MbarrierWait { bar: empty, idx: pstage.clone(), parity: parity_of(&pi, 1) })];
+    let empty_wait = |bar: BufferId| {
+        Stmt::inst(inst::MbarrierWait { bar, idx: pstage.clone(), parity: parity_of(&pi, 1) })
+    };
+    let mut pbody = if per_tile { vec![] } else { vec![empty_wait(empty)] };
     if !split {
         pbody.push(arrive(full, total));
     }
     let pv = Expr::var(pvar, m.var(var).dtype);
     let rank = persistent.as_ref().filter(|p| p.blocks() > 1).map(|p| cluster_rank(m, p));
     for (p, ((op, plan), share)) in producers.iter().zip(&plans).zip(&shares).enumerate() {
+        if per_tile {
+            pbody.push(empty_wait(empties[p]));
+        }
         if split {
             pbody.push(arrive(fulls[p], plan.bytes));
         }
@@ -855,7 +890,7 @@ pub(super) fn warp_specialize(
         };
         // a stage is released by every consumer thread, or, in a cluster (whose blocks all
         // write every block's stage), by one lane of each consumer warp to every block
-        let release = |i: Expr| -> Vec<Stmt> {
+        let release_on = |empty: BufferId, i: Expr| -> Vec<Stmt> {
             let idx = stage_of(&i);
             if blocks == 1 {
                 return vec![Stmt::inst(inst::MbarrierArrive {
@@ -884,6 +919,7 @@ pub(super) fn warp_specialize(
             }));
             out
         };
+        let release = |i: Expr| release_on(empty, i);
         let mut work: Vec<Stmt> = crun.iter().map(|&(ring, base)| load_base(ring, base)).collect();
         work.extend(implicit_zero.iter().cloned());
         // the once-per-tile copies' waits, at their places among the statements before the loop
@@ -970,8 +1006,16 @@ pub(super) fn warp_specialize(
                         }
                     }
                     items.push(Item::Stmt { s, stage });
-                    if readers.1 == Some(g) {
-                        items.push(Item::Release { stage, body: release(ci) });
+                    if per_tile {
+                        for (p, op) in producers.iter().enumerate() {
+                            if last_readers[p] == Some(g) {
+                                let body = release_on(empties[p], ci.clone());
+                                items.push(Item::Release { stage, tiles: vec![op.dst.buf], body });
+                            }
+                        }
+                    } else if readers.1 == Some(g) {
+                        let all: Vec<BufferId> = tiles.iter().copied().collect();
+                        items.push(Item::Release { stage, tiles: all, body: release(ci) });
                     }
                     items
                 };
@@ -1104,7 +1148,13 @@ pub(super) fn warp_specialize(
                 init.push(Stmt::inst(inst::MbarrierInit { bar: f, idx: Expr::int(k), count: 1 }));
             }
         }
-        init.push(Stmt::inst(inst::MbarrierInit { bar: empty, idx: Expr::int(k), count: releases }));
+        let mut own = Vec::new();
+        for &e in &empties {
+            if !own.contains(&e) {
+                own.push(e);
+                init.push(Stmt::inst(inst::MbarrierInit { bar: e, idx: Expr::int(k), count: releases }));
+            }
+        }
     }
     for &(full_once, empty_once) in &once_bars {
         for c in 0..slots as i64 {

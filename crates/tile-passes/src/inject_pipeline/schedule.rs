@@ -212,11 +212,11 @@ pub(super) fn plan(
 }
 
 /// A piece of a scheduled step: a consumer statement of stage offset `stage`, or the
-/// release of the ring stage its readers of offset `stage` used.
+/// release of ring tiles `tiles` (of the ring stage its readers of offset `stage` used).
 #[allow(clippy::large_enum_variant)] // short-lived, one per scheduled statement
 pub(super) enum Item {
     Stmt { s: Stmt, stage: u32 },
-    Release { stage: u32, body: Vec<Stmt> },
+    Release { stage: u32, tiles: Vec<BufferId>, body: Vec<Stmt> },
 }
 
 /// The scheduled loop's three parts.
@@ -315,12 +315,19 @@ pub(super) fn expand(
 }
 
 /// A deferred wgmma gemm in flight: its accumulator, its register A operand, its shared
-/// operands, and the stage offset whose ring tiles it reads.
+/// operands, and the stage offset whose ring tiles it reads (and which tiles).
 struct InFlight {
     acc: BufferId,
     a_regs: Option<BufferId>,
     shared: Vec<BufferId>,
     ring: Option<u32>,
+}
+
+impl InFlight {
+    /// Does this gemm still read ring tile `tiles` of stage offset `stage`?
+    fn reads(&self, stage: u32, tiles: &[BufferId]) -> bool {
+        self.ring == Some(stage) && self.shared.iter().any(|b| tiles.contains(b))
+    }
 }
 
 /// The steady state's pieces in order, with a `wgmma_wait` before the first statement that
@@ -329,12 +336,12 @@ struct InFlight {
 /// release after its readers retired; everything retired at the end of the step.
 fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<Stmt> {
     let mut pending: Vec<InFlight> = Vec::new();
-    let mut held: Vec<(u32, Vec<Stmt>)> = Vec::new();
+    let mut held: Vec<(u32, Vec<BufferId>, Vec<Stmt>)> = Vec::new();
     let mut out = Vec::new();
     fn retire(
         upto: usize,
         pending: &mut Vec<InFlight>,
-        held: &mut Vec<(u32, Vec<Stmt>)>,
+        held: &mut Vec<(u32, Vec<BufferId>, Vec<Stmt>)>,
         out: &mut Vec<Stmt>,
     ) {
         let left = (pending.len() - 1 - upto) as u32;
@@ -346,9 +353,9 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
         }
         out.push(Stmt::inst(inst::WgmmaWait { pending: left, acc, boundary: false }));
         let mut keep = Vec::new();
-        for (stage, body) in held.drain(..) {
-            if pending.iter().any(|p| p.ring == Some(stage)) {
-                keep.push((stage, body));
+        for (stage, tiles, body) in held.drain(..) {
+            if pending.iter().any(|p| p.reads(stage, &tiles)) {
+                keep.push((stage, tiles, body));
             } else {
                 out.extend(body);
             }
@@ -357,9 +364,9 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
     }
     for item in items {
         match item {
-            Item::Release { stage, body } => {
-                if pending.iter().any(|p| p.ring == Some(stage)) {
-                    held.push((stage, body));
+            Item::Release { stage, tiles, body } => {
+                if pending.iter().any(|p| p.reads(stage, &tiles)) {
+                    held.push((stage, tiles, body));
                 } else {
                     out.extend(body);
                 }
@@ -403,7 +410,7 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
         let last = pending.len() - 1;
         retire(last, &mut pending, &mut held, &mut out);
     }
-    for (_, body) in held {
+    for (_, _, body) in held {
         out.extend(body);
     }
     out
