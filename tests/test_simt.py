@@ -262,7 +262,9 @@ def test_break_misuse_is_an_error_at_the_line():
         with T.Kernel(1, threads=64) as bx:
             for i in T.serial(4):
                 if A[i] > 0:
-                    continue
+                    if A[i] > 1:  # (a continue ending an if of the loop body itself is fine)
+                        continue
+                    A[i] = 2.0
                 A[i] = 1.0
 
     for f, words in [(in_parallel, "inside a T.Parallel block"), (python_loop, "out of a Python loop"),
