@@ -634,6 +634,21 @@ pub(super) fn warp_specialize(
             names.join(", ")
         ));
     }
+    // the once-per-tile tiles' last readers in the loop (Q: S = Q K^T): a persistent kernel
+    // frees each once that reader's instance of the tile's last iteration retired, as
+    // FlashAttention-3 frees Q, so the producer loads the next tile's during this one's last
+    // P V and epilogue, not after them. Not where that reader is the unscheduled loop's
+    // gemm kept in flight across iterations (it retires at the drain after the loop).
+    let once_last: Vec<Option<usize>> = once
+        .iter()
+        .map(|op| {
+            let g = (0..consumers.len())
+                .filter(|&g| super::touches(&consumers[g], op.dst.buf))
+                .max_by_key(|&g| key(g))?;
+            let in_flight = matches!(&consumers[g], Stmt::Gemm(GemmOp { inst: Some(i), .. }) if i.in_flight);
+            (!in_flight).then_some(g)
+        })
+        .collect();
     let tid = m.thread_idx();
     let tid_e = Expr::var(tid, DType::I32);
     let s = stages as i64;
@@ -920,6 +935,23 @@ pub(super) fn warp_specialize(
             out
         };
         let release = |i: Expr| release_on(empty, i);
+        // once-per-tile tile k freed by its last reader of iteration `l` (counted from 0):
+        // the arrival is predicated on `l` being the tile's last iteration
+        let once_release = |k: usize, l: &Expr| -> Option<Stmt> {
+            let e = once_bars[k].1.filter(|_| once_last[k].is_some())?;
+            let last = Expr::binary(BinOp::Sub, n.clone(), Expr::int(1));
+            let pred = simplify(Expr::binary(BinOp::Eq, l.clone(), last));
+            if pred.as_int() == Some(0) {
+                return None; // never the last iteration (a prologue step of a longer loop)
+            }
+            Some(Stmt::inst(inst::MbarrierArrive {
+                bar: e,
+                idx: Expr::int(c as i64),
+                expect_tx: None,
+                cta: None,
+                pred: (pred.as_int().is_none()).then_some(pred),
+            }))
+        };
         let mut work: Vec<Stmt> = crun.iter().map(|&(ring, base)| load_base(ring, base)).collect();
         work.extend(implicit_zero.iter().cloned());
         // the once-per-tile copies' waits, at their places among the statements before the loop
@@ -952,6 +984,9 @@ pub(super) fn warp_specialize(
                 for (g, x) in consumers.iter().enumerate() {
                     cbody.extend(waits_before[g].iter().map(|&b| wait(b)));
                     cbody.push(select_stage(x.clone(), &tiles, &cstage));
+                    for k in (0..once.len()).filter(|&k| once_last[k] == Some(g)) {
+                        cbody.extend(once_release(k, &local_i));
+                    }
                 }
                 if drain.is_some() {
                     // the wgmmas of iteration i - 1 retired at this iteration's wait: release their stage
@@ -997,7 +1032,8 @@ pub(super) fn warp_specialize(
                             stage,
                         });
                     }
-                    let value = simplify(Expr::cast(Expr::binary(BinOp::Add, start_i32.clone(), l), vt));
+                    let value =
+                        simplify(Expr::cast(Expr::binary(BinOp::Add, start_i32.clone(), l.clone()), vt));
                     let mut s =
                         select_stage(schedule::at_iteration(consumers[g].clone(), var, &value), &tiles, &st);
                     if steady && is_wgmma(&s) {
@@ -1016,6 +1052,15 @@ pub(super) fn warp_specialize(
                     } else if readers.1 == Some(g) {
                         let all: Vec<BufferId> = tiles.iter().copied().collect();
                         items.push(Item::Release { stage, tiles: all, body: release(ci) });
+                    }
+                    for k in (0..once.len()).filter(|&k| once_last[k] == Some(g)) {
+                        if let Some(body) = once_release(k, &l) {
+                            items.push(Item::Release {
+                                stage,
+                                tiles: vec![once[k].dst.buf],
+                                body: vec![body],
+                            });
+                        }
                     }
                     items
                 };
@@ -1076,15 +1121,23 @@ pub(super) fn warp_specialize(
             });
         }
         // the consumers are done with the once-per-tile tiles: the producer may load the next
-        // tile's (every gemm reading them retired within the loop or at the drain above)
-        for &(_, empty_once) in &once_bars {
+        // tile's (every gemm reading them retired within the loop or at the drain above);
+        // those freed in the loop's last iteration only where the loop ran none
+        for (k, &(_, empty_once)) in once_bars.iter().enumerate() {
             if let Some(e) = empty_once {
+                let pred = once_last[k]
+                    .is_some()
+                    .then(|| simplify(Expr::binary(BinOp::Le, n.clone(), Expr::int(0))));
+                if pred.as_ref().and_then(Expr::as_int) == Some(0) {
+                    continue;
+                }
+                let pred = pred.filter(|p| p.as_int().is_none());
                 work.push(Stmt::inst(inst::MbarrierArrive {
                     bar: e,
                     idx: Expr::int(c as i64),
                     expect_tx: None,
                     cta: None,
-                    pred: None,
+                    pred,
                 }));
             }
         }

@@ -212,7 +212,8 @@ pub(super) fn plan(
 }
 
 /// A piece of a scheduled step: a consumer statement of stage offset `stage`, or the
-/// release of ring tiles `tiles` (of the ring stage its readers of offset `stage` used).
+/// release of tiles `tiles` once no gemm in flight reads them: ring tiles of the ring stage
+/// their readers of offset `stage` used, or a once-per-tile tile outside the ring.
 #[allow(clippy::large_enum_variant)] // short-lived, one per scheduled statement
 pub(super) enum Item {
     Stmt { s: Stmt, stage: u32 },
@@ -324,9 +325,11 @@ struct InFlight {
 }
 
 impl InFlight {
-    /// Does this gemm still read ring tile `tiles` of stage offset `stage`?
-    fn reads(&self, stage: u32, tiles: &[BufferId]) -> bool {
-        self.ring == Some(stage) && self.shared.iter().any(|b| tiles.contains(b))
+    /// Does this gemm still read `tiles`: ring tiles of stage offset `stage`, or tiles
+    /// outside the ring (a once-per-tile tile such as Q: any instance reads the one copy)?
+    fn reads(&self, stage: u32, tiles: &[BufferId], ring: &BTreeSet<BufferId>) -> bool {
+        let outside = tiles.iter().any(|t| !ring.contains(t));
+        (outside || self.ring == Some(stage)) && self.shared.iter().any(|b| tiles.contains(b))
     }
 }
 
@@ -343,6 +346,7 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
         pending: &mut Vec<InFlight>,
         held: &mut Vec<(u32, Vec<BufferId>, Vec<Stmt>)>,
         out: &mut Vec<Stmt>,
+        ring: &BTreeSet<BufferId>,
     ) {
         let left = (pending.len() - 1 - upto) as u32;
         let mut acc = Vec::new();
@@ -354,7 +358,7 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
         out.push(Stmt::inst(inst::WgmmaWait { pending: left, acc, boundary: false }));
         let mut keep = Vec::new();
         for (stage, tiles, body) in held.drain(..) {
-            if pending.iter().any(|p| p.reads(stage, &tiles)) {
+            if pending.iter().any(|p| p.reads(stage, &tiles, ring)) {
                 keep.push((stage, tiles, body));
             } else {
                 out.extend(body);
@@ -365,7 +369,7 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
     for item in items {
         match item {
             Item::Release { stage, tiles, body } => {
-                if pending.iter().any(|p| p.reads(stage, &tiles)) {
+                if pending.iter().any(|p| p.reads(stage, &tiles, ring)) {
                     held.push((stage, tiles, body));
                 } else {
                     out.extend(body);
@@ -399,7 +403,7 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
                     }
                 };
                 if let Some(q) = conflict {
-                    retire(q, &mut pending, &mut held, &mut out);
+                    retire(q, &mut pending, &mut held, &mut out, ring);
                 }
                 out.push(s);
                 pending.extend(deferred);
@@ -408,7 +412,7 @@ fn place_waits(m: &Module, items: Vec<Item>, ring: &BTreeSet<BufferId>) -> Vec<S
     }
     if !pending.is_empty() {
         let last = pending.len() - 1;
-        retire(last, &mut pending, &mut held, &mut out);
+        retire(last, &mut pending, &mut held, &mut out, ring);
     }
     for (_, _, body) in held {
         out.extend(body);
