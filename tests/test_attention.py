@@ -84,6 +84,28 @@ def test_the_output_staged_in_q_passes_every_pass(causal, overlap):
     tilers.testing.check_passes(f, arch="sm_90a", blocks="all", check=True)
 
 
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_persistent_kernel_frees_q_after_its_last_reader(overlap):
+    """Q, loaded once per tile by the producer warpgroup, is freed once the last S = Q K^T of
+    the tile retired (a predicated arrival in the loop), not after the loop: the producer
+    waits for it before the next tile's copies. Tiles whose loop runs no iteration (a
+    bottom-right causal mask with far fewer keys than queries) still free it after the loop:
+    every pass on the CPU model, persistent blocks walking several tiles each."""
+    f = fa.flash_attention(1, 2, 200, 64, True, block_M=64, block_N=32, num_stages=2, threads=128,
+                           overlap=overlap, o_direct=True, seq_len_kv=40)
+    tilers.testing.check_passes(f, arch="sm_90a", blocks="all", check=True, compile_options={"persistent": True})
+    k = tilers.compile(fa.flash_attention(2, 4, 1024, 128, False, 128, 128, 3, 256, overlap=overlap,
+                                          o_direct=True), out_idx=[3], target="cuda:sm_90a", fast_math=True)
+    report, src = k.report(), k.get_kernel_source()
+    assert "'Q_shared' is freed for the next tile's copy once its last reader" in report, report
+    # the arrival on Q's empty barrier sits in the loop (predicated on the last iteration)
+    # and none is left unconditionally after it
+    offset = next(line for line in src.splitlines() if "empty_bar_Q_shared = " in line).split("+ ")[1].split(")")[0]
+    arrivals = [line for line in src.splitlines() if "mbarrier.arrive" in line and f"(unsigned int)({offset})" in line]
+    assert arrivals and all("@p mbarrier.arrive" in line for line in arrivals), arrivals
+    assert k.cubin[:4] == b"\x7fELF"
+
+
 @pytest.mark.parametrize("d,stages", [(128, 3), (64, 4)])
 def test_the_output_staged_in_q_leaves_room_for_more_stages(d, stages):
     k = tilers.compile(fa.flash_attention(2, 4, 1024, d, False, 128, 128, stages, 256, overlap=True, o_in_q=True),

@@ -767,6 +767,17 @@ pub(super) fn warp_specialize(
     } else {
         BTreeMap::new()
     };
+    if persistent.is_some() {
+        for (op, g) in once.iter().zip(&once_last) {
+            if let Some(g) = g {
+                let line = m.sources.short(consumers[*g].loc()).unwrap_or_default();
+                ctx.report.push(format!(
+                    "{at}: '{}' is freed for the next tile's copy once its last reader ({line}) retired in the loop's last iteration",
+                    m.buffer(op.dst.buf).name
+                ));
+            }
+        }
+    }
     let mut once_bars = Vec::new();
     for op in &once {
         let name = m.buffer(op.dst.buf).name.clone();
