@@ -34,11 +34,16 @@ SCHEDULES = ("tiles", "splitk", "atomic", "streamk", "gemv")
 
 @tilers.jit(out_idx=[2])
 def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_k=4, num_stages=3,
-           threads=128, blocks=132, dtype="float16"):
+           threads=128, blocks=132, dtype="float16", order="wx"):
     """y = x @ W^T for x [M, K] (M symbolic), W [N, K]: y [M, N] of `dtype` (float32 for the
-    "atomic" and "streamk" schedules). See the module docstring for the schedules."""
+    "atomic" and "streamk" schedules). See the module docstring for the schedules; `order`
+    says which tile is the tensor cores' A operand: "wx" the weight's (y^T = W x^T, its
+    block_N rows a multiple of wgmma's 64), "xw" the batch's (y = x W^T, block_M rows a
+    multiple of 64 on Hopper, block_N any multiple of 8: a tile count that fills the GPU)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+    if order not in ("wx", "xw"):
+        raise ValueError(f"order must be 'wx' or 'xw', got {order!r}")
     M = T.dynamic("M")
     accum = "float32"
     out_dtype = accum if schedule in ("atomic", "streamk") else dtype
@@ -47,8 +52,36 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
     k_tiles = (K + block_K - 1) // block_K
     tiles_per_split = (k_tiles + split - 1) // split
 
+    # the accumulator tile: [block_N, block_M] (y^T) for "wx", [block_M, block_N] for "xw"
+    acc_shape = (block_N, block_M) if order == "wx" else (block_M, block_N)
+
+    def mma(W_s, X_s, acc):
+        if order == "wx":
+            T.gemm(W_s, X_s, acc, transpose_B=True)
+        else:
+            T.gemm(X_s, W_s, acc, transpose_B=True)
+
+    def assign(Y, *lead):
+        """put(m, n, v) storing v at Y[*lead, m, n]."""
+        def put(m, n, v):
+            Y[(*lead, m, n)] = v
+        return put
+
+    def add(Y):
+        """put(m, n, v) adding v at Y[m, n] with an atomic."""
+        return lambda m, n, v: T.atomic_add(Y[m, n], v)
+
+    def store(acc, bx, by, put):
+        """The accumulator tile's element of row m, column n of y: put(m, n, value)."""
+        if order == "wx":
+            for i, j in T.Parallel(block_N, block_M):
+                put(by * block_M + j, bx * block_N + i, acc[i, j])
+        else:
+            for i, j in T.Parallel(block_M, block_N):
+                put(by * block_M + i, bx * block_N + j, acc[i, j])
+
     def tensor_core_tile(X, W, acc, bx, by, s):
-        """acc [block_N, block_M] = W tile @ x tile^T over split s's K tiles."""
+        """acc = W tile @ x tile^T (or its transpose, by `order`) over split s's K tiles."""
         W_s = T.alloc_shared((block_N, block_K), dtype)
         X_s = T.alloc_shared((block_M, block_K), dtype)
         T.clear(acc)
@@ -56,7 +89,7 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
             kk = s * tiles_per_split + k
             T.copy(W[bx * block_N, kk * block_K], W_s)
             T.copy(X[by * block_M, kk * block_K], X_s)
-            T.gemm(W_s, X_s, acc, transpose_B=True)
+            mma(W_s, X_s, acc)
 
     @T.macro
     def zero(Y):
@@ -70,10 +103,9 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
         @T.prim_func
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
-                acc = T.alloc_fragment((block_N, block_M), accum)
+                acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, 0)
-                for i, j in T.Parallel(block_N, block_M):
-                    Y[by * block_M + j, bx * block_N + i] = acc[i, j]
+                store(acc, bx, by, assign(Y))
 
         return kernel
 
@@ -83,10 +115,9 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
             partial = T.alloc_global((split, M, N), accum)
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, threads=threads) as (bx, by, s):
-                acc = T.alloc_fragment((block_N, block_M), accum)
+                acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, s)
-                for i, j in T.Parallel(block_N, block_M):
-                    partial[s, by * block_M + j, bx * block_N + i] = acc[i, j]
+                store(acc, bx, by, assign(partial, s))
             # the second launch: add the splits and convert, 8 outputs of a row per thread
             with T.Kernel(T.ceildiv(N, 1024), M, threads=128) as (bx, m):
                 total = T.alloc_fragment((1024,), accum)
@@ -104,10 +135,9 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
             zero(Y)
             with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, threads=threads) as (bx, by, s):
-                acc = T.alloc_fragment((block_N, block_M), accum)
+                acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, s)
-                for i, j in T.Parallel(block_N, block_M):
-                    T.atomic_add(Y[by * block_M + j, bx * block_N + i], acc[i, j])
+                store(acc, bx, by, add(Y))
 
         return kernel
 
@@ -120,7 +150,7 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
             with T.Kernel(blocks, threads=threads) as pid:
                 W_s = T.alloc_shared((block_N, block_K), dtype)
                 X_s = T.alloc_shared((block_M, block_K), dtype)
-                acc = T.alloc_fragment((block_N, block_M), accum)
+                acc = T.alloc_fragment(acc_shape, accum)
                 total = tiles_n * T.ceildiv(M, block_M) * k_tiles  # K iterations of every tile
                 share = T.ceildiv(total, blocks)
                 it = T.alloc_var("int32", init=pid * share)
@@ -135,9 +165,8 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
                     for k in T.Pipelined(k0, k1, num_stages=num_stages):
                         T.copy(W[bx * block_N, k * block_K], W_s)
                         T.copy(X[by * block_M, k * block_K], X_s)
-                        T.gemm(W_s, X_s, acc, transpose_B=True)
-                    for i, j in T.Parallel(block_N, block_M):
-                        T.atomic_add(Y[by * block_M + j, bx * block_N + i], acc[i, j])
+                        mma(W_s, X_s, acc)
+                    store(acc, bx, by, add(Y))
                     it = it + (k1 - k0)
 
         return kernel
@@ -159,11 +188,36 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
     return kernel
 
 
+SMS = 132  # the streaming multiprocessors of an H100 / H200 (SXM), which "xw" tiles fill
+
+
 def configs(N, K, dtype="float16", M=None):
     """The schedules and tiles tried per bucket of M; given M, only those that suit it (GEMV
     for a few rows, tiles of at least half of M's rows and not more than M's)."""
     if M is not None:
         return [c for c in configs(N, K, dtype) if suits(c, M)]
+    out = gemv_and_wx_configs()
+    # the batch as the A operand: W's tile any multiple of 8 rows, the narrowest that puts at
+    # most one block on each SM (14336 rows: 112 a tile, 128 tiles; 4096: 32), per split of
+    # K and count of M tiles; 64-column K tiles, as many stages as fit (up to 8)
+    for block_M in (64, 128):
+        for m_tiles in ((1, 2) if block_M == 64 else (1,)):
+            for split_k in (1, 2, 4):
+                block_N = 8 * -(-N * split_k * m_tiles // (SMS * 8))
+                if block_N > 256:
+                    continue
+                stages = min(8, 200 * 1024 // ((block_N + block_M) * 64 * 2))
+                threads = 256 if block_M * block_N > 128 * 128 or block_M == 128 else 128
+                for schedule in (("tiles",) if split_k == 1 else ("atomic", "splitk")):
+                    cfg = {"schedule": schedule, "order": "xw", "block_N": block_N, "block_M": block_M,
+                           "block_K": 64, "split_k": split_k, "num_stages": stages, "threads": threads}
+                    if cfg not in out:
+                        out.append(cfg)
+    return out
+
+
+def gemv_and_wx_configs():
+    """The GEMVs and the tiles with the weight as the A operand."""
     out = [{"schedule": "gemv", "block_N": bn, "block_K": bk, "threads": t}
            for bn, bk, t in ((8, 256, 128), (16, 128, 128), (4, 512, 128), (32, 128, 256), (2, 1024, 128),
                              (4, 1024, 256))]
@@ -198,6 +252,8 @@ def suits(cfg, M):
     """Whether a config is worth timing for M rows of x."""
     if cfg["schedule"] == "gemv":
         return M <= 8
+    if cfg.get("order") == "xw":  # 64-row tiles of the batch: for all but one row
+        return M >= 2 and (cfg["block_M"] == 64 or M > 64)
     return cfg["block_M"] <= max(16, M) and 2 * cfg["block_M"] >= min(M, 128)
 
 
