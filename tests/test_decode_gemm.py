@@ -65,6 +65,41 @@ def test_tiles_of_32_rows_of_w(schedule):
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
 
 
+@pytest.mark.parametrize("schedule", ["tiles", "splitk", "atomic", "streamk"])
+@pytest.mark.parametrize("block_M,block_N,threads", [(64, 40, 128), (128, 24, 256)])
+def test_the_batch_as_the_a_operand(schedule, block_M, block_N, threads):
+    """order="xw": x's tile is the tensor cores' A operand (wgmma's 64-row atoms over the
+    batch), W's tile of any multiple of 8 rows the B operand; every pass on the CPU model and
+    numpy on the interpreter for batches of 1, 7 and 70 (more rows than a 64-row tile)."""
+    cfg = dict(schedule=schedule, order="xw", block_M=block_M, block_N=block_N, block_K=64, split_k=3,
+               num_stages=3, threads=threads, blocks=5)
+    program = decode_gemm.linear.prim_func(N, K, **cfg)
+    testing.check_passes(program, arch="sm_90a", check=True)
+    source = tilers.compile(program, out_idx=[2], target="cuda:sm_90a").get_kernel_source()
+    assert f"wgmma.mma_async.sync.aligned.m64n{block_N}k16" in source
+    for M in (1, 7, 70):
+        x, w, want = inputs(M, seed=M)
+        y = decode_gemm.linear(N, K, **cfg)(x, w)
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
+
+
+def test_an_unknown_order_is_refused():
+    with pytest.raises(ValueError, match="order must be 'wx' or 'xw', got 'yx'"):
+        decode_gemm.linear.prim_func(N, K, schedule="tiles", order="yx")
+
+
+def test_xw_configs_fill_the_gpu_with_one_wave():
+    """The "xw" tiles the space offers put at most one block per SM, nearly all of them busy."""
+    for n in (4096, 14336, 1000):
+        tiles = [c for c in decode_gemm.configs(n, 4096, M=64) if c.get("order") == "xw"]
+        assert tiles
+        for c in tiles:
+            blocks = -(-n // c["block_N"]) * c["split_k"]
+            assert c["block_N"] % 8 == 0 and blocks <= decode_gemm.SMS
+    one_split = [c for c in decode_gemm.configs(14336, 4096, M=64) if c.get("order") == "xw" and c["split_k"] == 1]
+    assert {c["block_N"] for c in one_split} >= {112}  # 128 tiles of 112 rows
+
+
 @pytest.mark.parametrize("schedule", decode_gemm.SCHEDULES)
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
 def test_nvrtc_compiles_the_llm_shapes(schedule, arch):

@@ -36,6 +36,25 @@ def test_against_torch(schedule, dtype, N, K):
         torch.testing.assert_close(y.float(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("schedule", ["tiles", "splitk", "atomic", "streamk"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("N,K,block_N", [(1000, 520, 40), (14336, 4096, 112), (4096, 4096, 32)])
+def test_the_batch_as_the_a_operand_against_torch(schedule, dtype, N, K, block_N):
+    """order="xw" (x's tile the wgmma A operand, W's tile of any multiple of 8 rows as B) for
+    batches of 1 to 128 rows: tiles of 64 and 128 batch rows."""
+    torch_dtype = getattr(torch, dtype)
+    w = (torch.randn(N, K, device="cuda") / K**0.5).to(torch_dtype)
+    for block_M, threads in ((64, 128), (128, 256)):
+        kernel = decode_gemm.linear(N, K, dtype=dtype, schedule=schedule, order="xw", block_M=block_M,
+                                    block_N=block_N, block_K=64, split_k=2, num_stages=4, threads=threads,
+                                    blocks=132)
+        for M in (1, 7, 64, 65, 128):
+            x = torch.randn(M, K, device="cuda").to(torch_dtype)
+            want = x.float() @ w.float().T
+            tol = 3e-2 if dtype == "bfloat16" else 5e-3
+            torch.testing.assert_close(kernel(x, w).float(), want, rtol=tol, atol=tol)
+
+
 def test_split_k_float32_is_within_a_float32_gemm():
     N, K = 4096, 14336
     w = torch.randn(N, K, device="cuda", dtype=torch.float16)
