@@ -89,10 +89,23 @@ def copy_bandwidth():
     return 2 * a.numel() * 2 / (ms * 1e-3)
 
 
-def timer(fn):
-    """A function that times fn: microseconds per call (see TIMING)."""
+def timer(fn, dependent=True):
+    """A function that times fn: microseconds per call (see TIMING). `dependent=False`: the
+    later kernels of a tilers call start only once the kernel before them ended (no
+    programmatic dependent launch: `tilers.runtime.dependent_launch`)."""
     import torch
 
+    if not dependent:
+        def serial():
+            before = tilers.runtime.dependent_launch(False)
+            try:
+                return timer(fn)
+            finally:
+                tilers.runtime.dependent_launch(before)
+
+        if TIMING == "eager":
+            return lambda: serial()()
+        return serial()
     if TIMING == "eager":
         return lambda: time_ms(fn, CALLS) * 1e3
     side = torch.cuda.Stream()
@@ -131,11 +144,32 @@ def launch_floor(n):
     return min(timed() for _ in range(5))
 
 
-def rounds_of(fns):
-    """Per round, each fn timed once (A, B, C, A, B, C, ...): {name: [us per round]}."""
+def launch_floor_pair(dependent):
+    """Microseconds per call of a prim_func of two empty kernels (one block each), the
+    second reading what the first wrote: the floor of a result that takes two kernels, with
+    or without programmatic dependent launch."""
+
+    @T.prim_func
+    def pair(A: T.Tensor((2,), "float32")):
+        with T.Kernel(1, threads=32):
+            A[0] = A[0] + 1.0
+        with T.Kernel(1, threads=32):
+            A[1] = A[0]
+
     import torch
 
-    timers = {name: timer(fn) for name, fn in fns.items()}
+    kernel = tilers.compile(pair)
+    a = torch.zeros(2, device="cuda")
+    timed = timer(lambda: kernel(a), dependent=dependent)
+    return min(timed() for _ in range(5))
+
+
+def rounds_of(fns, serial=()):
+    """Per round, each fn timed once (A, B, C, A, B, C, ...): {name: [us per round]}; the
+    names in `serial` timed without programmatic dependent launch."""
+    import torch
+
+    timers = {name: timer(fn, dependent=name not in serial) for name, fn in fns.items()}
     torch.cuda.synchronize()
     out = {name: [] for name in fns}
     for _ in range(ROUNDS):
@@ -324,20 +358,22 @@ def gemm_rows(bandwidth, floors):
                     rows.append({"kind": "gemm", "dtype": dtype, "M": M, "N": N, "K": K, "error": "no config ran"})
                     continue
                 _, cfg, kernel = best
+                launches = 1 if cfg["schedule"] in ("tiles", "gemv") else 2
                 fns = {"tilers": lambda: kernel(*next_set()), "cublas": lambda: F.linear(*next_set())}
+                if launches == 2:  # the same kernels, each started after the one before it ended
+                    fns["tilers_serial"] = fns["tilers"]
                 try:
                     triton_run(*sets[0])
                     fns["triton"] = lambda: triton_run(*next_set())
                 except Exception as err:
                     print(f"  triton refused M={M} N={N} K={K}: {str(err).splitlines()[0][:100]}")
-                times = rounds_of(fns)
+                times = rounds_of(fns, serial=("tilers_serial",))
                 first = sets[0]
                 cublas_kernels = kernel_names(lambda: F.linear(*first))
-                launches = 1 if cfg["schedule"] in ("tiles", "gemv") else 2
                 row = {"kind": "gemm", "dtype": dtype, "M": M, "N": N, "K": K, "config": cfg,
                        "launch_floor_us": floors[launches],
                        "cublas_kernels": cublas_kernels}
-                rows.append(summarize(row, times, "tilers", ["cublas", "triton"], nbytes, bandwidth))
+                rows.append(summarize(row, times, "tilers", ["cublas", "triton", "tilers_serial"], nbytes, bandwidth))
                 print(rows[-1])
                 del sets
                 torch.cuda.empty_cache()
@@ -425,6 +461,8 @@ def attention_rows(bandwidth, floors):
                     continue
                 _, cfg, kernel = best
                 fns = {"tilers": lambda: kernel(*next_args())}
+                if cfg["num_split"] > 1:  # the combine: a second kernel
+                    fns["tilers_serial"] = fns["tilers"]
                 for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION),
                                       ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
@@ -434,10 +472,11 @@ def attention_rows(bandwidth, floors):
                         print(f"  {name} unsupported at B={B} S={S}: {str(err).splitlines()[0][:100]}")
                         continue
                     fns[name] = (lambda be: lambda: sdpa_call(be, *next_set()))(backend)
-                times = rounds_of(fns)
+                times = rounds_of(fns, serial=("tilers_serial",))
                 row = {"kind": "attention", "B": B, "S": S, "paged": paged, "page_size": PAGE if paged else 0, "config": cfg,
-                       "launch_floor_us": floors[2]}
-                rows.append(summarize(row, times, "tilers", ["sdpa_flash", "sdpa_cudnn"], nbytes, bandwidth))
+                       "launch_floor_us": floors[2 if cfg["num_split"] > 1 else 1]}
+                rows.append(summarize(row, times, "tilers", ["sdpa_flash", "sdpa_cudnn", "tilers_serial"], nbytes,
+                                      bandwidth))
                 print(rows[-1])
             del sets
             torch.cuda.empty_cache()
@@ -447,13 +486,19 @@ def attention_rows(bandwidth, floors):
 def main():
     bandwidth = copy_bandwidth()
     floors = {1: launch_floor(1), 2: launch_floor(2)}
-    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s; launch floors {floors} us ({TIMING} timing)")
+    # a result of two kernels is one call of a prim_func of two: its floor with the second
+    # kernel started early (programmatic dependent launch) and without
+    pair = {"dependent": launch_floor_pair(True), "serial": launch_floor_pair(False)}
+    floors[2] = pair["dependent"]
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s; launch floors {floors} us, two kernels in one call {pair} "
+          f"({TIMING} timing)")
     rows = []
     if PART in ("all", "gemm"):
         rows += gemm_rows(bandwidth, floors)
     if PART in ("all", "attention"):
         rows += attention_rows(bandwidth, floors)
     write_results("decode", rows, {"copy_bandwidth_bytes_per_s": bandwidth, "launch_floor_us": floors,
+                                   "two_kernel_floor_us": pair,
                                    "rounds": ROUNDS, "l2x": L2X, "timing": TIMING, "calls": CALLS})
     return 0
 

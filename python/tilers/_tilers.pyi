@@ -125,6 +125,11 @@ def launch(
     float64. Never synchronizes; releases the GIL around the driver call. For tests and
     benchmarks: kernels launch through `Launcher`."""
 
+def set_dependent_launch(enabled: bool) -> bool:
+    """Whether the later kernels of a call of several kernels that wait for the ones before
+    them (KernelInfo `dependent_launch`) launch as programmatic dependents (cuLaunchKernelEx);
+    on by default; returns the previous setting."""
+
 # ---- torch (the launcher reads tensors through torch's stable C shim)
 
 def load_torch_shim(torch: Any) -> str:

@@ -39,6 +39,20 @@ def device_attribute(device_index: int, attribute: int) -> int:
     return _native().device_attribute(device_index, attribute)
 
 
+def dependent_launch(enabled: bool) -> bool:
+    """Turn programmatic dependent launch on or off; returns the previous setting.
+
+    A call of a prim_func of several ``T.Kernel`` blocks launches its kernels in order on one
+    stream. On sm_90 and newer each kernel after the first waits for the ones before it with
+    ``griddepcontrol.wait`` placed just before it first touches what they wrote (see the
+    kernel's report), and the launcher lets it start while the kernel before it still runs
+    (cuLaunchKernelEx with programmatic stream serialization): its launch latency and the
+    work before that wait overlap the kernel before it. On by default; off, each kernel
+    starts once the one before it ended (the instructions are then no-ops). A CUDA graph
+    keeps the setting it was captured with."""
+    return _native().set_dependent_launch(bool(enabled))
+
+
 # ---------------------------------------------------------------------------------------
 # GPU discovery and targets
 # ---------------------------------------------------------------------------------------

@@ -51,6 +51,11 @@ pub struct KernelInfo {
     /// (one per SM), which walk the grid's tiles; `grid` keeps the tiles.
     #[serde(default, skip_serializing_if = "is_false")]
     pub persistent: bool,
+    /// A kernel after the first of a call that waits for the kernels before it with
+    /// `griddepcontrol.wait` (`tile_passes::grid_dependence`): the launcher may start it as
+    /// a programmatic dependent of the kernel launched before it in the same call.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub dependent_launch: bool,
     /// Thread-block cluster dims (`[1, 1, 1]`: no cluster). A persistent kernel's clusters
     /// run along x: launch `cluster[0] * min(tiles / cluster[0], SMs / cluster[0])` blocks
     /// (the tiles are a multiple of the cluster), each cluster walking groups of tiles.
@@ -480,6 +485,7 @@ impl KernelInfo {
             threads: m.kernel.threads,
             block: [m.kernel.threads, 1, 1],
             persistent: false,
+            dependent_launch: false,
             cluster: no_cluster(),
             shared_bytes: 0,
             shared_opt_in: false,
@@ -552,6 +558,13 @@ fn destinations(s: &Stmt) -> Vec<BufferId> {
             .collect(),
         _ => Vec::new(),
     }
+}
+
+/// Whether the kernel waits for the kernels launched before it (`griddep_wait`).
+fn waits_for_grids(m: &Module) -> bool {
+    let mut found = false;
+    walk_stmts(&m.kernel.body, &mut |s| found |= matches!(s, Stmt::Inst(Inst::GridDepWait(_))));
+    found
 }
 
 /// Every buffer some statement of the kernel writes.
@@ -694,6 +707,7 @@ pub fn kernel_info(m: &Module, arch: &str, entry: &str, report: &[String]) -> Re
         threads: m.kernel.threads,
         block: [m.launched_threads(), 1, 1],
         persistent: m.tiles().is_some(),
+        dependent_launch: waits_for_grids(m),
         cluster: [m.cluster_blocks(), 1, 1],
         shared_bytes,
         shared_opt_in: shared_bytes > DEFAULT_SHARED_LIMIT,
@@ -743,6 +757,7 @@ mod tests {
             threads: 128,
             block: [128, 1, 1],
             persistent: false,
+            dependent_launch: false,
             cluster: [1, 1, 1],
             shared_bytes: 0,
             shared_opt_in: false,

@@ -73,6 +73,9 @@ pub struct Effects {
     pub bulk_async: bool,
     /// Leaves the innermost loop (`break`): control flow, not a data access.
     pub leaves_loop: bool,
+    /// Orders this kernel after the kernels launched before it in the same call
+    /// (`griddepcontrol.*`, programmatic dependent launch): nothing within the kernel.
+    pub orders_grids: bool,
 }
 
 impl Effects {
@@ -80,7 +83,12 @@ impl Effects {
     /// or proxy fence): placed by the passes that own ordering, a no-op for a program run one
     /// statement after another (the tile-level interpreter).
     pub fn only_orders(&self) -> bool {
-        self.barrier || self.commits || self.waits_for.is_some() || self.orders_tensor_core || self.mbarrier
+        self.barrier
+            || self.commits
+            || self.waits_for.is_some()
+            || self.orders_tensor_core
+            || self.mbarrier
+            || self.orders_grids
     }
 }
 
@@ -933,6 +941,27 @@ pub struct LoopBreak;
 
 operandless_instruction!(LoopBreak, "break", Effects { leaves_loop: true, ..Effects::default() });
 
+/// `griddepcontrol.wait`: the thread waits until the kernels launched before this one in
+/// the same call completed and their memory is visible. A no-op unless the kernel was
+/// launched as a programmatic dependent (KernelInfo `dependent_launch`), which lets it start
+/// before they end: placed by `tile_passes::grid_dependence` before its first access to
+/// memory an earlier kernel of the call writes (or reads, where this one writes it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridDepWait;
+
+operandless_instruction!(GridDepWait, "griddep_wait", Effects { orders_grids: true, ..Effects::default() });
+
+/// `griddepcontrol.launch_dependents`: once every block of this kernel ran it (or exited),
+/// the next kernel of the call, launched as a programmatic dependent, may start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GridDepLaunch;
+
+operandless_instruction!(
+    GridDepLaunch,
+    "griddep_launch",
+    Effects { orders_grids: true, ..Effects::default() }
+);
+
 /// `__trap()`: stops the kernel with an error.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Trap;
@@ -1742,5 +1771,7 @@ instructions!(
     CallExtern,
     BindPointer,
     Trap,
-    LoopBreak
+    LoopBreak,
+    GridDepWait,
+    GridDepLaunch
 );

@@ -93,6 +93,8 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   ldmatrix.x2.trans b[0..] <- A_s[floormod(%lane, 16), 16]
   mma.m16n8k16.f32.f16.f16.f32 c[0..] += a[0..] * b[0..]
   stmatrix.x2 A_s[floormod(%lane, 16), 32] <- b[0..]
+  griddep_launch
+  griddep_wait
   fence_proxy_async
   wgmma_fence
   wgmma.m64nNk16.f32.f16.f16 n=64 d[0..] += B_s[0, 0] k_major * B_s[0, 16] mn_major scale_d=0
@@ -162,6 +164,8 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::BindPointer(_) => "bind_pointer",
                 Inst::Trap(_) => "trap",
                 Inst::LoopBreak(_) => "break",
+                Inst::GridDepWait(_) => "griddep_wait",
+                Inst::GridDepLaunch(_) => "griddep_launch",
                 Inst::FenceMbarrierInit(_) => "fence_mbarrier_init",
                 Inst::MbarrierInit(_) => "mbarrier_init",
                 Inst::MbarrierArrive(_) => "mbarrier_arrive",
@@ -177,7 +181,7 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 32, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 34, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]

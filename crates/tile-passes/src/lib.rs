@@ -6,6 +6,7 @@
 //! dump callback (`TILERS_DUMP_IR`, `kernel.ir("after:<pass>")`).
 
 pub mod gemm;
+pub mod grid_dependence;
 pub mod infer_layouts;
 pub mod infer_scopes;
 pub mod inject_pipeline;

@@ -64,6 +64,9 @@ pub(crate) struct Driver {
         *mut *mut c_void,
     ) -> CuResult,
     get_error_name: unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult,
+    /// `cuLaunchKernelEx` (CUDA 12.0): launches with attributes (a programmatic dependent
+    /// launch); None where the driver is older, where every kernel launches plainly.
+    launch_kernel_ex: Option<LaunchKernelEx>,
     /// `cuTensorMapEncodeTiled` (CUDA 12.0): None where the driver is older, which only
     /// kernels with tensor maps need.
     tensor_map_encode_tiled: Option<EncodeTiled>,
@@ -81,6 +84,42 @@ struct LaunchConfig {
     stream: Handle,
     attrs: *mut c_void,
     num_attrs: c_uint,
+}
+
+/// `CUlaunchAttribute`: an id (a C enum), padding to 8 bytes, and a 64-byte value union.
+#[repr(C)]
+struct LaunchAttribute {
+    id: c_uint,
+    pad: [u8; 4],
+    value: [u64; 8],
+}
+
+/// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION: the kernel may start before the
+/// one before it on the stream ends (its `griddepcontrol.wait` waits for that one);
+/// the value's first int is `programmaticStreamSerializationAllowed`.
+const PROGRAMMATIC_STREAM_SERIALIZATION: c_uint = 6;
+
+/// `cuLaunchKernelEx(config, f, kernelParams, extra)`.
+type LaunchKernelEx =
+    unsafe extern "C" fn(*const LaunchConfig, Handle, *mut *mut c_void, *mut *mut c_void) -> CuResult;
+
+/// Whether kernels that wait for the ones before them in their call (KernelInfo
+/// `dependent_launch`) are launched as programmatic dependents; `set_dependent_launch`.
+static DEPENDENT_LAUNCH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Whether dependent launches are on (see `set_dependent_launch`).
+pub(crate) fn dependent_launch_enabled() -> bool {
+    DEPENDENT_LAUNCH.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// set_dependent_launch(enabled) -> bool: whether the later kernels of a call of several
+/// kernels may start while the kernel before them runs (programmatic dependent launch, on
+/// by default where the driver has `cuLaunchKernelEx`); returns the previous setting. Off,
+/// every kernel starts after the one before it ended (its `griddepcontrol` instructions
+/// are no-ops): for comparing the two, or ruling the feature out.
+#[pyfunction]
+pub fn set_dependent_launch(enabled: bool) -> bool {
+    DEPENDENT_LAUNCH.swap(enabled, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// `cuOccupancyMaxActiveClusters(numClusters, func, config)`.
@@ -127,6 +166,9 @@ fn open_driver() -> Result<Driver, String> {
     let tensor_map_encode_tiled: Option<EncodeTiled> =
         unsafe { library.get::<EncodeTiled>(b"cuTensorMapEncodeTiled\0") }.ok().map(|symbol| *symbol);
     // SAFETY: MaxActiveClusters is the driver API's declared signature.
+    // SAFETY: the declared signature of cuLaunchKernelEx (CUDA 12.0).
+    let launch_kernel_ex: Option<LaunchKernelEx> =
+        unsafe { library.get::<LaunchKernelEx>(b"cuLaunchKernelEx\0") }.ok().map(|f| *f);
     let occupancy_max_active_clusters: Option<MaxActiveClusters> =
         unsafe { library.get::<MaxActiveClusters>(b"cuOccupancyMaxActiveClusters\0") }
             .ok()
@@ -146,6 +188,7 @@ fn open_driver() -> Result<Driver, String> {
         func_set_attribute: symbol!("cuFuncSetAttribute"),
         launch_kernel: symbol!("cuLaunchKernel"),
         get_error_name: symbol!("cuGetErrorName"),
+        launch_kernel_ex,
         tensor_map_encode_tiled,
         occupancy_max_active_clusters,
         _library: library,
@@ -428,6 +471,9 @@ pub(crate) struct Launch {
     pub shared_bytes: u32,
     pub stream: usize,
     pub parameters: usize,
+    /// Launch as a programmatic dependent of the kernel before it on the stream (the
+    /// kernel waits for it with `griddepcontrol.wait`); plainly where the driver cannot.
+    pub dependent: bool,
 }
 
 fn fill(args: &Bound<'_, PyAny>, kinds: &[u8], packed: &mut Packed<'_>) -> PyResult<()> {
@@ -498,6 +544,27 @@ pub(crate) fn run(driver: &Driver, launch: Launch) -> PyResult<()> {
     let pushed = !context.is_null() && driver.push_unless_current(context)?;
     let (gx, gy, gz) = launch.grid;
     let (bx, by, bz) = launch.block;
+    if let (true, Some(launch_ex)) = (launch.dependent, driver.launch_kernel_ex) {
+        let mut attribute =
+            LaunchAttribute { id: PROGRAMMATIC_STREAM_SERIALIZATION, pad: [0; 4], value: [0; 8] };
+        attribute.value[0] = 1; // programmaticStreamSerializationAllowed (an int, little-endian)
+        let config = LaunchConfig {
+            grid: [gx, gy, gz],
+            block: [bx, by, bz],
+            shared_bytes: launch.shared_bytes,
+            stream: launch.stream as Handle,
+            attrs: (&mut attribute as *mut LaunchAttribute).cast(),
+            num_attrs: 1,
+        };
+        // SAFETY: as cuLaunchKernel below; the config and its attribute outlive the call.
+        let status = unsafe {
+            launch_ex(&config, launch.function as Handle, launch.parameters as *mut *mut c_void, null_mut())
+        };
+        if pushed {
+            driver.pop()?;
+        }
+        return driver.check(status, "cuLaunchKernelEx");
+    }
     // SAFETY: a loaded function; `parameters` holds one pointer per kernel parameter, each
     // to 8 bytes that start with the parameter's value; both outlive the call.
     let status = unsafe {
@@ -569,6 +636,7 @@ pub fn launch(
         shared_bytes,
         stream,
         parameters: packed.pointers.as_mut_ptr() as usize,
+        dependent: false,
     };
     py.allow_threads(move || run(driver, launch))
 }

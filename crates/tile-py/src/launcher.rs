@@ -998,10 +998,16 @@ impl Launcher {
         let outputs = self.allocate(py, device, slots, sizes)?;
         let scratch = self.allocate_scratch(py, device, slots, sizes)?;
         let stream = if self.driver.is_some() { self.stream(py, device)? } else { 0 };
+        // a kernel may start early only behind a kernel of this call (never behind the
+        // caller's work, which it does not wait for)
+        let mut launched = false;
+        let dependents = crate::launch::dependent_launch_enabled();
         for ((step, grid), &function) in self.steps.iter().zip(grids.iter()).zip(functions) {
             if grid.contains(&0) {
                 continue;
             }
+            let dependent = launched && dependents && step.info.dependent_launch;
+            launched = true;
             // the tensor maps, after the outputs are bound (a map may describe one)
             let n_maps = step.maps.len();
             let mut stack_maps;
@@ -1042,6 +1048,7 @@ impl Launcher {
                     shared_bytes: step.info.shared_bytes,
                     stream,
                     parameters: pointers.as_mut_ptr() as usize,
+                    dependent,
                 };
                 py.allow_threads(move || run(driver, launch))?;
             } else {

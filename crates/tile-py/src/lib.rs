@@ -346,6 +346,7 @@ fn _tilers(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launch::device_name, m)?)?;
     m.add_function(wrap_pyfunction!(launch::load_function, m)?)?;
     m.add_function(wrap_pyfunction!(launch::launch, m)?)?;
+    m.add_function(wrap_pyfunction!(launch::set_dependent_launch, m)?)?;
     m.add_function(wrap_pyfunction!(torch_shim::load_torch_shim, m)?)?;
     m.add_function(wrap_pyfunction!(torch_shim::tensor_codes, m)?)?;
     m.add_class::<launcher::Launcher>()?;

@@ -281,6 +281,13 @@ fn compile_inner(
         })?;
         lowered.push((module, ctx.report));
     }
+    // the kernels of one call: each may start while the one before it runs
+    tile_passes::grid_dependence::place(&mut lowered, &target);
+    if several && target.sm >= 90 {
+        for (k, (m, _)) in lowered.iter().enumerate() {
+            dump_module(&format!("kernel{k}/grid_dependence"), m);
+        }
+    }
     let cg = tile_codegen::CodegenOptions { lineinfo: opts.lineinfo };
     let kernel = tile_codegen::emit_cuda_kernels(&lowered, &target, &cg).map_err(|d| match d.severity {
         tile_ir::diag::Severity::Bug => CompileError::Internal { message: d.message, reproducer: None },

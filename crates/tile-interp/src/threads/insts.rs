@@ -209,6 +209,8 @@ impl Machine<'_> {
             Inst::WgmmaWait(w) => self.wgmma_wait(active, w)?,
             Inst::FenceProxyAsync(_) => self.fence_proxy_async(active),
             Inst::Printf(_) => {}
+            // the kernels of a call run one after another here: nothing to wait for or signal
+            Inst::GridDepWait(_) | Inst::GridDepLaunch(_) => {}
             Inst::BindPointer(b) => return Err(self.err(crate::pointer_message(&self.m.buffer(b.buf).name))),
             Inst::CallExtern(c) => {
                 if !crate::EXTERN_NO_EFFECT.contains(&c.name.as_str()) {

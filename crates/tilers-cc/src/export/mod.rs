@@ -1181,6 +1181,7 @@ mod tests {
             threads: 128,
             block: [128, 1, 1],
             persistent: false,
+            dependent_launch: false,
             then: vec![],
             cluster: [1, 1, 1],
             shared_bytes: 0,

@@ -70,6 +70,14 @@ impl Emitter<'_> {
                 self.line("asm volatile(\"fence.proxy.async.shared::cta;\" ::: \"memory\");");
                 Ok(())
             }
+            Inst::GridDepWait(_) => {
+                self.line("asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
+                Ok(())
+            }
+            Inst::GridDepLaunch(_) => {
+                self.line("asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");");
+                Ok(())
+            }
             Inst::FenceMbarrierInit(_) => {
                 self.line("asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");");
                 Ok(())
