@@ -97,3 +97,13 @@ def test_the_interpreter_runs_the_programs_unchanged():
     tilers.compile(read_then_overwrite(n), target="interp")(x, y, z)
     np.testing.assert_allclose(y, 2 * np.arange(n))
     assert not x.any() and (z == 1).all()
+
+
+def test_every_pass_agrees_with_the_grid_dependence_stage():
+    """The CPU model runs each kernel through every stage, grid_dependence's included."""
+    from tilers import testing
+
+    result = testing.check_passes(read_then_overwrite(300), arch="sm_90a", check=True)
+    stages = str(result)
+    for k in range(3):
+        assert f"kernel{k}/grid_dependence" in stages

@@ -225,11 +225,16 @@ pub fn check_passes(program: &str, opts: &CheckOptions) -> Result<PassCheck, Com
                 reproducer: None,
             });
         };
-        if kernels.last().is_none_or(|(k, _)| k != kernel) {
-            kernels.push((kernel.to_string(), Vec::new()));
-        }
-        let last = kernels.last_mut().expect("pushed above");
-        last.1.push((pass.to_string(), m.scratch_as_params()));
+        // a kernel's stages in order; those of the passes over the whole call (after every
+        // kernel is lowered: grid_dependence) come after all kernels' and join their kernel's
+        let index = match kernels.iter().position(|(k, _)| k == kernel) {
+            Some(i) => i,
+            None => {
+                kernels.push((kernel.to_string(), Vec::new()));
+                kernels.len() - 1
+            }
+        };
+        kernels[index].1.push((pass.to_string(), m.scratch_as_params()));
     }
     let mut all: Option<PassCheck> = None;
     for (kernel, stages) in &kernels {
