@@ -206,13 +206,15 @@ def configs(N, K, dtype="float16", M=None):
                 block_N = 8 * -(-N * split_k * m_tiles // (SMS * 8))
                 if block_N > 256:
                     continue
-                stages = min(8, 200 * 1024 // ((block_N + block_M) * 64 * 2))
+                # 8 stages, and as many as fit (up to 16: a thin tile's bytes in flight)
+                most = min(16, 200 * 1024 // ((block_N + block_M) * 64 * 2))
                 threads = 256 if block_M * block_N > 128 * 128 or block_M == 128 else 128
                 for schedule in (("tiles",) if split_k == 1 else ("atomic", "splitk")):
-                    cfg = {"schedule": schedule, "order": "xw", "block_N": block_N, "block_M": block_M,
-                           "block_K": 64, "split_k": split_k, "num_stages": stages, "threads": threads}
-                    if cfg not in out:
-                        out.append(cfg)
+                    for stages in sorted({min(8, most), most}):
+                        cfg = {"schedule": schedule, "order": "xw", "block_N": block_N, "block_M": block_M,
+                               "block_K": 64, "split_k": split_k, "num_stages": stages, "threads": threads}
+                        if cfg not in out:
+                            out.append(cfg)
     return out
 
 
