@@ -112,9 +112,9 @@ def test_every_pass_agrees_with_the_grid_dependence_stage():
 def test_a_tma_load_of_what_the_kernel_before_wrote_waits_first():
     """A later kernel whose producer loads, by TMA, a tensor the first kernel wrote: the
     producer waits before it issues the copy (the consumers' own accesses need no wait)."""
-    from dependent_launch import scale_then_tma_gemm
+    from test_multi_kernel import scale_then_gemm
 
-    kernel = tilers.compile(scale_then_tma_gemm(256, 256, 512), out_idx=[3], target="cuda:sm_90a")
+    kernel = tilers.compile(scale_then_gemm(256, 256, 512), out_idx=[3], target="cuda:sm_90a")
     scale, gemm = kernels_of(kernel.get_kernel_source())
     load = "cp.async.bulk.tensor.2d.shared::cluster.global"
     assert load in gemm

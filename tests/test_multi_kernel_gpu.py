@@ -10,41 +10,11 @@ import tilers
 import tilers.language as T
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_multi_kernel import dynamic_reverse, gemm_then_scale, split_sum
+from test_multi_kernel import dynamic_reverse, gemm_then_scale, scale_then_gemm, split_sum
 
 pytestmark = pytest.mark.gpu
 
 torch = pytest.importorskip("torch")
-
-
-def scale_then_gemm(M, N, K, block=128, block_K=64):
-    """Kernel 0 writes 2*A to an output; kernel 1, a pipelined GEMM whose loads TMA can
-    carry on sm_90a (tensor maps encoded for a later kernel of the call), reads it."""
-
-    @T.prim_func
-    def scale_then_gemm(
-        A: T.Tensor((M, K), "float16"),
-        B: T.Tensor((N, K), "float16"),
-        A2: T.Tensor((M, K), "float16"),
-        C: T.Tensor((M, N), "float32"),
-    ):
-        with T.Kernel(M, threads=128) as row:
-            for j in T.serial(T.ceildiv(K, 128)):
-                for i in T.Parallel(128):
-                    if j * 128 + i < K:
-                        A2[row, j * 128 + i] = A[row, j * 128 + i] * 2.0
-        with T.Kernel(T.ceildiv(N, block), T.ceildiv(M, block), threads=256) as (bx, by):
-            a_s = T.alloc_shared((block, block_K), "float16")
-            b_s = T.alloc_shared((block, block_K), "float16")
-            acc = T.alloc_fragment((block, block), "float32")
-            T.clear(acc)
-            for k in T.Pipelined(T.ceildiv(K, block_K), num_stages=3):
-                T.copy(A2[by * block, k * block_K], a_s)
-                T.copy(B[bx * block, k * block_K], b_s)
-                T.gemm(a_s, b_s, acc, transpose_B=True)
-            T.copy(acc, C[by * block, bx * block])
-
-    return scale_then_gemm
 
 
 @pytest.mark.parametrize("shape", [(1, 64), (33, 128), (100, 256), (4097, 512)])
