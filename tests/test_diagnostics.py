@@ -775,6 +775,20 @@ def shared_memory_over_limit():
     tilers.compile(kernel, target="cuda:sm_90a")
 
 
+@mistake("A fragment too large for the threads' registers", "'acc' holds 8192 of them", "over 2048")
+def fragment_over_the_registers():
+    @T.prim_func
+    def kernel(A: T.Tensor((1024, 1024), "float32")):
+        with T.Kernel(1, threads=128):
+            acc = T.alloc_fragment((1024, 1024), "float32")  # <- mistake
+            T.copy(A, acc)
+            for i, j in T.Parallel(1024, 1024):
+                acc[i, j] = acc[i, j] * 2.0
+            T.copy(acc, A)
+
+    tilers.compile(kernel, target="cuda:sm_90a")
+
+
 @mistake("`T.copy` into a local buffer", "T.Parallel")
 def copy_into_local_buffer():
     @T.prim_func

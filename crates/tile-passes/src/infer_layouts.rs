@@ -670,6 +670,9 @@ pub fn infer_layouts(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
     if diags.is_empty() {
         diags.extend(crate::local_owners::check(&m));
     }
+    if diags.is_empty() {
+        diags.extend(thread_arrays_fit(&m));
+    }
     for b in &m.buffers {
         if let Some(l) = &b.layout {
             ctx.report.push(format!("layout of {}: {l}", b.name));
@@ -1282,4 +1285,47 @@ fn compatible(
         }
     }
     Ok(())
+}
+
+/// 32-bit words of one thread's arrays past which a kernel is refused: eight times the 255
+/// registers a thread has. Such arrays live in local memory, and NVRTC compiles the
+/// unrolled code over them for minutes (a 1024x1024 float32 fragment over 128 threads,
+/// 8192 words: 578 s), so a tile too large for the block is an error at its line rather
+/// than a compile that seems to hang. Below it, `kernel.report()` gives each fragment's
+/// registers and the autotuner passes over configs above 255.
+pub const MAX_THREAD_ARRAY_WORDS: i64 = 2048;
+
+/// The kernel's fragments and per-thread buffers, by their registers per thread, fit under
+/// [`MAX_THREAD_ARRAY_WORDS`]; else an error at the largest one.
+fn thread_arrays_fit(m: &Module) -> Vec<Diagnostic> {
+    let mut arrays: Vec<(i64, &tile_ir::Buffer)> = m
+        .buffers
+        .iter()
+        .filter_map(|b| {
+            let elements = match (b.scope, &b.layout) {
+                (Scope::Fragment, Some(l)) => l.slots(),
+                (Scope::Local, _) => b.fixed_shape()?.iter().product(),
+                _ => return None,
+            };
+            Some(((elements * b.dtype.bytes() as i64 + 3) / 4, b))
+        })
+        .collect();
+    let words: i64 = arrays.iter().map(|(w, _)| w).sum();
+    if words <= MAX_THREAD_ARRAY_WORDS {
+        return Vec::new();
+    }
+    arrays.sort_by_key(|(w, _)| std::cmp::Reverse(*w));
+    let (_, largest) = arrays[0];
+    let listed: Vec<String> = arrays.iter().take(4).map(|(w, b)| format!("'{}' {w}", b.name)).collect();
+    vec![Diagnostic::error(
+        format!(
+            "each thread's arrays need {words} 32-bit registers ({}), over {MAX_THREAD_ARRAY_WORDS}: a thread \
+             has 255 registers, and arrays this large would live in local memory (NVRTC takes minutes to \
+             compile such code)",
+            listed.join(", ")
+        ),
+        largest.loc,
+    )
+    .with_primary_label(format!("'{}' holds {} of them", largest.name, arrays[0].0))
+    .with_help("use smaller tiles, more threads (T.Kernel(..., threads=)), or a shared-memory tile (T.alloc_shared) for data the threads need not keep in registers")]
 }
