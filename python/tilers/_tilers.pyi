@@ -24,6 +24,7 @@ __all__ = [
     "device_name",
     "load_function",
     "launch",
+    "set_dependent_launch",
     "load_torch_shim",
     "tensor_codes",
     "Launcher",
