@@ -285,3 +285,25 @@ def test_matmul_with_b_in_registers(case):
         a, b = randn((M, K), dtype), randn((K, N), dtype)
         want = f64(a) @ (2 * f64(b))
         assert np.abs(f64(k(a, b)) - want).max() <= 1e-2 * np.abs(want).max()
+
+
+def test_on_chip_buffers_start_undefined_except_gemm_accumulators():
+    """A fragment or shared tile read before it is written holds garbage on the GPU: the
+    interpreter starts float on-chip buffers as NaN in every block, so a missing T.clear
+    shows; a T.gemm accumulator starts at zero, as the compiled kernel zeroes it."""
+
+    @T.prim_func
+    def forgot_clear(A: T.Tensor((2, 64), "float32"), B: T.Tensor((2, 64), "float32")):
+        with T.Kernel(2, threads=64) as bx:
+            acc = T.alloc_fragment((64,), "float32")
+            s = T.alloc_shared((64,), "float32")
+            for i in T.Parallel(64):
+                acc[i] += A[bx, i]
+            for i in T.Parallel(64):
+                s[i] = s[i] + acc[i]
+            T.copy(s, B[bx, 0])
+
+    a = np.ones((2, 64), np.float32)
+    b = np.zeros((2, 64), np.float32)
+    tilers.compile(forgot_clear, target="interp")(a, b)
+    assert np.isnan(b).all()

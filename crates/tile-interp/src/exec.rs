@@ -268,6 +268,14 @@ impl<'m> Interp<'m> {
                 _ => None,
             })
             .collect();
+        // gemm accumulators start at zero, as the compiled kernel zeroes them (lower/mod.rs):
+        // `T.gemm` into a never-cleared accumulator sums from 0
+        let mut accumulators = std::collections::BTreeSet::new();
+        walk_stmts(&m.kernel.body, &mut |s| {
+            if let Stmt::Gemm(op) = s {
+                accumulators.insert(op.c);
+            }
+        });
         for bz in 0..grid[2] {
             for by in 0..grid[1] {
                 for bx in 0..grid[0] {
@@ -277,7 +285,9 @@ impl<'m> Interp<'m> {
                         let v = self.block.get(axis as usize).copied().unwrap_or(0);
                         self.env[var] = Some(Val::I(wrap_int(v, m.vars[var].dtype)));
                     }
-                    // every block gets fresh, zeroed on-chip buffers
+                    // every block gets fresh on-chip buffers, which start undefined on the
+                    // GPU: floats start as NaN here (as scratch does), so a kernel that reads
+                    // what it did not write (a missing T.clear) shows it; gemm accumulators 0
                     for (i, b) in m.buffers.iter().enumerate() {
                         if b.scope != Scope::Global {
                             // a register buffer that per-thread statements write: a copy per thread
@@ -286,7 +296,12 @@ impl<'m> Interp<'m> {
                             } else {
                                 1
                             };
-                            self.mem[i] = Data::zeros(b.dtype, b.num_elements().max(0) as usize * copies);
+                            let n = b.num_elements().max(0) as usize * copies;
+                            self.mem[i] = if accumulators.contains(&BufferId(i as u32)) {
+                                Data::zeros(b.dtype, n)
+                            } else {
+                                Data::from_bytes(b.dtype, &crate::scratch_bytes(b.dtype, n))
+                            };
                         }
                     }
                     self.exec(&m.kernel.body, &[0])?;
