@@ -60,6 +60,7 @@ class LaunchRecord(ctypes.Structure):
         ("context", ctypes.c_void_p),
         ("params", ctypes.c_int),
         ("bytes", (ctypes.c_ubyte * 128) * 64),
+        ("dependent", ctypes.c_int),
     ]
 
     def param(self, i, ctype):
@@ -130,12 +131,13 @@ def build(source: Path, output: Path, *flags):
 
 @pytest.fixture(scope="module")
 def fakes(tmp_path_factory):
-    """The fake driver, and variants lacking cuLaunchKernel or cuTensorMapEncodeTiled."""
+    """The fake driver, and variants lacking cuLaunchKernel, cuLaunchKernelEx or
+    cuTensorMapEncodeTiled."""
     directory = tmp_path_factory.mktemp("fake")
     source = HERE / "export" / "fake_cuda.c"
     built = {}
     for variant, flags in [("full", []), ("no_launch", ["-DFAKE_NO_LAUNCH"]),
-                           ("no_tensor_map", ["-DFAKE_NO_TENSOR_MAP"])]:
+                           ("no_launch_ex", ["-DFAKE_NO_LAUNCH_EX"]), ("no_tensor_map", ["-DFAKE_NO_TENSOR_MAP"])]:
         path = build(source, directory / f"libfake_{variant}.so", "-shared", "-fPIC", *flags)
         built[variant] = Fake(path)
     return built
@@ -581,7 +583,7 @@ def test_scratch_lives_in_the_callers_workspace(tmp_path, fake):
     assert "expected a 16-byte aligned pointer" in e.error
 
 
-def test_several_kernels_launch_in_turn_sharing_the_workspace(tmp_path, fake):
+def test_several_kernels_launch_in_turn_sharing_the_workspace(tmp_path, fake, fakes, monkeypatch):
     """A prim_func of two T.Kernel (split-K: partial sums into T.alloc_global scratch, then
     their reduction): one launch function, each kernel from its own entry with its own grid
     and block, in order, on the same stream, both given the same workspace."""
@@ -605,10 +607,24 @@ def test_several_kernels_launch_in_turn_sharing_the_workspace(tmp_path, fake):
     assert second.function == first.function + 1  # the module's second function
     assert list(first.grid) == [16, 1, 3] and list(first.block) == info["block"]
     assert list(second.grid) == [1, 5, 1] and list(second.block) == info["then"][0]["block"]
+    # the reduction waits for the partial sums (griddepcontrol.wait): launched with
+    # programmatic stream serialization behind the first kernel, which is launched plainly
+    assert info["then"][0]["dependent_launch"]
+    assert (first.dependent, second.dependent) == (0, 1)
     for record in (first, second):
         assert record.stream == 0x7777
         assert [record.param(i, ctypes.c_uint64) for i in range(4)] == [A_PTR, B_PTR, C_PTR, workspace]
         assert record.param(4, ctypes.c_int32) == 5
+    # a driver without cuLaunchKernelEx (older than CUDA 12.0): both launched plainly
+    fakes["no_launch_ex"].reset()
+    fakes["no_launch_ex"].expect_params([8, 8, 8, 8, 4])
+    monkeypatch.setenv("TILERS_LIBCUDA", fakes["no_launch_ex"].path)
+    plain = export(tmp_path, kernel, "splitk_plain")
+    assert plain.launch(x, w, y, workspace, need, stream=0x7777) == 0, plain.error
+    records = [fakes["no_launch_ex"].lib.fake_launch_at(i).contents for i in range(2)]
+    assert fakes["no_launch_ex"].count("launches") == 2 and [r.dependent for r in records] == [0, 0]
+    assert list(records[1].grid) == [1, 5, 1]
+    monkeypatch.setenv("TILERS_LIBCUDA", fake.path)
     # loaded once per context: the next call launches both again from the table
     assert e.launch(x, w, y, workspace, need) == 0
     assert (fake.count("loads"), fake.count("launches")) == (1, 4)

@@ -18,6 +18,7 @@ typedef struct {
     void *context;
     int params;
     unsigned char bytes[64][128];
+    int dependent; /* launched by cuLaunchKernelEx with programmatic stream serialization */
 } fake_launch_record;
 
 typedef struct {
@@ -169,12 +170,46 @@ int cuFuncSetAttribute(void *function, int attribute, int value) {
     return 0;
 }
 #ifndef FAKE_NO_LAUNCH
+static int fake_record_launch(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
+                              void **params, int dependent);
 int cuLaunchKernel(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                    unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
                    void **params, void **extra) {
     (void)extra;
+    return fake_record_launch(function, gx, gy, gz, bx, by, bz, shared_bytes, stream, params, 0);
+}
+/* CUlaunchAttribute and CUlaunchConfig as cuda.h lays them out */
+typedef struct {
+    unsigned id, pad;
+    uint64_t value[8];
+} fake_attribute;
+typedef struct {
+    unsigned grid[3], block[3], shared_bytes;
+    void *stream;
+    fake_attribute *attrs;
+    unsigned num_attrs;
+} fake_config;
+#ifndef FAKE_NO_LAUNCH_EX
+int cuLaunchKernelEx(const fake_config *config, void *function, void **params, void **extra) {
+    (void)extra;
+    int dependent = 0;
+    for (unsigned i = 0; i < config->num_attrs; i++) {
+        /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION; any other is refused */
+        if (config->attrs[i].id != 6) return 1;
+        dependent = (int)(config->attrs[i].value[0] & 0xffffffffu);
+    }
+    return fake_record_launch(function, config->grid[0], config->grid[1], config->grid[2],
+                              config->block[0], config->block[1], config->block[2],
+                              config->shared_bytes, config->stream, params, dependent);
+}
+#endif
+static int fake_record_launch(void *function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                              unsigned by, unsigned bz, unsigned shared_bytes, void *stream,
+                              void **params, int dependent) {
     if (fake.fail_launch) return fake.fail_launch;
     fake_launch_record *r = &fake.launch;
+    r->dependent = dependent;
     r->function = function;
     r->grid[0] = gx, r->grid[1] = gy, r->grid[2] = gz;
     r->block[0] = bx, r->block[1] = by, r->block[2] = bz;

@@ -769,6 +769,12 @@ fn source(
         common.push(format!("&tl_size{k}"));
     }
     let mut cached = 0;
+    // a kernel that waits for the ones before it (KernelInfo dependent_launch) starts early
+    // only behind a kernel of this call, never as the call's first launch
+    let dependents = launches.iter().any(|l| l.dependent_launch);
+    if dependents {
+        c.push_str("    int tl_launched = 0;\n");
+    }
     for (k, launch) in launches.iter().enumerate() {
         if n > 1 {
             let _ = writeln!(c, "    /* kernel {} of {n}: {} */", k + 1, entries[k]);
@@ -826,11 +832,19 @@ fn source(
             if slots.is_empty() { "NULL".into() } else { slots.join(", ") }
         );
         let [bx, by, bz] = launch.block;
-        let _ = writeln!(
-            c,
-            "        status = tl_driver.launch_kernel(loaded->function[{k}], grid[0], grid[1], grid[2], {bx}u, {by}u, {bz}u, {}u, (tl_handle)stream, tl_args, NULL);",
+        let plain = format!(
+            "tl_driver.launch_kernel(loaded->function[{k}], grid[0], grid[1], grid[2], {bx}u, {by}u, {bz}u, {}u, (tl_handle)stream, tl_args, NULL)",
             launch.shared_bytes
         );
+        if launch.dependent_launch {
+            let _ = writeln!(
+                c,
+                "        status = tl_launched ? tl_launch_dependent(loaded->function[{k}], grid, {bx}u, {by}u, {bz}u, {}u, (tl_handle)stream, tl_args) : {plain};",
+                launch.shared_bytes
+            );
+        } else {
+            let _ = writeln!(c, "        status = {plain};");
+        }
         c.push_str("        if (status != 0) {\n            tl_leave(pushed);\n");
         let what = if n > 1 {
             let queued = if k > 0 { "; the kernels before it are queued" } else { "" };
@@ -839,7 +853,11 @@ fn source(
             "cuLaunchKernel".to_string()
         };
         let _ = writeln!(c, "            return tl_driver_error(status, tl_kernel, {});", c_string(&what));
-        c.push_str("        }\n    }\n");
+        c.push_str("        }\n");
+        if dependents {
+            c.push_str("        tl_launched = 1;\n");
+        }
+        c.push_str("    }\n");
     }
     c.push_str("    tl_leave(pushed);\n");
     c.push_str("    return 0;\n}\n");

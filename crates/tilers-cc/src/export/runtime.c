@@ -53,6 +53,21 @@ typedef tl_result (*tl_module_function_fn)(tl_handle *, tl_handle, const char *)
 typedef tl_result (*tl_func_attribute_fn)(tl_handle, int, int);
 typedef tl_result (*tl_launch_fn)(tl_handle, unsigned, unsigned, unsigned, unsigned, unsigned,
                                   unsigned, unsigned, tl_handle, void **, void **);
+/* CUlaunchAttribute (an id, padding, a 64-byte value union) and CUlaunchConfig */
+typedef struct {
+    unsigned id;
+    unsigned pad;
+    uint64_t value[8];
+} tl_launch_attribute;
+typedef struct {
+    unsigned grid[3];
+    unsigned block[3];
+    unsigned shared_bytes;
+    tl_handle stream;
+    tl_launch_attribute *attrs;
+    unsigned num_attrs;
+} tl_launch_config;
+typedef tl_result (*tl_launch_ex_fn)(const tl_launch_config *, tl_handle, void **, void **);
 typedef tl_result (*tl_encode_tiled_fn)(tl_tensor_map *, unsigned, uint32_t, void *,
                                         const uint64_t *, const uint64_t *, const uint32_t *,
                                         const uint32_t *, unsigned, unsigned, unsigned, unsigned);
@@ -72,6 +87,7 @@ static struct {
     tl_module_function_fn module_get_function;
     tl_func_attribute_fn func_set_attribute;
     tl_launch_fn launch_kernel;
+    tl_launch_ex_fn launch_kernel_ex; /* optional (CUDA 12.0): programmatic dependent launch */
     tl_encode_tiled_fn encode_tiled; /* optional (CUDA 12.0): kernels with tensor maps need it */
 } tl_driver;
 
@@ -123,6 +139,7 @@ TL_HELPER void tl_open_driver(void) {
     tl_driver.module_get_function = (tl_module_function_fn)tl_symbol("cuModuleGetFunction", 1);
     tl_driver.func_set_attribute = (tl_func_attribute_fn)tl_symbol("cuFuncSetAttribute", 1);
     tl_driver.launch_kernel = (tl_launch_fn)tl_symbol("cuLaunchKernel", 1);
+    tl_driver.launch_kernel_ex = (tl_launch_ex_fn)tl_symbol("cuLaunchKernelEx", 0);
     tl_driver.encode_tiled = (tl_encode_tiled_fn)tl_symbol("cuTensorMapEncodeTiled", 0);
     if (tl_driver.status != 0) return;
     tl_result status = init(0);
@@ -143,6 +160,23 @@ TL_HELPER tl_result tl_driver_ready(const char *kernel) {
 }
 
 /* A failed driver call as a message: "kernel: call failed with CUDA_ERROR_X (n)". */
+/* Launch `function` as a programmatic dependent of the kernel launched just before it on
+   `stream` (a kernel of the same call, which it waits for with griddepcontrol.wait), so it
+   may start while that one still runs; plainly where the driver lacks cuLaunchKernelEx. */
+TL_HELPER tl_result tl_launch_dependent(tl_handle function, const unsigned grid[3], unsigned bx,
+                                        unsigned by, unsigned bz, unsigned shared_bytes,
+                                        tl_handle stream, void **args) {
+    if (tl_driver.launch_kernel_ex == NULL)
+        return tl_driver.launch_kernel(function, grid[0], grid[1], grid[2], bx, by, bz, shared_bytes,
+                                       stream, args, NULL);
+    tl_launch_attribute attribute;
+    memset(&attribute, 0, sizeof attribute);
+    attribute.id = 6;       /* CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION */
+    attribute.value[0] = 1; /* programmaticStreamSerializationAllowed (an int, little-endian) */
+    tl_launch_config config = {{grid[0], grid[1], grid[2]}, {bx, by, bz}, shared_bytes, stream, &attribute, 1};
+    return tl_driver.launch_kernel_ex(&config, function, args, NULL);
+}
+
 TL_HELPER tl_result tl_driver_error(tl_result status, const char *kernel, const char *call) {
     const char *name = NULL;
     if (tl_driver.error_name(status, &name) != 0 || name == NULL) name = "an unknown CUDA error";
