@@ -96,16 +96,15 @@ def timer(fn, dependent=True):
     import torch
 
     if not dependent:
+        # the launcher reads the setting at each launch (in a graph: at its capture)
         def serial():
             before = tilers.runtime.dependent_launch(False)
             try:
-                return timer(fn)
+                fn()
             finally:
                 tilers.runtime.dependent_launch(before)
 
-        if TIMING == "eager":
-            return lambda: serial()()
-        return serial()
+        return timer(serial)
     if TIMING == "eager":
         return lambda: time_ms(fn, CALLS) * 1e3
     side = torch.cuda.Stream()
