@@ -69,42 +69,47 @@ fn slot_of(m: &Module, buf: BufferId) -> Option<Slot> {
     m.scratch.iter().position(|&b| b == buf).map(Slot::Scratch)
 }
 
+/// Record an access to `buf` when it is the call's global memory.
+fn note(m: &Module, out: &mut Uses, buf: BufferId, kind: AccessKind) {
+    if m.buffer(buf).scope != Scope::Global {
+        return;
+    }
+    match slot_of(m, buf) {
+        Some(s) if kind == AccessKind::Read => out.reads.push(s),
+        Some(s) => out.writes.push(s),
+        None => out.unknown = true,
+    }
+}
+
+/// Record the loads of `e`.
+fn note_loads(m: &Module, e: &Expr, out: &mut Uses) {
+    e.walk(&mut |x| {
+        if let Expr::Load { buf, .. } = x {
+            note(m, out, *buf, AccessKind::Read);
+        }
+    })
+}
+
 /// The global memory `stmts` (and the statements in them) reach.
 fn uses(m: &Module, stmts: &[Stmt]) -> Uses {
     let mut out = Uses::default();
-    let note = |out: &mut Uses, buf: BufferId, kind: AccessKind| {
-        if m.buffer(buf).scope != Scope::Global {
-            return;
-        }
-        match slot_of(m, buf) {
-            Some(s) if kind == AccessKind::Read => out.reads.push(s),
-            Some(s) => out.writes.push(s),
-            None => out.unknown = true,
-        }
-    };
     walk_stmts(stmts, &mut |s| {
-        stmt_exprs(s, &mut |e| {
-            e.walk(&mut |x| {
-                if let Expr::Load { buf, .. } = x {
-                    note(&mut out, *buf, AccessKind::Read);
-                }
-            })
-        });
+        stmt_exprs(s, &mut |e| note_loads(m, e, &mut out));
         match s {
-            Stmt::Store { buf, .. } => note(&mut out, *buf, AccessKind::Write),
+            Stmt::Store { buf, .. } => note(m, &mut out, *buf, AccessKind::Write),
             Stmt::Atomic { buf, .. } => {
-                note(&mut out, *buf, AccessKind::Read);
-                note(&mut out, *buf, AccessKind::Write);
+                note(m, &mut out, *buf, AccessKind::Read);
+                note(m, &mut out, *buf, AccessKind::Write);
             }
             Stmt::Copy(op) => {
-                note(&mut out, op.src.buf, AccessKind::Read);
-                note(&mut out, op.dst.buf, AccessKind::Write);
+                note(m, &mut out, op.src.buf, AccessKind::Read);
+                note(m, &mut out, op.dst.buf, AccessKind::Write);
             }
-            Stmt::Fill { dst, .. } => note(&mut out, dst.buf, AccessKind::Write),
+            Stmt::Fill { dst, .. } => note(m, &mut out, dst.buf, AccessKind::Write),
             Stmt::Inst(Inst::CallExtern(_)) | Stmt::Inst(Inst::BindPointer(_)) => out.unknown = true,
             Stmt::Inst(i) => {
                 for a in i.accesses() {
-                    note(&mut out, a.buf, a.kind);
+                    note(m, &mut out, a.buf, a.kind);
                 }
             }
             _ => {}
@@ -159,15 +164,9 @@ fn place_waits(m: &Module, stmts: &mut Vec<Stmt>, deps: &Deps) -> bool {
 }
 
 fn expr_touches(m: &Module, e: &Expr, deps: &Deps) -> bool {
-    let mut found = false;
-    e.walk(&mut |x| {
-        if let Expr::Load { buf, .. } = x {
-            if m.buffer(*buf).scope == Scope::Global {
-                found |= deps.all || slot_of(m, *buf).is_none_or(|s| deps.slots.contains(&s));
-            }
-        }
-    });
-    found
+    let mut out = Uses::default();
+    note_loads(m, e, &mut out);
+    out.touches(deps)
 }
 
 /// Place `griddep_wait` and `griddep_launch` in the kernels of one call (see the module
