@@ -34,12 +34,15 @@ SCHEDULES = ("tiles", "splitk", "atomic", "streamk", "gemv")
 
 @tilers.jit(out_idx=[2])
 def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_k=4, num_stages=3,
-           threads=128, blocks=132, dtype="float16", order="wx"):
+           threads=128, blocks=132, dtype="float16", order="wx", cluster=1):
     """y = x @ W^T for x [M, K] (M symbolic), W [N, K]: y [M, N] of `dtype` (float32 for the
     "atomic" and "streamk" schedules). See the module docstring for the schedules; `order`
     says which tile is the tensor cores' A operand: "wx" the weight's (y^T = W x^T, its
     block_N rows a multiple of wgmma's 64), "xw" the batch's (y = x W^T, block_M rows a
-    multiple of 64 on Hopper, block_N any multiple of 8: a tile count that fills the GPU)."""
+    multiple of 64 on Hopper, block_N any multiple of 8: a tile count that fills the GPU).
+    `cluster` (2 or 4; "tiles", "splitk", "atomic") launches the tensor-core kernel in
+    thread-block clusters of that many consecutive W tiles, which share the batch's tile:
+    each block loads its part of it, multicast to all (sm_90a; the report says so)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if order not in ("wx", "xw"):
@@ -102,7 +105,7 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
 
         @T.prim_func
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
-            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), threads=threads) as (bx, by):
+            with T.ClusterKernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), cluster_dims=cluster, threads=threads) as (bx, by):
                 acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, 0)
                 store(acc, bx, by, assign(Y))
@@ -114,7 +117,7 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
         @T.prim_func
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
             partial = T.alloc_global((split, M, N), accum)
-            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, threads=threads) as (bx, by, s):
+            with T.ClusterKernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, cluster_dims=cluster, threads=threads) as (bx, by, s):
                 acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, s)
                 store(acc, bx, by, assign(partial, s))
@@ -134,7 +137,7 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
         @T.prim_func
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
             zero(Y)
-            with T.Kernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, threads=threads) as (bx, by, s):
+            with T.ClusterKernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, cluster_dims=cluster, threads=threads) as (bx, by, s):
                 acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, s)
                 store(acc, bx, by, add(Y))
@@ -216,6 +219,14 @@ def configs(N, K, dtype="float16", M=None):
                                "block_K": 64, "split_k": split_k, "num_stages": stages, "threads": threads}
                         if cfg not in out:
                             out.append(cfg)
+                    # clusters of 2 and 4 W tiles sharing the batch's tile (multicast): it is
+                    # read from L2 once per cluster, which matters once it is as wide as W's
+                    # (M >= 64; cuBLAS's 1x2 clusters at M = 128)
+                    for cluster in (2, 4):
+                        if split_k <= 2 and -(-N // block_N) % cluster == 0:
+                            out.append({"schedule": schedule, "order": "xw", "block_N": block_N,
+                                        "block_M": block_M, "block_K": 64, "split_k": split_k,
+                                        "num_stages": most, "threads": threads, "cluster": cluster})
     return out
 
 
@@ -256,6 +267,8 @@ def suits(cfg, M):
     if cfg["schedule"] == "gemv":
         return M <= 8
     if cfg.get("order") == "xw":  # 64-row tiles of the batch: for all but one row
+        if cfg.get("cluster", 1) > 1 and M < 32:  # a thin batch tile: little to share
+            return False
         return M >= 2 and (cfg["block_M"] == 64 or M > 64)
     return cfg["block_M"] <= max(16, M) and 2 * cfg["block_M"] >= min(M, 128)
 

@@ -27,10 +27,10 @@ torch = pytest.importorskip("torch")
 inputs = functools.partial(kernels.gemm_inputs, seed=7)
 
 
-def agree(f, M, N, K, cluster, dtype="float16", trans_A=False, trans_B=False):
-    k = tilers.compile(f, out_idx=[2], cluster=cluster)
+def agree(f, M, N, K, cluster, dtype="float16", trans_A=False, trans_B=False, persistent=True):
+    k = tilers.compile(f, out_idx=[2], cluster=cluster, persistent=persistent)
     assert k.info["cluster"] == [cluster[0] * cluster[1], 1, 1], k.report()
-    plain = tilers.compile(f, out_idx=[2])
+    plain = tilers.compile(f, out_idx=[2], persistent=persistent)
     a, b, want = inputs(M, N, K, dtype, trans_A, trans_B)
     got = k(a, b)
     torch.cuda.synchronize()
@@ -97,3 +97,12 @@ def test_sass_has_multicast_tma_feeding_hgmma():
             f.write(k.cubin)
         sass = subprocess.run(["cuobjdump", "-sass", path], capture_output=True, text=True).stdout
     assert "UTMALDG" in sass and "MULTICAST" in sass and "HGMMA" in sass, sass[:3000]
+
+
+@pytest.mark.parametrize("cluster", [(2, 1), (4, 1)])
+@pytest.mark.parametrize("shape", [(1000, 1024, 520), (256, 512, 64), (4096, 4096, 512)], ids=str)
+def test_a_tile_per_block_in_clusters(shape, cluster):
+    """persistent=False: the grid launched as it is, in clusters of consecutive blocks
+    along bx (sharing A's tile)."""
+    M, N, K = shape
+    agree(kernels.matmul(M, N, K, 128, 128, 64, 4, 128), M, N, K, cluster, persistent=False)

@@ -83,6 +83,40 @@ def test_the_batch_as_the_a_operand(schedule, block_M, block_N, threads):
         np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
 
 
+@pytest.mark.parametrize("schedule", ["tiles", "splitk", "atomic"])
+@pytest.mark.parametrize("cluster", [2, 4])
+def test_clusters_of_w_tiles_share_the_batch_tile(schedule, cluster):
+    """cluster=2 / 4: the W tiles of a cluster (consecutive bx) share x's tile, each block
+    loading its part multicast to all (a kernel with a symbolic M: a tile per block). Every
+    pass on the CPU model (which runs a cluster's blocks together) and numpy."""
+    n, k = 216, 320  # 4 tiles of 56 rows of W, the last ragged; rows of K 16-byte aligned (TMA)
+    cfg = dict(schedule=schedule, order="xw", block_M=64, block_N=56, block_K=64, split_k=2, num_stages=3,
+               threads=128, cluster=cluster)
+    program = decode_gemm.linear.prim_func(n, k, **cfg)
+    kernel = tilers.compile(program, out_idx=[2], target="cuda:sm_90a")
+    report = kernel.report()
+    assert f"clusters of {cluster} blocks along bx multicast X (each loads 1/{cluster}), each loads its own W" in report
+    assert "not persistent: the kernel has symbolic sizes" in report
+    assert f"__cluster_dims__({cluster}, 1, 1)" in kernel.get_kernel_source()
+    testing.check_passes(program, arch="sm_90a", check=True, blocks="all")
+    rng = np.random.default_rng(cluster)
+    for M in (1, 70):
+        x = rng.standard_normal((M, k)).astype(np.float16)
+        w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float16)
+        want = x.astype(np.float64) @ w.astype(np.float64).T
+        y = decode_gemm.linear(n, k, **cfg)(x, w)
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
+
+
+def test_cluster_configs_divide_the_grid():
+    for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
+        clustered = [c for c in decode_gemm.configs(n, k, M=128) if c.get("cluster", 1) > 1]
+        assert clustered
+        for c in clustered:
+            assert -(-n // c["block_N"]) % c["cluster"] == 0 and c["order"] == "xw"
+        assert not [c for c in decode_gemm.configs(n, k, M=16) if c.get("cluster", 1) > 1]
+
+
 def test_an_unknown_order_is_refused():
     with pytest.raises(ValueError, match="order must be 'wx' or 'xw', got 'yx'"):
         decode_gemm.linear.prim_func(N, K, schedule="tiles", order="yx")

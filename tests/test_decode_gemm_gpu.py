@@ -55,6 +55,29 @@ def test_the_batch_as_the_a_operand_against_torch(schedule, dtype, N, K, block_N
             torch.testing.assert_close(kernel(x, w).float(), want, rtol=tol, atol=tol)
 
 
+@pytest.mark.parametrize("schedule", ["tiles", "splitk", "atomic"])
+@pytest.mark.parametrize("cluster", [2, 4])
+@pytest.mark.parametrize("N,K,block_N", [(1000, 520, 64), (14336, 4096, 112), (4096, 4096, 32)])
+def test_clusters_sharing_the_batch_tile_against_torch(schedule, cluster, N, K, block_N):
+    """cluster=2 / 4 (x's tile multicast to the W tiles of a cluster): bit for bit the
+    kernel without a cluster (the same wgmmas on the same tiles), and torch, for batches of 1
+    to 128 rows; twice (the barriers start afresh at each launch)."""
+    w = (torch.randn(N, K, device="cuda") / K**0.5).half()
+    for block_M, threads in ((64, 128), (128, 256)):
+        cfg = dict(schedule=schedule, order="xw", block_M=block_M, block_N=block_N, block_K=64, split_k=2,
+                   num_stages=4, threads=threads)
+        kernel = decode_gemm.linear(N, K, cluster=cluster, **cfg)
+        plain = decode_gemm.linear(N, K, **cfg)
+        for M in (1, 7, 64, 65, 128):
+            x = torch.randn(M, K, device="cuda").half()
+            got = kernel(x, w)
+            want = x.float() @ w.float().T
+            torch.testing.assert_close(got.float(), want, rtol=5e-3, atol=5e-3)
+            if schedule != "atomic":  # (the atomics' order of additions varies)
+                assert torch.equal(got, plain(x, w))
+            assert torch.equal(kernel(x, w), got) or schedule == "atomic"
+
+
 def test_split_k_float32_is_within_a_float32_gemm():
     N, K = 4096, 14336
     w = torch.randn(N, K, device="cuda", dtype=torch.float16)

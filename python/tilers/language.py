@@ -109,6 +109,7 @@ __all__ = [
     "Else",
     "If",
     "Kernel",
+    "ClusterKernel",
     "Parallel",
     "Pipelined",
     "Tensor",
@@ -313,7 +314,9 @@ class Kernel:
     Yields one block index for a 1-D grid, else a tuple ``(bx, by)`` or ``(bx, by, bz)``.
     """
 
-    def __init__(self, *grid, threads=128):
+    cluster = None  # [x, y]: T.ClusterKernel's cluster_dims
+
+    def __init__(self, *grid, threads=128, prelude=None):
         from . import eager
 
         eager.stop_discovery()  # an eager function's declarations come before its kernel
@@ -340,6 +343,14 @@ class Kernel:
             )
         self.thread_dims = dims
         self.threads = dims[0] * (dims[1] if len(dims) > 1 else 1) * (dims[2] if len(dims) > 2 else 1)
+        # prelude: CUDA C++ emitted before the kernel (as T.import_source's)
+        if prelude is not None and not isinstance(prelude, str):
+            raise _trace.user_error(
+                f"T.Kernel: prelude must be a string of CUDA C++, got {type(prelude).__name__}",
+                loc=self.loc,
+                help="pass the code as a str, or import it with T.import_source",
+            )
+        self.prelude = prelude
 
     def __enter__(self):
         builder = _trace.current_builder()
@@ -351,6 +362,8 @@ class Kernel:
                 "`with` block before the next one opens (each call launches them in order)",
             )
         builder.open_kernel()
+        if self.prelude:
+            builder.extern_sources.append(self.prelude)
         builder.kernel_threads = self.threads
         builder.thread_dims = self.thread_dims
         builder.grid_dims = list(self.grid)
@@ -374,6 +387,8 @@ class Kernel:
             "body": self.body,
             "loc": builder.json_loc(self.loc),
         }
+        if self.cluster is not None:
+            kernel["cluster"] = list(self.cluster)
         if builder.reg_budget:
             kernel["reg_budget"] = dict(builder.reg_budget)
         if builder.extern_sources:
@@ -388,6 +403,39 @@ class Kernel:
             kernel["raster"] = builder.raster
         builder.close_kernel(kernel)
         return False
+
+
+class ClusterKernel(Kernel):
+    """A kernel launched in thread-block clusters (sm_90+): ``with T.ClusterKernel(gx, gy,
+    cluster_dims=2, threads=128) as (bx, by):`` (``cluster_dims`` an int for ``(x, 1, 1)``
+    or ``(x, y[, 1])``, 16 blocks at most). tilers makes the cluster for a TMA pipeline
+    (the kernel's own copies multicast, as the compile option ``cluster=`` does, which this
+    overrides for the kernel): the producer copies the cluster's blocks share are loaded
+    once per cluster. Where no cluster can be made (no TMA pipeline, a grid the cluster does
+    not divide, an sm_80 target) ``kernel.report()`` says why and the kernel runs without:
+    the blocks compute the same either way."""
+
+    def __init__(self, *grid, cluster_dims=None, threads=128, prelude=None):
+        super().__init__(*grid, threads=threads, prelude=prelude)
+        dims = cluster_dims
+        if isinstance(dims, _builtins.int) and not isinstance(dims, _builtins.bool):
+            dims = (dims,)
+        ok = (
+            isinstance(dims, (tuple, list))
+            and 1 <= len(dims) <= 3
+            and all(isinstance(d, _builtins.int) and not isinstance(d, _builtins.bool) and d >= 1 for d in dims)
+        )
+        if ok:
+            dims = tuple(dims) + (1,) * (3 - len(dims))
+            ok = dims[2] == 1 and dims[0] * dims[1] <= 16
+        if not ok:
+            raise _trace.user_error(
+                f"T.ClusterKernel: cluster_dims must be an int or a tuple (x, y[, 1]) of positive "
+                f"ints, 16 blocks in all at most, got {cluster_dims!r}",
+                loc=self.loc,
+                help="e.g. cluster_dims=2 (two blocks along bx) or cluster_dims=(1, 2)",
+            )
+        self.cluster = None if dims[:2] == (1, 1) else [dims[0], dims[1]]
 
 
 def _grid_node(value, loc) -> dict:

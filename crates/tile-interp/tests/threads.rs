@@ -26,6 +26,7 @@ fn module(threads: u32) -> Module {
             reg_budget: None,
             extern_sources: vec![],
             user_threads: None,
+            cluster: None,
         },
         level: Level::Thread,
         schedules: vec![],

@@ -120,6 +120,7 @@ fn gemm_module(g: Gemm) -> Module {
             reg_budget: None,
             extern_sources: vec![],
             user_threads: None,
+            cluster: None,
         },
         level: Level::Thread,
         schedules: vec![],

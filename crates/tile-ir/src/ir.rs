@@ -224,6 +224,10 @@ pub struct Kernel {
     /// block launches `threads` (n rounded up to whole warps); tile ops spread over all of
     /// them, and per-thread code (`tile_ir::per_thread`) runs on threads 0..n only.
     pub user_threads: Option<u32>,
+    /// `T.ClusterKernel(..., cluster_dims=(x, y, 1))`: the thread-block cluster this kernel
+    /// asks for (`[x, y]` blocks along `bx`, `by`), in place of the compile option
+    /// `cluster=` (`plan_warp_roles` makes it where it can, else reports why not).
+    pub cluster: Option<[u32; 2]>,
 }
 
 /// The kernel's say on `plan_warp_roles`' `setmaxnreg` budgets: 0 for a role leaves the

@@ -591,7 +591,7 @@ impl Parser {
         let ko = Obj::new(
             value,
             path,
-            &["grid", "threads", "body", "loc", "raster", "reg_budget", "extern_sources"],
+            &["grid", "threads", "body", "loc", "raster", "reg_budget", "extern_sources", "cluster"],
         )?;
         let mut grid = Vec::new();
         for (i, g) in ko.arr("grid")?.iter().enumerate() {
@@ -659,6 +659,23 @@ impl Parser {
                 Some(RegBudget { producer: regs("producer")?, consumer: regs("consumer")?, none })
             }
         };
+        // T.ClusterKernel(cluster_dims=(x, y, 1)): blocks along bx and by, 16 in all at most
+        let cluster = match ko.opt("cluster") {
+            None | Some(Value::Null) => None,
+            Some(_) => {
+                let dims = ko.arr("cluster")?;
+                let want: Vec<i64> = dims.iter().filter_map(|d| d.as_i64()).collect();
+                match want[..] {
+                    [x, y] if dims.len() == 2 && x >= 1 && y >= 1 && x * y <= 16 => {
+                        Some([x as u32, y as u32])
+                    }
+                    _ => return err(
+                        &ko.p("cluster"),
+                        "expected [x, y]: blocks of a cluster along bx and by (positive, 16 in all at most)",
+                    ),
+                }
+            }
+        };
         let mut extern_sources = Vec::new();
         if ko.opt("extern_sources").is_some() {
             for (i, v) in ko.arr("extern_sources")?.iter().enumerate() {
@@ -681,6 +698,7 @@ impl Parser {
             reg_budget,
             extern_sources,
             user_threads,
+            cluster,
         })
     }
 }

@@ -131,7 +131,7 @@ impl Printer<'_> {
         };
         let _ = writeln!(
             out,
-            "kernel {}({}) blocks({}) grid({}) threads={}{user}{raster}{budget}{roles} level={} {{",
+            "kernel {}({}) blocks({}) grid({}) threads={}{user}{raster}{budget}{cluster}{roles} level={} {{",
             m.name,
             params.join(", "),
             blocks.join(", "),
@@ -139,6 +139,7 @@ impl Printer<'_> {
             m.kernel.threads,
             level,
             user = m.kernel.user_threads.map(|n| format!(" user_threads={n}")).unwrap_or_default(),
+            cluster = m.kernel.cluster.map(|[x, y]| format!(" cluster_dims={x}x{y}")).unwrap_or_default(),
         );
         if !vars_follow_definitions(m) {
             self.var_table(&mut out);

@@ -332,6 +332,9 @@ pub fn program_json(m: &Module) -> Value {
         }
         kernel["reg_budget"] = v;
     }
+    if let Some(c) = m.kernel.cluster {
+        kernel["cluster"] = json!(c);
+    }
     if let Some(r) = m.kernel.raster {
         kernel["raster"] = json!({"panel": r.panel, "order": if r.by_rows { "row" } else { "col" }});
     }

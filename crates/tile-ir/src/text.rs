@@ -1099,6 +1099,14 @@ impl Parser {
                 none: parts.len() == 3,
             });
         }
+        if self.is_word("cluster_dims") {
+            let text = self.kv("cluster_dims")?;
+            let dims: Vec<Option<u32>> = text.split('x').map(|d| d.parse::<u32>().ok()).collect();
+            match dims[..] {
+                [Some(x), Some(y)] => self.m.kernel.cluster = Some([x, y]),
+                _ => return Err(format!("line {}: cluster_dims is XxY", self.line())),
+            }
+        }
         if self.is_word("producers") {
             let producers = self.kv_parsed("producers")?;
             let producer_regs = self.kv_parsed("producer_regs")?;
@@ -1339,6 +1347,7 @@ pub fn parse_text(text: &str) -> Result<Module, String> {
                 reg_budget: None,
                 extern_sources: vec![],
                 user_threads: None,
+                cluster: None,
             },
             schedules: vec![],
             level: Level::Tile,

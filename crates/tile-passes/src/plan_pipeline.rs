@@ -147,7 +147,7 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
 /// the consumers run anything), so a copy is left to the consumers when the shared tiles
 /// without sharing would not fit; and with thread-block clusters (not planned here).
 fn prefetch_before(m: &mut Module, k: usize, ctx: &mut Ctx) {
-    if ctx.options.cluster.is_some() {
+    if crate::plan_warp_roles::cluster_wanted(m, ctx).is_some() {
         return;
     }
     let Stmt::For { body, kind: ForKind::Pipelined { stages, .. }, .. } = &m.kernel.body[k] else { return };

@@ -44,8 +44,9 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
         }
         _ => None,
     });
+    let want_cluster = cluster_wanted(&m, ctx);
     let Some((start, extent, tma_copies)) = tma_loop else {
-        if let Some([x, y]) = ctx.options.cluster {
+        if let Some([x, y]) = want_cluster {
             ctx.report.push(format!(
                 "no cluster {x}x{y}: the kernel has no TMA pipeline (a cluster's blocks share its producer copies)"
             ));
@@ -90,7 +91,7 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     let persistent = why_not_persistent.is_none();
     let fold = persistent && varying.is_some();
     let pingpong = ctx.options.pingpong && persistent;
-    let (cluster, cluster_note) = match ctx.options.cluster {
+    let (cluster, cluster_note) = match want_cluster {
         Some(want) if fold => (
             [1, 1],
             format!(
@@ -98,7 +99,7 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
                 want[0], want[1]
             ),
         ),
-        Some(want) => match plan_cluster(&m, ctx, want, &tma_copies, why_not_persistent, pingpong) {
+        Some(want) => match plan_cluster(&m, ctx, want, (&start, &extent), &tma_copies, why_not_persistent, pingpong) {
             Ok((cluster, note)) => (cluster, note),
             Err(why) => ([1, 1], format!("; no cluster {}x{}: {why}", want[0], want[1])),
         },
@@ -225,21 +226,30 @@ fn trips_along_x(m: &Module, extent: &Expr) -> Result<Option<(i64, i64)>, &'stat
     Ok(range.filter(|(lo, hi)| lo != hi))
 }
 
-/// Whether the persistent kernel can walk its tiles in clusters of `want` (`[x, y]` tiles
-/// along `bx`, `by`), and what the report says of it: clusters along one axis whose size
-/// divides the grid, at least one producer copy the cluster's blocks share (its position
-/// does not depend on the block index along that axis) and can split.
+/// The thread-block cluster asked for: the kernel's own (`T.ClusterKernel(cluster_dims=)`),
+/// else the compile option `cluster=`; none for `[1, 1]`.
+pub(crate) fn cluster_wanted(m: &Module, ctx: &Ctx) -> Option<[u32; 2]> {
+    m.kernel.cluster.or(ctx.options.cluster).filter(|&c| c != [1, 1])
+}
+
+/// Whether the kernel can run in clusters of `want` (`[x, y]` tiles along `bx`, `by`), and
+/// what the report says of it: clusters along one axis whose size divides the grid, at least
+/// one producer copy the cluster's blocks share (its position does not depend on the block
+/// index along that axis) and can split. A persistent kernel walks its tiles in groups of
+/// the cluster; one that is not (a tile per block: symbolic sizes, `persistent=False`) is
+/// launched in clusters of consecutive blocks along `bx`, whose pipelined loop (`range`:
+/// its start and trip count) must then run alike in every block of a cluster (each waits
+/// for its peers' parts of every stage): it may read sizes, parameters and the other block
+/// indices, not `bx` nor memory.
 fn plan_cluster(
     m: &Module,
     ctx: &Ctx,
     want: [u32; 2],
+    range: (&Expr, &Expr),
     copies: &[CopyOp],
     why_not_persistent: Option<&str>,
     pingpong: bool,
 ) -> Result<([u32; 2], String), String> {
-    if let Some(why) = why_not_persistent {
-        return Err(format!("clusters walk tiles of a persistent kernel, and this one is not ({why})"));
-    }
     if pingpong {
         return Err("not with ping-pong consumers (yet)".into());
     }
@@ -254,12 +264,48 @@ fn plan_cluster(
     if !matches!(n, 2 | 4) {
         return Err(format!("{n} blocks per cluster (2 or 4)"));
     }
-    let g = m.kernel.grid.get(axis as usize).and_then(|e| e.as_int()).unwrap_or(1);
+    let g = m.kernel.grid.get(axis as usize).and_then(|e| e.as_int());
+    let Some(g) = g else {
+        return Err(format!(
+            "the grid's size along {} is known only at run time, and a cluster's blocks must divide it",
+            ["bx", "by"][axis as usize]
+        ));
+    };
     if g % n as i64 != 0 {
         return Err(format!(
             "the grid has {g} blocks along {}, not a multiple of {n}",
             ["bx", "by"][axis as usize]
         ));
+    }
+    if let Some(why) = why_not_persistent {
+        // a tile per block: clusters of consecutive blocks along the launch's x
+        if axis != 0 {
+            return Err(format!(
+                "the kernel is not persistent ({why}), and the clusters of a kernel that is not run along bx"
+            ));
+        }
+        if m.kernel.raster.is_some() {
+            return Err(format!(
+                "the kernel is not persistent ({why}) and asks for a raster order, which would number a cluster's blocks apart"
+            ));
+        }
+        let mut uneven = None;
+        for e in [range.0, range.1] {
+            e.walk(&mut |x| match x {
+                Expr::Var { id, .. } => match m.var(*id).kind {
+                    VarKind::BlockIdx(a) if a != axis => {}
+                    VarKind::Param | VarKind::Size { .. } => {}
+                    _ => uneven = Some(m.var(*id).name.clone()),
+                },
+                Expr::Load { .. } => uneven = Some("memory".into()),
+                _ => {}
+            });
+        }
+        if let Some(what) = uneven {
+            return Err(format!(
+                "the kernel is not persistent ({why}), and its pipelined loop's range reads {what}: a cluster's blocks must run the same iterations"
+            ));
+        }
     }
     let mut shared = Vec::new();
     let mut own = Vec::new();

@@ -392,6 +392,7 @@ mod tests {
                 reg_budget: None,
                 extern_sources: vec![],
                 user_threads: None,
+                cluster: None,
             },
             level: Level::Thread,
             schedules: vec![],

@@ -615,15 +615,26 @@ impl<'m> Machine<'m> {
             self.launched = walkers * n;
             blocks.extend((0..walkers).map(|l| [l * n, 0, 0]));
         }
+        // a kernel launched a tile per block in clusters: each cluster's blocks (consecutive
+        // along bx) run together, from its first
+        let n = self.cluster as i64;
+        if m.tiles().is_none() && grid[0] % n != 0 {
+            return Err(error(format!("a grid of {} blocks along x launched in clusters of {n}", grid[0])));
+        }
         match &opts.blocks {
             _ if m.tiles().is_some() => {}
             Some(list) => {
-                blocks.extend(list.iter().filter(|b| (0..3).all(|a| b[a] >= 0 && b[a] < grid[a])).copied())
+                for b in list.iter().filter(|b| (0..3).all(|a| b[a] >= 0 && b[a] < grid[a])) {
+                    let first = [b[0] - b[0] % n, b[1], b[2]];
+                    if !blocks.contains(&first) {
+                        blocks.push(first);
+                    }
+                }
             }
             None => {
                 for bz in 0..grid[2] {
                     for by in 0..grid[1] {
-                        for bx in 0..grid[0] {
+                        for bx in (0..grid[0]).step_by(n as usize) {
                             blocks.push([bx, by, bz]);
                         }
                     }

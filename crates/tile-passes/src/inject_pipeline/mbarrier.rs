@@ -76,10 +76,11 @@ fn persistent_plan(m: &mut Module) -> Option<Persistent> {
     Some(Persistent { grid, raster: m.kernel.raster.take(), cluster, fold })
 }
 
-/// This block's rank in its cluster: clusters run along the launch's x.
-fn cluster_rank(m: &mut Module, plan: &Persistent) -> Expr {
+/// This block's rank in its cluster of `blocks`: clusters run along the launch's x (of a
+/// persistent walk, or the grid's `bx` of a kernel launched a tile per block).
+fn cluster_rank(m: &mut Module, blocks: i64) -> Expr {
     let launch = launch_var(m, VarKind::LaunchIdx(0), "launch_x");
-    simplify(Expr::binary(BinOp::FloorMod, Expr::var(launch, DType::I32), Expr::int(plan.blocks())))
+    simplify(Expr::binary(BinOp::FloorMod, Expr::var(launch, DType::I32), Expr::int(blocks)))
 }
 
 /// The walk's position of this block and its stride: the block and the blocks launched,
@@ -169,7 +170,7 @@ fn tile_loop(
     let z = simplify(bin(BinOp::FloorDiv, tile_e, Expr::int(plane)));
     let (x, y) = if plan.blocks() > 1 {
         // the block's tile of its cluster's: rank % cx along bx, rank / cx along by
-        let rank = cluster_rank(m, plan);
+        let rank = cluster_rank(m, plan.blocks());
         let at = |q: Expr, c: i64, r: Expr| simplify(bin(BinOp::Add, bin(BinOp::Mul, q, Expr::int(c)), r));
         (
             at(x, cx, simplify(bin(BinOp::FloorMod, rank.clone(), Expr::int(cx)))),
@@ -721,7 +722,7 @@ pub(super) fn warp_specialize(
         pbody.push(arrive(full, total));
     }
     let pv = Expr::var(pvar, m.var(var).dtype);
-    let rank = persistent.as_ref().filter(|p| p.blocks() > 1).map(|p| cluster_rank(m, p));
+    let rank = (blocks > 1).then(|| cluster_rank(m, blocks as i64));
     for (p, ((op, plan), share)) in producers.iter().zip(&plans).zip(&shares).enumerate() {
         if per_tile {
             pbody.push(empty_wait(empties[p]));
