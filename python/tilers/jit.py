@@ -59,10 +59,12 @@ def compile(
     and the producers are launched after the kernel's ``threads``); ``tma_store=False`` keeps
     such a kernel's accumulator stores on the threads (16-byte stores from a staging tile)
     instead of TMA stores. ``cluster=(2, 1)`` (or ``(1, 2)``, 4 blocks at most) walks a
-    persistent kernel's tiles in thread-block clusters of that many tiles along ``bx`` (``by``):
-    the producer copies the cluster's blocks share (those whose position does not depend on
-    the block index along the cluster) are multicast, each block loading its part into all;
-    ``kernel.report()`` says what was shared, or why no cluster was made. ``pass_configs``
+    persistent kernel's tiles in thread-block clusters of that many tiles along ``bx`` (``by``),
+    or launches a kernel of a tile per block (symbolic sizes, ``persistent=False``) in
+    clusters of consecutive blocks along ``bx``: the producer copies the cluster's blocks
+    share (those whose position does not depend on the block index along the cluster) are
+    multicast, each block loading its part into all; ``kernel.report()`` says what was
+    shared, or why no cluster was made (a kernel's ``T.ClusterKernel(cluster_dims=)`` wins). ``pass_configs``
     takes TileLang's switches
     (``{tilers.PassConfigKey.TL_DISABLE_TMA_LOWER: True}``; see tilers/pass_config.py).
 

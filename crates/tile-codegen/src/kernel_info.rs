@@ -58,7 +58,8 @@ pub struct KernelInfo {
     pub dependent_launch: bool,
     /// Thread-block cluster dims (`[1, 1, 1]`: no cluster). A persistent kernel's clusters
     /// run along x: launch `cluster[0] * min(tiles / cluster[0], SMs / cluster[0])` blocks
-    /// (the tiles are a multiple of the cluster), each cluster walking groups of tiles.
+    /// (the tiles are a multiple of the cluster), each cluster walking groups of tiles. A
+    /// kernel of a tile per block launches its grid, whose x is a multiple of `cluster[0]`.
     #[serde(default = "no_cluster")]
     pub cluster: [u32; 3],
     /// Dynamic shared memory per block, in bytes.

@@ -259,7 +259,9 @@ pub struct WarpRoles {
     /// Thread-block clusters of a persistent kernel: `cluster[0] x cluster[1]` tiles of the
     /// grid (along `bx`, `by`) walked together by as many consecutive blocks (a cluster
     /// along the launch's x), the producer copies that do not depend on the block index
-    /// along the cluster multicast (each block loads its share into all). `[1, 1]`: none.
+    /// along the cluster multicast (each block loads its share into all). A kernel launched
+    /// a tile per block (`persistent` false) has `[n, 1]`: n consecutive blocks along `bx`.
+    /// `[1, 1]`: none.
     pub cluster: [u32; 2],
     /// A persistent walk over tiles whose pipelined loops differ in trip count along `bx`
     /// (a causal mask): each block takes tiles in pairs of equal total work (`bx = x` and

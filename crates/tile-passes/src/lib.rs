@@ -52,9 +52,10 @@ pub struct Options {
     /// A persistent warp-specialized kernel gets two consumer slots on alternate tiles
     /// (`tilers.compile(..., persistent="pingpong")`, options JSON `"pingpong": true`).
     pub pingpong: bool,
-    /// Thread-block clusters for a persistent warp-specialized kernel: `[x, y]` tiles of the
-    /// grid walked by one cluster, the producer copies they share multicast
-    /// (`tilers.compile(..., cluster=(2, 1))`, options JSON `"cluster": [2, 1]`).
+    /// Thread-block clusters for a warp-specialized kernel: `[x, y]` tiles of the grid walked
+    /// by one cluster (persistent) or run by one (a tile per block, along `bx`), the producer
+    /// copies they share multicast (`tilers.compile(..., cluster=(2, 1))`, options JSON
+    /// `"cluster": [2, 1]`); a kernel's own `Kernel::cluster` wins.
     pub cluster: Option<[u32; 2]>,
 }
 

@@ -11,9 +11,10 @@
 //! the consumers share the rest, at most 240 each — when that is
 //! more than the launch's even share (`__launch_bounds__(threads, 1)`), else no budgets are
 //! set. With `Options::pingpong` (and a persistent walk) the consumers are two slots of the
-//! user's threads. With `Options::cluster` (and a persistent walk whose grid the cluster
-//! divides along one axis, and a producer copy the cluster's blocks share) the tiles are
-//! walked in thread-block clusters (`WarpRoles::cluster`); else the report says why not.
+//! user's threads. With `Options::cluster` or the kernel's own `Kernel::cluster` (a grid the
+//! cluster divides along one axis, and a producer copy the cluster's blocks share) the tiles
+//! are walked in thread-block clusters (`WarpRoles::cluster`), or, in a kernel launched a
+//! tile per block, its blocks run in clusters along `bx`; else the report says why not.
 //! A persistent walk needs the pipelined loop's trip count to be the same for every tile,
 //! or to depend only on `bx` (a causal mask, a window): then it is evaluated for every `bx`
 //! at compile time and, where it differs, the tiles are walked in pairs of about equal work
