@@ -252,3 +252,28 @@ def test_inline_ptx_that_ptxas_refuses_is_named():
     with pytest.raises(TileError, match=r"ptxas refused the PTX; the kernel's own inline PTX") as err:
         _ = tilers.compile(f, target="cuda:sm_90a").cubin
     assert "Unknown modifier '.nonsense'" in str(err.value)
+
+
+def test_kernel_prelude_is_imported_code():
+    """TileLang's T.Kernel(..., prelude=code): the code before the kernel, as T.import_source."""
+
+    @T.prim_func
+    def f(A: T.Tensor((128,), "float32"), B: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128, prelude=SOURCE) as bx:
+            tx = T.get_thread_binding()
+            B[bx * 128 + tx] = T.call_extern("float32", "scale_add", A[tx], 2.0, 3)
+
+    k = tilers.compile(f, out_idx=[1], target="cuda:sm_90a")
+    src = k.get_kernel_source()
+    assert src.index("scale_add(float x") < src.index("__global__") and "scale_add(A[" in src
+    assert len(k.cubin) > 0
+
+
+def test_a_prelude_that_is_not_code_names_the_line():
+    @T.prim_func
+    def f(A: T.Tensor((128,), "float32")):
+        with T.Kernel(1, threads=128, prelude=3):
+            A[0] = 1.0
+
+    with pytest.raises(TileError, match=r"test_extern.py:\d+:\d+: error: T.Kernel: prelude must be a string"):
+        tilers.compile(f, target="cuda:sm_90a")
