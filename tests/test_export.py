@@ -342,6 +342,19 @@ def test_launch_passes_what_the_kernel_info_says(tmp_path, fake, matmul):
     assert e.workspace_size(*matmul_args()) == (0, 0)
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_clusters_along_x_launch_whole_clusters(tmp_path, fake, persistent):
+    """A clustered kernel (__cluster_dims__ compiled in): persistent, as many whole clusters
+    as the SMs hold (at most one per group of tiles); a tile per block, its grid as is."""
+    factory, kwargs = kernels.COMPILE_CASES["matmul_nn_f16"]
+    kernel = tilers.compile(factory(**kwargs), target="cuda:sm_90a", cluster=(2, 1), persistent=persistent)
+    assert kernel.info["cluster"] == [2, 1, 1], kernel.report()
+    e = export(tmp_path, kernel, "mmc")
+    fake.lib.fake_set_device(9, 0, 51)  # 51 SMs: 25 clusters of 2, fewer than the 32 groups of 8 x 8 tiles
+    assert e.launch(*matmul_args()) == 0, e.error
+    assert list(fake.launch.grid) == ([50, 1, 1] if persistent else [8, 8, 1])
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

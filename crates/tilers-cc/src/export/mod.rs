@@ -297,9 +297,10 @@ pub fn export_c(info: &KernelInfo, cubin: &[u8], name: &str) -> Result<Exported,
             ));
         };
         entries.push(entry.as_str());
-        if launch.cluster != [1, 1, 1] {
+        // clusters along x, compiled in (__cluster_dims__): launched like any kernel
+        if !matches!(launch.cluster, [_, 1, 1]) {
             return Err(format!(
-                "kernel '{}' needs a thread-block cluster {:?}, which the C launcher does not set up yet",
+                "kernel '{}' needs a thread-block cluster {:?}, which the C launcher sets up only along x",
                 info.name, launch.cluster
             ));
         }
@@ -787,7 +788,23 @@ fn source(
             c,
             "        unsigned grid[3] = {{(unsigned)call.grid[{k}][0], (unsigned)call.grid[{k}][1], (unsigned)call.grid[{k}][2]}};"
         );
-        if launch.persistent {
+        let cluster = launch.cluster[0].max(1);
+        if launch.persistent && cluster > 1 {
+            let _ = writeln!(
+                c,
+                "        /* persistent in clusters of {cluster}: as many clusters as SMs / {cluster} (at most one per group of tiles) walk the grid's tiles */"
+            );
+            c.push_str("        {\n            uint64_t tiles = (uint64_t)grid[0] * grid[1];\n");
+            c.push_str("            tiles = tiles > UINT64_MAX / grid[2] ? UINT64_MAX : tiles * grid[2];\n");
+            let _ = writeln!(
+                c,
+                "            uint64_t groups = tiles / {cluster}u, clusters = (uint64_t)loaded->multiprocessors / {cluster}u;"
+            );
+            let _ = writeln!(
+                c,
+                "            grid[0] = (unsigned)((groups < clusters ? groups : clusters) * {cluster}u);\n            grid[1] = 1;\n            grid[2] = 1;\n        }}"
+            );
+        } else if launch.persistent {
             c.push_str(
                 "        /* persistent: one block per SM (at most one per tile) walks the grid's tiles */\n",
             );
@@ -795,6 +812,11 @@ fn source(
             c.push_str("            tiles = tiles > UINT64_MAX / grid[2] ? UINT64_MAX : tiles * grid[2];\n");
             c.push_str("            uint64_t sms = (uint64_t)loaded->multiprocessors;\n");
             c.push_str("            grid[0] = (unsigned)(tiles < sms ? tiles : sms);\n            grid[1] = 1;\n            grid[2] = 1;\n        }\n");
+        } else if cluster > 1 {
+            let _ = writeln!(
+                c,
+                "        /* clusters of {cluster} consecutive blocks along x (compiled in) */\n        if (grid[0] % {cluster}u != 0) {{\n            tl_leave(pushed);\n            return tl_fail(TL_INVALID_VALUE, \"%s: a grid of %u blocks along x cannot be launched in clusters of {cluster}\", tl_kernel, grid[0]);\n        }}"
+            );
         }
         let mut slots = common.clone();
         let own = launch.tensor_maps.len();
@@ -1248,9 +1270,17 @@ mod tests {
             .source
             .contains("void *tl_args[5] = {&A.data, &out.data, &stream_, &tl_size0, &tl_maps[0]};"));
         assert!(e.source.contains("    1, 2, 3,\n"));
+        // clusters along x: a grid of a tile per block is checked to be a multiple, a
+        // persistent one launches whole clusters; along y they are refused
         let mut clustered = info();
         clustered.cluster = [2, 1, 1];
-        assert!(export_c(&clustered, &[1], "x").unwrap_err().contains("cluster [2, 1, 1]"));
+        let e = export_c(&clustered, &[1], "x").unwrap();
+        assert!(e.source.contains("if (grid[0] % 2u != 0) {"), "{}", e.source);
+        clustered.persistent = true;
+        let e = export_c(&clustered, &[1], "x").unwrap();
+        assert!(e.source.contains("grid[0] = (unsigned)((groups < clusters ? groups : clusters) * 2u);"));
+        clustered.cluster = [1, 2, 1];
+        assert!(export_c(&clustered, &[1], "x").unwrap_err().contains("cluster [1, 2, 1]"));
         // several T.Kernel: one launch function, each kernel with its own entry, grid,
         // block, shared memory and tensor maps (a cache slot each), in order
         let mut several = info();
