@@ -253,3 +253,21 @@ def test_cluster_kernel_without_a_pipeline_says_why():
     k = tilers.compile(copy, out_idx=[1], target="cuda:sm_90a")
     assert k.info["cluster"] == [1, 1, 1]
     assert "no cluster 2x1: the kernel has no TMA pipeline" in k.report()
+
+
+def test_cluster_kernel_in_an_eager_function():
+    import numpy as np
+
+    @tilers.jit(target="interp")
+    def scale(A, factor: float = 2.0):
+        N = T.const("N")
+        A: T.Tensor((N,), "float32")
+        B = T.empty((N,), "float32")
+        with T.ClusterKernel(T.ceildiv(N, 128), cluster_dims=2, threads=128) as bx:
+            for i in T.Parallel(128):
+                if bx * 128 + i < N:
+                    B[bx * 128 + i] = A[bx * 128 + i] * factor
+        return B
+
+    a = np.arange(300, dtype=np.float32)
+    np.testing.assert_array_equal(scale(a), a * 2)
