@@ -288,6 +288,11 @@ def summarize(row, times, ours, refs, nbytes, bandwidth):
     row.update({"us": t, "bytes": nbytes, "of_copy_bw": nbytes / (t * 1e-6) / bandwidth,
                 "copy_bw_at_size": at_size, "copy_bw_at_size_by": found,
                 "of_copy_bw_at_size": nbytes / (t * 1e-6) / at_size})
+    if "launch_floor_us" in row:
+        # the most a result of this many launches could reach: the launches' floor, then
+        # the bytes at copy bandwidth (a bound, not a model: the first bytes take longer)
+        stream = nbytes / bandwidth
+        row["of_copy_bw_floor_bound"] = stream / (stream + row["launch_floor_us"] * 1e-6)
     for ref in refs:
         if ref not in times:
             row[f"vs_{ref}"] = "unsupported"
