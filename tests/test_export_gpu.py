@@ -80,3 +80,23 @@ def test_an_exported_launcher_runs_on_torch_tensors(tmp_path, monkeypatch):
     assert "16-byte aligned data pointer" in e.error
     torch.cuda.synchronize()
     assert bool((c == 7).all())
+
+
+@pytest.mark.parametrize("persistent", [True, False])
+def test_an_exported_clustered_kernel_runs(tmp_path, monkeypatch, persistent):
+    """Clusters along x: persistent on whole clusters, a tile per block as its grid."""
+    monkeypatch.delenv("TILERS_LIBCUDA", raising=False)
+    import kernels
+
+    f = kernels.matmul(1000, 1024, 520, 128, 128, 64, 4, 128)
+    kernel = tilers.compile(f, out_idx=[2], cluster=(2, 1), persistent=persistent)
+    assert kernel.info["cluster"] == [2, 1, 1], kernel.report()
+    header, source = tilers._tilers.export_c(json.dumps(kernel.info), kernel.cubin, "mmc")
+    e = Export(tmp_path, "mmc", header, source, kernel.info)
+    a = torch.randn(1000, 520, device="cuda", dtype=torch.float16)
+    b = torch.randn(520, 1024, device="cuda", dtype=torch.float16)
+    c = torch.full((1000, 1024), float("nan"), device="cuda", dtype=torch.float16)
+    args = [tensor(t.data_ptr(), list(t.shape)) for t in (a, b, c)]
+    assert e.launch(*args, stream=torch.cuda.current_stream().cuda_stream) == 0, e.error
+    torch.cuda.synchronize()
+    assert torch.equal(c, kernel(a, b))
