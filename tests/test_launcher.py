@@ -323,8 +323,13 @@ def test_refuses_what_it_cannot_run(reader):
         make([tensor("A")], reader, grid=[{"param": 0}, {"const": 1}, {"const": 1}])
     with pytest.raises(ValueError, match="'h' of float8_e4m3fn cannot be passed by value"):
         make([tensor("A"), scalar("h", "float8_e4m3fn")], reader)
-    with pytest.raises(ValueError, match=r"needs a thread-block cluster \[2, 1, 1\]"):
+    # clusters: along x only, and a kernel of a tile per block needs a grid along x that
+    # is a fixed multiple of the cluster (checked once, here, not per call)
+    with pytest.raises(ValueError, match=r"clusters of 2 blocks along x, and its grid along x is not a fixed multiple"):
         make([tensor("A")], reader, cluster=[2, 1, 1])
+    with pytest.raises(ValueError, match=r"needs a thread-block cluster \[1, 2, 1\]: clusters run along x only"):
+        make([tensor("A")], reader, cluster=[1, 2, 1], grid=[{"const": 1}, {"const": 2}, {"const": 1}])
+    make([tensor("A")], reader, cluster=[2, 1, 1], grid=[{"const": 4}, {"const": 1}, {"const": 1}])
     with pytest.raises(ValueError, match="compiled for the interpreter"):
         make([tensor("A")], reader, entry=None)
     with pytest.raises(ValueError, match="not a KernelInfo"):

@@ -459,6 +459,29 @@ impl KernelInfo {
         Ok(dims)
     }
 
+    /// Why this kernel's cluster cannot be launched as compiled (`__cluster_dims__(n, 1, 1)`),
+    /// if it cannot: clusters run along x only, and a kernel launched a tile per block needs
+    /// a grid whose x is a fixed multiple of `n` (the compiler makes no other; checked once
+    /// when a launcher is made, not per call). None: no cluster, or one that launches.
+    pub fn cluster_problem(&self) -> Option<String> {
+        let [n, y, z] = self.cluster;
+        if [y, z] != [1, 1] {
+            return Some(format!(
+                "it needs a thread-block cluster {:?}: clusters run along x only",
+                self.cluster
+            ));
+        }
+        if n <= 1 || self.persistent {
+            return None;
+        }
+        match self.grid.first() {
+            Some(GridExpr::Const { value }) if value % n as i64 == 0 => None,
+            _ => Some(format!(
+                "it runs in clusters of {n} blocks along x, and its grid along x is not a fixed multiple of {n}"
+            )),
+        }
+    }
+
     /// Every kernel a call launches, in order: this one, then [`KernelInfo::then`].
     pub fn launches(&self) -> impl Iterator<Item = &KernelInfo> {
         std::iter::once(self).chain(&self.then)

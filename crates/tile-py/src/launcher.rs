@@ -47,8 +47,8 @@
 //! run checks the encode arguments and encodes nothing. A clustered persistent kernel
 //! (`__cluster_dims__(n, 1, 1)`) launches `n` blocks per cluster that runs at once
 //! (`cuOccupancyMaxActiveClusters`, asked once per device); a clustered kernel launched a
-//! tile per block launches its grid, whose x is a multiple of `n`; clusters along another
-//! axis are refused.
+//! tile per block launches its grid, whose x is a fixed multiple of `n`; other clusters are
+//! refused when the launcher is made (`KernelInfo::cluster_problem`).
 //!
 //! Tensors are read through torch's C shim (`torch_shim.rs`, ~30 ns a tensor) or, where
 //! that is not usable, through their Python attributes (`t.dtype`, `t.shape`, ...: ~0.6 µs
@@ -731,13 +731,9 @@ impl Launcher {
                 )));
             }
             // clusters along x (compiled in: __cluster_dims__), of a persistent kernel or of
-            // one launched a tile per block (its grid along x a multiple of the cluster)
-            let [cx, cy, cz] = launch.cluster;
-            if launch.cluster != [1, 1, 1] && !(cx >= 1 && cy == 1 && cz == 1) {
-                return Err(info_error(format!(
-                    "kernel '{}' needs a thread-block cluster {:?}, which this launcher sets up only along x",
-                    info.name, launch.cluster
-                )));
+            // one launched a tile per block (its grid along x a fixed multiple of the cluster)
+            if let Some(why) = launch.cluster_problem() {
+                return Err(info_error(format!("kernel '{}' cannot be launched: {why}", info.name)));
             }
             let mut maps = Vec::with_capacity(launch.tensor_maps.len());
             for map in &launch.tensor_maps {
@@ -981,13 +977,6 @@ impl Launcher {
                 .info
                 .launch_grid(&|i| self.scalar_value(i, slots[i]), sizes)
                 .map_err(|e| self.grid_error(e, args))?;
-            let cx = step.info.cluster[0].max(1);
-            if cx > 1 && !step.info.persistent && grid[0] % cx != 0 {
-                return Err(PyValueError::new_err(format!(
-                    "kernel '{}': a grid of {} blocks along x cannot be launched in clusters of {cx}",
-                    self.info.name, grid[0]
-                )));
-            }
             if step.info.persistent {
                 // one block per SM (at most one per tile) walks the grid's tiles; with
                 // clusters of n blocks, as many clusters as run at once walk groups of n

@@ -298,11 +298,8 @@ pub fn export_c(info: &KernelInfo, cubin: &[u8], name: &str) -> Result<Exported,
         };
         entries.push(entry.as_str());
         // clusters along x, compiled in (__cluster_dims__): launched like any kernel
-        if !matches!(launch.cluster, [_, 1, 1]) {
-            return Err(format!(
-                "kernel '{}' needs a thread-block cluster {:?}, which the C launcher sets up only along x",
-                info.name, launch.cluster
-            ));
+        if let Some(why) = launch.cluster_problem() {
+            return Err(format!("kernel '{}' cannot be launched: {why}", info.name));
         }
         if launch.grid.len() != 3 {
             return Err("the KernelInfo's grid must have three dimensions".into());
@@ -788,34 +785,23 @@ fn source(
             c,
             "        unsigned grid[3] = {{(unsigned)call.grid[{k}][0], (unsigned)call.grid[{k}][1], (unsigned)call.grid[{k}][2]}};"
         );
-        let cluster = launch.cluster[0].max(1);
-        if launch.persistent && cluster > 1 {
-            let _ = writeln!(
-                c,
-                "        /* persistent in clusters of {cluster}: as many clusters as SMs / {cluster} (at most one per group of tiles) walk the grid's tiles */"
-            );
+        if launch.persistent {
+            // one block per SM (at most one per tile); in clusters of n, SMs / n whole
+            // clusters (at most one per group of n tiles)
+            let n = launch.cluster[0].max(1);
+            let what =
+                if n > 1 { format!("SMs / {n} clusters of {n} blocks") } else { "one block per SM".into() };
+            let _ =
+                writeln!(c, "        /* persistent: {what} (at most one per tile) walk the grid's tiles */");
             c.push_str("        {\n            uint64_t tiles = (uint64_t)grid[0] * grid[1];\n");
             c.push_str("            tiles = tiles > UINT64_MAX / grid[2] ? UINT64_MAX : tiles * grid[2];\n");
             let _ = writeln!(
                 c,
-                "            uint64_t groups = tiles / {cluster}u, clusters = (uint64_t)loaded->multiprocessors / {cluster}u;"
+                "            uint64_t groups = tiles / {n}u, clusters = (uint64_t)loaded->multiprocessors / {n}u;"
             );
             let _ = writeln!(
                 c,
-                "            grid[0] = (unsigned)((groups < clusters ? groups : clusters) * {cluster}u);\n            grid[1] = 1;\n            grid[2] = 1;\n        }}"
-            );
-        } else if launch.persistent {
-            c.push_str(
-                "        /* persistent: one block per SM (at most one per tile) walks the grid's tiles */\n",
-            );
-            c.push_str("        {\n            uint64_t tiles = (uint64_t)grid[0] * grid[1];\n");
-            c.push_str("            tiles = tiles > UINT64_MAX / grid[2] ? UINT64_MAX : tiles * grid[2];\n");
-            c.push_str("            uint64_t sms = (uint64_t)loaded->multiprocessors;\n");
-            c.push_str("            grid[0] = (unsigned)(tiles < sms ? tiles : sms);\n            grid[1] = 1;\n            grid[2] = 1;\n        }\n");
-        } else if cluster > 1 {
-            let _ = writeln!(
-                c,
-                "        /* clusters of {cluster} consecutive blocks along x (compiled in) */\n        if (grid[0] % {cluster}u != 0) {{\n            tl_leave(pushed);\n            return tl_fail(TL_INVALID_VALUE, \"%s: a grid of %u blocks along x cannot be launched in clusters of {cluster}\", tl_kernel, grid[0]);\n        }}"
+                "            grid[0] = (unsigned)((groups < clusters ? groups : clusters) * {n}u);\n            grid[1] = 1;\n            grid[2] = 1;\n        }}"
             );
         }
         let mut slots = common.clone();
@@ -1274,8 +1260,10 @@ mod tests {
         // persistent one launches whole clusters; along y they are refused
         let mut clustered = info();
         clustered.cluster = [2, 1, 1];
-        let e = export_c(&clustered, &[1], "x").unwrap();
-        assert!(e.source.contains("if (grid[0] % 2u != 0) {"), "{}", e.source);
+        clustered.grid[0] = GridExpr::Const { value: 8 };
+        assert!(export_c(&clustered, &[1], "x").is_ok());
+        clustered.grid[0] = GridExpr::Const { value: 7 };
+        assert!(export_c(&clustered, &[1], "x").unwrap_err().contains("not a fixed multiple of 2"));
         clustered.persistent = true;
         let e = export_c(&clustered, &[1], "x").unwrap();
         assert!(e.source.contains("grid[0] = (unsigned)((groups < clusters ? groups : clusters) * 2u);"));
