@@ -178,6 +178,7 @@ def test_maps_it_cannot_encode_are_refused(reader, maps, params, message):
 
 
 def test_clusters_are_still_refused(reader):
+    # (a tile per block in clusters of 2 with a grid of one block along x)
     kernel = Kernel()
     info = {
         "name": "k", "entry": "k_kernel", "arch": "sm_90a", "params": [tensor("A", [64, 64])],

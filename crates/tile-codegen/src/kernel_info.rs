@@ -477,7 +477,7 @@ impl KernelInfo {
         match self.grid.first() {
             Some(GridExpr::Const { value }) if value % n as i64 == 0 => None,
             _ => Some(format!(
-                "it runs in clusters of {n} blocks along x, and its grid along x is not a fixed multiple of {n}"
+                "it runs in thread-block clusters of {n} blocks along x, and its grid along x is not a fixed multiple of {n}"
             )),
         }
     }
