@@ -1135,6 +1135,8 @@ class Builder:
         self.bound: list = []  # names bound to values read from buffers (Builder.bind)
         self.thread_dims: tuple = (0,)
         self.block_vars: list = []
+        self.kernel_cluster = None  # T.ClusterKernel's [x, y]
+        self.cluster_views: dict = {}  # T.copy_cluster: shared tile id -> its cluster view
         self.inline_ptx: dict = {}  # (template, operand dtypes, memory) -> function name
         self.open_threads = False  # inside a T.ws region
         self.reg_budget: dict = {}  # T.annotate_*_reg_* / T.no_set_max_nreg
@@ -1154,6 +1156,8 @@ class Builder:
         self.bound = []
         self.thread_dims = (0,)  # T.Kernel's threads=(x, y, z)
         self.block_vars = []
+        self.kernel_cluster = None
+        self.cluster_views = {}
 
     def close_kernel(self, kernel: dict) -> None:
         """Record the T.Kernel block just left, after checking that it reads no variable of

@@ -466,9 +466,11 @@ def _in_bounds(buffer, dims, indices):
     return cond
 
 
-def expand(what, src, dst, loc, *, pad=None, atomic=None, memory_order=None, fill_value=None):
+def expand(what, src, dst, loc, *, pad=None, atomic=None, memory_order=None, fill_value=None, remote=None):
     """``T.copy(src, dst)`` (or a tile atomic, or ``T.fill(dst, fill_value)`` with src None)
-    where a buffer has a user layout, as a T.Parallel loop of element accesses."""
+    where a buffer has a user layout, as a T.Parallel loop of element accesses. ``remote``
+    (view, rank): ``T.copy_cluster``'s, the stores land in block ``rank`` of the cluster,
+    through ``dst``'s cluster view."""
     from . import language as T
 
     builder = _trace.current_builder()
@@ -518,6 +520,10 @@ def expand(what, src, dst, loc, *, pad=None, atomic=None, memory_order=None, fil
         value = fill_value
 
     def write():
+        if remote is not None:
+            view, rank = remote
+            view[(rank,) + tuple(didx)] = value
+            return
         target = dbuf[tuple(didx)]
         if atomic is not None:
             T._atomic(atomic, target, value, memory_order, False)

@@ -18,6 +18,9 @@ __all__ = [
     "wait_wgmma",
     "wgmma_gemm",
     "fence_proxy_async",
+    "cluster_sync",
+    "block_rank_in_cluster",
+    "copy_cluster",
     "reinterpret",
     "cumsum",
     "vectorized",
@@ -365,6 +368,7 @@ class Kernel:
         if self.prelude:
             builder.extern_sources.append(self.prelude)
         builder.kernel_threads = self.threads
+        builder.kernel_cluster = self.cluster
         builder.thread_dims = self.thread_dims
         builder.grid_dims = list(self.grid)
         count = len(self.grid)
@@ -2686,6 +2690,118 @@ def fence_proxy_async():
     builder = _trace.current_builder()
     _trace.require_kernel(builder, "T.fence_proxy_async", loc)
     builder.emit({"op": "fence_proxy_async"}, loc)
+
+
+def cluster_sync():
+    """``T.cluster_sync()`` (TileLang's): every thread of every block of the thread-block
+    cluster waits here for all of them (``barrier.cluster.arrive.release`` + ``wait.acquire``);
+    what each wrote before it — into its own shared memory, or a peer's by
+    ``T.copy_cluster`` — is visible to all after it. It stands in the kernel's body (every
+    thread reaches it, not inside a loop or a branch). In a ``T.Kernel`` (no cluster) it is a
+    barrier of the block."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.cluster_sync", loc)
+    inner = builder.blocks[-1].what
+    if inner != "T.Kernel":
+        raise _trace.user_error(
+            f"T.cluster_sync inside a {inner} block: every thread of the cluster must reach it",
+            loc=loc,
+            help="call it in the kernel's body, outside loops and branches",
+        )
+    builder.emit({"op": "cluster_sync"}, loc)
+
+
+def block_rank_in_cluster():
+    """``T.block_rank_in_cluster()`` (TileLang's): the block's rank in its thread-block cluster
+    (``%cluster_ctarank``: ``bx % x + (by % y) * x`` for ``T.ClusterKernel(cluster_dims=(x,
+    y))``); 0 in a ``T.Kernel``."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.block_rank_in_cluster", loc)
+    x, y = builder.kernel_cluster or (1, 1)
+    rank = cast(_trace.literal(0), "int32")
+    if x > 1:
+        rank = rank + builder.block_vars[0] % x
+    if y > 1:
+        rank = rank + builder.block_vars[1] % y * x
+    return rank
+
+
+def copy_cluster(src, dst, *, dst_block=None, cluster_mask=None, remote_barrier=None, eviction_policy=None,
+                 coalesced_width=None, annotations=None, loop_layout=None):
+    """``T.copy_cluster(src, dst, dst_block=r)`` (TileLang's SM-to-SM copy): ``src`` (a tile or
+    region of this block) into the shared tile ``dst`` of block ``r`` of the thread-block
+    cluster (distributed shared memory, sm_90+; a ``T.ClusterKernel`` of clusters along bx).
+    The stores are the block's threads' own (``st.shared::cluster``); ``T.cluster_sync()``
+    after the copy makes them visible to block ``r``. tilers syncs the cluster before the
+    kernel's first statement and after its last, so no block is reached before it starts or
+    after it exits. ``remote_barrier=`` (an mbarrier the copy completes on) and
+    ``cluster_mask=`` (TMA multicast, which tilers makes itself for a TMA pipeline) are not
+    supported; TileLang's hints ``eviction_policy``, ``coalesced_width``, ``annotations``,
+    ``loop_layout`` are accepted and not used."""
+    loc = _trace.capture()
+    builder = _trace.current_builder()
+    _trace.require_kernel(builder, "T.copy_cluster", loc)
+    if cluster_mask is not None:
+        raise _trace.user_error(
+            "T.copy_cluster(..., cluster_mask=...): a TMA multicast; tilers multicasts the producer copies "
+            "of a TMA pipeline itself in a T.ClusterKernel",
+            loc=loc,
+            help="write the copy as T.copy(src, dst) in the pipelined loop of a T.ClusterKernel",
+        )
+    if remote_barrier is not None:
+        raise _trace.user_error(
+            "T.copy_cluster(..., remote_barrier=...) is not supported: the copy's stores are the threads' own",
+            loc=loc,
+            help="drop remote_barrier and call T.cluster_sync() after the copy; block dst_block reads "
+            "dst after its own T.cluster_sync()",
+        )
+    if dst_block is None:
+        raise _trace.user_error(
+            "T.copy_cluster: parameter 'dst_block': expected the rank of the block whose tile is written, got None",
+            loc=loc,
+            help="e.g. T.copy_cluster(partial, gathered[rank, :], dst_block=0)",
+        )
+    x, y = builder.kernel_cluster or (1, 1)
+    blocks = x * y
+    if blocks == 1:
+        raise _trace.user_error(
+            "T.copy_cluster writes another block's shared memory, and this kernel has no thread-block cluster",
+            loc=loc,
+            help="launch the kernel in clusters: T.ClusterKernel(..., cluster_dims=n)",
+        )
+    if isinstance(dst_block, _builtins.bool) or not isinstance(dst_block, (_builtins.int, _trace.Expr)):
+        raise _trace.user_error(
+            f"T.copy_cluster: parameter 'dst_block': expected an int rank, got {type(dst_block).__name__}",
+            loc=loc,
+        )
+    if isinstance(dst_block, _builtins.int) and not 0 <= dst_block < blocks:
+        raise _trace.user_error(
+            f"T.copy_cluster: parameter 'dst_block': expected a rank from 0 to {blocks - 1} "
+            f"(a cluster of {blocks} blocks), got {dst_block}",
+            loc=loc,
+        )
+    if isinstance(dst_block, _trace.Expr) and not _trace.is_int(dst_block.dtype):
+        raise _trace.user_error(
+            f"T.copy_cluster: parameter 'dst_block': expected an int rank, got {dst_block.dtype}",
+            loc=loc,
+        )
+    dbuf, _ = _user_layout._operand(dst, loc)
+    if dbuf.scope != "shared" or dbuf.view_root is not None or dbuf.alias_of is not None \
+            or dbuf.user_layout is not None:
+        raise _trace.user_error(
+            f"T.copy_cluster: parameter 'dst': expected a T.alloc_shared tile (or a region of one), "
+            f"got '{dbuf.name}' ({dbuf.scope}{', a view' if dbuf.view_root is not None or dbuf.alias_of is not None else ''})",
+            loc=loc,
+            help="copy into a shared tile of its own",
+        )
+    view = builder.cluster_views.get(dbuf._id)
+    if view is None:
+        view = builder.new_buffer(f"{dbuf.name}_cluster", "cluster", dbuf.dtype, (blocks,) + tuple(dbuf.shape), loc)
+        view.alias_of = dbuf
+        builder.cluster_views[dbuf._id] = view
+    _user_layout.expand("T.copy_cluster", src, dst, loc, remote=(view, dst_block))
 
 
 def wgmma_gemm(A, B, C, transpose_A=False, transpose_B=False, policy=GemmWarpPolicy.Square,

@@ -38,6 +38,17 @@ pub(crate) struct Interp<'m> {
     /// The block's `T.alloc_barrier` mbarriers, by (buffer, index): (arrivals a phase
     /// takes, arrivals still missing in the current phase, phases completed).
     bars: std::collections::BTreeMap<(BufferId, i64), (i64, i64, i64)>,
+    /// Blocks per thread-block cluster run together (a kernel with cluster operations), else 1.
+    cluster: i64,
+}
+
+/// A block of a cluster set aside between two `cluster_sync`s.
+#[derive(Default)]
+struct BlockState {
+    block: [i64; 3],
+    mem: Vec<(usize, Data)>,
+    env: Vec<Option<Val>>,
+    bars: std::collections::BTreeMap<(BufferId, i64), (i64, i64, i64)>,
 }
 
 /// Iterations (positions in the running `parallel` loop's row-major order) that are
@@ -229,6 +240,7 @@ impl<'m> Interp<'m> {
             simt: false,
             breaking: Vec::new(),
             bars: Default::default(),
+            cluster: 1,
         }
     }
 
@@ -276,39 +288,148 @@ impl<'m> Interp<'m> {
                 accumulators.insert(op.c);
             }
         });
+        // a kernel that works across its thread-block cluster (T.copy_cluster,
+        // T.cluster_sync): the blocks of each cluster run its body in turn, one stretch
+        // between the body's cluster_syncs at a time, each block's state kept aside
+        let cluster = if m.cluster_ops() { m.cluster_blocks().max(1) as i64 } else { 1 };
+        if cluster > 1 && grid[0] % cluster != 0 {
+            return Err(Diagnostic::error(
+                format!(
+                    "a grid of {} blocks along x launched in thread-block clusters of {cluster}",
+                    grid[0]
+                ),
+                m.kernel.loc,
+            ));
+        }
+        self.cluster = cluster;
+        let stretches: Vec<&[Stmt]> = if cluster > 1 {
+            m.kernel.body.split(|s| matches!(s, Stmt::Inst(inst::Inst::ClusterSync(_)))).collect()
+        } else {
+            vec![&m.kernel.body[..]]
+        };
+        let views: Vec<(usize, usize)> = m
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.scope == Scope::Cluster)
+            .filter_map(|(i, b)| b.alias_of.map(|r| (i, r.0 as usize)))
+            .collect();
         for bz in 0..grid[2] {
             for by in 0..grid[1] {
-                for bx in 0..grid[0] {
-                    self.block = [bx, by, bz];
-                    self.bars.clear();
-                    for &(var, axis) in &block_vars {
-                        let v = self.block.get(axis as usize).copied().unwrap_or(0);
-                        self.env[var] = Some(Val::I(wrap_int(v, m.vars[var].dtype)));
-                    }
-                    // every block gets fresh on-chip buffers, which start undefined on the
-                    // GPU: floats start as NaN here (as scratch does), so a kernel that reads
-                    // what it did not write (a missing T.clear) shows it; gemm accumulators 0
-                    for (i, b) in m.buffers.iter().enumerate() {
-                        if b.scope != Scope::Global {
-                            // a register buffer that per-thread statements write: a copy per thread
-                            let copies = if self.pt.bufs.contains(&BufferId(i as u32)) {
-                                m.kernel.threads as usize
-                            } else {
-                                1
-                            };
-                            let n = b.num_elements().max(0) as usize * copies;
-                            self.mem[i] = if accumulators.contains(&BufferId(i as u32)) {
-                                Data::zeros(b.dtype, n)
-                            } else {
-                                Data::from_bytes(b.dtype, &crate::scratch_bytes(b.dtype, n))
-                            };
+                for bx0 in (0..grid[0]).step_by(cluster as usize) {
+                    let mut states = Vec::new();
+                    for c in 0..cluster {
+                        self.enter_block([bx0 + c, by, bz], &block_vars, &accumulators);
+                        if c == 0 {
+                            // the cluster's shared tiles as its blocks see them through views
+                            for &(v, _) in &views {
+                                let b = &m.buffers[v];
+                                let n = b.num_elements().max(0) as usize;
+                                self.mem[v] = Data::from_bytes(b.dtype, &crate::scratch_bytes(b.dtype, n));
+                            }
+                        }
+                        if cluster == 1 {
+                            self.exec(&m.kernel.body, &[0])?;
+                        } else {
+                            states.push(self.leave_block(&views, c as usize));
                         }
                     }
-                    self.exec(&m.kernel.body, &[0])?;
+                    for stretch in &stretches[..if cluster > 1 { stretches.len() } else { 0 }] {
+                        for (c, state) in states.iter_mut().enumerate() {
+                            self.resume_block(std::mem::take(state), &views, c);
+                            self.exec(stretch, &[0])?;
+                            *state = self.leave_block(&views, c);
+                        }
+                    }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Start block `block`: its indices bound, its on-chip buffers fresh (undefined: floats
+    /// NaN, as scratch; gemm accumulators 0), its barriers none.
+    fn enter_block(
+        &mut self,
+        block: [i64; 3],
+        block_vars: &[(usize, u8)],
+        accumulators: &std::collections::BTreeSet<BufferId>,
+    ) {
+        let m = self.m;
+        self.block = block;
+        self.bars.clear();
+        for &(var, axis) in block_vars {
+            let v = self.block.get(axis as usize).copied().unwrap_or(0);
+            self.env[var] = Some(Val::I(wrap_int(v, m.vars[var].dtype)));
+        }
+        // every block gets fresh on-chip buffers, which start undefined on the GPU: floats
+        // start as NaN here (as scratch does), so a kernel that reads what it did not write
+        // (a missing T.clear) shows it; gemm accumulators 0
+        for (i, b) in m.buffers.iter().enumerate() {
+            if b.scope != Scope::Global && b.scope != Scope::Cluster {
+                // a register buffer that per-thread statements write: a copy per thread
+                let copies =
+                    if self.pt.bufs.contains(&BufferId(i as u32)) { m.kernel.threads as usize } else { 1 };
+                let n = b.num_elements().max(0) as usize * copies;
+                self.mem[i] = if accumulators.contains(&BufferId(i as u32)) {
+                    Data::zeros(b.dtype, n)
+                } else {
+                    Data::from_bytes(b.dtype, &crate::scratch_bytes(b.dtype, n))
+                };
+            }
+        }
+    }
+
+    /// Set block `c` of the cluster aside: its on-chip buffers, variables and barriers; its
+    /// shared tiles that other blocks reach go to their cluster views' slice `c`.
+    fn leave_block(&mut self, views: &[(usize, usize)], c: usize) -> BlockState {
+        let m = self.m;
+        for &(v, root) in views {
+            let n = self.mem[root].len();
+            for e in 0..n {
+                let x = self.mem[root].get(e);
+                self.mem[v].set(c * n + e, x);
+            }
+        }
+        let mem = m
+            .buffers
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.scope != Scope::Global && b.scope != Scope::Cluster)
+            .map(|(i, _)| (i, std::mem::replace(&mut self.mem[i], Data::zeros(DType::I8, 0))))
+            .collect();
+        BlockState { block: self.block, mem, env: self.env.clone(), bars: std::mem::take(&mut self.bars) }
+    }
+
+    /// Take block `c` of the cluster up again where [`Interp::leave_block`] left it.
+    fn resume_block(&mut self, state: BlockState, views: &[(usize, usize)], c: usize) {
+        self.block = state.block;
+        self.env = state.env;
+        self.bars = state.bars;
+        for (i, d) in state.mem {
+            self.mem[i] = d;
+        }
+        for &(v, root) in views {
+            let n = self.mem[root].len();
+            for e in 0..n {
+                let x = self.mem[v].get(c * n + e);
+                self.mem[root].set(e, x);
+            }
+        }
+    }
+
+    /// Where element `o` of the cluster view `buf` lies: (buffer, offset) — the root tile
+    /// itself for this block's own rank, else the view's slice of the peer.
+    fn cluster_element(&self, buf: BufferId, o: usize) -> (usize, usize) {
+        let b = self.m.buffer(buf);
+        let root = b.alias_of.expect("a cluster view has a root").0 as usize;
+        let n = self.mem[root].len();
+        let own = self.block[0].rem_euclid(self.cluster) as usize;
+        if o / n == own {
+            (root, o % n)
+        } else {
+            (buf.0 as usize, o)
+        }
     }
 
     fn exec(&mut self, body: &[Stmt], ids: Lanes<'_>) -> Result<(), Diagnostic> {
@@ -670,6 +791,13 @@ impl<'m> Interp<'m> {
 
     /// Write `values` at `offsets`, skipping those past a global tensor's edge.
     fn store(&mut self, buf: BufferId, offsets: &[usize], values: Col) {
+        if self.m.buffer(buf).scope == Scope::Cluster {
+            for (k, &o) in offsets.iter().enumerate() {
+                let (b, at) = self.cluster_element(buf, o);
+                self.mem[b].set(at, values.get(k));
+            }
+            return;
+        }
         let data = &mut self.mem[buf.0 as usize];
         if offsets.contains(&usize::MAX) {
             for (k, &o) in offsets.iter().enumerate() {
@@ -801,7 +929,14 @@ impl<'m> Interp<'m> {
                 let offsets = self.indices(*buf, idx, ids, loc, at)?;
                 let b = m.buffer(*buf);
                 let data = &self.mem[buf.0 as usize];
-                let values = if offsets.contains(&usize::MAX) {
+                let values = if b.scope == Scope::Cluster {
+                    let mut out = Col::empty_like(b.dtype, offsets.len());
+                    for &o in &offsets {
+                        let (src, at) = self.cluster_element(*buf, o);
+                        out.push(self.mem[src].get(at));
+                    }
+                    out
+                } else if offsets.contains(&usize::MAX) {
                     let inside: Vec<bool> = offsets.iter().map(|&o| o != usize::MAX).collect();
                     let (in_ids, out_ids) = split(ids, &inside);
                     let kept: Vec<usize> = offsets.iter().copied().filter(|&o| o != usize::MAX).collect();

@@ -376,9 +376,33 @@ impl Module {
         self.kernel.grid.iter().try_fold(1i64, |acc, g| g.as_int().and_then(|v| acc.checked_mul(v)))
     }
 
-    /// Blocks per thread-block cluster (1: the kernel is launched without clusters).
+    /// Blocks per thread-block cluster (1: the kernel is launched without clusters): those
+    /// of a warp-specialized kernel's multicast plan, else, for a kernel that works across
+    /// its cluster itself (see [`Module::cluster_ops`]), `T.ClusterKernel`'s blocks along x.
     pub fn cluster_blocks(&self) -> u32 {
-        self.kernel.roles.map_or(1, |r| r.cluster_blocks())
+        match self.kernel.roles.map_or(1, |r| r.cluster_blocks()) {
+            1 if self.cluster_ops() => self.kernel.cluster.map_or(1, |[x, _]| x),
+            n => n,
+        }
+    }
+
+    /// Whether the user's kernel works across its thread-block cluster: it reaches other
+    /// blocks' shared memory (a [`Scope::Cluster`] view, `T.copy_cluster`) or waits for them
+    /// (`T.cluster_sync`). Such a kernel is launched in `T.ClusterKernel`'s clusters
+    /// whatever else is planned, and is not warp-specialized.
+    pub fn cluster_ops(&self) -> bool {
+        if self.buffers.iter().any(|b| b.scope == Scope::Cluster) {
+            return true;
+        }
+        if self.kernel.roles.is_some() {
+            // a warp-specialized kernel: its cluster syncs are the multicast plan's
+            return false;
+        }
+        let mut found = false;
+        walk_stmts(&self.kernel.body, &mut |s| {
+            found |= matches!(s, Stmt::Inst(crate::inst::Inst::ClusterSync(_)))
+        });
+        found
     }
 
     /// Threads launched per block: the user's `threads` plus the producer warps.

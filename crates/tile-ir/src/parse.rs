@@ -339,7 +339,7 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
         }
         let scope = match Scope::parse(o.str("scope")?) {
             Some(s) => s,
-            None => return err(&o.p("scope"), "expected global, shared, fragment or local"),
+            None => return err(&o.p("scope"), "expected global, shared, fragment, local or cluster"),
         };
         let mut shape = Vec::new();
         for (d, x) in o.arr("shape")?.iter().enumerate() {
@@ -416,18 +416,36 @@ pub fn parse_kernels(text: &str) -> R<Vec<Module>> {
                 let bytes = |b: &[Dim], d: DType| -> Option<i64> {
                     b.iter().map(|x| x.fixed()).product::<Option<i64>>().map(|n| n * d.bytes() as i64)
                 };
-                if scope != Scope::Shared || r.scope != Scope::Shared || r.alias_of.is_some() {
+                if scope == Scope::Cluster {
+                    // T.copy_cluster's view of a shared tile in every block of the cluster
+                    let ok = r.scope == Scope::Shared
+                        && r.alias_of.is_none()
+                        && dt == r.dtype
+                        && shape.len() == r.shape.len() + 1
+                        && matches!(shape[0], Dim::Fixed(1..=16))
+                        && shape[1..] == r.shape[..];
+                    if !ok {
+                        return err(
+                            &o.p("alias_of"),
+                            "a cluster view is [blocks, *shape] of a shared tile's elements in each block of the cluster",
+                        );
+                    }
+                    Some(BufferId(root as u32))
+                } else if scope != Scope::Shared || r.scope != Scope::Shared || r.alias_of.is_some() {
                     return err(
                         &o.p("alias_of"),
                         "a view of another dtype is a shared tile over a shared tile",
                     );
-                }
-                if bytes(&shape, dt) != bytes(&r.shape, r.dtype) {
+                } else if bytes(&shape, dt) != bytes(&r.shape, r.dtype) {
                     return err(&o.p("alias_of"), "a view of another dtype covers its tile's bytes exactly");
+                } else {
+                    Some(BufferId(root as u32))
                 }
-                Some(BufferId(root as u32))
             }
         };
+        if scope == Scope::Cluster && alias_of.is_none() {
+            return err(&o.p("alias_of"), "a cluster view names the shared tile it views (alias_of)");
+        }
         buffers.push(Buffer {
             name: o.str("name")?.to_string(),
             scope,
@@ -964,6 +982,11 @@ impl Parser {
                         })
                     }
                 }
+            }
+            "cluster_sync" => {
+                // T.cluster_sync(): every thread of every block of the thread-block cluster
+                Obj::new(v, path, &["op", "loc"])?;
+                Stmt::inst(crate::inst::ClusterSync)
             }
             "cp_async" => {
                 // T.ptx_cp_async(T.access_ptr(S[..], "w"), T.access_ptr(G[..], "r"), n): one

@@ -138,6 +138,11 @@ pub enum Scope {
     Fragment,
     /// A per-thread array (registers or local memory).
     Local,
+    /// Distributed shared memory: a shared tile (`Buffer::alias_of`) in every block of the
+    /// thread-block cluster, `[blocks, *shape]`, index 0 the block's rank in the cluster
+    /// (`T.copy_cluster`). Only element stores and loads reach it; `T.cluster_sync` orders
+    /// them.
+    Cluster,
 }
 
 impl Scope {
@@ -147,6 +152,7 @@ impl Scope {
             "shared" => Scope::Shared,
             "fragment" => Scope::Fragment,
             "local" => Scope::Local,
+            "cluster" => Scope::Cluster,
             _ => return None,
         })
     }
@@ -157,6 +163,7 @@ impl Scope {
             Scope::Shared => "shared",
             Scope::Fragment => "fragment",
             Scope::Local => "local",
+            Scope::Cluster => "cluster",
         }
     }
 }

@@ -618,6 +618,13 @@ impl<'a> Verifier<'a> {
     }
 
     fn region(&mut self, r: &Region) {
+        if self.m.buffer(r.buf).scope == Scope::Cluster {
+            // T.copy_cluster's stores reach other blocks' tiles element by element
+            self.err(
+                format!("internal: the cluster view '{}' in a tile operation (only element stores and loads reach it)", self.m.buffer(r.buf).name),
+                r.loc,
+            );
+        }
         for d in &r.dims {
             match d {
                 RegionDim::Index(e) | RegionDim::Origin(e) => self.expr(e, r.loc),
@@ -659,6 +666,9 @@ impl<'a> Verifier<'a> {
             self.err(format!("internal: storing {} into '{}' of {}", value.dtype(), b.name, b.dtype), loc);
         }
         if let Some(mode) = atomic {
+            if b.scope == Scope::Cluster {
+                self.err(format!("internal: an atomic update of the cluster view '{}'", b.name), loc);
+            }
             self.atomic_target(buf, mode, loc);
             return;
         }

@@ -56,6 +56,12 @@ pub fn plan_pipeline(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnos
             Some("TMA is off (tma=False)".to_string())
         } else if m.own_warp_roles() {
             Some("the kernel places its own warp roles and barriers (T.ws, T.alloc_barrier)".to_string())
+        } else if m.cluster_ops() {
+            // the producer warpgroup would have to join every T.cluster_sync of the consumers
+            Some(
+                "the kernel works across its thread-block cluster itself (T.cluster_sync, T.copy_cluster)"
+                    .to_string(),
+            )
         } else if planned {
             Some("only the first pipelined loop of a kernel is warp-specialized".to_string())
         } else if !m.kernel.threads.is_multiple_of(128) {

@@ -198,6 +198,16 @@ impl Lifetimes {
                 }
             }
         }
+        // a tile that other blocks of the cluster write (T.copy_cluster) may be reached
+        // whenever they run: it lives, alone in its bytes, over the whole kernel
+        let mut inner = inner;
+        let units = region.len();
+        for b in &m.buffers {
+            if let (Scope::Cluster, Some(root)) = (b.scope, b.alias_of) {
+                span[root.0 as usize] = Some((0, units.saturating_sub(1)));
+                inner[root.0 as usize] = None;
+            }
+        }
         Lifetimes { span, inner, loops, region, async_dst, syncs, waits_all, barrier_at }
     }
 
@@ -340,7 +350,8 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
         .collect();
     for &(view, root) in &views {
         let (v, r) = (m.buffer(view), m.buffer(root));
-        if v.bytes() != r.bytes() {
+        // a cluster view (T.copy_cluster) is the root in each block of the cluster
+        if v.scope == Scope::Shared && v.bytes() != r.bytes() {
             return Err(vec![Diagnostic::error(
                 format!(
                     "'{}' (a T.view of '{}' as {}) covers {} bytes, but '{}' is now {} bytes: the pipeline multi-buffered one of them",

@@ -30,6 +30,11 @@ use tile_ir::*;
 const REGISTER_FILE: u32 = 65536;
 
 pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic>> {
+    if m.cluster_ops() {
+        if let Some(why) = own_cluster_problem(&m, ctx) {
+            return Err(vec![Diagnostic::error(why, m.kernel.loc)]);
+        }
+    }
     let tma_loop = m.kernel.body.iter().find_map(|s| match s {
         Stmt::For { start, extent, body, .. }
             if body.iter().any(|b| matches!(b, Stmt::Copy(CopyOp { inst: Some(CopyInst::Tma), .. }))) =>
@@ -47,7 +52,14 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
     });
     let want_cluster = cluster_wanted(&m, ctx);
     let Some((start, extent, tma_copies)) = tma_loop else {
-        if let Some([x, y]) = want_cluster {
+        if m.cluster_ops() {
+            let n = m.cluster_blocks();
+            ctx.report.push(if n > 1 {
+                format!("launched in thread-block clusters of {n} blocks along bx (T.ClusterKernel), for the kernel's own cluster operations")
+            } else {
+                "T.cluster_sync in a kernel of no cluster (T.Kernel): a barrier of the block".to_string()
+            });
+        } else if let Some([x, y]) = want_cluster {
             ctx.report.push(format!(
                 "no cluster {x}x{y}: the kernel has no TMA pipeline (a cluster's blocks share its producer copies)"
             ));
@@ -225,6 +237,39 @@ fn trips_along_x(m: &Module, extent: &Expr) -> Result<Option<(i64, i64)>, &'stat
         range = Some(range.map_or((n, n), |(lo, hi)| (lo.min(n), hi.max(n))));
     }
     Ok(range.filter(|(lo, hi)| lo != hi))
+}
+
+/// Why a kernel that works across its cluster itself (`T.cluster_sync`, `T.copy_cluster`)
+/// cannot be launched in `T.ClusterKernel`'s clusters, if it cannot: they need sm_90, run
+/// along bx (up to 8 blocks, the portable size), in a grid along bx they divide, numbered
+/// as launched (no raster: a block's rank is `bx % blocks`).
+fn own_cluster_problem(m: &Module, ctx: &Ctx) -> Option<String> {
+    let [x, y] = m.kernel.cluster.unwrap_or([1, 1]);
+    if x * y == 1 {
+        // T.cluster_sync in a kernel of no cluster: a cluster of one block
+        return None;
+    }
+    let what = "the kernel works across its thread-block cluster (T.cluster_sync, T.copy_cluster)";
+    if !ctx.target.caps.tma {
+        return Some(format!(
+            "{what}, and {} has no thread-block clusters (sm_90 and newer)",
+            ctx.target.arch
+        ));
+    }
+    if y > 1 || x > 8 {
+        return Some(format!(
+            "{what} of {x}x{y} blocks: such clusters run along bx, 2 to 8 blocks (cluster_dims=(n, 1, 1))"
+        ));
+    }
+    if m.kernel.raster.is_some() {
+        return Some(format!("{what}, and T.use_swizzle would number a cluster's blocks apart"));
+    }
+    match m.kernel.grid.first().and_then(|g| g.as_int()) {
+        Some(g) if g % x as i64 != 0 => Some(format!(
+            "{what} of {x} blocks along bx, and the grid has {g} blocks along bx, not a multiple of {x}"
+        )),
+        _ => None,
+    }
 }
 
 /// The thread-block cluster asked for: the kernel's own (`T.ClusterKernel(cluster_dims=)`),

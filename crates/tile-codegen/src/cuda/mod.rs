@@ -17,7 +17,7 @@ mod prelude;
 use crate::names::Namer;
 use crate::CodegenOptions;
 use expr::c_string;
-use prelude::{BF16_ATOMIC_CAS, BF16_ATOMIC_SM90, PRELUDE, TMA, UINT64, WGMMA};
+use prelude::{BF16_ATOMIC_CAS, BF16_ATOMIC_SM90, CLUSTER, PRELUDE, TMA, UINT64, WGMMA};
 use std::fmt::Write;
 use tile_ir::*;
 
@@ -81,6 +81,9 @@ pub(crate) fn write_kernels(
     if needs.uint64_helpers {
         src.push_str(UINT64);
     }
+    if needs.cluster_views {
+        src.push_str(CLUSTER);
+    }
     if !needs.atomics.is_empty() {
         src.push_str("// the atomics this kernel makes (memory orders, max/min, vectors)\n");
         for h in &needs.atomics {
@@ -113,6 +116,8 @@ pub(crate) fn write_kernels(
 struct Needs {
     wgmma: bool,
     mbarrier: bool,
+    /// Accesses of other blocks' shared memory (`Scope::Cluster`, the prelude's `CLUSTER`).
+    cluster_views: bool,
     /// The uint64 overloads of the prelude (`UINT64`).
     uint64_helpers: bool,
     /// The atomic helpers the bodies call (`atomics.rs`), defined after the prelude.
@@ -211,6 +216,7 @@ impl Emitter<'_> {
         let mut head = String::new();
         walk_stmts(&m.kernel.body, &mut |s| needs.wgmma |= matches!(s, Stmt::Inst(Inst::Wgmma(_))));
         needs.mbarrier |= !m.kernel.tensor_maps.is_empty();
+        needs.cluster_views |= m.buffers.iter().any(|b| b.scope == Scope::Cluster);
         walk_stmts(&m.kernel.body, &mut |s| {
             needs.mbarrier |= matches!(s, Stmt::Inst(i) if i.effects().mbarrier || i.effects().bulk_async)
         });
@@ -366,6 +372,13 @@ impl Emitter<'_> {
 
     pub(super) fn access(&mut self, buf: BufferId, idx: &[Expr]) -> Result<String, Diagnostic> {
         let b = self.m.buffer(buf);
+        if let (Scope::Cluster, Some(root), Some((rank, rest))) = (b.scope, b.alias_of, idx.split_first()) {
+            // the element of the root tile in block `rank` of the cluster (distributed
+            // shared memory through a generic address)
+            let local = self.access(root, rest)?;
+            let rank = self.expr(rank)?;
+            return Ok(format!("(*tl_cluster_ptr(&{local}, (unsigned int)({rank})))"));
+        }
         if idx.len() != b.shape.len() {
             return Err(Diagnostic::bug(format!("'{}' indexed with {} indices", b.name, idx.len())));
         }

@@ -102,3 +102,12 @@ static __device__ __forceinline__ void tl_mbarrier_wait(unsigned int bar, unsign
   } while (!done);
 }
 "#;
+
+/// Distributed shared memory (`T.copy_cluster`).
+pub(super) const CLUSTER: &str = r#"// the address of the same shared variable in block `rank` of the thread-block cluster (generic addresses reach it)
+template <typename T> static __device__ __forceinline__ T* tl_cluster_ptr(T* p, unsigned int rank) {
+  unsigned long long r;
+  asm("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"((unsigned long long)p), "r"(rank));
+  return (T*)r;
+}
+"#;

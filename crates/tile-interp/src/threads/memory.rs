@@ -38,7 +38,7 @@ impl Machine<'_> {
     pub(super) fn space(&self, buf: BufferId) -> Space {
         match self.m.buffer(buf).scope {
             Scope::Global => Space::Global,
-            Scope::Shared => Space::Shared,
+            Scope::Shared | Scope::Cluster => Space::Shared,
             _ => Space::Local,
         }
     }
@@ -83,6 +83,24 @@ impl Machine<'_> {
         let b = self.m.buffer(buf);
         if idx.len() != b.extents().len() {
             return Err(self.err(format!("'{}' indexed with {} indices", b.name, idx.len())));
+        }
+        if let (Scope::Cluster, Some(root)) = (b.scope, b.alias_of) {
+            // the root tile's element in block `rank` of the cluster
+            let ranks = self.eval(&idx[0], active)?;
+            let here = self.addresses(root, &idx[1..], active, width, what)?;
+            let mut out = Vec::with_capacity(here.len());
+            for (k, a) in here.into_iter().enumerate() {
+                let q = ranks[k].as_i64();
+                if !(0..self.cluster as i64).contains(&q) {
+                    return Err(self.err(format!(
+                        "{what} by thread {}: block {q} of a cluster of {} ('{}')",
+                        active[k], self.cluster, b.name
+                    )));
+                }
+                self.remote_since_cluster_sync = true;
+                out.push(a - self.cta_base(active[k]) + q as usize * self.cta_smem);
+            }
+            return Ok(out);
         }
         let strides = b.strides();
         let mut flat = vec![0i64; active.len()];
@@ -158,7 +176,52 @@ impl Machine<'_> {
         self.err(format!("shared-memory race ({kind}): thread {t} and {who} touch shared byte {byte} with no barrier between"))
     }
 
+    /// Accesses of a byte from two blocks of the cluster, one of them a write, need a
+    /// `cluster_sync` between them (distributed shared memory; checked where the kernel has
+    /// cluster views).
+    fn track_cluster(&mut self, t: u32, at: usize, len: usize, write: bool) -> Result<(), Diagnostic> {
+        if !self.dsmem {
+            return Ok(());
+        }
+        let block = t as usize / self.cta_threads;
+        let epoch = self.cluster_epoch + 1;
+        for a in at..at + len {
+            let r = &mut self.races;
+            let other_wrote = r.x_write_epoch[a] == epoch && r.x_write_block[a] as usize != block;
+            let others_read =
+                write && r.x_read_epoch[a] == epoch && r.x_read_blocks[a] & !(1u16 << block) != 0;
+            if other_wrote || others_read {
+                let (kind, other) = if other_wrote {
+                    (
+                        if write { "write after write" } else { "read after write" },
+                        r.x_write_block[a] as usize,
+                    )
+                } else {
+                    ("write after read", r.x_read_blocks[a].trailing_zeros() as usize)
+                };
+                return Err(self.err(format!(
+                    "shared-memory race across the cluster ({kind}): thread {t} of block {block} and block {other} touch byte {} of block {}'s shared memory with no cluster_sync between",
+                    a % self.cta_smem,
+                    a / self.cta_smem
+                )));
+            }
+            if write {
+                r.x_write_epoch[a] = epoch;
+                r.x_write_block[a] = block as u8;
+                r.x_read_epoch[a] = 0;
+                r.x_read_blocks[a] = 0;
+            } else if r.x_read_epoch[a] == epoch {
+                r.x_read_blocks[a] |= 1 << block;
+            } else {
+                r.x_read_epoch[a] = epoch;
+                r.x_read_blocks[a] = 1 << block;
+            }
+        }
+        Ok(())
+    }
+
     pub(super) fn track_read(&mut self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
+        self.track_cluster(t, at, len, false)?;
         let seq = self.mbar.arrivals(t);
         for a in at..at + len {
             if self.races.in_flight[a] > 0 {
@@ -309,6 +372,7 @@ impl Machine<'_> {
     }
 
     pub(super) fn track_write(&mut self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
+        self.track_cluster(t, at, len, true)?;
         self.check_write(t, at, len)?;
         let fences = self.proxy_fences[t as usize].len() as u32;
         let seq = self.mbar.arrivals(t);

@@ -340,6 +340,14 @@ struct RaceTracker {
     tma_buf: Vec<u32>,
     unwritten_tma_dst: Vec<bool>,
     mbarrier: Vec<u32>,
+    /// Distributed shared memory (a kernel with cluster views): per byte, the cluster epoch
+    /// (`cluster_sync`s completed, plus one) of the last write and its block, and of the
+    /// reads since and their blocks (a mask) — accesses from two blocks, one a write, with
+    /// no `cluster_sync` between are a race.
+    x_write_epoch: Vec<u32>,
+    x_write_block: Vec<u8>,
+    x_read_epoch: Vec<u32>,
+    x_read_blocks: Vec<u16>,
 }
 
 impl RaceTracker {
@@ -362,9 +370,15 @@ impl RaceTracker {
             tma_buf: vec![NOBODY; n],
             unwritten_tma_dst: vec![false; n],
             mbarrier: vec![NOBODY; n],
+            x_write_epoch: vec![0; n],
+            x_write_block: vec![0; n],
+            x_read_epoch: vec![0; n],
+            x_read_blocks: vec![0; n],
         }
     }
     fn reset(&mut self) {
+        self.x_write_epoch.fill(0);
+        self.x_read_epoch.fill(0);
         self.write_epoch.fill(0);
         self.writer.fill(NOBODY);
         self.read_epoch.fill(0);
@@ -425,6 +439,9 @@ struct Machine<'m> {
     /// peers may still be using its shared memory).
     cluster_epoch: u32,
     remote_since_cluster_sync: bool,
+    /// The kernel reaches other blocks' shared memory (cluster views, `T.copy_cluster`):
+    /// accesses across blocks are checked (`RaceTracker`'s `x_*`).
+    dsmem: bool,
     /// The block of the cluster that runs ahead of the others (schedule.rs), if any.
     lead: Option<usize>,
     /// Per thread: the shared bytes of its bulk stores not yet committed, and of each
@@ -519,6 +536,7 @@ impl<'m> Machine<'m> {
             cta_smem,
             cluster_epoch: 0,
             remote_since_cluster_sync: false,
+            dsmem: cluster > 1 && m.buffers.iter().any(|b| b.scope == Scope::Cluster),
             lead: None,
             uniform: vec![None; m.vars.len()],
             env: vec![Val::I(0); m.vars.len() * threads],

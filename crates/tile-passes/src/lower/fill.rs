@@ -67,7 +67,7 @@ impl Lowerer {
                     loc,
                 }]
             }
-            Scope::Shared | Scope::Global => {
+            Scope::Shared | Scope::Global | Scope::Cluster => {
                 let shape = r.shape();
                 let vars: Vec<VarId> = (0..shape.len())
                     .map(|k| self.m.add_var(&format!("f{k}"), VarKind::Loop, DType::I32))

@@ -118,6 +118,15 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         body.push(Stmt::If { cond: one, then: vec![wait], otherwise: vec![], loc: Loc::UNKNOWN });
     }
     let mut body = [barrier_init, prologue, body].concat();
+    if lw.m.kernel.roles.is_none()
+        && lw.m.cluster_blocks() > 1
+        && lw.m.buffers.iter().any(|b| b.scope == Scope::Cluster)
+    {
+        // a kernel reaching other blocks' shared memory: every block of its cluster has
+        // started before any is reached, and none exits while a peer may still reach it
+        body.insert(0, Stmt::inst(inst::ClusterSync));
+        body.push(Stmt::inst(inst::ClusterSync));
+    }
     let body = std::mem::take(&mut body);
     let Lowerer { mut m, diags, report, .. } = lw;
     if !diags.is_empty() {

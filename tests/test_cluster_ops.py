@@ -1,0 +1,259 @@
+"""A kernel's own thread-block cluster operations (TileLang's): `T.copy_cluster` into a peer
+block's shared tile (distributed shared memory), `T.cluster_sync`, `T.block_rank_in_cluster`.
+Checked on the CPU: the interpreter against numpy (the cluster's blocks run in turn between
+cluster_syncs), every pass on the warp-level model (which reports accesses across blocks
+with no cluster_sync between), the generated CUDA (mapa, __cluster_dims__, the cluster
+syncs tilers adds at the start and the end) and NVRTC for sm_90a; the mistakes at the
+user's line."""
+
+import numpy as np
+import pytest
+import tilers
+import tilers.language as T
+from tilers.errors import TileError
+from tilers.testing import check_passes
+
+
+def gather(n, N=64, rows=4, sync=True, dtype="float32", to=0, grid=None):
+    """Each block doubles its row of A and writes it into slot `rank` of block `to`'s
+    tile; block `to` writes the cluster's rows to B."""
+
+    @T.prim_func
+    def k(A: T.Tensor((n * rows, N), dtype), B: T.Tensor((n * rows, N), dtype)):
+        with T.ClusterKernel(grid or n * rows, threads=128, cluster_dims=n) as bx:
+            mine = T.alloc_shared((N,), dtype)
+            got = T.alloc_shared((n, N), dtype)
+            rank = T.block_rank_in_cluster()
+            for i in T.Parallel(N):
+                mine[i] = A[bx, i] * 2
+            T.copy_cluster(mine, got[rank, :], dst_block=to)
+            if sync:
+                T.cluster_sync()
+            if rank == to:
+                for r, i in T.Parallel(n, N):
+                    B[bx - to + r, i] = got[r, i]
+
+    return k
+
+
+def reduce_ring(n, N=96):
+    """Each block sends its partial row to the next block of the cluster (a ring), which
+    adds it to its own: a fragment source, a traced destination rank, two cluster_syncs."""
+
+    @T.prim_func
+    def k(A: T.Tensor((n * 2, N), "float32"), B: T.Tensor((n * 2, N), "float32")):
+        with T.ClusterKernel(n * 2, threads=128, cluster_dims=(n, 1, 1)) as bx:
+            part = T.alloc_fragment((N,), "float32")
+            inbox = T.alloc_shared((N,), "float32")
+            rank = T.block_rank_in_cluster()
+            for i in T.Parallel(N):
+                part[i] = A[bx, i] + 1
+            T.cluster_sync()
+            T.copy_cluster(part, inbox, dst_block=(rank + 1) % n)
+            T.cluster_sync()
+            for i in T.Parallel(N):
+                B[bx, i] = inbox[i] + part[i]
+
+    return k
+
+
+def ring_reference(A, n):
+    out = np.empty_like(A)
+    for b in range(A.shape[0]):
+        prev = b - b % n + (b % n - 1) % n
+        out[b] = A[prev] + 1 + A[b] + 1
+    return out
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_gather_on_the_interpreter(n):
+    A = np.random.default_rng(n).standard_normal((n * 4, 64)).astype(np.float32)
+    B = np.zeros_like(A)
+    tilers.compile(gather(n), target="sm_90a")(A, B)
+    np.testing.assert_array_equal(B, 2 * A)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ring_on_the_interpreter(n):
+    A = np.random.default_rng(1).standard_normal((n * 2, 96)).astype(np.float32)
+    B = np.zeros_like(A)
+    tilers.compile(reduce_ring(n), target="sm_90a")(A, B)
+    np.testing.assert_allclose(B, ring_reference(A, n), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: gather(2), lambda: gather(4, to=3), lambda: gather(2, dtype="float16", N=40), lambda: reduce_ring(4)],
+    ids=["gather2", "gather4_to3", "gather_f16_ragged", "ring4"],
+)
+def test_every_pass_on_the_cpu_model(make):
+    check_passes(make(), arch="sm_90a", check=True, blocks="all")
+
+
+def test_a_missing_cluster_sync_is_a_race():
+    with pytest.raises(AssertionError, match="race across the cluster"):
+        check_passes(gather(2, sync=False), arch="sm_90a", check=True, blocks="all")
+
+
+def test_generated_cuda():
+    k = tilers.compile(gather(4), target="sm_90a")
+    src = k.get_kernel_source()
+    assert "__cluster_dims__(4, 1, 1)" in src and k.info["cluster"] == [4, 1, 1]
+    assert "mapa.u64" in src and "tl_cluster_ptr(&got[" in src
+    # the user's cluster_sync, and tilers' before the first statement and after the last
+    assert src.count("barrier.cluster.wait.acquire") == 3
+    assert "for the kernel's own cluster operations" in k.report()
+    assert len(k.cubin) > 0
+    assert tilers.compile(gather(4), target="sm_90a").get_kernel_source() == src  # deterministic
+    ring = tilers.compile(reduce_ring(2), target="sm_90a")
+    assert len(ring.cubin) > 0 and ring.info["cluster"] == [2, 1, 1]
+
+
+def test_a_kernel_without_cluster_views_has_no_cluster_helpers():
+    @T.prim_func
+    def k(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=128):
+            T.cluster_sync()  # a cluster of one block: a barrier of the block
+            for i in T.Parallel(8):
+                A[i] = A[i] + 1
+
+    c = tilers.compile(k, target="sm_90a")
+    assert "tl_cluster_ptr" not in c.get_kernel_source() and c.info["cluster"] == [1, 1, 1]
+    A = np.arange(8, dtype=np.float32)
+    c(A)
+    np.testing.assert_array_equal(A, np.arange(8) + 1)
+
+
+def test_a_pipelined_kernel_with_cluster_ops_stays_on_cp_async():
+    @T.prim_func
+    def k(A: T.Tensor((4, 256, 64), "float16"), B: T.Tensor((4, 64), "float32")):
+        with T.ClusterKernel(4, threads=128, cluster_dims=2) as bx:
+            tile = T.alloc_shared((64, 64), "float16")
+            tile_f = T.alloc_fragment((64, 64), "float32")
+            part = T.alloc_fragment((64,), "float32")
+            acc = T.alloc_fragment((64,), "float32")
+            sums = T.alloc_shared((2, 64), "float32")
+            rank = T.block_rank_in_cluster()
+            T.clear(acc)
+            for k in T.Pipelined(4, num_stages=2):
+                T.copy(A[bx, k * 64:(k + 1) * 64, :], tile)
+                T.copy(tile, tile_f)
+                T.reduce_sum(tile_f, part, dim=0)
+                for i in T.Parallel(64):
+                    acc[i] += part[i]
+            T.copy_cluster(acc, sums[rank, :], dst_block=0)
+            T.cluster_sync()
+            if rank == 0:
+                for r, i in T.Parallel(2, 64):
+                    B[bx + r, i] = sums[r, i]
+
+    c = tilers.compile(k, target="sm_90a")
+    assert "works across its thread-block cluster itself" in c.report()
+    A = np.random.default_rng(0).standard_normal((4, 256, 64)).astype(np.float16)
+    B = np.zeros((4, 64), np.float32)
+    c(A, B)
+    np.testing.assert_allclose(B, A.astype(np.float32).sum(axis=1), rtol=1e-3, atol=1e-3)
+    check_passes(k, arch="sm_90a", check=True, blocks="all")
+
+
+def _error(make, match, target="sm_90a"):
+    with pytest.raises(TileError, match=match) as e:
+        tilers.compile(make(), target=target)
+    return str(e.value)
+
+
+def test_mistakes_at_the_users_line():
+    def no_cluster():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.Kernel(2, threads=128):
+                s = T.alloc_shared((64,), "float32")
+                T.copy(A, s)
+                T.copy_cluster(s, s, dst_block=1)
+
+        return k
+
+    msg = _error(no_cluster, "no thread-block cluster")
+    assert "test_cluster_ops.py" in msg and "T.ClusterKernel" in msg
+
+    def bad_rank():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.ClusterKernel(2, threads=128, cluster_dims=2):
+                s = T.alloc_shared((64,), "float32")
+                T.copy(A, s)
+                T.copy_cluster(s, s, dst_block=2)
+
+        return k
+
+    _error(bad_rank, "parameter 'dst_block': expected a rank from 0 to 1")
+
+    def barrier():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.ClusterKernel(2, threads=128, cluster_dims=2):
+                s = T.alloc_shared((64,), "float32")
+                T.copy(A, s)
+                T.copy_cluster(s, s, dst_block=1, remote_barrier=s[0])
+
+        return k
+
+    _error(barrier, "remote_barrier")
+
+    def mask():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.ClusterKernel(2, threads=128, cluster_dims=2):
+                s = T.alloc_shared((64,), "float32")
+                T.copy_cluster(A, s, cluster_mask=3)
+
+        return k
+
+    _error(mask, "cluster_mask")
+
+    def global_dst():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.ClusterKernel(2, threads=128, cluster_dims=2):
+                s = T.alloc_shared((64,), "float32")
+                T.copy_cluster(s, A, dst_block=1)
+
+        return k
+
+    _error(global_dst, "parameter 'dst': expected a T.alloc_shared tile")
+
+    def sync_in_branch():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.ClusterKernel(2, threads=128, cluster_dims=2) as bx:
+                if bx == 0:
+                    T.cluster_sync()
+
+        return k
+
+    msg = _error(sync_in_branch, "T.cluster_sync inside a T.If block")
+    assert "test_cluster_ops.py" in msg
+
+
+@pytest.mark.parametrize(
+    "cluster, grid, target, match",
+    [
+        ((1, 2), 4, "sm_90a", "such clusters run along bx"),
+        (16, 16, "sm_90a", "2 to 8 blocks"),
+        (2, 3, "sm_90a", "not a multiple of 2"),
+        (2, 4, "sm_80", "no thread-block clusters"),
+    ],
+)
+def test_clusters_it_cannot_launch(cluster, grid, target, match):
+    def make():
+        @T.prim_func
+        def k(A: T.Tensor((64,), "float32")):
+            with T.ClusterKernel(grid, threads=128, cluster_dims=cluster):
+                s = T.alloc_shared((64,), "float32")
+                T.copy(A, s)
+                T.copy_cluster(s, s, dst_block=1)
+                T.cluster_sync()
+
+        return k
+
+    _error(make, match, target=target)
