@@ -49,6 +49,9 @@ TIMING = os.environ.get("DECODE_TIMING", "graph")
 # the decoding kernel's pipeline depths tried, and whether every config's time is printed
 STAGES = [int(s) for s in os.environ.get("DECODE_STAGES", "2,3,4").split(",")]
 SPLITS = [int(s) for s in os.environ.get("DECODE_SPLITS", "1,2,4,8,16,32,64").split(",")]
+# how the splits meet: a second kernel, or (2 to 8 splits) in the first split's shared memory
+# through a thread-block cluster, one kernel
+COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster").split(",")
 VERBOSE = os.environ.get("DECODE_VERBOSE", "") == "1"
 CALLS = 20
 L2X = float(os.environ.get("DECODE_L2X", "3"))
@@ -457,9 +460,11 @@ def attention_rows(bandwidth, floors):
                     state["i"] = (state["i"] + 1) % len(args_of)
                     return args_of[state["i"]]
 
-                space = [{"num_split": num_split, "block_N": block_N, "block_H": block_H, "num_stages": stages}
+                space = [{"num_split": num_split, "block_N": block_N, "block_H": block_H, "num_stages": stages,
+                          "combine": combine}
                          for num_split in SPLITS if num_split * 64 <= S
-                         for block_N in (64, 128) for block_H in (16, 64) for stages in STAGES]
+                         for block_N in (64, 128) for block_H in (16, 64) for stages in STAGES
+                         for combine in COMBINES if combine == "kernel" or 2 <= num_split <= 8]
 
                 def build(cfg):
                     return flash_decoding.flash_decode(
@@ -472,7 +477,8 @@ def attention_rows(bandwidth, floors):
                     continue
                 _, cfg, kernel = best
                 fns = {"tilers": lambda: kernel(*next_args())}
-                if cfg["num_split"] > 1:  # the combine: a second kernel
+                launches = 2 if cfg["num_split"] > 1 and cfg["combine"] == "kernel" else 1
+                if launches == 2:  # the combine: a second kernel
                     fns["tilers_serial"] = fns["tilers"]
                 for name, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION),
                                       ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -485,7 +491,7 @@ def attention_rows(bandwidth, floors):
                     fns[name] = (lambda be: lambda: sdpa_call(be, *next_set()))(backend)
                 times = rounds_of(fns, serial=("tilers_serial",))
                 row = {"kind": "attention", "B": B, "S": S, "paged": paged, "page_size": PAGE if paged else 0, "config": cfg,
-                       "launch_floor_us": floors[2 if cfg["num_split"] > 1 else 1]}
+                       "launch_floor_us": floors[launches]}
                 rows.append(summarize(row, times, "tilers", ["sdpa_flash", "sdpa_cudnn", "tilers_serial"], nbytes,
                                       bandwidth))
                 print(rows[-1])

@@ -25,13 +25,21 @@ LOG2E = 1.4426950408889634
 
 @tilers.jit(out_idx=[-1])
 def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=16, block_N=64, threads=128,
-                 dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2):
+                 dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2, combine="kernel"):
     """O [batch, heads, dim] = softmax(q K^T * sm_scale) V per sequence and query head, over
     the first cache_seqlens[b] keys. page_size=0: a contiguous cache (K, V [batch, max_seqlen,
     heads_kv, dim]); else a paged one (K, V [num_pages, page_size, heads_kv, dim], with
     block_table [batch, max_seqlen // page_size]). The kernel's parameters: Q, K, V,
     cache_seqlens, (block_table,) O. num_stages: K/V tiles in flight per block (a memory-bound
-    kernel wants more bytes in flight than two stages give at batch 1)."""
+    kernel wants more bytes in flight than two stages give at batch 1). combine: how the
+    splits meet — "kernel", a second kernel reading their partial outputs from global memory;
+    "cluster" (sm_90, 2 to 8 splits), one kernel whose splits of a (sequence, KV head) form a
+    thread-block cluster and send their partial outputs into the first one's shared memory
+    (T.copy_cluster), which combines them: one launch, no round trip through global memory."""
+    if combine not in ("kernel", "cluster"):
+        raise ValueError(f"combine: expected 'kernel' or 'cluster', got {combine!r}")
+    if combine == "cluster" and not 2 <= num_split <= 8:
+        raise ValueError(f"num_split: combine='cluster' takes 2 to 8 splits (a cluster's blocks), got {num_split}")
     group = heads // heads_kv
     if heads % heads_kv or group > block_H:
         raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv}) with at most block_H "
@@ -71,6 +79,42 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                 shared[n, d] = T.if_then_else(row < max_seqlen, cache[page, row % page_size, hk, d], 0)
 
     @T.macro
+    def online_softmax(Q, K, V, cache_seqlens, table, b, hk, s, Q_shared, K_shared, V_shared, acc_s, acc_s_cast,
+                       acc_o, scores_max, scores_max_prev, scores_scale, scores_sum, logsum):
+        """Split s of sequence b, KV head hk: the online softmax over its keys into acc_o,
+        logsum and scores_max (the group's query heads are the tiles' rows)."""
+        length = cache_seqlens[b]
+        start = s * split_len
+        stop = T.min(start + split_len, length)
+        # the group's query heads are the tile's rows (the rest zero)
+        for i, d in T.Parallel(block_H, dim):
+            Q_shared[i, d] = T.if_then_else(i < group, Q[b, hk * group + T.min(i, group - 1), d], 0)
+        T.fill(acc_o, 0)
+        T.fill(logsum, 0)
+        T.fill(scores_max, -T.infinity(accum))
+        tiles = T.ceildiv(T.max(stop - start, 0), block_N)
+        for k in T.Pipelined(tiles, num_stages=num_stages):
+            n0 = start + k * block_N
+            load_tile(K, K_shared, b, hk, n0, table)
+            T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True)
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.if_then_else(n0 + j < stop, acc_s[i, j], -T.infinity(accum))
+            T.copy(scores_max, scores_max_prev)
+            T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+            for i in T.Parallel(block_H):
+                scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+            for i, j in T.Parallel(block_H, block_N):
+                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
+            T.reduce_sum(acc_s, scores_sum, dim=1)
+            for i in T.Parallel(block_H):
+                logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+            T.copy(acc_s, acc_s_cast)
+            for i, j in T.Parallel(block_H, dim):
+                acc_o[i, j] *= scores_scale[i]
+            load_tile(V, V_shared, b, hk, n0, table)
+            T.gemm(acc_s_cast, V_shared, acc_o)
+
+    @T.macro
     def split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE):
         with T.Kernel(heads_kv, batch, num_split, threads=threads) as (hk, b, s):
             Q_shared = T.alloc_shared((block_H, dim), dtype)
@@ -85,36 +129,8 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
             scores_sum = T.alloc_fragment((block_H,), accum)
             logsum = T.alloc_fragment((block_H,), accum)
 
-            length = cache_seqlens[b]
-            start = s * split_len
-            stop = T.min(start + split_len, length)
-            # the group's query heads are the tile's rows (the rest zero)
-            for i, d in T.Parallel(block_H, dim):
-                Q_shared[i, d] = T.if_then_else(i < group, Q[b, hk * group + T.min(i, group - 1), d], 0)
-            T.fill(acc_o, 0)
-            T.fill(logsum, 0)
-            T.fill(scores_max, -T.infinity(accum))
-            tiles = T.ceildiv(T.max(stop - start, 0), block_N)
-            for k in T.Pipelined(tiles, num_stages=num_stages):
-                n0 = start + k * block_N
-                load_tile(K, K_shared, b, hk, n0, table)
-                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True)
-                for i, j in T.Parallel(block_H, block_N):
-                    acc_s[i, j] = T.if_then_else(n0 + j < stop, acc_s[i, j], -T.infinity(accum))
-                T.copy(scores_max, scores_max_prev)
-                T.reduce_max(acc_s, scores_max, dim=1, clear=False)
-                for i in T.Parallel(block_H):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-                for i, j in T.Parallel(block_H, block_N):
-                    acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-                T.reduce_sum(acc_s, scores_sum, dim=1)
-                for i in T.Parallel(block_H):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, acc_s_cast)
-                for i, j in T.Parallel(block_H, dim):
-                    acc_o[i, j] *= scores_scale[i]
-                load_tile(V, V_shared, b, hk, n0, table)
-                T.gemm(acc_s_cast, V_shared, acc_o)
+            online_softmax(Q, K, V, cache_seqlens, table, b, hk, s, Q_shared, K_shared, V_shared, acc_s,
+                           acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum, logsum)
             if num_split == 1:
                 # one split: the output itself (O_partial is O), no combine
                 for i, d in T.Parallel(block_H, dim):
@@ -129,6 +145,50 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                 if i < group:
                     LSE[b, hk * group + i, s] = T.if_then_else(
                         logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale, -T.infinity(accum))
+
+    @T.macro
+    def cluster_kernel(Q, K, V, cache_seqlens, table, O):
+        # the splits of a (sequence, KV head) are one cluster along bx: split s is block s
+        with T.ClusterKernel(num_split, heads_kv, batch, threads=threads, cluster_dims=num_split) as (s, hk, b):
+            Q_shared = T.alloc_shared((block_H, dim), dtype)
+            K_shared = T.alloc_shared((block_N, dim), dtype)
+            V_shared = T.alloc_shared((block_N, dim), dtype)
+            acc_s = T.alloc_fragment((block_H, block_N), accum)
+            acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
+            acc_o = T.alloc_fragment((block_H, dim), accum)
+            scores_max = T.alloc_fragment((block_H,), accum)
+            scores_max_prev = T.alloc_fragment((block_H,), accum)
+            scores_scale = T.alloc_fragment((block_H,), accum)
+            scores_sum = T.alloc_fragment((block_H,), accum)
+            logsum = T.alloc_fragment((block_H,), accum)
+            # this split's normalized output and log-sum-exp, and (in split 0) every split's
+            o_mine = T.alloc_shared((block_H, dim), accum)
+            lse_mine = T.alloc_shared((block_H,), accum)
+            o_all = T.alloc_shared((num_split, group, dim), accum)
+            lse_all = T.alloc_shared((num_split, group), accum)
+            online_softmax(Q, K, V, cache_seqlens, table, b, hk, s, Q_shared, K_shared, V_shared, acc_s,
+                           acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum, logsum)
+            for i, d in T.Parallel(block_H, dim):
+                o_mine[i, d] = T.if_then_else(logsum[i] > 0, acc_o[i, d] / logsum[i], 0)
+            for i in T.Parallel(block_H):
+                lse_mine[i] = T.if_then_else(logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale,
+                                             -T.infinity(accum))
+            T.copy_cluster(o_mine[0:group, :], o_all[s, :, :], dst_block=0)
+            T.copy_cluster(lse_mine[0:group], lse_all[s, :], dst_block=0)
+            T.cluster_sync()
+            if s == 0:
+                # weights exp2(lse_t - max lse); a split with no key weighs 0
+                for i, d in T.Parallel(group, dim):
+                    top = lse_all[0, i]
+                    for t in range(1, num_split):
+                        top = T.max(top, lse_all[t, i])
+                    num = T.float32(0)
+                    den = T.float32(0)
+                    for t in range(num_split):
+                        w = T.if_then_else(lse_all[t, i] == -T.infinity(accum), 0, T.exp2(lse_all[t, i] - top))
+                        num = num + w * o_all[t, i, d]
+                        den = den + w
+                    O[b, hk * group + i, d] = T.if_then_else(den > 0, num / den, 0)
 
     # the combine holds every split's output in registers: more threads when they are many
     combine_threads = 128 if num_split * dim <= 64 * 128 else 256
@@ -157,7 +217,9 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
 
     @T.macro
     def decode(Q, K, V, cache_seqlens, table, O):
-        if num_split == 1:
+        if combine == "cluster":
+            cluster_kernel(Q, K, V, cache_seqlens, table, O)
+        elif num_split == 1:
             split_kernel(Q, K, V, cache_seqlens, table, O, None)
         else:
             O_partial = T.alloc_global((batch, heads, num_split, dim), accum)

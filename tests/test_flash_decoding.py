@@ -130,3 +130,50 @@ def test_bad_configurations_are_refused():
         fd.flash_decode.prim_func(1, 64, 2, 64, 128, block_H=16)
     with pytest.raises(ValueError, match="whole pages"):
         fd.flash_decode.prim_func(1, 8, 2, 64, 100, page_size=16, num_pages=7)
+
+
+@pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8),
+                                               ([0, 256, 2, 9], 2)])
+@pytest.mark.parametrize("page_size", [0, 16])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_cluster_combine_against_numpy(lengths, num_split, page_size, dtype):
+    """combine='cluster': the splits of a (sequence, KV head) are one thread-block cluster and
+    combine in the first one's shared memory (T.copy_cluster): lengths of 0 and 1, splits
+    with no key, paged, fp16 and bf16."""
+    q, k, v, seqlens, want = case(4, 8, 2, 64, 256, lengths, dtype)
+    pages = 4 * 256 // page_size if page_size else 0
+    kernel = fd.flash_decode(4, 8, 2, 64, 256, num_split=num_split, combine="cluster", dtype=dtype,
+                             page_size=page_size, num_pages=pages)
+    if page_size:
+        kp, vp, table = fd.paged_cache(k, v, page_size)
+        out = kernel(q, kp, vp, seqlens, table)
+    else:
+        out = kernel(q, k, v, seqlens)
+    tol = 2e-2 if dtype == "bfloat16" else 2e-3
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("page_size,num_split", [(0, 2), (16, 4), (0, 8)])
+def test_cluster_combine_every_pass_agrees(page_size, num_split):
+    pages = 2 * 256 // page_size if page_size else 0
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, 256, num_split=num_split, combine="cluster", page_size=page_size,
+                                  num_pages=pages)
+    testing.check_passes(f, arch="sm_90a", check=True, blocks="all")
+
+
+def test_cluster_combine_at_the_issues_shape():
+    f = fd.flash_decode.prim_func(1, 32, 8, 128, 8192, num_split=8, combine="cluster", num_stages=3)
+    k = tilers.compile(f, out_idx=[-1], target="cuda:sm_90a")
+    assert k.info["cluster"] == [8, 1, 1] and len(k.cubin) > 0
+    src = k.get_kernel_source()
+    assert src.count("__global__") == 1 and "tl_cluster_ptr(&o_all[" in src
+
+
+def test_bad_cluster_combines_are_refused():
+    with pytest.raises(ValueError, match="combine: expected 'kernel' or 'cluster'"):
+        fd.flash_decode.prim_func(1, 8, 2, 64, 128, combine="dsmem")
+    with pytest.raises(ValueError, match="num_split: combine='cluster' takes 2 to 8 splits"):
+        fd.flash_decode.prim_func(1, 8, 2, 64, 128, num_split=16, combine="cluster")
+    with pytest.raises(tilers.errors.TileError, match="no thread-block clusters"):
+        tilers.compile(fd.flash_decode.prim_func(1, 8, 2, 64, 128, num_split=2, combine="cluster"), out_idx=[-1],
+                       target="cuda:sm_80")

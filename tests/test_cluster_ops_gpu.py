@@ -1,0 +1,40 @@
+"""`T.copy_cluster` / `T.cluster_sync` on the GPU (sm_90a): the gather and ring kernels of
+tests/test_cluster_ops.py against numpy, clusters of 2, 4 and 8, repeated launches. Run per
+file with a timeout (scripts/gpu-check): a hang fails this file."""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import tilers
+
+sys.path.insert(0, os.path.dirname(__file__))
+from test_cluster_ops import gather, reduce_ring, ring_reference  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+    pytest.skip("thread-block clusters need an sm_90 GPU", allow_module_level=True)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8])
+def test_gather(n):
+    k = tilers.compile(gather(n, rows=33))
+    A = torch.randn(n * 33, 64, device="cuda")
+    for _ in range(3):
+        B = torch.zeros_like(A)
+        k(A, B)
+        torch.cuda.synchronize()
+        assert torch.equal(B, 2 * A)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_ring(n):
+    k = tilers.compile(reduce_ring(n))
+    A = torch.randn(n * 2, 96, device="cuda")
+    B = torch.zeros_like(A)
+    k(A, B)
+    torch.cuda.synchronize()
+    np.testing.assert_allclose(B.cpu().numpy(), ring_reference(A.cpu().numpy(), n), rtol=1e-6, atol=1e-6)
