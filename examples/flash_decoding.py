@@ -3,7 +3,9 @@
 sequence of each (sequence, KV head) is split over `num_split` blocks so that a batch of one
 still fills the GPU: each block runs the online softmax over its share of the keys for the
 group's query heads (the rows of its tiles) and writes a partial output and its log-sum-exp;
-a second kernel combines the splits (weights exp(lse_s - max lse)).
+a second kernel combines the splits (weights exp(lse_s - max lse)) — or, with
+combine="cluster" (sm_90), the splits of a (sequence, KV head) are one thread-block cluster
+and split 0 combines them in its shared memory, which the others write (T.copy_cluster).
 
 The cache is either contiguous, K/V [batch, max_seqlen, heads_kv, dim] with `cache_seqlens`
 [batch] int32 holding each sequence's length, or paged as inference engines store it:
