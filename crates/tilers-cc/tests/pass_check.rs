@@ -1127,3 +1127,63 @@ fn mutation_cluster_release_by_every_lane() {
     }));
     caught_on(&r, &m, Blocks::All, "");
 }
+
+/// A kernel working across its own cluster (tests/test_cluster_ops.py's, serialized in
+/// tests/programs_sm90), lowered for sm_90a and checked on every block.
+fn own_cluster_final(name: &str) -> (Reference, Module) {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs_sm90").join(format!("{name}.json"));
+    let text = std::fs::read_to_string(p).unwrap();
+    let opts = CompileOptions { arch: "sm_90a".into(), ..Default::default() };
+    let stages = compile_stages(&text, &opts).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let r = passcheck::reference(&stages, 2, Blocks::All).unwrap();
+    let m = final_module(&stages);
+    assert_eq!(m.cluster_blocks(), 2, "{name} is not clustered");
+    passcheck::check(&r, &m, Blocks::All).unwrap_or_else(|e| panic!("{name} before the mutation: {e}"));
+    (r, m)
+}
+
+fn is_cluster_sync(s: &Stmt) -> bool {
+    matches!(s, Stmt::Inst(Inst::ClusterSync(_)))
+}
+
+#[test]
+fn mutation_own_cluster_read_before_the_peers_wrote() {
+    // the user's cluster_sync between the copy into block 0 and block 0 reading it dropped
+    // (the first of the body is tilers' own, at the start)
+    for name in ["cluster_gather", "cluster_ring"] {
+        let (r, mut m) = own_cluster_final(name);
+        let last_user = m.kernel.body.iter().filter(|s| is_cluster_sync(s)).count() - 2;
+        assert!(mutate_nth(&mut m.kernel.body, &is_cluster_sync, &mut last_user.clone(), &mut |_| vec![]));
+        caught_on(&r, &m, Blocks::All, "race across the cluster");
+    }
+}
+
+#[test]
+fn mutation_own_cluster_copy_into_the_wrong_block() {
+    // every block's row lands in block 1 instead of block 0, which reads what nobody wrote
+    let (r, mut m) = own_cluster_final("cluster_gather");
+    let probe = m.clone();
+    let remote =
+        move |s: &Stmt| matches!(s, Stmt::Store { buf, .. } if probe.buffer(*buf).scope == Scope::Cluster);
+    assert!(mutate_nth(&mut m.kernel.body, &remote, &mut 0, &mut |s| {
+        let Stmt::Store { buf, mut idx, value, loc } = s else { unreachable!() };
+        idx[0] = Expr::int(1);
+        vec![Stmt::Store { buf, idx, value, loc }]
+    }));
+    caught_on(&r, &m, Blocks::All, "");
+}
+
+#[test]
+fn mutation_own_cluster_view_out_of_the_cluster() {
+    // a rank past the cluster's blocks
+    let (r, mut m) = own_cluster_final("cluster_ring");
+    let probe = m.clone();
+    let remote =
+        move |s: &Stmt| matches!(s, Stmt::Store { buf, .. } if probe.buffer(*buf).scope == Scope::Cluster);
+    assert!(mutate_nth(&mut m.kernel.body, &remote, &mut 0, &mut |s| {
+        let Stmt::Store { buf, mut idx, value, loc } = s else { unreachable!() };
+        idx[0] = Expr::int(2);
+        vec![Stmt::Store { buf, idx, value, loc }]
+    }));
+    caught_on(&r, &m, Blocks::All, "");
+}
