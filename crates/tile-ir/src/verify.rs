@@ -289,6 +289,24 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
         loops: Vec::new(),
         local_set: Vec::new(),
     };
+    // a cluster_sync of the user's program waits for every thread of the cluster: it stands
+    // in the kernel's body (the interpreter runs a cluster's blocks from one to the next)
+    if m.kernel.roles.is_none() {
+        for s in &m.kernel.body {
+            if let Stmt::If { .. } | Stmt::For { .. } | Stmt::Parallel { .. } = s {
+                let mut nested = false;
+                walk_stmts(std::slice::from_ref(s), &mut |x| {
+                    nested |= matches!(x, Stmt::Inst(crate::inst::Inst::ClusterSync(_)))
+                });
+                if nested {
+                    v.diags.push(Diagnostic::error(
+                        "internal: a cluster_sync inside a loop or branch (it stands in the kernel's body)",
+                        s.loc(),
+                    ));
+                }
+            }
+        }
+    }
     // symbolic sizes are dimensions of tensor parameters only: every tile is fixed
     for b in &m.buffers {
         if b.scope != Scope::Global && b.is_symbolic() {
