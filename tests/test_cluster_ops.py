@@ -257,3 +257,30 @@ def test_clusters_it_cannot_launch(cluster, grid, target, match):
         return k
 
     _error(make, match, target=target)
+
+
+def test_an_eager_function_works_across_its_cluster():
+    """TileLang's current style: T.const sizes, T.empty outputs, the cluster's blocks
+    reversing their rows through block 0's shared memory."""
+
+    @tilers.jit(target="interp")
+    def reverse_pairs(A):
+        R = T.const("R")
+        A: T.Tensor((R, 32), "float32")
+        B = T.empty((R, 32), "float32")
+        with T.ClusterKernel(R, cluster_dims=2, threads=128) as bx:
+            row = T.alloc_shared((32,), "float32")
+            both = T.alloc_shared((2, 32), "float32")
+            rank = T.block_rank_in_cluster()
+            T.copy(A[bx, :], row)
+            T.copy_cluster(row, both[1 - rank, :], dst_block=0)
+            T.cluster_sync()
+            if rank == 0:
+                T.copy(both, B[bx:bx + 2, :])
+        return B
+
+    A = np.arange(6 * 32, dtype=np.float32).reshape(6, 32)
+    want = A.reshape(3, 2, 32)[:, ::-1].reshape(6, 32)
+    np.testing.assert_array_equal(reverse_pairs(A), want)
+    with pytest.raises(TileError, match="a grid of 5 blocks along x launched in thread-block clusters of 2"):
+        reverse_pairs(np.zeros((5, 32), np.float32))

@@ -355,6 +355,19 @@ def test_clusters_along_x_launch_whole_clusters(tmp_path, fake, persistent):
     assert list(fake.launch.grid) == ([50, 1, 1] if persistent else [8, 8, 1])
 
 
+def test_a_kernel_working_across_its_cluster_launches_its_grid(tmp_path, fake):
+    """T.copy_cluster / T.cluster_sync: clusters of 4 along x, the grid as the kernel says."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_cluster_ops import gather
+
+    kernel = tilers.compile(gather(4, rows=3), target="cuda:sm_90a")
+    assert kernel.info["cluster"] == [4, 1, 1]
+    e = export(tmp_path, kernel, "gather")
+    fake.lib.fake_set_device(9, 0, 132)
+    assert e.launch(tensor(A_PTR, [12, 64]), tensor(B_PTR, [12, 64])) == 0, e.error
+    assert list(fake.launch.grid) == [12, 1, 1]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
