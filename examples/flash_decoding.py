@@ -80,11 +80,21 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                 page = table[b, T.min(row // page_size, pages_per_seq - 1)]
                 shared[n, d] = T.if_then_else(row < max_seqlen, cache[page, row % page_size, hk, d], 0)
 
-    @T.macro
-    def online_softmax(Q, K, V, cache_seqlens, table, b, hk, s, Q_shared, K_shared, V_shared, acc_s, acc_s_cast,
-                       acc_o, scores_max, scores_max_prev, scores_scale, scores_sum, logsum):
-        """Split s of sequence b, KV head hk: the online softmax over its keys into acc_o,
-        logsum and scores_max (the group's query heads are the tiles' rows)."""
+    def online_softmax(Q, K, V, cache_seqlens, table, b, hk, s):
+        """Split s of sequence b, KV head hk: the online softmax over its keys (the group's
+        query heads are the tiles' rows); its tiles and the unnormalized output acc_o, the
+        running max and the sum of exponentials it returns."""
+        Q_shared = T.alloc_shared((block_H, dim), dtype)
+        K_shared = T.alloc_shared((block_N, dim), dtype)
+        V_shared = T.alloc_shared((block_N, dim), dtype)
+        acc_s = T.alloc_fragment((block_H, block_N), accum)
+        acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
+        acc_o = T.alloc_fragment((block_H, dim), accum)
+        scores_max = T.alloc_fragment((block_H,), accum)
+        scores_max_prev = T.alloc_fragment((block_H,), accum)
+        scores_scale = T.alloc_fragment((block_H,), accum)
+        scores_sum = T.alloc_fragment((block_H,), accum)
+        logsum = T.alloc_fragment((block_H,), accum)
         length = cache_seqlens[b]
         start = s * split_len
         stop = T.min(start + split_len, length)
@@ -115,24 +125,13 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                 acc_o[i, j] *= scores_scale[i]
             load_tile(V, V_shared, b, hk, n0, table)
             T.gemm(acc_s_cast, V_shared, acc_o)
+        return acc_o, scores_max, logsum
 
     @T.macro
     def split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE):
         with T.Kernel(heads_kv, batch, num_split, threads=threads) as (hk, b, s):
-            Q_shared = T.alloc_shared((block_H, dim), dtype)
-            K_shared = T.alloc_shared((block_N, dim), dtype)
-            V_shared = T.alloc_shared((block_N, dim), dtype)
-            acc_s = T.alloc_fragment((block_H, block_N), accum)
-            acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
-            acc_o = T.alloc_fragment((block_H, dim), accum)
-            scores_max = T.alloc_fragment((block_H,), accum)
-            scores_max_prev = T.alloc_fragment((block_H,), accum)
-            scores_scale = T.alloc_fragment((block_H,), accum)
-            scores_sum = T.alloc_fragment((block_H,), accum)
-            logsum = T.alloc_fragment((block_H,), accum)
+            acc_o, scores_max, logsum = online_softmax(Q, K, V, cache_seqlens, table, b, hk, s)
 
-            online_softmax(Q, K, V, cache_seqlens, table, b, hk, s, Q_shared, K_shared, V_shared, acc_s,
-                           acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum, logsum)
             if num_split == 1:
                 # one split: the output itself (O_partial is O), no combine
                 for i, d in T.Parallel(block_H, dim):
@@ -152,24 +151,12 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     def cluster_kernel(Q, K, V, cache_seqlens, table, O):
         # the splits of a (sequence, KV head) are one cluster along bx: split s is block s
         with T.ClusterKernel(num_split, heads_kv, batch, threads=threads, cluster_dims=num_split) as (s, hk, b):
-            Q_shared = T.alloc_shared((block_H, dim), dtype)
-            K_shared = T.alloc_shared((block_N, dim), dtype)
-            V_shared = T.alloc_shared((block_N, dim), dtype)
-            acc_s = T.alloc_fragment((block_H, block_N), accum)
-            acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
-            acc_o = T.alloc_fragment((block_H, dim), accum)
-            scores_max = T.alloc_fragment((block_H,), accum)
-            scores_max_prev = T.alloc_fragment((block_H,), accum)
-            scores_scale = T.alloc_fragment((block_H,), accum)
-            scores_sum = T.alloc_fragment((block_H,), accum)
-            logsum = T.alloc_fragment((block_H,), accum)
+            acc_o, scores_max, logsum = online_softmax(Q, K, V, cache_seqlens, table, b, hk, s)
             # this split's normalized output and log-sum-exp, and (in split 0) every split's
             o_mine = T.alloc_shared((block_H, dim), accum)
             lse_mine = T.alloc_shared((block_H,), accum)
             o_all = T.alloc_shared((num_split, group, dim), accum)
             lse_all = T.alloc_shared((num_split, group), accum)
-            online_softmax(Q, K, V, cache_seqlens, table, b, hk, s, Q_shared, K_shared, V_shared, acc_s,
-                           acc_s_cast, acc_o, scores_max, scores_max_prev, scores_scale, scores_sum, logsum)
             for i, d in T.Parallel(block_H, dim):
                 o_mine[i, d] = T.if_then_else(logsum[i] > 0, acc_o[i, d] / logsum[i], 0)
             for i in T.Parallel(block_H):

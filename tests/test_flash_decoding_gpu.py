@@ -40,11 +40,9 @@ def paged(k, v, page_size):
     return kp, vp, table
 
 
-@pytest.mark.parametrize("num_split,block_H", [(8, 16), (1, 16), (8, 64)])
-@pytest.mark.parametrize("page_size", [0, 16, 64])
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_against_torch(page_size, dtype, num_split, block_H):
-    # block_H=64: wgmma, and on the contiguous cache the TMA pipeline (bounds from cache_seqlens)
+def against_torch(page_size, dtype, **config):
+    """Batch 4 of lengths 1, 64, 65 and 1000 (of 1024), 32 query heads over 8 KV heads of 128:
+    the kernel of `config` against torch; the kernel."""
     B, H, Hkv, D, S = 4, 32, 8, 128, 1024
     torch_dtype = getattr(torch, dtype)
     q = torch.randn(B, H, D, device="cuda").to(torch_dtype)
@@ -54,13 +52,22 @@ def test_against_torch(page_size, dtype, num_split, block_H):
     want = reference(q, k, v, seqlens)
     if page_size:
         kp, vp, table = paged(k, v, page_size)
-        kernel = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, page_size=page_size, num_pages=kp.shape[0], dtype=dtype,
-                                 block_H=block_H)
+        kernel = fd.flash_decode(B, H, Hkv, D, S, page_size=page_size, num_pages=kp.shape[0], dtype=dtype, **config)
         out = kernel(q, kp, vp, seqlens, table)
     else:
-        out = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, dtype=dtype, block_H=block_H)(q, k, v, seqlens)
+        kernel = fd.flash_decode(B, H, Hkv, D, S, dtype=dtype, **config)
+        out = kernel(q, k, v, seqlens)
     tol = 2e-2 if dtype == "bfloat16" else 3e-3
     torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+    return kernel
+
+
+@pytest.mark.parametrize("num_split,block_H", [(8, 16), (1, 16), (8, 64)])
+@pytest.mark.parametrize("page_size", [0, 16, 64])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_against_torch(page_size, dtype, num_split, block_H):
+    # block_H=64: wgmma, and on the contiguous cache the TMA pipeline (bounds from cache_seqlens)
+    against_torch(page_size, dtype, num_split=num_split, block_H=block_H)
 
 
 @pytest.mark.parametrize("num_split", [2, 8])
@@ -69,21 +76,5 @@ def test_against_torch(page_size, dtype, num_split, block_H):
 def test_cluster_combine_against_torch(page_size, dtype, num_split):
     """combine='cluster': one kernel, the splits of a (sequence, KV head) a thread-block
     cluster combining in the first split's shared memory."""
-    B, H, Hkv, D, S = 4, 32, 8, 128, 1024
-    torch_dtype = getattr(torch, dtype)
-    q = torch.randn(B, H, D, device="cuda").to(torch_dtype)
-    k = torch.randn(B, S, Hkv, D, device="cuda").to(torch_dtype)
-    v = torch.randn(B, S, Hkv, D, device="cuda").to(torch_dtype)
-    seqlens = torch.tensor([1, 64, 65, 1000], device="cuda", dtype=torch.int32)
-    want = reference(q, k, v, seqlens)
-    if page_size:
-        kp, vp, table = paged(k, v, page_size)
-        kernel = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, page_size=page_size, num_pages=kp.shape[0],
-                                 dtype=dtype, combine="cluster")
-        out = kernel(q, kp, vp, seqlens, table)
-    else:
-        kernel = fd.flash_decode(B, H, Hkv, D, S, num_split=num_split, dtype=dtype, combine="cluster")
-        out = kernel(q, k, v, seqlens)
+    kernel = against_torch(page_size, dtype, num_split=num_split, combine="cluster")
     assert kernel.info["cluster"] == [num_split, 1, 1]
-    tol = 2e-2 if dtype == "bfloat16" else 3e-3
-    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
