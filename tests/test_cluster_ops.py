@@ -57,6 +57,27 @@ def reduce_ring(n, N=96):
     return k
 
 
+def row_max_gather():
+    """A reduction's output (a fragment the threads hold in replicas) sent to block 0."""
+
+    @T.prim_func
+    def k(A: T.Tensor((4, 64, 64), "float32"), B: T.Tensor((4, 64), "float32")):
+        with T.ClusterKernel(4, threads=128, cluster_dims=2) as bx:
+            a = T.alloc_fragment((64, 64), "float32")
+            m = T.alloc_fragment((64,), "float32")
+            both = T.alloc_shared((2, 64), "float32")
+            rank = T.block_rank_in_cluster()
+            T.copy(A[bx, :, :], a)
+            T.reduce_max(a, m, dim=1)
+            T.copy_cluster(m, both[rank, :], dst_block=0)
+            T.cluster_sync()
+            if rank == 0:
+                for r, i in T.Parallel(2, 64):
+                    B[bx + r, i] = both[r, i]
+
+    return k
+
+
 def ring_reference(A, n):
     out = np.empty_like(A)
     for b in range(A.shape[0]):
@@ -83,11 +104,19 @@ def test_ring_on_the_interpreter(n):
 
 @pytest.mark.parametrize(
     "make",
-    [lambda: gather(2), lambda: gather(4, to=3), lambda: gather(2, dtype="float16", N=40), lambda: reduce_ring(4)],
-    ids=["gather2", "gather4_to3", "gather_f16_ragged", "ring4"],
+    [lambda: gather(2), lambda: gather(4, to=3), lambda: gather(2, dtype="float16", N=40), lambda: reduce_ring(4),
+     row_max_gather],
+    ids=["gather2", "gather4_to3", "gather_f16_ragged", "ring4", "row_max"],
 )
 def test_every_pass_on_the_cpu_model(make):
     check_passes(make(), arch="sm_90a", check=True, blocks="all")
+
+
+def test_a_reduction_sent_to_block_0():
+    A = np.random.default_rng(3).standard_normal((4, 64, 64)).astype(np.float32)
+    B = np.zeros((4, 64), np.float32)
+    tilers.compile(row_max_gather(), target="sm_90a")(A, B)
+    np.testing.assert_array_equal(B, A.max(axis=2))
 
 
 def test_a_missing_cluster_sync_is_a_race():
@@ -100,6 +129,7 @@ def test_generated_cuda():
     src = k.get_kernel_source()
     assert "__cluster_dims__(4, 1, 1)" in src and k.info["cluster"] == [4, 1, 1]
     assert "mapa.u64" in src and "tl_cluster_ptr(&got[" in src
+    assert "vector stores [got_cluster x4 (16 bytes)]" in k.report()  # 16-byte stores into the peer
     # the user's cluster_sync, and tilers' before the first statement and after the last
     assert src.count("barrier.cluster.wait.acquire") == 3
     assert "for the kernel's own cluster operations" in k.report()

@@ -1142,6 +1142,32 @@ fn own_cluster_final(name: &str) -> (Reference, Module) {
     (r, m)
 }
 
+/// Send every store into a cluster view (an element store or a vector copy) to block `rank`;
+/// how many there were.
+fn retarget_remote_stores(m: &mut Module, rank: i64) -> usize {
+    let probe = m.clone();
+    let remote = move |s: &Stmt| match s {
+        Stmt::Store { buf, .. } => probe.buffer(*buf).scope == Scope::Cluster,
+        Stmt::Inst(Inst::VecCopy(c)) => probe.buffer(c.dst).scope == Scope::Cluster,
+        _ => false,
+    };
+    let mut changed = 0;
+    while mutate_nth(&mut m.kernel.body, &remote, &mut changed.clone(), &mut |s| match s {
+        Stmt::Store { buf, mut idx, value, loc } => {
+            idx[0] = Expr::int(rank);
+            vec![Stmt::Store { buf, idx, value, loc }]
+        }
+        Stmt::Inst(Inst::VecCopy(mut c)) => {
+            c.dst_idx[0] = Expr::int(rank);
+            vec![Stmt::inst(c)]
+        }
+        _ => unreachable!(),
+    }) {
+        changed += 1;
+    }
+    changed
+}
+
 fn is_cluster_sync(s: &Stmt) -> bool {
     matches!(s, Stmt::Inst(Inst::ClusterSync(_)))
 }
@@ -1162,14 +1188,7 @@ fn mutation_own_cluster_read_before_the_peers_wrote() {
 fn mutation_own_cluster_copy_into_the_wrong_block() {
     // every block's row lands in block 1 instead of block 0, which reads what nobody wrote
     let (r, mut m) = own_cluster_final("cluster_gather");
-    let probe = m.clone();
-    let remote =
-        move |s: &Stmt| matches!(s, Stmt::Store { buf, .. } if probe.buffer(*buf).scope == Scope::Cluster);
-    assert!(mutate_nth(&mut m.kernel.body, &remote, &mut 0, &mut |s| {
-        let Stmt::Store { buf, mut idx, value, loc } = s else { unreachable!() };
-        idx[0] = Expr::int(1);
-        vec![Stmt::Store { buf, idx, value, loc }]
-    }));
+    assert!(retarget_remote_stores(&mut m, 1) > 0);
     caught_on(&r, &m, Blocks::All, "");
 }
 
@@ -1177,13 +1196,6 @@ fn mutation_own_cluster_copy_into_the_wrong_block() {
 fn mutation_own_cluster_view_out_of_the_cluster() {
     // a rank past the cluster's blocks
     let (r, mut m) = own_cluster_final("cluster_ring");
-    let probe = m.clone();
-    let remote =
-        move |s: &Stmt| matches!(s, Stmt::Store { buf, .. } if probe.buffer(*buf).scope == Scope::Cluster);
-    assert!(mutate_nth(&mut m.kernel.body, &remote, &mut 0, &mut |s| {
-        let Stmt::Store { buf, mut idx, value, loc } = s else { unreachable!() };
-        idx[0] = Expr::int(2);
-        vec![Stmt::Store { buf, idx, value, loc }]
-    }));
+    assert!(retarget_remote_stores(&mut m, 2) > 0);
     caught_on(&r, &m, Blocks::All, "");
 }

@@ -233,7 +233,10 @@ impl Lowerer {
         body.iter()
             .map(|s| match s {
                 Stmt::Store { buf, loc, .. } | Stmt::Atomic { buf, loc, .. }
-                    if matches!(self.m.buffer(*buf).scope, Scope::Global | Scope::Shared) =>
+                    if matches!(
+                        self.m.buffer(*buf).scope,
+                        Scope::Global | Scope::Shared | Scope::Cluster
+                    ) =>
                 {
                     Stmt::If { cond: first.clone(), then: vec![s.clone()], otherwise: vec![], loc: *loc }
                 }

@@ -35,43 +35,47 @@ impl Lowerer {
         let zero = i32c(0);
         // can `buf[idx]` (idx depending on the lane) be read as vectors of w lanes (w up to
         // `widest`)?
-        let vector_width = |m: &Module,
-                            buf: BufferId,
-                            idx: &[Expr],
-                            widest: i64|
-         -> Option<(Vec<Expr>, i64)> {
-            let b = m.buffer(buf);
-            if !matches!(b.scope, Scope::Global | Scope::Shared) {
-                return None;
-            }
-            let n = idx.len();
-            if idx[..n - 1].iter().any(|i| i.uses_var(lane)) {
-                return None;
-            }
-            let last = to_affine(&idx[n - 1]);
-            let lane_key = format!("{:?}", Expr::var(lane, DType::I32));
-            let coeff = last.terms.get(&lane_key).map(|(c, _)| *c).unwrap_or(0);
-            let rest_uses_lane = last.terms.iter().any(|(k, (_, e))| *k != lane_key && e.uses_var(lane));
-            if coeff != 1 || rest_uses_lane {
-                return None;
-            }
-            let idx0: Vec<Expr> = idx.iter().map(|i| simplify(i.clone().substitute(lane, &zero))).collect();
-            let strides = m.stride_multiples(buf);
-            // a vector is 2, 4, 8 or 16 bytes: the widest power of two that divides the chunk
-            let mut w = 1;
-            while w * 2 <= width.min(widest) && width % (w * 2) == 0 {
-                w *= 2;
-            }
-            while w > 1
-                && (w * b.dtype.bytes() as i64 > 16
-                    || !known_multiple(&idx0[n - 1], w)
-                    || strides[..n - 1].iter().any(|s| s % w != 0)
-                    || (b.scope == Scope::Shared && b.bytes() % 16 != 0 && w * (b.dtype.bytes() as i64) > 4))
-            {
-                w /= 2;
-            }
-            (w > 1).then_some((idx0, w))
-        };
+        let vector_width =
+            |m: &Module, buf: BufferId, idx: &[Expr], widest: i64| -> Option<(Vec<Expr>, i64)> {
+                let b = m.buffer(buf);
+                if !matches!(b.scope, Scope::Global | Scope::Shared | Scope::Cluster) {
+                    return None;
+                }
+                // a cluster view's vectors are its tile's, in the peer's shared memory
+                let tile_bytes = match (b.scope, b.alias_of) {
+                    (Scope::Cluster, Some(root)) => Some(m.buffer(root).bytes()),
+                    (Scope::Shared, _) => Some(b.bytes()),
+                    _ => None,
+                };
+                let n = idx.len();
+                if idx[..n - 1].iter().any(|i| i.uses_var(lane)) {
+                    return None;
+                }
+                let last = to_affine(&idx[n - 1]);
+                let lane_key = format!("{:?}", Expr::var(lane, DType::I32));
+                let coeff = last.terms.get(&lane_key).map(|(c, _)| *c).unwrap_or(0);
+                let rest_uses_lane = last.terms.iter().any(|(k, (_, e))| *k != lane_key && e.uses_var(lane));
+                if coeff != 1 || rest_uses_lane {
+                    return None;
+                }
+                let idx0: Vec<Expr> =
+                    idx.iter().map(|i| simplify(i.clone().substitute(lane, &zero))).collect();
+                let strides = m.stride_multiples(buf);
+                // a vector is 2, 4, 8 or 16 bytes: the widest power of two that divides the chunk
+                let mut w = 1;
+                while w * 2 <= width.min(widest) && width % (w * 2) == 0 {
+                    w *= 2;
+                }
+                while w > 1
+                    && (w * b.dtype.bytes() as i64 > 16
+                        || !known_multiple(&idx0[n - 1], w)
+                        || strides[..n - 1].iter().any(|s| s % w != 0)
+                        || (tile_bytes.is_some_and(|t| t % 16 != 0) && w * (b.dtype.bytes() as i64) > 4))
+                {
+                    w /= 2;
+                }
+                (w > 1).then_some((idx0, w))
+            };
         // collect vectorizable loads
         let mut candidates: Vec<(String, BufferId, Vec<Expr>)> = Vec::new();
         for s in body {
