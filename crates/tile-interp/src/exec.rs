@@ -302,11 +302,8 @@ impl<'m> Interp<'m> {
             ));
         }
         self.cluster = cluster;
-        let stretches: Vec<&[Stmt]> = if cluster > 1 {
-            m.kernel.body.split(|s| matches!(s, Stmt::Inst(inst::Inst::ClusterSync(_)))).collect()
-        } else {
-            vec![&m.kernel.body[..]]
-        };
+        let stretches: Vec<&[Stmt]> =
+            m.kernel.body.split(|s| matches!(s, Stmt::Inst(inst::Inst::ClusterSync(_)))).collect();
         let views: Vec<(usize, usize)> = m
             .buffers
             .iter()
@@ -317,24 +314,24 @@ impl<'m> Interp<'m> {
         for bz in 0..grid[2] {
             for by in 0..grid[1] {
                 for bx0 in (0..grid[0]).step_by(cluster as usize) {
+                    if cluster == 1 {
+                        self.enter_block([bx0, by, bz], &block_vars, &accumulators);
+                        self.exec(&m.kernel.body, &[0])?;
+                        continue;
+                    }
+                    // the cluster's shared tiles as its blocks see them through views, then
+                    // each block started and set aside
+                    for &(v, _) in &views {
+                        let b = &m.buffers[v];
+                        let n = b.num_elements().max(0) as usize;
+                        self.mem[v] = Data::from_bytes(b.dtype, &crate::scratch_bytes(b.dtype, n));
+                    }
                     let mut states = Vec::new();
                     for c in 0..cluster {
                         self.enter_block([bx0 + c, by, bz], &block_vars, &accumulators);
-                        if c == 0 {
-                            // the cluster's shared tiles as its blocks see them through views
-                            for &(v, _) in &views {
-                                let b = &m.buffers[v];
-                                let n = b.num_elements().max(0) as usize;
-                                self.mem[v] = Data::from_bytes(b.dtype, &crate::scratch_bytes(b.dtype, n));
-                            }
-                        }
-                        if cluster == 1 {
-                            self.exec(&m.kernel.body, &[0])?;
-                        } else {
-                            states.push(self.leave_block(&views, c as usize));
-                        }
+                        states.push(self.leave_block(&views, c as usize));
                     }
-                    for stretch in &stretches[..if cluster > 1 { stretches.len() } else { 0 }] {
+                    for stretch in &stretches {
                         for (c, state) in states.iter_mut().enumerate() {
                             self.resume_block(std::mem::take(state), &views, c);
                             self.exec(stretch, &[0])?;
