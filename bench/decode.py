@@ -49,7 +49,7 @@ TIMING = os.environ.get("DECODE_TIMING", "graph")
 # the decoding kernel's pipeline depths tried, and whether every config's time is printed
 STAGES = [int(s) for s in os.environ.get("DECODE_STAGES", "2,3,4").split(",")]
 SPLITS = [int(s) for s in os.environ.get("DECODE_SPLITS", "1,2,4,8,16,32,64").split(",")]
-# how the splits meet: a second kernel, or (2 to 8 splits) in the first split's shared memory
+# how the splits meet: a second kernel, or (2 to 16 splits) in the first split's shared memory
 # through a thread-block cluster, one kernel
 COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster").split(",")
 VERBOSE = os.environ.get("DECODE_VERBOSE", "") == "1"
@@ -464,7 +464,7 @@ def attention_rows(bandwidth, floors):
                           "combine": combine}
                          for num_split in SPLITS if num_split * 64 <= S
                          for block_N in (64, 128) for block_H in (16, 64) for stages in STAGES
-                         for combine in COMBINES if combine == "kernel" or 2 <= num_split <= 8]
+                         for combine in COMBINES if combine == "kernel" or 2 <= num_split <= 16]
 
                 def build(cfg):
                     return flash_decoding.flash_decode(

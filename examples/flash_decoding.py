@@ -35,13 +35,13 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     cache_seqlens, (block_table,) O. num_stages: K/V tiles in flight per block (a memory-bound
     kernel wants more bytes in flight than two stages give at batch 1). combine: how the
     splits meet — "kernel", a second kernel reading their partial outputs from global memory;
-    "cluster" (sm_90, 2 to 8 splits), one kernel whose splits of a (sequence, KV head) form a
+    "cluster" (sm_90, 2 to 16 splits; past 8, Hopper's non-portable cluster sizes), one kernel whose splits of a (sequence, KV head) form a
     thread-block cluster and send their partial outputs into the first one's shared memory
     (T.copy_cluster), which combines them: one launch, no round trip through global memory."""
     if combine not in ("kernel", "cluster"):
         raise ValueError(f"combine: expected 'kernel' or 'cluster', got {combine!r}")
-    if combine == "cluster" and not 2 <= num_split <= 8:
-        raise ValueError(f"num_split: combine='cluster' takes 2 to 8 splits (a cluster's blocks), got {num_split}")
+    if combine == "cluster" and not 2 <= num_split <= 16:
+        raise ValueError(f"num_split: combine='cluster' takes 2 to 16 splits (a cluster's blocks), got {num_split}")
     group = heads // heads_kv
     if heads % heads_kv or group > block_H:
         raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv}) with at most block_H "

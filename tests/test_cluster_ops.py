@@ -86,7 +86,7 @@ def ring_reference(A, n):
     return out
 
 
-@pytest.mark.parametrize("n", [2, 4, 8])
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
 def test_gather_on_the_interpreter(n):
     A = np.random.default_rng(n).standard_normal((n * 4, 64)).astype(np.float32)
     B = np.zeros_like(A)
@@ -105,8 +105,8 @@ def test_ring_on_the_interpreter(n):
 @pytest.mark.parametrize(
     "make",
     [lambda: gather(2), lambda: gather(4, to=3), lambda: gather(2, dtype="float16", N=40), lambda: reduce_ring(4),
-     row_max_gather],
-    ids=["gather2", "gather4_to3", "gather_f16_ragged", "ring4", "row_max"],
+     row_max_gather, lambda: gather(16, rows=1, to=9)],
+    ids=["gather2", "gather4_to3", "gather_f16_ragged", "ring4", "row_max", "gather16_to9"],
 )
 def test_every_pass_on_the_cpu_model(make):
     check_passes(make(), arch="sm_90a", check=True, blocks="all")
@@ -137,6 +137,22 @@ def test_generated_cuda():
     assert tilers.compile(gather(4), target="sm_90a").get_kernel_source() == src  # deterministic
     ring = tilers.compile(reduce_ring(2), target="sm_90a")
     assert len(ring.cubin) > 0 and ring.info["cluster"] == [2, 1, 1]
+
+
+@pytest.mark.parametrize("n", [8, 16])
+def test_a_cluster_past_the_portable_size_is_allowed_when_loaded(monkeypatch, n):
+    """Clusters of more than 8 blocks (Hopper's non-portable sizes) launch only once the
+    function allows them: the kernel passes its cluster to the loader, which sets
+    CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED past 8."""
+    from tilers import runtime
+
+    k = tilers.compile(gather(n, rows=2), target="cuda:sm_90a")
+    assert f"__cluster_dims__({n}, 1, 1)" in k.get_kernel_source() and len(k.cubin) > 0
+    loads = []
+    monkeypatch.setattr(runtime, "device_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(runtime, "load_kernel", lambda *args: loads.append(args) or runtime.LoadedKernel(0, 1, 2, 3, 0))
+    k._load(0)
+    assert [(entry, cluster) for _, _, entry, _, cluster in loads] == [(k.info["entry"], n)]
 
 
 def test_a_kernel_without_cluster_views_has_no_cluster_helpers():
@@ -269,7 +285,7 @@ def test_mistakes_at_the_users_line():
     "cluster, grid, target, match",
     [
         ((1, 2), 4, "sm_90a", "such clusters run along bx"),
-        (16, 16, "sm_90a", "2 to 8 blocks"),
+        (32, 32, "sm_90a", "16 blocks in all at most"),
         (2, 3, "sm_90a", "not a multiple of 2"),
         (2, 4, "sm_80", "no thread-block clusters"),
     ],

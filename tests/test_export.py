@@ -355,17 +355,20 @@ def test_clusters_along_x_launch_whole_clusters(tmp_path, fake, persistent):
     assert list(fake.launch.grid) == ([50, 1, 1] if persistent else [8, 8, 1])
 
 
-def test_a_kernel_working_across_its_cluster_launches_its_grid(tmp_path, fake):
-    """T.copy_cluster / T.cluster_sync: clusters of 4 along x, the grid as the kernel says."""
+@pytest.mark.parametrize("n", [4, 16])
+def test_a_kernel_working_across_its_cluster_launches_its_grid(tmp_path, fake, n):
+    """T.copy_cluster / T.cluster_sync: clusters of n along x, the grid as the kernel says;
+    past 8 blocks the function is allowed its non-portable cluster size when loaded."""
     sys.path.insert(0, os.path.dirname(__file__))
     from test_cluster_ops import gather
 
-    kernel = tilers.compile(gather(4, rows=3), target="cuda:sm_90a")
-    assert kernel.info["cluster"] == [4, 1, 1]
+    kernel = tilers.compile(gather(n, rows=3), target="cuda:sm_90a")
+    assert kernel.info["cluster"] == [n, 1, 1]
     e = export(tmp_path, kernel, "gather")
     fake.lib.fake_set_device(9, 0, 132)
-    assert e.launch(tensor(A_PTR, [12, 64]), tensor(B_PTR, [12, 64])) == 0, e.error
-    assert list(fake.launch.grid) == [12, 1, 1]
+    assert e.launch(tensor(A_PTR, [3 * n, 64]), tensor(B_PTR, [3 * n, 64])) == 0, e.error
+    assert list(fake.launch.grid) == [3 * n, 1, 1]
+    assert fake.count("nonportable_clusters") == (1 if n > 8 else 0)
 
 
 @pytest.mark.parametrize(

@@ -133,7 +133,7 @@ def test_bad_configurations_are_refused():
 
 
 @pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8),
-                                               ([0, 256, 2, 9], 2)])
+                                               ([0, 256, 2, 9], 2), ([256, 129, 1, 64], 16)])
 @pytest.mark.parametrize("page_size", [0, 16])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_cluster_combine_against_numpy(lengths, num_split, page_size, dtype):
@@ -161,10 +161,14 @@ def test_cluster_combine_every_pass_agrees(page_size, num_split):
     testing.check_passes(f, arch="sm_90a", check=True, blocks="all")
 
 
-def test_cluster_combine_at_the_issues_shape():
-    f = fd.flash_decode.prim_func(1, 32, 8, 128, 8192, num_split=8, combine="cluster", num_stages=3)
+@pytest.mark.parametrize("num_split", [8, 16])
+def test_cluster_combine_at_the_issues_shape(num_split):
+    """Batch 1, 8k keys, 32 query heads over 8 KV heads: 8 splits (a portable cluster) or 16
+    (128 blocks, a cluster of 16 per GPC)."""
+    f = fd.flash_decode.prim_func(1, 32, 8, 128, 8192, num_split=num_split, combine="cluster", num_stages=3)
     k = tilers.compile(f, out_idx=[-1], target="cuda:sm_90a")
-    assert k.info["cluster"] == [8, 1, 1] and len(k.cubin) > 0
+    assert k.info["cluster"] == [num_split, 1, 1] and len(k.cubin) > 0
+    assert f"__cluster_dims__({num_split}, 1, 1)" in k.get_kernel_source()
     src = k.get_kernel_source()
     assert src.count("__global__") == 1 and "tl_cluster_ptr(&o_all[" in src
 
@@ -172,8 +176,8 @@ def test_cluster_combine_at_the_issues_shape():
 def test_bad_cluster_combines_are_refused():
     with pytest.raises(ValueError, match="combine: expected 'kernel' or 'cluster'"):
         fd.flash_decode.prim_func(1, 8, 2, 64, 128, combine="dsmem")
-    with pytest.raises(ValueError, match="num_split: combine='cluster' takes 2 to 8 splits"):
-        fd.flash_decode.prim_func(1, 8, 2, 64, 128, num_split=16, combine="cluster")
+    with pytest.raises(ValueError, match="num_split: combine='cluster' takes 2 to 16 splits"):
+        fd.flash_decode.prim_func(1, 8, 2, 64, 128, num_split=32, combine="cluster")
     with pytest.raises(tilers.errors.TileError, match="no thread-block clusters"):
         tilers.compile(fd.flash_decode.prim_func(1, 8, 2, 64, 128, num_split=2, combine="cluster"), out_idx=[-1],
                        target="cuda:sm_80")

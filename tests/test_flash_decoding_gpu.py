@@ -70,7 +70,7 @@ def test_against_torch(page_size, dtype, num_split, block_H):
     against_torch(page_size, dtype, num_split=num_split, block_H=block_H)
 
 
-@pytest.mark.parametrize("num_split", [2, 8])
+@pytest.mark.parametrize("num_split", [2, 8, 16])
 @pytest.mark.parametrize("page_size", [0, 16])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_cluster_combine_against_torch(page_size, dtype, num_split):

@@ -104,10 +104,13 @@ def device_attribute(device: int, attribute: int) -> int:
 def device_name(device: int) -> str:
     """cuDeviceGetName of a device ordinal, e.g. "NVIDIA H200"."""
 
-def load_function(device: int, cubin: bytes, entry: str, shared_bytes: int) -> tuple[int, int, int]:
+def load_function(
+    device: int, cubin: bytes, entry: str, shared_bytes: int, cluster_blocks: int = 1
+) -> tuple[int, int, int]:
     """Load `cubin` into the device's primary context and look up `entry` -> (context,
     module, function); raises the function's dynamic shared memory limit past 48 KiB when
-    `shared_bytes` needs it. Releases the GIL."""
+    `shared_bytes` needs it, and allows a compiled-in cluster of `cluster_blocks` past the
+    portable 8 (CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED). Releases the GIL."""
 
 def launch(
     function: int,

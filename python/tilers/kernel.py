@@ -646,7 +646,10 @@ class JITKernel:
                 f"cannot run it: compile with target=\"auto\" or target=\"cuda:{device_arch}\""
             )
         loaded = tuple(
-            runtime.load_kernel(device, self.cubin, launch["entry"], launch["shared_bytes"])
+            runtime.load_kernel(
+                device, self.cubin, launch["entry"], launch["shared_bytes"],
+                launch.get("cluster", [1])[0],
+            )
             for launch in self.launches
         )
         self._loaded[device] = loaded

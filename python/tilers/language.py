@@ -418,8 +418,9 @@ class ClusterKernel(Kernel):
     once per cluster. Where no cluster can be made (no TMA pipeline, a grid the cluster does
     not divide, an sm_80 target) ``kernel.report()`` says why and the kernel runs without:
     the blocks compute the same either way. A kernel that works across its cluster itself
-    (``T.copy_cluster``, ``T.cluster_sync``) always runs in its clusters (along bx, 2 to 8
-    blocks), or is refused."""
+    (``T.copy_cluster``, ``T.cluster_sync``) always runs in its clusters (along bx, 2 to 16
+    blocks: past 8, the portable size, the launcher allows the function Hopper's non-portable
+    sizes), or is refused."""
 
     def __init__(self, *grid, cluster_dims=None, threads=128, prelude=None):
         super().__init__(*grid, threads=threads, prelude=prelude)

@@ -306,17 +306,20 @@ class LoadedKernel:
 _loaded_kernels: dict[tuple[int, str, str], LoadedKernel] = {}
 
 
-def load_kernel(device_index: int, cubin: bytes, entry: str, shared_bytes: int) -> LoadedKernel:
+def load_kernel(
+    device_index: int, cubin: bytes, entry: str, shared_bytes: int, cluster_blocks: int = 1
+) -> LoadedKernel:
     """Load `cubin` into the primary context of `device_index` and look up `entry`.
 
     Cached per (device, cubin hash, entry name). Raises the kernel's dynamic shared
-    memory limit when it needs more than the default 48 KiB.
+    memory limit when it needs more than the default 48 KiB, and allows its thread-block
+    cluster (compiled in) of `cluster_blocks` when that is past the portable 8.
     """
     key = (device_index, hashlib.sha256(cubin).hexdigest(), entry)
     loaded = _loaded_kernels.get(key)
     if loaded is None:
         context, module, function = _native().load_function(
-            device_index, cubin, entry, shared_bytes
+            device_index, cubin, entry, shared_bytes, cluster_blocks
         )
         loaded = LoadedKernel(device_index, context, module, function, shared_bytes)
         _loaded_kernels[key] = loaded

@@ -36,7 +36,7 @@ static struct {
     int depth;
     int param_sizes[64];
     int param_count;
-    atomic_int loads, launches, encodes, pushes, attributes_set;
+    atomic_int loads, launches, encodes, pushes, attributes_set, nonportable_clusters;
     int attribute_value;
     char entry[128];
     char entries[8][128]; /* the names of the functions asked for, in order (since the reset) */
@@ -84,6 +84,7 @@ int fake_count(const char *what) {
     if (!strcmp(what, "encodes")) return fake.encodes;
     if (!strcmp(what, "pushes")) return fake.pushes;
     if (!strcmp(what, "attributes_set")) return fake.attributes_set;
+    if (!strcmp(what, "nonportable_clusters")) return fake.nonportable_clusters;
     return -1;
 }
 int fake_depth(void) { return fake.depth; }
@@ -164,6 +165,11 @@ int cuModuleGetFunction(void **function, void *module, const char *name) {
 }
 int cuFuncSetAttribute(void *function, int attribute, int value) {
     (void)function;
+    /* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED */
+    if (attribute == 14 && value == 1) {
+        fake.nonportable_clusters++;
+        return 0;
+    }
     if (attribute != 8) return 1;
     fake.attribute_value = value;
     fake.attributes_set++;

@@ -241,8 +241,9 @@ fn trips_along_x(m: &Module, extent: &Expr) -> Result<Option<(i64, i64)>, &'stat
 
 /// Why a kernel that works across its cluster itself (`T.cluster_sync`, `T.copy_cluster`)
 /// cannot be launched in `T.ClusterKernel`'s clusters, if it cannot: they need sm_90, run
-/// along bx (up to 8 blocks, the portable size), in a grid along bx they divide, numbered
-/// as launched (no raster: a block's rank is `bx % blocks`).
+/// along bx (up to 16 blocks: past 8, the portable size, the launcher opts the function in
+/// to non-portable cluster sizes, which Hopper's GPCs hold), in a grid along bx they divide,
+/// numbered as launched (no raster: a block's rank is `bx % blocks`).
 fn own_cluster_problem(m: &Module, ctx: &Ctx) -> Option<String> {
     let [x, y] = m.kernel.cluster.unwrap_or([1, 1]);
     if x * y == 1 {
@@ -256,9 +257,9 @@ fn own_cluster_problem(m: &Module, ctx: &Ctx) -> Option<String> {
             ctx.target.arch
         ));
     }
-    if y > 1 || x > 8 {
+    if y > 1 || x > 16 {
         return Some(format!(
-            "{what} of {x}x{y} blocks: such clusters run along bx, 2 to 8 blocks (cluster_dims=(n, 1, 1))"
+            "{what} of {x}x{y} blocks: such clusters run along bx, 2 to 16 blocks (cluster_dims=(n, 1, 1))"
         ));
     }
     if m.kernel.raster.is_some() {

@@ -31,6 +31,11 @@ type Handle = *mut c_void;
 const CUDA_SUCCESS: CuResult = 0;
 /// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 const MAX_DYNAMIC_SHARED_SIZE_BYTES: c_int = 8;
+/// CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: a function compiled with
+/// `__cluster_dims__` of more than 8 blocks (the portable size) launches only once set.
+const NON_PORTABLE_CLUSTER_SIZE_ALLOWED: c_int = 14;
+/// The most blocks a cluster may have everywhere (the portable size).
+const PORTABLE_CLUSTER_BLOCKS: u32 = 8;
 /// Arguments packed on the stack; kernels with more use the heap.
 pub(crate) const STACK_ARGS: usize = 32;
 
@@ -368,24 +373,27 @@ pub fn device_name(device: i32) -> PyResult<String> {
     Ok(unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned())
 }
 
-/// load_function(device, cubin, entry, shared_bytes) -> (context, module, function):
-/// load `cubin` into the device's primary context and look up `entry`, raising the
-/// function's dynamic shared memory limit when it needs more than 48 KiB. The GIL is
-/// released while the driver loads the image.
+/// load_function(device, cubin, entry, shared_bytes, cluster_blocks=1) -> (context, module,
+/// function): load `cubin` into the device's primary context and look up `entry`, raising the
+/// function's dynamic shared memory limit when it needs more than 48 KiB and allowing a
+/// cluster of more than 8 blocks (compiled in) when it has one. The GIL is released while the
+/// driver loads the image.
 #[pyfunction]
+#[pyo3(signature = (device, cubin, entry, shared_bytes, cluster_blocks = 1))]
 pub fn load_function(
     py: Python<'_>,
     device: i32,
     cubin: &[u8],
     entry: &str,
     shared_bytes: u32,
+    cluster_blocks: u32,
 ) -> PyResult<(usize, usize, usize)> {
     let driver = driver()?;
     let entry = CString::new(entry).map_err(|_| PyValueError::new_err("entry name contains NUL"))?;
     let context = primary_context(driver, device)? as usize;
     py.allow_threads(|| {
         let pushed = driver.push_unless_current(context as Handle)?;
-        let loaded = load_into_current(driver, cubin, &entry, shared_bytes);
+        let loaded = load_into_current(driver, cubin, &entry, shared_bytes, cluster_blocks);
         if pushed {
             driver.pop()?;
         }
@@ -399,6 +407,7 @@ fn load_into_current(
     cubin: &[u8],
     entry: &CStr,
     shared_bytes: u32,
+    cluster_blocks: u32,
 ) -> PyResult<(usize, usize)> {
     let mut module = null_mut();
     // SAFETY: `cubin` is an ELF image that lives for the call; the driver copies it.
@@ -414,6 +423,11 @@ fn load_into_current(
         // SAFETY: a valid function handle and attribute.
         let status = unsafe { (driver.func_set_attribute)(function, MAX_DYNAMIC_SHARED_SIZE_BYTES, limit) };
         driver.check(status, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")?;
+    }
+    if cluster_blocks > PORTABLE_CLUSTER_BLOCKS {
+        // SAFETY: a valid function handle and attribute.
+        let status = unsafe { (driver.func_set_attribute)(function, NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1) };
+        driver.check(status, "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")?;
     }
     Ok((module as usize, function as usize))
 }

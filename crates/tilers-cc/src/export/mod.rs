@@ -488,10 +488,12 @@ fn source(
     let launches: Vec<&KernelInfo> = info.launches().collect();
     let n = launches.len();
     let quoted: Vec<String> = entries.iter().map(|e| c_string(e)).collect();
-    let _ = writeln!(c, "/* the kernels a call launches, in order, and their shared memory */");
+    let _ = writeln!(c, "/* the kernels a call launches, in order, their shared memory and cluster size */");
     let _ = writeln!(c, "static const char *const tl_entries[{n}] = {{{}}};", quoted.join(", "));
     let shared: Vec<String> = launches.iter().map(|l| format!("{}u", l.shared_bytes)).collect();
     let _ = writeln!(c, "static const unsigned tl_shared[{n}] = {{{}}};", shared.join(", "));
+    let cluster: Vec<String> = launches.iter().map(|l| format!("{}u", l.cluster[0].max(1))).collect();
+    let _ = writeln!(c, "static const unsigned tl_cluster[{n}] = {{{}}};", cluster.join(", "));
     let _ = writeln!(c, "static const char tl_arch[] = {};", c_string(&info.arch));
     c.push_str("static tl_loaded tl_table[TL_MAX_CONTEXTS];\nstatic int tl_table_count;\n");
     c.push_str("static pthread_mutex_t tl_lock = PTHREAD_MUTEX_INITIALIZER;\n");
@@ -745,7 +747,7 @@ fn source(
     c.push_str("    const tl_loaded *loaded = NULL;\n");
     let _ = writeln!(
         c,
-        "    status = tl_load(tl_kernel, tl_table, &tl_table_count, &tl_lock, context, tl_cubin, tl_entries, tl_shared, {n}, tl_arch, {major}, {minor}, {}, &loaded);",
+        "    status = tl_load(tl_kernel, tl_table, &tl_table_count, &tl_lock, context, tl_cubin, tl_entries, tl_shared, tl_cluster, {n}, tl_arch, {major}, {minor}, {}, &loaded);",
         exact as u8
     );
     c.push_str("    if (status != 0) {\n        tl_leave(pushed);\n        return status;\n    }\n");

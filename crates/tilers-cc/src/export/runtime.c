@@ -25,6 +25,8 @@
 #define TL_ATTR_CC_MAJOR 75
 #define TL_ATTR_CC_MINOR 76
 #define TL_FUNC_MAX_DYNAMIC_SHARED 8
+/* CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: clusters of more than 8 blocks */
+#define TL_FUNC_NON_PORTABLE_CLUSTER 14
 
 /* the most CUDA contexts one kernel is loaded into (one per GPU, usually) */
 #define TL_MAX_CONTEXTS 64
@@ -237,10 +239,12 @@ TL_HELPER int tl_runs_on(int major, int minor, int exact, int device_major, int 
 }
 
 /* Load the cubin into `context` (current) once, with the function of each of its `launches`
- * entries (`launches` <= TL_MAX_LAUNCHES): the loaded entry of the table. */
+ * entries (`launches` <= TL_MAX_LAUNCHES): the loaded entry of the table. A function whose
+ * compiled-in cluster has more than 8 blocks is allowed its non-portable size. */
 TL_HELPER tl_result tl_load(const char *kernel, tl_loaded *table, int *count, pthread_mutex_t *lock,
                          tl_handle context, const unsigned char *cubin,
-                         const char *const *entries, const unsigned *shared_bytes, int launches,
+                         const char *const *entries, const unsigned *shared_bytes,
+                         const unsigned *cluster_blocks, int launches,
                          const char *arch, int major, int minor, int exact,
                          const tl_loaded **loaded) {
     pthread_mutex_lock(lock);
@@ -289,6 +293,11 @@ TL_HELPER tl_result tl_load(const char *kernel, tl_loaded *table, int *count, pt
             (status = tl_driver.func_set_attribute(functions[k], TL_FUNC_MAX_DYNAMIC_SHARED,
                                                    (int)shared_bytes[k])) != 0) {
             tl_driver_error(status, kernel, "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)");
+            goto done;
+        }
+        if (cluster_blocks[k] > 8 &&
+            (status = tl_driver.func_set_attribute(functions[k], TL_FUNC_NON_PORTABLE_CLUSTER, 1)) != 0) {
+            tl_driver_error(status, kernel, "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)");
             goto done;
         }
     }
