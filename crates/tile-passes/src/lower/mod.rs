@@ -123,9 +123,20 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         && lw.m.buffers.iter().any(|b| b.scope == Scope::Cluster)
     {
         // a kernel reaching other blocks' shared memory: every block of its cluster has
-        // started before any is reached, and none exits while a peer may still reach it
+        // started before any is reached, and none exits while a peer may still reach it —
+        // unless the body's last cluster_sync follows its last reach (the user's, after the
+        // stores into a peer: past it no block reaches another)
+        let views: Vec<BufferId> = (0..lw.m.buffers.len() as u32)
+            .map(BufferId)
+            .filter(|&v| lw.m.buffers[v.0 as usize].scope == Scope::Cluster)
+            .collect();
+        let reach = body.iter().rposition(|s| views.iter().any(|&v| crate::inject_pipeline::touches(s, v)));
+        let sync = body.iter().rposition(|s| matches!(s, Stmt::Inst(Inst::ClusterSync(_))));
+        let after_last_reach = matches!((reach, sync), (Some(r), Some(y)) if y > r);
         body.insert(0, Stmt::inst(inst::ClusterSync));
-        body.push(Stmt::inst(inst::ClusterSync));
+        if !after_last_reach {
+            body.push(Stmt::inst(inst::ClusterSync));
+        }
     }
     let body = std::mem::take(&mut body);
     let Lowerer { mut m, diags, report, .. } = lw;
