@@ -130,15 +130,18 @@ def test_generated_cuda():
     assert "__cluster_dims__(4, 1, 1)" in src and k.info["cluster"] == [4, 1, 1]
     assert "mapa.u64" in src and "tl_cluster_ptr(&got[" in src
     assert "vector stores [got_cluster x4 (16 bytes)]" in k.report()  # 16-byte stores into the peer
-    # tilers' cluster_sync before the first statement, and the user's after the stores into
-    # the peer: past it no block reaches another, so none is added after the last statement
-    assert src.count("barrier.cluster.wait.acquire") == 2
+    # tilers' arrive first thing and its wait just before the first store into a peer, then
+    # the user's cluster_sync after the stores: past it no block reaches another, so none is
+    # added after the last statement
+    assert src.count("barrier.cluster.wait.acquire") == 2 and src.count("barrier.cluster.arrive.release") == 2
+    assert src.index("barrier.cluster.arrive.release") < src.index("mine[") < src.index(
+        "barrier.cluster.wait.acquire") < src.index("tl_cluster_ptr(&got[")
     assert "for the kernel's own cluster operations" in k.report()
     assert len(k.cubin) > 0
     assert tilers.compile(gather(4), target="sm_90a").get_kernel_source() == src  # deterministic
     ring = tilers.compile(reduce_ring(2), target="sm_90a")
     assert len(ring.cubin) > 0 and ring.info["cluster"] == [2, 1, 1]
-    assert ring.get_kernel_source().count("barrier.cluster.wait.acquire") == 3  # tilers' first, the user's two
+    assert ring.get_kernel_source().count("barrier.cluster.wait.acquire") == 3  # tilers' wait, the user's two
     # a peer's tile reached after the last cluster_sync (no sync at all here): tilers adds one
     # at the end, so no block exits while another may still reach it
     unsynced = tilers.compile(gather(2, sync=False), target="sm_90a").get_kernel_source()

@@ -76,6 +76,10 @@ pub struct Effects {
     /// Orders this kernel after the kernels launched before it in the same call
     /// (`griddepcontrol.*`, programmatic dependent launch): nothing within the kernel.
     pub orders_grids: bool,
+    /// Arrives at or waits on the thread-block cluster's barrier split in two
+    /// (`barrier.cluster.arrive` / `barrier.cluster.wait`): orders the cluster's threads
+    /// across the two, not the block's shared memory on its own.
+    pub orders_cluster: bool,
 }
 
 impl Effects {
@@ -89,6 +93,7 @@ impl Effects {
             || self.orders_tensor_core
             || self.mbarrier
             || self.orders_grids
+            || self.orders_cluster
     }
 }
 
@@ -686,6 +691,28 @@ operandless_instruction!(Sync, "sync", Effects { barrier: true, ..Effects::defau
 pub struct ClusterSync;
 
 operandless_instruction!(ClusterSync, "cluster_sync", Effects { barrier: true, ..Effects::default() });
+
+/// `barrier.cluster.arrive.release`: the first half of a `cluster_sync`, without waiting —
+/// the executing threads' earlier memory accesses are released to the cluster. A thread
+/// arrives once before each [`ClusterWait`]. Placed at the start of a kernel whose blocks
+/// reach each other's shared memory, with its wait just before the first reach: every block
+/// has started by then, and the barrier's latency is hidden by what runs between.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterArrive;
+
+operandless_instruction!(
+    ClusterArrive,
+    "cluster_arrive",
+    Effects { orders_cluster: true, ..Effects::default() }
+);
+
+/// `barrier.cluster.wait.acquire`: waits until every thread of every block of the cluster
+/// has arrived ([`ClusterArrive`]); what they did before arriving is visible after it. What
+/// a thread does between its arrive and its wait is ordered with nothing of its peers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClusterWait;
+
+operandless_instruction!(ClusterWait, "cluster_wait", Effects { orders_cluster: true, ..Effects::default() });
 
 /// `__syncwarp()`: the lanes of the warp meet, their memory accesses before it ordered
 /// before those after (an elected lane then releases the warp's reads of a stage).
@@ -1766,6 +1793,8 @@ instructions!(
     AsyncWait,
     Sync,
     ClusterSync,
+    ClusterArrive,
+    ClusterWait,
     SyncWarp,
     Printf,
     CallExtern,

@@ -112,6 +112,8 @@ kernel k(A: float16[64, 64], O: float32[64]) blocks(%bx) grid(1) threads=32 prod
   cp.async.mbarrier_arrive bars[1]
   tma_load map0 B_s[0, 0] <- A[0, 0] on bars[0] (8192 bytes) multicast 3
   cluster_sync
+  cluster_arrive
+  cluster_wait
   sync_warp
   mbarrier_expect_tx bars[1] 4096
   setmaxnreg dec 40
@@ -158,6 +160,8 @@ fn every_instruction_reads_back_from_its_text() {
                 Inst::AsyncWait(_) => "async_wait",
                 Inst::Sync(_) => "sync",
                 Inst::ClusterSync(_) => "cluster_sync",
+                Inst::ClusterArrive(_) => "cluster_arrive",
+                Inst::ClusterWait(_) => "cluster_wait",
                 Inst::SyncWarp(_) => "sync_warp",
                 Inst::Printf(_) => "printf",
                 Inst::CallExtern(_) => "call_extern",
@@ -181,7 +185,7 @@ fn every_instruction_reads_back_from_its_text() {
             seen.insert(name);
         }
     });
-    assert_eq!(seen.len(), 34, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
+    assert_eq!(seen.len(), 36, "every instruction appears in EVERY_INSTRUCTION: {seen:?}");
 }
 
 #[test]

@@ -1187,6 +1187,60 @@ fn mutation_own_cluster_read_before_the_peers_wrote() {
     }
 }
 
+fn is_cluster_wait(s: &Stmt) -> bool {
+    matches!(s, Stmt::Inst(Inst::ClusterWait(_)))
+}
+
+#[test]
+fn own_cluster_barrier_is_split_around_what_touches_no_peer() {
+    // tilers' arrive is the body's first statement; its wait comes right before the first
+    // statement that reaches a peer or a tile peers reach (or a cluster_sync)
+    for name in ["cluster_gather", "cluster_ring"] {
+        let (_, m) = own_cluster_final(name);
+        let body = &m.kernel.body;
+        assert!(matches!(body[0], Stmt::Inst(Inst::ClusterArrive(_))), "{name}");
+        let wait = body.iter().position(is_cluster_wait).unwrap();
+        assert!(wait > 1, "{name}: nothing between the arrive and the wait");
+        assert_eq!(body.iter().filter(|s| is_cluster_wait(s)).count(), 1, "{name}");
+    }
+}
+
+#[test]
+fn mutation_own_cluster_wait_dropped() {
+    // the arrive never waited for: the next cluster_sync (or a reach) comes first
+    for name in ["cluster_gather", "cluster_ring"] {
+        let (r, mut m) = own_cluster_final(name);
+        assert!(mutate_nth(&mut m.kernel.body, &is_cluster_wait, &mut 0, &mut |_| vec![]));
+        caught_on(&r, &m, Blocks::All, "cluster_arrive");
+    }
+}
+
+#[test]
+fn mutation_own_cluster_arrive_dropped() {
+    for name in ["cluster_gather", "cluster_ring"] {
+        let (r, mut m) = own_cluster_final(name);
+        let arrive = |s: &Stmt| matches!(s, Stmt::Inst(Inst::ClusterArrive(_)));
+        assert!(mutate_nth(&mut m.kernel.body, &arrive, &mut 0, &mut |_| vec![]));
+        caught_on(&r, &m, Blocks::All, "cluster_wait without a cluster_arrive");
+    }
+}
+
+#[test]
+fn mutation_own_cluster_wait_after_the_first_reach() {
+    // the wait moved one statement later: past the stores into a peer that may not have
+    // started (gather), past the user's cluster_sync (ring: a second arrive)
+    for (name, expect) in [
+        ("cluster_gather", "between its cluster_arrive and cluster_wait"),
+        ("cluster_ring", "reaches cluster_sync after a cluster_arrive it has not waited for"),
+    ] {
+        let (r, mut m) = own_cluster_final(name);
+        let body = &mut m.kernel.body;
+        let wait = body.iter().position(is_cluster_wait).unwrap();
+        body.swap(wait, wait + 1);
+        caught_on(&r, &m, Blocks::All, expect);
+    }
+}
+
 #[test]
 fn mutation_own_cluster_copy_into_the_wrong_block() {
     // every block's row lands in block 1 instead of block 0, which reads what nobody wrote

@@ -15,6 +15,8 @@ impl Machine<'_> {
             // the scheduler (schedule.rs) gathers the threads at barriers and runs the waits
             Inst::Sync(_)
             | Inst::ClusterSync(_)
+            | Inst::ClusterArrive(_)
+            | Inst::ClusterWait(_)
             | Inst::NamedBarrier(_)
             | Inst::MbarrierWait(_)
             | Inst::SetMaxNReg(_) => {

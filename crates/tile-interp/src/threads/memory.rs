@@ -84,6 +84,15 @@ impl Machine<'_> {
         if idx.len() != b.extents().len() {
             return Err(self.err(format!("'{}' indexed with {} indices", b.name, idx.len())));
         }
+        if b.scope == Scope::Cluster || self.view_roots[buf.0 as usize] {
+            // between its cluster_arrive and cluster_wait a thread is ordered with no peer
+            if let Some(&t) = active.iter().find(|&&t| self.cluster_pending[t as usize].is_some()) {
+                return Err(self.err(format!(
+                    "{what} by thread {t} of '{}', a tile the cluster's blocks reach, between its cluster_arrive and cluster_wait (ordered with no peer)",
+                    b.name
+                )));
+            }
+        }
         if let (Scope::Cluster, Some(root)) = (b.scope, b.alias_of) {
             // the root tile's element in block `rank` of the cluster
             let ranks = self.eval(&idx[0], active)?;

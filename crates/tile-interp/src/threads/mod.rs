@@ -439,6 +439,15 @@ struct Machine<'m> {
     /// peers may still be using its shared memory).
     cluster_epoch: u32,
     remote_since_cluster_sync: bool,
+    /// The cluster barrier split in two (`cluster_arrive` ... `cluster_wait`): per thread of
+    /// the cluster, the phase it arrived in and has not waited for yet; the phases completed;
+    /// the threads arrived in the current one.
+    cluster_pending: Vec<Option<u32>>,
+    cluster_phase: u32,
+    cluster_arrived: usize,
+    /// Per buffer: a tile that a cluster view reaches (its peers may touch it): none of its
+    /// threads may touch it between its `cluster_arrive` and `cluster_wait`.
+    view_roots: Vec<bool>,
     /// The kernel reaches other blocks' shared memory (cluster views, `T.copy_cluster`):
     /// accesses across blocks are checked (`RaceTracker`'s `x_*`).
     dsmem: bool,
@@ -536,6 +545,18 @@ impl<'m> Machine<'m> {
             cta_smem,
             cluster_epoch: 0,
             remote_since_cluster_sync: false,
+            cluster_pending: vec![None; threads],
+            cluster_phase: 0,
+            cluster_arrived: 0,
+            view_roots: {
+                let mut roots = vec![false; m.buffers.len()];
+                for b in m.buffers.iter().filter(|b| b.scope == Scope::Cluster) {
+                    if let Some(r) = b.alias_of {
+                        roots[r.0 as usize] = true;
+                    }
+                }
+                roots
+            },
             dsmem: cluster > 1 && m.buffers.iter().any(|b| b.scope == Scope::Cluster),
             lead: None,
             uniform: vec![None; m.vars.len()],
@@ -736,6 +757,9 @@ impl<'m> Machine<'m> {
         self.named_arrivals.clear();
         self.cluster_epoch = 0;
         self.remote_since_cluster_sync = false;
+        self.cluster_pending.fill(None);
+        self.cluster_phase = 0;
+        self.cluster_arrived = 0;
         for &d in &self.tma_destinations {
             let b = self.m.buffer(d);
             if let Some(off) = b.shared_offset {

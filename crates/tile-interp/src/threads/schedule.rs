@@ -40,7 +40,13 @@
 //! The loop is bounded: it stops with an error after [`MAX_TURNS`] turns.
 //!
 //! **Clusters.** The blocks of a thread-block cluster run together, each with its own
-//! barriers (`sync`, named barriers) and `cluster_sync` over all of them. The clusters of
+//! barriers (`sync`, named barriers) and `cluster_sync` over all of them. The cluster
+//! barrier split in two: `cluster_arrive` counts its threads towards the current phase and
+//! goes on, the phase completing (a new cluster epoch) when every thread of the cluster has
+//! arrived; `cluster_wait` goes on once the phase its threads arrived in has completed. A
+//! thread touching a tile that cluster views reach between its arrive and its wait is an
+//! error (it is ordered with no peer there), as are a wait without an arrive, a second
+//! arrive before the wait, and a `cluster_sync` meeting arrivals of the split form. The clusters of
 //! a persistent kernel are run in three orders: the first cluster's block 0 runs ahead of
 //! the others (its units alone while any can run), the second's last block, the third's
 //! blocks in turn — a block that does not wait for its peers' releases overwrites what
@@ -65,6 +71,8 @@ pub(super) fn forking_ifs(body: &[Stmt]) -> std::collections::HashSet<usize> {
                 Stmt::Inst(
                     Inst::Sync(_)
                         | Inst::ClusterSync(_)
+                        | Inst::ClusterArrive(_)
+                        | Inst::ClusterWait(_)
                         | Inst::NamedBarrier(_)
                         | Inst::MbarrierWait(_)
                         | Inst::MbarrierArrive(_)
@@ -120,11 +128,15 @@ struct Arrival {
 const BLOCK_IDS: u32 = 64;
 /// The key of `cluster_sync`.
 const CLUSTER_BARRIER: u32 = u32::MAX;
+/// The key of `cluster_wait` (its threads arrived before, with `cluster_arrive`).
+const CLUSTER_WAIT: u32 = u32::MAX - 1;
 
 impl Arrival {
     fn text(&self) -> String {
         if self.id == CLUSTER_BARRIER {
             "cluster_sync".into()
+        } else if self.id == CLUSTER_WAIT {
+            "cluster_wait".into()
         } else if self.sync {
             "sync".into()
         } else {
@@ -366,7 +378,29 @@ impl<'m> Machine<'m> {
             ids.sort_unstable();
             ids.dedup();
             let mut released = false;
+            let mut waited = false;
             for id in ids {
+                if id == CLUSTER_WAIT {
+                    // on once the phase each thread arrived in has completed (every thread of
+                    // the cluster arrived): not a barrier of the block's shared memory
+                    for u in units.iter_mut().flatten() {
+                        if let State::Barrier(a) = &u.state {
+                            let phase = self.cluster_phase;
+                            if a.id == CLUSTER_WAIT
+                                && a.threads
+                                    .iter()
+                                    .all(|&t| self.cluster_pending[t as usize].is_some_and(|p| p < phase))
+                            {
+                                for &t in a.threads.iter() {
+                                    self.cluster_pending[t as usize] = None;
+                                }
+                                u.state = State::Ready;
+                                waited = true;
+                            }
+                        }
+                    }
+                    continue;
+                }
                 let at: Vec<usize> = (0..units.len())
                     .filter(|&i| matches!(units[i].as_ref().map(|u| &u.state), Some(State::Barrier(a)) if a.id == id))
                     .collect();
@@ -403,6 +437,12 @@ impl<'m> Machine<'m> {
                 if arrived.len() == count as usize {
                     released = true;
                     if id == CLUSTER_BARRIER {
+                        if self.cluster_arrived > 0 {
+                            return Err(self.err(format!(
+                                "cluster_sync completes while {} threads have arrived with cluster_arrive and not waited: one phase of the cluster barrier, two ways to reach it",
+                                self.cluster_arrived
+                            )));
+                        }
                         self.cluster_epoch += 1;
                         self.remote_since_cluster_sync = false;
                     }
@@ -416,6 +456,9 @@ impl<'m> Machine<'m> {
             if released {
                 self.epoch += 1;
                 interval += 1;
+                continue;
+            }
+            if waited {
                 continue;
             }
             return Err(self.deadlock(&units, &finished));
@@ -443,6 +486,7 @@ impl<'m> Machine<'m> {
                         })
                         .sum::<usize>()
                         + self.named_arrivals.get(&a.id).map_or(0, |(_, t)| t.len());
+                    let arrived = if a.id == CLUSTER_WAIT { self.cluster_arrived } else { arrived };
                     format!(
                         "{} wait at {} ({arrived} of {} threads arrived)",
                         who(&a.threads),
@@ -531,7 +575,34 @@ impl<'m> Machine<'m> {
                     let id = self.barrier_key(&active, 0);
                     return Ok(Stop::Barrier(Arrival { id, count, sync: true, threads: active }));
                 }
+                Stmt::Inst(Inst::ClusterArrive(_)) => self.cluster_arrive(&active)?,
+                Stmt::Inst(Inst::ClusterWait(_)) => {
+                    if let Some(t) = active.iter().find(|&&t| self.cluster_pending[t as usize].is_none()) {
+                        return Err(self.err(format!(
+                            "thread {t} reaches cluster_wait without a cluster_arrive before it"
+                        )));
+                    }
+                    let phase = self.cluster_phase;
+                    if active.iter().all(|&t| self.cluster_pending[t as usize].is_some_and(|p| p < phase)) {
+                        for &t in active.iter() {
+                            self.cluster_pending[t as usize] = None;
+                        }
+                    } else {
+                        let count = self.threads as u32;
+                        return Ok(Stop::Barrier(Arrival {
+                            id: CLUSTER_WAIT,
+                            count,
+                            sync: false,
+                            threads: active,
+                        }));
+                    }
+                }
                 Stmt::Inst(Inst::ClusterSync(_)) => {
+                    if let Some(t) = active.iter().find(|&&t| self.cluster_pending[t as usize].is_some()) {
+                        return Err(self.err(format!(
+                            "thread {t} reaches cluster_sync after a cluster_arrive it has not waited for"
+                        )));
+                    }
                     let count = self.threads as u32;
                     return Ok(Stop::Barrier(Arrival {
                         id: CLUSTER_BARRIER,
@@ -596,6 +667,28 @@ impl<'m> Machine<'m> {
 
     /// `break` by `threads`: they leave every frame up to and including the innermost loop's
     /// (the others go on where they are).
+    /// `cluster_arrive` by `active`: counted towards the cluster barrier's current phase, on
+    /// without waiting; the phase completes when every thread of the cluster has arrived.
+    fn cluster_arrive(&mut self, active: &[u32]) -> Result<(), Diagnostic> {
+        if let Some(&t) = active.iter().find(|&&t| self.cluster_pending[t as usize].is_some()) {
+            return Err(
+                self.err(format!("thread {t} reaches cluster_arrive twice without a cluster_wait between"))
+            );
+        }
+        for &t in active {
+            self.cluster_pending[t as usize] = Some(self.cluster_phase);
+        }
+        self.cluster_arrived += active.len();
+        if self.cluster_arrived == self.threads {
+            // what every thread did before arriving is visible past its wait
+            self.cluster_phase += 1;
+            self.cluster_arrived = 0;
+            self.cluster_epoch += 1;
+            self.remote_since_cluster_sync = false;
+        }
+        Ok(())
+    }
+
     fn break_loop(frames: &mut [Frame<'m>], threads: &[u32]) {
         let keep = |a: &Rc<Vec<u32>>| {
             Rc::new(a.iter().copied().filter(|t| !threads.contains(t)).collect::<Vec<_>>())

@@ -123,20 +123,31 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         && lw.m.buffers.iter().any(|b| b.scope == Scope::Cluster)
     {
         // a kernel reaching other blocks' shared memory: every block of its cluster has
-        // started before any is reached, and none exits while a peer may still reach it —
-        // unless the body's last cluster_sync follows its last reach (the user's, after the
-        // stores into a peer: past it no block reaches another)
-        let views: Vec<BufferId> = (0..lw.m.buffers.len() as u32)
-            .map(BufferId)
-            .filter(|&v| lw.m.buffers[v.0 as usize].scope == Scope::Cluster)
-            .collect();
-        let reach = body.iter().rposition(|s| views.iter().any(|&v| crate::inject_pipeline::touches(s, v)));
-        let sync = body.iter().rposition(|s| matches!(s, Stmt::Inst(Inst::ClusterSync(_))));
-        let after_last_reach = matches!((reach, sync), (Some(r), Some(y)) if y > r);
-        body.insert(0, Stmt::inst(inst::ClusterSync));
+        // started before any is reached — each arrives first thing and waits just before
+        // its first reach (or cluster_sync), the barrier's latency hidden by what runs
+        // between, which touches no tile a peer reaches —, and none exits while a peer may
+        // still reach it, unless the body's last cluster_sync follows its last reach (the
+        // user's, after the stores into a peer: past it no block reaches another)
+        let cluster = |b: BufferId| lw.m.buffers[b.0 as usize].scope == Scope::Cluster;
+        let views: Vec<BufferId> =
+            (0..lw.m.buffers.len() as u32).map(BufferId).filter(|&v| cluster(v)).collect();
+        let roots: Vec<BufferId> =
+            lw.m.buffers.iter().filter(|b| b.scope == Scope::Cluster).filter_map(|b| b.alias_of).collect();
+        let touches =
+            |s: &Stmt, bufs: &[BufferId]| bufs.iter().any(|&v| crate::inject_pipeline::touches(s, v));
+        let is_sync = |s: &Stmt| matches!(s, Stmt::Inst(Inst::ClusterSync(_)));
+        let first = body
+            .iter()
+            .position(|s| touches(s, &views) || touches(s, &roots) || is_sync(s))
+            .unwrap_or(body.len());
+        let last_reach = body.iter().rposition(|s| touches(s, &views));
+        let last_sync = body.iter().rposition(is_sync);
+        let after_last_reach = matches!((last_reach, last_sync), (Some(r), Some(y)) if y > r);
         if !after_last_reach {
             body.push(Stmt::inst(inst::ClusterSync));
         }
+        body.insert(first, Stmt::inst(inst::ClusterWait));
+        body.insert(0, Stmt::inst(inst::ClusterArrive));
     }
     let body = std::mem::take(&mut body);
     let Lowerer { mut m, diags, report, .. } = lw;

@@ -46,6 +46,14 @@ impl Emitter<'_> {
                 self.line("asm volatile(\"barrier.cluster.wait.acquire;\" ::: \"memory\");");
                 Ok(())
             }
+            Inst::ClusterArrive(_) => {
+                self.line("asm volatile(\"barrier.cluster.arrive.release;\" ::: \"memory\");");
+                Ok(())
+            }
+            Inst::ClusterWait(_) => {
+                self.line("asm volatile(\"barrier.cluster.wait.acquire;\" ::: \"memory\");");
+                Ok(())
+            }
             Inst::SyncWarp(_) => {
                 self.line("__syncwarp();");
                 Ok(())
