@@ -49,6 +49,9 @@ TIMING = os.environ.get("DECODE_TIMING", "graph")
 # the decoding kernel's pipeline depths tried, and whether every config's time is printed
 STAGES = [int(s) for s in os.environ.get("DECODE_STAGES", "2,3,4").split(",")]
 SPLITS = [int(s) for s in os.environ.get("DECODE_SPLITS", "1,2,4,8,16,32,64").split(",")]
+# the decoding kernel's KV tile rows and query-head rows tried
+BLOCK_NS = [int(s) for s in os.environ.get("DECODE_BLOCK_N", "64,128").split(",")]
+BLOCK_HS = [int(s) for s in os.environ.get("DECODE_BLOCK_H", "16,64").split(",")]
 # how the splits meet: a second kernel, or (2 to 16 splits) in the first split's shared memory
 # through a thread-block cluster, one kernel
 COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster").split(",")
@@ -463,7 +466,7 @@ def attention_rows(bandwidth, floors):
                 space = [{"num_split": num_split, "block_N": block_N, "block_H": block_H, "num_stages": stages,
                           "combine": combine}
                          for num_split in SPLITS if num_split * 64 <= S
-                         for block_N in (64, 128) for block_H in (16, 64) for stages in STAGES
+                         for block_N in BLOCK_NS for block_H in BLOCK_HS for stages in STAGES
                          for combine in COMBINES if combine == "kernel" or 2 <= num_split <= 16]
 
                 def build(cfg):
