@@ -119,6 +119,49 @@ def test_a_reduction_sent_to_block_0():
     np.testing.assert_array_equal(B, A.max(axis=2))
 
 
+def zeroed_through_a_view(sync=True):
+    """The tile peers write into, first zeroed through a T.view of another dtype over its
+    bytes, then a cluster_sync, so no peer's store lands before the zeros."""
+
+    @T.prim_func
+    def k(A: T.Tensor((4, 64), "float32"), B: T.Tensor((4, 64), "float32")):
+        with T.ClusterKernel(4, threads=128, cluster_dims=2) as bx:
+            got = T.alloc_shared((2, 64), "float32")
+            raw = T.view(got, shape=[2, 64], dtype="int32")
+            mine = T.alloc_shared((64,), "float32")
+            rank = T.block_rank_in_cluster()
+            for i in T.Parallel(64):
+                mine[i] = A[bx, i] + 1
+            for r, i in T.Parallel(2, 64):
+                raw[r, i] = 0
+            if sync:
+                T.cluster_sync()
+            T.copy_cluster(mine, got[rank, :], dst_block=0)
+            T.cluster_sync()
+            if rank == 0:
+                for r, i in T.Parallel(2, 64):
+                    B[bx + r, i] = got[r, i]
+
+    return k
+
+
+def test_a_reached_tile_written_through_a_view_waits_for_the_cluster():
+    # tilers' wait comes before the first touch of the reached tile's bytes, whatever name
+    # it is made through (here the int32 view), not only before the first reach or sync
+    k = zeroed_through_a_view()
+    src = tilers.compile(k, target="sm_90a").get_kernel_source()
+    assert src.index("barrier.cluster.arrive.release") < src.index("mine[") < src.index(
+        "barrier.cluster.wait.acquire") < src.index("got_as_int32[")
+    check_passes(k, arch="sm_90a", check=True, blocks="all")
+    a = np.arange(4 * 64, dtype=np.float32).reshape(4, 64)
+    out = np.zeros_like(a)
+    tilers.compile(k, target="sm_90a")(a, out)  # numpy arrays: the interpreter
+    np.testing.assert_array_equal(out, a + 1)
+    # without the user's cluster_sync between the zeros and the peers' stores: a race
+    with pytest.raises(AssertionError, match="race across the cluster"):
+        check_passes(zeroed_through_a_view(sync=False), arch="sm_90a", check=True, blocks="all")
+
+
 def test_a_missing_cluster_sync_is_a_race():
     with pytest.raises(AssertionError, match="race across the cluster"):
         check_passes(gather(2, sync=False), arch="sm_90a", check=True, blocks="all")

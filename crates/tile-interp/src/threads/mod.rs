@@ -549,13 +549,16 @@ impl<'m> Machine<'m> {
             cluster_phase: 0,
             cluster_arrived: 0,
             view_roots: {
-                let mut roots = vec![false; m.buffers.len()];
-                for b in m.buffers.iter().filter(|b| b.scope == Scope::Cluster) {
-                    if let Some(r) = b.alias_of {
-                        roots[r.0 as usize] = true;
-                    }
-                }
-                roots
+                // the tiles peers reach, and every other name for their bytes
+                let reached: Vec<BufferId> = (0..m.buffers.len() as u32)
+                    .map(BufferId)
+                    .filter(|&b| m.buffer(b).scope == Scope::Cluster)
+                    .map(|v| m.storage(v))
+                    .collect();
+                (0..m.buffers.len() as u32)
+                    .map(BufferId)
+                    .map(|b| m.buffer(b).scope != Scope::Cluster && reached.contains(&m.storage(b)))
+                    .collect()
             },
             dsmem: cluster > 1 && m.buffers.iter().any(|b| b.scope == Scope::Cluster),
             lead: None,

@@ -131,8 +131,12 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         let cluster = |b: BufferId| lw.m.buffers[b.0 as usize].scope == Scope::Cluster;
         let views: Vec<BufferId> =
             (0..lw.m.buffers.len() as u32).map(BufferId).filter(|&v| cluster(v)).collect();
-        let roots: Vec<BufferId> =
-            lw.m.buffers.iter().filter(|b| b.scope == Scope::Cluster).filter_map(|b| b.alias_of).collect();
+        // the tiles peers reach, and every other name for their bytes (a T.view over them)
+        let reached: Vec<BufferId> = views.iter().map(|&v| lw.m.storage(v)).collect();
+        let roots: Vec<BufferId> = (0..lw.m.buffers.len() as u32)
+            .map(BufferId)
+            .filter(|&b| !cluster(b) && reached.contains(&lw.m.storage(b)))
+            .collect();
         let touches =
             |s: &Stmt, bufs: &[BufferId]| bufs.iter().any(|&v| crate::inject_pipeline::touches(s, v));
         let is_sync = |s: &Stmt| matches!(s, Stmt::Inst(Inst::ClusterSync(_)));
