@@ -36,6 +36,28 @@ def gather(n, N=64, rows=4, sync=True, dtype="float32", to=0, grid=None):
     return k
 
 
+
+def gather_rows(n, N=64):
+    """gather's pattern over a symbolic number of rows M, a row per block: the grid along
+    bx is M, checked per call to hold whole clusters of n."""
+    M = T.dynamic("M")
+
+    @T.prim_func
+    def k(A: T.Tensor((M, N), "float32"), B: T.Tensor((M, N), "float32")):
+        with T.ClusterKernel(M, threads=128, cluster_dims=n) as bx:
+            mine = T.alloc_shared((N,), "float32")
+            got = T.alloc_shared((n, N), "float32")
+            rank = T.block_rank_in_cluster()
+            for i in T.Parallel(N):
+                mine[i] = A[bx, i] * 2
+            T.copy_cluster(mine, got[rank, :], dst_block=0)
+            T.cluster_sync()
+            if rank == 0:
+                for r, i in T.Parallel(n, N):
+                    B[bx + r, i] = got[r, i]
+
+    return k
+
 def reduce_ring(n, N=96):
     """Each block sends its partial row to the next block of the cluster (a ring), which
     adds it to its own: a fragment source, a traced destination rank, two cluster_syncs."""
@@ -161,6 +183,20 @@ def test_a_reached_tile_written_through_a_view_waits_for_the_cluster():
     with pytest.raises(AssertionError, match="race across the cluster"):
         check_passes(zeroed_through_a_view(sync=False), arch="sm_90a", check=True, blocks="all")
 
+
+
+def test_a_grid_of_symbolic_size_in_clusters():
+    # compiled once; each call's grid along bx must hold whole clusters
+    k = tilers.compile(gather_rows(4), target="sm_90a")
+    assert k.info["cluster"] == [4, 1, 1] and len(k.cubin) > 0
+    for m in (4, 12):
+        A = np.random.default_rng(m).standard_normal((m, 64)).astype(np.float32)
+        B = np.zeros_like(A)
+        k(A, B)  # numpy arrays: the interpreter
+        np.testing.assert_array_equal(B, 2 * A)
+    with pytest.raises(TileError, match="a grid of 6 blocks along x launched in thread-block clusters of 4"):
+        k(np.zeros((6, 64), np.float32), np.zeros((6, 64), np.float32))
+    check_passes(gather_rows(2), arch="sm_90a", check=True, blocks="all")
 
 def test_a_missing_cluster_sync_is_a_race():
     with pytest.raises(AssertionError, match="race across the cluster"):

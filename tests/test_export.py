@@ -371,6 +371,24 @@ def test_a_kernel_working_across_its_cluster_launches_its_grid(tmp_path, fake, n
     assert fake.count("nonportable_clusters") == (1 if n > 8 else 0)
 
 
+def test_a_cluster_grid_of_symbolic_size_is_checked_per_call(tmp_path, fake):
+    """T.ClusterKernel(M, cluster_dims=4) with M symbolic: each call's grid along x must hold
+    whole clusters; the check function says so, with the size it came from."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_cluster_ops import gather_rows
+
+    kernel = tilers.compile(gather_rows(4), target="cuda:sm_90a")
+    e = export(tmp_path, kernel, "rows")
+    fake.lib.fake_set_device(9, 0, 132)
+    assert e.launch(tensor(A_PTR, [8, 64]), tensor(B_PTR, [8, 64])) == 0, e.error
+    assert list(fake.launch.grid) == [8, 1, 1]
+    assert e.launch(tensor(A_PTR, [6, 64]), tensor(B_PTR, [6, 64])) == INVALID_VALUE
+    assert e.error.startswith("tilers_rows: grid dimension x is 6 (from size M=6")
+    assert e.error.endswith(
+        "the kernel runs in thread-block clusters of 4 blocks along x, so it must be a multiple of 4")
+    assert fake.count("launches") == 1
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

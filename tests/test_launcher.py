@@ -305,6 +305,21 @@ def test_float_parameters_in_the_grid(reader):
     assert kernel.calls == []
 
 
+
+def test_a_clustered_grid_of_sizes_is_checked_per_call(reader):
+    # a grid along x read from a scalar (or a size) is checked at each call: whole clusters
+    grid = [{"op": "ceildiv", "a": {"param": 1}, "b": {"const": 64}}, {"const": 1}, {"const": 1}]
+    launcher, kernel = make([tensor("A"), scalar("n")], reader, grid=grid, cluster=[2, 1, 1])
+    assert launcher(fp16(), 256) is None  # 4 blocks: 2 clusters
+    assert launcher(fp16(), 0) is None  # no blocks: nothing launched
+    with pytest.raises(ValueError, match=r"grid dimension x is 3 \(from scalar parameter n=129\): the kernel "
+                                         r"runs in thread-block clusters of 2 blocks along x, so it must be a multiple of 2"):
+        launcher(fp16(), 129)
+    # a persistent kernel's grid is its tiles, walked by whole clusters: any count
+    persistent, _ = make([tensor("A"), scalar("n")], reader, grid=grid, cluster=[2, 1, 1], persistent=True)
+    assert persistent(fp16(), 129) is None
+
+
 class Refusing(Kernel):
     def load(self, device):
         raise RuntimeError(f"kernel 'k' was compiled for sm_80, but cuda:{device} cannot run it")
@@ -324,8 +339,8 @@ def test_refuses_what_it_cannot_run(reader):
     with pytest.raises(ValueError, match="'h' of float8_e4m3fn cannot be passed by value"):
         make([tensor("A"), scalar("h", "float8_e4m3fn")], reader)
     # clusters: along x only, and a kernel of a tile per block needs a grid along x that
-    # is a fixed multiple of the cluster (checked once, here, not per call)
-    with pytest.raises(ValueError, match=r"clusters of 2 blocks along x, and its grid along x is not a fixed multiple"):
+    # is a multiple of the cluster (a constant one checked once, here)
+    with pytest.raises(ValueError, match=r"clusters of 2 blocks along x, and its grid along x \(1\) is not a multiple of 2"):
         make([tensor("A")], reader, cluster=[2, 1, 1])
     with pytest.raises(ValueError, match=r"needs a thread-block cluster \[1, 2, 1\]: clusters run along x only"):
         make([tensor("A")], reader, cluster=[1, 2, 1], grid=[{"const": 1}, {"const": 2}, {"const": 1}])

@@ -298,6 +298,9 @@ pub enum GridProblem {
     NotFinite,
     /// The value, or None where it is too large to compute.
     OutOfRange(Option<i128>),
+    /// A grid along x of this many blocks where the kernel runs in clusters of `cluster`
+    /// blocks along x, launched a tile per block: not a multiple.
+    NotClusterMultiple { blocks: u32, cluster: u32 },
 }
 
 /// A grid dimension of one call that CUDA cannot launch.
@@ -356,6 +359,9 @@ impl GridError {
             GridProblem::OutOfRange(None) => {
                 format!("grid dimension {axis} overflows{source}: over the CUDA limit of {limit} blocks")
             }
+            GridProblem::NotClusterMultiple { blocks, cluster } => format!(
+                "grid dimension {axis} is {blocks}{source}: the kernel runs in thread-block clusters of {cluster} blocks along x, so it must be a multiple of {cluster}"
+            ),
         }
     }
 }
@@ -456,13 +462,23 @@ impl KernelInfo {
             let read = expr.sizes().into_iter().map(|k| (k, sizes.get(k).copied().unwrap_or(0))).collect();
             return Err(GridError { axis, problem, params: expr.params(), sizes: read });
         }
+        // a cluster's blocks are consecutive along x: a grid of a tile per block (a
+        // persistent one is sized by the launcher) holds whole clusters
+        let n = self.cluster[0];
+        if n > 1 && !self.persistent && dims[0] % n != 0 {
+            let expr = &self.grid[0];
+            let read = expr.sizes().into_iter().map(|k| (k, sizes.get(k).copied().unwrap_or(0))).collect();
+            let problem = GridProblem::NotClusterMultiple { blocks: dims[0], cluster: n };
+            return Err(GridError { axis: 0, problem, params: expr.params(), sizes: read });
+        }
         Ok(dims)
     }
 
     /// Why this kernel's cluster cannot be launched as compiled (`__cluster_dims__(n, 1, 1)`),
-    /// if it cannot: clusters run along x only, and a kernel launched a tile per block needs
-    /// a grid whose x is a fixed multiple of `n` (the compiler makes no other; checked once
-    /// when a launcher is made, not per call). None: no cluster, or one that launches.
+    /// if it cannot: clusters run along x only, and a kernel launched a tile per block with
+    /// a constant grid along x needs a multiple of `n` (the compiler makes no other; checked
+    /// once when a launcher is made). A grid along x that reads sizes or scalars is checked
+    /// per call by [`KernelInfo::launch_grid`]. None: no cluster, or one that launches.
     pub fn cluster_problem(&self) -> Option<String> {
         let [n, y, z] = self.cluster;
         if [y, z] != [1, 1] {
@@ -475,10 +491,11 @@ impl KernelInfo {
             return None;
         }
         match self.grid.first() {
-            Some(GridExpr::Const { value }) if value % n as i64 == 0 => None,
-            _ => Some(format!(
-                "it runs in thread-block clusters of {n} blocks along x, and its grid along x is not a fixed multiple of {n}"
+            Some(GridExpr::Const { value }) if value % n as i64 != 0 => Some(format!(
+                "it runs in thread-block clusters of {n} blocks along x, and its grid along x ({value}) is not a multiple of {n}"
             )),
+            Some(_) => None,
+            None => Some("its KernelInfo has no grid".into()),
         }
     }
 

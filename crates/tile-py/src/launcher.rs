@@ -47,8 +47,9 @@
 //! run checks the encode arguments and encodes nothing. A clustered persistent kernel
 //! (`__cluster_dims__(n, 1, 1)`) launches `n` blocks per cluster that runs at once
 //! (`cuOccupancyMaxActiveClusters`, asked once per device); a clustered kernel launched a
-//! tile per block launches its grid, whose x is a fixed multiple of `n`; other clusters are
-//! refused when the launcher is made (`KernelInfo::cluster_problem`).
+//! tile per block launches its grid, whose x is a multiple of `n` (a constant grid checked
+//! when the launcher is made, one of sizes or scalars per call by `launch_grid`); other
+//! clusters are refused when the launcher is made (`KernelInfo::cluster_problem`).
 //!
 //! Tensors are read through torch's C shim (`torch_shim.rs`, ~30 ns a tensor) or, where
 //! that is not usable, through their Python attributes (`t.dtype`, `t.shape`, ...: ~0.6 µs
@@ -731,7 +732,7 @@ impl Launcher {
                 )));
             }
             // clusters along x (compiled in: __cluster_dims__), of a persistent kernel or of
-            // one launched a tile per block (its grid along x a fixed multiple of the cluster)
+            // one launched a tile per block (its grid along x a multiple of the cluster)
             if let Some(why) = launch.cluster_problem() {
                 return Err(info_error(format!("kernel '{}' cannot be launched: {why}", info.name)));
             }

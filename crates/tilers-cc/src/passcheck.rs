@@ -349,7 +349,8 @@ fn sizes_text(m: &Module, sizes: &[i64]) -> String {
 /// one tile and one multiple more, and a ragged value over two tiles — the tile being the
 /// divisor of a grid dimension `ceildiv(size, tile)` when the grid has one, else 64. With
 /// several sizes, draw k takes the k-th value of the first size, the (k+1)-th of the
-/// second, …, so that sizes at different edges meet. No sizes: one draw of none.
+/// second, …, so that sizes at different edges meet; a kernel in clusters along bx keeps
+/// the draws whose grid along bx holds whole clusters. No sizes: one draw of none.
 pub fn size_draws(m: &Module) -> Vec<Vec<i64>> {
     let sizes = m.sizes();
     if sizes.is_empty() {
@@ -364,7 +365,24 @@ pub fn size_draws(m: &Module) -> Vec<Vec<i64>> {
             vec![0, q, up(tile), up(tile) + q, up(2 * tile + tile / 2 + 3)]
         })
         .collect();
-    (0..5).map(|k| values.iter().enumerate().map(|(j, vals)| vals[(k + j) % vals.len()]).collect()).collect()
+    let draws =
+        (0..5).map(|k| values.iter().enumerate().map(|(j, vals)| vals[(k + j) % vals.len()]).collect());
+    // a kernel in clusters of n blocks along bx launches only grids of whole clusters
+    // (the launcher refuses others): the draws whose grid along bx is not a multiple go
+    let n = m.kernel.cluster.map_or(1, |c| c[0] as i64);
+    let whole = |draw: &Vec<i64>| {
+        let Some(g) = m.kernel.grid.first() else { return true };
+        let g = sizes.iter().zip(draw).fold(g.clone(), |g, (&v, &x)| g.substitute(v, &Expr::int(x)));
+        tile_ir::simplify::simplify(g).as_int().is_none_or(|g| g % n == 0)
+    };
+    let draws: Vec<Vec<i64>> = draws.collect();
+    let kept: Vec<Vec<i64>> = draws.iter().filter(|d| n <= 1 || whole(d)).cloned().collect();
+    // none of whole clusters: the draws as they are, whose runs say why
+    if kept.is_empty() {
+        draws
+    } else {
+        kept
+    }
 }
 
 /// The `d` of a grid dimension `(size + c) // d` (a `T.ceildiv(size, d)`), if any.
@@ -535,7 +553,10 @@ impl Rng {
 /// parameters ([`sized_args`] picks the sizes).
 pub fn random_args(m: &Module, seed: u64) -> Vec<Arg> {
     if m.buffers.iter().any(|b| b.is_symbolic()) {
-        return sized_args(m, &size_draws(m)[2], seed);
+        let draws = size_draws(m);
+        // the one-tile draw, or the last where a cluster left fewer
+        let draw = draws.get(2).or(draws.last()).expect("a draw");
+        return sized_args(m, draw, seed);
     }
     let mut rng = Rng(seed);
     m.params

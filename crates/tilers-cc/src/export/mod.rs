@@ -713,6 +713,20 @@ fn source(
             let _ = writeln!(c, "        if (call->grid[{k}][{axis}] < 0) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} is %lld%s: a grid dimension cannot be negative\", tl_kernel, (long long)call->grid[{k}][{axis}], tl_from);");
             let _ = writeln!(c, "        return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} is %lld%s: over the CUDA limit of {limit} blocks\", tl_kernel, (long long)call->grid[{k}][{axis}], tl_from);");
             c.push_str("    }\n");
+            // a tile per block in clusters along x: whole clusters (a constant grid was
+            // checked at export)
+            let cluster = launch.cluster[0];
+            if axis == 0 && cluster > 1 && !launch.persistent && !matches!(e, GridExpr::Const { .. }) {
+                let _ = writeln!(c, "    if (call->grid[{k}][0] % {cluster} != 0) {{");
+                c.push_str("        char tl_from[256];\n");
+                if format.is_empty() {
+                    c.push_str("        tl_from[0] = '\\0';\n");
+                } else {
+                    let _ = writeln!(c, "        snprintf(tl_from, sizeof tl_from, \"{format}\"{values});");
+                }
+                let _ = writeln!(c, "        return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension x{which} is %lld%s: the kernel runs in thread-block clusters of {cluster} blocks along x, so it must be a multiple of {cluster}\", tl_kernel, (long long)call->grid[{k}][0], tl_from);");
+                c.push_str("    }\n");
+            }
         }
     }
     c.push_str("    return 0;\n}\n\n");
@@ -1264,8 +1278,16 @@ mod tests {
         clustered.cluster = [2, 1, 1];
         clustered.grid[0] = GridExpr::Const { value: 8 };
         assert!(export_c(&clustered, &[1], "x").is_ok());
+        assert!(!export_c(&clustered, &[1], "x").unwrap().source.contains("thread-block clusters of 2"));
         clustered.grid[0] = GridExpr::Const { value: 7 };
-        assert!(export_c(&clustered, &[1], "x").unwrap_err().contains("not a fixed multiple of 2"));
+        assert!(export_c(&clustered, &[1], "x").unwrap_err().contains("(7) is not a multiple of 2"));
+        // a grid along x read from a size: checked per call
+        clustered.grid[0] = GridExpr::Size { size: 0 };
+        let e = export_c(&clustered, &[1], "x").unwrap();
+        assert!(e.source.contains("if (call->grid[0][0] % 2 != 0) {"));
+        assert!(e
+            .source
+            .contains("thread-block clusters of 2 blocks along x, so it must be a multiple of 2"));
         clustered.persistent = true;
         let e = export_c(&clustered, &[1], "x").unwrap();
         assert!(e.source.contains("grid[0] = (unsigned)((groups < clusters ? groups : clusters) * 2u);"));
