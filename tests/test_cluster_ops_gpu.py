@@ -10,7 +10,7 @@ import pytest
 import tilers
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_cluster_ops import gather, reduce_ring, ring_reference  # noqa: E402
+from test_cluster_ops import gather, gather_rows, reduce_ring, ring_reference, zeroed_through_a_view  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -38,3 +38,26 @@ def test_ring(n):
     k(A, B)
     torch.cuda.synchronize()
     np.testing.assert_allclose(B.cpu().numpy(), ring_reference(A.cpu().numpy(), n), rtol=1e-6, atol=1e-6)
+
+
+def test_a_grid_of_symbolic_size():
+    k = tilers.compile(gather_rows(4))
+    for m in (4, 12, 4096):
+        A = torch.randn(m, 64, device="cuda")
+        B = torch.zeros_like(A)
+        k(A, B)
+        torch.cuda.synchronize()
+        assert torch.equal(B, 2 * A)
+    A = torch.randn(6, 64, device="cuda")
+    with pytest.raises(ValueError, match="clusters of 4 blocks along x, so it must be a multiple of 4"):
+        k(A, torch.zeros_like(A))
+
+
+def test_a_reached_tile_zeroed_through_a_view():
+    k = tilers.compile(zeroed_through_a_view())
+    A = torch.randn(4, 64, device="cuda")
+    for _ in range(3):
+        B = torch.zeros_like(A)
+        k(A, B)
+        torch.cuda.synchronize()
+        assert torch.equal(B, A + 1)
