@@ -244,6 +244,125 @@ def test_a_cluster_past_the_portable_size_is_allowed_when_loaded(monkeypatch, n)
     assert [(entry, cluster) for _, _, entry, _, cluster in loads] == [(k.info["entry"], n)]
 
 
+def split_barrier_gather(n, N=64, relaxed=False, touch_between=False, wait_early=False):
+    """gather with T.cluster_arrive / T.cluster_wait around work that touches no tile a peer
+    reaches (another output): block 0 reads what the others sent after its wait."""
+
+    @T.prim_func
+    def k(A: T.Tensor((n * 2, N), "float32"), B: T.Tensor((n * 2, N), "float32"),
+          C: T.Tensor((n * 2, N), "float32")):
+        with T.ClusterKernel(n * 2, threads=128, cluster_dims=n) as bx:
+            mine = T.alloc_shared((N,), "float32")
+            got = T.alloc_shared((n, N), "float32")
+            other = T.alloc_shared((N,), "float32")
+            rank = T.block_rank_in_cluster()
+            for i in T.Parallel(N):
+                mine[i] = A[bx, i] * 2
+            if wait_early:
+                T.cluster_arrive()
+                T.cluster_wait()
+            T.copy_cluster(mine, got[rank, :], dst_block=0)
+            if not wait_early:
+                if relaxed:
+                    T.cluster_arrive_relaxed()
+                else:
+                    T.cluster_arrive()
+            for i in T.Parallel(N):
+                other[i] = A[bx, i] + 1
+            if touch_between:
+                for i in T.Parallel(N):
+                    C[bx, i] = got[0, i]
+            if not wait_early:
+                T.cluster_wait()
+            if rank == 0:
+                for r, i in T.Parallel(n, N):
+                    B[bx + r, i] = got[r, i]
+            for i in T.Parallel(N):
+                C[bx, i] = other[N - 1 - i]  # another thread's element
+
+    return k
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_split_cluster_barrier(n):
+    A = np.random.default_rng(n).standard_normal((n * 2, 64)).astype(np.float32)
+    B, C = np.zeros_like(A), np.zeros_like(A)
+    k = split_barrier_gather(n)
+    tilers.compile(k, target="sm_90a")(A, B, C)  # the interpreter
+    np.testing.assert_array_equal(B, 2 * A)
+    np.testing.assert_array_equal(C, (A + 1)[:, ::-1])
+    check_passes(k, arch="sm_90a", check=True, blocks="all")
+    c = tilers.compile(k, target="cuda:sm_90a")
+    src = c.get_kernel_source()
+    assert len(c.cubin) > 0
+    # tilers' opening arrive and wait, then the user's arrive after the stores into block 0
+    # and wait before block 0 reads them; past the user's wait no block reaches another, so
+    # no closing cluster_sync
+    arrives = [i for i in range(len(src)) if src.startswith("barrier.cluster.arrive.release", i)]
+    waits = [i for i in range(len(src)) if src.startswith("barrier.cluster.wait.acquire", i)]
+    assert len(arrives) == 2 and len(waits) == 2
+    store = src.index("tl_cluster_ptr(&got[")
+    assert arrives[0] < waits[0] < store < arrives[1] < src.index("other[") < waits[1]
+    assert tilers.compile(split_barrier_gather(n, relaxed=True), target="cuda:sm_90a").get_kernel_source() == src
+
+
+def test_split_cluster_barrier_mistakes_the_model_finds():
+    # a tile peers reach, read between the block's arrive and wait: ordered with no peer
+    with pytest.raises(AssertionError, match="between its cluster_arrive and cluster_wait"):
+        check_passes(split_barrier_gather(2, touch_between=True), arch="sm_90a", check=True, blocks="all")
+    # the barrier before the stores into block 0: its reads race with them
+    with pytest.raises(AssertionError, match="race across the cluster"):
+        check_passes(split_barrier_gather(2, wait_early=True), arch="sm_90a", check=True, blocks="all")
+
+
+@pytest.mark.parametrize("body, message", [
+    ("wait", "T.cluster_wait with no T.cluster_arrive before it"),
+    ("arrive arrive", r"T.cluster_arrive twice \(line \d+ first\) with no T.cluster_wait between"),
+    ("arrive sync", r"T.cluster_sync after a T.cluster_arrive \(line \d+\) not yet waited for"),
+    ("arrive", "T.cluster_arrive with no T.cluster_wait after it in the kernel"),
+    ("arrive relaxed", "T.cluster_arrive_relaxed after a T.cluster_arrive"),
+    ("branch", "T.cluster_arrive inside a T.If block"),
+])
+def test_split_cluster_barrier_mistakes_at_the_line(body, message):
+    @T.prim_func
+    def k(A: T.Tensor((4, 64), "float32")):
+        with T.ClusterKernel(4, threads=128, cluster_dims=2) as bx:
+            for word in body.split():
+                if word == "wait":
+                    T.cluster_wait()
+                elif word == "arrive":
+                    T.cluster_arrive()
+                elif word == "relaxed":
+                    T.cluster_arrive_relaxed()
+                elif word == "sync":
+                    T.cluster_sync()
+                elif word == "branch":
+                    if bx == 0:
+                        T.cluster_arrive()
+            for i in T.Parallel(64):
+                A[bx, i] = A[bx, i] + 1
+
+    with pytest.raises(TileError, match=message) as e:
+        tilers.compile(k, target="sm_90a")
+    assert "test_cluster_ops.py" in str(e.value)
+
+
+def test_split_cluster_barrier_in_a_kernel_of_no_cluster():
+    @T.prim_func
+    def k(A: T.Tensor((8,), "float32")):
+        with T.Kernel(1, threads=128):
+            T.cluster_arrive()
+            T.cluster_wait()
+            for i in T.Parallel(8):
+                A[i] = A[i] + 1
+
+    c = tilers.compile(k, target="sm_90a")
+    assert "cluster barriers" in c.report() and c.info["cluster"] == [1, 1, 1]
+    A = np.arange(8, dtype=np.float32)
+    c(A)
+    np.testing.assert_array_equal(A, np.arange(8) + 1)
+    check_passes(k, arch="sm_90a", check=True)
+
 def test_a_kernel_without_cluster_views_has_no_cluster_helpers():
     @T.prim_func
     def k(A: T.Tensor((8,), "float32")):

@@ -10,7 +10,14 @@ import pytest
 import tilers
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_cluster_ops import gather, gather_rows, reduce_ring, ring_reference, zeroed_through_a_view  # noqa: E402
+from test_cluster_ops import (  # noqa: E402
+    gather,
+    gather_rows,
+    reduce_ring,
+    ring_reference,
+    split_barrier_gather,
+    zeroed_through_a_view,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -61,3 +68,15 @@ def test_a_reached_tile_zeroed_through_a_view():
         k(A, B)
         torch.cuda.synchronize()
         assert torch.equal(B, A + 1)
+
+
+@pytest.mark.parametrize("n", [2, 4, 16])
+def test_split_cluster_barrier(n):
+    # T.cluster_arrive / T.cluster_wait around work on a tile no peer reaches
+    k = tilers.compile(split_barrier_gather(n))
+    A = torch.randn(n * 2, 64, device="cuda")
+    for _ in range(3):
+        B, C = torch.zeros_like(A), torch.zeros_like(A)
+        k(A, B, C)
+        torch.cuda.synchronize()
+        assert torch.equal(B, 2 * A) and torch.equal(C, (A + 1).flip(1))

@@ -27,7 +27,8 @@ DSL = {
     "ptx_commit_group", "ptx_wait_group", "cp_async_barrier_noinc", "wgmma_gemm", "wait_wgmma", "fence_proxy_async", "reinterpret", "cumsum", "vectorized",
     "SharedBuffer", "FragmentBuffer", "LocalBuffer",
     # functions, parameters and the kernel
-    "prim_func", "Tensor", "Buffer", "Kernel", "ClusterKernel", "cluster_sync", "block_rank_in_cluster", "copy_cluster",
+    "prim_func", "Tensor", "Buffer", "Kernel", "ClusterKernel", "cluster_sync", "cluster_arrive", "cluster_arrive_relaxed", "cluster_wait",
+    "block_rank_in_cluster", "copy_cluster",
     # symbolic sizes
     "dynamic", "symbolic",
     # buffers and layouts

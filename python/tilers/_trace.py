@@ -1137,6 +1137,7 @@ class Builder:
         self.block_vars: list = []
         self.kernel_cluster = None  # T.ClusterKernel's [x, y]
         self.cluster_views: dict = {}  # T.copy_cluster: shared tile id -> its cluster view
+        self.cluster_arrived: Loc | None = None  # a T.cluster_arrive not yet waited for
         self.inline_ptx: dict = {}  # (template, operand dtypes, memory) -> function name
         self.open_threads = False  # inside a T.ws region
         self.reg_budget: dict = {}  # T.annotate_*_reg_* / T.no_set_max_nreg
@@ -1158,10 +1159,17 @@ class Builder:
         self.block_vars = []
         self.kernel_cluster = None
         self.cluster_views = {}
+        self.cluster_arrived = None
 
     def close_kernel(self, kernel: dict) -> None:
         """Record the T.Kernel block just left, after checking that it reads no variable of
         another kernel (a block index or loop variable kept in a Python name)."""
+        if self.cluster_arrived is not None:
+            raise user_error(
+                "T.cluster_arrive with no T.cluster_wait after it in the kernel",
+                loc=self.cluster_arrived,
+                help="call T.cluster_wait() before the kernel ends (or T.cluster_sync() for both)",
+            )
         foreign = self._foreign_var(kernel)
         if foreign is not None:
             var, loc = foreign

@@ -19,6 +19,9 @@ __all__ = [
     "wgmma_gemm",
     "fence_proxy_async",
     "cluster_sync",
+    "cluster_arrive",
+    "cluster_arrive_relaxed",
+    "cluster_wait",
     "block_rank_in_cluster",
     "copy_cluster",
     "reinterpret",
@@ -2703,16 +2706,85 @@ def cluster_sync():
     thread reaches it, not inside a loop or a branch). In a ``T.Kernel`` (no cluster) it is a
     barrier of the block."""
     loc = _trace.capture()
+    builder = _cluster_barrier_at_top("T.cluster_sync", loc)
+    if builder.cluster_arrived is not None:
+        raise _trace.user_error(
+            f"T.cluster_sync after a T.cluster_arrive (line {builder.cluster_arrived.line}) "
+            "not yet waited for: a block arrives once per phase of the cluster barrier",
+            loc=loc,
+            help="call T.cluster_wait() before it",
+        )
+    builder.emit({"op": "cluster_sync"}, loc)
+
+
+def _cluster_barrier_at_top(what: str, loc):
+    """The builder, where a cluster barrier may stand: in a kernel's body, outside loops and
+    branches (every thread of the cluster reaches it)."""
     builder = _trace.current_builder()
-    _trace.require_kernel(builder, "T.cluster_sync", loc)
+    _trace.require_kernel(builder, what, loc)
     inner = builder.blocks[-1].what
     if inner != "T.Kernel":
         raise _trace.user_error(
-            f"T.cluster_sync inside a {inner} block: every thread of the cluster must reach it",
+            f"{what} inside a {inner} block: every thread of the cluster must reach it",
             loc=loc,
             help="call it in the kernel's body, outside loops and branches",
         )
-    builder.emit({"op": "cluster_sync"}, loc)
+    return builder
+
+
+def cluster_arrive():
+    """``T.cluster_arrive()`` (TileLang's): the first half of ``T.cluster_sync``: the block's
+    threads arrive at the cluster barrier (``barrier.cluster.arrive.release``: what each
+    wrote before is visible to the blocks after their ``T.cluster_wait``) and go on without
+    waiting. Work that touches no tile a peer reaches may stand between it and
+    ``T.cluster_wait()``, which must follow before the next ``T.cluster_arrive``,
+    ``T.cluster_sync`` or the kernel's end. In the kernel's body only, as ``T.cluster_sync``."""
+    loc = _trace.capture()
+    builder = _cluster_barrier_at_top("T.cluster_arrive", loc)
+    if builder.cluster_arrived is not None:
+        raise _trace.user_error(
+            f"T.cluster_arrive twice (line {builder.cluster_arrived.line} first) with no "
+            "T.cluster_wait between: a block arrives once per phase of the cluster barrier",
+            loc=loc,
+            help="call T.cluster_wait() between them",
+        )
+    builder.cluster_arrived = loc
+    builder.emit({"op": "cluster_arrive"}, loc)
+
+
+def cluster_arrive_relaxed():
+    """``T.cluster_arrive_relaxed()`` (TileLang's): ``T.cluster_arrive`` without ordering
+    memory (``.relaxed``) in TileLang; tilers arrives with release order here (as
+    ``T.cluster_arrive``): the same synchronization, never weaker."""
+    loc = _trace.capture()
+    builder = _cluster_barrier_at_top("T.cluster_arrive_relaxed", loc)
+    if builder.cluster_arrived is not None:
+        raise _trace.user_error(
+            f"T.cluster_arrive_relaxed after a T.cluster_arrive (line {builder.cluster_arrived.line}) "
+            "with no T.cluster_wait between: a block arrives once per phase of the cluster barrier",
+            loc=loc,
+            help="call T.cluster_wait() between them",
+        )
+    builder.cluster_arrived = loc
+    builder.emit({"op": "cluster_arrive"}, loc)
+
+
+def cluster_wait():
+    """``T.cluster_wait()`` (TileLang's): the second half of ``T.cluster_sync``: waits until
+    every block of the cluster has arrived (``barrier.cluster.wait.acquire``); what they
+    wrote before arriving is visible after it. It follows a ``T.cluster_arrive`` of the same
+    block. In the kernel's body only."""
+    loc = _trace.capture()
+    builder = _cluster_barrier_at_top("T.cluster_wait", loc)
+    if builder.cluster_arrived is None:
+        raise _trace.user_error(
+            "T.cluster_wait with no T.cluster_arrive before it: the block would wait for a "
+            "phase it has not arrived at",
+            loc=loc,
+            help="call T.cluster_arrive() first (or T.cluster_sync() for both)",
+        )
+    builder.cluster_arrived = None
+    builder.emit({"op": "cluster_wait"}, loc)
 
 
 def block_rank_in_cluster():

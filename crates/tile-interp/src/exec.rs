@@ -302,8 +302,14 @@ impl<'m> Interp<'m> {
             ));
         }
         self.cluster = cluster;
-        let stretches: Vec<&[Stmt]> =
-            m.kernel.body.split(|s| matches!(s, Stmt::Inst(inst::Inst::ClusterSync(_)))).collect();
+        // a stretch ends where the blocks wait for each other: a cluster_sync or the
+        // cluster_wait after a cluster_arrive (all have arrived by then: each arrives before
+        // its wait); an arrive itself orders nothing here
+        let stretches: Vec<&[Stmt]> = m
+            .kernel
+            .body
+            .split(|s| matches!(s, Stmt::Inst(inst::Inst::ClusterSync(_) | inst::Inst::ClusterWait(_))))
+            .collect();
         let views: Vec<(usize, usize)> = m
             .buffers
             .iter()

@@ -388,8 +388,8 @@ impl Module {
 
     /// Whether the user's kernel works across its thread-block cluster: it reaches other
     /// blocks' shared memory (a [`Scope::Cluster`] view, `T.copy_cluster`) or waits for them
-    /// (`T.cluster_sync`). Such a kernel is launched in `T.ClusterKernel`'s clusters
-    /// whatever else is planned, and is not warp-specialized.
+    /// (`T.cluster_sync`, `T.cluster_arrive` / `T.cluster_wait`). Such a kernel is launched
+    /// in `T.ClusterKernel`'s clusters whatever else is planned, and is not warp-specialized.
     pub fn cluster_ops(&self) -> bool {
         if self.buffers.iter().any(|b| b.scope == Scope::Cluster) {
             return true;
@@ -399,9 +399,7 @@ impl Module {
             return false;
         }
         let mut found = false;
-        walk_stmts(&self.kernel.body, &mut |s| {
-            found |= matches!(s, Stmt::Inst(crate::inst::Inst::ClusterSync(_)))
-        });
+        walk_stmts(&self.kernel.body, &mut |s| found |= s.is_cluster_barrier());
         found
     }
 
@@ -1690,6 +1688,12 @@ impl Stmt {
     /// A thread-level instruction as a statement.
     pub fn inst(i: impl Into<Inst>) -> Stmt {
         Stmt::Inst(i.into())
+    }
+    /// A cluster barrier: `cluster_sync`, or one of its halves (`cluster_arrive`,
+    /// `cluster_wait`).
+    pub fn is_cluster_barrier(&self) -> bool {
+        use crate::inst::Inst as I;
+        matches!(self, Stmt::Inst(I::ClusterSync(_) | I::ClusterArrive(_) | I::ClusterWait(_)))
     }
 }
 

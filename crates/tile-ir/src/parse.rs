@@ -988,6 +988,16 @@ impl Parser {
                 Obj::new(v, path, &["op", "loc"])?;
                 Stmt::inst(crate::inst::ClusterSync)
             }
+            "cluster_arrive" => {
+                // T.cluster_arrive(): the first half of a cluster_sync, without waiting
+                Obj::new(v, path, &["op", "loc"])?;
+                Stmt::inst(crate::inst::ClusterArrive)
+            }
+            "cluster_wait" => {
+                // T.cluster_wait(): the second half, after the block's cluster_arrive
+                Obj::new(v, path, &["op", "loc"])?;
+                Stmt::inst(crate::inst::ClusterWait)
+            }
             "cp_async" => {
                 // T.ptx_cp_async(T.access_ptr(S[..], "w"), T.access_ptr(G[..], "r"), n): one
                 // thread's asynchronous copy of `bytes` bytes (`src_bytes` read, the rest zeros)

@@ -289,21 +289,35 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
         loops: Vec::new(),
         local_set: Vec::new(),
     };
-    // a cluster_sync of the user's program waits for every thread of the cluster: it stands
-    // in the kernel's body (the interpreter runs a cluster's blocks from one to the next)
+    // a cluster barrier of the user's program (cluster_sync, cluster_arrive, cluster_wait)
+    // waits for every thread of the cluster: it stands in the kernel's body (the interpreter
+    // runs a cluster's blocks from one to the next), each arrive waited for before the next
+    // arrival or the end (the frontend says where; this is the check behind it)
     if m.kernel.roles.is_none() {
+        let mut arrived = false;
         for s in &m.kernel.body {
             if let Stmt::If { .. } | Stmt::For { .. } | Stmt::Parallel { .. } = s {
                 let mut nested = false;
-                walk_stmts(std::slice::from_ref(s), &mut |x| {
-                    nested |= matches!(x, Stmt::Inst(crate::inst::Inst::ClusterSync(_)))
-                });
+                walk_stmts(std::slice::from_ref(s), &mut |x| nested |= x.is_cluster_barrier());
                 if nested {
                     v.diags.push(Diagnostic::error(
-                        "internal: a cluster_sync inside a loop or branch (it stands in the kernel's body)",
+                        "internal: a cluster barrier inside a loop or branch (it stands in the kernel's body)",
                         s.loc(),
                     ));
                 }
+            }
+            let paired = match s {
+                Stmt::Inst(crate::inst::Inst::ClusterArrive(_)) => !std::mem::replace(&mut arrived, true),
+                Stmt::Inst(crate::inst::Inst::ClusterWait(_)) => std::mem::replace(&mut arrived, false),
+                Stmt::Inst(crate::inst::Inst::ClusterSync(_)) => !arrived,
+                _ => true,
+            };
+            if !paired || (arrived && std::ptr::eq(s, m.kernel.body.last().unwrap())) {
+                v.diags.push(Diagnostic::error(
+                    "internal: the kernel's cluster_arrive and cluster_wait do not alternate (arrive, wait, arrive, ...; a cluster_sync between pairs)",
+                    m.kernel.loc,
+                ));
+                break;
             }
         }
     }

@@ -57,7 +57,7 @@ pub fn plan_warp_roles(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagn
             ctx.report.push(if n > 1 {
                 format!("launched in thread-block clusters of {n} blocks along bx (T.ClusterKernel), for the kernel's own cluster operations")
             } else {
-                "T.cluster_sync in a kernel of no cluster (T.Kernel): a barrier of the block".to_string()
+                "cluster barriers (T.cluster_sync, T.cluster_arrive / T.cluster_wait) in a kernel of no cluster (T.Kernel): barriers of the block".to_string()
             });
         } else if let Some([x, y]) = want_cluster {
             ctx.report.push(format!(

@@ -1256,3 +1256,39 @@ fn mutation_own_cluster_view_out_of_the_cluster() {
     assert!(retarget_remote_stores(&mut m, 2) > 0);
     caught_on(&r, &m, Blocks::All, "");
 }
+
+#[test]
+fn user_split_cluster_barrier_orders_what_came_before_the_arrive() {
+    // tests/test_cluster_ops.py's split_barrier_gather: the user's cluster_arrive after the
+    // stores into block 0, work on a tile no peer reaches, cluster_wait, block 0 reads;
+    // tilers' own pair opens the body and no cluster_sync closes it
+    let (_, m) = own_cluster_final("cluster_split");
+    let body = &m.kernel.body;
+    let arrive = |s: &Stmt| matches!(s, Stmt::Inst(Inst::ClusterArrive(_)));
+    assert_eq!(body.iter().filter(|s| arrive(s)).count(), 2);
+    assert_eq!(body.iter().filter(|s| is_cluster_wait(s)).count(), 2);
+    assert!(!body.iter().any(is_cluster_sync));
+}
+
+#[test]
+fn mutation_user_split_cluster_barrier_block_sync_dropped() {
+    // the block's last __syncthreads, between the writes of a tile made after the user's
+    // cluster_arrive and its reads by other threads after the cluster_wait, dropped: the
+    // cluster barrier's phase does not order writes made after arriving at it
+    let (r, mut m) = own_cluster_final("cluster_split");
+    let last = m.kernel.body.iter().filter(|s| is_sync(s)).count() - 1;
+    assert!(mutate_nth(&mut m.kernel.body, &is_sync, &mut last.clone(), &mut |_| vec![]));
+    caught_on(&r, &m, Blocks::All, "race");
+}
+
+#[test]
+fn mutation_user_split_cluster_arrive_before_the_reach() {
+    // the user's cluster_arrive moved before the stores into block 0 (a reach between
+    // arriving and waiting)
+    let (r, mut m) = own_cluster_final("cluster_split");
+    let body = &mut m.kernel.body;
+    let arrive = |s: &Stmt| matches!(s, Stmt::Inst(Inst::ClusterArrive(_)));
+    let second = body.iter().enumerate().filter(|(_, s)| arrive(s)).nth(1).unwrap().0;
+    body.swap(second - 1, second);
+    caught_on(&r, &m, Blocks::All, "between its cluster_arrive and cluster_wait");
+}

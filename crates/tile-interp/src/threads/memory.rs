@@ -232,6 +232,7 @@ impl Machine<'_> {
     pub(super) fn track_read(&mut self, t: u32, at: usize, len: usize) -> Result<(), Diagnostic> {
         self.track_cluster(t, at, len, false)?;
         let seq = self.mbar.arrivals(t);
+        let carr = self.cluster_arrivals(t);
         for a in at..at + len {
             if self.races.in_flight[a] > 0 {
                 return Err(self.err(format!(
@@ -247,12 +248,14 @@ impl Machine<'_> {
             if self.races.read_epoch[a] == self.epoch && self.races.reader[a] != t {
                 self.races.reader[a] = SEVERAL;
                 self.races.read_seq[a] = self.races.read_seq[a].max(seq);
+                self.races.read_carr[a] = self.races.read_carr[a].max(carr);
                 self.races.readers_lo[a] = self.races.readers_lo[a].min(t);
                 self.races.readers_hi[a] = self.races.readers_hi[a].max(t);
             } else {
                 self.races.read_epoch[a] = self.epoch;
                 self.races.reader[a] = t;
                 self.races.read_seq[a] = seq;
+                self.races.read_carr[a] = carr;
                 self.races.readers_lo[a] = t;
                 self.races.readers_hi[a] = t;
             }
@@ -267,6 +270,20 @@ impl Machine<'_> {
         self.races.write_epoch[a] == self.epoch
             && w != t
             && !self.mbar.ordered_after(t, w, self.races.write_seq[a])
+            && self.races.write_carr[a] >= self.cluster_waits(t)
+    }
+
+    /// The cluster barrier phases thread `t` has arrived at (`cluster_arrive`; each thread
+    /// arrives once per phase): what it does now is ordered before the wait of any later
+    /// phase.
+    pub(super) fn cluster_arrivals(&self, t: u32) -> u32 {
+        self.cluster_pending[t as usize].map_or(self.cluster_phase, |p| p + 1)
+    }
+
+    /// The cluster barrier phases thread `t` has waited for (`cluster_wait`): what any
+    /// thread did before arriving at one of them is ordered before what `t` does now.
+    pub(super) fn cluster_waits(&self, t: u32) -> u32 {
+        self.cluster_pending[t as usize].unwrap_or(self.cluster_phase)
     }
 
     /// Did other threads read shared byte `a` since the last barrier, with no mbarrier phase
@@ -274,7 +291,8 @@ impl Machine<'_> {
     /// the highest must have arrived after its read, counted from the most arrivals any had.)
     fn unordered_read(&self, t: u32, a: usize) -> bool {
         let r = self.races.reader[a];
-        if self.races.read_epoch[a] != self.epoch || r == t {
+        if self.races.read_epoch[a] != self.epoch || r == t || self.races.read_carr[a] < self.cluster_waits(t)
+        {
             return false;
         }
         let seq = self.races.read_seq[a];
@@ -385,10 +403,12 @@ impl Machine<'_> {
         self.check_write(t, at, len)?;
         let fences = self.proxy_fences[t as usize].len() as u32;
         let seq = self.mbar.arrivals(t);
+        let carr = self.cluster_arrivals(t);
         for a in at..at + len {
             self.races.write_epoch[a] = self.epoch;
             self.races.writer[a] = t;
             self.races.write_seq[a] = seq;
+            self.races.write_carr[a] = carr;
             self.races.fence_mark[a] = fences;
             // an ordinary write replaces what a TMA copy wrote
             self.races.tma_bar[a] = NOBODY;

@@ -330,6 +330,11 @@ struct RaceTracker {
     read_seq: Vec<u32>,
     readers_lo: Vec<u32>,
     readers_hi: Vec<u32>,
+    /// The cluster barrier arrivals the last writer had made when it wrote, and the most
+    /// any of the interval's readers had made (`cluster_arrive`: an access of a thread
+    /// past the wait of a later phase is ordered after it).
+    write_carr: Vec<u32>,
+    read_carr: Vec<u32>,
     in_flight: Vec<u16>,
     wgmma_reads: Vec<u16>,
     /// Bulk tensor stores (TMA) reading the byte whose group no `bulk_wait` retired yet.
@@ -361,6 +366,8 @@ impl RaceTracker {
             read_seq: vec![0; n],
             readers_lo: vec![0; n],
             readers_hi: vec![0; n],
+            write_carr: vec![0; n],
+            read_carr: vec![0; n],
             in_flight: vec![0; n],
             wgmma_reads: vec![0; n],
             bulk_reads: vec![0; n],

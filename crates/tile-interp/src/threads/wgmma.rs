@@ -403,13 +403,16 @@ impl Machine<'_> {
             }
             // read by the whole warpgroup: an ordinary write before the next barrier races
             let seq = group.iter().map(|&r| self.mbar.arrivals(r)).max().unwrap_or(0);
+            let carr = group.iter().map(|&r| self.cluster_arrivals(r)).max().unwrap_or(0);
             let (lo, hi) = (group[0], group[group.len() - 1]);
             if self.races.read_epoch[a] == self.epoch && self.races.reader[a] != NOBODY {
                 self.races.read_seq[a] = self.races.read_seq[a].max(seq);
+                self.races.read_carr[a] = self.races.read_carr[a].max(carr);
                 self.races.readers_lo[a] = self.races.readers_lo[a].min(lo);
                 self.races.readers_hi[a] = self.races.readers_hi[a].max(hi);
             } else {
                 self.races.read_seq[a] = seq;
+                self.races.read_carr[a] = carr;
                 self.races.readers_lo[a] = lo;
                 self.races.readers_hi[a] = hi;
             }

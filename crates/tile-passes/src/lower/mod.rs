@@ -124,10 +124,11 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
     {
         // a kernel reaching other blocks' shared memory: every block of its cluster has
         // started before any is reached — each arrives first thing and waits just before
-        // its first reach (or cluster_sync), the barrier's latency hidden by what runs
-        // between, which touches no tile a peer reaches —, and none exits while a peer may
-        // still reach it, unless the body's last cluster_sync follows its last reach (the
-        // user's, after the stores into a peer: past it no block reaches another)
+        // its first reach (or cluster barrier of the user's), the barrier's latency hidden
+        // by what runs between, which touches no tile a peer reaches —, and none exits while
+        // a peer may still reach it, unless the body's last arrival (cluster_sync or
+        // cluster_arrive) follows its last reach (the user's, after the stores into a peer:
+        // past its wait no block reaches another)
         let cluster = |b: BufferId| lw.m.buffers[b.0 as usize].scope == Scope::Cluster;
         let views: Vec<BufferId> =
             (0..lw.m.buffers.len() as u32).map(BufferId).filter(|&v| cluster(v)).collect();
@@ -139,13 +140,15 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
             .collect();
         let touches =
             |s: &Stmt, bufs: &[BufferId]| bufs.iter().any(|&v| crate::inject_pipeline::touches(s, v));
-        let is_sync = |s: &Stmt| matches!(s, Stmt::Inst(Inst::ClusterSync(_)));
         let first = body
             .iter()
-            .position(|s| touches(s, &views) || touches(s, &roots) || is_sync(s))
+            .position(|s| touches(s, &views) || touches(s, &roots) || s.is_cluster_barrier())
             .unwrap_or(body.len());
+        // the user's last arrival (a cluster_sync, or a cluster_arrive, whose cluster_wait
+        // follows: verify checks they alternate)
+        let arrival = |s: &Stmt| matches!(s, Stmt::Inst(Inst::ClusterSync(_) | Inst::ClusterArrive(_)));
         let last_reach = body.iter().rposition(|s| touches(s, &views));
-        let last_sync = body.iter().rposition(is_sync);
+        let last_sync = body.iter().rposition(arrival);
         let after_last_reach = matches!((last_reach, last_sync), (Some(r), Some(y)) if y > r);
         if !after_last_reach {
             body.push(Stmt::inst(inst::ClusterSync));
