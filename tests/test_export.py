@@ -355,6 +355,21 @@ def test_clusters_along_x_launch_whole_clusters(tmp_path, fake, persistent):
     assert list(fake.launch.grid) == ([50, 1, 1] if persistent else [8, 8, 1])
 
 
+def test_a_persistent_cluster_grid_is_what_the_driver_says_fits(tmp_path, fake):
+    """cuOccupancyMaxActiveClusters, asked once when loaded with the kernel's block and
+    shared memory: a GPC that holds fewer clusters than SMs / n would leave a second wave."""
+    factory, kwargs = kernels.COMPILE_CASES["matmul_nn_f16"]
+    kernel = tilers.compile(factory(**kwargs), target="cuda:sm_90a", cluster=(2, 1), persistent=True)
+    e = export(tmp_path, kernel, "mmq")
+    fake.lib.fake_set_device(9, 0, 51)
+    fake.lib.fake_set_max_clusters(20)
+    assert e.launch(*matmul_args()) == 0, e.error
+    assert list(fake.launch.grid) == [40, 1, 1]
+    assert [fake.lib.fake_cluster_query(i) for i in range(4)] == [*kernel.info["block"], kernel.info["shared_bytes"]]
+    fake.lib.fake_set_max_clusters(60)  # asked once, when loaded
+    assert e.launch(*matmul_args()) == 0 and list(fake.launch.grid) == [40, 1, 1]
+
+
 @pytest.mark.parametrize("n", [4, 16])
 def test_a_kernel_working_across_its_cluster_launches_its_grid(tmp_path, fake, n):
     """T.copy_cluster / T.cluster_sync: clusters of n along x, the grid as the kernel says;

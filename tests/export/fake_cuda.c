@@ -32,6 +32,8 @@ typedef struct {
 static struct {
     int fail_init, fail_load, fail_launch, fail_encode;
     int cc_major, cc_minor, multiprocessors;
+    int max_clusters; /* what cuOccupancyMaxActiveClusters answers (0: it fails) */
+    unsigned cluster_query_block[3], cluster_query_shared;
     void *stack[8];
     int depth;
     int param_sizes[64];
@@ -70,6 +72,10 @@ void fake_set_device(int major, int minor, int multiprocessors) {
     fake.cc_major = major;
     fake.cc_minor = minor;
     fake.multiprocessors = multiprocessors;
+}
+void fake_set_max_clusters(int clusters) { fake.max_clusters = clusters; }
+unsigned fake_cluster_query(int i) {
+    return i < 3 ? fake.cluster_query_block[i] : fake.cluster_query_shared;
 }
 /* no context current on the calling thread */
 void fake_set_no_context(void) { fake.depth = 0; }
@@ -196,6 +202,14 @@ typedef struct {
     fake_attribute *attrs;
     unsigned num_attrs;
 } fake_config;
+int cuOccupancyMaxActiveClusters(int *clusters, void *function, const fake_config *config) {
+    (void)function;
+    if (fake.max_clusters == 0 || config->num_attrs != 0) return 1;
+    memcpy(fake.cluster_query_block, config->block, sizeof fake.cluster_query_block);
+    fake.cluster_query_shared = config->shared_bytes;
+    *clusters = fake.max_clusters;
+    return 0;
+}
 #ifndef FAKE_NO_LAUNCH_EX
 int cuLaunchKernelEx(const fake_config *config, void *function, void **params, void **extra) {
     (void)extra;

@@ -494,6 +494,11 @@ fn source(
     let _ = writeln!(c, "static const unsigned tl_shared[{n}] = {{{}}};", shared.join(", "));
     let cluster: Vec<String> = launches.iter().map(|l| format!("{}u", l.cluster[0].max(1))).collect();
     let _ = writeln!(c, "static const unsigned tl_cluster[{n}] = {{{}}};", cluster.join(", "));
+    let blocks: Vec<String> = launches
+        .iter()
+        .map(|l| l.block.iter().map(|b| format!("{b}u")).collect::<Vec<_>>().join(", "))
+        .collect();
+    let _ = writeln!(c, "static const unsigned tl_block[{}] = {{{}}};", 3 * n, blocks.join(", "));
     let _ = writeln!(c, "static const char tl_arch[] = {};", c_string(&info.arch));
     c.push_str("static tl_loaded tl_table[TL_MAX_CONTEXTS];\nstatic int tl_table_count;\n");
     c.push_str("static pthread_mutex_t tl_lock = PTHREAD_MUTEX_INITIALIZER;\n");
@@ -761,7 +766,7 @@ fn source(
     c.push_str("    const tl_loaded *loaded = NULL;\n");
     let _ = writeln!(
         c,
-        "    status = tl_load(tl_kernel, tl_table, &tl_table_count, &tl_lock, context, tl_cubin, tl_entries, tl_shared, tl_cluster, {n}, tl_arch, {major}, {minor}, {}, &loaded);",
+        "    status = tl_load(tl_kernel, tl_table, &tl_table_count, &tl_lock, context, tl_cubin, tl_entries, tl_shared, tl_cluster, tl_block, {n}, tl_arch, {major}, {minor}, {}, &loaded);",
         exact as u8
     );
     c.push_str("    if (status != 0) {\n        tl_leave(pushed);\n        return status;\n    }\n");
@@ -802,18 +807,22 @@ fn source(
             "        unsigned grid[3] = {{(unsigned)call.grid[{k}][0], (unsigned)call.grid[{k}][1], (unsigned)call.grid[{k}][2]}};"
         );
         if launch.persistent {
-            // one block per SM (at most one per tile); in clusters of n, SMs / n whole
-            // clusters (at most one per group of n tiles)
+            // one block per SM (at most one per tile); in clusters of n, as many whole
+            // clusters as run at once (asked of the driver when loaded; else SMs / n), at
+            // most one per group of n tiles
             let n = launch.cluster[0].max(1);
-            let what =
-                if n > 1 { format!("SMs / {n} clusters of {n} blocks") } else { "one block per SM".into() };
+            let what = if n > 1 {
+                format!("the clusters of {n} blocks that run at once")
+            } else {
+                "one block per SM".into()
+            };
             let _ =
                 writeln!(c, "        /* persistent: {what} (at most one per tile) walk the grid's tiles */");
             c.push_str("        {\n            uint64_t tiles = (uint64_t)grid[0] * grid[1];\n");
             c.push_str("            tiles = tiles > UINT64_MAX / grid[2] ? UINT64_MAX : tiles * grid[2];\n");
             let _ = writeln!(
                 c,
-                "            uint64_t groups = tiles / {n}u, clusters = (uint64_t)loaded->multiprocessors / {n}u;"
+                "            uint64_t groups = tiles / {n}u, clusters = (uint64_t)loaded->clusters[{k}];"
             );
             let _ = writeln!(
                 c,

@@ -70,6 +70,7 @@ typedef struct {
     unsigned num_attrs;
 } tl_launch_config;
 typedef tl_result (*tl_launch_ex_fn)(const tl_launch_config *, tl_handle, void **, void **);
+typedef tl_result (*tl_max_clusters_fn)(int *, tl_handle, const tl_launch_config *);
 typedef tl_result (*tl_encode_tiled_fn)(tl_tensor_map *, unsigned, uint32_t, void *,
                                         const uint64_t *, const uint64_t *, const uint32_t *,
                                         const uint32_t *, unsigned, unsigned, unsigned, unsigned);
@@ -91,6 +92,7 @@ static struct {
     tl_launch_fn launch_kernel;
     tl_launch_ex_fn launch_kernel_ex; /* optional (CUDA 12.0): programmatic dependent launch */
     tl_encode_tiled_fn encode_tiled; /* optional (CUDA 12.0): kernels with tensor maps need it */
+    tl_max_clusters_fn max_active_clusters; /* optional (CUDA 12.0): clusters that run at once */
 } tl_driver;
 
 static pthread_once_t tl_driver_once = PTHREAD_ONCE_INIT;
@@ -143,6 +145,7 @@ TL_HELPER void tl_open_driver(void) {
     tl_driver.launch_kernel = (tl_launch_fn)tl_symbol("cuLaunchKernel", 1);
     tl_driver.launch_kernel_ex = (tl_launch_ex_fn)tl_symbol("cuLaunchKernelEx", 0);
     tl_driver.encode_tiled = (tl_encode_tiled_fn)tl_symbol("cuTensorMapEncodeTiled", 0);
+    tl_driver.max_active_clusters = (tl_max_clusters_fn)tl_symbol("cuOccupancyMaxActiveClusters", 0);
     if (tl_driver.status != 0) return;
     tl_result status = init(0);
     if (status != 0) {
@@ -191,6 +194,9 @@ typedef struct {
     tl_handle context;
     tl_handle function[TL_MAX_LAUNCHES]; /* one per kernel the call launches, in order */
     int multiprocessors;
+    /* per kernel in clusters: how many of its clusters run at once (the driver's
+       cuOccupancyMaxActiveClusters), else multiprocessors / cluster size */
+    int clusters[TL_MAX_LAUNCHES];
 } tl_loaded;
 
 typedef struct {
@@ -240,11 +246,12 @@ TL_HELPER int tl_runs_on(int major, int minor, int exact, int device_major, int 
 
 /* Load the cubin into `context` (current) once, with the function of each of its `launches`
  * entries (`launches` <= TL_MAX_LAUNCHES): the loaded entry of the table. A function whose
- * compiled-in cluster has more than 8 blocks is allowed its non-portable size. */
+ * compiled-in cluster has more than 8 blocks is allowed its non-portable size; how many of
+ * a clustered function's clusters run at once is asked once (its block: `blocks[3 k..]`). */
 TL_HELPER tl_result tl_load(const char *kernel, tl_loaded *table, int *count, pthread_mutex_t *lock,
                          tl_handle context, const unsigned char *cubin,
                          const char *const *entries, const unsigned *shared_bytes,
-                         const unsigned *cluster_blocks, int launches,
+                         const unsigned *cluster_blocks, const unsigned *blocks, int launches,
                          const char *arch, int major, int minor, int exact,
                          const tl_loaded **loaded) {
     pthread_mutex_lock(lock);
@@ -302,8 +309,18 @@ TL_HELPER tl_result tl_load(const char *kernel, tl_loaded *table, int *count, pt
         }
     }
     table[*count].context = context;
-    for (int k = 0; k < launches; k++) table[*count].function[k] = functions[k];
     table[*count].multiprocessors = sms > 0 ? sms : 1;
+    for (int k = 0; k < launches; k++) {
+        table[*count].function[k] = functions[k];
+        int n = cluster_blocks[k] > 1 ? (int)cluster_blocks[k] : 1, fit = 0;
+        /* the cluster size is the function's own (compiled in): no launch attribute */
+        tl_launch_config config = {{(unsigned)n, 1, 1}, {blocks[3 * k], blocks[3 * k + 1], blocks[3 * k + 2]},
+                                   shared_bytes[k], NULL, NULL, 0};
+        if (n > 1 && tl_driver.max_active_clusters != NULL &&
+            tl_driver.max_active_clusters(&fit, functions[k], &config) != 0)
+            fit = 0;
+        table[*count].clusters[k] = fit > 0 ? fit : table[*count].multiprocessors / n;
+    }
     *loaded = &table[*count];
     *count += 1;
 done:
