@@ -538,3 +538,10 @@ def test_an_eager_function_works_across_its_cluster():
     np.testing.assert_array_equal(reverse_pairs(A), want)
     with pytest.raises(TileError, match="a grid of 5 blocks along x launched in thread-block clusters of 2"):
         reverse_pairs(np.zeros((5, 32), np.float32))
+
+
+def test_check_passes_runs_whole_clusters():
+    # blocks="edges" (the default) would run blocks 0 and 7 of a cluster of 4 and leave
+    # their peers out of its barriers: a clustered kernel runs every block, as it reports
+    r = check_passes(gather(4, rows=2), arch="sm_90a", check=True)
+    assert r.blocks == "all"

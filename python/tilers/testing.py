@@ -186,7 +186,8 @@ def check_passes(
 
     ``params`` rebind the function's free names (as in :func:`tilers.compile`).
     ``blocks="edges"`` runs the first and last block along each grid axis (fast; ragged
-    tiles are in the last); ``"all"`` runs the whole grid. With ``check=True`` a failure
+    tiles are in the last); ``"all"`` runs the whole grid, as a persistent kernel and one
+    in thread-block clusters always do (a cluster's blocks wait for each other). With ``check=True`` a failure
     raises ``AssertionError`` at once (else call ``.assert_ok()``). ``compile_options`` take
     :func:`tilers.compile`'s switches that choose another kernel (``{"persistent":
     "pingpong"}``, ``{"tma": False}``, ``wgmma``, ``tma_store``, ``{"cluster": (2, 1)}``).

@@ -9,7 +9,8 @@
 //!
 //! With [`Blocks::Edges`] only the first and last block along each grid axis run (the
 //! last one is where tiles are ragged): both levels get the same `if` around their body,
-//! so other blocks leave the outputs as they were.
+//! so other blocks leave the outputs as they were. A persistent kernel, and one in
+//! thread-block clusters, runs every block whatever is asked ([`check_stages`]).
 
 use crate::{CompileError, CompileOptions};
 use serde_json::{json, Value};
@@ -150,6 +151,8 @@ pub struct StageResult {
 #[derive(Clone, Debug)]
 pub struct PassCheck {
     pub name: String,
+    /// The blocks that ran: those asked for, or all of a persistent or clustered kernel.
+    pub blocks: Blocks,
     pub stages: Vec<StageResult>,
     /// The index in `stages` of the first failing stage.
     pub first_failure: Option<usize>,
@@ -188,7 +191,7 @@ impl PassCheck {
             "name": self.name,
             "arch": opts.compile.arch,
             "seed": opts.seed,
-            "blocks": if opts.blocks == Blocks::All { "all" } else { "edges" },
+            "blocks": if self.blocks == Blocks::All { "all" } else { "edges" },
             "reference": "simplify",
             "ok": self.ok(),
             "first_failure": self.first_failure.map(|i| self.stages[i].pass.clone()),
@@ -266,8 +269,13 @@ pub fn check_passes(program: &str, opts: &CheckOptions) -> Result<PassCheck, Com
 pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<PassCheck, CompileError> {
     let simplified = simplify_stage(stages)?;
     let draws = size_draws(simplified);
-    // a persistent kernel runs whole (`few_blocks`): so do the reference and every stage
-    let blocks = if stages.iter().any(|(_, m)| m.tiles().is_some()) { Blocks::All } else { opts.blocks };
+    // a persistent kernel runs whole (`few_blocks`): so do the reference and every stage;
+    // so does a kernel in thread-block clusters (the first and last block along x would
+    // leave their peers out of the cluster's barriers and copies; and the cluster of a
+    // multicast plan appears only in the stages after plan_warp_roles, while every stage
+    // must run the same blocks)
+    let whole = |m: &Module| m.tiles().is_some() || m.cluster_blocks() > 1;
+    let blocks = if stages.iter().any(|(_, m)| whole(m)) { Blocks::All } else { opts.blocks };
     let references = draws
         .iter()
         .map(|sizes| reference_at(stages, opts.seed, blocks, sizes))
@@ -333,6 +341,7 @@ pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<
     let text = |i: usize| tile_ir::print::print_module(&stages[i].1);
     Ok(PassCheck {
         name: simplified.name.clone(),
+        blocks,
         stages: results,
         first_failure: first_failure.map(|(k, _)| k),
         ir_before: first_failure.map(|(_, i)| text(i - 1)),
