@@ -22,6 +22,9 @@ class LaunchConfig(ctypes.Structure):
 
 
 def main():
+    import torch
+
+    torch.zeros(1, device="cuda")  # the device's primary context, current on this thread
     cuda = ctypes.CDLL("libcuda.so.1")
     for splits in (8, 16):
         for stages in (2, 3, 4):
