@@ -545,3 +545,30 @@ def test_check_passes_runs_whole_clusters():
     # their peers out of its barriers: a clustered kernel runs every block, as it reports
     r = check_passes(gather(4, rows=2), arch="sm_90a", check=True)
     assert r.blocks == "all"
+
+
+def rank_per_block(n):
+    """Each block writes its rank in the cluster, between TileLang-style barriers (an
+    arrive/wait pair first, a cluster_sync last; the kernel's default 128 threads)."""
+
+    @T.prim_func
+    def k(A: T.Tensor((128,), "int32")):
+        with T.ClusterKernel(128, cluster_dims=(n, 1, 1)) as bx:
+            T.cluster_arrive()
+            T.cluster_wait()
+            rank = T.block_rank_in_cluster()
+            if T.get_thread_binding() == 0:
+                A[bx] = rank
+            T.cluster_sync()
+
+    return k
+
+
+@pytest.mark.parametrize("n", [2, 4, 16])
+def test_rank_per_block_between_split_barriers(n):
+    A = np.zeros(128, np.int32)
+    tilers.compile(rank_per_block(n), target="sm_90a")(A)
+    np.testing.assert_array_equal(A, np.arange(128) % n)
+    check_passes(rank_per_block(n), arch="sm_90a", check=True)
+    src = tilers.compile(rank_per_block(n), target="cuda:sm_90a").get_kernel_source()
+    assert src.count("barrier.cluster.arrive.release") == 2 and src.count("barrier.cluster.wait.acquire") == 2

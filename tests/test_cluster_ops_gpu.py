@@ -14,6 +14,7 @@ from test_cluster_ops import (  # noqa: E402
     gather,
     gather_rows,
     reduce_ring,
+    rank_per_block,
     ring_reference,
     split_barrier_gather,
     zeroed_through_a_view,
@@ -80,3 +81,12 @@ def test_split_cluster_barrier(n):
         k(A, B, C)
         torch.cuda.synchronize()
         assert torch.equal(B, 2 * A) and torch.equal(C, (A + 1).flip(1))
+
+
+@pytest.mark.parametrize("n", [4, 16])
+def test_rank_per_block(n):
+    k = tilers.compile(rank_per_block(n))
+    A = torch.zeros(128, dtype=torch.int32, device="cuda")
+    k(A)
+    torch.cuda.synchronize()
+    assert torch.equal(A.cpu(), torch.arange(128, dtype=torch.int32) % n)
