@@ -13,8 +13,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 from test_cluster_ops import (  # noqa: E402
     gather,
     gather_rows,
-    reduce_ring,
     rank_per_block,
+    reduce_ring,
     ring_reference,
     split_barrier_gather,
     zeroed_through_a_view,
