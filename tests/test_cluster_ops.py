@@ -317,7 +317,7 @@ def test_split_cluster_barrier_mistakes_the_model_finds():
 
 @pytest.mark.parametrize("body, message", [
     ("wait", "T.cluster_wait with no T.cluster_arrive before it"),
-    ("arrive arrive", r"T.cluster_arrive twice \(line \d+ first\) with no T.cluster_wait between"),
+    ("arrive arrive", r"T.cluster_arrive after a T.cluster_arrive \(line \d+\) with no T.cluster_wait between"),
     ("arrive sync", r"T.cluster_sync after a T.cluster_arrive \(line \d+\) not yet waited for"),
     ("arrive", "T.cluster_arrive with no T.cluster_wait after it in the kernel"),
     ("arrive relaxed", "T.cluster_arrive_relaxed after a T.cluster_arrive"),

@@ -2739,29 +2739,22 @@ def cluster_arrive():
     waiting. Work that touches no tile a peer reaches may stand between it and
     ``T.cluster_wait()``, which must follow before the next ``T.cluster_arrive``,
     ``T.cluster_sync`` or the kernel's end. In the kernel's body only, as ``T.cluster_sync``."""
-    loc = _trace.capture()
-    builder = _cluster_barrier_at_top("T.cluster_arrive", loc)
-    if builder.cluster_arrived is not None:
-        raise _trace.user_error(
-            f"T.cluster_arrive twice (line {builder.cluster_arrived.line} first) with no "
-            "T.cluster_wait between: a block arrives once per phase of the cluster barrier",
-            loc=loc,
-            help="call T.cluster_wait() between them",
-        )
-    builder.cluster_arrived = loc
-    builder.emit({"op": "cluster_arrive"}, loc)
+    _cluster_arrive("T.cluster_arrive", _trace.capture())
 
 
 def cluster_arrive_relaxed():
     """``T.cluster_arrive_relaxed()`` (TileLang's): ``T.cluster_arrive`` without ordering
     memory (``.relaxed``) in TileLang; tilers arrives with release order here (as
     ``T.cluster_arrive``): the same synchronization, never weaker."""
-    loc = _trace.capture()
-    builder = _cluster_barrier_at_top("T.cluster_arrive_relaxed", loc)
+    _cluster_arrive("T.cluster_arrive_relaxed", _trace.capture())
+
+
+def _cluster_arrive(what: str, loc):
+    builder = _cluster_barrier_at_top(what, loc)
     if builder.cluster_arrived is not None:
         raise _trace.user_error(
-            f"T.cluster_arrive_relaxed after a T.cluster_arrive (line {builder.cluster_arrived.line}) "
-            "with no T.cluster_wait between: a block arrives once per phase of the cluster barrier",
+            f"{what} after a T.cluster_arrive (line {builder.cluster_arrived.line}) with no "
+            "T.cluster_wait between: a block arrives once per phase of the cluster barrier",
             loc=loc,
             help="call T.cluster_wait() between them",
         )
