@@ -37,7 +37,9 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     splits meet — "kernel", a second kernel reading their partial outputs from global memory;
     "cluster" (sm_90, 2 to 16 splits; past 8, Hopper's non-portable cluster sizes), one kernel whose splits of a (sequence, KV head) form a
     thread-block cluster and send their partial outputs into the first one's shared memory
-    (T.copy_cluster), which combines them: one launch, no round trip through global memory."""
+    (T.copy_cluster), which combines them: one launch, no round trip through global memory —
+    measured slower on an H100 all the same (a fixed cost of about 22 us per call in clusters
+    of 16, 4 to 9 in clusters of 8; bench/results/README.md, session 31)."""
     if combine not in ("kernel", "cluster"):
         raise ValueError(f"combine: expected 'kernel' or 'cluster', got {combine!r}")
     if combine == "cluster" and not 2 <= num_split <= 16:
