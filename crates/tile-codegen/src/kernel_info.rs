@@ -449,6 +449,11 @@ impl KernelInfo {
         value: &dyn Fn(usize) -> ScalarValue,
         sizes: &[i64],
     ) -> Result<[u32; 3], GridError> {
+        let error = |axis: usize, problem: GridProblem| {
+            let expr = &self.grid[axis];
+            let read = expr.sizes().into_iter().map(|k| (k, sizes.get(k).copied().unwrap_or(0))).collect();
+            GridError { axis, problem, params: expr.params(), sizes: read }
+        };
         let mut dims = [1u32; 3];
         for (axis, expr) in self.grid.iter().enumerate().take(3) {
             let problem = match expr.eval(value, sizes) {
@@ -459,17 +464,13 @@ impl KernelInfo {
                 Ok(v) => GridProblem::OutOfRange(Some(v)),
                 Err(problem) => problem,
             };
-            let read = expr.sizes().into_iter().map(|k| (k, sizes.get(k).copied().unwrap_or(0))).collect();
-            return Err(GridError { axis, problem, params: expr.params(), sizes: read });
+            return Err(error(axis, problem));
         }
         // a cluster's blocks are consecutive along x: a grid of a tile per block (a
         // persistent one is sized by the launcher) holds whole clusters
         let n = self.cluster[0];
         if n > 1 && !self.persistent && dims[0] % n != 0 {
-            let expr = &self.grid[0];
-            let read = expr.sizes().into_iter().map(|k| (k, sizes.get(k).copied().unwrap_or(0))).collect();
-            let problem = GridProblem::NotClusterMultiple { blocks: dims[0], cluster: n };
-            return Err(GridError { axis: 0, problem, params: expr.params(), sizes: read });
+            return Err(error(0, GridProblem::NotClusterMultiple { blocks: dims[0], cluster: n }));
         }
         Ok(dims)
     }

@@ -339,6 +339,15 @@ impl Module {
     pub fn storage(&self, b: BufferId) -> BufferId {
         self.buffer(b).alias_of.unwrap_or(b)
     }
+    /// Per buffer, whether it is a tile the cluster's peers reach (`T.copy_cluster`'s
+    /// destination) under any name — the tile a [`Scope::Cluster`] view lies over, or a
+    /// `T.view` over the same bytes; the views themselves are not.
+    pub fn peer_reached(&self) -> Vec<bool> {
+        let ids = || (0..self.buffers.len() as u32).map(BufferId);
+        let reached: Vec<BufferId> =
+            ids().filter(|&b| self.buffer(b).scope == Scope::Cluster).map(|v| self.storage(v)).collect();
+        ids().map(|b| self.buffer(b).scope != Scope::Cluster && reached.contains(&self.storage(b))).collect()
+    }
     /// Whether `b` is a global buffer over an address the kernel reads (`T.make_tensor`):
     /// neither a tensor parameter nor scratch; a `bind_pointer` sets it before any access.
     pub fn is_pointer(&self, b: BufferId) -> bool {

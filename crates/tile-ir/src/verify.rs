@@ -294,7 +294,7 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
     // runs a cluster's blocks from one to the next), each arrive waited for before the next
     // arrival or the end (the frontend says where; this is the check behind it)
     if m.kernel.roles.is_none() {
-        let mut arrived = false;
+        let (mut arrived, mut unpaired) = (false, false);
         for s in &m.kernel.body {
             if let Stmt::If { .. } | Stmt::For { .. } | Stmt::Parallel { .. } = s {
                 let mut nested = false;
@@ -306,19 +306,18 @@ pub fn verify(m: &Module) -> Result<(), Vec<Diagnostic>> {
                     ));
                 }
             }
-            let paired = match s {
-                Stmt::Inst(crate::inst::Inst::ClusterArrive(_)) => !std::mem::replace(&mut arrived, true),
-                Stmt::Inst(crate::inst::Inst::ClusterWait(_)) => std::mem::replace(&mut arrived, false),
-                Stmt::Inst(crate::inst::Inst::ClusterSync(_)) => !arrived,
-                _ => true,
+            unpaired |= match s {
+                Stmt::Inst(crate::inst::Inst::ClusterArrive(_)) => std::mem::replace(&mut arrived, true),
+                Stmt::Inst(crate::inst::Inst::ClusterWait(_)) => !std::mem::replace(&mut arrived, false),
+                Stmt::Inst(crate::inst::Inst::ClusterSync(_)) => arrived,
+                _ => false,
             };
-            if !paired || (arrived && std::ptr::eq(s, m.kernel.body.last().unwrap())) {
-                v.diags.push(Diagnostic::error(
-                    "internal: the kernel's cluster_arrive and cluster_wait do not alternate (arrive, wait, arrive, ...; a cluster_sync between pairs)",
-                    m.kernel.loc,
-                ));
-                break;
-            }
+        }
+        if unpaired || arrived {
+            v.diags.push(Diagnostic::error(
+                "internal: the kernel's cluster_arrive and cluster_wait do not alternate (arrive, wait, arrive, ...; a cluster_sync between pairs)",
+                m.kernel.loc,
+            ));
         }
     }
     // symbolic sizes are dimensions of tensor parameters only: every tile is fixed

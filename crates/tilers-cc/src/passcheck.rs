@@ -374,18 +374,19 @@ pub fn size_draws(m: &Module) -> Vec<Vec<i64>> {
             vec![0, q, up(tile), up(tile) + q, up(2 * tile + tile / 2 + 3)]
         })
         .collect();
-    let draws =
-        (0..5).map(|k| values.iter().enumerate().map(|(j, vals)| vals[(k + j) % vals.len()]).collect());
+    let draws: Vec<Vec<i64>> = (0..5)
+        .map(|k| values.iter().enumerate().map(|(j, vals)| vals[(k + j) % vals.len()]).collect())
+        .collect();
     // a kernel in clusters of n blocks along bx launches only grids of whole clusters
     // (the launcher refuses others): the draws whose grid along bx is not a multiple go
     let n = m.kernel.cluster.map_or(1, |c| c[0] as i64);
-    let whole = |draw: &Vec<i64>| {
-        let Some(g) = m.kernel.grid.first() else { return true };
-        let g = sizes.iter().zip(draw).fold(g.clone(), |g, (&v, &x)| g.substitute(v, &Expr::int(x)));
+    let (Some(grid), true) = (m.kernel.grid.first(), n > 1) else { return draws };
+    let whole = |draw: &&Vec<i64>| {
+        let g =
+            sizes.iter().zip(draw.iter()).fold(grid.clone(), |g, (&v, &x)| g.substitute(v, &Expr::int(x)));
         tile_ir::simplify::simplify(g).as_int().is_none_or(|g| g % n == 0)
     };
-    let draws: Vec<Vec<i64>> = draws.collect();
-    let kept: Vec<Vec<i64>> = draws.iter().filter(|d| n <= 1 || whole(d)).cloned().collect();
+    let kept: Vec<Vec<i64>> = draws.iter().filter(whole).cloned().collect();
     // none of whole clusters: the draws as they are, whose runs say why
     if kept.is_empty() {
         draws

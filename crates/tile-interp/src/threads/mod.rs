@@ -555,18 +555,7 @@ impl<'m> Machine<'m> {
             cluster_pending: vec![None; threads],
             cluster_phase: 0,
             cluster_arrived: 0,
-            view_roots: {
-                // the tiles peers reach, and every other name for their bytes
-                let reached: Vec<BufferId> = (0..m.buffers.len() as u32)
-                    .map(BufferId)
-                    .filter(|&b| m.buffer(b).scope == Scope::Cluster)
-                    .map(|v| m.storage(v))
-                    .collect();
-                (0..m.buffers.len() as u32)
-                    .map(BufferId)
-                    .map(|b| m.buffer(b).scope != Scope::Cluster && reached.contains(&m.storage(b)))
-                    .collect()
-            },
+            view_roots: m.peer_reached(),
             dsmem: cluster > 1 && m.buffers.iter().any(|b| b.scope == Scope::Cluster),
             lead: None,
             uniform: vec![None; m.vars.len()],

@@ -133,11 +133,9 @@ pub fn lower_tile_ops(m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Diagnostic
         let views: Vec<BufferId> =
             (0..lw.m.buffers.len() as u32).map(BufferId).filter(|&v| cluster(v)).collect();
         // the tiles peers reach, and every other name for their bytes (a T.view over them)
-        let reached: Vec<BufferId> = views.iter().map(|&v| lw.m.storage(v)).collect();
-        let roots: Vec<BufferId> = (0..lw.m.buffers.len() as u32)
-            .map(BufferId)
-            .filter(|&b| !cluster(b) && reached.contains(&lw.m.storage(b)))
-            .collect();
+        let reached = lw.m.peer_reached();
+        let roots: Vec<BufferId> =
+            (0..lw.m.buffers.len() as u32).map(BufferId).filter(|b| reached[b.0 as usize]).collect();
         let touches =
             |s: &Stmt, bufs: &[BufferId]| bufs.iter().any(|&v| crate::inject_pipeline::touches(s, v));
         let first = body

@@ -704,13 +704,17 @@ fn source(
                 c,
                 "    if (tl_bad || call->grid[{k}][{axis}] < 0 || call->grid[{k}][{axis}] > {limit}) {{"
             );
+            // `tl_from`: " (from ...)", the parameters and sizes the dimension reads
             let (format, values) = grid_sources(e, info, names);
-            c.push_str("        char tl_from[256];\n");
-            if format.is_empty() {
-                c.push_str("        tl_from[0] = '\\0';\n");
-            } else {
-                let _ = writeln!(c, "        snprintf(tl_from, sizeof tl_from, \"{format}\"{values});");
-            }
+            let from = |c: &mut String| {
+                c.push_str("        char tl_from[256];\n");
+                if format.is_empty() {
+                    c.push_str("        tl_from[0] = '\\0';\n");
+                } else {
+                    let _ = writeln!(c, "        snprintf(tl_from, sizeof tl_from, \"{format}\"{values});");
+                }
+            };
+            from(&mut c);
             let x = axes[axis];
             let _ = writeln!(c, "        if (tl_bad == 1) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} divides by zero%s\", tl_kernel, tl_from);");
             let _ = writeln!(c, "        if (tl_bad == 3) return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension {x}{which} reads a float that is not finite%s: it has no number of blocks\", tl_kernel, tl_from);");
@@ -723,12 +727,7 @@ fn source(
             let cluster = launch.cluster[0];
             if axis == 0 && cluster > 1 && !launch.persistent && !matches!(e, GridExpr::Const { .. }) {
                 let _ = writeln!(c, "    if (call->grid[{k}][0] % {cluster} != 0) {{");
-                c.push_str("        char tl_from[256];\n");
-                if format.is_empty() {
-                    c.push_str("        tl_from[0] = '\\0';\n");
-                } else {
-                    let _ = writeln!(c, "        snprintf(tl_from, sizeof tl_from, \"{format}\"{values});");
-                }
+                from(&mut c);
                 let _ = writeln!(c, "        return tl_fail(TL_INVALID_VALUE, \"%s: grid dimension x{which} is %lld%s: the kernel runs in thread-block clusters of {cluster} blocks along x, so it must be a multiple of {cluster}\", tl_kernel, (long long)call->grid[{k}][0], tl_from);");
                 c.push_str("    }\n");
             }
