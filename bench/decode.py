@@ -52,6 +52,8 @@ SPLITS = [int(s) for s in os.environ.get("DECODE_SPLITS", "1,2,4,8,16,32,64").sp
 # the decoding kernel's KV tile rows and query-head rows tried
 BLOCK_NS = [int(s) for s in os.environ.get("DECODE_BLOCK_N", "64,128").split(",")]
 BLOCK_HS = [int(s) for s in os.environ.get("DECODE_BLOCK_H", "16,64").split(",")]
+# threads of the split kernel: fewer warps a block, fewer cross-warp reductions a tile
+ATTN_THREADS = [int(s) for s in os.environ.get("DECODE_THREADS", "128").split(",")]
 # how the splits meet: a second kernel, or (2 to 16 splits) in the first split's shared memory
 # through a thread-block cluster, one kernel
 COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster").split(",")
@@ -464,9 +466,10 @@ def attention_rows(bandwidth, floors):
                     return args_of[state["i"]]
 
                 space = [{"num_split": num_split, "block_N": block_N, "block_H": block_H, "num_stages": stages,
-                          "combine": combine}
+                          "combine": combine, **({} if threads == 128 else {"threads": threads})}
                          for num_split in SPLITS if num_split * 64 <= S
                          for block_N in BLOCK_NS for block_H in BLOCK_HS for stages in STAGES
+                         for threads in ATTN_THREADS
                          for combine in COMBINES if combine == "kernel" or 2 <= num_split <= 16]
 
                 def build(cfg):

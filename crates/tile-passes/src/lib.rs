@@ -5,6 +5,7 @@
 //! is the flat, ordered list; [`run`] drives it and can hand the IR after each pass to a
 //! dump callback (`TILERS_DUMP_IR`, `kernel.ir("after:<pass>")`).
 
+pub mod elide_syncs;
 pub mod gemm;
 pub mod grid_dependence;
 pub mod infer_layouts;
@@ -97,6 +98,8 @@ pub const PIPELINE: &[(&str, Pass)] = &[
     ("insert_syncs", insert_syncs::insert_syncs),
     // tile ops to per-thread code by their chosen instructions: vector accesses, bounds guards, shuffles
     ("lower_tile_ops", lower::lower_tile_ops),
+    // block barriers between accesses that another barrier already orders
+    ("elide_syncs", elide_syncs::elide_syncs),
     // offsets of shared buffers in the block's dynamic shared memory
     ("plan_shared_memory", plan_shared_memory::plan_shared_memory),
     // symbolic sizes: blocks wholly inside the tensors take a copy of the body without guards

@@ -12,7 +12,8 @@
 //! loop also need a barrier on the way round (the second's last use in an iteration before
 //! the first's use in the next); where a pair lacks a barrier, the pass inserts a copy of
 //! one of that loop's own unit-level barriers when that places the later buffer lower (the
-//! output staging tile of a persistent attention kernel over Q's tile). The total fits the
+//! output staging tile of a persistent attention kernel over Q's tile) — for a tile of
+//! 4 KiB or more only: a barrier each iteration costs more than a few bytes save. The total fits the
 //! target, else a diagnostic naming each buffer and its bytes; the report says which buffers
 //! share bytes. Does not: unfold nested loops, add a barrier after an asynchronous write, or
 //! split a statement's lifetime more finely than a unit.
@@ -392,7 +393,10 @@ pub fn plan_shared_memory(mut m: Module, ctx: &mut Ctx) -> Result<Module, Vec<Di
             }
             offset
         };
-        let (plain, with) = (place(false), place(true));
+        // a barrier added to every loop iteration is not worth saving a few bytes: only a
+        // tile of `elide_syncs::LARGE_TILE` bytes or more (an output staging tile) gets one
+        let plain = place(false);
+        let with = if b.bytes() >= crate::elide_syncs::LARGE_TILE { place(true) } else { plain };
         let offset = plain.min(with);
         if with < plain {
             for (start, end, adds) in &busy {

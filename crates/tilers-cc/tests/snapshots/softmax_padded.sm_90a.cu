@@ -50,7 +50,7 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
   extern __shared__ __align__(16) unsigned char tl_smem[];
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   float* row_max_xwarp = (float*)(tl_smem + 0);  // [4, 4]
-  float* row_sum_xwarp = (float*)(tl_smem + 0);  // [4, 4]
+  float* row_sum_xwarp = (float*)(tl_smem + 64);  // [4, 4]
   __align__(16) float x[32];  // fragment[4, 1024] over 128 threads: dim0 = 4 registers, dim1 = 4 registers . 128 threads (stride 1) . 2 registers; 32 registers per thread
   __align__(16) float row_max[4];  // fragment[4] over 128 threads: dim0 = 4 registers; replicated over 128 threads (stride 1); 4 registers per thread
   __align__(16) float row_sum[4];  // fragment[4] over 128 threads: dim0 = 4 registers; replicated over 128 threads (stride 1); 4 registers per thread
@@ -116,7 +116,6 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
       row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 4 + ((tid & (-97)) >> 5)]), row_max_xwarp[(s_3) * 4 + (((tid & (-97)) | 32) >> 5)]), row_max_xwarp[(s_3) * 4 + (((tid & (-97)) | 64) >> 5)]), row_max_xwarp[(s_3) * 4 + (((tid & (-97)) | 96) >> 5)]);
     }
   }
-  __syncthreads();
   #pragma unroll
   for (int s_4 = 0; s_4 < 4; ++s_4) {
     row_max[s_4] = row_max_red[s_4];
@@ -157,7 +156,6 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 8));
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
   }
-  __syncthreads();
   if (((tid & 31) == 0)) {
     #pragma unroll
     for (int s_7 = 0; s_7 < 4; ++s_7) {

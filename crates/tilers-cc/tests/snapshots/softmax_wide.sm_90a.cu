@@ -50,7 +50,7 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
   extern __shared__ __align__(16) unsigned char tl_smem[];
   [[maybe_unused]] const unsigned int tl_smem_u32 = (unsigned int)__cvta_generic_to_shared(tl_smem);
   float* row_max_xwarp = (float*)(tl_smem + 0);  // [1, 8]
-  float* row_sum_xwarp = (float*)(tl_smem + 0);  // [1, 8]
+  float* row_sum_xwarp = (float*)(tl_smem + 32);  // [1, 8]
   __align__(16) float x[16];  // fragment[1, 4096] over 256 threads: dim0 = 1, dim1 = 4 registers . 256 threads (stride 1) . 4 registers; 16 registers per thread
   __align__(16) float row_max[1];  // fragment[1] over 256 threads: dim0 = 1; replicated over 256 threads (stride 1); 1 registers per thread
   __align__(16) float row_sum[1];  // fragment[1] over 256 threads: dim0 = 1; replicated over 256 threads (stride 1); 1 registers per thread
@@ -105,7 +105,6 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
       row_max_red[s_3] = fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(fmaxf(__int_as_float(0xff800000), row_max_xwarp[(s_3) * 8 + ((tid & (-225)) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 32) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 64) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 96) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 128) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 160) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 192) >> 5)]), row_max_xwarp[(s_3) * 8 + (((tid & (-225)) | 224) >> 5)]);
     }
   }
-  __syncthreads();
   #pragma unroll
   for (int s_4 = 0; s_4 < 1; ++s_4) {
     row_max[s_4] = row_max_red[s_4];
@@ -140,7 +139,6 @@ extern "C" __global__ void __launch_bounds__(256) softmax_kernel(const float* __
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 8));
     row_sum_red[s_6] = (row_sum_red[s_6] + __shfl_xor_sync(0xffffffffu, row_sum_red[s_6], 16));
   }
-  __syncthreads();
   if (((tid & 31) == 0)) {
     #pragma unroll
     for (int s_7 = 0; s_7 < 1; ++s_7) {
