@@ -54,6 +54,8 @@ BLOCK_NS = [int(s) for s in os.environ.get("DECODE_BLOCK_N", "64,128").split(","
 BLOCK_HS = [int(s) for s in os.environ.get("DECODE_BLOCK_H", "16,64").split(",")]
 # threads of the split kernel: fewer warps a block, fewer cross-warp reductions a tile
 ATTN_THREADS = [int(s) for s in os.environ.get("DECODE_THREADS", "128").split(",")]
+# the scores as K q^T (keys on the tensor cores' rows; the group's 4 query heads in 8 columns)
+KEYS_AS_ROWS = [bool(int(s)) for s in os.environ.get("DECODE_KEYS_AS_ROWS", "0,1").split(",")]
 # how the splits meet: a second kernel, or (2 to 16 splits) in the first split's shared memory
 # through a thread-block cluster, one kernel
 COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster").split(",")
@@ -466,9 +468,11 @@ def attention_rows(bandwidth, floors):
                     return args_of[state["i"]]
 
                 space = [{"num_split": num_split, "block_N": block_N, "block_H": block_H, "num_stages": stages,
-                          "combine": combine, **({} if threads == 128 else {"threads": threads})}
+                          "combine": combine, **({} if threads == 128 else {"threads": threads}),
+                          **({"keys_as_rows": True} if rows else {})}
                          for num_split in SPLITS if num_split * 64 <= S
-                         for block_N in BLOCK_NS for block_H in BLOCK_HS for stages in STAGES
+                         for rows in KEYS_AS_ROWS
+                         for block_N in BLOCK_NS for block_H in ([8] if rows else BLOCK_HS) for stages in STAGES
                          for threads in ATTN_THREADS
                          for combine in COMBINES if combine == "kernel" or 2 <= num_split <= 16]
 

@@ -27,7 +27,8 @@ LOG2E = 1.4426950408889634
 
 @tilers.jit(out_idx=[-1])
 def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=16, block_N=64, threads=128,
-                 dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2, combine="kernel"):
+                 dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2, combine="kernel",
+                 keys_as_rows=False):
     """O [batch, heads, dim] = softmax(q K^T * sm_scale) V per sequence and query head, over
     the first cache_seqlens[b] keys. page_size=0: a contiguous cache (K, V [batch, max_seqlen,
     heads_kv, dim]); else a paged one (K, V [num_pages, page_size, heads_kv, dim], with
@@ -39,12 +40,19 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     thread-block cluster and send their partial outputs into the first one's shared memory
     (T.copy_cluster), which combines them: one launch, no round trip through global memory —
     measured slower on an H100 all the same (a fixed cost of about 22 us per call in clusters
-    of 16, 4 to 9 in clusters of 8; bench/results/README.md, session 31)."""
+    of 16, 4 to 9 in clusters of 8; bench/results/README.md, session 31). keys_as_rows: the
+    scores as S^T = K q^T and the output as O^T = V^T P^T — the tile's block_N keys are the
+    rows (the tensor cores' 16-row side) and the group's query heads the columns (block_H:
+    8 or more): with 4 query heads a KV head, a quarter of the rows of q K^T are real, half
+    of the columns of K q^T, so a tile costs about half the instructions."""
     if combine not in ("kernel", "cluster"):
         raise ValueError(f"combine: expected 'kernel' or 'cluster', got {combine!r}")
     if combine == "cluster" and not 2 <= num_split <= 16:
         raise ValueError(f"num_split: combine='cluster' takes 2 to 16 splits (a cluster's blocks), got {num_split}")
     group = heads // heads_kv
+    if keys_as_rows and block_H % 8:
+        raise ValueError(f"block_H: keys_as_rows=True puts the query heads on the tensor cores' 8-column side, "
+                         f"so block_H must be a multiple of 8, got {block_H}")
     if heads % heads_kv or group > block_H:
         raise ValueError(f"heads ({heads}) must be a multiple of heads_kv ({heads_kv}) with at most block_H "
                          f"({block_H}) query heads per KV head")
@@ -84,14 +92,15 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
 
     def online_softmax(Q, K, V, cache_seqlens, table, b, hk, s):
         """Split s of sequence b, KV head hk: the online softmax over its keys (the group's
-        query heads are the tiles' rows); its tiles and the unnormalized output acc_o, the
-        running max and the sum of exponentials it returns."""
+        query heads are the tiles' rows, or with keys_as_rows their columns); its
+        unnormalized output acc_o ([block_H, dim], or [dim, block_H]), the running max and
+        the sum of exponentials it returns."""
         Q_shared = T.alloc_shared((block_H, dim), dtype)
         K_shared = T.alloc_shared((block_N, dim), dtype)
         V_shared = T.alloc_shared((block_N, dim), dtype)
-        acc_s = T.alloc_fragment((block_H, block_N), accum)
-        acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
-        acc_o = T.alloc_fragment((block_H, dim), accum)
+        scores = (block_N, block_H) if keys_as_rows else (block_H, block_N)
+        acc_s = T.alloc_fragment(scores, accum)
+        acc_o = T.alloc_fragment((dim, block_H) if keys_as_rows else (block_H, dim), accum)
         scores_max = T.alloc_fragment((block_H,), accum)
         scores_max_prev = T.alloc_fragment((block_H,), accum)
         scores_scale = T.alloc_fragment((block_H,), accum)
@@ -107,6 +116,32 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         T.fill(logsum, 0)
         T.fill(scores_max, -T.infinity(accum))
         tiles = T.ceildiv(T.max(stop - start, 0), block_N)
+        if keys_as_rows:
+            P_shared = T.alloc_shared((block_N, block_H), dtype)
+            for k in T.Pipelined(tiles, num_stages=num_stages):
+                n0 = start + k * block_N
+                load_tile(K, K_shared, b, hk, n0, table)
+                # S^T [keys, heads] = K q^T
+                T.gemm(K_shared, Q_shared, acc_s, transpose_B=True, clear_accum=True)
+                for j, i in T.Parallel(block_N, block_H):
+                    acc_s[j, i] = T.if_then_else(n0 + j < stop, acc_s[j, i], -T.infinity(accum))
+                T.copy(scores_max, scores_max_prev)
+                T.reduce_max(acc_s, scores_max, dim=0, clear=False)
+                for i in T.Parallel(block_H):
+                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
+                for j, i in T.Parallel(block_N, block_H):
+                    acc_s[j, i] = T.exp2(acc_s[j, i] * scale - scores_max[i] * scale)
+                T.reduce_sum(acc_s, scores_sum, dim=0)
+                for i in T.Parallel(block_H):
+                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
+                T.copy(acc_s, P_shared)
+                for d, i in T.Parallel(dim, block_H):
+                    acc_o[d, i] *= scores_scale[i]
+                load_tile(V, V_shared, b, hk, n0, table)
+                # O^T [dim, heads] += V^T P^T
+                T.gemm(V_shared, P_shared, acc_o, transpose_A=True)
+            return acc_o, scores_max, logsum
+        acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
         for k in T.Pipelined(tiles, num_stages=num_stages):
             n0 = start + k * block_N
             load_tile(K, K_shared, b, hk, n0, table)
@@ -129,6 +164,10 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
             T.gemm(acc_s_cast, V_shared, acc_o)
         return acc_o, scores_max, logsum
 
+    def out(acc_o, i, d):
+        """Element (query head i, dim d) of an online softmax's output."""
+        return acc_o[d, i] if keys_as_rows else acc_o[i, d]
+
     @T.macro
     def split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE):
         with T.Kernel(heads_kv, batch, num_split, threads=threads) as (hk, b, s):
@@ -138,12 +177,12 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                 # one split: the output itself (O_partial is O), no combine
                 for i, d in T.Parallel(block_H, dim):
                     if i < group:
-                        O_partial[b, hk * group + i, d] = T.if_then_else(logsum[i] > 0, acc_o[i, d] / logsum[i], 0)
+                        O_partial[b, hk * group + i, d] = T.if_then_else(logsum[i] > 0, out(acc_o, i, d) / logsum[i], 0)
                 return
             # a split with no key of its sequence: weight 0 in the combine (lse -inf)
             for i, d in T.Parallel(block_H, dim):
                 if i < group:
-                    O_partial[b, hk * group + i, s, d] = T.if_then_else(logsum[i] > 0, acc_o[i, d] / logsum[i], 0)
+                    O_partial[b, hk * group + i, s, d] = T.if_then_else(logsum[i] > 0, out(acc_o, i, d) / logsum[i], 0)
             for i in T.Parallel(block_H):
                 if i < group:
                     LSE[b, hk * group + i, s] = T.if_then_else(
@@ -160,7 +199,7 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
             o_all = T.alloc_shared((num_split, group, dim), accum)
             lse_all = T.alloc_shared((num_split, group), accum)
             for i, d in T.Parallel(block_H, dim):
-                o_mine[i, d] = T.if_then_else(logsum[i] > 0, acc_o[i, d] / logsum[i], 0)
+                o_mine[i, d] = T.if_then_else(logsum[i] > 0, out(acc_o, i, d) / logsum[i], 0)
             for i in T.Parallel(block_H):
                 lse_mine[i] = T.if_then_else(logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale,
                                              -T.infinity(accum))

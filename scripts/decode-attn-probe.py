@@ -110,7 +110,7 @@ def main():
     keys = sorted({(c["num_split"], c["block_N"], c["num_stages"], c.get("threads", 128)) for c in CONFIGS})
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 4) as pool:
         kernels = list(pool.map(lambda cfg: build(lambda: flash_decoding.flash_decode(
-            B, HEADS, HEADS_KV, DIM, S, block_H=16, **cfg)), CONFIGS))
+            B, HEADS, HEADS_KV, DIM, S, **{"block_H": 16, **cfg})), CONFIGS))
         stream_kernels = dict(zip(keys, pool.map(lambda key: build(lambda: stream_kernel(*key)), keys)))
     streams = {}
     for cfg, kernel in zip(CONFIGS, kernels):

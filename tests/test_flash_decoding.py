@@ -186,3 +186,46 @@ def test_bad_cluster_combines_are_refused():
     with pytest.raises(tilers.errors.TileError, match="no thread-block clusters"):
         tilers.compile(fd.flash_decode.prim_func(1, 8, 2, 64, 128, num_split=2, combine="cluster"), out_idx=[-1],
                        target="cuda:sm_80")
+
+
+@pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8),
+                                               ([1, 64, 65, 256], 1)])
+@pytest.mark.parametrize("page_size,block_H,block_N", [(0, 8, 64), (16, 16, 64), (64, 8, 128), (0, 16, 128)])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_keys_as_rows_against_numpy(lengths, num_split, page_size, block_H, block_N, dtype):
+    """S^T = K q^T, O^T = V^T P^T (the keys on the tensor cores' rows): the same answers, for
+    lengths of 1, one tile and one tile + 1, splits with no key, paged or not, fp16 and bf16."""
+    S = 256
+    q, k, v, seqlens, want = case(4, 8, 2, 64, S, lengths, dtype)
+    pages = 4 * S // page_size if page_size else 0
+    kernel = fd.flash_decode(4, 8, 2, 64, S, num_split=num_split, block_H=block_H, block_N=block_N, dtype=dtype,
+                             page_size=page_size, num_pages=pages, keys_as_rows=True)
+    if page_size:
+        kp, vp, table = fd.paged_cache(k, v, page_size)
+        out = kernel(q, kp, vp, seqlens, table)
+    else:
+        out = kernel(q, k, v, seqlens)
+    tol = 2e-2 if dtype == "bfloat16" else 2e-3
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("page_size,block_H,block_N,stages", [(0, 8, 64, 3), (16, 16, 64, 2), (64, 8, 128, 3)])
+def test_keys_as_rows_every_pass_agrees(arch, page_size, block_H, block_N, stages):
+    pages = 2 * 256 // page_size if page_size else 0
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, 256, num_split=2, block_H=block_H, block_N=block_N, num_stages=stages,
+                                  page_size=page_size, num_pages=pages, keys_as_rows=True)
+    testing.check_passes(f, arch=arch, check=True)
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("block_H,block_N,threads", [(8, 64, 128), (8, 128, 128), (16, 64, 128), (8, 32, 64)])
+def test_keys_as_rows_at_the_issues_shape(arch, block_H, block_N, threads):
+    f = fd.flash_decode.prim_func(1, 32, 8, 128, 8192, num_split=16, block_H=block_H, block_N=block_N,
+                                  threads=threads, num_stages=2 if block_N == 128 else 3, keys_as_rows=True)
+    assert len(tilers.compile(f, out_idx=[-1], target=f"cuda:{arch}").cubin) > 0
+
+
+def test_keys_as_rows_wants_heads_in_eights():
+    with pytest.raises(ValueError, match="block_H must be a multiple of 8"):
+        fd.flash_decode.prim_func(1, 8, 2, 64, 128, block_H=4, keys_as_rows=True)

@@ -78,3 +78,11 @@ def test_cluster_combine_against_torch(page_size, dtype, num_split):
     cluster combining in the first split's shared memory."""
     kernel = against_torch(page_size, dtype, num_split=num_split, combine="cluster")
     assert kernel.info["cluster"] == [num_split, 1, 1]
+
+
+@pytest.mark.parametrize("num_split,block_H,block_N", [(8, 8, 64), (1, 8, 64), (8, 16, 64), (16, 8, 128)])
+@pytest.mark.parametrize("page_size", [0, 16, 64])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_keys_as_rows_against_torch(page_size, dtype, num_split, block_H, block_N):
+    # S^T = K q^T: the scores' gemm on wgmma (m64n8) where the keys fill a warpgroup
+    against_torch(page_size, dtype, num_split=num_split, block_H=block_H, block_N=block_N, keys_as_rows=True)
