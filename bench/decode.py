@@ -58,7 +58,7 @@ ATTN_THREADS = [int(s) for s in os.environ.get("DECODE_THREADS", "128").split(",
 KEYS_AS_ROWS = [bool(int(s)) for s in os.environ.get("DECODE_KEYS_AS_ROWS", "0,1").split(",")]
 # how the splits meet: a second kernel, or (2 to 16 splits) in the first split's shared memory
 # through a thread-block cluster, one kernel
-COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster").split(",")
+COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster,last").split(",")
 VERBOSE = os.environ.get("DECODE_VERBOSE", "") == "1"
 CALLS = 20
 L2X = float(os.environ.get("DECODE_L2X", "3"))
@@ -289,6 +289,22 @@ def tune(space, build, first_args, next_args, want, tol, finalists=3):
     return best[0][0], best[0][2], best[0][3]
 
 
+class WithArrivals:
+    """A combine="last" decode kernel called as the others are: its `arrivals` counter (zeroed
+    once; every call leaves it zero) passed after the caller's arguments."""
+
+    def __init__(self, kernel, arrivals):
+        self.kernel, self.arrivals = kernel, arrivals
+        self.source = kernel.source
+
+    @property
+    def cubin(self):
+        return self.kernel.cubin
+
+    def __call__(self, *args):
+        return self.kernel(*args, self.arrivals)
+
+
 def summarize(row, times, ours, refs, nbytes, bandwidth):
     """Median µs, fraction of copy bandwidth (the 2 GiB copy's, and a copy's of the row's own
     size), and the median ratio (reference / tilers) and its spread to each reference."""
@@ -474,12 +490,18 @@ def attention_rows(bandwidth, floors):
                          for rows in KEYS_AS_ROWS
                          for block_N in BLOCK_NS for block_H in ([8] if rows else BLOCK_HS) for stages in STAGES
                          for threads in ATTN_THREADS
-                         for combine in COMBINES if combine == "kernel" or 2 <= num_split <= 16]
+                         for combine in COMBINES
+                         if combine == "kernel" or (combine == "cluster" and 2 <= num_split <= 16)
+                         or (combine == "last" and num_split > 1)]
 
                 def build(cfg):
-                    return flash_decoding.flash_decode(
+                    kernel = flash_decoding.flash_decode(
                         B, HEADS, HEADS_KV, DIM, S, **cfg,
                         page_size=PAGE if paged else 0, num_pages=B * S // PAGE if paged else 0)
+                    if cfg["combine"] != "last":
+                        return kernel
+                    # one kernel: its splits count their arrivals in a tensor zeroed once
+                    return WithArrivals(kernel, torch.zeros(B, HEADS_KV, device="cuda", dtype=torch.int32))
 
                 best = tune(space, build, args_of[0], next_args, want, 1e-2)
                 if best is None:

@@ -40,13 +40,19 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     thread-block cluster and send their partial outputs into the first one's shared memory
     (T.copy_cluster), which combines them: one launch, no round trip through global memory —
     measured slower on an H100 all the same (a fixed cost of about 22 us per call in clusters
-    of 16, 4 to 9 in clusters of 8; bench/results/README.md, session 31). keys_as_rows: the
+    of 16, 4 to 9 in clusters of 8; bench/results/README.md, session 31); "last", one kernel
+    whose last split of a (sequence, KV head) to finish combines them: each split writes its
+    partial output, then takes a ticket from `arrivals` [batch, heads_kv] int32 (an atomic
+    add with acquire-release order), and the one that draws num_split - 1 reads the others'
+    partials and sets the counter back to 0 — the kernel then takes `arrivals` before O, a
+    tensor the caller zeroes once and passes to every call (not to two calls running at
+    once); a counter found above num_split - 1 stops the kernel. keys_as_rows: the
     scores as S^T = K q^T and the output as O^T = V^T P^T — the tile's block_N keys are the
     rows (the tensor cores' 16-row side) and the group's query heads the columns (block_H:
     8 or more): with 4 query heads a KV head, a quarter of the rows of q K^T are real, half
     of the columns of K q^T, so a tile costs about half the instructions."""
-    if combine not in ("kernel", "cluster"):
-        raise ValueError(f"combine: expected 'kernel' or 'cluster', got {combine!r}")
+    if combine not in ("kernel", "cluster", "last"):
+        raise ValueError(f"combine: expected 'kernel', 'cluster' or 'last', got {combine!r}")
     if combine == "cluster" and not 2 <= num_split <= 16:
         raise ValueError(f"num_split: combine='cluster' takes 2 to 16 splits (a cluster's blocks), got {num_split}")
     group = heads // heads_kv
@@ -169,7 +175,24 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         return acc_o[d, i] if keys_as_rows else acc_o[i, d]
 
     @T.macro
-    def split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE):
+    def combine_group(O_partial, LSE, O, b, hk):
+        """The splits of (sequence b, KV head hk) from global memory into O: weights
+        exp2(lse_t - max lse), a split with no key weighing 0."""
+        for i, d in T.Parallel(group, dim):
+            h = hk * group + i
+            top = LSE[b, h, 0]
+            for t in range(1, num_split):
+                top = T.max(top, LSE[b, h, t])
+            num = T.float32(0)
+            den = T.float32(0)
+            for t in range(num_split):
+                w = T.if_then_else(LSE[b, h, t] == -T.infinity(accum), 0, T.exp2(LSE[b, h, t] - top))
+                num = num + w * O_partial[b, h, t, d]
+                den = den + w
+            O[b, h, d] = T.if_then_else(den > 0, num / den, 0)
+
+    @T.macro
+    def split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE, arrivals=None, O=None):
         with T.Kernel(heads_kv, batch, num_split, threads=threads) as (hk, b, s):
             acc_o, scores_max, logsum = online_softmax(Q, K, V, cache_seqlens, table, b, hk, s)
 
@@ -187,6 +210,14 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                 if i < group:
                     LSE[b, hk * group + i, s] = T.if_then_else(
                         logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale, -T.infinity(accum))
+            if arrivals is not None:
+                # the partials above are released with the ticket; the last split acquires
+                # every other split's with its own
+                ticket = T.atomic_add(arrivals[b, hk], 1, memory_order="acq_rel", return_prev=True)
+                T.device_assert(ticket < num_split, "arrivals must be zero when a call starts")
+                if ticket == num_split - 1:
+                    arrivals[b, hk] = 0
+                    combine_group(O_partial, LSE, O, b, hk)
 
     @T.macro
     def cluster_kernel(Q, K, V, cache_seqlens, table, O):
@@ -246,7 +277,7 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                 O[b, h, d] = T.if_then_else(weight_sum[0] > 0, out[d] / weight_sum[0], 0)
 
     @T.macro
-    def decode(Q, K, V, cache_seqlens, table, O):
+    def decode(Q, K, V, cache_seqlens, table, O, arrivals=None):
         if combine == "cluster":
             cluster_kernel(Q, K, V, cache_seqlens, table, O)
         elif num_split == 1:
@@ -254,8 +285,25 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         else:
             O_partial = T.alloc_global((batch, heads, num_split, dim), accum)
             LSE = T.alloc_global((batch, heads, num_split), accum)
-            split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE)
-            combine_kernel(O_partial, LSE, O)
+            if combine == "last":
+                split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE, arrivals, O)
+            else:
+                split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE)
+                combine_kernel(O_partial, LSE, O)
+
+    if paged and combine == "last":
+
+        @T.prim_func
+        def kernel(Q: T.Tensor((batch, heads, dim), dtype),
+                   K: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
+                   V: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
+                   cache_seqlens: T.Tensor((batch,), "int32"),
+                   block_table: T.Tensor((batch, pages_per_seq), "int32"),
+                   arrivals: T.Tensor((batch, heads_kv), "int32"),
+                   O: T.Tensor((batch, heads, dim), dtype)):
+            decode(Q, K, V, cache_seqlens, block_table, O, arrivals)
+
+        return kernel
 
     if paged:
 
@@ -267,6 +315,19 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                    block_table: T.Tensor((batch, pages_per_seq), "int32"),
                    O: T.Tensor((batch, heads, dim), dtype)):
             decode(Q, K, V, cache_seqlens, block_table, O)
+
+        return kernel
+
+    if combine == "last":
+
+        @T.prim_func
+        def kernel(Q: T.Tensor((batch, heads, dim), dtype),
+                   K: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
+                   V: T.Tensor((cache_rows, cache_len, heads_kv, dim), dtype),
+                   cache_seqlens: T.Tensor((batch,), "int32"),
+                   arrivals: T.Tensor((batch, heads_kv), "int32"),
+                   O: T.Tensor((batch, heads, dim), dtype)):
+            decode(Q, K, V, cache_seqlens, None, O, arrivals)
 
         return kernel
 

@@ -112,6 +112,8 @@ def main():
         kernels = list(pool.map(lambda cfg: build(lambda: flash_decoding.flash_decode(
             B, HEADS, HEADS_KV, DIM, S, **{"block_H": 16, **cfg})), CONFIGS))
         stream_kernels = dict(zip(keys, pool.map(lambda key: build(lambda: stream_kernel(*key)), keys)))
+    kernels = [bench.WithArrivals(k, torch.zeros(B, HEADS_KV, device="cuda", dtype=torch.int32))
+               if cfg.get("combine") == "last" and not isinstance(k, str) else k for cfg, k in zip(CONFIGS, kernels)]
     streams = {}
     for cfg, kernel in zip(CONFIGS, kernels):
         key = (cfg["num_split"], cfg["block_N"], cfg["num_stages"], cfg.get("threads", 128))

@@ -179,7 +179,7 @@ def test_cluster_combine_at_the_issues_shape(num_split):
 
 
 def test_bad_cluster_combines_are_refused():
-    with pytest.raises(ValueError, match="combine: expected 'kernel' or 'cluster'"):
+    with pytest.raises(ValueError, match="combine: expected 'kernel', 'cluster' or 'last'"):
         fd.flash_decode.prim_func(1, 8, 2, 64, 128, combine="dsmem")
     with pytest.raises(ValueError, match="num_split: combine='cluster' takes 2 to 16 splits"):
         fd.flash_decode.prim_func(1, 8, 2, 64, 128, num_split=32, combine="cluster")
@@ -229,3 +229,49 @@ def test_keys_as_rows_at_the_issues_shape(arch, block_H, block_N, threads):
 def test_keys_as_rows_wants_heads_in_eights():
     with pytest.raises(ValueError, match="block_H must be a multiple of 8"):
         fd.flash_decode.prim_func(1, 8, 2, 64, 128, block_H=4, keys_as_rows=True)
+
+
+@pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8),
+                                               ([1, 64, 65, 256], 1)])
+@pytest.mark.parametrize("page_size,keys_as_rows", [(0, False), (16, False), (0, True), (64, True)])
+def test_last_split_combines_against_numpy(lengths, num_split, page_size, keys_as_rows):
+    """combine="last": one kernel; the last split of each (sequence, KV head) to take its
+    ticket combines them and sets the counter back to 0, so the next call starts clean."""
+    S = 256
+    q, k, v, seqlens, want = case(4, 8, 2, 64, S, lengths)
+    pages = 4 * S // page_size if page_size else 0
+    kernel = fd.flash_decode(4, 8, 2, 64, S, num_split=num_split, combine="last", page_size=page_size,
+                             num_pages=pages, block_H=8 if keys_as_rows else 16, keys_as_rows=keys_as_rows)
+    arrivals = np.zeros((4, 2), np.int32)
+    for _ in range(2):
+        if page_size:
+            kp, vp, table = fd.paged_cache(k, v, page_size)
+            out = kernel(q, kp, vp, seqlens, table, arrivals)
+        else:
+            out = kernel(q, k, v, seqlens, arrivals)
+        np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+        assert not arrivals.any()
+
+
+def test_last_split_combine_is_one_kernel_and_releases_the_block():
+    f = fd.flash_decode.prim_func(1, 32, 8, 128, 8192, num_split=16, combine="last")
+    kern = tilers.compile(f, out_idx=[-1], target="cuda:sm_90a")
+    src = kern.source
+    assert src.count('extern "C" __global__') == 1
+    # every thread's partial stores, then a barrier, then thread 0's acquire-release ticket
+    before = src[:src.index("tl_atomic_add_acq_rel_fetch(&arrivals")]
+    assert before.rstrip().endswith("if ((tid == 0)) {\n    {") or before.rfind("__syncthreads()") > before.rfind("LSE[")
+    assert len(tilers.compile(f, out_idx=[-1], target="cuda:sm_80").cubin) > 0
+
+
+def test_last_split_combine_every_pass_agrees():
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, 256, num_split=4, combine="last")
+    for arch in ("sm_90a", "sm_80"):
+        testing.check_passes(f, arch=arch, blocks="all", zeros=("arrivals",), check=True)
+
+
+def test_last_split_combine_refuses_a_dirty_counter():
+    q, k, v, seqlens, _ = case(4, 8, 2, 64, 256, [1, 64, 65, 256])
+    kernel = fd.flash_decode(4, 8, 2, 64, 256, num_split=4, combine="last")
+    with pytest.raises(tilers.TileError, match="arrivals must be zero when a call starts"):
+        kernel(q, k, v, seqlens, np.full((4, 2), 7, np.int32))

@@ -50,15 +50,21 @@ def against_torch(page_size, dtype, **config):
     v = torch.randn(B, S, Hkv, D, device="cuda").to(torch_dtype)
     seqlens = torch.tensor([1, 64, 65, 1000], device="cuda", dtype=torch.int32)
     want = reference(q, k, v, seqlens)
-    if page_size:
-        kp, vp, table = paged(k, v, page_size)
-        kernel = fd.flash_decode(B, H, Hkv, D, S, page_size=page_size, num_pages=kp.shape[0], dtype=dtype, **config)
-        out = kernel(q, kp, vp, seqlens, table)
-    else:
-        kernel = fd.flash_decode(B, H, Hkv, D, S, dtype=dtype, **config)
-        out = kernel(q, k, v, seqlens)
+    # combine="last": a counter of arrivals, zeroed once, left zero by every call
+    extra = [torch.zeros(B, Hkv, device="cuda", dtype=torch.int32)] if config.get("combine") == "last" else []
     tol = 2e-2 if dtype == "bfloat16" else 3e-3
-    torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+    for _ in range(3 if extra else 1):
+        if page_size:
+            kp, vp, table = paged(k, v, page_size)
+            kernel = fd.flash_decode(B, H, Hkv, D, S, page_size=page_size, num_pages=kp.shape[0], dtype=dtype,
+                                     **config)
+            out = kernel(q, kp, vp, seqlens, table, *extra)
+        else:
+            kernel = fd.flash_decode(B, H, Hkv, D, S, dtype=dtype, **config)
+            out = kernel(q, k, v, seqlens, *extra)
+        torch.testing.assert_close(out.float(), want, rtol=tol, atol=tol)
+        if extra:
+            assert not extra[0].any()
     return kernel
 
 
@@ -86,3 +92,29 @@ def test_cluster_combine_against_torch(page_size, dtype, num_split):
 def test_keys_as_rows_against_torch(page_size, dtype, num_split, block_H, block_N):
     # S^T = K q^T: the scores' gemm on wgmma (m64n8) where the keys fill a warpgroup
     against_torch(page_size, dtype, num_split=num_split, block_H=block_H, block_N=block_N, keys_as_rows=True)
+
+
+@pytest.mark.parametrize("num_split,block_H,keys_as_rows", [(8, 16, False), (16, 8, True), (3, 16, False)])
+@pytest.mark.parametrize("page_size", [0, 16, 64])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_last_split_combine_against_torch(page_size, dtype, num_split, block_H, keys_as_rows):
+    # one kernel: the last split of each (sequence, KV head) combines the others' partials,
+    # acquired with its ticket; three calls on one counter (each leaves it zero)
+    against_torch(page_size, dtype, num_split=num_split, block_H=block_H, keys_as_rows=keys_as_rows, combine="last")
+
+
+def test_last_split_combine_under_load():
+    """Batch 1 at 32k keys, 16 splits, many calls in a row on one counter: a split that read
+    a partial before its writer released it would show as a wrong row."""
+    B, H, Hkv, D, S = 1, 32, 8, 128, 32768
+    q = torch.randn(B, H, D, device="cuda", dtype=torch.float16)
+    k = torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.float16)
+    v = torch.randn(B, S, Hkv, D, device="cuda", dtype=torch.float16)
+    seqlens = torch.tensor([S], device="cuda", dtype=torch.int32)
+    want = reference(q, k, v, seqlens)
+    arrivals = torch.zeros(B, Hkv, device="cuda", dtype=torch.int32)
+    kernel = fd.flash_decode(B, H, Hkv, D, S, num_split=16, num_stages=3, combine="last")
+    outs = [kernel(q, k, v, seqlens, arrivals) for _ in range(50)]
+    for out in outs:
+        torch.testing.assert_close(out.float(), want, rtol=3e-3, atol=3e-3)
+    assert not arrivals.any()

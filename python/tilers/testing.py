@@ -178,6 +178,7 @@ def check_passes(
     arch: str = "sm_80",
     check: bool = False,
     compile_options: dict | None = None,
+    zeros: tuple = (),
     **params,
 ) -> PassCheckResult:
     """Run ``prim_func`` (a ``@T.prim_func``, a ``@tilers.jit`` factory, a kernel it
@@ -191,6 +192,8 @@ def check_passes(
     raises ``AssertionError`` at once (else call ``.assert_ok()``). ``compile_options`` take
     :func:`tilers.compile`'s switches that choose another kernel (``{"persistent":
     "pingpong"}``, ``{"tma": False}``, ``wgmma``, ``tma_store``, ``{"cluster": (2, 1)}``).
+    ``zeros`` names tensor parameters that start as zeros instead of random values (a
+    counter the kernel requires zeroed).
     """
     if blocks not in ("edges", "all"):
         raise TileError(f"check_passes: blocks must be 'edges' or 'all', got {blocks!r}")
@@ -198,6 +201,8 @@ def check_passes(
 
     program_json = _program_json(prim_func, params)
     opts = {"arch": arch, "seed": int(seed), "blocks": blocks}
+    if zeros:
+        opts["zeros"] = [str(z) for z in zeros]
     for key, value in (compile_options or {}).items():
         if key == "persistent" and value == "pingpong":
             opts["pingpong"] = True

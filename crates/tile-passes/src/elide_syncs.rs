@@ -17,14 +17,17 @@
 //! what the other touches. A list's first and last barrier stay (they order it against what
 //! comes before and after, a loop's other iterations included), and so does every barrier next
 //! to anything this pass does not model: waits (`cp.async`, mbarrier, wgmma), fences, bulk
-//! copies, cluster and named barriers, extern calls, prints, asserts, and nested statements
+//! copies, cluster and named barriers, atomics with a memory order, extern calls, prints,
+//! asserts, and nested statements
 //! holding a barrier. Does not: touch a warp-specialized kernel, move a barrier, or remove a
 //! named barrier.
 
 use crate::Ctx;
 use std::collections::BTreeSet;
 use tile_ir::inst::{AccessKind, Inst};
-use tile_ir::{stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Instruction, Module, Scope, Stmt};
+use tile_ir::{
+    stmt_exprs, walk_stmts, BufferId, Diagnostic, Expr, Instruction, MemoryOrder, Module, Scope, Stmt,
+};
 
 /// Shared tiles of at least this many bytes keep the barriers `plan_shared_memory` may
 /// place them over each other by (see [`Touched::conflicts`]).
@@ -106,7 +109,10 @@ impl Cx<'_> {
         walk_stmts(stmts, &mut |s| {
             self.exprs(&mut t, s);
             match s {
-                Stmt::Store { buf, .. } | Stmt::Atomic { buf, .. } => self.access(&mut t, *buf, true),
+                Stmt::Store { buf, .. } => self.access(&mut t, *buf, true),
+                // an atomic with an order releases or acquires the block's other accesses
+                Stmt::Atomic { mode, .. } if mode.order != MemoryOrder::Relaxed => t.opaque = true,
+                Stmt::Atomic { buf, .. } => self.access(&mut t, *buf, true),
                 Stmt::Inst(i) => match i {
                     Inst::VecCopy(_)
                     | Inst::VecAtomic(_)

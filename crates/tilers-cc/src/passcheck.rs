@@ -34,6 +34,9 @@ pub struct CheckOptions {
     pub compile: CompileOptions,
     pub seed: u64,
     pub blocks: Blocks,
+    /// Tensor parameters that start as zeros instead of random values (counters a kernel
+    /// requires zeroed, such as the arrivals of a last-block combine).
+    pub zeros: Vec<String>,
 }
 
 impl Default for CheckOptions {
@@ -42,12 +45,13 @@ impl Default for CheckOptions {
             compile: CompileOptions { arch: tile_ir::target::PORTABLE_ARCH.into(), ..Default::default() },
             seed: 0,
             blocks: Blocks::Edges,
+            zeros: Vec::new(),
         }
     }
 }
 
 impl CheckOptions {
-    /// Parse `{"arch": "sm_80", "seed": 0, "blocks": "edges" | "all"}`, and the compile
+    /// Parse `{"arch": "sm_80", "seed": 0, "blocks": "edges" | "all", "zeros": ["name", …]}`, and the compile
     /// options `wgmma`, `tma`, `persistent`, `tma_store`, `pingpong` (bools), `cluster` ([x, y]).
     pub fn from_json(text: &str) -> Result<CheckOptions, CompileError> {
         let v: Value = serde_json::from_str(text)
@@ -61,6 +65,15 @@ impl CheckOptions {
             match k.as_str() {
                 "arch" => opts.compile.arch = val.as_str().ok_or_else(|| bad("a string"))?.to_string(),
                 "seed" => opts.seed = val.as_u64().ok_or_else(|| bad("a non-negative integer"))?,
+                "zeros" => {
+                    let names = val.as_array().ok_or_else(|| bad("a list of parameter names"))?;
+                    opts.zeros = names
+                        .iter()
+                        .map(|n| {
+                            n.as_str().map(str::to_string).ok_or_else(|| bad("a list of parameter names"))
+                        })
+                        .collect::<Result<_, _>>()?;
+                }
                 "blocks" => {
                     opts.blocks = match val.as_str() {
                         Some("edges") => Blocks::Edges,
@@ -278,7 +291,7 @@ pub fn check_stages(stages: &[(String, Module)], opts: &CheckOptions) -> Result<
     let blocks = if stages.iter().any(|(_, m)| whole(m)) { Blocks::All } else { opts.blocks };
     let references = draws
         .iter()
-        .map(|sizes| reference_at(stages, opts.seed, blocks, sizes))
+        .map(|sizes| reference_at(stages, opts.seed, blocks, sizes, &opts.zeros))
         .collect::<Result<Vec<_>, _>>()?;
     let mut results = Vec::new();
     let mut first_failure = None;
@@ -453,7 +466,7 @@ pub struct Reference {
 /// The reference run (at the first of the [`size_draws`] of a symbolic kernel).
 pub fn reference(stages: &[(String, Module)], seed: u64, blocks: Blocks) -> Result<Reference, CompileError> {
     let draw = size_draws(simplify_stage(stages)?).swap_remove(0);
-    reference_at(stages, seed, blocks, &draw)
+    reference_at(stages, seed, blocks, &draw, &[])
 }
 
 /// The reference run at the given symbolic sizes (one per `Module::sizes`).
@@ -462,9 +475,25 @@ pub fn reference_at(
     seed: u64,
     blocks: Blocks,
     sizes: &[i64],
+    zeros: &[String],
 ) -> Result<Reference, CompileError> {
     let module = simplify_stage(stages)?;
-    let args = sized_args(module, sizes, seed);
+    let mut args = sized_args(module, sizes, seed);
+    for name in zeros {
+        let at = module
+            .params
+            .iter()
+            .position(|p| matches!(p, Param::Tensor { buffer, .. } if module.buffer(*buffer).name == *name));
+        match (at, at.and_then(|i| args.get_mut(i))) {
+            (Some(_), Some(Arg::Tensor(bytes))) => bytes.fill(0),
+            _ => {
+                return Err(CompileError::User(format!(
+                    "check_passes: zeros names '{name}', which is no tensor parameter of '{}'",
+                    module.name
+                )))
+            }
+        }
+    }
     let failed = |e: String| {
         let at =
             if sizes.is_empty() { String::new() } else { format!(" at sizes {}", sizes_text(module, sizes)) };

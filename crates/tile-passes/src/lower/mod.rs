@@ -539,6 +539,30 @@ impl Lowerer {
                     // by every thread, so each keeps its copy)
                     out.push(Stmt::Store { buf, idx, value, loc });
                 }
+                Stmt::Atomic { prev, mode, .. } if mode.order != MemoryOrder::Relaxed => {
+                    // the block's atomic with an order: what every thread of the block did
+                    // before it is released with it (a barrier, then thread 0's release), and
+                    // what the acquire makes visible is every thread's after it
+                    let releases = matches!(
+                        mode.order,
+                        MemoryOrder::Release | MemoryOrder::AcqRel | MemoryOrder::SeqCst
+                    );
+                    if releases {
+                        out.push(Stmt::inst(inst::Sync));
+                    }
+                    match prev {
+                        Some(prev) => out.extend(self.atomic_once(s, prev)),
+                        None => {
+                            let loc = s.loc();
+                            let guarded = self.guard_globals(vec![s]);
+                            let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
+                            out.push(Stmt::If { cond: one, then: guarded, otherwise: vec![], loc });
+                            if mode.order != MemoryOrder::Release {
+                                out.push(Stmt::inst(inst::Sync));
+                            }
+                        }
+                    }
+                }
                 Stmt::Atomic { prev: Some(prev), .. } => out.extend(self.atomic_once(s, prev)),
                 s @ (Stmt::Store { .. } | Stmt::Atomic { .. }) => {
                     // once per block: thread 0 writes
