@@ -122,52 +122,36 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         T.fill(logsum, 0)
         T.fill(scores_max, -T.infinity(accum))
         tiles = T.ceildiv(T.max(stop - start, 0), block_N)
-        if keys_as_rows:
-            P_shared = T.alloc_shared((block_N, block_H), dtype)
-            for k in T.Pipelined(tiles, num_stages=num_stages):
-                n0 = start + k * block_N
-                load_tile(K, K_shared, b, hk, n0, table)
-                # S^T [keys, heads] = K q^T
-                T.gemm(K_shared, Q_shared, acc_s, transpose_B=True, clear_accum=True)
-                for j, i in T.Parallel(block_N, block_H):
-                    acc_s[j, i] = T.if_then_else(n0 + j < stop, acc_s[j, i], -T.infinity(accum))
-                T.copy(scores_max, scores_max_prev)
-                T.reduce_max(acc_s, scores_max, dim=0, clear=False)
-                for i in T.Parallel(block_H):
-                    scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-                for j, i in T.Parallel(block_N, block_H):
-                    acc_s[j, i] = T.exp2(acc_s[j, i] * scale - scores_max[i] * scale)
-                T.reduce_sum(acc_s, scores_sum, dim=0)
-                for i in T.Parallel(block_H):
-                    logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-                T.copy(acc_s, P_shared)
-                for d, i in T.Parallel(dim, block_H):
-                    acc_o[d, i] *= scores_scale[i]
-                load_tile(V, V_shared, b, hk, n0, table)
-                # O^T [dim, heads] += V^T P^T
-                T.gemm(V_shared, P_shared, acc_o, transpose_A=True)
-            return acc_o, scores_max, logsum
-        acc_s_cast = T.alloc_fragment((block_H, block_N), dtype)
+        # the scores' tile in the type the second gemm reads: P^T in shared memory when the
+        # keys are the rows (a gemm's B operand), else the cast fragment
+        P = T.alloc_shared((block_N, block_H), dtype) if keys_as_rows else T.alloc_fragment(scores, dtype)
+        keys = 0 if keys_as_rows else 1  # the scores' dimension of keys
         for k in T.Pipelined(tiles, num_stages=num_stages):
             n0 = start + k * block_N
             load_tile(K, K_shared, b, hk, n0, table)
-            T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True)
-            for i, j in T.Parallel(block_H, block_N):
-                acc_s[i, j] = T.if_then_else(n0 + j < stop, acc_s[i, j], -T.infinity(accum))
+            if keys_as_rows:
+                T.gemm(K_shared, Q_shared, acc_s, transpose_B=True, clear_accum=True)  # S^T = K q^T
+            else:
+                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True)
+            for x, y in T.Parallel(*scores):
+                acc_s[x, y] = T.if_then_else(n0 + (x, y)[keys] < stop, acc_s[x, y], -T.infinity(accum))
             T.copy(scores_max, scores_max_prev)
-            T.reduce_max(acc_s, scores_max, dim=1, clear=False)
+            T.reduce_max(acc_s, scores_max, dim=keys, clear=False)
             for i in T.Parallel(block_H):
                 scores_scale[i] = T.exp2(scores_max_prev[i] * scale - scores_max[i] * scale)
-            for i, j in T.Parallel(block_H, block_N):
-                acc_s[i, j] = T.exp2(acc_s[i, j] * scale - scores_max[i] * scale)
-            T.reduce_sum(acc_s, scores_sum, dim=1)
+            for x, y in T.Parallel(*scores):
+                acc_s[x, y] = T.exp2(acc_s[x, y] * scale - scores_max[(y, x)[keys]] * scale)
+            T.reduce_sum(acc_s, scores_sum, dim=keys)
             for i in T.Parallel(block_H):
                 logsum[i] = logsum[i] * scores_scale[i] + scores_sum[i]
-            T.copy(acc_s, acc_s_cast)
-            for i, j in T.Parallel(block_H, dim):
-                acc_o[i, j] *= scores_scale[i]
+            T.copy(acc_s, P)
+            for x, y in T.Parallel(*acc_o.shape):
+                acc_o[x, y] *= scores_scale[(y, x)[keys]]
             load_tile(V, V_shared, b, hk, n0, table)
-            T.gemm(acc_s_cast, V_shared, acc_o)
+            if keys_as_rows:
+                T.gemm(V_shared, P, acc_o, transpose_A=True)  # O^T += V^T P^T
+            else:
+                T.gemm(P, V_shared, acc_o)
         return acc_o, scores_max, logsum
 
     def out(acc_o, i, d):
