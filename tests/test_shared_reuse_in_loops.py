@@ -67,37 +67,54 @@ def test_three_stages_fit_at_head_dim_128():
     assert k.info["shared_bytes"] <= 232448 if "shared_bytes" in k.info else True
 
 
-def two_phases(n_tiles):
+def two_phases(n_tiles, width=1024):
     """Per tile: stage A's row in one shared tile, then B's in another (each read by all
     threads after a barrier): the two never live at once within an iteration."""
 
     @T.prim_func
-    def f(A: T.Tensor((n_tiles, 256), "float32"), B: T.Tensor((n_tiles, 256), "float32"),
-          C: T.Tensor((n_tiles, 256), "float32")):
+    def f(A: T.Tensor((n_tiles, width), "float32"), B: T.Tensor((n_tiles, width), "float32"),
+          C: T.Tensor((n_tiles, width), "float32")):
         with T.Kernel(1, threads=128) as bx:
-            x = T.alloc_shared((256,), "float32")
-            y = T.alloc_shared((256,), "float32")
+            x = T.alloc_shared((width,), "float32")
+            y = T.alloc_shared((width,), "float32")
             for t in T.serial(n_tiles):
                 T.copy(A[t, :], x)
-                for i in T.Parallel(256):
-                    C[t, i] = x[255 - i]
+                for i in T.Parallel(width):
+                    C[t, i] = x[width - 1 - i]
                 T.copy(B[t, :], y)
-                for i in T.Parallel(256):
-                    C[t, i] = C[t, i] + y[(i + 7) % 256]
+                for i in T.Parallel(width):
+                    C[t, i] = C[t, i] + y[(i + 7) % width]
 
     return f
 
 
 def test_a_plain_loop_shares_and_stays_correct():
+    # tiles of 4 KiB: a barrier added each iteration lets y take x's bytes
     f = two_phases(5)
     k = tilers.compile(f, out_idx=[2], target="sm_90a")
     offsets = report_offsets(k)
     assert offsets["y"][0] == offsets["x"][0], k.report()
     rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((5, 256)).astype(np.float32) for _ in range(2))
-    want = a[:, ::-1] + b[:, (np.arange(256) + 7) % 256]
+    a, b = (rng.standard_normal((5, 1024)).astype(np.float32) for _ in range(2))
+    want = a[:, ::-1] + b[:, (np.arange(1024) + 7) % 1024]
     got = tilers.compile(f, out_idx=[2], target="interp")(a, b)
     assert np.allclose(np.asarray(got), want)
     for arch in ("sm_90a", "sm_80"):
         r = tilers.testing.check_passes(f, arch=arch)
         assert r.ok, r.failure_message()
+
+
+def test_small_tiles_keep_bytes_of_their_own():
+    """Tiles of 1 KiB: a barrier each iteration would cost more than the bytes it saves, so
+    no barrier is added and the two tiles do not share bytes."""
+    f = two_phases(5, width=256)
+    k = tilers.compile(f, out_idx=[2], target="sm_90a")
+    offsets = report_offsets(k)
+    assert offsets["y"][0] != offsets["x"][0], k.report()
+    assert k.source.count("__syncthreads()") == tilers.compile(two_phases(5, width=256), out_idx=[2],
+                                                               target="sm_80").source.count("__syncthreads()")
+    rng = np.random.default_rng(1)
+    a, b = (rng.standard_normal((5, 256)).astype(np.float32) for _ in range(2))
+    got = tilers.compile(f, out_idx=[2], target="interp")(a, b)
+    assert np.allclose(np.asarray(got), a[:, ::-1] + b[:, (np.arange(256) + 7) % 256])
+    tilers.testing.check_passes(f, arch="sm_90a", check=True)
