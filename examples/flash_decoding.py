@@ -161,19 +161,25 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     @T.macro
     def combine_group(O_partial, LSE, O, b, hk):
         """The splits of (sequence b, KV head hk) from global memory into O: weights
-        exp2(lse_t - max lse), a split with no key weighing 0."""
+        exp2(lse_t - max lse), a split with no key weighing 0. Every split's output and
+        log-sum-exp load at once (fragments), then reductions over the splits."""
+        lse = T.alloc_fragment((group, num_split), accum)
+        lse_max = T.alloc_fragment((group,), accum)
+        weight = T.alloc_fragment((group, num_split), accum)
+        weight_sum = T.alloc_fragment((group,), accum)
+        partial = T.alloc_fragment((group, num_split, dim), accum)
+        total = T.alloc_fragment((group, dim), accum)
+        T.copy(LSE[b, hk * group:(hk + 1) * group, :], lse)
+        T.copy(O_partial[b, hk * group:(hk + 1) * group, :, :], partial)
+        T.reduce_max(lse, lse_max, dim=1)
+        for i, t in T.Parallel(group, num_split):
+            weight[i, t] = T.if_then_else(lse[i, t] == -T.infinity(accum), 0, T.exp2(lse[i, t] - lse_max[i]))
+        T.reduce_sum(weight, weight_sum, dim=1)
+        for i, t, d in T.Parallel(group, num_split, dim):
+            partial[i, t, d] *= weight[i, t]
+        T.reduce_sum(partial, total, dim=1)
         for i, d in T.Parallel(group, dim):
-            h = hk * group + i
-            top = LSE[b, h, 0]
-            for t in range(1, num_split):
-                top = T.max(top, LSE[b, h, t])
-            num = T.float32(0)
-            den = T.float32(0)
-            for t in range(num_split):
-                w = T.if_then_else(LSE[b, h, t] == -T.infinity(accum), 0, T.exp2(LSE[b, h, t] - top))
-                num = num + w * O_partial[b, h, t, d]
-                den = den + w
-            O[b, h, d] = T.if_then_else(den > 0, num / den, 0)
+            O[b, hk * group + i, d] = T.if_then_else(weight_sum[i] > 0, total[i, d] / weight_sum[i], 0)
 
     @T.macro
     def split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE, arrivals=None, O=None):
