@@ -54,8 +54,9 @@ BLOCK_NS = [int(s) for s in os.environ.get("DECODE_BLOCK_N", "64,128").split(","
 BLOCK_HS = [int(s) for s in os.environ.get("DECODE_BLOCK_H", "16,64").split(",")]
 # threads of the split kernel: fewer warps a block, fewer cross-warp reductions a tile
 ATTN_THREADS = [int(s) for s in os.environ.get("DECODE_THREADS", "128").split(",")]
-# the scores as K q^T (keys on the tensor cores' rows; the group's 4 query heads in 8 columns)
-KEYS_AS_ROWS = [bool(int(s)) for s in os.environ.get("DECODE_KEYS_AS_ROWS", "0,1").split(",")]
+# the scores as K q^T (keys on the tensor cores' rows; the group's 4 query heads in 8 columns):
+# measured 2-4x slower on an H100 (session 32), so only when asked ("0,1")
+KEYS_AS_ROWS = [bool(int(s)) for s in os.environ.get("DECODE_KEYS_AS_ROWS", "0").split(",")]
 # how the splits meet: a second kernel, or (2 to 16 splits) in the first split's shared memory
 # through a thread-block cluster, one kernel
 COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster,last").split(",")

@@ -46,11 +46,16 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     add with acquire-release order), and the one that draws num_split - 1 reads the others'
     partials and sets the counter back to 0 — the kernel then takes `arrivals` before O, a
     tensor the caller zeroes once and passes to every call (not to two calls running at
-    once); a counter found above num_split - 1 stops the kernel. keys_as_rows: the
+    once); a counter found above num_split - 1 stops the kernel. On an H100 at batch 1 and
+    8k keys the last block's tail costs what the second kernel does (17.9 against 18.3 us a
+    call in one run, 18.4 against 17.3 in another; session 32). keys_as_rows: the
     scores as S^T = K q^T and the output as O^T = V^T P^T — the tile's block_N keys are the
     rows (the tensor cores' 16-row side) and the group's query heads the columns (block_H:
     8 or more): with 4 query heads a KV head, a quarter of the rows of q K^T are real, half
-    of the columns of K q^T, so a tile costs about half the instructions."""
+    of the columns of K q^T, so a tile costs ~18% fewer instructions — measured 2x slower on
+    an H100 all the same (the wgmma reading a cp.async tile needs a proxy fence each tile;
+    with block_H 16 both gemms take wgmma and the TMA pipeline, 4x slower), so the benchmark
+    leaves it out unless asked (DECODE_KEYS_AS_ROWS=0,1)."""
     if combine not in ("kernel", "cluster", "last"):
         raise ValueError(f"combine: expected 'kernel', 'cluster' or 'last', got {combine!r}")
     if combine == "cluster" and not 2 <= num_split <= 16:
