@@ -25,6 +25,11 @@ back-to-back calls from Python instead, where the host's few microseconds per la
 
     python bench/decode.py                        # all rows; DECODE_PART=gemm|attention for one half
     DECODE_MS=1,16 DECODE_NK=4096x4096 python bench/decode.py
+
+The attention space (each a comma list): DECODE_SPLITS, DECODE_BLOCK_N, DECODE_BLOCK_H,
+DECODE_STAGES, DECODE_THREADS (the split kernel's), DECODE_COMBINE (kernel: a second kernel;
+cluster: one kernel, splits in a thread-block cluster; last: one kernel, the last split to
+arrive combines), DECODE_KEYS_AS_ROWS (0, 1: the scores as K q^T).
 """
 
 import math
