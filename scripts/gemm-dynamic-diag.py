@@ -1,11 +1,24 @@
-import os, sys, statistics, subprocess, tempfile
-sys.path.insert(0, "tests"); sys.path.insert(0, "bench")
-import torch, tilers, tilers.language as T, kernels
-from common import interleaved
+"""A static, a symbolic and a 128-aligned symbolic 4096^3 GEMM timed interleaved on the GPU,
+with their CUDA, cubin and SASS written to $OUT (GPU only)."""
+
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, "tests")
+sys.path.insert(0, "bench")
+import kernels  # noqa: E402
+import tilers  # noqa: E402
+import tilers.language as T  # noqa: E402
+import torch  # noqa: E402
+from common import interleaved  # noqa: E402
+
 M = N = K = 4096
 cfg = (128, 128, 64, 2, 128, 8)
 bm, bn, bk, st, th, p = cfg
-a = torch.randn(M, K, device="cuda", dtype=torch.float16); b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+b = torch.randn(K, N, device="cuda", dtype=torch.float16)
 ks = {
   "static": tilers.compile(kernels.matmul(M, N, K, bm, bn, bk, st, th, panel=p)),
   "dynamic": tilers.compile(kernels.matmul(T.dynamic("M"), N, K, bm, bn, bk, st, th, panel=p)),
