@@ -29,7 +29,8 @@ back-to-back calls from Python instead, where the host's few microseconds per la
 The attention space (each a comma list): DECODE_SPLITS, DECODE_BLOCK_N, DECODE_BLOCK_H,
 DECODE_STAGES, DECODE_THREADS (the split kernel's), DECODE_COMBINE (kernel: a second kernel;
 cluster: one kernel, splits in a thread-block cluster; last: one kernel, the last split to
-arrive combines), DECODE_KEYS_AS_ROWS (0, 1: the scores as K q^T).
+arrive combines), DECODE_KEYS_AS_ROWS (0, 1: the scores as K q^T), DECODE_COMBINE_THREADS
+(the second kernel's threads; 0: the example's default).
 """
 
 import math
@@ -65,6 +66,8 @@ KEYS_AS_ROWS = [bool(int(s)) for s in os.environ.get("DECODE_KEYS_AS_ROWS", "0")
 # how the splits meet: a second kernel, or (2 to 16 splits) in the first split's shared memory
 # through a thread-block cluster, one kernel
 COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster,last").split(",")
+# the second kernel's threads (combine="kernel"): 0 the example's default
+COMBINE_THREADS = [int(s) for s in os.environ.get("DECODE_COMBINE_THREADS", "0").split(",")]
 VERBOSE = os.environ.get("DECODE_VERBOSE", "") == "1"
 CALLS = 20
 L2X = float(os.environ.get("DECODE_L2X", "3"))
@@ -491,14 +494,16 @@ def attention_rows(bandwidth, floors):
 
                 space = [{"num_split": num_split, "block_N": block_N, "block_H": block_H, "num_stages": stages,
                           "combine": combine, **({} if threads == 128 else {"threads": threads}),
-                          **({"keys_as_rows": True} if rows else {})}
+                          **({"keys_as_rows": True} if rows else {}),
+                          **({"combine_threads": ct} if ct else {})}
                          for num_split in SPLITS if num_split * 64 <= S
                          for rows in KEYS_AS_ROWS
                          for block_N in BLOCK_NS for block_H in ([8] if rows else BLOCK_HS) for stages in STAGES
                          for threads in ATTN_THREADS
                          for combine in COMBINES
                          if combine == "kernel" or (combine == "cluster" and 2 <= num_split <= 16)
-                         or (combine == "last" and num_split > 1)]
+                         or (combine == "last" and num_split > 1)
+                         for ct in (COMBINE_THREADS if combine == "kernel" and num_split > 1 else [0])]
 
                 def build(cfg):
                     kernel = flash_decoding.flash_decode(

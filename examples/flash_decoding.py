@@ -28,7 +28,7 @@ LOG2E = 1.4426950408889634
 @tilers.jit(out_idx=[-1])
 def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=16, block_N=64, threads=128,
                  dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2, combine="kernel",
-                 keys_as_rows=False):
+                 keys_as_rows=False, combine_threads=None):
     """O [batch, heads, dim] = softmax(q K^T * sm_scale) V per sequence and query head, over
     the first cache_seqlens[b] keys. page_size=0: a contiguous cache (K, V [batch, max_seqlen,
     heads_kv, dim]); else a paged one (K, V [num_pages, page_size, heads_kv, dim], with
@@ -55,7 +55,9 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     of the columns of K q^T, so a tile costs ~18% fewer instructions — measured 2x slower on
     an H100 all the same (the wgmma reading a cp.async tile needs a proxy fence each tile;
     with block_H 16 both gemms take wgmma and the TMA pipeline, 4x slower), so the benchmark
-    leaves it out unless asked (DECODE_KEYS_AS_ROWS=0,1)."""
+    leaves it out unless asked (DECODE_KEYS_AS_ROWS=0,1). combine_threads: the combine
+    kernel's threads (None: 128, or 256 past 64 splits of dim 128) — one warp reduces over
+    the splits with shuffles alone, several through shared memory."""
     if combine not in ("kernel", "cluster", "last"):
         raise ValueError(f"combine: expected 'kernel', 'cluster' or 'last', got {combine!r}")
     if combine == "cluster" and not 2 <= num_split <= 16:
@@ -247,7 +249,8 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                     O[b, hk * group + i, d] = T.if_then_else(den > 0, num / den, 0)
 
     # the combine holds every split's output in registers: more threads when they are many
-    combine_threads = 128 if num_split * dim <= 64 * 128 else 256
+    if combine_threads is None:
+        combine_threads = 128 if num_split * dim <= 64 * 128 else 256
 
     @T.macro
     def combine_kernel(O_partial, LSE, O):

@@ -275,3 +275,14 @@ def test_last_split_combine_refuses_a_dirty_counter():
     kernel = fd.flash_decode(4, 8, 2, 64, 256, num_split=4, combine="last")
     with pytest.raises(tilers.TileError, match="arrivals must be zero when a call starts"):
         kernel(q, k, v, seqlens, np.full((4, 2), 7, np.int32))
+
+
+@pytest.mark.parametrize("combine_threads", [32, 64])
+def test_combine_threads_against_numpy(combine_threads):
+    """The combine kernel on one warp (shuffles only, no barrier) or two: same answers, every
+    pass on the CPU model."""
+    q, k, v, seqlens, want = case(4, 8, 2, 64, 256, [1, 64, 65, 256])
+    out = fd.flash_decode(4, 8, 2, 64, 256, num_split=8, combine_threads=combine_threads)(q, k, v, seqlens)
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, 256, num_split=4, combine_threads=combine_threads)
+    testing.check_passes(f, arch="sm_90a", check=True)
