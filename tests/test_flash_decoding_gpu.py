@@ -118,3 +118,9 @@ def test_last_split_combine_under_load():
     for out in outs:
         torch.testing.assert_close(out.float(), want, rtol=3e-3, atol=3e-3)
     assert not arrivals.any()
+
+
+@pytest.mark.parametrize("combine_threads", [32, 64])
+@pytest.mark.parametrize("page_size", [0, 16])
+def test_combine_threads_against_torch(page_size, combine_threads):
+    against_torch(page_size, "float16", num_split=16, combine_threads=combine_threads)
