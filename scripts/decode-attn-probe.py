@@ -3,7 +3,9 @@ examples/flash_decoding.py at one shape, the call's time (a CUDA graph of 20 cal
 copies of the KV cache together 3x the L2, as bench/decode.py times), the duration of each of
 its kernels (torch's profiler: split kernel and combine apart), and beside them a kernel that
 only streams the same K/V tiles through the same pipeline (grid, tiles, stages) with next to
-no arithmetic: the floor of this decomposition's loads. GPU only.
+no arithmetic: the floor of this decomposition's loads — its trip count a constant, and
+read from cache_seqlens as the split kernel's is (its first copies then wait for that load).
+GPU only.
 
     python scripts/decode-attn-probe.py                     # batch 1, 8k keys
     PROBE_S=32768 PROBE_CONFIGS='[{"num_split": 16, "block_N": 64, "num_stages": 3}]' python ...
@@ -38,21 +40,22 @@ DEFAULT = [
 CONFIGS = json.loads(os.environ["PROBE_CONFIGS"]) if "PROBE_CONFIGS" in os.environ else DEFAULT
 
 
-def stream_kernel(num_split, block_N, num_stages, threads, dtype="float16"):
+def stream_kernel(num_split, block_N, num_stages, threads, from_lengths=False, dtype="float16"):
     """The split kernel's loads alone: block (hk, b, s) streams its keys' K and V tiles into
-    shared memory through a pipeline of num_stages and adds one row of each into its output."""
+    shared memory through a pipeline of num_stages and adds one row of each into its output.
+    from_lengths: the trip count from cache_seqlens[b], as the split kernel's (its first
+    copies then wait for that load)."""
     split_len = ((S + num_split - 1) // num_split + block_N - 1) // block_N * block_N
 
-    @T.prim_func
-    def stream(K: T.Tensor((B, S, HEADS_KV, DIM), dtype), V: T.Tensor((B, S, HEADS_KV, DIM), dtype),
-               out: T.Tensor((B, HEADS_KV, num_split, DIM), "float32")):
+    def body(K, V, length, out):
         with T.Kernel(HEADS_KV, B, num_split, threads=threads) as (hk, b, s):
             K_s = T.alloc_shared((block_N, DIM), dtype)
             V_s = T.alloc_shared((block_N, DIM), dtype)
             acc = T.alloc_fragment((DIM,), "float32")
             T.fill(acc, 0)
             start = s * split_len
-            tiles = T.ceildiv(T.max(T.min(start + split_len, S) - start, 0), block_N)
+            stop = S if length is None else length[b]
+            tiles = T.ceildiv(T.max(T.min(start + split_len, stop) - start, 0), block_N)
             for k in T.Pipelined(tiles, num_stages=num_stages):
                 T.copy(K[b, start + k * block_N:start + (k + 1) * block_N, hk, :], K_s)
                 T.copy(V[b, start + k * block_N:start + (k + 1) * block_N, hk, :], V_s)
@@ -60,6 +63,20 @@ def stream_kernel(num_split, block_N, num_stages, threads, dtype="float16"):
                     acc[d] += T.cast(K_s[k % block_N, d], "float32") + T.cast(V_s[0, d], "float32")
             for d in T.Parallel(DIM):
                 out[b, hk, s, d] = acc[d]
+
+    if from_lengths:
+
+        @T.prim_func
+        def stream(K: T.Tensor((B, S, HEADS_KV, DIM), dtype), V: T.Tensor((B, S, HEADS_KV, DIM), dtype),
+                   cache_seqlens: T.Tensor((B,), "int32"), out: T.Tensor((B, HEADS_KV, num_split, DIM), "float32")):
+            body(K, V, cache_seqlens, out)
+
+        return tilers.compile(stream)
+
+    @T.prim_func
+    def stream(K: T.Tensor((B, S, HEADS_KV, DIM), dtype), V: T.Tensor((B, S, HEADS_KV, DIM), dtype),
+               out: T.Tensor((B, HEADS_KV, num_split, DIM), "float32")):
+        body(K, V, None, out)
 
     return tilers.compile(stream)
 
@@ -112,6 +129,8 @@ def main():
         kernels = list(pool.map(lambda cfg: build(lambda: flash_decoding.flash_decode(
             B, HEADS, HEADS_KV, DIM, S, **{"block_H": 16, **cfg})), CONFIGS))
         stream_kernels = dict(zip(keys, pool.map(lambda key: build(lambda: stream_kernel(*key)), keys)))
+        stream_kernels.update(zip([(*key, "lengths") for key in keys], pool.map(
+            lambda key: build(lambda: stream_kernel(*key, from_lengths=True)), keys)))
     kernels = [bench.WithArrivals(k, torch.zeros(B, HEADS_KV, device="cuda", dtype=torch.int32))
                if cfg.get("combine") == "last" and not isinstance(k, str) else k for cfg, k in zip(CONFIGS, kernels)]
     streams = {}
@@ -129,16 +148,20 @@ def main():
                 line["kernels_us"] = kernel_us(lambda: kernel(*next_set(), seqlens))
         except Exception as err:
             line["error"] = str(err).splitlines()[0][:120]
-        if key not in streams:
+        for which in (key, (*key, "lengths")):
+            if which in streams:
+                continue
             try:
-                sk = stream_kernels[key]
+                sk = stream_kernels[which]
                 if isinstance(sk, str):
                     raise RuntimeError(sk)
                 out = torch.empty(B, HEADS_KV, cfg["num_split"], DIM, device="cuda")
-                streams[key] = round(bench.timer(lambda: sk(*next_set()[1:], out))(), 2)
+                extra = (seqlens,) if which[-1] == "lengths" else ()
+                streams[which] = round(bench.timer(lambda: sk(*next_set()[1:], *extra, out))(), 2)
             except Exception as err:
-                streams[key] = str(err).splitlines()[0][:120]
+                streams[which] = str(err).splitlines()[0][:120]
         line["stream_us"] = streams[key]
+        line["stream_from_lengths_us"] = streams[(*key, "lengths")]
         print(json.dumps(line), flush=True)
 
 
