@@ -28,6 +28,22 @@ def case(B, H, Hkv, D, S, lengths, dtype="float16", seed=0):
     return q, k, v, seqlens, fd.reference(q, k, v, seqlens)
 
 
+def check_at_lengths(lengths, dtype="float16", page_size=0, extra=(), **config):
+    """The kernel of `config` (batch 4, 8 query heads over 2 KV heads of 64, 256 keys),
+    contiguous or paged, against numpy; `extra` arguments after the cache's."""
+    S = 256
+    q, k, v, seqlens, want = case(4, 8, 2, 64, S, lengths, dtype)
+    pages = 4 * S // page_size if page_size else 0
+    kernel = fd.flash_decode(4, 8, 2, 64, S, dtype=dtype, page_size=page_size, num_pages=pages, **config)
+    if page_size:
+        kp, vp, table = fd.paged_cache(k, v, page_size)
+        out = kernel(q, kp, vp, seqlens, table, *extra)
+    else:
+        out = kernel(q, k, v, seqlens, *extra)
+    tol = 2e-2 if dtype == "bfloat16" else 2e-3
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8),
                                                ([1, 64, 65, 256], 1)])
 @pytest.mark.parametrize("heads,heads_kv", [(8, 2), (4, 4), (16, 1)])
@@ -140,17 +156,7 @@ def test_cluster_combine_against_numpy(lengths, num_split, page_size, dtype):
     """combine='cluster': the splits of a (sequence, KV head) are one thread-block cluster and
     combine in the first one's shared memory (T.copy_cluster): lengths of 0 and 1, splits
     with no key, paged, fp16 and bf16."""
-    q, k, v, seqlens, want = case(4, 8, 2, 64, 256, lengths, dtype)
-    pages = 4 * 256 // page_size if page_size else 0
-    kernel = fd.flash_decode(4, 8, 2, 64, 256, num_split=num_split, combine="cluster", dtype=dtype,
-                             page_size=page_size, num_pages=pages)
-    if page_size:
-        kp, vp, table = fd.paged_cache(k, v, page_size)
-        out = kernel(q, kp, vp, seqlens, table)
-    else:
-        out = kernel(q, k, v, seqlens)
-    tol = 2e-2 if dtype == "bfloat16" else 2e-3
-    np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol)
+    check_at_lengths(lengths, dtype, page_size, num_split=num_split, combine="cluster")
 
 
 @pytest.mark.parametrize("page_size,num_split", [(0, 2), (16, 4), (0, 8)])
@@ -195,18 +201,8 @@ def test_bad_cluster_combines_are_refused():
 def test_keys_as_rows_against_numpy(lengths, num_split, page_size, block_H, block_N, dtype):
     """S^T = K q^T, O^T = V^T P^T (the keys on the tensor cores' rows): the same answers, for
     lengths of 1, one tile and one tile + 1, splits with no key, paged or not, fp16 and bf16."""
-    S = 256
-    q, k, v, seqlens, want = case(4, 8, 2, 64, S, lengths, dtype)
-    pages = 4 * S // page_size if page_size else 0
-    kernel = fd.flash_decode(4, 8, 2, 64, S, num_split=num_split, block_H=block_H, block_N=block_N, dtype=dtype,
-                             page_size=page_size, num_pages=pages, keys_as_rows=True)
-    if page_size:
-        kp, vp, table = fd.paged_cache(k, v, page_size)
-        out = kernel(q, kp, vp, seqlens, table)
-    else:
-        out = kernel(q, k, v, seqlens)
-    tol = 2e-2 if dtype == "bfloat16" else 2e-3
-    np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol)
+    check_at_lengths(lengths, dtype, page_size, num_split=num_split, block_H=block_H, block_N=block_N,
+                     keys_as_rows=True)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
@@ -237,19 +233,10 @@ def test_keys_as_rows_wants_heads_in_eights():
 def test_last_split_combines_against_numpy(lengths, num_split, page_size, keys_as_rows):
     """combine="last": one kernel; the last split of each (sequence, KV head) to take its
     ticket combines them and sets the counter back to 0, so the next call starts clean."""
-    S = 256
-    q, k, v, seqlens, want = case(4, 8, 2, 64, S, lengths)
-    pages = 4 * S // page_size if page_size else 0
-    kernel = fd.flash_decode(4, 8, 2, 64, S, num_split=num_split, combine="last", page_size=page_size,
-                             num_pages=pages, block_H=8 if keys_as_rows else 16, keys_as_rows=keys_as_rows)
     arrivals = np.zeros((4, 2), np.int32)
     for _ in range(2):
-        if page_size:
-            kp, vp, table = fd.paged_cache(k, v, page_size)
-            out = kernel(q, kp, vp, seqlens, table, arrivals)
-        else:
-            out = kernel(q, k, v, seqlens, arrivals)
-        np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+        check_at_lengths(lengths, "float16", page_size, extra=(arrivals,), num_split=num_split, combine="last",
+                         block_H=8 if keys_as_rows else 16, keys_as_rows=keys_as_rows)
         assert not arrivals.any()
 
 
