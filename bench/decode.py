@@ -30,7 +30,8 @@ The attention space (each a comma list): DECODE_SPLITS, DECODE_BLOCK_N, DECODE_B
 DECODE_STAGES, DECODE_THREADS (the split kernel's), DECODE_COMBINE (kernel: a second kernel;
 cluster: one kernel, splits in a thread-block cluster; last: one kernel, the last split to
 arrive combines), DECODE_KEYS_AS_ROWS (0, 1: the scores as K q^T), DECODE_COMBINE_THREADS
-(the second kernel's threads; 0: the example's default).
+(the second kernel's threads; 0: the example's default); one-warp split blocks beside them:
+DECODE_ONE_WARP (TILE_ROWSxSTAGES pairs, "" for none), DECODE_ONE_WARP_SPLITS.
 """
 
 import math
@@ -68,6 +69,11 @@ KEYS_AS_ROWS = [bool(int(s)) for s in os.environ.get("DECODE_KEYS_AS_ROWS", "0")
 COMBINES = os.environ.get("DECODE_COMBINE", "kernel,cluster,last").split(",")
 # the second kernel's threads (combine="kernel"): 0 the example's default
 COMBINE_THREADS = [int(s) for s in os.environ.get("DECODE_COMBINE_THREADS", "0").split(",")]
+# one-warp split blocks (threads=32: no reduction crosses warps; small tiles, so many blocks
+# share an SM): "TILE_ROWSxSTAGES" pairs, over DECODE_ONE_WARP_SPLITS ("" leaves them out)
+ONE_WARP = [tuple(int(x) for x in p.split("x")) for p in os.environ.get(
+    "DECODE_ONE_WARP", "16x2,16x4,32x2,32x3").split(",") if p]
+ONE_WARP_SPLITS = [int(s) for s in os.environ.get("DECODE_ONE_WARP_SPLITS", "16,32,64,128").split(",")]
 VERBOSE = os.environ.get("DECODE_VERBOSE", "") == "1"
 CALLS = 20
 L2X = float(os.environ.get("DECODE_L2X", "3"))
@@ -504,6 +510,10 @@ def attention_rows(bandwidth, floors):
                          if combine == "kernel" or (combine == "cluster" and 2 <= num_split <= 16)
                          or (combine == "last" and num_split > 1)
                          for ct in (COMBINE_THREADS if combine == "kernel" and num_split > 1 else [0])]
+                space += [{"num_split": num_split, "block_N": block_N, "block_H": 16, "num_stages": stages,
+                           "combine": "kernel", "threads": 32}
+                          for num_split in ONE_WARP_SPLITS for block_N, stages in ONE_WARP
+                          if num_split * 2 * block_N <= S]
 
                 def build(cfg):
                     kernel = flash_decoding.flash_decode(

@@ -28,7 +28,7 @@ LOG2E = 1.4426950408889634
 @tilers.jit(out_idx=[-1])
 def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=16, block_N=64, threads=128,
                  dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2, combine="kernel",
-                 keys_as_rows=False, combine_threads=None):
+                 keys_as_rows=False, combine_threads=None, q_registers=True):
     """O [batch, heads, dim] = softmax(q K^T * sm_scale) V per sequence and query head, over
     the first cache_seqlens[b] keys. page_size=0: a contiguous cache (K, V [batch, max_seqlen,
     heads_kv, dim]); else a paged one (K, V [num_pages, page_size, heads_kv, dim], with
@@ -57,7 +57,12 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     with block_H 16 both gemms take wgmma and the TMA pipeline, 4x slower), so the benchmark
     leaves it out unless asked (DECODE_KEYS_AS_ROWS=0,1). combine_threads: the combine
     kernel's threads (None: 128, or 256 past 64 splits of dim 128) — one warp reduces over
-    the splits with shuffles alone, several through shared memory."""
+    the splits with shuffles alone, several through shared memory. q_registers: the group's
+    queries load once into registers, in the layout the scores' gemm reads its A operand in
+    (else they stay in shared memory and every tile reads them again by ldmatrix); not with
+    keys_as_rows, where q is the gemm's B operand. threads=32: one warp owns a split's whole
+    tile — no reduction crosses warps and the scores reach the second gemm in registers —
+    where more warps split each tile's keys and meet through shared memory per tile."""
     if combine not in ("kernel", "cluster", "last"):
         raise ValueError(f"combine: expected 'kernel', 'cluster' or 'last', got {combine!r}")
     if combine == "cluster" and not 2 <= num_split <= 16:
@@ -108,7 +113,6 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         query heads are the tiles' rows, or with keys_as_rows their columns); its
         unnormalized output acc_o ([block_H, dim], or [dim, block_H]), the running max and
         the sum of exponentials it returns."""
-        Q_shared = T.alloc_shared((block_H, dim), dtype)
         K_shared = T.alloc_shared((block_N, dim), dtype)
         V_shared = T.alloc_shared((block_N, dim), dtype)
         scores = (block_N, block_H) if keys_as_rows else (block_H, block_N)
@@ -123,8 +127,12 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         start = s * split_len
         stop = T.min(start + split_len, length)
         # the group's query heads are the tile's rows (the rest zero)
+        if q_registers and not keys_as_rows:
+            Q_tile = T.alloc_fragment((block_H, dim), dtype)
+        else:
+            Q_tile = T.alloc_shared((block_H, dim), dtype)
         for i, d in T.Parallel(block_H, dim):
-            Q_shared[i, d] = T.if_then_else(i < group, Q[b, hk * group + T.min(i, group - 1), d], 0)
+            Q_tile[i, d] = T.if_then_else(i < group, Q[b, hk * group + T.min(i, group - 1), d], 0)
         T.fill(acc_o, 0)
         T.fill(logsum, 0)
         T.fill(scores_max, -T.infinity(accum))
@@ -137,9 +145,9 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
             n0 = start + k * block_N
             load_tile(K, K_shared, b, hk, n0, table)
             if keys_as_rows:
-                T.gemm(K_shared, Q_shared, acc_s, transpose_B=True, clear_accum=True)  # S^T = K q^T
+                T.gemm(K_shared, Q_tile, acc_s, transpose_B=True, clear_accum=True)  # S^T = K q^T
             else:
-                T.gemm(Q_shared, K_shared, acc_s, transpose_B=True, clear_accum=True)
+                T.gemm(Q_tile, K_shared, acc_s, transpose_B=True, clear_accum=True)
             for x, y in T.Parallel(*scores):
                 acc_s[x, y] = T.if_then_else(n0 + (x, y)[keys] < stop, acc_s[x, y], -T.infinity(accum))
             T.copy(scores_max, scores_max_prev)

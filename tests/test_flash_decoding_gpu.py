@@ -124,3 +124,11 @@ def test_last_split_combine_under_load():
 @pytest.mark.parametrize("page_size", [0, 16])
 def test_combine_threads_against_torch(page_size, combine_threads):
     against_torch(page_size, "float16", num_split=16, combine_threads=combine_threads)
+
+
+@pytest.mark.parametrize("num_split,block_N,stages", [(16, 16, 2), (16, 32, 2), (8, 32, 3)])
+@pytest.mark.parametrize("page_size", [0, 16, 64])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_one_warp_blocks_against_torch(page_size, dtype, num_split, block_N, stages):
+    # threads=32: one warp a split, its scores in registers from the first gemm to the second
+    against_torch(page_size, dtype, num_split=num_split, block_N=block_N, num_stages=stages, threads=32)
