@@ -73,7 +73,8 @@ COMBINE_THREADS = [int(s) for s in os.environ.get("DECODE_COMBINE_THREADS", "0")
 # share an SM): "TILE_ROWSxSTAGES" pairs, over DECODE_ONE_WARP_SPLITS ("" leaves them out)
 ONE_WARP = [tuple(int(x) for x in p.split("x")) for p in os.environ.get(
     "DECODE_ONE_WARP", "16x2,16x4,32x2,32x3").split(",") if p]
-ONE_WARP_SPLITS = [int(s) for s in os.environ.get("DECODE_ONE_WARP_SPLITS", "16,32,64,128").split(",")]
+# (those that launch 128 to 2048 blocks: about one SM's worth of warps to a few waves)
+ONE_WARP_SPLITS = [int(s) for s in os.environ.get("DECODE_ONE_WARP_SPLITS", "1,2,4,8,16,32,64,128").split(",")]
 VERBOSE = os.environ.get("DECODE_VERBOSE", "") == "1"
 CALLS = 20
 L2X = float(os.environ.get("DECODE_L2X", "3"))
@@ -513,7 +514,7 @@ def attention_rows(bandwidth, floors):
                 space += [{"num_split": num_split, "block_N": block_N, "block_H": 16, "num_stages": stages,
                            "combine": "kernel", "threads": 32}
                           for num_split in ONE_WARP_SPLITS for block_N, stages in ONE_WARP
-                          if num_split * 2 * block_N <= S]
+                          if num_split * 2 * block_N <= S and 128 <= B * HEADS_KV * num_split <= 2048]
 
                 def build(cfg):
                     kernel = flash_decoding.flash_decode(
