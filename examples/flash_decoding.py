@@ -25,7 +25,7 @@ import tilers.language as T
 LOG2E = 1.4426950408889634
 
 
-@tilers.jit(out_idx=[-1])
+@tilers.jit(out_idx=[-1], fast_math=True)
 def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=16, block_N=64, threads=128,
                  dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2, combine="kernel",
                  keys_as_rows=False, combine_threads=None, q_registers=True):
@@ -173,6 +173,14 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         """Element (query head i, dim d) of an online softmax's output."""
         return acc_o[d, i] if keys_as_rows else acc_o[i, d]
 
+    def reciprocal(logsum):
+        """1 / logsum per query head (0 for a split without keys, whose output is 0): one
+        division a row, the output's elements then multiply."""
+        inv = T.alloc_fragment((block_H,), accum)
+        for i in T.Parallel(block_H):
+            inv[i] = T.if_then_else(logsum[i] > 0, 1.0 / logsum[i], 0)
+        return inv
+
     @T.macro
     def combine_group(O_partial, LSE, O, b, hk):
         """The splits of (sequence b, KV head hk) from global memory into O: weights
@@ -200,17 +208,18 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     def split_kernel(Q, K, V, cache_seqlens, table, O_partial, LSE, arrivals=None, O=None):
         with T.Kernel(heads_kv, batch, num_split, threads=threads) as (hk, b, s):
             acc_o, scores_max, logsum = online_softmax(Q, K, V, cache_seqlens, table, b, hk, s)
+            inv = reciprocal(logsum)
 
             if num_split == 1:
                 # one split: the output itself (O_partial is O), no combine
                 for i, d in T.Parallel(block_H, dim):
                     if i < group:
-                        O_partial[b, hk * group + i, d] = T.if_then_else(logsum[i] > 0, out(acc_o, i, d) / logsum[i], 0)
+                        O_partial[b, hk * group + i, d] = out(acc_o, i, d) * inv[i]
                 return
             # a split with no key of its sequence: weight 0 in the combine (lse -inf)
             for i, d in T.Parallel(block_H, dim):
                 if i < group:
-                    O_partial[b, hk * group + i, s, d] = T.if_then_else(logsum[i] > 0, out(acc_o, i, d) / logsum[i], 0)
+                    O_partial[b, hk * group + i, s, d] = out(acc_o, i, d) * inv[i]
             for i in T.Parallel(block_H):
                 if i < group:
                     LSE[b, hk * group + i, s] = T.if_then_else(
@@ -229,13 +238,14 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
         # the splits of a (sequence, KV head) are one cluster along bx: split s is block s
         with T.ClusterKernel(num_split, heads_kv, batch, threads=threads, cluster_dims=num_split) as (s, hk, b):
             acc_o, scores_max, logsum = online_softmax(Q, K, V, cache_seqlens, table, b, hk, s)
+            inv = reciprocal(logsum)
             # this split's normalized output and log-sum-exp, and (in split 0) every split's
             o_mine = T.alloc_shared((block_H, dim), accum)
             lse_mine = T.alloc_shared((block_H,), accum)
             o_all = T.alloc_shared((num_split, group, dim), accum)
             lse_all = T.alloc_shared((num_split, group), accum)
             for i, d in T.Parallel(block_H, dim):
-                o_mine[i, d] = T.if_then_else(logsum[i] > 0, out(acc_o, i, d) / logsum[i], 0)
+                o_mine[i, d] = out(acc_o, i, d) * inv[i]
             for i in T.Parallel(block_H):
                 lse_mine[i] = T.if_then_else(logsum[i] > 0, T.log2(logsum[i]) + scores_max[i] * scale,
                                              -T.infinity(accum))
