@@ -19,7 +19,8 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+# PROBE_EXAMPLES: another examples/ folder (an older flash_decoding.py, to time before and after in one run)
+sys.path.insert(0, os.environ.get("PROBE_EXAMPLES", os.path.join(HERE, "..", "examples")))
 
 import decode as bench  # noqa: E402
 import flash_decoding  # noqa: E402
