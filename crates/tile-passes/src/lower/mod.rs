@@ -553,10 +553,7 @@ impl Lowerer {
                     match prev {
                         Some(prev) => out.extend(self.atomic_once(s, prev)),
                         None => {
-                            let loc = s.loc();
-                            let guarded = self.guard_globals(vec![s]);
-                            let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
-                            out.push(Stmt::If { cond: one, then: guarded, otherwise: vec![], loc });
+                            out.push(self.on_thread0(s));
                             if mode.order != MemoryOrder::Release {
                                 out.push(Stmt::inst(inst::Sync));
                             }
@@ -564,13 +561,8 @@ impl Lowerer {
                     }
                 }
                 Stmt::Atomic { prev: Some(prev), .. } => out.extend(self.atomic_once(s, prev)),
-                s @ (Stmt::Store { .. } | Stmt::Atomic { .. }) => {
-                    // once per block: thread 0 writes
-                    let loc = s.loc();
-                    let guarded = self.guard_globals(vec![s]);
-                    let one = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
-                    out.push(Stmt::If { cond: one, then: guarded, otherwise: vec![], loc });
-                }
+                // once per block: thread 0 writes
+                s @ (Stmt::Store { .. } | Stmt::Atomic { .. }) => out.push(self.on_thread0(s)),
                 // T.call_extern runs on every thread that reaches it, as in CUDA: the loads in
                 // its operands are bounds-checked
                 Stmt::Inst(i @ (Inst::CallExtern(_) | Inst::BindPointer(_))) => {
@@ -593,5 +585,16 @@ impl Lowerer {
             }
         }
         out
+    }
+}
+
+impl Lowerer {
+    /// A block-level store or atomic run once per block: by thread 0, its global accesses
+    /// bounds-checked.
+    fn on_thread0(&mut self, s: Stmt) -> Stmt {
+        let loc = s.loc();
+        let then = self.guard_globals(vec![s]);
+        let cond = Expr::binary(BinOp::Eq, self.tid(), i32c(0));
+        Stmt::If { cond, then, otherwise: vec![], loc }
     }
 }
