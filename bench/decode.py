@@ -31,7 +31,8 @@ DECODE_STAGES, DECODE_THREADS (the split kernel's), DECODE_COMBINE (kernel: a se
 cluster: one kernel, splits in a thread-block cluster; last: one kernel, the last split to
 arrive combines), DECODE_KEYS_AS_ROWS (0, 1: the scores as K q^T), DECODE_COMBINE_THREADS
 (the second kernel's threads; 0: the example's default); one-warp split blocks beside them:
-DECODE_ONE_WARP (TILE_ROWSxSTAGES pairs, "" for none), DECODE_ONE_WARP_SPLITS.
+DECODE_ONE_WARP (TILE_ROWSxSTAGES pairs, "" for none), DECODE_ONE_WARP_SPLITS,
+DECODE_ONE_WARP_COMBINE (0: the example's combine; n: blocks of n threads over n dims).
 """
 
 import math
@@ -75,6 +76,8 @@ ONE_WARP = [tuple(int(x) for x in p.split("x")) for p in os.environ.get(
     "DECODE_ONE_WARP", "16x2,16x4,32x2,32x3").split(",") if p]
 # (those that launch 128 to 2048 blocks: about one SM's worth of warps to a few waves)
 ONE_WARP_SPLITS = [int(s) for s in os.environ.get("DECODE_ONE_WARP_SPLITS", "1,2,4,8,16,32,64,128").split(",")]
+# their combine: 0 the example's default, n: blocks of n threads over n of the head's dims
+ONE_WARP_COMBINE = [int(s) for s in os.environ.get("DECODE_ONE_WARP_COMBINE", "0,32").split(",")]
 VERBOSE = os.environ.get("DECODE_VERBOSE", "") == "1"
 CALLS = 20
 L2X = float(os.environ.get("DECODE_L2X", "3"))
@@ -512,9 +515,11 @@ def attention_rows(bandwidth, floors):
                          or (combine == "last" and num_split > 1)
                          for ct in (COMBINE_THREADS if combine == "kernel" and num_split > 1 else [0])]
                 space += [{"num_split": num_split, "block_N": block_N, "block_H": 16, "num_stages": stages,
-                           "combine": "kernel", "threads": 32}
+                           "combine": "kernel", "threads": 32,
+                           **({"combine_threads": cd, "combine_dims": cd} if cd and num_split > 1 else {})}
                           for num_split in ONE_WARP_SPLITS for block_N, stages in ONE_WARP
-                          if num_split * 2 * block_N <= S and 128 <= B * HEADS_KV * num_split <= 2048]
+                          if num_split * 2 * block_N <= S and 128 <= B * HEADS_KV * num_split <= 2048
+                          for cd in (ONE_WARP_COMBINE if num_split > 1 else [0])]
 
                 def build(cfg):
                     kernel = flash_decoding.flash_decode(

@@ -28,7 +28,7 @@ LOG2E = 1.4426950408889634
 @tilers.jit(out_idx=[-1], fast_math=True)
 def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=16, block_N=64, threads=128,
                  dtype="float16", page_size=0, num_pages=0, sm_scale=None, num_stages=2, combine="kernel",
-                 keys_as_rows=False, combine_threads=None, q_registers=True):
+                 keys_as_rows=False, combine_threads=None, q_registers=True, combine_dims=None):
     """O [batch, heads, dim] = softmax(q K^T * sm_scale) V per sequence and query head, over
     the first cache_seqlens[b] keys. page_size=0: a contiguous cache (K, V [batch, max_seqlen,
     heads_kv, dim]); else a paged one (K, V [num_pages, page_size, heads_kv, dim], with
@@ -57,7 +57,9 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     with block_H 16 both gemms take wgmma and the TMA pipeline, 4x slower), so the benchmark
     leaves it out unless asked (DECODE_KEYS_AS_ROWS=0,1). combine_threads: the combine
     kernel's threads (None: 128, or 256 past 64 splits of dim 128) — one warp reduces over
-    the splits with shuffles alone, several through shared memory. q_registers: the group's
+    the splits with shuffles alone, several through shared memory; combine_dims: the head
+    dimensions one combine block takes (None: all; 32 with combine_threads=32 gives each
+    thread one column: no reduction leaves a warp, and dim / 32 times the blocks). q_registers: the group's
     queries load once into registers, in the layout the scores' gemm reads its A operand in
     (else they stay in shared memory and every tile reads them again by ldmatrix); not with
     keys_as_rows, where q is the gemm's B operand. threads=32: one warp owns a split's whole
@@ -270,27 +272,33 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     if combine_threads is None:
         combine_threads = 128 if num_split * dim <= 64 * 128 else 256
 
+    if combine_dims is None:
+        combine_dims = dim
+    if dim % combine_dims:
+        raise ValueError(f"combine_dims: expected a divisor of dim ({dim}), got {combine_dims}")
+
     @T.macro
     def combine_kernel(O_partial, LSE, O):
-        with T.Kernel(heads, batch, threads=combine_threads) as (h, b):
+        with T.Kernel(heads, batch, dim // combine_dims, threads=combine_threads) as (h, b, c):
             lse = T.alloc_fragment((num_split,), accum)
             lse_max = T.alloc_fragment((1,), accum)
             weight = T.alloc_fragment((num_split,), accum)
             weight_sum = T.alloc_fragment((1,), accum)
-            partial = T.alloc_fragment((num_split, dim), accum)
-            out = T.alloc_fragment((dim,), accum)
+            partial = T.alloc_fragment((num_split, combine_dims), accum)
+            out = T.alloc_fragment((combine_dims,), accum)
+            d0 = c * combine_dims
             # every split's output loads at once, alongside the LSEs
             T.copy(LSE[b, h, :], lse)
-            T.copy(O_partial[b, h, :, :], partial)
+            T.copy(O_partial[b, h, :, d0:d0 + combine_dims], partial)
             T.reduce_max(lse, lse_max, dim=0)
             for s in T.Parallel(num_split):
                 weight[s] = T.if_then_else(lse[s] == -T.infinity(accum), 0, T.exp2(lse[s] - lse_max[0]))
             T.reduce_sum(weight, weight_sum, dim=0)
-            for s, d in T.Parallel(num_split, dim):
+            for s, d in T.Parallel(num_split, combine_dims):
                 partial[s, d] *= weight[s]
             T.reduce_sum(partial, out, dim=0)
-            for d in T.Parallel(dim):
-                O[b, h, d] = T.if_then_else(weight_sum[0] > 0, out[d] / weight_sum[0], 0)
+            for d in T.Parallel(combine_dims):
+                O[b, h, d0 + d] = T.if_then_else(weight_sum[0] > 0, out[d] / weight_sum[0], 0)
 
     @T.macro
     def decode(Q, K, V, cache_seqlens, table, O, arrivals=None):

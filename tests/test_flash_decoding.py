@@ -165,6 +165,8 @@ def test_bad_configurations_are_refused():
         fd.flash_decode.prim_func(1, 64, 2, 64, 128, block_H=16)
     with pytest.raises(ValueError, match="whole pages"):
         fd.flash_decode.prim_func(1, 8, 2, 64, 100, page_size=16, num_pages=7)
+    with pytest.raises(ValueError, match=r"combine_dims: expected a divisor of dim \(64\), got 48"):
+        fd.flash_decode.prim_func(1, 8, 2, 64, 128, combine_dims=48)
 
 
 @pytest.mark.parametrize("lengths,num_split", [([1, 64, 65, 256], 4), ([256, 3, 130, 200], 3), ([17, 1, 1, 255], 8),
@@ -283,12 +285,13 @@ def test_last_split_combine_refuses_a_dirty_counter():
         kernel(q, k, v, seqlens, np.full((4, 2), 7, np.int32))
 
 
-@pytest.mark.parametrize("combine_threads", [32, 64])
-def test_combine_threads_against_numpy(combine_threads):
-    """The combine kernel on one warp (shuffles only, no barrier) or two: same answers, every
-    pass on the CPU model."""
+@pytest.mark.parametrize("combine_threads,combine_dims", [(32, None), (64, None), (32, 32), (32, 16), (64, 32)])
+def test_combine_threads_against_numpy(combine_threads, combine_dims):
+    """The combine kernel on one warp (shuffles only, no barrier) or two, over the whole head
+    dimension or a part of it a block: same answers, every pass on the CPU model."""
+    config = dict(combine_threads=combine_threads, combine_dims=combine_dims)
     q, k, v, seqlens, want = case(4, 8, 2, 64, 256, [1, 64, 65, 256])
-    out = fd.flash_decode(4, 8, 2, 64, 256, num_split=8, combine_threads=combine_threads)(q, k, v, seqlens)
+    out = fd.flash_decode(4, 8, 2, 64, 256, num_split=8, **config)(q, k, v, seqlens)
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
-    f = fd.flash_decode.prim_func(2, 8, 2, 64, 256, num_split=4, combine_threads=combine_threads)
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, 256, num_split=4, **config)
     testing.check_passes(f, arch="sm_90a", check=True)

@@ -120,10 +120,10 @@ def test_last_split_combine_under_load():
     assert not arrivals.any()
 
 
-@pytest.mark.parametrize("combine_threads", [32, 64])
+@pytest.mark.parametrize("combine_threads,combine_dims", [(32, None), (64, None), (32, 32), (64, 64)])
 @pytest.mark.parametrize("page_size", [0, 16])
-def test_combine_threads_against_torch(page_size, combine_threads):
-    against_torch(page_size, "float16", num_split=16, combine_threads=combine_threads)
+def test_combine_threads_against_torch(page_size, combine_threads, combine_dims):
+    against_torch(page_size, "float16", num_split=16, combine_threads=combine_threads, combine_dims=combine_dims)
 
 
 @pytest.mark.parametrize("num_split,block_N,stages", [(16, 16, 2), (16, 32, 2), (8, 32, 3)])
