@@ -4,7 +4,7 @@ site=/tmp/tilers-site; rm -rf $site
 python3 -m pip install -q --no-deps --no-index --target $site target/wheels/tilers-*.whl || exit 1
 export PYTHONPATH=$site PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/device.txt
-for round in 1 2; do
+for round in ${ROUNDS:-1 2}; do
   PROBE_CONFIGS="$(cat scripts/probe-configs/combine-dims-8k.json)" timeout 70 python3 scripts/decode-attn-probe.py 2>&1 | grep -v -i Warn | tee -a $OUT/probe-8k.log
 done
 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/test_flash_decoding_gpu.py -k "combine_threads" 2>&1 | tail -3 | tee $OUT/gpu-tests.log
