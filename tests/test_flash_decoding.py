@@ -135,18 +135,11 @@ def test_one_warp_blocks_agree_and_match_numpy(page_size, block_N, stages):
     """threads=32: a block of one warp owns its split's whole tile (no cross-warp reduction,
     the scores reach the second gemm in registers), tiles of 16 and 32 keys, many splits
     (some of no key): every pass on the CPU model, and the result against numpy."""
-    S = 256
-    q, k, v, seqlens, want = case(2, 8, 2, 64, S, [S, 70], "float16")
-    pages = 2 * S // page_size if page_size else 0
-    config = dict(num_split=8, block_N=block_N, page_size=page_size, num_pages=pages, num_stages=stages, threads=32)
-    testing.check_passes(fd.flash_decode.prim_func(2, 8, 2, 64, S, **config), arch="sm_90a", check=True)
-    kernel = fd.flash_decode(2, 8, 2, 64, S, **config)
-    if page_size:
-        kp, vp, table = fd.paged_cache(k, v, page_size)
-        out = kernel(q, kp, vp, seqlens, table)
-    else:
-        out = kernel(q, k, v, seqlens)
-    np.testing.assert_allclose(out.astype(np.float64), want, rtol=2e-3, atol=2e-3)
+    config = dict(num_split=8, block_N=block_N, num_stages=stages, threads=32)
+    pages = 2 * 256 // page_size if page_size else 0
+    f = fd.flash_decode.prim_func(2, 8, 2, 64, 256, page_size=page_size, num_pages=pages, **config)
+    testing.check_passes(f, arch="sm_90a", check=True)
+    check_at_lengths([256, 70, 1, 33], page_size=page_size, **config)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
