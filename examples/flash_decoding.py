@@ -56,7 +56,7 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
     an H100 all the same (the wgmma reading a cp.async tile needs a proxy fence each tile;
     with block_H 16 both gemms take wgmma and the TMA pipeline, 4x slower), so the benchmark
     leaves it out unless asked (DECODE_KEYS_AS_ROWS=0,1). combine_threads: the combine
-    kernel's threads (None: 128, or 256 past 64 splits of dim 128) — one warp reduces over
+    kernel's threads (None: 128, or 256 past 64 x 128 values a block) — one warp reduces over
     the splits with shuffles alone, several through shared memory; combine_dims: the head
     dimensions one combine block takes (None: all; 32 with combine_threads=32 gives each
     thread one column: no reduction leaves a warp, and dim / 32 times the blocks). q_registers: the group's
@@ -268,14 +268,14 @@ def flash_decode(batch, heads, heads_kv, dim, max_seqlen, num_split=4, block_H=1
                         den = den + w
                     O[b, hk * group + i, d] = T.if_then_else(den > 0, num / den, 0)
 
-    # the combine holds every split's output in registers: more threads when they are many
-    if combine_threads is None:
-        combine_threads = 128 if num_split * dim <= 64 * 128 else 256
-
     if combine_dims is None:
         combine_dims = dim
     if dim % combine_dims:
         raise ValueError(f"combine_dims: expected a divisor of dim ({dim}), got {combine_dims}")
+    # the combine holds every split's output (its block's dims) in registers: more threads
+    # when they are many
+    if combine_threads is None:
+        combine_threads = 128 if num_split * combine_dims <= 64 * 128 else 256
 
     @T.macro
     def combine_kernel(O_partial, LSE, O):
