@@ -18,10 +18,6 @@ pub(crate) struct Ranges {
     pub(crate) multiples: HashMap<VarId, (i64, VarId)>,
     /// The symbolic sizes.
     pub(crate) sizes: std::collections::HashSet<VarId>,
-    /// Conditions of the enclosing `if`s by their text, with the branch taken: an inner
-    /// `if` on the same condition (`version_edges`' test inside which `lower::copy`
-    /// versioned a tile on the same bound) is decided.
-    pub(crate) facts: BTreeMap<String, bool>,
 }
 
 /// The first id of the quotient variables of [`Ranges::multiples`].

@@ -5,9 +5,7 @@
 //! (`tile_ir::simplify::simplify`), and integer comparisons, `min`/`max`, `%` and `/` whose
 //! outcome follows from the ranges of the variables involved are folded: block indices range
 //! over the grid, the thread index over the block, loop variables over their loop (narrowed
-//! inside an `if` that bounds them), `let` temporaries over their value's range; an `if` on
-//! the condition of an enclosing one (one that reads no memory) is decided by the branch it
-//! sits in. This is what
+//! inside an `if` that bounds them), `let` temporaries over their value's range. This is what
 //! removes the bounds guards of tiles that divide their tensor (`by * 128 + r < 4096` with
 //! `by < 32`, `r < 128`) and the zero-fill of their `cp.async`. Ranges are computed in the
 //! expression's own integer type and give up on anything that could wrap. Does not: move or
@@ -165,26 +163,11 @@ impl Ranges {
                 Stmt::For { var, start, extent, kind, body: inner.stmts(body), loc }
             }
             Stmt::If { cond, then, otherwise, loc } => {
-                let mut cond = self.expr(cond);
-                let key = format!("{cond:?}");
-                if let Some(&known) = self.facts.get(&key) {
-                    cond = Expr::int_of(known as i64, cond.dtype());
-                }
-                // a condition that reads memory may change inside its own branches
-                let mut reads = false;
-                cond.walk(&mut |x| reads |= matches!(x, Expr::Load { .. }));
-                let decided = cond.as_int().is_some() || reads;
+                let cond = self.expr(cond);
                 let mut inner = self.clone();
                 inner.assume(&cond);
-                if !decided {
-                    inner.facts.insert(key.clone(), true);
-                }
                 let then = inner.stmts(then);
-                let mut outer = self.clone();
-                if !decided {
-                    outer.facts.insert(key, false);
-                }
-                let otherwise = outer.stmts(otherwise);
+                let otherwise = self.clone().stmts(otherwise);
                 Stmt::If { cond, then, otherwise, loc }
             }
             Stmt::Print { what, msg, block, loc } => {

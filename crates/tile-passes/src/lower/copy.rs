@@ -11,7 +11,6 @@ use super::add;
 use super::guards::{and, cmp_extent, in_range};
 use super::threads::element_at;
 use super::{i32c, is_zero, strip_cast, Lowerer};
-use std::collections::BTreeSet;
 use tile_ir::simplify::{known_multiple, simplify, to_affine};
 use tile_ir::verify::{resolve_copy, ResolvedRegion};
 use tile_ir::*;
@@ -118,13 +117,8 @@ impl Lowerer {
             ),
         };
         if inst == CopyInst::CpAsync {
-            // the unchecked chunks first: when the final simplify proves the region inside,
-            // they are the code, named as a copy that never needed checks
-            return match self.async_copy(&vars, &store, &layout, true) {
-                Ok((code, guarded)) if !guarded.is_empty() => {
-                    self.version_async_copy(&s, &guarded, code, &vars, &store, &layout)
-                }
-                Ok((code, _)) => code,
+            return match self.async_copy(&vars, &store, &layout) {
+                Ok(code) => code,
                 Err(why) => {
                     let what = format!("T.copy {} -> {}", sb.name, db.name);
                     self.diags.push(Diagnostic::bug(format!(
@@ -240,59 +234,14 @@ impl Lowerer {
         code
     }
 
-    /// A `cp.async` copy some of whose chunks may lie past the tensor's edge (`guarded`: the
-    /// source dimensions checked per chunk), versioned on its tile: `if (the whole region
-    /// lies inside) { every chunk whole, unchecked } else { checked }`. The test is one
-    /// comparison a guarded dimension on the region's start (uniform over the block: a
-    /// T.copy's region is a tile-level expression), where each chunk pays a comparison and
-    /// two selects for its address and size; only tiles at an edge take the second branch
-    /// (a split's or a sequence's last keys, a K tail).
-    fn version_async_copy(
-        &mut self,
-        s: &ResolvedRegion,
-        guarded: &BTreeSet<usize>,
-        whole: Vec<Stmt>,
-        vars: &[VarId],
-        store: &Stmt,
-        l: &FragmentLayout,
-    ) -> Vec<Stmt> {
-        let mut cond = None;
-        for &d in guarded {
-            // the region's last index inside, as the chunks' own checks compare theirs (so
-            // that `version_edges` finds the same condition in both)
-            let start = s.starts[d].clone();
-            let last = simplify(add(start.clone(), Expr::int_of(s.extents[d] - 1, start.dtype())));
-            cond = and(cond, cmp_extent(&self.m, BinOp::Lt, last, s.buf, d));
-            if !self.non_negative(&start) {
-                cond = and(cond, Expr::binary(BinOp::Ge, start.clone(), Expr::int_of(0, start.dtype())));
-            }
-        }
-        let checked = match self.async_copy(vars, store, l, false) {
-            Ok((checked, _)) => checked,
-            Err(why) => {
-                self.diags.push(Diagnostic::bug(format!(
-                    "a checked cp.async where an unchecked one was made: {why}"
-                )));
-                return vec![];
-            }
-        };
-        match cond.map(simplify) {
-            Some(cond) => vec![Stmt::If { cond, then: whole, otherwise: checked, loc: Loc::UNKNOWN }],
-            None => checked,
-        }
-    }
-
     /// A global→shared copy as one 16-byte `cp.async` per vector chunk, reading only the
-    /// bytes inside the tensor and zero-filling the rest; with `inside_region`, every chunk
-    /// whole and unchecked (for a caller that tests the region). Also the source dimensions that some
-    /// chunk checks. Err says why it cannot be.
+    /// bytes inside the tensor and zero-filling the rest. Err says why it cannot be.
     pub(super) fn async_copy(
         &mut self,
         vars: &[VarId],
         store: &Stmt,
         l: &FragmentLayout,
-        inside_region: bool,
-    ) -> Result<(Vec<Stmt>, BTreeSet<usize>), String> {
+    ) -> Result<Vec<Stmt>, String> {
         let Stmt::Store { buf: dst, value, .. } = store else { return Err("not a plain copy".into()) };
         let Expr::Load { buf: src, oob, .. } = strip_cast(value) else {
             return Err("not a plain copy".into());
@@ -312,7 +261,6 @@ impl Lowerer {
             ));
         }
         let mut failure = None;
-        let mut guarded = BTreeSet::new();
         let (dst, src) = (*dst, *src);
         let code = self.for_each_chunk(l, &mut |lw, values, base| {
             let lane_var = lw.m.add_var("e", VarKind::Loop, DType::I32);
@@ -363,24 +311,9 @@ impl Lowerer {
             let (last, extent) = (*last_w, *extent);
             inside.push(and(last_inside, lt).expect("a condition"));
             let valid = simplify(inside.iter().cloned().fold(None, and).expect("at least one condition"));
-            let remaining = Expr::binary(BinOp::Min, Expr::binary(BinOp::Sub, extent.clone(), last.clone()), Expr::int_of(width, last.dtype()));
+            let remaining = Expr::binary(BinOp::Min, Expr::binary(BinOp::Sub, extent, last.clone()), Expr::int_of(width, last.dtype()));
             let bytes = Expr::cast(Expr::binary(BinOp::Mul, remaining, Expr::int_of(eb, last.dtype())), DType::I32);
             let src_bytes = simplify(Expr::select(valid.clone(), bytes, i32c(0)));
-            if src_bytes.as_int() != Some(16) {
-                for (d, c) in inside.iter().enumerate() {
-                    if simplify(c.clone()).as_int() != Some(1) {
-                        guarded.insert(d);
-                    }
-                }
-                // a row's tail shorter than a chunk: the last dimension's size is checked too
-                if simplify(Expr::binary(BinOp::Le, Expr::int_of(width, last.dtype()), simplify(Expr::binary(BinOp::Sub, extent.clone(), last.clone())))).as_int() != Some(1) {
-                    guarded.insert(n - 1);
-                }
-            }
-            if inside_region {
-                let src_bytes = i32c(16);
-                return vec![Stmt::inst(inst::AsyncCopy { dst, dst_idx: d0, src, src_idx: s0, src_bytes, bytes: 16 })];
-            }
             // A safe address even when nothing is read: each dimension falls back to 0 on its
             // own condition, so that an index inside its dimension (a column running with the
             // K loop) stays an affine expression the C compiler strength-reduces, whatever
@@ -394,7 +327,7 @@ impl Lowerer {
         });
         match failure {
             Some(why) => Err(why),
-            None => Ok((code, guarded)),
+            None => Ok(code),
         }
     }
 }

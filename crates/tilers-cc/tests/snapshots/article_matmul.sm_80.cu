@@ -75,43 +75,35 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   }
   {
     // kernels.py:327: T.copy (issued ahead by the pipeline)
-    {
-      const int t0 = (tid / 4);
-      const int t1 = (tid % 4);
-      #pragma unroll
-      for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 2048)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((by * 128) + t0) + (o0 * 64))) * 1024 + (t1 * 8)]) : "memory");
-      }
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 2; ++o0) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 2048)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((by * 128) + t0) + (o0 * 64))) * 1024 + (t1 * 8)]) : "memory");
     }
     // kernels.py:328: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_2 = (tid / 16);
-      const int t1_2 = (tid % 16);
-      #pragma unroll
-      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_2 * 8) ^ ((t0_2 & 7) << 3)) * 2) + (t0_2 * 256)) + (o0_2 * 4096)) + 24576))), "l"(&B[((t0_2 + (o0_2 * 16))) * 1024 + ((bx * 128) + (t1_2 * 8))]) : "memory");
-      }
+    const int t0_1 = (tid / 16);
+    const int t1_1 = (tid % 16);
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_1 * 8) ^ ((t0_1 & 7) << 3)) * 2) + (t0_1 * 256)) + (o0_1 * 4096)) + 24576))), "l"(&B[((t0_1 + (o0_1 * 16))) * 1024 + ((bx * 128) + (t1_1 * 8))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   {
     // kernels.py:327: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_4 = (tid / 4);
-      const int t1_4 = (tid % 4);
-      #pragma unroll
-      for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 2048)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + 8192))), "l"(&A[((((by * 128) + t0_4) + (o0_4 * 64))) * 1024 + ((t1_4 * 8) + 32)]) : "memory");
-      }
+    const int t0_2 = (tid / 4);
+    const int t1_2 = (tid % 4);
+    #pragma unroll
+    for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 2048)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + 8192))), "l"(&A[((((by * 128) + t0_2) + (o0_2 * 64))) * 1024 + ((t1_2 * 8) + 32)]) : "memory");
     }
     // kernels.py:328: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_6 = (tid / 16);
-      const int t1_6 = (tid % 16);
-      #pragma unroll
-      for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_6 * 8) ^ ((t0_6 & 7) << 3)) * 2) + (t0_6 * 256)) + (o0_6 * 4096)) + 32768))), "l"(&B[(((t0_6 + (o0_6 * 16)) + 32)) * 1024 + ((bx * 128) + (t1_6 * 8))]) : "memory");
-      }
+    const int t0_3 = (tid / 16);
+    const int t1_3 = (tid % 16);
+    #pragma unroll
+    for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_3 * 8) ^ ((t0_3 & 7) << 3)) * 2) + (t0_3 * 256)) + (o0_3 * 4096)) + 32768))), "l"(&B[(((t0_3 + (o0_3 * 16)) + 32)) * 1024 + ((bx * 128) + (t1_3 * 8))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -120,22 +112,18 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
     __syncthreads();
     if (((ko + 2) < 32)) {
       // kernels.py:327: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_8 = (tid / 4);
-        const int t1_8 = (tid % 4);
-        #pragma unroll
-        for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_8 * 32) + (o0_8 * 2048)) + (t1_8 * 8)) ^ (((t0_8 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)))), "l"(&A[((((by * 128) + t0_8) + (o0_8 * 64))) * 1024 + (((ko * 32) + (t1_8 * 8)) + 64)]) : "memory");
-        }
+      const int t0_4 = (tid / 4);
+      const int t1_4 = (tid % 4);
+      #pragma unroll
+      for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 2048)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)))), "l"(&A[((((by * 128) + t0_4) + (o0_4 * 64))) * 1024 + (((ko * 32) + (t1_4 * 8)) + 64)]) : "memory");
       }
       // kernels.py:328: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_10 = (tid / 16);
-        const int t1_10 = (tid % 16);
-        #pragma unroll
-        for (int o0_10 = 0; o0_10 < 2; ++o0_10) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_10 * 8) ^ ((t0_10 & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)) + (t0_10 * 256)) + (o0_10 * 4096)) + 24576))), "l"(&B[(((((ko * 32) + t0_10) + (o0_10 * 16)) + 64)) * 1024 + ((bx * 128) + (t1_10 * 8))]) : "memory");
-        }
+      const int t0_5 = (tid / 16);
+      const int t1_5 = (tid % 16);
+      #pragma unroll
+      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_5 * 8) ^ ((t0_5 & 7) << 3)) * 2) + (((ko + 2) % 3) * 8192)) + (t0_5 * 256)) + (o0_5 * 4096)) + 24576))), "l"(&B[(((((ko * 32) + t0_5) + (o0_5 * 16)) + 64)) * 1024 + ((bx * 128) + (t1_5 * 8))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -166,33 +154,33 @@ extern "C" __global__ void __launch_bounds__(256) matmul_kernel_kernel(const tl_
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:330: T.copy
   __syncthreads();
-  const int t0_12 = ((tid / 4) % 8);
-  const int t0_13 = (tid / 128);
-  const int t1_12 = (tid % 4);
-  const int t1_13 = ((tid / 32) % 4);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = (tid / 128);
+  const int t1_6 = (tid % 4);
+  const int t1_7 = ((tid / 32) % 4);
   #pragma unroll
-  for (int o0_12 = 0; o0_12 < 2; ++o0_12) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int o0_13 = 0; o0_13 < 4; ++o0_13) {
+    for (int o0_7 = 0; o0_7 < 4; ++o0_7) {
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
-        *(unsigned int*)(&acc_stage_out[0]) = tl_pack_half2(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + 0)], acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + 1)]);
-        *(unsigned int*)(&acc_stage[(((((t0_12 * 128) + (o0_12 * 1024)) + (o0_13 * 2048)) + (t0_13 * 8192)) + ((((t1_12 * 2) + (o1 * 8)) + (t1_13 * 32)) ^ ((t0_12 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage_out[0]) = tl_pack_half2(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + 0)], acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + 1)]);
+        *(unsigned int*)(&acc_stage[(((((t0_6 * 128) + (o0_6 * 1024)) + (o0_7 * 2048)) + (t0_7 * 8192)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_14 = (tid / 16);
-  const int t1_14 = (tid % 16);
+  const int t0_8 = (tid / 16);
+  const int t1_8 = (tid % 16);
   #pragma unroll
-  for (int o0_14 = 0; o0_14 < 8; ++o0_14) {
+  for (int o0_8 = 0; o0_8 < 8; ++o0_8) {
     {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_14 * 128) + (o0_14 * 2048)) + ((t1_14 * 8) ^ ((t0_14 & 7) << 3)))]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 2048)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
       #pragma unroll
-      for (int e_13 = 0; e_13 < 8; ++e_13) {
-        C_out[e_13] = acc_stage_v[e_13];
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        C_out[e_7] = acc_stage_v[e_7];
       }
-      *(uint4*)(&C[((((by * 128) + t0_14) + (o0_14 * 16))) * 1024 + ((bx * 128) + (t1_14 * 8))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 128) + t0_8) + (o0_8 * 16))) * 1024 + ((bx * 128) + (t1_8 * 8))]) = *(const uint4*)(&C_out[0]);
     }
   }
 }

@@ -139,6 +139,9 @@ extern "C" __global__ void __launch_bounds__(128) head_slices_kernel(const tl_ha
     } else {
       #pragma unroll
       for (int e_4 = 0; e_4 < 8; ++e_4) {
+        if (((((bx * 64) + t0_4) + (o0_4 * 16)) < 100)) {
+          O[(bz) * 19200 + ((((bx * 64) + t0_4) + (o0_4 * 16))) * 192 + (by) * 64 + ((t1_4 * 8) + e_4)] = q_stage[(((t0_4 * 64) + (o0_4 * 1024)) + (((t1_4 * 8) + e_4) ^ ((t0_4 & 7) << 3)))];
+        }
       }
     }
   }

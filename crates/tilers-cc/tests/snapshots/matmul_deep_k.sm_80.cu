@@ -75,29 +75,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   }
   {
     // kernels.py:271: T.copy (issued ahead by the pipeline)
-    if ((((by * 64) + 63) < 200)) {
-      const int t0 = (tid / 4);
-      const int t1 = (tid % 4);
-      #pragma unroll
-      for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 512 + (t1 * 8)]) : "memory");
-      }
-    } else {
-      const int t0_1 = (tid / 4);
-      const int t1_1 = (tid % 4);
-      #pragma unroll
-      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0_1) + (o0_1 * 32)) < 200) ? (((by * 64) + t0_1) + (o0_1 * 32)) : 0)) * 512 + (t1_1 * 8)]), "r"((((((by * 64) + t0_1) + (o0_1 * 32)) < 200) ? 16 : 0)) : "memory");
-      }
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 2; ++o0) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 200) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 512 + (t1 * 8)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 200) ? 16 : 0)) : "memory");
     }
     // kernels.py:275: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_2 = (tid / 8);
-      const int t1_2 = (tid % 8);
-      #pragma unroll
-      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_2 * 8) ^ ((t0_2 & 7) << 3)) * 2) + (t0_2 * 128)) + (o0_2 * 2048)) + 8192))), "l"(&B[((t0_2 + (o0_2 * 16))) * 192 + ((bx * 64) + (t1_2 * 8))]) : "memory");
-      }
+    const int t0_1 = (tid / 8);
+    const int t1_1 = (tid % 8);
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_1 * 8) ^ ((t0_1 & 7) << 3)) * 2) + (t0_1 * 128)) + (o0_1 * 2048)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 16))) * 192 + ((bx * 64) + (t1_1 * 8))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -111,29 +100,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     __syncthreads();
     if (((ko + 1) < 16)) {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
-      if ((((by * 64) + 63) < 200)) {
-        const int t0_4 = (tid / 4);
-        const int t1_4 = (tid % 4);
-        #pragma unroll
-        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (((ko + 1) % 2) * 4096)))), "l"(&A[((((by * 64) + t0_4) + (o0_4 * 32))) * 512 + (((ko * 32) + (t1_4 * 8)) + 32)]) : "memory");
-        }
-      } else {
-        const int t0_5 = (tid / 4);
-        const int t1_5 = (tid % 4);
-        #pragma unroll
-        for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)) * 2) + (((ko + 1) % 2) * 4096)))), "l"(&A[((((((by * 64) + t0_5) + (o0_5 * 32)) < 200) ? (((by * 64) + t0_5) + (o0_5 * 32)) : 0)) * 512 + (((ko * 32) + (t1_5 * 8)) + 32)]), "r"((((((by * 64) + t0_5) + (o0_5 * 32)) < 200) ? 16 : 0)) : "memory");
-        }
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
+      #pragma unroll
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + (((ko + 1) % 2) * 4096)))), "l"(&A[((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 512 + (((ko * 32) + (t1_2 * 8)) + 32)]), "r"((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) ? 16 : 0)) : "memory");
       }
       // kernels.py:275: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_6 = (tid / 8);
-        const int t1_6 = (tid % 8);
-        #pragma unroll
-        for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_6 * 8) ^ ((t0_6 & 7) << 3)) * 2) + (((ko + 1) % 2) * 4096)) + (t0_6 * 128)) + (o0_6 * 2048)) + 8192))), "l"(&B[(((((ko * 32) + t0_6) + (o0_6 * 16)) + 32)) * 192 + ((bx * 64) + (t1_6 * 8))]) : "memory");
-        }
+      const int t0_3 = (tid / 8);
+      const int t1_3 = (tid % 8);
+      #pragma unroll
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_3 * 8) ^ ((t0_3 & 7) << 3)) * 2) + (((ko + 1) % 2) * 4096)) + (t0_3 * 128)) + (o0_3 * 2048)) + 8192))), "l"(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 192 + ((bx * 64) + (t1_3 * 8))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -164,36 +142,39 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:279: T.copy
   __syncthreads();
-  const int t0_8 = ((tid / 4) % 8);
-  const int t0_9 = (tid / 64);
-  const int t1_8 = (tid % 4);
-  const int t1_9 = ((tid / 32) % 2);
+  const int t0_4 = ((tid / 4) % 8);
+  const int t0_5 = (tid / 64);
+  const int t1_4 = (tid % 4);
+  const int t1_5 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
+  for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
     #pragma unroll
-    for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
+    for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
-        *(unsigned int*)(&acc_stage_out[0]) = tl_pack_half2(acc[((((o0_8 * 2) + (o0_9 * 16)) + (o1 * 4)) + 0)], acc[((((o0_8 * 2) + (o0_9 * 16)) + (o1 * 4)) + 1)]);
-        *(unsigned int*)(&acc_stage[(((((t0_8 * 64) + (o0_8 * 512)) + (o0_9 * 1024)) + (t0_9 * 2048)) + ((((t1_8 * 2) + (o1 * 8)) + (t1_9 * 32)) ^ ((t0_8 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage_out[0]) = tl_pack_half2(acc[((((o0_4 * 2) + (o0_5 * 16)) + (o1 * 4)) + 0)], acc[((((o0_4 * 2) + (o0_5 * 16)) + (o1 * 4)) + 1)]);
+        *(unsigned int*)(&acc_stage[(((((t0_4 * 64) + (o0_4 * 512)) + (o0_5 * 1024)) + (t0_5 * 2048)) + ((((t1_4 * 2) + (o1 * 8)) + (t1_5 * 32)) ^ ((t0_4 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_10 = (tid / 8);
-  const int t1_10 = (tid % 8);
+  const int t0_6 = (tid / 8);
+  const int t1_6 = (tid % 8);
   #pragma unroll
-  for (int o0_10 = 0; o0_10 < 4; ++o0_10) {
-    if (((((by * 64) + t0_10) + (o0_10 * 16)) < 200)) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_10 * 64) + (o0_10 * 1024)) + ((t1_10 * 8) ^ ((t0_10 & 7) << 3)))]);
+  for (int o0_6 = 0; o0_6 < 4; ++o0_6) {
+    if (((((by * 64) + t0_6) + (o0_6 * 16)) < 200)) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_6 * 64) + (o0_6 * 1024)) + ((t1_6 * 8) ^ ((t0_6 & 7) << 3)))]);
       #pragma unroll
-      for (int e_9 = 0; e_9 < 8; ++e_9) {
-        C_out[e_9] = acc_stage_v[e_9];
+      for (int e_5 = 0; e_5 < 8; ++e_5) {
+        C_out[e_5] = acc_stage_v[e_5];
       }
-      *(uint4*)(&C[((((by * 64) + t0_10) + (o0_10 * 16))) * 192 + ((bx * 64) + (t1_10 * 8))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 64) + t0_6) + (o0_6 * 16))) * 192 + ((bx * 64) + (t1_6 * 8))]) = *(const uint4*)(&C_out[0]);
     } else {
       #pragma unroll
-      for (int e_9 = 0; e_9 < 8; ++e_9) {
+      for (int e_5 = 0; e_5 < 8; ++e_5) {
+        if (((((by * 64) + t0_6) + (o0_6 * 16)) < 200)) {
+          C[((((by * 64) + t0_6) + (o0_6 * 16))) * 192 + (((bx * 64) + (t1_6 * 8)) + e_5)] = acc_stage[(((t0_6 * 64) + (o0_6 * 1024)) + (((t1_6 * 8) + e_5) ^ ((t0_6 & 7) << 3)))];
+        }
       }
     }
   }

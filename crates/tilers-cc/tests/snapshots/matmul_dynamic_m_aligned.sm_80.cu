@@ -77,43 +77,35 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     }
     {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
-      {
-        const int t0 = (tid / 4);
-        const int t1 = (tid % 4);
-        #pragma unroll
-        for (int o0 = 0; o0 < 2; ++o0) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((long long)by) * 64ll) + ((long long)t0)) + (((long long)o0) * 32ll))) * 256ll + (((long long)t1) * 8ll)]) : "memory");
-        }
+      const int t0 = (tid / 4);
+      const int t1 = (tid % 4);
+      #pragma unroll
+      for (int o0 = 0; o0 < 2; ++o0) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t1 * 8) + (t0 * 32)) + (o0 * 1024)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((long long)by) * 64ll) + ((long long)t0)) + (((long long)o0) * 32ll))) * 256ll + (((long long)t1) * 8ll)]) : "memory");
       }
       // kernels.py:275: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_2 = (tid / 8);
-        const int t1_2 = (tid % 8);
-        #pragma unroll
-        for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_2 * 8) ^ ((t0_2 & 7) << 3)) * 2) + (t0_2 * 128)) + (o0_2 * 2048)) + 12288))), "l"(&B[((t0_2 + (o0_2 * 16))) * 256 + ((bx * 64) + (t1_2 * 8))]) : "memory");
-        }
+      const int t0_1 = (tid / 8);
+      const int t1_1 = (tid % 8);
+      #pragma unroll
+      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_1 * 8) ^ ((t0_1 & 7) << 3)) * 2) + (t0_1 * 128)) + (o0_1 * 2048)) + 12288))), "l"(&B[((t0_1 + (o0_1 * 16))) * 256 + ((bx * 64) + (t1_1 * 8))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     {
       // kernels.py:271: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_4 = (tid / 4);
-        const int t1_4 = (tid % 4);
-        #pragma unroll
-        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + 4096))), "l"(&A[((((((long long)by) * 64ll) + ((long long)t0_4)) + (((long long)o0_4) * 32ll))) * 256ll + ((((long long)t1_4) * 8ll) + 32ll)]) : "memory");
-        }
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
+      #pragma unroll
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + 4096))), "l"(&A[((((((long long)by) * 64ll) + ((long long)t0_2)) + (((long long)o0_2) * 32ll))) * 256ll + ((((long long)t1_2) * 8ll) + 32ll)]) : "memory");
       }
       // kernels.py:275: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_6 = (tid / 8);
-        const int t1_6 = (tid % 8);
-        #pragma unroll
-        for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_6 * 8) ^ ((t0_6 & 7) << 3)) * 2) + (t0_6 * 128)) + (o0_6 * 2048)) + 16384))), "l"(&B[(((t0_6 + (o0_6 * 16)) + 32)) * 256 + ((bx * 64) + (t1_6 * 8))]) : "memory");
-        }
+      const int t0_3 = (tid / 8);
+      const int t1_3 = (tid % 8);
+      #pragma unroll
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_3 * 8) ^ ((t0_3 & 7) << 3)) * 2) + (t0_3 * 128)) + (o0_3 * 2048)) + 16384))), "l"(&B[(((t0_3 + (o0_3 * 16)) + 32)) * 256 + ((bx * 64) + (t1_3 * 8))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -127,22 +119,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
       __syncthreads();
       if (((ko + 2) < 8)) {
         // kernels.py:271: T.copy (issued ahead by the pipeline)
-        {
-          const int t0_8 = (tid / 4);
-          const int t1_8 = (tid % 4);
-          #pragma unroll
-          for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_8 * 32) + (o0_8 * 1024)) + (t1_8 * 8)) ^ (((t0_8 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 4096)))), "l"(&A[((((((long long)by) * 64ll) + ((long long)t0_8)) + (((long long)o0_8) * 32ll))) * 256ll + (((((long long)ko) * 32ll) + (((long long)t1_8) * 8ll)) + 64ll)]) : "memory");
-          }
+        const int t0_4 = (tid / 4);
+        const int t1_4 = (tid % 4);
+        #pragma unroll
+        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (((ko + 2) % 3) * 4096)))), "l"(&A[((((((long long)by) * 64ll) + ((long long)t0_4)) + (((long long)o0_4) * 32ll))) * 256ll + (((((long long)ko) * 32ll) + (((long long)t1_4) * 8ll)) + 64ll)]) : "memory");
         }
         // kernels.py:275: T.copy (issued ahead by the pipeline)
-        {
-          const int t0_10 = (tid / 8);
-          const int t1_10 = (tid % 8);
-          #pragma unroll
-          for (int o0_10 = 0; o0_10 < 2; ++o0_10) {
-            asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_10 * 8) ^ ((t0_10 & 7) << 3)) * 2) + (((ko + 2) % 3) * 4096)) + (t0_10 * 128)) + (o0_10 * 2048)) + 12288))), "l"(&B[(((((ko * 32) + t0_10) + (o0_10 * 16)) + 64)) * 256 + ((bx * 64) + (t1_10 * 8))]) : "memory");
-          }
+        const int t0_5 = (tid / 8);
+        const int t1_5 = (tid % 8);
+        #pragma unroll
+        for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
+          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_5 * 8) ^ ((t0_5 & 7) << 3)) * 2) + (((ko + 2) % 3) * 4096)) + (t0_5 * 128)) + (o0_5 * 2048)) + 12288))), "l"(&B[(((((ko * 32) + t0_5) + (o0_5 * 16)) + 64)) * 256 + ((bx * 64) + (t1_5 * 8))]) : "memory");
         }
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
@@ -173,33 +161,33 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const tl_half* _
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     // kernels.py:279: T.copy
     __syncthreads();
-    const int t0_12 = ((tid / 4) % 8);
-    const int t0_13 = (tid / 64);
-    const int t1_12 = (tid % 4);
-    const int t1_13 = ((tid / 32) % 2);
+    const int t0_6 = ((tid / 4) % 8);
+    const int t0_7 = (tid / 64);
+    const int t1_6 = (tid % 4);
+    const int t1_7 = ((tid / 32) % 2);
     #pragma unroll
-    for (int o0_12 = 0; o0_12 < 2; ++o0_12) {
+    for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
       #pragma unroll
-      for (int o0_13 = 0; o0_13 < 2; ++o0_13) {
+      for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
         #pragma unroll
         for (int o1 = 0; o1 < 4; ++o1) {
-          *(unsigned int*)(&acc_stage_out[0]) = tl_pack_half2(acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + 0)], acc[((((o0_12 * 2) + (o0_13 * 16)) + (o1 * 4)) + 1)]);
-          *(unsigned int*)(&acc_stage[(((((t0_12 * 64) + (o0_12 * 512)) + (o0_13 * 1024)) + (t0_13 * 2048)) + ((((t1_12 * 2) + (o1 * 8)) + (t1_13 * 32)) ^ ((t0_12 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+          *(unsigned int*)(&acc_stage_out[0]) = tl_pack_half2(acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + 0)], acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1 * 4)) + 1)]);
+          *(unsigned int*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
         }
       }
     }
     __syncthreads();
-    const int t0_14 = (tid / 8);
-    const int t1_14 = (tid % 8);
+    const int t0_8 = (tid / 8);
+    const int t1_8 = (tid % 8);
     #pragma unroll
-    for (int o0_14 = 0; o0_14 < 4; ++o0_14) {
+    for (int o0_8 = 0; o0_8 < 4; ++o0_8) {
       {
-        *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_14 * 64) + (o0_14 * 1024)) + ((t1_14 * 8) ^ ((t0_14 & 7) << 3)))]);
+        *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 1024)) + ((t1_8 * 8) ^ ((t0_8 & 7) << 3)))]);
         #pragma unroll
-        for (int e_13 = 0; e_13 < 8; ++e_13) {
-          C_out[e_13] = acc_stage_v[e_13];
+        for (int e_7 = 0; e_7 < 8; ++e_7) {
+          C_out[e_7] = acc_stage_v[e_7];
         }
-        *(uint4*)(&C[((((((long long)by) * 64ll) + ((long long)t0_14)) + (((long long)o0_14) * 16ll))) * 256ll + ((((long long)bx) * 64ll) + (((long long)t1_14) * 8ll))]) = *(const uint4*)(&C_out[0]);
+        *(uint4*)(&C[((((((long long)by) * 64ll) + ((long long)t0_8)) + (((long long)o0_8) * 16ll))) * 256ll + ((((long long)bx) * 64ll) + (((long long)t1_8) * 8ll))]) = *(const uint4*)(&C_out[0]);
       }
     }
   }

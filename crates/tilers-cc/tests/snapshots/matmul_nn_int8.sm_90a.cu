@@ -65,32 +65,24 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   }
   {
     // kernels.py:269: T.copy (issued ahead by the pipeline)
-    {
-      const int t0 = (tid / 4);
-      const int t1 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (t1 * 16)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[(t0) * 64 + ((by * 64) + (t1 * 16))]) : "memory");
-    }
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (t1 * 16)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[(t0) * 64 + ((by * 64) + (t1 * 16))]) : "memory");
     // kernels.py:275: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_2 = (tid / 4);
-      const int t1_2 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_2 * 64) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 6144))), "l"(&B[(t0_2) * 64 + ((bx * 64) + (t1_2 * 16))]) : "memory");
-    }
+    const int t0_1 = (tid / 4);
+    const int t1_1 = (tid % 4);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_1 * 64) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 6144))), "l"(&B[(t0_1) * 64 + ((bx * 64) + (t1_1 * 16))]) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   {
     // kernels.py:269: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_4 = (tid / 4);
-      const int t1_4 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_4 * 64) + (t1_4 * 16)) ^ (((t0_4 >> 1) & 7) << 4)) + 2048))), "l"(&A[((t0_4 + 32)) * 64 + ((by * 64) + (t1_4 * 16))]) : "memory");
-    }
+    const int t0_2 = (tid / 4);
+    const int t1_2 = (tid % 4);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_2 * 64) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 2048))), "l"(&A[((t0_2 + 32)) * 64 + ((by * 64) + (t1_2 * 16))]) : "memory");
     // kernels.py:275: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_6 = (tid / 4);
-      const int t1_6 = (tid % 4);
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_6 * 64) + (t1_6 * 16)) ^ (((t0_6 >> 1) & 7) << 4)) + 8192))), "l"(&B[((t0_6 + 32)) * 64 + ((bx * 64) + (t1_6 * 16))]) : "memory");
-    }
+    const int t0_3 = (tid / 4);
+    const int t1_3 = (tid % 4);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_3 * 64) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 8192))), "l"(&B[((t0_3 + 32)) * 64 + ((bx * 64) + (t1_3 * 16))]) : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   // kernels.py:266: T.fill
@@ -151,10 +143,10 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:279: T.copy
   __syncthreads();
-  const int t0_12 = ((tid / 4) % 8);
-  const int t0_13 = (tid / 64);
-  const int t1_12 = (tid % 4);
-  const int t1_13 = ((tid / 32) % 2);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = (tid / 64);
+  const int t1_6 = (tid % 4);
+  const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
   for (int o0 = 0; o0 < 2; ++o0) {
     #pragma unroll
@@ -162,25 +154,25 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
         #pragma unroll
-        for (int e_12 = 0; e_12 < 2; ++e_12) {
-          acc_stage_out[e_12] = acc[((((o0 * 2) + (o0_1 * 16)) + (o1 * 4)) + e_12)];
+        for (int e_6 = 0; e_6 < 2; ++e_6) {
+          acc_stage_out[e_6] = acc[((((o0 * 2) + (o0_1 * 16)) + (o1 * 4)) + e_6)];
         }
-        *(uint2*)(&acc_stage[(((((t0_12 * 64) + (o0 * 512)) + (o0_1 * 1024)) + (t0_13 * 2048)) + ((((t1_12 * 2) + (o1 * 8)) + (t1_13 * 32)) ^ ((t0_12 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
+        *(uint2*)(&acc_stage[(((((t0_6 * 64) + (o0 * 512)) + (o0_1 * 1024)) + (t0_7 * 2048)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 32)) ^ ((t0_6 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_14 = (tid / 16);
-  const int t1_14 = (tid % 16);
+  const int t0_8 = (tid / 16);
+  const int t1_8 = (tid % 16);
   #pragma unroll
   for (int o0_2 = 0; o0_2 < 8; ++o0_2) {
     {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_14 * 64) + (o0_2 * 512)) + ((t1_14 * 4) ^ ((t0_14 & 7) << 2)))]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_2 * 512)) + ((t1_8 * 4) ^ ((t0_8 & 7) << 2)))]);
       #pragma unroll
-      for (int e_13 = 0; e_13 < 4; ++e_13) {
-        C_out[e_13] = acc_stage_v[e_13];
+      for (int e_7 = 0; e_7 < 4; ++e_7) {
+        C_out[e_7] = acc_stage_v[e_7];
       }
-      *(uint4*)(&C[((((by * 64) + t0_14) + (o0_2 * 8))) * 64 + ((bx * 64) + (t1_14 * 4))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 64) + t0_8) + (o0_2 * 8))) * 64 + ((bx * 64) + (t1_8 * 4))]) = *(const uint4*)(&C_out[0]);
     }
   }
 }

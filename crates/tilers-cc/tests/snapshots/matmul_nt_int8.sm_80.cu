@@ -75,43 +75,35 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   }
   {
     // kernels.py:271: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_1 = (tid / 4);
-      const int t1_1 = (tid % 4);
-      #pragma unroll
-      for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_1 * 64) + (o0_1 * 2048)) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)))), "l"(&A[((((((by * 128) + t0_1) + (o0_1 * 32)) < 100) ? (((by * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + (t1_1 * 16)]), "r"((((((by * 128) + t0_1) + (o0_1 * 32)) < 100) ? 16 : 0)) : "memory");
-      }
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 4; ++o0) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0 * 64) + (o0 * 2048)) + (t1 * 16)) ^ (((t0 >> 1) & 7) << 4)))), "l"(&A[((((((by * 128) + t0) + (o0 * 32)) < 100) ? (((by * 128) + t0) + (o0 * 32)) : 0)) * 128 + (t1 * 16)]), "r"((((((by * 128) + t0) + (o0 * 32)) < 100) ? 16 : 0)) : "memory");
     }
     // kernels.py:273: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_3 = (tid / 4);
-      const int t1_3 = (tid % 4);
-      #pragma unroll
-      for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_3 * 64) + (o0_3 * 2048)) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 24576))), "l"(&B[((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + (t1_3 * 16)]), "r"((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? 16 : 0)) : "memory");
-      }
+    const int t0_1 = (tid / 4);
+    const int t1_1 = (tid % 4);
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 4; ++o0_1) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_1 * 64) + (o0_1 * 2048)) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 24576))), "l"(&B[((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? (((bx * 128) + t0_1) + (o0_1 * 32)) : 0)) * 128 + (t1_1 * 16)]), "r"((((((bx * 128) + t0_1) + (o0_1 * 32)) < 100) ? 16 : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   {
     // kernels.py:271: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_5 = (tid / 4);
-      const int t1_5 = (tid % 4);
-      #pragma unroll
-      for (int o0_5 = 0; o0_5 < 4; ++o0_5) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_5 * 64) + (o0_5 * 2048)) + (t1_5 * 16)) ^ (((t0_5 >> 1) & 7) << 4)) + 8192))), "l"(&A[((((((by * 128) + t0_5) + (o0_5 * 32)) < 100) ? (((by * 128) + t0_5) + (o0_5 * 32)) : 0)) * 128 + ((t1_5 * 16) + 64)]), "r"((((((by * 128) + t0_5) + (o0_5 * 32)) < 100) ? 16 : 0)) : "memory");
-      }
+    const int t0_2 = (tid / 4);
+    const int t1_2 = (tid % 4);
+    #pragma unroll
+    for (int o0_2 = 0; o0_2 < 4; ++o0_2) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_2 * 64) + (o0_2 * 2048)) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 8192))), "l"(&A[((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? (((by * 128) + t0_2) + (o0_2 * 32)) : 0)) * 128 + ((t1_2 * 16) + 64)]), "r"((((((by * 128) + t0_2) + (o0_2 * 32)) < 100) ? 16 : 0)) : "memory");
     }
     // kernels.py:273: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_7 = (tid / 4);
-      const int t1_7 = (tid % 4);
-      #pragma unroll
-      for (int o0_7 = 0; o0_7 < 4; ++o0_7) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_7 * 64) + (o0_7 * 2048)) + (t1_7 * 16)) ^ (((t0_7 >> 1) & 7) << 4)) + 32768))), "l"(&B[((((((bx * 128) + t0_7) + (o0_7 * 32)) < 100) ? (((bx * 128) + t0_7) + (o0_7 * 32)) : 0)) * 128 + ((t1_7 * 16) + 64)]), "r"((((((bx * 128) + t0_7) + (o0_7 * 32)) < 100) ? 16 : 0)) : "memory");
-      }
+    const int t0_3 = (tid / 4);
+    const int t1_3 = (tid % 4);
+    #pragma unroll
+    for (int o0_3 = 0; o0_3 < 4; ++o0_3) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_3 * 64) + (o0_3 * 2048)) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + 32768))), "l"(&B[((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? (((bx * 128) + t0_3) + (o0_3 * 32)) : 0)) * 128 + ((t1_3 * 16) + 64)]), "r"((((((bx * 128) + t0_3) + (o0_3 * 32)) < 100) ? 16 : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -151,41 +143,41 @@ extern "C" __global__ void __launch_bounds__(128) matmul_kernel(const signed cha
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:279: T.copy
   __syncthreads();
-  const int t0_12 = ((tid / 4) % 8);
-  const int t0_13 = (tid / 64);
-  const int t1_12 = (tid % 4);
-  const int t1_13 = ((tid / 32) % 2);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = (tid / 64);
+  const int t1_6 = (tid % 4);
+  const int t1_7 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_12 = 0; o0_12 < 2; ++o0_12) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int o0_13 = 0; o0_13 < 4; ++o0_13) {
+    for (int o0_7 = 0; o0_7 < 4; ++o0_7) {
       #pragma unroll
       for (int o1 = 0; o1 < 8; ++o1) {
         #pragma unroll
-        for (int e_12 = 0; e_12 < 2; ++e_12) {
-          acc_stage_out[e_12] = acc[((((o0_12 * 2) + (o0_13 * 32)) + (o1 * 4)) + e_12)];
+        for (int e_6 = 0; e_6 < 2; ++e_6) {
+          acc_stage_out[e_6] = acc[((((o0_6 * 2) + (o0_7 * 32)) + (o1 * 4)) + e_6)];
         }
-        *(uint2*)(&acc_stage[(((((t0_12 * 128) + (o0_12 * 1024)) + (o0_13 * 2048)) + (t0_13 * 8192)) + ((((t1_12 * 2) + (o1 * 8)) + (t1_13 * 64)) ^ ((t0_12 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
+        *(uint2*)(&acc_stage[(((((t0_6 * 128) + (o0_6 * 1024)) + (o0_7 * 2048)) + (t0_7 * 8192)) + ((((t1_6 * 2) + (o1 * 8)) + (t1_7 * 64)) ^ ((t0_6 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_14 = (tid / 32);
-  const int t1_14 = (tid % 32);
+  const int t0_8 = (tid / 32);
+  const int t1_8 = (tid % 32);
   #pragma unroll
-  for (int o0_14 = 0; o0_14 < 32; ++o0_14) {
-    if ((((((by * 128) + t0_14) + (o0_14 * 4)) < 100) && ((((bx * 128) + (t1_14 * 4)) + 4) <= 100))) {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_14 * 128) + (o0_14 * 512)) + ((t1_14 * 4) ^ (((t0_14 + (o0_14 * 4)) & 7) << 2)))]);
+  for (int o0_8 = 0; o0_8 < 32; ++o0_8) {
+    if ((((((by * 128) + t0_8) + (o0_8 * 4)) < 100) && ((((bx * 128) + (t1_8 * 4)) + 4) <= 100))) {
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 128) + (o0_8 * 512)) + ((t1_8 * 4) ^ (((t0_8 + (o0_8 * 4)) & 7) << 2)))]);
       #pragma unroll
-      for (int e_13 = 0; e_13 < 4; ++e_13) {
-        C_out[e_13] = acc_stage_v[e_13];
+      for (int e_7 = 0; e_7 < 4; ++e_7) {
+        C_out[e_7] = acc_stage_v[e_7];
       }
-      *(uint4*)(&C[((((by * 128) + t0_14) + (o0_14 * 4))) * 100 + ((bx * 128) + (t1_14 * 4))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 128) + t0_8) + (o0_8 * 4))) * 100 + ((bx * 128) + (t1_8 * 4))]) = *(const uint4*)(&C_out[0]);
     } else {
       #pragma unroll
-      for (int e_13 = 0; e_13 < 4; ++e_13) {
-        if ((((((by * 128) + t0_14) + (o0_14 * 4)) < 100) && ((((bx * 128) + (t1_14 * 4)) + e_13) < 100))) {
-          C[((((by * 128) + t0_14) + (o0_14 * 4))) * 100 + (((bx * 128) + (t1_14 * 4)) + e_13)] = acc_stage[(((t0_14 * 128) + (o0_14 * 512)) + (((t1_14 * 4) + e_13) ^ (((t0_14 + (o0_14 * 4)) & 7) << 2)))];
+      for (int e_7 = 0; e_7 < 4; ++e_7) {
+        if ((((((by * 128) + t0_8) + (o0_8 * 4)) < 100) && ((((bx * 128) + (t1_8 * 4)) + e_7) < 100))) {
+          C[((((by * 128) + t0_8) + (o0_8 * 4))) * 100 + (((bx * 128) + (t1_8 * 4)) + e_7)] = acc_stage[(((t0_8 * 128) + (o0_8 * 512)) + (((t1_8 * 4) + e_7) ^ (((t0_8 + (o0_8 * 4)) & 7) << 2)))];
         }
       }
     }

@@ -83,36 +83,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   }
   {
     // kernels.py:303: T.copy (issued ahead by the pipeline)
-    if ((((by * 64) + 63) < 330)) {
-      const int t0 = (tid / 4);
-      const int t1 = (tid % 4);
-      #pragma unroll
-      for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 64 + (t1 * 8)]) : "memory");
-      }
-    } else {
-      const int t0_1 = (tid / 4);
-      const int t1_1 = (tid % 4);
-      #pragma unroll
-      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_1 * 32) + (o0_1 * 1024)) + (t1_1 * 8)) ^ (((t0_1 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0_1) + (o0_1 * 32)) < 330) ? (((by * 64) + t0_1) + (o0_1 * 32)) : 0)) * 64 + (t1_1 * 8)]), "r"((((((by * 64) + t0_1) + (o0_1 * 32)) < 330) ? 16 : 0)) : "memory");
-      }
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 2; ++o0) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0 * 32) + (o0 * 1024)) + (t1 * 8)) ^ (((t0 >> 1) & 7) << 3)) * 2))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 330) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 64 + (t1 * 8)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 330) ? 16 : 0)) : "memory");
     }
     // kernels.py:304: T.copy (issued ahead by the pipeline)
-    if ((((bx * 64) + 63) < 200)) {
-      const int t0_2 = (tid / 8);
-      const int t1_2 = (tid % 8);
-      #pragma unroll
-      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_2 * 8) ^ ((t0_2 & 7) << 3)) * 2) + (t0_2 * 128)) + (o0_2 * 2048)) + 8192))), "l"(&B[((t0_2 + (o0_2 * 16))) * 200 + ((bx * 64) + (t1_2 * 8))]) : "memory");
-      }
-    } else {
-      const int t0_3 = (tid / 8);
-      const int t1_3 = (tid % 8);
-      #pragma unroll
-      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_3 * 8) ^ ((t0_3 & 7) << 3)) * 2) + (t0_3 * 128)) + (o0_3 * 2048)) + 8192))), "l"(&B[((t0_3 + (o0_3 * 16))) * 200 + ((((bx * 64) + (t1_3 * 8)) < 200) ? ((bx * 64) + (t1_3 * 8)) : 0)]), "r"(((((bx * 64) + (t1_3 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_3 * (-8))) + 200), 8) * 2) : 0)) : "memory");
-      }
+    const int t0_1 = (tid / 8);
+    const int t1_1 = (tid % 8);
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t1_1 * 8) ^ ((t0_1 & 7) << 3)) * 2) + (t0_1 * 128)) + (o0_1 * 2048)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 16))) * 200 + ((((bx * 64) + (t1_1 * 8)) < 200) ? ((bx * 64) + (t1_1 * 8)) : 0)]), "r"(((((bx * 64) + (t1_1 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_1 * (-8))) + 200), 8) * 2) : 0)) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -126,36 +108,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
     __syncthreads();
     if (((ko + 1) < 2)) {
       // kernels.py:303: T.copy (issued ahead by the pipeline)
-      if ((((by * 64) + 63) < 330)) {
-        const int t0_4 = (tid / 4);
-        const int t1_4 = (tid % 4);
-        #pragma unroll
-        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t0_4 * 32) + (o0_4 * 1024)) + (t1_4 * 8)) ^ (((t0_4 >> 1) & 7) << 3)) * 2) + (ko * 4096)) + 4096))), "l"(&A[((((by * 64) + t0_4) + (o0_4 * 32))) * 64 + (((ko * 32) + (t1_4 * 8)) + 32)]) : "memory");
-        }
-      } else {
-        const int t0_5 = (tid / 4);
-        const int t1_5 = (tid % 4);
-        #pragma unroll
-        for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t0_5 * 32) + (o0_5 * 1024)) + (t1_5 * 8)) ^ (((t0_5 >> 1) & 7) << 3)) * 2) + (ko * 4096)) + 4096))), "l"(&A[((((((by * 64) + t0_5) + (o0_5 * 32)) < 330) ? (((by * 64) + t0_5) + (o0_5 * 32)) : 0)) * 64 + (((ko * 32) + (t1_5 * 8)) + 32)]), "r"((((((by * 64) + t0_5) + (o0_5 * 32)) < 330) ? 16 : 0)) : "memory");
-        }
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
+      #pragma unroll
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t0_2 * 32) + (o0_2 * 1024)) + (t1_2 * 8)) ^ (((t0_2 >> 1) & 7) << 3)) * 2) + (ko * 4096)) + 4096))), "l"(&A[((((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 64 + (((ko * 32) + (t1_2 * 8)) + 32)]), "r"((((((by * 64) + t0_2) + (o0_2 * 32)) < 330) ? 16 : 0)) : "memory");
       }
       // kernels.py:304: T.copy (issued ahead by the pipeline)
-      if ((((bx * 64) + 63) < 200)) {
-        const int t0_6 = (tid / 8);
-        const int t1_6 = (tid % 8);
-        #pragma unroll
-        for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_6 * 8) ^ ((t0_6 & 7) << 3)) * 2) + (ko * 4096)) + (t0_6 * 128)) + (o0_6 * 2048)) + 12288))), "l"(&B[(((((ko * 32) + t0_6) + (o0_6 * 16)) + 32)) * 200 + ((bx * 64) + (t1_6 * 8))]) : "memory");
-        }
-      } else {
-        const int t0_7 = (tid / 8);
-        const int t1_7 = (tid % 8);
-        #pragma unroll
-        for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_7 * 8) ^ ((t0_7 & 7) << 3)) * 2) + (ko * 4096)) + (t0_7 * 128)) + (o0_7 * 2048)) + 12288))), "l"(&B[(((((ko * 32) + t0_7) + (o0_7 * 16)) + 32)) * 200 + ((((bx * 64) + (t1_7 * 8)) < 200) ? ((bx * 64) + (t1_7 * 8)) : 0)]), "r"(((((bx * 64) + (t1_7 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_7 * (-8))) + 200), 8) * 2) : 0)) : "memory");
-        }
+      const int t0_3 = (tid / 8);
+      const int t1_3 = (tid % 8);
+      #pragma unroll
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_3 * 8) ^ ((t0_3 & 7) << 3)) * 2) + (ko * 4096)) + (t0_3 * 128)) + (o0_3 * 2048)) + 12288))), "l"(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 200 + ((((bx * 64) + (t1_3 * 8)) < 200) ? ((bx * 64) + (t1_3 * 8)) : 0)]), "r"(((((bx * 64) + (t1_3 * 8)) < 200) ? (tl_min((((bx * (-64)) + (t1_3 * (-8))) + 200), 8) * 2) : 0)) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -185,42 +149,42 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:306: T.copy
-  const int t0_8 = ((tid / 4) % 8);
-  const int t0_9 = (tid / 64);
-  const int t1_8 = (tid % 4);
-  const int t1_9 = ((tid / 32) % 2);
+  const int t0_4 = ((tid / 4) % 8);
+  const int t0_5 = (tid / 64);
+  const int t1_4 = (tid % 4);
+  const int t1_5 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
+  for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
     #pragma unroll
-    for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
+    for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
       #pragma unroll
       for (int o1 = 0; o1 < 4; ++o1) {
         #pragma unroll
-        for (int e_8 = 0; e_8 < 2; ++e_8) {
-          C_s_out[e_8] = acc[((((o0_8 * 2) + (o0_9 * 16)) + (o1 * 4)) + e_8)];
+        for (int e_4 = 0; e_4 < 2; ++e_4) {
+          C_s_out[e_4] = acc[((((o0_4 * 2) + (o0_5 * 16)) + (o1 * 4)) + e_4)];
         }
-        *(uint2*)(&C_s[(((((t0_8 * 64) + (o0_8 * 512)) + (o0_9 * 1024)) + (t0_9 * 2048)) + ((((t1_8 * 2) + (o1 * 8)) + (t1_9 * 32)) ^ ((t0_8 & 7) << 2)))]) = *(const uint2*)(&C_s_out[0]);
+        *(uint2*)(&C_s[(((((t0_4 * 64) + (o0_4 * 512)) + (o0_5 * 1024)) + (t0_5 * 2048)) + ((((t1_4 * 2) + (o1 * 8)) + (t1_5 * 32)) ^ ((t0_4 & 7) << 2)))]) = *(const uint2*)(&C_s_out[0]);
       }
     }
   }
   __syncthreads();
   // kernels.py:307: T.copy
-  const int t0_10 = (tid / 16);
-  const int t1_10 = (tid % 16);
+  const int t0_6 = (tid / 16);
+  const int t1_6 = (tid % 16);
   #pragma unroll
-  for (int o0_10 = 0; o0_10 < 8; ++o0_10) {
-    if ((((((by * 64) + t0_10) + (o0_10 * 8)) < 330) && ((((bx * 64) + (t1_10 * 4)) + 4) <= 200))) {
-      *(uint4*)(&C_s_v[0]) = *(const uint4*)(&C_s[(((t0_10 * 64) + (o0_10 * 512)) + ((t1_10 * 4) ^ ((t0_10 & 7) << 2)))]);
+  for (int o0_6 = 0; o0_6 < 8; ++o0_6) {
+    if ((((((by * 64) + t0_6) + (o0_6 * 8)) < 330) && ((((bx * 64) + (t1_6 * 4)) + 4) <= 200))) {
+      *(uint4*)(&C_s_v[0]) = *(const uint4*)(&C_s[(((t0_6 * 64) + (o0_6 * 512)) + ((t1_6 * 4) ^ ((t0_6 & 7) << 2)))]);
       #pragma unroll
-      for (int e_9 = 0; e_9 < 4; ++e_9) {
-        C_out[e_9] = C_s_v[e_9];
+      for (int e_5 = 0; e_5 < 4; ++e_5) {
+        C_out[e_5] = C_s_v[e_5];
       }
-      *(uint4*)(&C[((((by * 64) + t0_10) + (o0_10 * 8))) * 200 + ((bx * 64) + (t1_10 * 4))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 64) + t0_6) + (o0_6 * 8))) * 200 + ((bx * 64) + (t1_6 * 4))]) = *(const uint4*)(&C_out[0]);
     } else {
       #pragma unroll
-      for (int e_9 = 0; e_9 < 4; ++e_9) {
-        if ((((((by * 64) + t0_10) + (o0_10 * 8)) < 330) && ((((bx * 64) + (t1_10 * 4)) + e_9) < 200))) {
-          C[((((by * 64) + t0_10) + (o0_10 * 8))) * 200 + (((bx * 64) + (t1_10 * 4)) + e_9)] = C_s[(((t0_10 * 64) + (o0_10 * 512)) + (((t1_10 * 4) + e_9) ^ ((t0_10 & 7) << 2)))];
+      for (int e_5 = 0; e_5 < 4; ++e_5) {
+        if ((((((by * 64) + t0_6) + (o0_6 * 8)) < 330) && ((((bx * 64) + (t1_6 * 4)) + e_5) < 200))) {
+          C[((((by * 64) + t0_6) + (o0_6 * 8))) * 200 + (((bx * 64) + (t1_6 * 4)) + e_5)] = C_s[(((t0_6 * 64) + (o0_6 * 512)) + (((t1_6 * 4) + e_5) ^ ((t0_6 & 7) << 2)))];
         }
       }
     }

@@ -90,40 +90,31 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   }
   {
     // kernels.py:303: T.copy (issued ahead by the pipeline)
-    if ((((by * 64) + 63) < 200)) {
-      const int t0 = (tid / 4);
-      const int t1 = (tid % 4);
-      #pragma unroll
-      for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1 * 8) % 32) ^ ((((t0 + (o0 * 32)) >> 1) & 3) << 3)) * 2) + (((t1 * 8) / 32) * 4096)) + (t0 * 64)) + (o0 * 2048)))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 72 + (t1 * 8)]) : "memory");
-      }
-    } else {
-      const int t0_1 = (tid / 4);
-      const int t1_1 = (tid % 4);
-      #pragma unroll
-      for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1_1 * 8) % 32) ^ ((((t0_1 + (o0_1 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_1 * 8) / 32) * 4096)) + (t0_1 * 64)) + (o0_1 * 2048)))), "l"(&A[((((((by * 64) + t0_1) + (o0_1 * 32)) < 200) ? (((by * 64) + t0_1) + (o0_1 * 32)) : 0)) * 72 + (t1_1 * 8)]), "r"((((((by * 64) + t0_1) + (o0_1 * 32)) < 200) ? 16 : 0)) : "memory");
-      }
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 2; ++o0) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)((((((((t1 * 8) % 32) ^ ((((t0 + (o0 * 32)) >> 1) & 3) << 3)) * 2) + (((t1 * 8) / 32) * 4096)) + (t0 * 64)) + (o0 * 2048)))), "l"(&A[((((((by * 64) + t0) + (o0 * 32)) < 200) ? (((by * 64) + t0) + (o0 * 32)) : 0)) * 72 + (t1 * 8)]), "r"((((((by * 64) + t0) + (o0 * 32)) < 200) ? 16 : 0)) : "memory");
     }
     // kernels.py:304: T.copy (issued ahead by the pipeline)
-    const int t0_2 = (tid / 8);
-    const int t1_2 = (tid % 8);
+    const int t0_1 = (tid / 8);
+    const int t1_1 = (tid % 8);
     #pragma unroll
-    for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-      if (((((bx * 64) + (t1_2 * 8)) + 8) <= 330)) {
-        *(unsigned int*)(&B_v[0]) = *(const unsigned int*)(&B[((t0_2 + (o0_2 * 16))) * 330 + ((bx * 64) + (t1_2 * 8))]);
-        *(unsigned int*)(&B_v[2]) = *(const unsigned int*)(&B[((t0_2 + (o0_2 * 16))) * 330 + (((bx * 64) + (t1_2 * 8)) + 2)]);
-        *(unsigned int*)(&B_v[4]) = *(const unsigned int*)(&B[((t0_2 + (o0_2 * 16))) * 330 + (((bx * 64) + (t1_2 * 8)) + 4)]);
-        *(unsigned int*)(&B_v[6]) = *(const unsigned int*)(&B[((t0_2 + (o0_2 * 16))) * 330 + (((bx * 64) + (t1_2 * 8)) + 6)]);
+    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+      if (((((bx * 64) + (t1_1 * 8)) + 8) <= 330)) {
+        *(unsigned int*)(&B_v[0]) = *(const unsigned int*)(&B[((t0_1 + (o0_1 * 16))) * 330 + ((bx * 64) + (t1_1 * 8))]);
+        *(unsigned int*)(&B_v[2]) = *(const unsigned int*)(&B[((t0_1 + (o0_1 * 16))) * 330 + (((bx * 64) + (t1_1 * 8)) + 2)]);
+        *(unsigned int*)(&B_v[4]) = *(const unsigned int*)(&B[((t0_1 + (o0_1 * 16))) * 330 + (((bx * 64) + (t1_1 * 8)) + 4)]);
+        *(unsigned int*)(&B_v[6]) = *(const unsigned int*)(&B[((t0_1 + (o0_1 * 16))) * 330 + (((bx * 64) + (t1_1 * 8)) + 6)]);
         #pragma unroll
-        for (int e_2 = 0; e_2 < 8; ++e_2) {
-          B_s_out[e_2] = B_v[e_2];
+        for (int e_1 = 0; e_1 < 8; ++e_1) {
+          B_s_out[e_1] = B_v[e_1];
         }
-        *(uint4*)(&B_s[((0 + (0 * 2048)) + (((((t1_2 * 8) / 64) * 2048) + ((t0_2 * 64) + (o0_2 * 1024))) + (((t1_2 * 8) % 64) ^ (((t0_2 + (o0_2 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_s_out[0]);
+        *(uint4*)(&B_s[((0 + (0 * 2048)) + (((((t1_1 * 8) / 64) * 2048) + ((t0_1 * 64) + (o0_1 * 1024))) + (((t1_1 * 8) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_s_out[0]);
       } else {
         #pragma unroll
-        for (int e_2 = 0; e_2 < 8; ++e_2) {
-          B_s[((0 + (0 * 2048)) + ((((((t1_2 * 8) + e_2) / 64) * 2048) + ((t0_2 * 64) + (o0_2 * 1024))) + ((((t1_2 * 8) + e_2) % 64) ^ (((t0_2 + (o0_2 * 16)) & 7) << 3))))] = tl_to_half((((((bx * 64) + (t1_2 * 8)) + e_2) < 330) ? tl_float(B[((t0_2 + (o0_2 * 16))) * 330 + (((bx * 64) + (t1_2 * 8)) + e_2)]) : 0.0f));
+        for (int e_1 = 0; e_1 < 8; ++e_1) {
+          B_s[((0 + (0 * 2048)) + ((((((t1_1 * 8) + e_1) / 64) * 2048) + ((t0_1 * 64) + (o0_1 * 1024))) + ((((t1_1 * 8) + e_1) % 64) ^ (((t0_1 + (o0_1 * 16)) & 7) << 3))))] = tl_to_half((((((bx * 64) + (t1_1 * 8)) + e_1) < 330) ? tl_float(B[((t0_1 + (o0_1 * 16))) * 330 + (((bx * 64) + (t1_1 * 8)) + e_1)]) : 0.0f));
         }
       }
     }
@@ -140,40 +131,31 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
     __syncthreads();
     if (((ko + 1) < 3)) {
       // kernels.py:303: T.copy (issued ahead by the pipeline)
-      if (((((by * 64) + 63) < 200) && (((ko * 32) + 63) < 72))) {
-        const int t0_3 = (tid / 4);
-        const int t1_3 = (tid % 4);
-        #pragma unroll
-        for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((((t1_3 * 8) % 32) ^ ((((t0_3 + (o0_3 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_3 * 8) / 32) * 4096)) + (ko * 4096)) + (t0_3 * 64)) + (o0_3 * 2048)) + 4096))), "l"(&A[((((by * 64) + t0_3) + (o0_3 * 32))) * 72 + (((ko * 32) + (t1_3 * 8)) + 32)]) : "memory");
-        }
-      } else {
-        const int t0_4 = (tid / 4);
-        const int t1_4 = (tid % 4);
-        #pragma unroll
-        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_4 * 8) % 32) ^ ((((t0_4 + (o0_4 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_4 * 8) / 32) * 4096)) + (((ko + 1) % 2) * 4096)) + (t0_4 * 64)) + (o0_4 * 2048)))), "l"(&A[((((((by * 64) + t0_4) + (o0_4 * 32)) < 200) ? (((by * 64) + t0_4) + (o0_4 * 32)) : 0)) * 72 + (((((ko * 32) + (t1_4 * 8)) + 32) < 72) ? (((ko * 32) + (t1_4 * 8)) + 32) : 0)]), "r"(((((((by * 64) + t0_4) + (o0_4 * 32)) < 200) && ((((ko * 32) + (t1_4 * 8)) + 32) < 72)) ? (tl_min((((ko * (-32)) + (t1_4 * (-8))) + 40), 8) * 2) : 0)) : "memory");
-        }
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
+      #pragma unroll
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(tl_smem_u32 + (unsigned int)(((((((((t1_2 * 8) % 32) ^ ((((t0_2 + (o0_2 * 32)) >> 1) & 3) << 3)) * 2) + (((t1_2 * 8) / 32) * 4096)) + (((ko + 1) % 2) * 4096)) + (t0_2 * 64)) + (o0_2 * 2048)))), "l"(&A[((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) ? (((by * 64) + t0_2) + (o0_2 * 32)) : 0)) * 72 + (((((ko * 32) + (t1_2 * 8)) + 32) < 72) ? (((ko * 32) + (t1_2 * 8)) + 32) : 0)]), "r"(((((((by * 64) + t0_2) + (o0_2 * 32)) < 200) && ((((ko * 32) + (t1_2 * 8)) + 32) < 72)) ? (tl_min((((ko * (-32)) + (t1_2 * (-8))) + 40), 8) * 2) : 0)) : "memory");
       }
       // kernels.py:304: T.copy (issued ahead by the pipeline)
-      const int t0_5 = (tid / 8);
-      const int t1_5 = (tid % 8);
+      const int t0_3 = (tid / 8);
+      const int t1_3 = (tid % 8);
       #pragma unroll
-      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
-        if (((((((ko * 32) + t0_5) + (o0_5 * 16)) + 32) < 72) && ((((bx * 64) + (t1_5 * 8)) + 8) <= 330))) {
-          *(unsigned int*)(&B_v_1[0]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_5) + (o0_5 * 16)) + 32)) * 330 + ((bx * 64) + (t1_5 * 8))]);
-          *(unsigned int*)(&B_v_1[2]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_5) + (o0_5 * 16)) + 32)) * 330 + (((bx * 64) + (t1_5 * 8)) + 2)]);
-          *(unsigned int*)(&B_v_1[4]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_5) + (o0_5 * 16)) + 32)) * 330 + (((bx * 64) + (t1_5 * 8)) + 4)]);
-          *(unsigned int*)(&B_v_1[6]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_5) + (o0_5 * 16)) + 32)) * 330 + (((bx * 64) + (t1_5 * 8)) + 6)]);
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        if (((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 72) && ((((bx * 64) + (t1_3 * 8)) + 8) <= 330))) {
+          *(unsigned int*)(&B_v_1[0]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 330 + ((bx * 64) + (t1_3 * 8))]);
+          *(unsigned int*)(&B_v_1[2]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 330 + (((bx * 64) + (t1_3 * 8)) + 2)]);
+          *(unsigned int*)(&B_v_1[4]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 330 + (((bx * 64) + (t1_3 * 8)) + 4)]);
+          *(unsigned int*)(&B_v_1[6]) = *(const unsigned int*)(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 330 + (((bx * 64) + (t1_3 * 8)) + 6)]);
           #pragma unroll
-          for (int e_5 = 0; e_5 < 8; ++e_5) {
-            B_s_out_1[e_5] = B_v_1[e_5];
+          for (int e_3 = 0; e_3 < 8; ++e_3) {
+            B_s_out_1[e_3] = B_v_1[e_3];
           }
-          *(uint4*)(&B_s[((0 + (((ko + 1) % 2) * 2048)) + (((((t1_5 * 8) / 64) * 2048) + ((t0_5 * 64) + (o0_5 * 1024))) + (((t1_5 * 8) % 64) ^ (((t0_5 + (o0_5 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_s_out_1[0]);
+          *(uint4*)(&B_s[((0 + (((ko + 1) % 2) * 2048)) + (((((t1_3 * 8) / 64) * 2048) + ((t0_3 * 64) + (o0_3 * 1024))) + (((t1_3 * 8) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3))))]) = *(const uint4*)(&B_s_out_1[0]);
         } else {
           #pragma unroll
-          for (int e_5 = 0; e_5 < 8; ++e_5) {
-            B_s[((0 + (((ko + 1) % 2) * 2048)) + ((((((t1_5 * 8) + e_5) / 64) * 2048) + ((t0_5 * 64) + (o0_5 * 1024))) + ((((t1_5 * 8) + e_5) % 64) ^ (((t0_5 + (o0_5 * 16)) & 7) << 3))))] = tl_to_half((((((((ko * 32) + t0_5) + (o0_5 * 16)) + 32) < 72) && ((((bx * 64) + (t1_5 * 8)) + e_5) < 330)) ? tl_float(B[(((((ko * 32) + t0_5) + (o0_5 * 16)) + 32)) * 330 + (((bx * 64) + (t1_5 * 8)) + e_5)]) : 0.0f));
+          for (int e_3 = 0; e_3 < 8; ++e_3) {
+            B_s[((0 + (((ko + 1) % 2) * 2048)) + ((((((t1_3 * 8) + e_3) / 64) * 2048) + ((t0_3 * 64) + (o0_3 * 1024))) + ((((t1_3 * 8) + e_3) % 64) ^ (((t0_3 + (o0_3 * 16)) & 7) << 3))))] = tl_to_half((((((((ko * 32) + t0_3) + (o0_3 * 16)) + 32) < 72) && ((((bx * 64) + (t1_3 * 8)) + e_3) < 330)) ? tl_float(B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 330 + (((bx * 64) + (t1_3 * 8)) + e_3)]) : 0.0f));
           }
         }
       }
@@ -196,40 +178,40 @@ extern "C" __global__ void __launch_bounds__(128) matmul_rasterized_kernel(const
   }
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:306: T.copy
-  const int t0_6 = ((tid / 4) % 8);
-  const int t0_7 = (tid / 32);
-  const int t1_6 = (tid % 4);
+  const int t0_4 = ((tid / 4) % 8);
+  const int t0_5 = (tid / 32);
+  const int t1_4 = (tid % 4);
   __syncthreads();
   #pragma unroll
-  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
+  for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
     #pragma unroll
     for (int o1 = 0; o1 < 8; ++o1) {
       #pragma unroll
-      for (int e_6 = 0; e_6 < 2; ++e_6) {
-        C_s_out[e_6] = acc[(((o0_6 * 2) + (o1 * 4)) + e_6)];
+      for (int e_4 = 0; e_4 < 2; ++e_4) {
+        C_s_out[e_4] = acc[(((o0_4 * 2) + (o1 * 4)) + e_4)];
       }
-      *(uint2*)(&C_s[((((t0_6 * 64) + (o0_6 * 512)) + (t0_7 * 1024)) + (((t1_6 * 2) + (o1 * 8)) ^ ((t0_6 & 7) << 2)))]) = *(const uint2*)(&C_s_out[0]);
+      *(uint2*)(&C_s[((((t0_4 * 64) + (o0_4 * 512)) + (t0_5 * 1024)) + (((t1_4 * 2) + (o1 * 8)) ^ ((t0_4 & 7) << 2)))]) = *(const uint2*)(&C_s_out[0]);
     }
   }
   __syncthreads();
   // kernels.py:307: T.copy
-  const int t0_8 = (tid / 16);
-  const int t1_7 = (tid % 16);
+  const int t0_6 = (tid / 16);
+  const int t1_5 = (tid % 16);
   #pragma unroll
-  for (int o0_7 = 0; o0_7 < 8; ++o0_7) {
-    if ((((((by * 64) + t0_8) + (o0_7 * 8)) < 200) && ((((bx * 64) + (t1_7 * 4)) + 4) <= 330))) {
-      *(uint4*)(&C_s_v[0]) = *(const uint4*)(&C_s[(((t0_8 * 64) + (o0_7 * 512)) + ((t1_7 * 4) ^ ((t0_8 & 7) << 2)))]);
+  for (int o0_5 = 0; o0_5 < 8; ++o0_5) {
+    if ((((((by * 64) + t0_6) + (o0_5 * 8)) < 200) && ((((bx * 64) + (t1_5 * 4)) + 4) <= 330))) {
+      *(uint4*)(&C_s_v[0]) = *(const uint4*)(&C_s[(((t0_6 * 64) + (o0_5 * 512)) + ((t1_5 * 4) ^ ((t0_6 & 7) << 2)))]);
       #pragma unroll
-      for (int e_7 = 0; e_7 < 4; ++e_7) {
-        C_out[e_7] = C_s_v[e_7];
+      for (int e_5 = 0; e_5 < 4; ++e_5) {
+        C_out[e_5] = C_s_v[e_5];
       }
-      *(uint2*)(&C[((((by * 64) + t0_8) + (o0_7 * 8))) * 330 + ((bx * 64) + (t1_7 * 4))]) = *(const uint2*)(&C_out[0]);
-      *(uint2*)(&C[((((by * 64) + t0_8) + (o0_7 * 8))) * 330 + (((bx * 64) + (t1_7 * 4)) + 2)]) = *(const uint2*)(&C_out[2]);
+      *(uint2*)(&C[((((by * 64) + t0_6) + (o0_5 * 8))) * 330 + ((bx * 64) + (t1_5 * 4))]) = *(const uint2*)(&C_out[0]);
+      *(uint2*)(&C[((((by * 64) + t0_6) + (o0_5 * 8))) * 330 + (((bx * 64) + (t1_5 * 4)) + 2)]) = *(const uint2*)(&C_out[2]);
     } else {
       #pragma unroll
-      for (int e_7 = 0; e_7 < 4; ++e_7) {
-        if ((((((by * 64) + t0_8) + (o0_7 * 8)) < 200) && ((((bx * 64) + (t1_7 * 4)) + e_7) < 330))) {
-          C[((((by * 64) + t0_8) + (o0_7 * 8))) * 330 + (((bx * 64) + (t1_7 * 4)) + e_7)] = C_s[(((t0_8 * 64) + (o0_7 * 512)) + (((t1_7 * 4) + e_7) ^ ((t0_8 & 7) << 2)))];
+      for (int e_5 = 0; e_5 < 4; ++e_5) {
+        if ((((((by * 64) + t0_6) + (o0_5 * 8)) < 200) && ((((bx * 64) + (t1_5 * 4)) + e_5) < 330))) {
+          C[((((by * 64) + t0_6) + (o0_5 * 8))) * 330 + (((bx * 64) + (t1_5 * 4)) + e_5)] = C_s[(((t0_6 * 64) + (o0_5 * 512)) + (((t1_5 * 4) + e_5) ^ ((t0_6 & 7) << 2)))];
         }
       }
     }

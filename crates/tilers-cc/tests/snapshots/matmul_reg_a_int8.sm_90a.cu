@@ -66,22 +66,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   }
   {
     // kernels.py:362: T.copy (issued ahead by the pipeline)
-    {
-      const int t0 = (tid / 4);
-      const int t1 = (tid % 4);
-      #pragma unroll
-      for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((o0 * 2048) + (t1 * 16)) + (t0 * 64)))), "l"(&A[((((by * 64) + (o0 * 32)) + t0)) * 128 + (t1 * 16)]) : "memory");
-      }
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 2; ++o0) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((o0 * 2048) + (t1 * 16)) + (t0 * 64)))), "l"(&A[((((by * 64) + (o0 * 32)) + t0)) * 128 + (t1 * 16)]) : "memory");
     }
     // kernels.py:363: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_2 = (tid / 4);
-      const int t1_2 = (tid % 4);
-      #pragma unroll
-      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_2 * 64) + (o0_2 * 2048)) + (t1_2 * 16)) ^ (((t0_2 >> 1) & 7) << 4)) + 8192))), "l"(&B[((t0_2 + (o0_2 * 32))) * 64 + ((bx * 64) + (t1_2 * 16))]) : "memory");
-      }
+    const int t0_1 = (tid / 4);
+    const int t1_1 = (tid % 4);
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((t0_1 * 64) + (o0_1 * 2048)) + (t1_1 * 16)) ^ (((t0_1 >> 1) & 7) << 4)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 32))) * 64 + ((bx * 64) + (t1_1 * 16))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -95,41 +91,37 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
     __syncthreads();
     if (((ko + 1) < 2)) {
       // kernels.py:362: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_4 = (tid / 4);
-        const int t1_4 = (tid % 4);
-        #pragma unroll
-        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((ko * 4096) + (t0_4 * 64)) + (o0_4 * 2048)) + (t1_4 * 16)) + 4096))), "l"(&A[((((by * 64) + t0_4) + (o0_4 * 32))) * 128 + (((ko * 64) + (t1_4 * 16)) + 64)]) : "memory");
-        }
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
+      #pragma unroll
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((ko * 4096) + (t0_2 * 64)) + (o0_2 * 2048)) + (t1_2 * 16)) + 4096))), "l"(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 128 + (((ko * 64) + (t1_2 * 16)) + 64)]) : "memory");
       }
       // kernels.py:363: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_6 = (tid / 4);
-        const int t1_6 = (tid % 4);
-        #pragma unroll
-        for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_6 * 64) + (o0_6 * 2048)) + (t1_6 * 16)) ^ (((t0_6 >> 1) & 7) << 4)) + (ko * 4096)) + 12288))), "l"(&B[(((((ko * 64) + t0_6) + (o0_6 * 32)) + 64)) * 64 + ((bx * 64) + (t1_6 * 16))]) : "memory");
-        }
+      const int t0_3 = (tid / 4);
+      const int t1_3 = (tid % 4);
+      #pragma unroll
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((t0_3 * 64) + (o0_3 * 2048)) + (t1_3 * 16)) ^ (((t0_3 >> 1) & 7) << 4)) + (ko * 4096)) + 12288))), "l"(&B[(((((ko * 64) + t0_3) + (o0_3 * 32)) + 64)) * 64 + ((bx * 64) + (t1_3 * 16))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:364: T.Parallel
-    const int t0_8 = ((tid / 4) % 8);
-    const int t0_9 = (tid / 64);
-    const int t1_8 = (tid % 4);
+    const int t0_4 = ((tid / 4) % 8);
+    const int t0_5 = (tid / 64);
+    const int t1_4 = (tid % 4);
     #pragma unroll
-    for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
+    for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
       #pragma unroll
-      for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
+      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
         #pragma unroll
         for (int o1 = 0; o1 < 2; ++o1) {
           #pragma unroll
           for (int o1_1 = 0; o1_1 < 2; ++o1_1) {
-            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[(ko) * 4096 + ((((t0_8 + (o0_8 * 8)) + (o0_9 * 16)) + (t0_9 * 32))) * 64 + (((t1_8 * 4) + (o1 * 16)) + (o1_1 * 32))]);
+            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[(ko) * 4096 + ((((t0_4 + (o0_4 * 8)) + (o0_5 * 16)) + (t0_5 * 32))) * 64 + (((t1_4 * 4) + (o1 * 16)) + (o1_1 * 32))]);
             #pragma unroll
-            for (int e_8 = 0; e_8 < 4; ++e_8) {
-              A_frag[(((((o0_8 * 4) + (o0_9 * 32)) + (o1 * 8)) + (o1_1 * 16)) + e_8)] = ((signed char)(A_shared_v[e_8] * 2));
+            for (int e_4 = 0; e_4 < 4; ++e_4) {
+              A_frag[(((((o0_4 * 4) + (o0_5 * 32)) + (o1 * 8)) + (o1_1 * 16)) + e_4)] = ((signed char)(A_shared_v[e_4] * 2));
             }
           }
         }
@@ -165,36 +157,36 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_a_kernel(const sign
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:367: T.copy
   __syncthreads();
-  const int t0_10 = ((tid / 4) % 8);
-  const int t0_11 = (tid / 64);
-  const int t1_9 = (tid % 4);
-  const int t1_10 = ((tid / 32) % 2);
+  const int t0_6 = ((tid / 4) % 8);
+  const int t0_7 = (tid / 64);
+  const int t1_5 = (tid % 4);
+  const int t1_6 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_10 = 0; o0_10 < 2; ++o0_10) {
+  for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
     #pragma unroll
-    for (int o0_11 = 0; o0_11 < 2; ++o0_11) {
+    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
       #pragma unroll
       for (int o1_2 = 0; o1_2 < 4; ++o1_2) {
         #pragma unroll
-        for (int e_9 = 0; e_9 < 2; ++e_9) {
-          acc_stage_out[e_9] = acc[((((o0_10 * 2) + (o0_11 * 16)) + (o1_2 * 4)) + e_9)];
+        for (int e_5 = 0; e_5 < 2; ++e_5) {
+          acc_stage_out[e_5] = acc[((((o0_6 * 2) + (o0_7 * 16)) + (o1_2 * 4)) + e_5)];
         }
-        *(uint2*)(&acc_stage[(((((t0_10 * 64) + (o0_10 * 512)) + (o0_11 * 1024)) + (t0_11 * 2048)) + ((((t1_9 * 2) + (o1_2 * 8)) + (t1_10 * 32)) ^ ((t0_10 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
+        *(uint2*)(&acc_stage[(((((t0_6 * 64) + (o0_6 * 512)) + (o0_7 * 1024)) + (t0_7 * 2048)) + ((((t1_5 * 2) + (o1_2 * 8)) + (t1_6 * 32)) ^ ((t0_6 & 7) << 2)))]) = *(const uint2*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_12 = (tid / 16);
-  const int t1_11 = (tid % 16);
+  const int t0_8 = (tid / 16);
+  const int t1_7 = (tid % 16);
   #pragma unroll
-  for (int o0_12 = 0; o0_12 < 8; ++o0_12) {
+  for (int o0_8 = 0; o0_8 < 8; ++o0_8) {
     {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_12 * 64) + (o0_12 * 512)) + ((t1_11 * 4) ^ ((t0_12 & 7) << 2)))]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_8 * 64) + (o0_8 * 512)) + ((t1_7 * 4) ^ ((t0_8 & 7) << 2)))]);
       #pragma unroll
-      for (int e_10 = 0; e_10 < 4; ++e_10) {
-        C_out[e_10] = acc_stage_v[e_10];
+      for (int e_6 = 0; e_6 < 4; ++e_6) {
+        C_out[e_6] = acc_stage_v[e_6];
       }
-      *(uint4*)(&C[((((by * 64) + t0_12) + (o0_12 * 8))) * 64 + ((bx * 64) + (t1_11 * 4))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 64) + t0_8) + (o0_8 * 8))) * 64 + ((bx * 64) + (t1_7 * 4))]) = *(const uint4*)(&C_out[0]);
     }
   }
 }

@@ -76,22 +76,18 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   }
   {
     // kernels.py:401: T.copy (issued ahead by the pipeline)
-    {
-      const int t0 = (tid / 4);
-      const int t1 = (tid % 4);
-      #pragma unroll
-      for (int o0 = 0; o0 < 2; ++o0) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (o0 * 2048)) + (t1 * 16)))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 96 + (t1 * 8)]) : "memory");
-      }
+    const int t0 = (tid / 4);
+    const int t1 = (tid % 4);
+    #pragma unroll
+    for (int o0 = 0; o0 < 2; ++o0) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((t0 * 64) + (o0 * 2048)) + (t1 * 16)))), "l"(&A[((((by * 64) + t0) + (o0 * 32))) * 96 + (t1 * 8)]) : "memory");
     }
     // kernels.py:402: T.copy (issued ahead by the pipeline)
-    {
-      const int t0_2 = (tid / 8);
-      const int t1_2 = (tid % 8);
-      #pragma unroll
-      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_2 * 128) + (o0_2 * 2048)) + (t1_2 * 16)) + 8192))), "l"(&B[((t0_2 + (o0_2 * 16))) * 128 + ((bx * 64) + (t1_2 * 8))]) : "memory");
-      }
+    const int t0_1 = (tid / 8);
+    const int t1_1 = (tid % 8);
+    #pragma unroll
+    for (int o0_1 = 0; o0_1 < 2; ++o0_1) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((t0_1 * 128) + (o0_1 * 2048)) + (t1_1 * 16)) + 8192))), "l"(&B[((t0_1 + (o0_1 * 16))) * 128 + ((bx * 64) + (t1_1 * 8))]) : "memory");
     }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
@@ -105,58 +101,54 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
     __syncthreads();
     if (((ko + 1) < 3)) {
       // kernels.py:401: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_4 = (tid / 4);
-        const int t1_4 = (tid % 4);
-        #pragma unroll
-        for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((ko + 1) % 2) * 4096) + (t0_4 * 64)) + (o0_4 * 2048)) + (t1_4 * 16)))), "l"(&A[((((by * 64) + t0_4) + (o0_4 * 32))) * 96 + (((ko * 32) + (t1_4 * 8)) + 32)]) : "memory");
-        }
+      const int t0_2 = (tid / 4);
+      const int t1_2 = (tid % 4);
+      #pragma unroll
+      for (int o0_2 = 0; o0_2 < 2; ++o0_2) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)(((((((ko + 1) % 2) * 4096) + (t0_2 * 64)) + (o0_2 * 2048)) + (t1_2 * 16)))), "l"(&A[((((by * 64) + t0_2) + (o0_2 * 32))) * 96 + (((ko * 32) + (t1_2 * 8)) + 32)]) : "memory");
       }
       // kernels.py:402: T.copy (issued ahead by the pipeline)
-      {
-        const int t0_6 = (tid / 8);
-        const int t1_6 = (tid % 8);
-        #pragma unroll
-        for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
-          asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((ko + 1) % 2) * 4096) + (t0_6 * 128)) + (o0_6 * 2048)) + (t1_6 * 16)) + 8192))), "l"(&B[(((((ko * 32) + t0_6) + (o0_6 * 16)) + 32)) * 128 + ((bx * 64) + (t1_6 * 8))]) : "memory");
-        }
+      const int t0_3 = (tid / 8);
+      const int t1_3 = (tid % 8);
+      #pragma unroll
+      for (int o0_3 = 0; o0_3 < 2; ++o0_3) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(tl_smem_u32 + (unsigned int)((((((((ko + 1) % 2) * 4096) + (t0_3 * 128)) + (o0_3 * 2048)) + (t1_3 * 16)) + 8192))), "l"(&B[(((((ko * 32) + t0_3) + (o0_3 * 16)) + 32)) * 128 + ((bx * 64) + (t1_3 * 8))]) : "memory");
       }
     }
     asm volatile("cp.async.commit_group;" ::: "memory");
     // kernels.py:403: T.Parallel
-    const int t0_8 = (tid % 4);
-    const int t1_8 = ((tid / 4) % 8);
-    const int t1_9 = ((tid / 32) % 2);
+    const int t0_4 = (tid % 4);
+    const int t1_4 = ((tid / 4) % 8);
+    const int t1_5 = ((tid / 32) % 2);
     #pragma unroll
-    for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
+    for (int o0_4 = 0; o0_4 < 2; ++o0_4) {
       #pragma unroll
-      for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
+      for (int o0_5 = 0; o0_5 < 2; ++o0_5) {
         #pragma unroll
-        for (int o0_10 = 0; o0_10 < 2; ++o0_10) {
+        for (int o0_6 = 0; o0_6 < 2; ++o0_6) {
           #pragma unroll
           for (int o1 = 0; o1 < 4; ++o1) {
-            B_frag[(((o0_8 + (o0_9 * 2)) + (o0_10 * 4)) + (o1 * 8))] = tl_to_bf16((tl_float(B_shared[((ko % 2)) * 2048 + ((((o0_8 + (t0_8 * 2)) + (o0_9 * 8)) + (o0_10 * 16))) * 64 + ((t1_8 + (o1 * 8)) + (t1_9 * 32))]) * 2.0f));
+            B_frag[(((o0_4 + (o0_5 * 2)) + (o0_6 * 4)) + (o1 * 8))] = tl_to_bf16((tl_float(B_shared[((ko % 2)) * 2048 + ((((o0_4 + (t0_4 * 2)) + (o0_5 * 8)) + (o0_6 * 16))) * 64 + ((t1_4 + (o1 * 8)) + (t1_5 * 32))]) * 2.0f));
           }
         }
       }
     }
     // kernels.py:406: T.Parallel
-    const int t0_9 = ((tid / 4) % 8);
-    const int t0_10 = (tid / 64);
-    const int t1_10 = (tid % 4);
+    const int t0_5 = ((tid / 4) % 8);
+    const int t0_6 = (tid / 64);
+    const int t1_6 = (tid % 4);
     #pragma unroll
-    for (int o0_11 = 0; o0_11 < 2; ++o0_11) {
+    for (int o0_7 = 0; o0_7 < 2; ++o0_7) {
       #pragma unroll
-      for (int o0_12 = 0; o0_12 < 2; ++o0_12) {
+      for (int o0_8 = 0; o0_8 < 2; ++o0_8) {
         #pragma unroll
         for (int o1_1 = 0; o1_1 < 2; ++o1_1) {
           #pragma unroll
           for (int o1_2 = 0; o1_2 < 2; ++o1_2) {
-            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[((ko % 2)) * 2048 + ((((t0_9 + (o0_11 * 8)) + (o0_12 * 16)) + (t0_10 * 32))) * 32 + (((t1_10 * 2) + (o1_1 * 8)) + (o1_2 * 16))]);
+            *(unsigned int*)(&A_shared_v[0]) = *(const unsigned int*)(&A_shared[((ko % 2)) * 2048 + ((((t0_5 + (o0_7 * 8)) + (o0_8 * 16)) + (t0_6 * 32))) * 32 + (((t1_6 * 2) + (o1_1 * 8)) + (o1_2 * 16))]);
             #pragma unroll
-            for (int e_9 = 0; e_9 < 2; ++e_9) {
-              A_frag[(((((o0_11 * 2) + (o0_12 * 16)) + (o1_1 * 4)) + (o1_2 * 8)) + e_9)] = A_shared_v[e_9];
+            for (int e_5 = 0; e_5 < 2; ++e_5) {
+              A_frag[(((((o0_7 * 2) + (o0_8 * 16)) + (o1_1 * 4)) + (o1_2 * 8)) + e_5)] = A_shared_v[e_5];
             }
           }
         }
@@ -181,33 +173,33 @@ extern "C" __global__ void __launch_bounds__(128) matmul_reg_b_kernel(const tl_b
   asm volatile("cp.async.wait_group 0;" ::: "memory");
   // kernels.py:411: T.copy
   __syncthreads();
-  const int t0_11 = ((tid / 4) % 8);
-  const int t0_12 = (tid / 64);
-  const int t1_11 = (tid % 4);
-  const int t1_12 = ((tid / 32) % 2);
+  const int t0_7 = ((tid / 4) % 8);
+  const int t0_8 = (tid / 64);
+  const int t1_7 = (tid % 4);
+  const int t1_8 = ((tid / 32) % 2);
   #pragma unroll
-  for (int o0_13 = 0; o0_13 < 2; ++o0_13) {
+  for (int o0_9 = 0; o0_9 < 2; ++o0_9) {
     #pragma unroll
-    for (int o0_14 = 0; o0_14 < 2; ++o0_14) {
+    for (int o0_10 = 0; o0_10 < 2; ++o0_10) {
       #pragma unroll
       for (int o1_3 = 0; o1_3 < 4; ++o1_3) {
-        *(unsigned int*)(&acc_stage_out[0]) = tl_pack_bf162(acc[((((o0_13 * 2) + (o0_14 * 16)) + (o1_3 * 4)) + 0)], acc[((((o0_13 * 2) + (o0_14 * 16)) + (o1_3 * 4)) + 1)]);
-        *(unsigned int*)(&acc_stage[(((((t0_11 * 64) + (o0_13 * 512)) + (o0_14 * 1024)) + (t0_12 * 2048)) + ((((t1_11 * 2) + (o1_3 * 8)) + (t1_12 * 32)) ^ ((t0_11 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
+        *(unsigned int*)(&acc_stage_out[0]) = tl_pack_bf162(acc[((((o0_9 * 2) + (o0_10 * 16)) + (o1_3 * 4)) + 0)], acc[((((o0_9 * 2) + (o0_10 * 16)) + (o1_3 * 4)) + 1)]);
+        *(unsigned int*)(&acc_stage[(((((t0_7 * 64) + (o0_9 * 512)) + (o0_10 * 1024)) + (t0_8 * 2048)) + ((((t1_7 * 2) + (o1_3 * 8)) + (t1_8 * 32)) ^ ((t0_7 & 7) << 3)))]) = *(const unsigned int*)(&acc_stage_out[0]);
       }
     }
   }
   __syncthreads();
-  const int t0_13 = (tid / 8);
-  const int t1_13 = (tid % 8);
+  const int t0_9 = (tid / 8);
+  const int t1_9 = (tid % 8);
   #pragma unroll
-  for (int o0_15 = 0; o0_15 < 4; ++o0_15) {
+  for (int o0_11 = 0; o0_11 < 4; ++o0_11) {
     {
-      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_13 * 64) + (o0_15 * 1024)) + ((t1_13 * 8) ^ ((t0_13 & 7) << 3)))]);
+      *(uint4*)(&acc_stage_v[0]) = *(const uint4*)(&acc_stage[(((t0_9 * 64) + (o0_11 * 1024)) + ((t1_9 * 8) ^ ((t0_9 & 7) << 3)))]);
       #pragma unroll
-      for (int e_11 = 0; e_11 < 8; ++e_11) {
-        C_out[e_11] = acc_stage_v[e_11];
+      for (int e_7 = 0; e_7 < 8; ++e_7) {
+        C_out[e_7] = acc_stage_v[e_7];
       }
-      *(uint4*)(&C[((((by * 64) + t0_13) + (o0_15 * 16))) * 128 + ((bx * 64) + (t1_13 * 8))]) = *(const uint4*)(&C_out[0]);
+      *(uint4*)(&C[((((by * 64) + t0_9) + (o0_11 * 16))) * 128 + ((bx * 64) + (t1_9 * 8))]) = *(const uint4*)(&C_out[0]);
     }
   }
 }

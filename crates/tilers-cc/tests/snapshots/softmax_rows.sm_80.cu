@@ -211,6 +211,9 @@ extern "C" __global__ void __launch_bounds__(128) softmax_kernel(const float* __
       } else {
         #pragma unroll
         for (int e_5 = 0; e_5 < 4; ++e_5) {
+          if ((((bx * 4) + o0_5) < 1001)) {
+            B[(((bx * 4) + o0_5)) * 1024 + (((t1_5 * 4) + (o1_5 * 512)) + e_5)] = x[(((o0_5 * 8) + (o1_5 * 4)) + e_5)];
+          }
         }
       }
     }
