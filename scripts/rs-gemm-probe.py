@@ -2,8 +2,9 @@
 against the same GEMM with A read from shared memory (`T.gemm(A_shared, B_shared, C)`), fp16
 4096^3 and 8192x8192x4096 on the GPU: checked against torch, then timed interleaved (SS, RS,
 SS, RS, ...) over ROUNDS rounds of CUDA-event timing; prints each round and the median ratio.
-Run with the wheel under test on PYTHONPATH: on main before the register-A change the RS
-kernel moves A_local to shared memory (a shared-to-shared copy each K tile)."""
+Run with the wheel under test on PYTHONPATH (`gpu-check ab`): main moves A_local to shared
+memory (a shared-to-shared copy each K tile); branch wip/register-a-from-shared keeps it in
+registers (wgmma RS) — measured slower than both on an H100 (bench/results, session 34)."""
 
 import os
 import statistics
