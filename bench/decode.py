@@ -25,6 +25,7 @@ back-to-back calls from Python instead, where the host's few microseconds per la
 
     python bench/decode.py                        # all rows; DECODE_PART=gemm|attention for one half
     DECODE_MS=1,16 DECODE_NK=4096x4096 python bench/decode.py
+    DECODE_PART=gemm DECODE_MS=128 DECODE_GEMM_ORDER=xw python bench/decode.py   # the batch-as-A tiles only
 
 The attention space (each a comma list): DECODE_SPLITS, DECODE_BLOCK_N, DECODE_BLOCK_H,
 DECODE_STAGES, DECODE_THREADS (the split kernel's), DECODE_COMBINE (kernel: a second kernel;
@@ -85,6 +86,8 @@ PART = os.environ.get("DECODE_PART", "all")
 MS = [int(m) for m in os.environ.get("DECODE_MS", "1,2,4,8,16,32,64,128").split(",")]
 NK = [tuple(int(v) for v in s.split("x")) for s in os.environ.get("DECODE_NK", "4096x4096,14336x4096,4096x14336").split(",")]
 DTYPES = os.environ.get("DECODE_DTYPES", "float16,bfloat16").split(",")
+# only the GEMM configs of this operand order ("xw" or "wx"; empty: every config)
+GEMM_ORDER = os.environ.get("DECODE_GEMM_ORDER", "")
 ATTN_BATCHES = [int(b) for b in os.environ.get("DECODE_BATCHES", "1,8,64").split(",")]
 ATTN_LENGTHS = [int(n) for n in os.environ.get("DECODE_KV", "1024,8192,32768,131072").split(",")]
 HEADS, HEADS_KV, DIM = 32, 8, 128
@@ -408,7 +411,9 @@ def gemm_rows(bandwidth, floors):
 
                 sets, next_set = rotating(make, nbytes)
                 want = F.linear(*sets[0]).float()
-                best = tune(decode_gemm.configs(N, K, dtype, M), lambda cfg: decode_gemm.linear(N, K, dtype=dtype, **cfg),
+                space = [c for c in decode_gemm.configs(N, K, dtype, M)
+                         if not GEMM_ORDER or c.get("order", "wx") == GEMM_ORDER]
+                best = tune(space, lambda cfg: decode_gemm.linear(N, K, dtype=dtype, **cfg),
                             sets[0], next_set, want, 3e-2)
                 if best is None:
                     rows.append({"kind": "gemm", "dtype": dtype, "M": M, "N": N, "K": K, "error": "no config ran"})

@@ -23,6 +23,7 @@ per bucket of M (`tuned_linear`, its records keyed by N, K and the dtype):
     python examples/decode_gemm.py           # GPU: every schedule against torch; else the interpreter
 """
 
+import contextlib
 import sys
 
 import numpy as np
@@ -34,19 +35,25 @@ SCHEDULES = ("tiles", "splitk", "atomic", "streamk", "gemv")
 
 @tilers.jit(out_idx=[2])
 def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_k=4, num_stages=3,
-           threads=128, blocks=132, dtype="float16", order="wx", cluster=1):
+           threads=128, blocks=132, dtype="float16", order="wx", cluster=1, share="x"):
     """y = x @ W^T for x [M, K] (M symbolic), W [N, K]: y [M, N] of `dtype` (float32 for the
     "atomic" and "streamk" schedules). See the module docstring for the schedules; `order`
     says which tile is the tensor cores' A operand: "wx" the weight's (y^T = W x^T, its
     block_N rows a multiple of wgmma's 64), "xw" the batch's (y = x W^T, block_M rows a
     multiple of 64 on Hopper, block_N any multiple of 8: a tile count that fills the GPU).
     `cluster` (2 or 4; "tiles", "splitk", "atomic") launches the tensor-core kernel in
-    thread-block clusters of that many consecutive W tiles, which share the batch's tile:
-    each block loads its part of it, multicast to all (sm_90a; the report says so)."""
+    thread-block clusters; `share` says which operand's tile the blocks of a cluster share,
+    each block loading its part of it, multicast to all (sm_90a; the report says so): "x"
+    (clusters of consecutive W tiles, one batch tile) or "w" (clusters of consecutive batch
+    tiles, one W tile: W is read from L2 once per cluster, cuBLAS's arrangement at M = 128;
+    the batch tiles are padded to a whole number of clusters, a padding block's rows all
+    past M)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
     if order not in ("wx", "xw"):
         raise ValueError(f"order must be 'wx' or 'xw', got {order!r}")
+    if share not in ("x", "w"):
+        raise ValueError(f"share must be 'x' or 'w', got {share!r}")
     M = T.dynamic("M")
     accum = "float32"
     out_dtype = accum if schedule in ("atomic", "streamk") else dtype
@@ -94,6 +101,20 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
             T.copy(X[by * block_M, kk * block_K], X_s)
             mma(W_s, X_s, acc)
 
+    @contextlib.contextmanager
+    def tile_blocks(*rest):
+        """The tensor-core kernel's blocks, one per (W tile, batch tile, *rest): yields (bx, by,
+        *rest) with bx the W tile and by the batch tile. A cluster runs along the launch's x, so
+        with share="w" the batch tiles go there (a whole number of clusters of them)."""
+        if cluster > 1 and share == "w":
+            grid = (T.ceildiv(M, block_M * cluster) * cluster, T.ceildiv(N, block_N), *rest)
+            with T.ClusterKernel(*grid, cluster_dims=cluster, threads=threads) as ids:
+                yield (ids[1], ids[0], *ids[2:])
+        else:
+            grid = (T.ceildiv(N, block_N), T.ceildiv(M, block_M), *rest)
+            with T.ClusterKernel(*grid, cluster_dims=cluster, threads=threads) as ids:
+                yield tuple(ids)
+
     @T.macro
     def zero(Y):
         with T.Kernel(T.ceildiv(N, 1024), M, threads=128) as (bx, m):
@@ -105,7 +126,7 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
 
         @T.prim_func
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
-            with T.ClusterKernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), cluster_dims=cluster, threads=threads) as (bx, by):
+            with tile_blocks() as (bx, by):
                 acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, 0)
                 store(acc, bx, by, assign(Y))
@@ -117,7 +138,7 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
         @T.prim_func
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
             partial = T.alloc_global((split, M, N), accum)
-            with T.ClusterKernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, cluster_dims=cluster, threads=threads) as (bx, by, s):
+            with tile_blocks(split) as (bx, by, s):
                 acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, s)
                 store(acc, bx, by, assign(partial, s))
@@ -137,7 +158,7 @@ def linear(N, K, schedule="splitk", block_N=128, block_M=16, block_K=128, split_
         @T.prim_func
         def kernel(X: T.Tensor((M, K), dtype), W: T.Tensor((N, K), dtype), Y: T.Tensor((M, N), out_dtype)):
             zero(Y)
-            with T.ClusterKernel(T.ceildiv(N, block_N), T.ceildiv(M, block_M), split, cluster_dims=cluster, threads=threads) as (bx, by, s):
+            with tile_blocks(split) as (bx, by, s):
                 acc = T.alloc_fragment(acc_shape, accum)
                 tensor_core_tile(X, W, acc, bx, by, s)
                 store(acc, bx, by, add(Y))
@@ -227,6 +248,12 @@ def configs(N, K, dtype="float16", M=None):
                             out.append({"schedule": schedule, "order": "xw", "block_N": block_N,
                                         "block_M": block_M, "block_K": 64, "split_k": split_k,
                                         "num_stages": most, "threads": threads, "cluster": cluster})
+                    # pairs of batch tiles sharing W's tile (two 64-row tiles of M = 128: W is
+                    # read from L2 once a pair; cuBLAS's 64x64 tiles in 1x2 clusters)
+                    if m_tiles == 2 and split_k <= 2 and block_N % 16 == 0:
+                        out.append({"schedule": schedule, "order": "xw", "block_N": block_N,
+                                    "block_M": block_M, "block_K": 64, "split_k": split_k,
+                                    "num_stages": most, "threads": threads, "cluster": 2, "share": "w"})
     return out
 
 
@@ -268,6 +295,8 @@ def suits(cfg, M):
         return M <= 8
     if cfg.get("order") == "xw":  # 64-row tiles of the batch: for all but one row
         if cfg.get("cluster", 1) > 1 and M < 32:  # a thin batch tile: little to share
+            return False
+        if cfg.get("share") == "w" and M <= cfg["block_M"]:  # one batch tile: a pair half padding
             return False
         return M >= 2 and (cfg["block_M"] == 64 or M > 64)
     return cfg["block_M"] <= max(16, M) and 2 * cfg["block_M"] >= min(M, 128)

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import tilers
+import tilers.language as T
 from tilers import testing
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
@@ -108,13 +109,75 @@ def test_clusters_of_w_tiles_share_the_batch_tile(schedule, cluster):
         np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
 
 
+@pytest.mark.parametrize("schedule", ["tiles", "atomic"])
+def test_pairs_of_batch_tiles_share_the_w_tile(schedule):
+    """share="w": clusters of two consecutive batch tiles (the launch's x, padded to a whole
+    number of pairs: `T.ceildiv(M, 128) * 2` is known to be even) share W's tile, each block
+    loading half of it multicast to both. A batch of one row runs a pair whose second block's
+    rows all lie past M; 130 rows three tiles and a padding block. CPU model and numpy."""
+    n, k = 216, 320  # 5 tiles of 48 rows of W, the last ragged
+    cfg = dict(schedule=schedule, order="xw", block_M=64, block_N=48, block_K=64, split_k=2, num_stages=3,
+               threads=128, cluster=2, share="w")
+    program = decode_gemm.linear.prim_func(n, k, **cfg)
+    kernel = tilers.compile(program, out_idx=[2], target="cuda:sm_90a")
+    assert "clusters of 2 blocks along bx multicast W (each loads 1/2), each loads its own X" in kernel.report()
+    assert "__cluster_dims__(2, 1, 1)" in kernel.get_kernel_source()
+    testing.check_passes(program, arch="sm_90a", check=True, blocks="all")
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float16)
+    for M in (1, 130):
+        x = rng.standard_normal((M, k)).astype(np.float16)
+        want = x.astype(np.float64) @ w.astype(np.float64).T
+        y = decode_gemm.linear(n, k, **cfg)(x, w)
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
+
+
+def test_a_cluster_along_a_grid_of_run_time_size_needs_a_known_multiple():
+    """A cluster along a grid axis whose size is known only at run time: kept when the size is
+    a multiple of the cluster whatever the sizes, else reported (and the kernel runs without)."""
+    M = T.dynamic("M")
+
+    def program(pairs):
+        @T.prim_func
+        def f(A: T.Tensor((M, 64), "float16"), B: T.Tensor((64, 64), "float16"), C: T.Tensor((M, 64), "float32")):
+            grid_x = T.ceildiv(M, 128) * 2 if pairs else T.ceildiv(M, 64)
+            with T.ClusterKernel(grid_x, 1, cluster_dims=2, threads=128) as (bx, by):
+                A_s = T.alloc_shared((64, 64), "float16")
+                B_s = T.alloc_shared((64, 64), "float16")
+                acc = T.alloc_fragment((64, 64), "float32")
+                T.clear(acc)
+                for kk in T.Pipelined(1, num_stages=2):
+                    T.copy(A[bx * 64, 0], A_s)
+                    T.copy(B[0, 0], B_s)
+                    T.gemm(A_s, B_s, acc)
+                T.copy(acc, C[bx * 64, 0])
+
+        return f
+
+    kept = tilers.compile(program(True), target="cuda:sm_90a").report()
+    assert "clusters of 2 blocks along bx multicast B (each loads 1/2), each loads its own A" in kept, kept
+    refused = tilers.compile(program(False), target="cuda:sm_90a").report()
+    assert ("no cluster 2x1: the grid's size along bx is known only at run time and not always a multiple "
+            "of 2 (a grid of `T.ceildiv(size, block * 2) * 2` is)") in refused, refused
+
+
 def test_cluster_configs_divide_the_grid():
     for n, k in ((4096, 4096), (14336, 4096), (4096, 14336)):
         clustered = [c for c in decode_gemm.configs(n, k, M=128) if c.get("cluster", 1) > 1]
-        assert clustered
+        assert clustered and [c for c in clustered if c.get("share") == "w"]
         for c in clustered:
-            assert -(-n // c["block_N"]) % c["cluster"] == 0 and c["order"] == "xw"
+            assert c["order"] == "xw"
+            if c.get("share", "x") == "x":  # W tiles along the launch's x: a whole number of clusters
+                assert -(-n // c["block_N"]) % c["cluster"] == 0
+            else:  # batch tiles along x (padded); W's tile splits in two 8-row multiples
+                assert c["block_M"] == 64 and c["block_N"] % 16 == 0 and c["cluster"] == 2
         assert not [c for c in decode_gemm.configs(n, k, M=16) if c.get("cluster", 1) > 1]
+        assert not [c for c in decode_gemm.configs(n, k, M=64) if c.get("share") == "w"]
+
+
+def test_an_unknown_share_is_refused():
+    with pytest.raises(ValueError, match="share must be 'x' or 'w', got 'y'"):
+        decode_gemm.linear.prim_func(N, K, schedule="tiles", order="xw", cluster=2, share="y")
 
 
 def test_an_unknown_order_is_refused():

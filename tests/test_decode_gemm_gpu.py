@@ -78,6 +78,27 @@ def test_clusters_sharing_the_batch_tile_against_torch(schedule, cluster, N, K, 
             assert torch.equal(kernel(x, w), got) or schedule == "atomic"
 
 
+@pytest.mark.parametrize("schedule", ["tiles", "splitk", "atomic"])
+@pytest.mark.parametrize("N,K,block_N", [(1000, 520, 48), (14336, 4096, 224), (4096, 4096, 64)])
+def test_pairs_of_batch_tiles_sharing_the_w_tile_against_torch(schedule, N, K, block_N):
+    """share="w" (W's tile multicast to a cluster's two batch tiles, the batch tiles padded to
+    pairs): bit for bit the kernel without a cluster and torch, for batches of 1 (a pair whose
+    second block lies wholly past M) to 200 rows; twice."""
+    w = (torch.randn(N, K, device="cuda") / K**0.5).half()
+    cfg = dict(schedule=schedule, order="xw", block_M=64, block_N=block_N, block_K=64, split_k=2,
+               num_stages=4, threads=128)
+    kernel = decode_gemm.linear(N, K, cluster=2, share="w", **cfg)
+    plain = decode_gemm.linear(N, K, **cfg)
+    for M in (1, 7, 64, 65, 128, 200):
+        x = torch.randn(M, K, device="cuda").half()
+        got = kernel(x, w)
+        want = x.float() @ w.float().T
+        torch.testing.assert_close(got.float(), want, rtol=5e-3, atol=5e-3)
+        if schedule != "atomic":
+            assert torch.equal(got, plain(x, w))
+        assert torch.equal(kernel(x, w), got) or schedule == "atomic"
+
+
 def test_split_k_float32_is_within_a_float32_gemm():
     N, K = 4096, 14336
     w = torch.randn(N, K, device="cuda", dtype=torch.float16)

@@ -311,18 +311,24 @@ fn plan_cluster(
     if !matches!(n, 2 | 4) {
         return Err(format!("{n} blocks per cluster (2 or 4)"));
     }
-    let g = m.kernel.grid.get(axis as usize).and_then(|e| e.as_int());
-    let Some(g) = g else {
-        return Err(format!(
-            "the grid's size along {} is known only at run time, and a cluster's blocks must divide it",
-            ["bx", "by"][axis as usize]
-        ));
-    };
-    if g % n as i64 != 0 {
-        return Err(format!(
-            "the grid has {g} blocks along {}, not a multiple of {n}",
-            ["bx", "by"][axis as usize]
-        ));
+    // a grid known only at run time must be a multiple of the cluster whatever its sizes
+    // (`T.ceildiv(M, block * n) * n`: a padding block's tile lies past M)
+    let grid = m.kernel.grid.get(axis as usize);
+    match grid.and_then(|e| e.as_int()) {
+        Some(g) if g % n as i64 != 0 => {
+            return Err(format!(
+                "the grid has {g} blocks along {}, not a multiple of {n}",
+                ["bx", "by"][axis as usize]
+            ));
+        }
+        Some(_) => {}
+        None if grid.is_some_and(|e| tile_ir::simplify::known_multiple(e, n as i64)) => {}
+        None => {
+            return Err(format!(
+                "the grid's size along {} is known only at run time and not always a multiple of {n} (a grid of `T.ceildiv(size, block * {n}) * {n}` is)",
+                ["bx", "by"][axis as usize]
+            ));
+        }
     }
     if let Some(why) = why_not_persistent {
         // a tile per block: clusters of consecutive blocks along the launch's x
