@@ -286,6 +286,11 @@ def gemv_and_wx_configs():
                                 out.append({"schedule": schedule, "block_N": block_N, "block_M": block_M,
                                             "block_K": block_K, "split_k": split_k, "num_stages": num_stages,
                                             "threads": t})
+    # the thinnest tiles for a few rows of x, with more bytes in flight a block: 32 rows of W
+    # 12 and 16 stages deep (one block an SM), 16 rows on two warps (256 blocks, 2-3 an SM)
+    for block_N, stages, t in ((32, 12, 128), (32, 16, 128), (16, 8, 64), (16, 12, 64)):
+        out.append({"schedule": "tiles", "block_N": block_N, "block_M": 16, "block_K": 128, "split_k": 1,
+                    "num_stages": stages, "threads": t})
     return out
 
 

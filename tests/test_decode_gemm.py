@@ -66,6 +66,19 @@ def test_tiles_of_32_rows_of_w(schedule):
     np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
 
 
+def test_the_thinnest_tiles_in_the_space():
+    """The deep and the 16-row tiles configs() adds for a few rows of x: each compiles for
+    sm_90a (NVRTC) and matches numpy on the interpreter, ragged N and K."""
+    thin = [c for c in decode_gemm.configs(4096, 4096, M=4)
+            if c["schedule"] == "tiles" and c["block_M"] == 16 and (c["block_N"] == 16 or c["num_stages"] > 8)]
+    assert {(c["block_N"], c["num_stages"]) for c in thin} == {(32, 12), (32, 16), (16, 8), (16, 12)}
+    for cfg in thin:
+        assert tilers.compile(decode_gemm.linear.prim_func(N, K, **cfg), out_idx=[2], target="cuda:sm_90a").cubin
+        x, w, want = inputs(5, seed=cfg["num_stages"])
+        y = decode_gemm.linear(N, K, **cfg)(x, w)
+        np.testing.assert_allclose(y.astype(np.float64), want, rtol=4e-3, atol=4e-3)
+
+
 @pytest.mark.parametrize("schedule", ["tiles", "splitk", "atomic", "streamk"])
 @pytest.mark.parametrize("block_M,block_N,threads", [(64, 40, 128), (128, 24, 256)])
 def test_the_batch_as_the_a_operand(schedule, block_M, block_N, threads):
