@@ -5,6 +5,7 @@ different lengths per sequence, splits that hold no key, fp16 and bf16; every pa
 model; NVRTC at the issue's shapes; the argument checks."""
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -149,6 +150,21 @@ def test_nvrtc_at_the_issues_shapes(arch, page_size):
     pages = S // page_size if page_size else 0
     f = fd.flash_decode.prim_func(1, 32, 8, 128, S, num_split=16, page_size=page_size, num_pages=pages)
     assert len(tilers.compile(f, out_idx=[-1], target=f"cuda:{arch}").cubin) > 0
+
+
+@pytest.mark.parametrize("block_N", [32, 64, 128])
+def test_a_paged_copy_reads_the_block_table_once(block_N):
+    """A paged K/V tile's cp.async chunks share one load of the block table (bound before the
+    chunks), not one per chunk: each cp.async is a volatile asm with a memory clobber, so the
+    C compiler cannot merge the loads itself. 128 keys span two 64-token pages: two loads."""
+    f = fd.flash_decode.prim_func(1, 32, 8, 128, 8192, num_split=16, block_N=block_N, page_size=64, num_pages=128)
+    source = tilers.compile(f, out_idx=[-1], target="cuda:sm_90a").get_kernel_source()
+    copies = [line for line in source.splitlines() if "cp.async.cg.shared.global" in line]
+    assert copies and not [line for line in copies if "block_table[" in line]
+    lets = [line for line in source.splitlines() if re.match(r"\s*const int block_table_at(_\d+)? = block_table\[", line)]
+    assert len(lets) == source.count("block_table[")
+    # K's and V's pages (1, or 2 for 128 keys), in the loop and once before it (2 stages)
+    assert len(lets) == 2 * (1 if block_N <= 64 else 2) * 2
 
 
 def test_bad_configurations_are_refused():

@@ -327,8 +327,69 @@ impl Lowerer {
         });
         match failure {
             Some(why) => Err(why),
-            None => Ok(code),
+            None => Ok(self.hoist_global_loads(code)),
         }
+    }
+
+    /// The values a copy's chunks read from global memory for their addresses (a block
+    /// table's page, `K[table[b, n // page], ...]`) that no chunk or thread variable of the
+    /// copy changes, loaded once before its chunks: each `cp.async` is a volatile asm with a
+    /// memory clobber, so the C compiler would load them again for every chunk, one after
+    /// another on the copy's path. Every thread ran such a load before too (chunk 0 of
+    /// thread 0 always runs), at the same index: no read is added.
+    fn hoist_global_loads(&mut self, code: Vec<Stmt>) -> Vec<Stmt> {
+        let mut bound = std::collections::HashSet::new();
+        walk_stmts(&code, &mut |s| match s {
+            Stmt::Let { var, .. } | Stmt::For { var, .. } => {
+                bound.insert(*var);
+            }
+            Stmt::Parallel { vars, .. } => bound.extend(vars.iter().copied()),
+            _ => {}
+        });
+        let mut loads: Vec<Expr> = Vec::new();
+        walk_stmts(&code, &mut |s| {
+            stmt_exprs(s, &mut |e| {
+                e.walk(&mut |x| {
+                    let Expr::Load { buf, .. } = x else { return };
+                    let mut free = self.m.buffer(*buf).scope == Scope::Global;
+                    x.walk(&mut |y| free &= !matches!(y, Expr::Var { id, .. } if bound.contains(id)));
+                    if free && !loads.contains(x) {
+                        loads.push(x.clone());
+                    }
+                })
+            })
+        });
+        // the outermost ones (a load inside another's index goes with it)
+        let contains = |e: &Expr, part: &Expr| {
+            let mut found = false;
+            e.walk(&mut |y| found |= y == part);
+            found
+        };
+        let outer: Vec<Expr> =
+            loads.iter().filter(|l| !loads.iter().any(|m| m != *l && contains(m, l))).cloned().collect();
+        if outer.is_empty() {
+            return code;
+        }
+        let mut lets = Vec::new();
+        let mut names = Vec::new();
+        for load in outer {
+            let Expr::Load { buf, .. } = &load else { unreachable!("a load") };
+            let name = format!("{}_at", self.m.buffer(*buf).name);
+            let (st, var) = self.temp(&name, load.clone());
+            lets.push(st);
+            names.push((load, var));
+        }
+        let code = code
+            .into_iter()
+            .map(|s| {
+                map_stmt_exprs(s, &mut |e| match names.iter().find(|(l, _)| *l == e) {
+                    Some((_, var)) => var.clone(),
+                    None => e,
+                })
+            })
+            .collect::<Vec<_>>();
+        lets.extend(code);
+        lets
     }
 }
 
